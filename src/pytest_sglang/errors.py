@@ -1,0 +1,54 @@
+"""Exception types raised by pytest-sglang.
+
+The tree::
+
+    SGLangError                      base of everything the plugin raises on purpose
+    ├── ServerNotReady               the readiness gate failed (phase, last response, elapsed)
+    │   ├── SchemaMismatch           a response broke its JSON Schema (carries the JSON path)
+    │   └── IdentityMismatch         the server serves another model or configuration
+    └── ServerUnavailable            no server is configured for what the test asked for
+
+Configuration mistakes (bad option values) are reported with :class:`pytest.UsageError`
+instead, so pytest stops before collecting anything.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "IdentityMismatch",
+    "SGLangError",
+    "SchemaMismatch",
+    "ServerNotReady",
+    "ServerUnavailable",
+]
+
+
+class SGLangError(Exception):
+    """Base class of the errors raised by pytest-sglang."""
+
+
+class ServerNotReady(SGLangError):
+    """The readiness gate did not pass: the message names the phase and the last response."""
+
+    def __init__(self, message: str, *, phase: str) -> None:
+        super().__init__(message)
+        #: The gate phase that failed: ``connect``, ``health``, ``models``, ``identity`` or
+        #: ``server_info``.
+        self.phase = phase
+
+
+class SchemaMismatch(ServerNotReady):
+    """A server response does not match the JSON Schema shipped with the plugin."""
+
+    def __init__(self, message: str, *, phase: str, json_path: str) -> None:
+        super().__init__(message, phase=phase)
+        #: Where in the response the first violation is, e.g. ``$.data[0].max_model_len``.
+        self.json_path = json_path
+
+
+class IdentityMismatch(ServerNotReady):
+    """The server is up but serves another model or configuration than expected."""
+
+
+class ServerUnavailable(SGLangError):
+    """No server is configured (or none by the requested name)."""

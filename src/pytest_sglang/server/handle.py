@@ -1,0 +1,89 @@
+"""The server handle that ``sglang_server`` returns: identity, configuration and timings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["ModelCard", "ReadinessTimings", "SGLangServer"]
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    """One entry of ``GET /v1/models``."""
+
+    id: str
+    max_model_len: int | None
+    root: str | None
+    parent: str | None
+    owned_by: str
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, card: dict[str, Any]) -> ModelCard:
+        """Build a card from a schema-valid ``/v1/models`` entry."""
+        return cls(
+            id=card["id"],
+            max_model_len=card.get("max_model_len"),
+            root=card.get("root"),
+            parent=card.get("parent"),
+            owned_by=card.get("owned_by", ""),
+            raw=card,
+        )
+
+
+@dataclass(frozen=True)
+class ReadinessTimings:
+    """Seconds spent in each readiness-gate phase, in order, and the number of probes sent."""
+
+    phases: dict[str, float]
+    probes: int
+
+    @property
+    def total(self) -> float:
+        """Seconds from the first probe to the gate passing."""
+        return sum(self.phases.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return plain JSON types, for reports."""
+        return {"phases": dict(self.phases), "total": self.total, "probes": self.probes}
+
+
+@dataclass(frozen=True)
+class SGLangServer:
+    """A server that passed the readiness gate.
+
+    ``model`` is the served model's card from ``/v1/models``; ``server_info`` the flat
+    resolved server arguments from ``/server_info`` (or ``/get_server_info`` on older
+    releases); ``version`` SGLang's version string from it.
+    """
+
+    name: str
+    url: str
+    model: ModelCard
+    models: tuple[ModelCard, ...]
+    model_info: dict[str, Any] = field(repr=False)
+    server_info: dict[str, Any] = field(repr=False)
+    readiness: ReadinessTimings
+    api_key: str | None = field(default=None, repr=False)
+
+    @property
+    def version(self) -> str | None:
+        """SGLang's version as the server reports it, e.g. ``"0.5.23"``."""
+        version = self.server_info.get("version")
+        return str(version) if version is not None else None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """HTTP headers every request to this server needs (the API key, when set)."""
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def client(self, **kwargs: Any) -> httpx.Client:
+        """Return a new httpx client bound to this server; the caller closes it."""
+        import httpx
+
+        kwargs.setdefault("timeout", httpx.Timeout(60.0, connect=10.0))
+        return httpx.Client(base_url=self.url, headers=self.headers, **kwargs)

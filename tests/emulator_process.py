@@ -1,0 +1,150 @@
+"""Start the SGLang emulator as a real process on a real socket, for the test suite.
+
+Tests use the ``start_emulator`` fixture from ``tests/conftest.py``; this module holds the
+process handling so that benchmarks can reuse it too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    """Return whether something accepts TCP connections on ``host:port``."""
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.2):
+        return True
+    return False
+
+
+@dataclass
+class EmulatorProcess:
+    """A running emulator: its URL, process and log file."""
+
+    port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    args: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for_port(self, timeout: float = 30.0) -> None:
+        """Block until the port accepts connections; fail with the log if the process dies."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"emulator exited with {self.process.returncode} before opening its port:\n"
+                    + self.log()
+                )
+            if port_open(self.port):
+                return
+            time.sleep(0.02)
+        raise TimeoutError(f"emulator port {self.port} not open after {timeout}s:\n{self.log()}")
+
+    def wait_for_log(self, text: str, timeout: float = 30.0) -> None:
+        """Block until ``text`` appears in the emulator's log."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.log():
+                return
+            if self.process.poll() is not None and text not in self.log():
+                raise RuntimeError(f"emulator exited before logging {text!r}:\n{self.log()}")
+            time.sleep(0.02)
+        raise TimeoutError(f"{text!r} not in the emulator log after {timeout}s:\n{self.log()}")
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Stop the emulator's whole process group: SIGTERM, then SIGKILL after ``grace``."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(grace)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(grace)
+        # Children that outlived the leader still belong to the group we created.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+
+
+READY_LINE = "The server is fired up and ready to roll!"
+
+
+@contextlib.contextmanager
+def running_emulator(
+    log_dir: Path,
+    *args: str,
+    model_path: str = "emulated/Llama-3.1-8B-Instruct",
+    wait: str | None = "ready",
+    env: dict[str, str] | None = None,
+) -> Iterator[EmulatorProcess]:
+    """Run ``python -m pytest_sglang.emulator`` on a free port for the ``with`` block.
+
+    :param args: extra launch flags, e.g. ``"--emulator-fault", "never-ready"``.
+    :param wait: ``"ready"`` (the ready line is logged), ``"port"`` (port open) or ``None``.
+    Fast timings are the default here; pass the ``--emulator-*`` timing flags to override.
+    """
+    port = free_port()
+    log_path = log_dir / f"emulator-{port}.log"
+    fast = [
+        "--emulator-load-time",
+        "0",
+        "--emulator-warmup-time",
+        "0",
+        "--emulator-health-probe-time",
+        "0",
+        "--emulator-decode-ms",
+        "1",
+    ]
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest_sglang.emulator",
+        "--model-path",
+        model_path,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *fast,
+        *args,
+    ]
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(
+            argv,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
+    emulator = EmulatorProcess(port=port, process=process, log_path=log_path, args=argv)
+    try:
+        if wait == "port":
+            emulator.wait_for_port()
+        elif wait == "ready":
+            emulator.wait_for_log(READY_LINE)
+        yield emulator
+    finally:
+        emulator.stop()
