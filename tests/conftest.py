@@ -21,3 +21,14 @@ def start_emulator(tmp_path: Path) -> Iterator[Callable[..., EmulatorProcess]]:
             return stack.enter_context(running_emulator(tmp_path, *args, **kwargs))
 
         yield start
+
+
+@pytest.fixture(autouse=True)
+def _isolate_from_developer_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep a developer's PYTEST_SGLANG_* / PYTEST_ADDOPTS out of inner pytester runs."""
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("PYTEST_SGLANG_"):
+            monkeypatch.delenv(name)
+    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)

@@ -1,0 +1,232 @@
+"""The readiness gate against scripted servers (httpx.MockTransport and a fake clock)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from pytest_sglang.errors import IdentityMismatch, SchemaMismatch, ServerNotReady
+from pytest_sglang.server.readiness import ReadinessGate
+from pytest_sglang.settings import Expectation
+
+MODELS = {
+    "object": "list",
+    "data": [{"id": "org/model", "object": "model", "created": 1, "owned_by": "sglang",
+              "root": "org/model", "parent": None, "max_model_len": 131072}],
+}  # fmt: skip
+SERVER_INFO = {"model_path": "org/model", "tp_size": 8, "version": "0.5.23",
+               "internal_states": [{}], "speculative_algorithm": "EAGLE3"}  # fmt: skip
+MODEL_INFO = {"model_path": "org/model", "tokenizer_path": "org/model", "is_generation": True}
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class ScriptedServer:
+    """Answers like SGLang: closed until ``opens_at``, warming until ``ready_at``."""
+
+    def __init__(self, clock: FakeClock, *, opens_at: float = 0.0, ready_at: float = 0.0,
+                 old: bool = False, models: Any = MODELS, server_info: Any = SERVER_INFO,
+                 api_key: str | None = None) -> None:  # fmt: skip
+        self.clock = clock
+        self.opens_at = opens_at
+        self.ready_at = ready_at
+        self.old = old
+        self.models = models
+        self.server_info = server_info
+        self.api_key = api_key
+        self.paths: list[str] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        self.paths.append(path)
+        if self.clock.now < self.opens_at:
+            raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+        exempt = path.startswith("/health") or (path == "/ready" and not self.old)
+        if self.api_key and not exempt:
+            if request.headers.get("authorization") != f"Bearer {self.api_key}":
+                return httpx.Response(401, json={"error": "Unauthorized"})
+        warming = self.clock.now < self.ready_at
+        routes: dict[str, Callable[[], httpx.Response]] = {
+            "/health_generate": lambda: httpx.Response(503 if warming else 200),
+            "/v1/models": lambda: httpx.Response(200, json=self.models),
+            "/get_server_info": lambda: httpx.Response(200, json=self.server_info),
+            "/get_model_info": lambda: httpx.Response(200, json=MODEL_INFO),
+        }
+        if not self.old:
+            routes["/ready"] = lambda: httpx.Response(503 if warming else 200)
+            routes["/server_info"] = routes["/get_server_info"]
+            routes["/model_info"] = routes["/get_model_info"]
+        route = routes.get(path)
+        return route() if route else httpx.Response(404, json={"detail": "Not Found"})
+
+
+def gate(server: ScriptedServer, clock: FakeClock, **kwargs: Any) -> ReadinessGate:
+    kwargs.setdefault("timeout", 60.0)
+    return ReadinessGate("default", "http://sglang.test", transport=httpx.MockTransport(server),
+                         clock=clock, sleep=clock.sleep, **kwargs)  # fmt: skip
+
+
+def expect(key: str, value: object) -> Expectation:
+    return Expectation(key=key, value=value, source="--sglang-expect on the command line")
+
+
+def test_waits_through_load_and_warmup() -> None:
+    clock = FakeClock()
+    server = ScriptedServer(clock, opens_at=5.0, ready_at=9.0)
+    ready = gate(server, clock).wait()
+    assert list(ready.readiness.phases) == ["connect", "health", "models", "identity",
+                                            "server_info"]  # fmt: skip
+    assert ready.readiness.phases["connect"] == pytest.approx(5.0, abs=0.06)
+    assert ready.readiness.phases["health"] == pytest.approx(4.0, abs=0.06)
+    # Noticed within one poll interval of becoming ready, and confirmed by health_generate.
+    assert 9.0 <= clock.now <= 9.1
+    assert server.paths.count("/health_generate") == 1
+    assert ready.model.id == "org/model"
+    assert ready.version == "0.5.23"
+
+
+def test_old_server_falls_back_to_health_generate_and_get_endpoints() -> None:
+    clock = FakeClock()
+    server = ScriptedServer(clock, ready_at=1.0, old=True)
+    ready = gate(server, clock).wait()
+    assert "/get_server_info" in server.paths
+    assert "/get_model_info" in server.paths
+    assert "/health_generate" in server.paths
+    assert ready.server_info["tp_size"] == 8
+
+
+def test_never_ready_fails_at_deadline_naming_phase_and_last_503() -> None:
+    clock = FakeClock()
+    server = ScriptedServer(clock, ready_at=float("inf"))
+    with pytest.raises(ServerNotReady) as info:
+        gate(server, clock, timeout=3.0, timeout_source="--sglang-ready-timeout").wait()
+    message = str(info.value)
+    assert info.value.phase == "health"
+    assert "phase 'health' failed after 3.0" in message
+    assert "ready timeout of 3s (from --sglang-ready-timeout)" in message
+    assert "last response: GET /ready -> 503 with empty body" in message
+    assert "phases passed: connect 0.00s" in message
+    assert "still warming up" in message
+    assert 3.0 <= clock.now < 3.1
+
+
+def test_connection_refused_until_deadline() -> None:
+    clock = FakeClock()
+    server = ScriptedServer(clock, opens_at=float("inf"))
+    with pytest.raises(ServerNotReady) as info:
+        gate(server, clock, timeout=1.0).wait()
+    assert info.value.phase == "connect"
+    assert "ConnectError" in str(info.value)
+    assert "phases passed: none" in str(info.value)
+
+
+def test_schema_violation_names_the_json_path() -> None:
+    clock = FakeClock()
+    broken = json.loads(json.dumps(MODELS))
+    broken["data"][0]["max_model_len"] = "131072"
+    with pytest.raises(SchemaMismatch) as info:
+        gate(ScriptedServer(clock, models=broken), clock).wait()
+    assert info.value.json_path == "$.data[0].max_model_len"
+    assert info.value.phase == "models"
+    assert "at $.data[0].max_model_len: '131072' is not of type 'integer', 'null'" in str(
+        info.value
+    )
+
+
+def test_wrong_max_model_len() -> None:
+    clock = FakeClock()
+    with pytest.raises(IdentityMismatch) as info:
+        gate(ScriptedServer(clock), clock, expectations=[expect("max_model_len", 262144)]).wait()
+    assert info.value.phase == "identity"
+    assert ("max_model_len: expected 262144 (from --sglang-expect on the command line), "
+            "/v1/models reports 131072 for 'org/model'") in str(info.value)  # fmt: skip
+
+
+def test_wrong_model_id() -> None:
+    clock = FakeClock()
+    with pytest.raises(IdentityMismatch, match="serves 'org/model'"):
+        gate(ScriptedServer(clock), clock, expectations=[expect("model_id", "other")]).wait()
+
+
+def test_wrong_and_missing_server_info_values() -> None:
+    clock = FakeClock()
+    expectations = [expect("tp_size", 4), expect("no_such_key", 1),
+                    expect("speculative_algorithm", "eagle3")]  # fmt: skip
+    with pytest.raises(IdentityMismatch) as info:
+        gate(ScriptedServer(clock), clock, expectations=expectations).wait()
+    message = str(info.value)
+    assert info.value.phase == "server_info"
+    assert (
+        "tp_size: expected 4 (from --sglang-expect on the command line), /server_info reports 8"
+        in message
+    )
+    assert "no_such_key: expected 1" in message and "has no such key" in message
+    # SGLang upper-cases the algorithm: "eagle3" matches.
+    assert "speculative_algorithm" not in message
+
+
+def test_matching_expectations_pass() -> None:
+    clock = FakeClock()
+    ready = gate(ScriptedServer(clock), clock, expectations=[
+        expect("tp_size", 8), expect("max_model_len", 131072), expect("model_id", "org/model")
+    ]).wait()  # fmt: skip
+    assert ready.model.max_model_len == 131072
+
+
+@pytest.mark.parametrize("key", [None, "wrong-key"])
+def test_api_key_problems_are_explained(key: str | None) -> None:
+    clock = FakeClock()
+    with pytest.raises(ServerNotReady) as info:
+        gate(ScriptedServer(clock, api_key="right"), clock, api_key=key).wait()
+    assert info.value.phase == "models"
+    assert "401 Unauthorized" in str(info.value)
+    assert "--sglang-api-key" in str(info.value)
+    assert "Bearer" not in str(info.value)
+    assert "right" not in str(info.value)
+
+
+def test_correct_api_key_passes_and_is_sent() -> None:
+    clock = FakeClock()
+    ready = gate(ScriptedServer(clock, api_key="k"), clock, api_key="k").wait()
+    assert ready.headers == {"Authorization": "Bearer k"}
+
+
+def test_body_that_is_not_json() -> None:
+    clock = FakeClock()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, text="<html>proxy error</html>")
+        return ScriptedServer(clock)(request)
+
+    with pytest.raises(SchemaMismatch, match="not JSON"):
+        ReadinessGate("default", "http://x", timeout=5, transport=httpx.MockTransport(handler),
+                      clock=clock, sleep=clock.sleep).wait()  # fmt: skip
+
+
+def test_ready_200_but_health_generate_503_keeps_waiting() -> None:
+    # /ready reflects a flag; a server that cannot generate is not ready.
+    clock = FakeClock()
+    base = ScriptedServer(clock)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/health_generate" and clock.now < 2.0:
+            return httpx.Response(503)
+        return base(request)
+
+    ready = ReadinessGate("default", "http://x", timeout=5, transport=httpx.MockTransport(handler),
+                          clock=clock, sleep=clock.sleep).wait()  # fmt: skip
+    assert ready.readiness.phases["health"] >= 2.0
