@@ -32,10 +32,21 @@ def main(pytest_args: list[str]) -> int:
     port = free_port()
     log = Path(tempfile.mkdtemp(prefix="sglang-emulator-")) / "server.log"
     emulator = [
-        sys.executable, "-m", "pytest_sglang.emulator",
-        "--model-path", MODEL, "--host", "127.0.0.1", "--port", str(port),
-        "--context-length", str(CONTEXT_LENGTH), "--tp", "1", "--enable-metrics",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "pytest_sglang.emulator",
+        "--model-path",
+        MODEL,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--context-length",
+        str(CONTEXT_LENGTH),
+        "--tp",
+        "1",
+        "--enable-metrics",
+    ]
     print(f"emulator: {' '.join(emulator[1:])}\nemulator log: {log}", flush=True)
     with log.open("wb") as log_file:
         server = subprocess.Popen(
@@ -45,14 +56,19 @@ def main(pytest_args: list[str]) -> int:
         # The emulator loads and warms up like SGLang does: the plugin's readiness gate
         # waits for it, so no sleep or polling here.
         command = [
-            sys.executable, "-m", "pytest", str(EXAMPLES), "-v", "-rA",
+            sys.executable,
+            "-m",
+            "pytest",
+            str(EXAMPLES),
+            "-v",
+            "-rA",
             f"--sglang-url=http://127.0.0.1:{port}",
             f"--sglang-expect=model_id={MODEL}",
             f"--sglang-expect=max_model_len={CONTEXT_LENGTH}",
             "--sglang-expect=tp_size=1",
             "--sglang-ready-timeout=60",
             *pytest_args,
-        ]  # fmt: skip
+        ]
         return subprocess.call(command, cwd=EXAMPLES)
     finally:
         # The emulator runs in its own session: signal the group, so nothing outlives us.

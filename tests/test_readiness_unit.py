@@ -15,11 +15,25 @@ from pytest_sglang.settings import Expectation
 
 MODELS = {
     "object": "list",
-    "data": [{"id": "org/model", "object": "model", "created": 1, "owned_by": "sglang",
-              "root": "org/model", "parent": None, "max_model_len": 131072}],
-}  # fmt: skip
-SERVER_INFO = {"model_path": "org/model", "tp_size": 8, "version": "0.5.23",
-               "internal_states": [{}], "speculative_algorithm": "EAGLE3"}  # fmt: skip
+    "data": [
+        {
+            "id": "org/model",
+            "object": "model",
+            "created": 1,
+            "owned_by": "sglang",
+            "root": "org/model",
+            "parent": None,
+            "max_model_len": 131072,
+        }
+    ],
+}
+SERVER_INFO = {
+    "model_path": "org/model",
+    "tp_size": 8,
+    "version": "0.5.23",
+    "internal_states": [{}],
+    "speculative_algorithm": "EAGLE3",
+}
 MODEL_INFO = {"model_path": "org/model", "tokenizer_path": "org/model", "is_generation": True}
 
 
@@ -37,9 +51,17 @@ class FakeClock:
 class ScriptedServer:
     """Answers like SGLang: closed until ``opens_at``, warming until ``ready_at``."""
 
-    def __init__(self, clock: FakeClock, *, opens_at: float = 0.0, ready_at: float = 0.0,
-                 old: bool = False, models: Any = MODELS, server_info: Any = SERVER_INFO,
-                 api_key: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        clock: FakeClock,
+        *,
+        opens_at: float = 0.0,
+        ready_at: float = 0.0,
+        old: bool = False,
+        models: Any = MODELS,
+        server_info: Any = SERVER_INFO,
+        api_key: str | None = None,
+    ) -> None:
         self.clock = clock
         self.opens_at = opens_at
         self.ready_at = ready_at
@@ -75,8 +97,14 @@ class ScriptedServer:
 
 def gate(server: ScriptedServer, clock: FakeClock, **kwargs: Any) -> ReadinessGate:
     kwargs.setdefault("timeout", 60.0)
-    return ReadinessGate("default", "http://sglang.test", transport=httpx.MockTransport(server),
-                         clock=clock, sleep=clock.sleep, **kwargs)  # fmt: skip
+    return ReadinessGate(
+        "default",
+        "http://sglang.test",
+        transport=httpx.MockTransport(server),
+        clock=clock,
+        sleep=clock.sleep,
+        **kwargs,
+    )
 
 
 def expect(key: str, value: object) -> Expectation:
@@ -87,8 +115,13 @@ def test_waits_through_load_and_warmup() -> None:
     clock = FakeClock()
     server = ScriptedServer(clock, opens_at=5.0, ready_at=9.0)
     ready = gate(server, clock).wait()
-    assert list(ready.readiness.phases) == ["connect", "health", "models", "identity",
-                                            "server_info"]  # fmt: skip
+    assert list(ready.readiness.phases) == [
+        "connect",
+        "health",
+        "models",
+        "identity",
+        "server_info",
+    ]
     assert ready.readiness.phases["connect"] == pytest.approx(5.0, abs=0.06)
     assert ready.readiness.phases["health"] == pytest.approx(4.0, abs=0.06)
     # Noticed within one poll interval of becoming ready, and confirmed by health_generate.
@@ -151,8 +184,10 @@ def test_wrong_max_model_len() -> None:
     with pytest.raises(IdentityMismatch) as info:
         gate(ScriptedServer(clock), clock, expectations=[expect("max_model_len", 262144)]).wait()
     assert info.value.phase == "identity"
-    assert ("max_model_len: expected 262144 (from --sglang-expect on the command line), "
-            "/v1/models reports 131072 for 'org/model'") in str(info.value)  # fmt: skip
+    assert (
+        "max_model_len: expected 262144 (from --sglang-expect on the command line), "
+        "/v1/models reports 131072 for 'org/model'"
+    ) in str(info.value)
 
 
 def test_wrong_model_id() -> None:
@@ -163,8 +198,11 @@ def test_wrong_model_id() -> None:
 
 def test_wrong_and_missing_server_info_values() -> None:
     clock = FakeClock()
-    expectations = [expect("tp_size", 4), expect("no_such_key", 1),
-                    expect("speculative_algorithm", "eagle3")]  # fmt: skip
+    expectations = [
+        expect("tp_size", 4),
+        expect("no_such_key", 1),
+        expect("speculative_algorithm", "eagle3"),
+    ]
     with pytest.raises(IdentityMismatch) as info:
         gate(ScriptedServer(clock), clock, expectations=expectations).wait()
     message = str(info.value)
@@ -180,9 +218,15 @@ def test_wrong_and_missing_server_info_values() -> None:
 
 def test_matching_expectations_pass() -> None:
     clock = FakeClock()
-    ready = gate(ScriptedServer(clock), clock, expectations=[
-        expect("tp_size", 8), expect("max_model_len", 131072), expect("model_id", "org/model")
-    ]).wait()  # fmt: skip
+    ready = gate(
+        ScriptedServer(clock),
+        clock,
+        expectations=[
+            expect("tp_size", 8),
+            expect("max_model_len", 131072),
+            expect("model_id", "org/model"),
+        ],
+    ).wait()
     assert ready.model.max_model_len == 131072
 
 
@@ -213,8 +257,14 @@ def test_body_that_is_not_json() -> None:
         return ScriptedServer(clock)(request)
 
     with pytest.raises(SchemaMismatch, match="not JSON"):
-        ReadinessGate("default", "http://x", timeout=5, transport=httpx.MockTransport(handler),
-                      clock=clock, sleep=clock.sleep).wait()  # fmt: skip
+        ReadinessGate(
+            "default",
+            "http://x",
+            timeout=5,
+            transport=httpx.MockTransport(handler),
+            clock=clock,
+            sleep=clock.sleep,
+        ).wait()
 
 
 def test_ready_200_but_health_generate_503_keeps_waiting() -> None:
@@ -227,6 +277,12 @@ def test_ready_200_but_health_generate_503_keeps_waiting() -> None:
             return httpx.Response(503)
         return base(request)
 
-    ready = ReadinessGate("default", "http://x", timeout=5, transport=httpx.MockTransport(handler),
-                          clock=clock, sleep=clock.sleep).wait()  # fmt: skip
+    ready = ReadinessGate(
+        "default",
+        "http://x",
+        timeout=5,
+        transport=httpx.MockTransport(handler),
+        clock=clock,
+        sleep=clock.sleep,
+    ).wait()
     assert ready.readiness.phases["health"] >= 2.0

@@ -69,9 +69,7 @@ def test_cli_beats_env(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatc
 
 
 def test_repeatable_url_and_default_name(pytester: pytest.Pytester) -> None:
-    out = settings_output(
-        pytester, "--sglang-url=http://h:1", "--sglang-url=eagle3=http://h:2"
-    )
+    out = settings_output(pytester, "--sglang-url=http://h:1", "--sglang-url=eagle3=http://h:2")
     assert "('default', 'http://h:1'" in out
     assert "('eagle3', 'http://h:2'" in out
 
@@ -95,26 +93,34 @@ def test_expectations_parse_json_or_string(pytester: pytest.Pytester) -> None:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--sglang-url=localhost:30000"],
-         "--sglang-url: URL 'localhost:30000' has no http:// or https:// scheme "
-         "(from --sglang-url on the command line); write it with a scheme, e.g. "
-         "http://localhost:30000"),
+        (
+            ["--sglang-url=localhost:30000"],
+            "--sglang-url: URL 'localhost:30000' has no http:// or https:// scheme "
+            "(from --sglang-url on the command line); write it with a scheme, e.g. "
+            "http://localhost:30000",
+        ),
         (["--sglang-url=ftp://h:1"], "has scheme 'ftp', not http or https"),
         (["--sglang-url=http://:30000"], "has no host"),
         (["--sglang-url=http://h:99999"], "has an invalid port"),
         (["--sglang-url=http://h:1/?x=1"], "has a query or fragment"),
         (["--sglang-url=bad name=http://h:1"], "server name 'bad name'"),
-        (["--sglang-url=http://h:1", "--sglang-url=http://h:2"],
-         "server name 'default' is given twice (http://h:1 and http://h:2)"),
-        (["--sglang-ready-timeout=-5"],
-         "--sglang-ready-timeout: '-5' is not a positive duration (from "
-         "--sglang-ready-timeout on the command line); give a timeout greater than zero"),
+        (
+            ["--sglang-url=http://h:1", "--sglang-url=http://h:2"],
+            "server name 'default' is given twice (http://h:1 and http://h:2)",
+        ),
+        (
+            ["--sglang-ready-timeout=-5"],
+            "--sglang-ready-timeout: '-5' is not a positive duration (from "
+            "--sglang-ready-timeout on the command line); give a timeout greater than zero",
+        ),
         (["--sglang-ready-timeout=0"], "'0' is not a positive duration"),
         (["--sglang-ready-timeout=soon"], "'soon' is not a duration"),
         (["--sglang-expect=tp_size"], "--sglang-expect: 'tp_size' is not KEY=VALUE"),
         (["--sglang-expect=tp size=8"], "key 'tp size'"),
-        (["--sglang-url=a=http://h:1", "--sglang-expect=b:tp_size=8"],
-         "names server 'b', which is not among the attached servers (a)"),
+        (
+            ["--sglang-url=a=http://h:1", "--sglang-expect=b:tp_size=8"],
+            "names server 'b', which is not among the attached servers (a)",
+        ),
     ],
 )
 def test_cli_errors(pytester: pytest.Pytester, args: list[str], expected: str) -> None:
@@ -200,9 +206,7 @@ def test_disabled_with_p_no_sglang(pytester: pytest.Pytester) -> None:
         ("@pytest.mark.sglang_expect('tp_size')", "sglang_expect takes keyword arguments only"),
     ],
 )
-def test_bad_markers_stop_collection(
-    pytester: pytest.Pytester, marker: str, expected: str
-) -> None:
+def test_bad_markers_stop_collection(pytester: pytest.Pytester, marker: str, expected: str) -> None:
     pytester.makepyfile(f"import pytest\n\n{marker}\ndef test_x(sglang_server): pass\n")
     err = usage_error(pytester, "--collect-only")
     assert "test_bad_markers_stop_collection.py::test_x" in err
@@ -228,8 +232,7 @@ def test_no_server_fails_under_require(pytester: pytest.Pytester) -> None:
 
 def test_unknown_profile_skips_naming_the_attached_ones(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
-        "import pytest\n\n@pytest.mark.sglang_profile('eagle3')\n"
-        "def test_x(sglang_server): pass\n"
+        "import pytest\n\n@pytest.mark.sglang_profile('eagle3')\ndef test_x(sglang_server): pass\n"
     )
     result = pytester.runpytest("-rs", "--sglang-url=baseline=http://127.0.0.1:9")
     result.assert_outcomes(skipped=1)
@@ -241,9 +244,11 @@ def test_unknown_profile_skips_naming_the_attached_ones(pytester: pytest.Pyteste
 def test_several_servers_need_a_marker(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(USES_SERVER)
     result = pytester.runpytest(
-        "-rs", "--sglang-require", "--sglang-url=a=http://127.0.0.1:9",
+        "-rs",
+        "--sglang-require",
+        "--sglang-url=a=http://127.0.0.1:9",
         "--sglang-url=b=http://127.0.0.1:9",
-    )  # fmt: skip
+    )
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*several SGLang servers are attached (a, b)*sglang_profile*"])
 

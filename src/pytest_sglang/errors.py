@@ -6,7 +6,12 @@ The tree::
     ├── ServerNotReady               the readiness gate failed (phase, last response, elapsed)
     │   ├── SchemaMismatch           a response broke its JSON Schema (carries the JSON path)
     │   └── IdentityMismatch         the server serves another model or configuration
-    └── ServerUnavailable            no server is configured for what the test asked for
+    │   └── ServerExited             a launched server's process died (exit code, log tail, hints)
+    ├── ServerUnavailable            no server is configured for what the test asked for
+    ├── GpuUnavailable               GPU state cannot be read here (a skip reason)
+    ├── GpuNotClean                  pre-flight: the GPUs a launch needs are held by processes
+    ├── GpuMemoryNotReleased         post-flight: memory not back to the baseline after teardown
+    └── ServerLeftovers              teardown found processes of ours that outlived the server
 
 Configuration mistakes (bad option values) are reported with :class:`pytest.UsageError`
 instead, so pytest stops before collecting anything.
@@ -15,9 +20,14 @@ instead, so pytest stops before collecting anything.
 from __future__ import annotations
 
 __all__ = [
+    "GpuMemoryNotReleased",
+    "GpuNotClean",
+    "GpuUnavailable",
     "IdentityMismatch",
     "SGLangError",
     "SchemaMismatch",
+    "ServerExited",
+    "ServerLeftovers",
     "ServerNotReady",
     "ServerUnavailable",
 ]
@@ -52,3 +62,28 @@ class IdentityMismatch(ServerNotReady):
 
 class ServerUnavailable(SGLangError):
     """No server is configured (or none by the requested name)."""
+
+
+class ServerExited(ServerNotReady):
+    """A launched server's process exited before (or while) passing the readiness gate."""
+
+    def __init__(self, message: str, *, phase: str, exit_code: int | None) -> None:
+        super().__init__(message, phase=phase)
+        #: The process's exit code (negative: killed by that signal).
+        self.exit_code = exit_code
+
+
+class GpuUnavailable(SGLangError):
+    """GPU state cannot be read here (no NVML package, no driver, ssh failure...)."""
+
+
+class GpuNotClean(SGLangError):
+    """Pre-flight: a GPU the launch needs is held by other processes or memory."""
+
+
+class GpuMemoryNotReleased(SGLangError):
+    """Post-flight: GPU memory did not return to the pre-launch baseline in time."""
+
+
+class ServerLeftovers(SGLangError):
+    """Teardown found and killed processes of ours that outlived the server."""

@@ -1,12 +1,12 @@
-"""The ``sglang_*`` fixtures: thin glue over settings, the server pool and the gate.
+"""The ``sglang_*`` fixtures: thin glue over settings, the server pool and the GPU probe.
 
-Heavy modules (httpx, jsonschema) are imported inside fixture bodies only, so that loading
-the plugin stays cheap for every pytest run in the environment.
+Heavy modules (httpx, jsonschema, psutil, pynvml) are imported inside fixture bodies only,
+so that loading the plugin stays cheap for every pytest run in the environment.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NoReturn
 
 import pytest
@@ -17,14 +17,26 @@ from pytest_sglang.settings import SETTINGS_KEY, Settings
 if TYPE_CHECKING:
     import httpx
 
+    from pytest_sglang.gpu.state import GpuState
     from pytest_sglang.server.handle import SGLangServer
     from pytest_sglang.server.pool import ServerPool
 
-__all__ = ["sglang_client", "sglang_server", "sglang_servers", "sglang_settings"]
+__all__ = [
+    "POOL_KEY",
+    "sglang_client",
+    "sglang_gpu",
+    "sglang_server",
+    "sglang_servers",
+    "sglang_settings",
+]
+
+#: The session's pool, also reachable from hooks (terminal summary, unconfigure).
+POOL_KEY = pytest.StashKey["ServerPool"]()
 
 _HOW_TO_ATTACH = (
     "attach one with --sglang-url=URL (or NAME=URL for @pytest.mark.sglang_profile(NAME)), "
-    "the PYTEST_SGLANG_URL environment variable or the sglang_url ini key"
+    "or define server profiles (--sglang-profiles PATH or [tool.pytest-sglang.profiles.NAME] "
+    "in pyproject.toml) to launch one"
 )
 
 
@@ -38,9 +50,26 @@ def _unavailable(settings: Settings, message: str) -> NoReturn:
     pytest.skip(message)
 
 
+def terminal_writer(config: pytest.Config) -> Callable[[str], None]:
+    """Return a function that writes one line to the terminal, past output capturing."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+
+    def write(line: str) -> None:
+        if reporter is None:
+            return
+        if capture is not None:
+            with capture.global_and_fixture_disabled():
+                reporter.write_line(line)
+        else:
+            reporter.write_line(line)
+
+    return write
+
+
 @pytest.fixture(scope="session")
 def sglang_settings(pytestconfig: pytest.Config) -> Settings:
-    """The plugin's effective settings (servers, ready timeout, API key, expectations).
+    """The plugin's effective settings (servers, profiles, timeouts, expectations).
 
     Each value carries the source it came from (command line, environment, ini or default).
     """
@@ -48,15 +77,27 @@ def sglang_settings(pytestconfig: pytest.Config) -> Settings:
 
 
 @pytest.fixture(scope="session")
-def sglang_servers(sglang_settings: Settings) -> ServerPool:
+def sglang_servers(
+    pytestconfig: pytest.Config,
+    sglang_settings: Settings,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ServerPool]:
     """The session's pool of SGLang servers, for session-scoped fixtures of your own.
 
-    ``sglang_servers.get(NAME)`` returns the ready server called NAME, running the readiness
-    gate once per session; a server whose gate failed is not polled again.
+    ``sglang_servers.get(NAME)`` returns the ready server called NAME: an attached one after
+    its readiness gate, or a profile's server launched on first use (one launched server at
+    a time; the session's end stops it and checks its GPU memory is released).
     """
     from pytest_sglang.server.pool import ServerPool
 
-    return ServerPool(sglang_settings)
+    pool = ServerPool(
+        sglang_settings,
+        log_dir=tmp_path_factory.getbasetemp() / "sglang-logs",
+        progress=terminal_writer(pytestconfig),
+    )
+    pytestconfig.stash[POOL_KEY] = pool
+    yield pool
+    pool.close()
 
 
 @pytest.fixture
@@ -65,31 +106,31 @@ def sglang_server(
 ) -> SGLangServer:
     """The ready SGLang server this test runs against.
 
-    The server named by the closest ``@pytest.mark.sglang_profile(NAME)``, else the single
-    attached server (or the one named ``default``). It has passed the layered readiness
-    gate: health, ``/v1/models`` schema, identity and ``/server_info`` checks. Tests are
-    skipped when no server is configured, or fail under ``--sglang-require``.
+    The server named by the closest ``@pytest.mark.sglang_profile(NAME)`` (attached with
+    ``--sglang-url NAME=URL`` or launched from profile NAME), else the only one configured
+    (or the one named ``default``). It has passed the layered readiness gate: health,
+    ``/v1/models`` schema, identity and ``/server_info`` checks. Tests are skipped when no
+    server is configured, or fail under ``--sglang-require``.
     """
-    from pytest_sglang.errors import ServerNotReady, ServerUnavailable
+    from pytest_sglang.errors import ServerUnavailable, SGLangError
     from pytest_sglang.server.identity import (
         check_model_expectations,
         check_server_info_expectations,
     )
 
-    if not sglang_settings.servers:
+    if not sglang_settings.servers and not sglang_settings.profiles:
         _unavailable(sglang_settings, f"no SGLang server configured: {_HOW_TO_ATTACH}")
     # Fail or skip outside the except blocks so the report shows our message only, not
     # "during handling of the above exception".
     failure: str | None = None
+    unavailable = False
     try:
         name = profile_of(request.node) or sglang_servers.default_name()
         server = sglang_servers.get(name)
     except ServerUnavailable as exc:
+        failure, unavailable = str(exc), True
+    except SGLangError as exc:
         failure = str(exc)
-        unavailable = True
-    except ServerNotReady as exc:
-        failure = str(exc)
-        unavailable = False
     if failure is not None:
         if unavailable:
             _unavailable(sglang_settings, failure)
@@ -114,3 +155,26 @@ def sglang_client(sglang_server: SGLangServer) -> Iterator[httpx.Client]:
     """
     with sglang_server.client() as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def sglang_gpu(sglang_servers: ServerPool, sglang_settings: Settings) -> GpuState:
+    """GPU state through NVML (or nvidia-smi over ssh with --sglang-gpu-host, or a fake).
+
+    ``sglang_gpu.snapshot()`` returns every GPU (index, UUID, name, memory total/used/free)
+    and compute process (pid, memory, name); ``before.diff(after)`` what changed. Skipped
+    where GPU state cannot be read (no nvidia-ml-py, no driver), unless --sglang-require.
+    """
+    from pytest_sglang.errors import GpuUnavailable
+    from pytest_sglang.gpu.state import GpuState
+
+    failure: str | None = None
+    try:
+        probe = sglang_servers.gpu_probe()
+    except GpuUnavailable as exc:
+        failure = str(exc)
+    if failure is not None:
+        pytest.fail(failure, pytrace=False)
+    if probe is None:
+        pytest.skip(f"GPU state unavailable: {sglang_servers.gpu_skip_reason}")
+    return GpuState(probe)

@@ -6,9 +6,17 @@ from collections.abc import Iterable
 
 import pytest
 
-from pytest_sglang.settings import Expectation, is_valid_server_name
+from pytest_sglang.settings import Expectation, Settings, is_valid_server_name
 
-__all__ = ["MARKERS", "expectations_of", "profile_of", "validate_markers"]
+__all__ = [
+    "MARKERS",
+    "UNMET_KEY",
+    "evaluate_requirements",
+    "expectations_of",
+    "order_by_profile",
+    "profile_of",
+    "validate_markers",
+]
 
 #: Marker lines for ``config.addinivalue_line("markers", ...)``; ``pytest --markers`` shows them.
 MARKERS = (
@@ -18,7 +26,13 @@ MARKERS = (
     "sglang_expect(**key_values): check, for this test, that the server serves what it "
     "expects: model_id=..., max_model_len=..., or any /server_info key such as tp_size=8 or "
     "speculative_algorithm='EAGLE3'. Overrides --sglang-expect for the same key.",
+    "sglang_requires(gpus=1, gpu_name=None, min_free_gib=None): skip the test unless this "
+    "machine has that many GPUs (named like gpu_name, with that much free memory), checked "
+    "through NVML at collection; fails instead under --sglang-require.",
 )
+
+#: Why a test's ``sglang_requires`` is unmet (set at collection, acted on at setup).
+UNMET_KEY = pytest.StashKey[str]()
 
 
 def profile_of(item: pytest.Item) -> str | None:
@@ -60,6 +74,15 @@ def validate_markers(items: Iterable[pytest.Item]) -> None:
                     f"{item.nodeid}: @pytest.mark.sglang_profile({name!r}): not a valid "
                     "server name; use letters, digits, '_', '.' or '-'"
                 )
+        for marker in item.iter_markers("sglang_requires"):
+            unknown = sorted(set(marker.kwargs) - {"gpus", "gpu_name", "min_free_gib"})
+            if marker.args or unknown:
+                raise pytest.UsageError(
+                    f"{item.nodeid}: @pytest.mark.sglang_requires takes the keywords gpus, "
+                    f"gpu_name and min_free_gib, got args={marker.args!r} and unknown "
+                    f"{unknown!r}; write e.g. @pytest.mark.sglang_requires(gpus=8, "
+                    "gpu_name='H200', min_free_gib=70)"
+                )
         for marker in item.iter_markers("sglang_expect"):
             if marker.args or not marker.kwargs:
                 raise pytest.UsageError(
@@ -67,3 +90,48 @@ def validate_markers(items: Iterable[pytest.Item]) -> None:
                     f"got args={marker.args!r}; write e.g. "
                     "@pytest.mark.sglang_expect(max_model_len=131072, tp_size=8)"
                 )
+
+
+def order_by_profile(items: list[pytest.Item]) -> list[pytest.Item]:
+    """Group tests by their ``sglang_profile``, groups in order of first appearance.
+
+    Stable within a group, and a no-op unless two or more profiles are used: launched
+    servers share the GPUs, so interleaved profiles would cost a launch per switch.
+    """
+    groups: dict[str | None, list[pytest.Item]] = {}
+    for item in items:
+        groups.setdefault(profile_of(item), []).append(item)
+    if len([name for name in groups if name is not None]) < 2:
+        return items
+    return [item for group in groups.values() for item in group]
+
+
+def evaluate_requirements(items: list[pytest.Item], settings: Settings) -> None:
+    """Evaluate every ``sglang_requires`` marker against one GPU snapshot.
+
+    Unmet requirements are stored on the item (``UNMET_KEY``) with the reason, which
+    says what was found; ``pytest_runtest_setup`` skips or fails them.
+    """
+    from pytest_sglang.errors import GpuUnavailable
+    from pytest_sglang.gpu.probes import make_probe
+    from pytest_sglang.gpu.requirements import unmet_requirement
+
+    marked = [(item, item.get_closest_marker("sglang_requires")) for item in items]
+    marked = [(item, marker) for item, marker in marked if marker is not None]
+    if not marked:
+        return
+    try:
+        probe = make_probe(host=settings.gpu_host.value, fake_dir=settings.gpu_fake.value)
+        try:
+            snapshot = probe.snapshot()
+        finally:
+            probe.close()
+    except GpuUnavailable as exc:
+        for item, _ in marked:
+            item.stash[UNMET_KEY] = f"GPU state unavailable: {exc}"
+        return
+    for item, marker in marked:
+        assert marker is not None
+        reason = unmet_requirement(snapshot, dict(marker.kwargs))
+        if reason is not None:
+            item.stash[UNMET_KEY] = reason

@@ -8,12 +8,26 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_sglang.fixtures import sglang_client, sglang_server, sglang_servers, sglang_settings
-from pytest_sglang.markers import MARKERS, validate_markers
+from pytest_sglang.fixtures import (
+    POOL_KEY,
+    sglang_client,
+    sglang_gpu,
+    sglang_server,
+    sglang_servers,
+    sglang_settings,
+)
+from pytest_sglang.markers import (
+    MARKERS,
+    UNMET_KEY,
+    evaluate_requirements,
+    order_by_profile,
+    validate_markers,
+)
 from pytest_sglang.settings import OPTIONS, SETTINGS_KEY, resolve_settings
 
 __all__ = [
     "sglang_client",
+    "sglang_gpu",
     "sglang_server",
     "sglang_servers",
     "sglang_settings",
@@ -46,7 +60,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the markers and resolve the settings (validation only, no I/O)."""
+    """Register the markers and resolve the settings (validation only, no network)."""
     for line in MARKERS:
         config.addinivalue_line("markers", line)
     if config.option.help or config.option.version:
@@ -62,6 +76,62 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Reject malformed ``sglang_*`` markers before anything runs."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Validate markers, group tests by server profile, evaluate ``sglang_requires``.
+
+    Grouping (stable within a group) lets each profile's server launch once per session.
+    """
     validate_markers(items)
+    items[:] = order_by_profile(items)
+    settings = config.stash.get(SETTINGS_KEY, None)
+    # --collect-only must touch nothing: requirements are evaluated only for a real run.
+    if settings is not None and not config.option.collectonly:
+        evaluate_requirements(items, settings)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip (or, under ``--sglang-require``, fail) tests whose ``sglang_requires`` is unmet."""
+    unmet = item.stash.get(UNMET_KEY, None)
+    if unmet is None:
+        return
+    settings = item.config.stash[SETTINGS_KEY]
+    if settings.require.value:
+        pytest.fail(f"{unmet} (--sglang-require is set)", pytrace=False)
+    pytest.skip(unmet)
+
+
+@pytest.hookimpl
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Summarise the session's launches: how many, each one's timings and outcome."""
+    pool = terminalreporter.config.stash.get(POOL_KEY, None)
+    if pool is None or not pool.launches:
+        return
+    terminalreporter.section("sglang launches")
+    count = len(pool.launches)
+    terminalreporter.write_line(f"{count} server launch{'es' if count != 1 else ''}:")
+    for info in pool.launches:
+        phases = ", ".join(f"{p} {t:.2f}s" for p, t in info.readiness.items())
+        ready = f"ready in {info.seconds_to_ready:.2f}s ({phases})" if info.seconds_to_ready else ""
+        stop = f"; stopped in {info.stop.seconds:.2f}s" if info.stop else ""
+        released = (
+            f"; GPU memory released in {info.release_seconds:.2f}s"
+            if info.release_seconds is not None
+            else ""
+        )
+        terminalreporter.write_line(
+            f"  {info.profile} [{info.launcher}] {info.outcome}: {ready}{stop}{released}"
+        )
+    if pool.gpu_skip_reason:
+        terminalreporter.write_line(f"  GPU checks skipped: {pool.gpu_skip_reason}")
+
+
+@pytest.hookimpl
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop anything still running (Ctrl-C, internal errors): no server outlives pytest."""
+    pool = config.stash.get(POOL_KEY, None)
+    if pool is not None:
+        try:
+            pool.close()
+        except Exception:
+            pass

@@ -16,15 +16,20 @@ import os
 import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Generic, TypeVar
 from urllib.parse import urlsplit
 
 import pytest
 
+if TYPE_CHECKING:
+    from pytest_sglang.profiles import Profile
+
 __all__ = [
     "DEFAULT_READY_TIMEOUT",
     "DEFAULT_SERVER_NAME",
+    "LAUNCHERS",
     "OPTIONS",
     "SETTINGS_KEY",
     "Expectation",
@@ -116,7 +121,46 @@ EXPECT = OptionSpec(
     repeatable=True,
 )
 
-OPTIONS: tuple[OptionSpec, ...] = (URL, READY_TIMEOUT, API_KEY, REQUIRE, EXPECT)
+PROFILES = OptionSpec(
+    "profiles",
+    "TOML file of server profiles ([profiles.NAME] tables with model-path, tp, args, env, "
+    "expect, extends, command); profiles may also live in pyproject.toml under "
+    "[tool.pytest-sglang.profiles.NAME]",
+    metavar="PATH",
+)
+LAUNCHER = OptionSpec(
+    "launcher",
+    "What launches a profile's server: 'sglang' (python -m sglang.launch_server, or the "
+    "profile's command) or 'emulator' (python -m pytest_sglang.emulator, same arguments; "
+    "no GPU needed). Default: sglang",
+    metavar="{sglang,emulator}",
+)
+GPU_HOST = OptionSpec(
+    "gpu-host",
+    "Read GPU state with nvidia-smi over ssh on this host (user@host, BatchMode) instead of "
+    "NVML on this machine; use it when the server runs elsewhere",
+    metavar="[USER@]HOST",
+)
+GPU_FAKE = OptionSpec(
+    "gpu-fake",
+    "Read GPU state from a fake-GPU directory (gpus.json plus holder files the emulator "
+    "writes) instead of NVML: for dry runs and the plugin's own tests",
+    metavar="DIR",
+)
+
+OPTIONS: tuple[OptionSpec, ...] = (
+    URL,
+    READY_TIMEOUT,
+    API_KEY,
+    REQUIRE,
+    EXPECT,
+    PROFILES,
+    LAUNCHER,
+    GPU_HOST,
+    GPU_FAKE,
+)
+#: Launchers ``--sglang-launcher`` accepts.
+LAUNCHERS = ("sglang", "emulator")
 
 
 @dataclass(frozen=True)
@@ -160,6 +204,14 @@ class Settings:
     api_key: Sourced[str | None]
     require: Sourced[bool]
     expectations: tuple[Expectation, ...]
+    launcher: Sourced[str] = Sourced("sglang", "default")
+    profiles: Mapping[str, Profile] = field(default_factory=dict)
+    gpu_host: Sourced[str | None] = Sourced(None, "default")
+    gpu_fake: Sourced[Path | None] = Sourced(None, "default")
+
+    def profile(self, name: str) -> Profile | None:
+        """Return the profile called ``name``, if any."""
+        return self.profiles.get(name)
 
     def server(self, name: str) -> ServerUrl | None:
         """Return the attached server called ``name``, if any."""
@@ -167,7 +219,14 @@ class Settings:
 
     def expectations_for(self, name: str) -> tuple[Expectation, ...]:
         """Return the expectations that apply to server ``name``."""
-        return tuple(e for e in self.expectations if e.server in (None, name))
+        own = tuple(e for e in self.expectations if e.server in (None, name))
+        profile = self.profiles.get(name)
+        if profile is None:
+            return own
+        # A profile's expect table applies to its server, launched or attached; the command
+        # line (or env, ini) wins for the same key.
+        keys = {e.key for e in own}
+        return own + tuple(e for e in profile.expectations() if e.key not in keys)
 
     def header_lines(self) -> list[str]:
         """Describe the effective settings for ``pytest_report_header`` (API key redacted)."""
@@ -181,6 +240,11 @@ class Settings:
             + (f" (from {self.api_key.source})" if self.api_key.value else "")
             + f"; require: {'yes' if self.require.value else 'no'}",
         ]
+        if self.profiles:
+            lines.append(
+                f"sglang: launcher: {self.launcher.value} (from {self.launcher.source}); "
+                f"profiles: {', '.join(self.profiles)}"
+            )
         if self.expectations:
             lines.append("sglang: expect: " + ", ".join(e.describe() for e in self.expectations))
         return lines
@@ -405,6 +469,51 @@ def _resolve_expectations(
     return expectations
 
 
+def parse_launcher(spec: OptionSpec, raw: str, source: str) -> str:
+    """Parse a launcher name."""
+    if raw not in LAUNCHERS:
+        raise _usage_error(
+            spec, source, f"{raw!r} is not a launcher", f"use one of {', '.join(LAUNCHERS)}"
+        )
+    return raw
+
+
+def _parse_dir(config: pytest.Config) -> Callable[[OptionSpec, str, str], Path | None]:
+    def parse(spec: OptionSpec, raw: str, source: str) -> Path | None:
+        path = Path(config.invocation_params.dir, raw).resolve()
+        if not path.is_dir():
+            raise _usage_error(
+                spec, source, f"{raw!r} is not a directory", "give an existing directory"
+            )
+        return path
+
+    return parse
+
+
+def _resolve_profiles(config: pytest.Config, environ: Mapping[str, str]) -> dict[str, Profile]:
+    # Imported here: tomllib and the profile code are only needed when there is a file.
+    from pytest_sglang.profiles import load_profiles
+
+    raw = _lookup(PROFILES, config, environ)
+    profiles_file = None
+    if raw is not None:
+        profiles_file = Path(config.invocation_params.dir, raw.value[0]).resolve()
+        if not profiles_file.is_file():
+            raise _usage_error(
+                PROFILES,
+                raw.source,
+                f"{raw.value[0]!r} is not a file",
+                "give the path of a TOML file with [profiles.NAME] tables",
+            )
+    inipath = config.inipath
+    pyproject = (
+        inipath
+        if inipath and inipath.name == "pyproject.toml"
+        else (config.rootpath / "pyproject.toml")
+    )
+    return load_profiles(pyproject, profiles_file)
+
+
 def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = None) -> Settings:
     """Resolve every option (CLI > env > ini > default) and validate it.
 
@@ -413,7 +522,14 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
     env = os.environ if environ is None else environ
     servers = _resolve_servers(config, env)
     api_key = _lookup(API_KEY, config, env)
+    gpu_host = _lookup(GPU_HOST, config, env)
     return Settings(
+        launcher=_resolve_one(LAUNCHER, config, env, parse_launcher, "sglang"),
+        profiles=_resolve_profiles(config, env),
+        gpu_host=Sourced(gpu_host.value[0], gpu_host.source)
+        if gpu_host
+        else Sourced(None, "default"),
+        gpu_fake=_resolve_one(GPU_FAKE, config, env, _parse_dir(config), None),
         servers=servers,
         ready_timeout=_resolve_one(
             READY_TIMEOUT, config, env, parse_duration, DEFAULT_READY_TIMEOUT

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import httpx
 
+    from pytest_sglang.server.launcher import LaunchInfo
+
 __all__ = ["ModelCard", "ReadinessTimings", "SGLangServer"]
 
 
@@ -69,6 +71,8 @@ class SGLangServer:
     server_info: dict[str, Any] = field(repr=False)
     readiness: ReadinessTimings
     api_key: str | None = field(default=None, repr=False)
+    #: Launch details (command, pid, port, log) when the plugin launched this server.
+    launch: LaunchInfo | None = field(default=None, repr=False)
 
     @property
     def version(self) -> str | None:

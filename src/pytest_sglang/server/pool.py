@@ -1,13 +1,22 @@
-"""The session's servers: each attached server passes the readiness gate once.
+"""The session's servers: attached ones gated once, launched ones started once, one at a time.
 
-A server whose gate failed is not polled again: later tests that need it fail at once with
-the original cause instead of waiting for the ready timeout again (labgrid's "broken" state).
+* An attached server (``--sglang-url NAME=URL``) passes the readiness gate once per session.
+* A profile's server is launched on first use. Launched servers share the GPUs, so at most
+  one runs at a time: asking for another profile stops the running one first (collection
+  orders tests by profile, so each is launched once). The session's end stops the last one.
+* A server whose gate or launch failed is not tried again: later tests that need it fail at
+  once with the original cause (labgrid's "broken" state), instead of another 10-minute load.
 """
 
 from __future__ import annotations
 
-from pytest_sglang.errors import ServerNotReady, ServerUnavailable
+from collections.abc import Callable
+from pathlib import Path
+
+from pytest_sglang.errors import GpuUnavailable, ServerNotReady, ServerUnavailable, SGLangError
+from pytest_sglang.gpu.probes import GpuProbe, make_probe
 from pytest_sglang.server.handle import SGLangServer
+from pytest_sglang.server.launcher import Launch, LaunchInfo
 from pytest_sglang.server.readiness import ReadinessGate
 from pytest_sglang.settings import DEFAULT_SERVER_NAME, Settings
 
@@ -15,77 +24,156 @@ __all__ = ["ServerPool"]
 
 
 class ServerPool:
-    """Hands out ready servers by name and remembers failed ones for the session."""
+    """Hands out ready servers by name; owns launched servers and the GPU probe."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        log_dir: Path | None = None,
+        progress: Callable[[str], None] = lambda message: None,
+    ) -> None:
         self.settings = settings
+        self.log_dir = log_dir or Path.cwd() / ".sglang-logs"
+        self._progress = progress
         self._ready: dict[str, SGLangServer] = {}
-        self._failed: dict[str, ServerNotReady] = {}
+        self._failed: dict[str, SGLangError] = {}
+        self._running: Launch | None = None
+        self._gpu: GpuProbe | None = None
+        self._gpu_checked = False
+        #: Every launch of the session, in order, for the report.
+        self.launches: list[LaunchInfo] = []
+        #: Why GPU checks were skipped, if they were.
+        self.gpu_skip_reason: str | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
-        """The names of the configured servers, in the order they were given."""
-        return tuple(s.name for s in self.settings.servers)
+        """The names of attached servers and profiles, attached first."""
+        attached = tuple(s.name for s in self.settings.servers)
+        return attached + tuple(p for p in self.settings.profiles if p not in attached)
 
     def default_name(self) -> str:
         """Return the server a test without ``sglang_profile`` gets.
 
-        :raises ServerUnavailable: when several servers are attached and none is ``default``.
+        :raises ServerUnavailable: when that is ambiguous.
         """
-        names = self.names
-        if len(names) == 1 or DEFAULT_SERVER_NAME in names:
-            return names[0] if len(names) == 1 else DEFAULT_SERVER_NAME
+        attached = tuple(s.name for s in self.settings.servers)
+        if DEFAULT_SERVER_NAME in self.names:
+            return DEFAULT_SERVER_NAME
+        if len(attached) == 1:
+            return attached[0]
+        if not attached and len(self.settings.profiles) == 1:
+            return next(iter(self.settings.profiles))
         raise ServerUnavailable(
-            f"several SGLang servers are attached ({', '.join(names)}) and this test does not "
-            "say which one it needs; mark it with @pytest.mark.sglang_profile(NAME)"
+            f"several SGLang servers are configured ({', '.join(self.names)}) and this test does "
+            "not say which one it needs; mark it with @pytest.mark.sglang_profile(NAME)"
         )
 
-    def get(self, name: str) -> SGLangServer:
-        """Return the ready server ``name``, running its readiness gate the first time.
+    def gpu_probe(self) -> GpuProbe | None:
+        """Return the session's GPU probe, or None (reason in ``gpu_skip_reason``).
 
-        :raises ServerUnavailable: no server of that name is configured.
-        :raises ServerNotReady: its gate failed, now or earlier in the session.
+        :raises GpuUnavailable: under ``--sglang-require`` when GPU state cannot be read.
+        """
+        if not self._gpu_checked:
+            self._gpu_checked = True
+            try:
+                self._gpu = make_probe(
+                    host=self.settings.gpu_host.value, fake_dir=self.settings.gpu_fake.value
+                )
+            except GpuUnavailable as exc:
+                self.gpu_skip_reason = str(exc)
+        if self._gpu is None and self.settings.require.value:
+            raise GpuUnavailable(
+                f"GPU state cannot be read ({self.gpu_skip_reason}) and --sglang-require is set"
+                f" (from {self.settings.require.source}); install nvidia-ml-py on a GPU host, "
+                "or drop --sglang-require for a dry run"
+            )
+        return self._gpu
+
+    def get(self, name: str) -> SGLangServer:
+        """Return the ready server ``name``: gated (attached) or launched on first use.
+
+        :raises ServerUnavailable: nothing of that name is configured.
+        :raises SGLangError: its gate or launch failed, now or earlier in the session.
         """
         if name in self._ready:
             return self._ready[name]
         if name in self._failed:
-            first = self._failed[name]
-            raise type(first)(
-                f"{first}\n  (this server failed its readiness gate earlier in the session; "
-                "it is not polled again)",
-                **_error_kwargs(first),
-            )
-        server = self.settings.server(name)
-        if server is None:
+            raise _again(self._failed[name])
+        attached = self.settings.server(name)
+        profile = self.settings.profile(name)
+        if attached is None and profile is None:
             known = ", ".join(self.names) or "none"
             raise ServerUnavailable(
-                f"no SGLang server named {name!r} is configured (attached: {known}); "
-                f"attach it with --sglang-url {name}=URL"
+                f"no SGLang server or profile named {name!r} is configured (known: {known}); "
+                f"attach it with --sglang-url {name}=URL or define [profiles.{name}] "
+                "(see --sglang-profiles)"
             )
-        gate = ReadinessGate(
-            server.name,
-            server.url,
-            timeout=self.settings.ready_timeout.value,
-            timeout_source=self.settings.ready_timeout.source,
-            api_key=self.settings.api_key.value,
-            expectations=self.settings.expectations_for(name),
-        )
         try:
-            ready = gate.wait()
-        except ServerNotReady as exc:
+            if attached is not None:
+                server = ReadinessGate(
+                    attached.name,
+                    attached.url,
+                    timeout=self.settings.ready_timeout.value,
+                    timeout_source=self.settings.ready_timeout.source,
+                    api_key=self.settings.api_key.value,
+                    expectations=self.settings.expectations_for(name),
+                ).wait()
+            else:
+                server = self._launch(name)
+        except SGLangError as exc:
             self._failed[name] = exc
             raise
-        self._ready[name] = ready
-        return ready
+        self._ready[name] = server
+        return server
+
+    def _launch(self, name: str) -> SGLangServer:
+        profile = self.settings.profiles[name]
+        self.stop_running()  # they share the GPUs: one launched server at a time
+        launch = Launch(
+            profile,
+            self.settings,
+            gpu=self.gpu_probe(),
+            progress=self._progress,
+            log_path=self.log_dir / f"{name}-{len(self.launches) + 1}.log",
+        )
+        self.launches.append(launch.info)
+        if self.gpu_skip_reason and len(self.launches) == 1:
+            self._progress(f"sglang: GPU pre/post-flight checks skipped: {self.gpu_skip_reason}")
+        self._progress(
+            f"sglang: launching {name!r} with the {self.settings.launcher.value} launcher "
+            f"(log {launch.info.log_path})"
+        )
+        server = launch.start()
+        self._running = launch
+        return server
+
+    def stop_running(self) -> None:
+        """Stop the launched server that is running, if any (its errors propagate)."""
+        launch, self._running = self._running, None
+        if launch is not None:
+            self._ready.pop(launch.profile.name, None)
+            launch.stop()
+
+    def close(self) -> None:
+        """Stop everything the pool started and release the GPU probe."""
+        try:
+            self.stop_running()
+        finally:
+            if self._gpu is not None:
+                self._gpu.close()
+                self._gpu = None
 
     def servers(self) -> tuple[SGLangServer, ...]:
-        """Return the servers that passed their gate so far."""
+        """Return the servers that are ready now."""
         return tuple(self._ready.values())
 
 
-def _error_kwargs(error: ServerNotReady) -> dict[str, str]:
-    kwargs = {"phase": error.phase}
-    json_path = getattr(error, "json_path", None)
-    if json_path is not None:
-        kwargs["json_path"] = json_path
-    return kwargs
+def _again(first: SGLangError) -> SGLangError:
+    note = "\n  (this server failed earlier in the session; it is not tried again)"
+    if isinstance(first, ServerNotReady):
+        again = type(first).__new__(type(first))
+        again.__dict__.update(first.__dict__)
+        again.args = (f"{first}{note}",)
+        return again
+    return type(first)(f"{first}{note}")

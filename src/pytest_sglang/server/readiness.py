@@ -80,6 +80,9 @@ class ReadinessGate:
     :param timeout: seconds for the whole gate; ``timeout_source`` says where it was set.
     :param expectations: identity checks (model id, ``max_model_len``, server-info keys).
     :param transport: an httpx transport to use instead of the network (tests).
+    :param watch: called with (phase, elapsed seconds) before every wait between probes:
+        launch mode uses it to notice a dead process at once and to show progress; it may
+        raise to abort the gate.
     """
 
     def __init__(
@@ -95,6 +98,7 @@ class ReadinessGate:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         poll_interval: float = POLL_INTERVAL,
+        watch: Callable[[str, float], None] | None = None,
     ) -> None:
         self.name = name
         self.url = url
@@ -106,6 +110,7 @@ class ReadinessGate:
         self._clock = clock
         self._sleep = sleep
         self._poll_interval = poll_interval
+        self._watch = watch
         self._phases: dict[str, float] = {}
         self._probes = 0
         self._last: _Seen | None = None
@@ -165,8 +170,7 @@ class ReadinessGate:
                     confirm = self._get(client, "/health_generate")
                     if confirm is not None and confirm.status_code == 200:
                         break
-            self._check_deadline(phase)
-            self._sleep(self._poll_interval)
+            self._wait_a_moment(phase)
         self._pass("health")
 
     def _fetch_models(self, client: httpx.Client) -> list[ModelCard]:
@@ -278,8 +282,7 @@ class ReadinessGate:
                             phase=phase,
                             json_path="$",
                         ) from None
-            self._check_deadline(phase)
-            self._sleep(self._poll_interval)
+            self._wait_a_moment(phase)
 
     # -- bookkeeping and messages -------------------------------------------------------
 
@@ -290,6 +293,21 @@ class ReadinessGate:
         now = self._clock()
         self._phases[phase] = now - self._phase_start
         self._phase_start = now
+
+    def _wait_a_moment(self, phase: str) -> None:
+        if self._watch is not None:
+            self._watch(phase, self._elapsed())
+        self._check_deadline(phase)
+        self._sleep(self._poll_interval)
+
+    def describe_last(self) -> str | None:
+        """Return the last response the gate saw, for messages of callers (launch mode)."""
+        return self._last.describe() if self._last is not None else None
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the gate started waiting."""
+        return self._elapsed()
 
     def _check_deadline(self, phase: str) -> None:
         if self._elapsed() >= self.timeout:

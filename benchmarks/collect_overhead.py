@@ -1,0 +1,54 @@
+"""Benchmark: what the plugin adds to ``pytest --collect-only`` in an empty directory.
+
+Runs ``pytest --collect-only`` with the plugin and with ``-p no:sglang``, interleaved (so
+drift on a noisy machine hits both sides alike), and prints the medians and their ratio.
+Target: ratio <= 1.05.
+
+    python benchmarks/collect_overhead.py [--runs 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def run_once(cwd: str, extra: list[str]) -> float:
+    start = time.perf_counter()
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *extra],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+    )
+    elapsed = time.perf_counter() - start
+    # Exit code 5: "no tests collected", expected in an empty directory.
+    if result.returncode not in (0, 5):
+        raise SystemExit(f"pytest failed ({result.returncode}):\n{result.stdout}{result.stderr}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=30, help="runs per side (default 30)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as empty:
+        run_once(empty, [])  # warm the filesystem cache and .pyc files
+        with_plugin: list[float] = []
+        without: list[float] = []
+        for _ in range(args.runs):
+            with_plugin.append(run_once(empty, []))
+            without.append(run_once(empty, ["-p", "no:sglang"]))
+    med_with, med_without = statistics.median(with_plugin), statistics.median(without)
+    print(f"runs per side:            {args.runs}")
+    print(f"median with plugin:       {med_with * 1000:.1f} ms")
+    print(f"median with -p no:sglang: {med_without * 1000:.1f} ms")
+    print(f"ratio (target <= 1.05):   {med_with / med_without:.3f}")
+
+
+if __name__ == "__main__":
+    main()

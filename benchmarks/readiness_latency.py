@@ -1,0 +1,139 @@
+"""Benchmark: readiness-detection latency, emulator ready -> ``sglang_server`` returns.
+
+Each trial starts the emulator (a real process: port closed while "loading", health 503
+while warming up), runs a one-test pytest session against it with ``--sglang-url``, and
+compares two instants on this machine's clock:
+
+* *ready*: the first 200 from ``/ready`` seen by a side poller probing every 2 ms;
+* *returned*: the moment the test body starts, i.e. the ``sglang_server`` fixture returned.
+
+The gate confirms ``/ready`` with one ``/health_generate``, which on a real server takes
+about 1 s by itself (it runs a one-token generation). The benchmark therefore runs with the
+emulator's health probe at 0 s (the gate's own latency) and at 1 s (as on SGLang), and prints
+the median of each; the target, gate latency beyond the successful probe, is <= 0.5 s.
+
+    python benchmarks/readiness_latency.py [--trials 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+TEST = """
+import time
+def test_ready(sglang_server):
+    with open({out!r}, "w") as f:
+        f.write(repr(time.time()))
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def poll_ready(url: str, stop: threading.Event, found: list[float]) -> None:
+    with httpx.Client(timeout=1.0) as client:
+        while not stop.is_set():
+            try:
+                if client.get(f"{url}/ready").status_code == 200:
+                    found.append(time.time())
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.002)
+
+
+def trial(workdir: Path, probe_time: float) -> tuple[float, float]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    emulator = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest_sglang.emulator",
+            "--model-path",
+            "bench/model",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--emulator-load-time",
+            "0.5",
+            "--emulator-warmup-time",
+            "1.5",
+            "--emulator-health-probe-time",
+            str(probe_time),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    out = workdir / f"returned-{port}"
+    (workdir / "test_ready.py").write_text(TEST.format(out=str(out)))
+    stop, found = threading.Event(), []
+    poller = threading.Thread(target=poll_ready, args=(url, stop, found))
+    poller.start()
+    try:
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                f"--sglang-url={url}",
+                "--sglang-ready-timeout=60",
+                "--sglang-require",
+                str(workdir / "test_ready.py"),
+            ],
+            cwd=workdir,
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            raise SystemExit(f"pytest failed:\n{result.stdout}{result.stderr}")
+        poller.join(10)
+        returned = float(out.read_text())
+        return found[0], returned
+    finally:
+        stop.set()
+        os.killpg(emulator.pid, signal.SIGTERM)
+        emulator.wait(10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=7, help="trials per setting (default 7)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        for probe_time in (0.0, 1.0):
+            latencies = []
+            for _ in range(args.trials):
+                ready, returned = trial(Path(tmp), probe_time)
+                latencies.append(returned - ready)
+            gate_only = statistics.median(latencies) - probe_time
+            print(
+                f"health probe {probe_time:.1f}s: ready -> fixture returned, median "
+                f"{statistics.median(latencies):.3f}s (min {min(latencies):.3f}s, max "
+                f"{max(latencies):.3f}s, n={args.trials}); beyond the probe: "
+                f"{gate_only:.3f}s (target <= 0.5s)"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""The Starlette application for one emulated SGLang version."""
+
+from __future__ import annotations
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute
+
+from pytest_sglang.emulator import admin, health, info, metrics, native, openai_api
+from pytest_sglang.emulator.auth import ApiKeyMiddleware
+from pytest_sglang.emulator.context import EmulatorContext
+from pytest_sglang.emulator.web import json_response
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    # FastAPI's shape for routing errors: 404 {"detail":"Not Found"}, 405 with an Allow header.
+    assert isinstance(exc, HTTPException)
+    response = json_response({"detail": exc.detail}, exc.status_code)
+    if exc.headers:
+        response.headers.update(exc.headers)
+    return response
+
+
+def build_app(ctx: EmulatorContext) -> Starlette:
+    """Routes of ``ctx``'s version, CORS for any origin, the API-key check when configured."""
+    routes: list[BaseRoute] = [
+        *info.routes(ctx),
+        *health.routes(ctx),
+        *native.routes(ctx),
+        *openai_api.routes(ctx),
+        *admin.routes(ctx),
+    ]
+    if ctx.config.server_args["enable_metrics"]:
+        routes += metrics.routes(ctx)
+    middleware = [
+        Middleware(
+            CORSMiddleware,
+            allow_origins=["*"],
+            allow_credentials=True,
+            allow_methods=["*"],
+            allow_headers=["*"],
+        )
+    ]
+    api_key = ctx.config.api_key
+    if api_key is not None:
+        # Outermost, as SGLang adds it last: unknown paths answer 401 before 404.
+        middleware.insert(
+            0,
+            Middleware(ApiKeyMiddleware, api_key=api_key, case_insensitive_scheme=ctx.is_new),
+        )
+    return Starlette(
+        routes=routes, middleware=middleware, exception_handlers={HTTPException: _http_error}
+    )

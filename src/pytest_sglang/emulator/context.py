@@ -1,0 +1,140 @@
+"""Everything a route or the lifecycle needs, built once per process."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+from pytest_sglang.emulator.config import EmulatorOptions, LaunchConfig
+from pytest_sglang.emulator.engine import Engine, GenerationRequest, SpecConfig
+from pytest_sglang.emulator.faults import Faults
+from pytest_sglang.emulator.logs import scheduler_logger, server_logger
+from pytest_sglang.emulator.server_args import SchedulerInfo, scheduler_info
+from pytest_sglang.emulator.simple_engine import SimpleEngine, SimpleEngineConfig
+from pytest_sglang.emulator.state import ServerState
+from pytest_sglang.emulator.stats import ServerStats
+from pytest_sglang.emulator.tokenizer import Tokenizer
+from pytest_sglang.emulator.tracking import RequestRun
+from pytest_sglang.emulator.web import RequestError
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    """SGLang's health-check environment variables, read once at startup."""
+
+    generate_on_health: bool = True
+    timeout: float = 20.0
+
+    @classmethod
+    def from_env(cls) -> HealthSettings:
+        """Read ``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION`` and ``SGLANG_HEALTH_CHECK_TIMEOUT``."""
+        flag = os.environ.get("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "true")
+        timeout = os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20")
+        return cls(
+            generate_on_health=flag.strip().lower() in ("1", "true", "yes"),
+            timeout=float(timeout),
+        )
+
+
+@dataclass
+class EmulatorContext:
+    """The emulated server: configuration, status, counters, engine, tokenizer."""
+
+    config: LaunchConfig
+    engine: Engine
+    tokenizer: Tokenizer
+    scheduler: SchedulerInfo
+    stats: ServerStats
+    state: ServerState = field(default_factory=ServerState)
+    health: HealthSettings = field(default_factory=HealthSettings)
+    spec: SpecConfig | None = None
+    log: logging.Logger = field(default_factory=server_logger)
+
+    @property
+    def options(self) -> EmulatorOptions:
+        """The ``--emulator-*`` options."""
+        return self.config.options
+
+    @property
+    def faults(self) -> Faults:
+        """The active faults."""
+        return self.config.options.faults
+
+    @property
+    def is_new(self) -> bool:
+        """Whether the 0.5.23 surface is emulated."""
+        return self.config.options.is_new
+
+    def check_lengths(self, input_len: int, max_new_tokens: int | None) -> None:
+        """Reject a request that does not fit the context, with SGLang's messages.
+
+        :raises RequestError: as SGLang's tokenizer manager raises ValueError.
+        """
+        context_len = self.config.context_length
+        if input_len >= context_len:
+            raise RequestError(
+                f"The input ({input_len} tokens) is longer than the model's context length "
+                f"({context_len} tokens)."
+            )
+        if max_new_tokens is not None and input_len + max_new_tokens >= context_len:
+            raise RequestError(
+                "Requested token count exceeds the model's maximum context length of "
+                f"{context_len} tokens. You requested a total of {input_len + max_new_tokens} "
+                f"tokens: {input_len} tokens from the input messages and {max_new_tokens} "
+                "tokens for the completion. Please reduce the number of tokens in the input "
+                "messages or the completion to fit within the limit."
+            )
+
+    def run(self, request: GenerationRequest, *, streaming: bool) -> RequestRun:
+        """A ``RequestRun`` for ``request`` against this server's engine."""
+        return RequestRun(
+            self.engine,
+            self.stats.tokenizer,
+            self.tokenizer,
+            request,
+            streaming=streaming,
+            stream_interval=int(self.config.server_args["stream_interval"] or 1),
+            num_draft_tokens=0 if self.spec is None else self.spec.num_draft_tokens,
+        )
+
+
+def build_context(config: LaunchConfig) -> EmulatorContext:
+    """Build the context, with the simple engine, for ``config``."""
+    args = config.server_args
+    sched = scheduler_info(args)
+    stats = ServerStats()
+    tokenizer = Tokenizer(config.model.vocab_size, config.model.eos_token_id)
+    spec = None
+    if config.speculative_algorithm is not None:
+        draft_tokens = int(args["speculative_num_draft_tokens"] or 2)
+        spec = SpecConfig(
+            algorithm=config.speculative_algorithm,
+            num_steps=int(args["speculative_num_steps"] or max(1, draft_tokens - 1)),
+            num_draft_tokens=draft_tokens,
+            accept_length=min(config.options.accept_length, float(draft_tokens)),
+        )
+    engine = SimpleEngine(
+        SimpleEngineConfig(
+            decode_s=config.options.decode_ms / 1000.0,
+            prefill_s=config.options.prefill_ms / 1000.0,
+            max_running_requests=sched.max_running_requests,
+            max_total_num_tokens=sched.max_total_num_tokens,
+            context_length=config.context_length,
+            decode_log_interval=max(1, int(args["decode_log_interval"] or 40)),
+            cuda_graph=not args["disable_cuda_graph"],
+            speculative=spec,
+        ),
+        stats.scheduler,
+        tokenizer,
+        scheduler_logger(),
+    )
+    return EmulatorContext(
+        config=config,
+        engine=engine,
+        tokenizer=tokenizer,
+        scheduler=sched,
+        stats=stats,
+        health=HealthSettings.from_env(),
+        spec=spec,
+    )

@@ -1,0 +1,76 @@
+"""A deterministic fake tokenizer.
+
+Approximations, documented because clients may cross-check token counts:
+
+- a text prompt has one token per whitespace-separated word (at least one: an empty prompt
+  counts as its BOS token); ``input_ids`` are taken as given;
+- a chat prompt adds a fixed template overhead (see ``chat_prompt_ids``);
+- generated text cycles through a fixed sentence, one word per token, each token decoding to
+  ``" word"``; where in the sentence a reply starts depends on the prompt, so different prompts
+  get different (but reproducible) text. The EOS token decodes to nothing.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Sequence
+
+_SENTENCE = (
+    "Paris. It is the largest city of France and its capital, known for its art, fashion, "
+    "gastronomy and culture. The city is home to the Louvre, the Eiffel Tower and many "
+    "cafes along the river Seine, where people meet, read and watch the boats go by."
+).split()
+# Output word ids sit in a block of the vocabulary that prompt words hashed elsewhere avoid.
+_OUTPUT_BASE = 1000
+_PROMPT_BASE = 2000
+BOS_TOKEN_ID = 128000
+# Per-message and reply-header overhead of a Llama-3-like chat template, in tokens.
+CHAT_MESSAGE_OVERHEAD = 5
+CHAT_REPLY_OVERHEAD = 4
+
+
+class Tokenizer:
+    """Encode prompts and decode generated ids; see the module docstring for the rules."""
+
+    def __init__(self, vocab_size: int, eos_token_id: int) -> None:
+        self.vocab_size = vocab_size
+        self.eos_token_id = eos_token_id
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``: one per whitespace-separated word, at least one."""
+        words = text.split()
+        if not words:
+            return [BOS_TOKEN_ID]
+        span = self.vocab_size - _PROMPT_BASE - 1000
+        return [_PROMPT_BASE + zlib.crc32(word.encode()) % span for word in words]
+
+    def chat_prompt_ids(self, contents: Iterable[str]) -> list[int]:
+        """Token ids of a chat prompt: BOS, each message with its header, the reply header."""
+        ids = [BOS_TOKEN_ID]
+        for content in contents:
+            ids.extend([BOS_TOKEN_ID + 6] * CHAT_MESSAGE_OVERHEAD)
+            if content.split():
+                ids.extend(self.encode(content))
+        ids.extend([BOS_TOKEN_ID + 6] * CHAT_REPLY_OVERHEAD)
+        return ids
+
+    def output_ids(self, prompt_ids: Sequence[int], start: int, count: int) -> list[int]:
+        """Generated ids ``start .. start+count`` of the reply to ``prompt_ids``."""
+        offset = prompt_offset(prompt_ids)
+        size = len(_SENTENCE)
+        return [_OUTPUT_BASE + (offset + i) % size for i in range(start, start + count)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of generated ``ids`` (prompt ids and EOS decode to nothing)."""
+        size = len(_SENTENCE)
+        return "".join(
+            f" {_SENTENCE[i - _OUTPUT_BASE]}"
+            for i in ids
+            if _OUTPUT_BASE <= i < _OUTPUT_BASE + size
+        )
+
+
+def prompt_offset(prompt_ids: Sequence[int]) -> int:
+    """A stable hash of a prompt, used to vary replies (and natural lengths) between prompts."""
+    data = b"".join((i & 0xFFFFFFFF).to_bytes(4, "little") for i in prompt_ids[:4096])
+    return zlib.crc32(data)

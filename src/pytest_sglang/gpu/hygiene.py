@@ -1,0 +1,152 @@
+"""GPU hygiene around a launch: clean before (pre-flight), released after (post-flight).
+
+The story behind it: a zombie server that loaded the weights (76 GB on each GPU) but answers
+nothing; the next launch then fails or, worse, runs with less memory. Pre-flight refuses to
+launch on held GPUs and names the holders; post-flight waits for the memory to come back
+after teardown and names the pids that still hold it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from pytest_sglang.errors import GpuMemoryNotReleased, GpuNotClean
+from pytest_sglang.gpu.model import GIB, MIB, GpuProcess, GpuSnapshot
+from pytest_sglang.gpu.probes import GpuProbe
+
+__all__ = [
+    "PREFLIGHT_MAX_USED",
+    "RELEASE_TIMEOUT",
+    "RELEASE_TOLERANCE",
+    "postflight",
+    "preflight",
+    "server_gpus",
+]
+
+#: A GPU counts as clean below this much used memory (v2 "used" of an idle GPU is ~0).
+PREFLIGHT_MAX_USED = 1 * GIB
+#: Seconds to wait for a previous server's memory before calling a GPU unclean.
+PREFLIGHT_WAIT = 10.0
+#: Seconds to wait after teardown for the memory to come back: the last TP rank to exit
+#: releases it, which takes seconds on a TP=8 server.
+RELEASE_TIMEOUT = 60.0
+#: Slack over the pre-launch baseline still counted as released.
+RELEASE_TOLERANCE = 256 * MIB
+
+
+def server_gpus(snapshot: GpuSnapshot, tp: int, env: Mapping[str, str]) -> tuple[str, ...]:
+    """Return the UUIDs of the GPUs a server with ``tp`` ranks and ``env`` will use.
+
+    ``CUDA_VISIBLE_DEVICES`` (indices in NVML order, or UUID prefixes) is honoured the way
+    CUDA parses it: up to the first invalid entry. Without it, the first ``tp`` GPUs.
+
+    :raises GpuNotClean: when fewer GPUs than ``tp`` are visible.
+    """
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    uuids: list[str] = []
+    if visible is None:
+        uuids = [g.uuid for g in snapshot.gpus]
+    else:
+        for entry in (e.strip() for e in visible.split(",")):
+            if entry.isdigit() and int(entry) < len(snapshot.gpus):
+                uuids.append(snapshot.gpus[int(entry)].uuid)
+                continue
+            matches = [g.uuid for g in snapshot.gpus if entry and g.uuid.startswith(entry)]
+            if len(matches) != 1:
+                break  # CUDA stops at the first invalid entry
+            uuids.append(matches[0])
+    if len(uuids) < tp:
+        found = ", ".join(f"{g.index}: {g.name}" for g in snapshot.gpus) or "none"
+        raise GpuNotClean(
+            f"the server needs {tp} GPUs (tp={tp}) but only {len(uuids)} are visible "
+            f"(CUDA_VISIBLE_DEVICES={visible!r}; GPUs: {found}); lower tp or free more GPUs"
+        )
+    return tuple(uuids[:tp])
+
+
+def _holders(snapshot: GpuSnapshot, uuids: Sequence[str]) -> str:
+    lines = []
+    for uuid in uuids:
+        gpu = snapshot.gpu(uuid)
+        procs = snapshot.processes_on(uuid)
+        holders = ", ".join(p.describe() for p in procs) or "no process listed"
+        lines.append(
+            f"  GPU {gpu.index} ({gpu.name}, {uuid}): {gpu.memory_used / GIB:.1f} GiB "
+            f"used by {holders}"
+        )
+    return "\n".join(lines)
+
+
+def preflight(
+    probe: GpuProbe,
+    uuids: Sequence[str],
+    *,
+    max_used: int = PREFLIGHT_MAX_USED,
+    wait: float = PREFLIGHT_WAIT,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> GpuSnapshot:
+    """Check the GPUs are clean (no compute process, little memory used); return the baseline.
+
+    :raises GpuNotClean: listing the holders (pid, name, memory) per GPU.
+    """
+    deadline = clock() + wait
+    while True:
+        snapshot = probe.snapshot()
+        dirty = [
+            u for u in uuids if snapshot.processes_on(u) or snapshot.gpu(u).memory_used > max_used
+        ]
+        if not dirty:
+            return snapshot
+        if clock() >= deadline:
+            raise GpuNotClean(
+                f"GPUs needed by the launch are not clean (over {max_used / GIB:.1f} GiB used or "
+                f"with compute processes) after waiting {wait:g}s, per {probe.describe()}:\n"
+                f"{_holders(snapshot, dirty)}\n"
+                "  fix: stop those processes (a leftover server?) or pick other GPUs with "
+                "CUDA_VISIBLE_DEVICES in the profile's env"
+            )
+        sleep(0.5)
+
+
+def postflight(
+    probe: GpuProbe,
+    uuids: Sequence[str],
+    baseline: GpuSnapshot,
+    *,
+    timeout: float = RELEASE_TIMEOUT,
+    tolerance: int = RELEASE_TOLERANCE,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> float:
+    """Wait until memory on ``uuids`` is back to ``baseline``; return the seconds it took.
+
+    :raises GpuMemoryNotReleased: naming the pids still holding memory.
+    """
+    start = clock()
+    known = {(p.pid, p.gpu_uuid) for p in baseline.processes}
+    while True:
+        snapshot = probe.snapshot()
+        leftovers: list[GpuProcess] = [
+            p
+            for p in snapshot.processes
+            if p.gpu_uuid in uuids and (p.pid, p.gpu_uuid) not in known
+        ]
+        over = [
+            u
+            for u in uuids
+            if snapshot.gpu(u).memory_used > baseline.gpu(u).memory_used + tolerance
+        ]
+        if not leftovers and not over:
+            return clock() - start
+        if clock() - start >= timeout:
+            pids = sorted({p.pid for p in leftovers})
+            raise GpuMemoryNotReleased(
+                f"GPU memory not back to the pre-launch baseline {timeout:g}s after teardown "
+                f"(per {probe.describe()}); still held by pid(s) "
+                f"{', '.join(map(str, pids)) or 'none listed'}:\n"
+                f"{_holders(snapshot, sorted(set(over) | {p.gpu_uuid for p in leftovers}))}\n"
+                "  fix: find and stop those processes; the next launch will refuse these GPUs"
+            )
+        sleep(0.2)

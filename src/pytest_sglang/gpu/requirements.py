@@ -1,0 +1,42 @@
+"""The ``sglang_requires`` marker: the GPUs a test needs, against what this machine has."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_sglang.gpu.model import GIB, GpuSnapshot
+
+__all__ = ["REQUIRES_KEYS", "unmet_requirement"]
+
+REQUIRES_KEYS = ("gpus", "gpu_name", "min_free_gib")
+
+
+def unmet_requirement(snapshot: GpuSnapshot, requirement: dict[str, Any]) -> str | None:
+    """Return why ``snapshot`` does not meet ``requirement`` (the marker's kwargs), or None.
+
+    ``gpus``: at least this many GPUs (default 1); ``gpu_name``: counted GPUs' names contain
+    it (case-insensitive); ``min_free_gib``: counted GPUs have at least this much free.
+    """
+    count = int(requirement.get("gpus", 1))
+    name = requirement.get("gpu_name")
+    min_free = requirement.get("min_free_gib")
+    matching = [
+        g
+        for g in snapshot.gpus
+        if (name is None or str(name).lower() in g.name.lower())
+        and (min_free is None or g.memory_free >= float(min_free) * GIB)
+    ]
+    if len(matching) >= count:
+        return None
+    wanted = f"{count} GPU{'s' if count != 1 else ''}"
+    if name is not None:
+        wanted += f" named like {name!r}"
+    if min_free is not None:
+        wanted += f" with >= {float(min_free):g} GiB free"
+    found = (
+        "; ".join(
+            f"GPU {g.index} {g.name} ({g.memory_free / GIB:.1f} GiB free)" for g in snapshot.gpus
+        )
+        or "no GPU"
+    )
+    return f"requires {wanted}; found {len(matching)} such: {found}"

@@ -1,0 +1,384 @@
+"""Response parsers for the three endpoints: they fill a :class:`RequestRecord` (pure, no I/O).
+
+A streaming parser is fed the bytes of the response body as they arrive, with the arrival
+time, and :meth:`StreamParser.finish` is called at the end of the body. Failures are written
+to ``record.error``, never raised: an error event in the stream, ``finish_reason`` abort, a
+malformed event, or a stream that ends before ``data: [DONE]`` or without a final chunk.
+
+How many tokens each chunk carried
+----------------------------------
+``/generate`` (native)
+    Every chunk's ``meta_info.completion_tokens`` is the cumulative count, so a chunk's tokens
+    are the increase since the previous chunk (exact; chunks carry several tokens under
+    speculative decoding or coalescing, so counting chunks would be wrong). The client's own
+    count is the number of ``output_ids`` received: the last chunk's list when the stream is
+    cumulative (SGLang's default), the sum of the lists under
+    ``--incremental-streaming-output``; the parser takes the interpretation that matches the
+    server's count and otherwise reports the cumulative one, which the measurement then flags.
+
+``/v1/completions`` and ``/v1/chat/completions`` (OpenAI)
+    SGLang's chunks carry text deltas, which cannot be counted in tokens without the model's
+    tokenizer. The runner asks for ``stream_options.continuous_usage_stats``, which makes the
+    server put a cumulative ``usage`` in every chunk: a chunk's tokens are then the increase
+    of ``usage.completion_tokens`` (exact), and the client's count is the last cumulative count
+    seen in a content chunk, checked against the final usage chunk.
+    When the server ignores that option, each chunk with text counts one token for now and at
+    the end the final ``usage.completion_tokens`` decides: equal to the number of chunks
+    proves one token per chunk (exact); otherwise the total is spread evenly over the chunks
+    and ``record.chunk_tokens_exact`` is false, so ITL per chunk stays exact, the mean ITL per
+    token stays exact, and only the per-token ITL percentiles are approximate. The client then
+    has no count of its own (``output_tokens_client`` is ``None``).
+
+Token counts only ever count chunks that carried generated tokens: the chat role chunk
+(``content: ""``), the finish chunk and the usage chunk carry none, so TTFT is the time to
+the first chunk with generated tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pytest_sglang.loadgen.jsoncodec import loads
+from pytest_sglang.loadgen.progress import Tally
+from pytest_sglang.loadgen.records import RequestRecord
+from pytest_sglang.loadgen.sse import SSEDecoder
+
+__all__ = [
+    "ChatStreamParser",
+    "CompletionsStreamParser",
+    "NativeStreamParser",
+    "StreamParser",
+    "describe_http_error",
+    "parse_body",
+    "stream_parser",
+]
+
+_DONE = b"[DONE]"
+# How much of an unexpected body an error message quotes.
+_QUOTE = 300
+
+
+class StreamParser:
+    """SSE framing, ``[DONE]`` and error events; subclasses read the endpoint's JSON events."""
+
+    def __init__(self, record: RequestRecord, tally: Tally | None = None) -> None:
+        self.record = record
+        self._tally = tally if tally is not None else Tally(0)
+        self._sse = SSEDecoder()
+        #: Arrival time of ``data: [DONE]``; ``None`` until it arrives.
+        self.done_at: float | None = None
+        self._final_seen = False
+        self._events = 0
+        self._head = b""
+
+    def feed(self, chunk: bytes, now: float) -> None:
+        """Parse ``chunk`` of the body, which arrived at ``now`` (``perf_counter``)."""
+        if len(self._head) < _QUOTE:
+            self._head += chunk[:_QUOTE]
+        for payload in self._sse.feed(chunk):
+            self._payload(payload, now)
+
+    def finish(self, now: float) -> None:
+        """End the body at ``now``: check the stream was complete and settle the counts."""
+        for payload in self._sse.close():
+            self._payload(payload, now)
+        record = self.record
+        if record.error is None:
+            if self.done_at is None:
+                if self._events == 0:
+                    head = self._head.decode("utf-8", "replace").strip()
+                    record.error = (
+                        f"the response had no SSE events (is the server streaming?); "
+                        f"body starts {head!r}"
+                    )
+                else:
+                    record.error = f"stream ended before 'data: [DONE]' after {self._events} events"
+            elif not self._final_seen:
+                record.error = "stream ended without a final chunk (no finish_reason)"
+        self._settle_counts()
+
+    def _payload(self, payload: bytes, now: float) -> None:
+        if self.done_at is not None:
+            return
+        self._events += 1
+        if payload == _DONE:
+            self.done_at = now
+            return
+        try:
+            event = loads(payload)
+        except ValueError:
+            self._fail(f"malformed JSON event: {_quote(payload)}")
+            return
+        if not isinstance(event, dict):
+            self._fail(f"unexpected event (not a JSON object): {_quote(payload)}")
+            return
+        message = _error_message(event)
+        if message is not None:
+            self._fail(f"error event in stream: {message}")
+            return
+        self._event(event, now)
+
+    def _fail(self, message: str) -> None:
+        # The first failure is the cause; later ones are usually its consequences.
+        if self.record.error is None:
+            self.record.error = message
+
+    def _tokens(self, count: int, now: float) -> None:
+        self.record.chunk_times.append(now)
+        self.record.chunk_tokens.append(count)
+        self._tally.tokens += count
+
+    def _event(self, event: dict[str, Any], now: float) -> None:
+        raise NotImplementedError
+
+    def _settle_counts(self) -> None:
+        raise NotImplementedError
+
+
+class NativeStreamParser(StreamParser):
+    """``POST /generate`` with ``stream: true``: cumulative ``meta_info`` per chunk."""
+
+    def __init__(self, record: RequestRecord, tally: Tally | None = None) -> None:
+        super().__init__(record, tally)
+        self._completion_tokens = 0
+        self._counted = True
+        self._ids_last: int | None = None
+        self._ids_sum = 0
+
+    def _event(self, event: dict[str, Any], now: float) -> None:
+        meta = event.get("meta_info")
+        if not isinstance(meta, dict):
+            meta = {}
+        ids = event.get("output_ids")
+        if isinstance(ids, list):
+            self._ids_last = len(ids)
+            self._ids_sum += len(ids)
+        cumulative = meta.get("completion_tokens")
+        if isinstance(cumulative, int):
+            new = cumulative - self._completion_tokens
+            if new > 0:
+                self._completion_tokens = cumulative
+                self._tokens(new, now)
+        elif event.get("text"):
+            # No count from the server (never seen on SGLang): one token per chunk with text.
+            self._counted = False
+            self._tokens(1, now)
+        if self.record.prompt_tokens is None:
+            self.record.prompt_tokens = _int_or_none(meta.get("prompt_tokens"))
+        finish = meta.get("finish_reason")
+        if finish is not None:
+            self._final(meta, finish)
+
+    def _final(self, meta: dict[str, Any], finish: Any) -> None:
+        self._final_seen = True
+        _read_final_meta(self.record, meta, finish, self._fail)
+
+    def _settle_counts(self) -> None:
+        record = self.record
+        record.chunk_tokens_exact = self._counted
+        if self._ids_last is not None:
+            record.output_tokens_client = _ids_count(
+                self._ids_last, self._ids_sum, record.output_tokens_server
+            )
+
+
+class _OpenAIStreamParser(StreamParser):
+    """The OpenAI chunk stream: text deltas, optional per-chunk usage, the usage chunk."""
+
+    def __init__(self, record: RequestRecord, tally: Tally | None = None) -> None:
+        super().__init__(record, tally)
+        self._cumulative = 0
+        self._per_chunk_counts = True
+
+    def _has_text(self, choice: dict[str, Any]) -> bool:
+        raise NotImplementedError
+
+    def _event(self, event: dict[str, Any], now: float) -> None:
+        record = self.record
+        choices = event.get("choices")
+        usage = event.get("usage")
+        if choices:
+            choice = choices[0]
+            has_text = self._has_text(choice)
+            running = usage.get("completion_tokens") if isinstance(usage, dict) else None
+            if isinstance(running, int):
+                new = running - self._cumulative
+                if new > 0:
+                    self._cumulative = running
+                    self._tokens(new, now)
+            elif has_text:
+                self._per_chunk_counts = False
+                self._tokens(1, now)
+            finish = choice.get("finish_reason")
+            if finish is not None:
+                self._final_seen = True
+                record.finish_reason = str(finish)
+                if finish == "abort":
+                    self._fail("the server aborted the request (finish_reason 'abort')")
+            meta = choice.get("meta_info")  # chat with return_meta_info: the native meta_info
+            if isinstance(meta, dict) and meta.get("finish_reason") is not None:
+                record.spec_verify_ct = _int_or_none(meta.get("spec_verify_ct"))
+        elif isinstance(usage, dict):
+            record.output_tokens_server = _int_or_none(usage.get("completion_tokens"))
+            record.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
+        sglext = event.get("sglext")
+        if isinstance(sglext, dict):
+            details = sglext.get("spec_tokens_details")
+            if isinstance(details, dict) and "spec_verify_ct" in details:
+                record.spec_verify_ct = _int_or_none(details.get("spec_verify_ct"))
+
+    def _settle_counts(self) -> None:
+        record = self.record
+        if self._per_chunk_counts:
+            record.output_tokens_client = self._cumulative if record.chunk_times else 0
+            return
+        record.output_tokens_client = None
+        total = record.output_tokens_server
+        chunks = len(record.chunk_tokens)
+        if total is None or total == chunks:
+            # Equal counts prove one token per chunk; without a total nothing is known.
+            record.chunk_tokens_exact = total is not None
+            return
+        record.chunk_tokens_exact = False
+        if chunks and total >= chunks:
+            record.chunk_tokens[:] = _spread(total, chunks)
+
+
+class CompletionsStreamParser(_OpenAIStreamParser):
+    """``POST /v1/completions`` with ``stream: true``: ``choices[0].text`` deltas."""
+
+    def _has_text(self, choice: dict[str, Any]) -> bool:
+        return bool(choice.get("text"))
+
+
+class ChatStreamParser(_OpenAIStreamParser):
+    """``POST /v1/chat/completions`` with ``stream: true``: ``choices[0].delta`` deltas."""
+
+    def _has_text(self, choice: dict[str, Any]) -> bool:
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            return False
+        # Reasoning models stream their thinking as reasoning_content: generated tokens too.
+        return bool(delta.get("content") or delta.get("reasoning_content"))
+
+
+_PARSERS: dict[str, type[StreamParser]] = {
+    "generate": NativeStreamParser,
+    "completions": CompletionsStreamParser,
+    "chat": ChatStreamParser,
+}
+
+
+def stream_parser(endpoint: str, record: RequestRecord, tally: Tally | None = None) -> StreamParser:
+    """Return the streaming parser for ``endpoint`` (``generate``, ``completions``, ``chat``)."""
+    return _PARSERS[endpoint](record, tally)
+
+
+def parse_body(endpoint: str, record: RequestRecord, body: bytes) -> None:
+    """Fill ``record`` from a complete non-streamed response body (status 200)."""
+    try:
+        data = loads(body)
+    except ValueError:
+        record.error = f"malformed JSON response: {_quote(body)}"
+        return
+    if isinstance(data, list) and data and endpoint == "generate":
+        data = data[0]  # a batch answers a list; we send single prompts
+    if not isinstance(data, dict):
+        record.error = f"unexpected response (not a JSON object): {_quote(body)}"
+        return
+    message = _error_message(data)
+    if message is not None:
+        record.error = f"error response: {message}"
+        return
+    if endpoint == "generate":
+        meta = data.get("meta_info")
+        meta = meta if isinstance(meta, dict) else {}
+        record.prompt_tokens = _int_or_none(meta.get("prompt_tokens"))
+        ids = data.get("output_ids")
+        if isinstance(ids, list):
+            record.output_tokens_client = len(ids)
+
+        def fail(message: str) -> None:
+            record.error = message
+
+        _read_final_meta(record, meta, meta.get("finish_reason"), fail)
+        return
+    usage = data.get("usage")
+    if isinstance(usage, dict):
+        record.output_tokens_server = _int_or_none(usage.get("completion_tokens"))
+        record.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
+    choices = data.get("choices")
+    if choices and isinstance(choices[0], dict):
+        finish = choices[0].get("finish_reason")
+        record.finish_reason = None if finish is None else str(finish)
+        if finish == "abort":
+            record.error = "the server aborted the request (finish_reason 'abort')"
+
+
+def describe_http_error(status: int, body: bytes) -> str:
+    """Return a one-line message for an HTTP error response (any of SGLang's envelopes)."""
+    message: str | None = None
+    try:
+        data = loads(body)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        message = _error_message(data)
+    if message is None:
+        text = body.decode("utf-8", "replace").strip()
+        message = text[:_QUOTE] if text else "(empty body)"
+    return f"HTTP {status}: {message}"
+
+
+def _error_message(data: dict[str, Any]) -> str | None:
+    # SGLang's envelopes: native {"error": "text"} (contract errors) or
+    # {"error": {"message": ...}}; OpenAI {"object": "error", "message": ...}; FastAPI's
+    # {"detail": ...}. A normal response has none of these keys.
+    error = data.get("error")
+    if isinstance(error, str):
+        return error
+    if isinstance(error, dict):
+        return str(error.get("message", error))
+    if data.get("object") == "error":
+        return str(data.get("message", data))
+    if "detail" in data and len(data) == 1:
+        return str(data["detail"])
+    return None
+
+
+def _read_final_meta(
+    record: RequestRecord, meta: dict[str, Any], finish: Any, fail: Callable[[str], None]
+) -> None:
+    """Read what the final native ``meta_info`` carries: counts, spec stats, finish reason."""
+    record.output_tokens_server = _int_or_none(meta.get("completion_tokens"))
+    record.spec_verify_ct = _int_or_none(meta.get("spec_verify_ct"))
+    if isinstance(finish, dict):
+        kind = finish.get("type")
+        record.finish_reason = None if kind is None else str(kind)
+        if kind == "abort":
+            fail(f"the server aborted the request: {finish.get('message', finish)}")
+    elif finish is not None:
+        record.finish_reason = str(finish)
+
+
+def _ids_count(last: int, total: int, server: int | None) -> int:
+    # Cumulative streams repeat all ids in every chunk (the last list is the count);
+    # incremental ones send each id once (the sum is). Take the one the server confirms.
+    if server is not None and total == server and last != server:
+        return total
+    return last
+
+
+def _spread(total: int, chunks: int) -> list[int]:
+    """``total`` tokens over ``chunks`` chunks as evenly as integers allow (each >= 1)."""
+    base, extra = divmod(total, chunks)
+    return [base + (i >= chunks - extra) for i in range(chunks)]
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _quote(data: bytes) -> str:
+    return repr(data[:_QUOTE].decode("utf-8", "replace"))

@@ -1,0 +1,186 @@
+"""What a load test sends: the :class:`Workload` (lengths, request count, endpoint, seed).
+
+A workload is a frozen, hashable value with a stable :meth:`Workload.key`, so measurements
+can be cached per workload. It knows nothing about HTTP; :mod:`pytest_sglang.loadgen.prompts`
+turns it into request bodies.
+
+Exact lengths without a tokenizer
+---------------------------------
+The plugin never loads the served model's tokenizer (it would pull in transformers and the
+model files). Instead:
+
+- ``endpoint="generate"`` sends ``input_ids``: exactly ``input_len`` token ids;
+- ``endpoint="completions"`` sends the token ids as the prompt (``prompt: [int, ...]``, which
+  SGLang accepts), exactly ``input_len`` tokens as well;
+- ``endpoint="chat"`` can only send text. The message is ``input_len`` common English words
+  that are one token each in the usual BPE vocabularies (``" the"``, ``" of"`` ...), so the
+  message is *about* ``input_len`` tokens, and the chat template adds its own (role headers,
+  special tokens: typically 5 to 30). The server's ``prompt_tokens`` is recorded for every
+  request, so the measurement shows the real input length and the difference.
+
+Output lengths are exact on every endpoint: ``ignore_eos: true`` and the maximum number of
+new tokens set to ``output_len``; the measurement checks the realised lengths.
+
+Token ids are drawn from ``[1000, 30000)``: inside every realistic vocabulary (all have more
+than 30000 entries) and clear of the low ids where tokenizers keep special tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal, get_args
+
+__all__ = ["DEFAULT_WARMUP_CAP", "ENDPOINTS", "Endpoint", "Workload"]
+
+Endpoint = Literal["generate", "completions", "chat"]
+ENDPOINTS: tuple[str, ...] = get_args(Endpoint)
+
+#: Warm-up requests run by default: one per concurrency slot, at most this many.
+DEFAULT_WARMUP_CAP = 8
+
+# Request fields that define the workload itself: letting ``extra`` override them would make
+# the realised lengths differ from the ones the measurement checks against.
+_RESERVED_FIELDS = frozenset(
+    {
+        "text",
+        "input_ids",
+        "prompt",
+        "messages",
+        "stream",
+        "max_tokens",
+        "max_completion_tokens",
+        "max_new_tokens",
+        "ignore_eos",
+        "temperature",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A fixed-shape load: ``requests`` requests of ``input_len`` in, ``output_len`` out.
+
+    :param input_len: prompt tokens per request (exact on ``generate`` and ``completions``,
+        approximate on ``chat``: see the module documentation).
+    :param output_len: generated tokens per request (exact: ``ignore_eos`` is sent).
+    :param requests: measured requests per run (warm-up requests come on top).
+    :param endpoint: ``"generate"`` (native ``/generate``), ``"completions"``
+        (``/v1/completions``) or ``"chat"`` (``/v1/chat/completions``).
+    :param warmup: warm-up requests sent before the measured ones and excluded from the
+        metrics. ``None`` (the default) means one per concurrency slot, at most
+        :data:`DEFAULT_WARMUP_CAP` (8): enough to open the connections the run will use and to
+        take the server's first-request costs, cheap enough at C=250 on a slow model.
+        ``0`` disables the warm-up.
+    :param seed: seeds the prompts (and Poisson arrivals); the same seed gives the same
+        requests, so two servers are measured on identical prompts.
+    :param temperature: sampling temperature (default greedy, 0.0).
+    :param extra: fields merged into every request body, e.g. ``{"top_k": 1}``; on
+        ``generate`` a nested ``"sampling_params"`` dict is merged into the sampling
+        parameters. Fields that define the workload (lengths, stream, prompt) are refused.
+    :param stream: stream the responses (needed for TTFT and ITL).
+    """
+
+    input_len: int
+    output_len: int
+    requests: int = 64
+    endpoint: Endpoint = "generate"
+    warmup: int | None = None
+    seed: int = 0
+    temperature: float = 0.0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    stream: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("input_len", "output_len", "requests"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"Workload.{name} must be an integer >= 1, got {value!r}; "
+                    f"e.g. Workload(input_len=1024, output_len=256, requests=64)"
+                )
+        if self.endpoint not in ENDPOINTS:
+            raise ValueError(
+                f"Workload.endpoint must be one of {', '.join(map(repr, ENDPOINTS))}, "
+                f"got {self.endpoint!r}"
+            )
+        if self.warmup is not None and (
+            isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0
+        ):
+            raise ValueError(
+                f"Workload.warmup must be None (automatic) or an integer >= 0, got {self.warmup!r}"
+            )
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"Workload.seed must be an integer, got {self.seed!r}")
+        if (
+            isinstance(self.temperature, bool)
+            or not isinstance(self.temperature, (int, float))
+            or not math.isfinite(self.temperature)
+            or self.temperature < 0
+        ):
+            raise ValueError(
+                f"Workload.temperature must be a finite number >= 0, got {self.temperature!r}"
+            )
+        if not isinstance(self.stream, bool):
+            raise ValueError(f"Workload.stream must be True or False, got {self.stream!r}")
+        object.__setattr__(self, "extra", _frozen_extra(self.extra))
+
+    def warmup_for(self, concurrency: int) -> int:
+        """Return the warm-up request count for a run at ``concurrency`` requests in flight."""
+        if self.warmup is not None:
+            return self.warmup
+        return min(max(concurrency, 1), DEFAULT_WARMUP_CAP)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the workload as plain JSON types (``extra`` as a plain dict)."""
+        return {
+            "input_len": self.input_len,
+            "output_len": self.output_len,
+            "requests": self.requests,
+            "endpoint": self.endpoint,
+            "warmup": self.warmup,
+            "seed": self.seed,
+            "temperature": float(self.temperature),
+            "extra": json.loads(json.dumps(dict(self.extra))),
+            "stream": self.stream,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Workload:
+        """Rebuild a workload from :meth:`as_dict` output."""
+        return cls(**dict(data))
+
+    def key(self) -> str:
+        """Return a stable text key (canonical JSON): equal workloads, equal keys, every run."""
+        return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+
+    def __hash__(self) -> int:
+        # The generated hash would hash ``extra``, a mapping; the canonical key is hashable
+        # and equal exactly when the workloads are.
+        return hash(self.key())
+
+
+def _frozen_extra(extra: Mapping[str, Any]) -> Mapping[str, Any]:
+    if not isinstance(extra, Mapping):
+        raise ValueError(f"Workload.extra must be a mapping of request fields, got {extra!r}")
+    try:
+        # A JSON round trip checks that the body can be sent and takes a private deep copy,
+        # so mutating the caller's dict later cannot change a frozen workload.
+        copied = json.loads(json.dumps(dict(extra), allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"Workload.extra must hold JSON values only (it is sent in every request body): {exc}"
+        ) from None
+    nested = copied.get("sampling_params", {})
+    if not isinstance(nested, dict):
+        raise ValueError("Workload.extra['sampling_params'] must be a mapping")
+    clash = sorted(_RESERVED_FIELDS & (set(copied) | set(nested)))
+    if clash:
+        raise ValueError(
+            f"Workload.extra must not set {', '.join(clash)}: these define the workload; use "
+            f"Workload(input_len=..., output_len=..., temperature=..., stream=...) instead"
+        )
+    return MappingProxyType(copied)
