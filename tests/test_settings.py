@@ -237,7 +237,7 @@ def test_unknown_profile_skips_naming_the_attached_ones(pytester: pytest.Pyteste
     result = pytester.runpytest("-rs", "--sglang-url=baseline=http://127.0.0.1:9")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(
-        ["*no SGLang server named 'eagle3' is configured (attached: baseline)*"]
+        ["*no SGLang server or profile named 'eagle3' is configured (known: baseline)*"]
     )
 
 
@@ -250,7 +250,7 @@ def test_several_servers_need_a_marker(pytester: pytest.Pytester) -> None:
         "--sglang-url=b=http://127.0.0.1:9",
     )
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*several SGLang servers are attached (a, b)*sglang_profile*"])
+    result.stdout.fnmatch_lines(["*several SGLang servers are configured (a, b)*sglang_profile*"])
 
 
 TRIPWIRE = """

@@ -1,4 +1,4 @@
-"""The pure decision core of the verdicts: does configuration *a* beat *b*, given whole runs?
+"""The pure decision core of the verdicts: whether configuration *a* beats *b*, from whole runs.
 
 Input is one number per benchmark run (e.g. output tokens/s of one run at concurrency C);
 the output is one of three outcomes with the evidence behind it. Nothing here measures,
@@ -41,6 +41,7 @@ sizes that can never reach ``alpha`` (3 against 3 is the least for 0.05) are ref
 from __future__ import annotations
 
 import enum
+import itertools
 import math
 import statistics
 from collections.abc import Sequence
@@ -412,7 +413,7 @@ class Crossover:
             f"{'level':>8}  {'outcome':<12}  {'ratio':>8}  {'lower':>8}  {'upper':>8}  "
             f"{'p(>)':>8}  {'p(<)':>8}  runs",
         ]
-        for i, (level, comp) in enumerate(zip(self.levels, self.comparisons)):
+        for i, (level, comp) in enumerate(zip(self.levels, self.comparisons, strict=True)):
             mark = "  <- crossover" if i == self.index else ""
             lines.append(
                 f"{level:>8g}  {comp.outcome.name:<12}  {comp.ratio:>8.4f}  "
@@ -437,7 +438,7 @@ class Crossover:
             "monotone": self.monotone,
             "levels": [
                 {"level": level, **comp.as_dict()}
-                for level, comp in zip(self.levels, self.comparisons)
+                for level, comp in zip(self.levels, self.comparisons, strict=True)
             ],
         }
 
@@ -460,7 +461,7 @@ def crossover(levels: Sequence[float], comparisons: Sequence[Comparison]) -> Cro
         raise ValueError(f"{len(lv)} levels but {len(cs)} comparisons")
     if not lv:
         raise ValueError("crossover needs at least one level")
-    if any(not lo < hi for lo, hi in zip(lv, lv[1:])):
+    if any(not lo < hi for lo, hi in itertools.pairwise(lv)):
         raise ValueError(f"levels must be strictly ascending, got {list(lv)}")
     index = next((i for i, c in enumerate(cs) if c.outcome is not Outcome.PASS), None)
     monotone = index is None or all(c.outcome is not Outcome.PASS for c in cs[index:])

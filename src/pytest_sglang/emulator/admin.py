@@ -19,7 +19,7 @@ NOT_FLUSHED_NEW = "Cache not flushed: there are running or waiting requests.\n"
 
 
 def routes(ctx: EmulatorContext) -> list[BaseRoute]:
-    """The cache-flush route."""
+    """Return the cache-flush route."""
 
     async def flush_cache(request: Request) -> Response:
         sched = ctx.stats.scheduler

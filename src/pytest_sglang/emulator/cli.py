@@ -66,7 +66,7 @@ def parse_args(argv: Sequence[str]) -> LaunchConfig:
 
 
 def build_parser(version: str = NEW_VERSION) -> argparse.ArgumentParser:
-    """The argument parser for emulating SGLang ``version``."""
+    """Return the argument parser for emulating SGLang ``version``."""
     parser = argparse.ArgumentParser(
         prog=PROG,
         description=(
@@ -347,7 +347,10 @@ def coerce(text: str) -> Any:
 
 
 def si_int(text: str) -> int:
-    """An integer with an optional SI suffix, as 0.5.23 parses ``--context-length`` (8k = 8000)."""
+    """Parse an integer with an optional SI suffix, as 0.5.23 parses ``--context-length``.
+
+    ``8k`` is 8000, not 8192.
+    """
     match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgG]?)", text.strip())
     if match is None:
         raise argparse.ArgumentTypeError(f"invalid int value: {text!r}")
@@ -356,7 +359,7 @@ def si_int(text: str) -> int:
 
 
 def seconds(text: str) -> float:
-    """A duration >= 0."""
+    """Parse a duration >= 0."""
     try:
         value = float(text)
     except ValueError:
@@ -367,7 +370,7 @@ def seconds(text: str) -> float:
 
 
 def positive_int(text: str) -> int:
-    """An integer >= 1."""
+    """Parse an integer >= 1."""
     try:
         value = int(text)
     except ValueError:
@@ -378,7 +381,7 @@ def positive_int(text: str) -> int:
 
 
 def accept_length(text: str) -> float:
-    """A mean acceptance length >= 1 (1.0: speculation gains nothing)."""
+    """Parse a mean acceptance length >= 1 (1.0: speculation gains nothing)."""
     value = seconds(text)
     if value < 1.0:
         raise argparse.ArgumentTypeError(f"must be >= 1.0, got {text!r}")
@@ -386,7 +389,7 @@ def accept_length(text: str) -> float:
 
 
 def launch_command(argv: Sequence[str]) -> str:
-    """The command line as ``/server_info`` reports it, API keys redacted."""
+    """Return the command line as ``/server_info`` reports it, API keys redacted."""
     shown: list[str] = []
     hide_next = False
     for arg in argv:

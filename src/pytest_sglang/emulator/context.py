@@ -87,7 +87,7 @@ class EmulatorContext:
             )
 
     def run(self, request: GenerationRequest, *, streaming: bool) -> RequestRun:
-        """A ``RequestRun`` for ``request`` against this server's engine."""
+        """Return a ``RequestRun`` for ``request`` against this server's engine."""
         return RequestRun(
             self.engine,
             self.stats.tokenizer,

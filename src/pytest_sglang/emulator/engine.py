@@ -51,7 +51,7 @@ class FinishReason:
     message: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The native ``meta_info.finish_reason`` object."""
+        """Return the native ``meta_info.finish_reason`` object."""
         if self.type == "length":
             return {"type": "length", "length": self.length}
         if self.type == "stop":

@@ -102,7 +102,7 @@ class Faults:
         return name in self.active
 
     def value(self, name: str) -> FaultValue:
-        """The value given to fault ``name`` (its default when given bare)."""
+        """Return the value given to fault ``name`` (its default when given bare)."""
         if name not in self:
             raise KeyError(f"fault {name!r} is not active")
         return self.active[name]

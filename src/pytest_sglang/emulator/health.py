@@ -29,7 +29,7 @@ PROBE_POLL_MIN = 0.01
 
 
 def routes(ctx: EmulatorContext) -> list[BaseRoute]:
-    """The health routes of the emulated version."""
+    """Return the health routes of the emulated version."""
 
     async def health(request: Request) -> Response:
         state = ctx.state

@@ -22,12 +22,18 @@ GIB = 1 << 30
 
 
 def model_card(ctx: EmulatorContext) -> dict[str, Any]:
-    """The served model's card (broken on purpose under the ``malformed-models`` fault)."""
+    """Return the served model's card (broken on purpose under ``malformed-models``)."""
     name = ctx.config.served_model_name
     if "malformed-models" in ctx.faults:
         # Breaks the model-list contract at /data/0: `object` missing, max_model_len a string.
-        return {"id": name, "created": int(time.time()), "owned_by": "sglang", "root": name,
-                "parent": None, "max_model_len": str(ctx.config.context_length)}  # fmt: skip
+        return {
+            "id": name,
+            "created": int(time.time()),
+            "owned_by": "sglang",
+            "root": name,
+            "parent": None,
+            "max_model_len": str(ctx.config.context_length),
+        }
     return {
         "id": name,
         "object": "model",
@@ -65,7 +71,7 @@ def model_info(ctx: EmulatorContext) -> dict[str, Any]:
 
 
 def server_info(ctx: EmulatorContext) -> dict[str, Any]:
-    """The flat resolved args plus scheduler info, ``internal_states`` and ``version``."""
+    """Return the flat resolved args plus scheduler info, ``internal_states`` and ``version``."""
     args = dict(ctx.config.server_args)
     info: dict[str, Any] = {
         **args,
@@ -143,9 +149,12 @@ def routes(ctx: EmulatorContext) -> list[BaseRoute]:
     async def get_model(request: Request) -> Response:
         name = request.path_params["model"]
         if name != ctx.config.served_model_name:
-            error = {"message": f"The model '{name}' does not exist",
-                     "type": "invalid_request_error", "param": "model",
-                     "code": "model_not_found"}  # fmt: skip
+            error = {
+                "message": f"The model '{name}' does not exist",
+                "type": "invalid_request_error",
+                "param": "model",
+                "code": "model_not_found",
+            }
             return json_response({"error": error}, 404)
         return json_response(model_card(ctx))
 

@@ -20,7 +20,7 @@ _LEVELS = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40, "cri
 
 
 def level_number(name: str | None, default: int = logging.INFO) -> int:
-    """The logging level for SGLang's ``--log-level`` value."""
+    """Return the logging level for SGLang's ``--log-level`` value."""
     return _LEVELS.get((name or "").lower(), default)
 
 
@@ -60,12 +60,12 @@ def _attach(name: str, handler: logging.Handler, level: int) -> None:
 
 
 def server_logger() -> logging.Logger:
-    """The logger for the server's own lines."""
+    """Return the logger for the server's own lines."""
     return logging.getLogger(SERVER_LOGGER)
 
 
 def scheduler_logger() -> logging.Logger:
-    """The logger for scheduler lines (prefixed ``TP0``: one scheduler stands in for all ranks)."""
+    """Return the logger for scheduler lines, prefixed ``TP0`` (one scheduler for all ranks)."""
     return logging.getLogger(SCHEDULER_LOGGER)
 
 

@@ -58,7 +58,7 @@ class NativeRequest:
 
 
 def routes(ctx: EmulatorContext) -> list[BaseRoute]:
-    """The ``/generate`` route."""
+    """Return the ``/generate`` route."""
 
     async def generate(request: Request) -> Response:
         try:
@@ -118,7 +118,7 @@ def _check(ctx: EmulatorContext, parsed: NativeRequest) -> None:
 
 
 def native_output(ctx: EmulatorContext, run: RequestRun) -> dict[str, Any]:
-    """The native output object for ``run``'s latest update."""
+    """Return the native output object for ``run``'s latest update."""
     incremental = run.streaming and bool(ctx.config.server_args["incremental_streaming_output"])
     return {
         "text": run.delta_text if incremental else run.text,
@@ -152,7 +152,7 @@ def meta_info(ctx: EmulatorContext, run: RequestRun) -> dict[str, Any]:
 
 
 def spec_meta(ctx: EmulatorContext, run: RequestRun) -> dict[str, Any]:
-    """The final chunk's speculative statistics (reference §2.1), per emulated version."""
+    """Return the final chunk's speculative statistics (reference §2.1), per emulated version."""
     assert ctx.spec is not None
     verify = run.verify_ct
     length = run.completion_tokens / verify if verify else 0.0

@@ -29,9 +29,9 @@ from pytest_sglang.emulator.web import (
     SSE_DONE,
     BodyError,
     RequestError,
+    invalid_field,
     json_response,
     missing_field,
-    invalid_field,
     openai_error,
     openai_error_body,
     read_json,
@@ -79,7 +79,7 @@ class OpenAIRequest:
 
 
 def routes(ctx: EmulatorContext) -> list[BaseRoute]:
-    """The two OpenAI generation routes."""
+    """Return the two OpenAI generation routes."""
 
     def endpoint(
         parse: Callable[[EmulatorContext, Any], OpenAIRequest],
@@ -314,7 +314,7 @@ def _finish(run: RequestRun) -> tuple[str | None, int | str | None]:
 def completion_response(
     ctx: EmulatorContext, parsed: OpenAIRequest, runs: list[RequestRun]
 ) -> dict[str, Any]:
-    """A non-streamed ``text_completion``."""
+    """Return a non-streamed ``text_completion``."""
     choices = []
     for index, run in enumerate(runs):
         reason, matched = _finish(run)
@@ -362,8 +362,14 @@ async def completion_stream(
         yield event
     if parsed.include_usage:
         # Serialised with exclude_none in SGLang: null usage fields are dropped.
-        final = {"id": rid, "object": "text_completion", "created": created,
-                 "model": parsed.model, "choices": [], "usage": _compact(usage(ctx, parsed, runs))}  # fmt: skip
+        final = {
+            "id": rid,
+            "object": "text_completion",
+            "created": created,
+            "model": parsed.model,
+            "choices": [],
+            "usage": _compact(usage(ctx, parsed, runs)),
+        }
         yield sse_event(final)
     yield SSE_DONE
 
@@ -371,7 +377,7 @@ async def completion_stream(
 def chat_response(
     ctx: EmulatorContext, parsed: OpenAIRequest, runs: list[RequestRun]
 ) -> dict[str, Any]:
-    """A non-streamed ``chat.completion``."""
+    """Return a non-streamed ``chat.completion``."""
     choices = []
     for index, run in enumerate(runs):
         reason, matched = _finish(run)
@@ -405,8 +411,13 @@ async def chat_stream(
 
     def choice(index: int, delta: dict[str, Any], run: RequestRun | None = None) -> dict[str, Any]:
         reason, matched = (None, None) if run is None else _finish(run)
-        return {"index": index, "delta": delta, "logprobs": None, "finish_reason": reason,
-                "matched_stop": matched}  # fmt: skip
+        return {
+            "index": index,
+            "delta": delta,
+            "logprobs": None,
+            "finish_reason": reason,
+            "matched_stop": matched,
+        }
 
     def render(index: int, run: RequestRun) -> list[bytes]:
         events = []
@@ -430,8 +441,14 @@ async def chat_stream(
             yield event
     if parsed.include_usage:
         # Unlike completions, SGLang serialises this one with its null fields.
-        final = {"id": rid, "object": kind, "created": created, "model": parsed.model,
-                 "choices": [], "usage": usage(ctx, parsed, runs)}  # fmt: skip
+        final = {
+            "id": rid,
+            "object": kind,
+            "created": created,
+            "model": parsed.model,
+            "choices": [],
+            "usage": usage(ctx, parsed, runs),
+        }
         yield sse_event(final)
     yield SSE_DONE
 
@@ -444,8 +461,13 @@ def _chunk(
     choices: list[dict[str, Any]],
     chunk_usage: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    chunk: dict[str, Any] = {"id": rid, "object": kind, "created": created,
-                             "model": parsed.model, "choices": choices}  # fmt: skip
+    chunk: dict[str, Any] = {
+        "id": rid,
+        "object": kind,
+        "created": created,
+        "model": parsed.model,
+        "choices": choices,
+    }
     if kind == "text_completion":
         chunk["usage"] = chunk_usage  # null unless continuous usage stats are on
     elif chunk_usage is not None:

@@ -12,7 +12,8 @@ between 32 and 128 (the last one being EOS, finish reason ``stop``), unless
 Speculation: after the prefill token, each step is one verify forward emitting about
 ``accept_length`` tokens (a deterministic sequence whose mean is the accept length, each between
 1 and ``num_draft_tokens``), so ``completion_tokens / spec_verify_ct`` is about the accept
-length. Each token still costs ``decode`` seconds: this engine models the protocol, not the speed-up.
+length. Each token still costs ``decode`` seconds: this engine models the protocol, not
+the speed-up.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ class Tokenizer:
         return ids
 
     def output_ids(self, prompt_ids: Sequence[int], start: int, count: int) -> list[int]:
-        """Generated ids ``start .. start+count`` of the reply to ``prompt_ids``."""
+        """Return generated ids ``start .. start+count`` of the reply to ``prompt_ids``."""
         offset = prompt_offset(prompt_ids)
         size = len(_SENTENCE)
         return [_OUTPUT_BASE + (offset + i) % size for i in range(start, start + count)]
@@ -71,6 +71,6 @@ class Tokenizer:
 
 
 def prompt_offset(prompt_ids: Sequence[int]) -> int:
-    """A stable hash of a prompt, used to vary replies (and natural lengths) between prompts."""
+    """Hash a prompt stably; replies (and natural lengths) vary with it."""
     data = b"".join((i & 0xFFFFFFFF).to_bytes(4, "little") for i in prompt_ids[:4096])
     return zlib.crc32(data)

@@ -42,12 +42,12 @@ def dumps(obj: Any) -> bytes:
 
 
 def json_response(obj: Any, status_code: int = 200) -> Response:
-    """An ``application/json`` response."""
+    """Return an ``application/json`` response."""
     return Response(dumps(obj), status_code=status_code, media_type="application/json")
 
 
 def empty_response(status_code: int) -> Response:
-    """A response with an empty body and no content type (SGLang's health answers)."""
+    """Return a response with an empty body and no content type (SGLang's health answers)."""
     return Response(b"", status_code=status_code)
 
 
@@ -57,12 +57,12 @@ def sse_event(obj: Any) -> bytes:
 
 
 def sse_response(events: AsyncIterator[bytes]) -> StreamingResponse:
-    """A ``text/event-stream`` response."""
+    """Return a ``text/event-stream`` response."""
     return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 def native_error(message: str, status_code: int = 400) -> Response:
-    """The native ValueError answer."""
+    """Return the native ValueError answer."""
     return json_response({"error": {"message": message}}, status_code)
 
 
@@ -74,7 +74,7 @@ def openai_error_body(
 
 
 def openai_error(message: str, err_type: str = "BadRequest", code: int = 400) -> Response:
-    """An ``ErrorResponse`` with status ``code``."""
+    """Return an ``ErrorResponse`` with status ``code``."""
     return json_response(openai_error_body(message, err_type, code), code)
 
 
@@ -84,7 +84,7 @@ def validation_error(message: str) -> Response:
 
 
 async def read_json(request: Request) -> Any:
-    """The parsed JSON body.
+    """Return the parsed JSON body.
 
     :raises BodyError: with FastAPI's error text when the body is not JSON.
     """

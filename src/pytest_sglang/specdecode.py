@@ -1,0 +1,150 @@
+"""Speculative-decoding arithmetic: break-even acceptance length, speed-up, implied cycle time.
+
+Definitions (reference notes, Part 3):
+
+* acceptance length ``tau``: tokens committed per draft/verify cycle per request, *including*
+  the one token the target model always contributes, so ``tau >= 1`` and ``tau = 1`` means
+  no gain. SGLang's per-request figure is ``completion_tokens / spec_verify_ct``.
+* a speculative cycle costs ``T_cycle = T_draft + T_verify (+ overhead)``; a plain decode step
+  costs ``T_decode``, both at the same batch size (concurrency).
+* speed-up ``S = tau * T_decode / T_cycle``; speculation wins iff ``tau`` exceeds the
+  break-even ``tau_be = T_cycle / T_decode``.
+
+The draft steps belong in ``T_cycle``. The story in DESIGN section 1 set a verify of
+~30 ms against a ~12 ms decode (``tau_be`` ~2.5; its 2.46 matches a 29.5 ms verify) and
+measured 54.1 tok/s at ``tau = 2.0``. That rate implies a 37 ms cycle
+(:func:`estimate_cycle_time`), i.e. ~7 ms of drafting on top of the verify (three draft
+steps at ~2.1 ms each in the emulator's calibration), and a real break-even near 3.0: the
+verify-only figure understated how far from paying off that configuration was.
+
+All functions are pure; times may be in any unit as long as it is the same throughout.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["CycleEstimate", "break_even_accept_length", "estimate_cycle_time", "speedup"]
+
+
+def _positive(name: str, value: float) -> float:
+    if not (value > 0.0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def _cycle(t_cycle: float, t_draft: float) -> float:
+    _positive("t_cycle", t_cycle)
+    if not (t_draft >= 0.0 and math.isfinite(t_draft)):
+        raise ValueError(f"t_draft must be a finite non-negative number, got {t_draft!r}")
+    return t_cycle + t_draft
+
+
+def _accept_length(value: float) -> float:
+    if not (value >= 1.0 and math.isfinite(value)):
+        raise ValueError(
+            "accept_length counts the target model's own token, so it is at least 1 "
+            f"(tokens per verify per request), got {value!r}"
+        )
+    return float(value)
+
+
+def break_even_accept_length(t_cycle: float, t_decode: float, *, t_draft: float = 0.0) -> float:
+    """Return the acceptance length at which speculation exactly pays for itself.
+
+    ``tau_be = (t_cycle + t_draft) / t_decode``: a cycle commits ``tau`` tokens in the time
+    of ``tau_be`` plain decode steps. ``break_even_accept_length(0.030, 0.012)`` is 2.5.
+
+    :param t_cycle: duration of one speculative cycle (draft + verify + overhead), or of the
+        verify forward alone if the draft time is given separately as *t_draft*.
+    :param t_decode: duration of one plain decode step at the same batch size.
+    :param t_draft: drafting time per cycle not already included in *t_cycle*.
+    :returns: the break-even acceptance length (tokens per cycle per request, bonus included).
+    :raises ValueError: on non-positive or non-finite times (or a negative *t_draft*).
+    """
+    cycle = _cycle(t_cycle, t_draft)
+    return cycle / _positive("t_decode", t_decode)
+
+
+def speedup(
+    accept_length: float, t_cycle: float, t_decode: float, *, t_draft: float = 0.0
+) -> float:
+    """Return the decode speed-up of speculation over plain decoding.
+
+    ``S = tau * t_decode / (t_cycle + t_draft)``, the ratio of output tokens per second per
+    request; above 1 speculation pays off. Equivalent to ``tau / tau_be``.
+
+    :param accept_length: tokens committed per cycle per request, bonus token included.
+    :param t_cycle: duration of one speculative cycle (or of the verify, see *t_draft*).
+    :param t_decode: duration of one plain decode step at the same batch size.
+    :param t_draft: drafting time per cycle not already included in *t_cycle*.
+    :returns: the speed-up factor.
+    :raises ValueError: on an acceptance length below 1 or bad times.
+    """
+    tau = _accept_length(accept_length)
+    cycle = _cycle(t_cycle, t_draft)
+    return tau * _positive("t_decode", t_decode) / cycle
+
+
+@dataclass(frozen=True)
+class CycleEstimate:
+    """What a speculative and a plain measurement at one concurrency imply about the cycle."""
+
+    #: Implied speculative cycle time, ``accept_length * spec_tpot``.
+    t_cycle: float
+    #: Plain decode step time, taken as the plain run's per-token latency.
+    t_decode: float
+    #: The measured acceptance length.
+    accept_length: float
+    #: ``t_cycle / t_decode``: the acceptance length needed to break even.
+    break_even: float
+    #: ``t_decode / spec_tpot``: the measured speed-up (above 1: speculation pays off).
+    speedup: float
+
+    def as_dict(self) -> dict[str, float]:
+        """Return the estimate as plain JSON types.
+
+        :returns: every field by name.
+        """
+        return {
+            "t_cycle": self.t_cycle,
+            "t_decode": self.t_decode,
+            "accept_length": self.accept_length,
+            "break_even": self.break_even,
+            "speedup": self.speedup,
+        }
+
+
+def estimate_cycle_time(
+    *, spec_tpot: float, base_tpot: float, accept_length: float
+) -> CycleEstimate:
+    """Infer the speculative cycle time and break-even from two measurements.
+
+    In steady-state decoding a speculative request emits ``tau`` tokens per cycle, so its
+    per-token latency is ``TPOT_spec = T_cycle / tau``, while a plain one has
+    ``TPOT_base = T_decode``. Hence ``T_cycle = tau * TPOT_spec``,
+    ``tau_be = tau * TPOT_spec / TPOT_base`` and ``S = TPOT_base / TPOT_spec`` (reference
+    notes, Part 3.2), with no server instrumentation. Measure both at the same concurrency
+    and workload; at concurrency C and output throughput X, ``TPOT ~= C / X`` when decode
+    dominates (e.g. at C=1, 96.1 and 92.6 tok/s with ``tau = 2.0`` imply a 20.8 ms cycle
+    against a 10.8 ms step: ``tau_be = 1.93``, ``S = 1.04``).
+
+    :param spec_tpot: per-token latency (TPOT) of the speculative configuration.
+    :param base_tpot: per-token latency of the plain configuration at the same concurrency.
+    :param accept_length: the speculative run's acceptance length,
+        ``sum(completion_tokens) / sum(spec_verify_ct)`` over its requests.
+    :returns: a :class:`CycleEstimate`.
+    :raises ValueError: on non-positive latencies or an acceptance length below 1.
+    """
+    spec = _positive("spec_tpot", spec_tpot)
+    base = _positive("base_tpot", base_tpot)
+    tau = _accept_length(accept_length)
+    t_cycle = tau * spec
+    return CycleEstimate(
+        t_cycle=t_cycle,
+        t_decode=base,
+        accept_length=tau,
+        break_even=t_cycle / base,
+        speedup=base / spec,
+    )
