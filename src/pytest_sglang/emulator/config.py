@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_sglang.emulator.faults import Faults
@@ -24,7 +24,7 @@ class EmulatorOptions:
     model_context_length: int = 131072
     accept_length: float = 2.0
     architecture: str | None = None
-    faults: Faults = Faults()
+    faults: Faults = field(default_factory=Faults)
 
     @property
     def is_new(self) -> bool:

@@ -49,6 +49,8 @@ class FinishReason:
     length: int | None = None
     matched: int | str | None = None
     message: str | None = None
+    status_code: int | None = None
+    err_type: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the native ``meta_info.finish_reason`` object."""
@@ -56,7 +58,12 @@ class FinishReason:
             return {"type": "length", "length": self.length}
         if self.type == "stop":
             return {"type": "stop", "matched": self.matched}
-        return {"type": self.type, "message": self.message}
+        return {
+            "type": self.type,
+            "message": self.message,
+            "status_code": self.status_code,
+            "err_type": self.err_type,
+        }
 
     @property
     def matched_stop(self) -> int | str | None:
@@ -86,7 +93,7 @@ class Engine(Protocol):
         """Start background work (a scheduler loop); called before the port opens."""
 
     async def stop(self) -> None:
-        """Stop background work; called at shutdown."""
+        """Shut down: running and queued requests end promptly (finish reason ``abort``)."""
 
     def generate(self, request: GenerationRequest) -> AsyncGenerator[TokenChunk, None]:
         """Generate ``request``'s tokens; the last chunk has ``finish`` set.

@@ -266,7 +266,8 @@ async def _serve(ctx: EmulatorContext, sock: socket.socket, stop: asyncio.Event)
     )
     server = _Server(config)
     serving = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started and not serving.done() and not stop.is_set():
+    # uvicorn exposes only a `started` flag, no event, so poll it briefly.
+    while not server.started and not serving.done() and not stop.is_set():  # noqa: ASYNC110
         await asyncio.sleep(0.005)
     if server.started:
         _log_uvicorn_running(str(args["host"]), int(args["port"]))
@@ -274,6 +275,8 @@ async def _serve(ctx: EmulatorContext, sock: socket.socket, stop: asyncio.Event)
     stopper = asyncio.create_task(stop.wait())
     await asyncio.wait({serving, stopper}, return_when=asyncio.FIRST_COMPLETED)
     ctx.state.shutting_down = True
+    # Ending the generations first lets their responses finish within the graceful period.
+    await ctx.engine.stop()
     server.should_exit = True
     for task in (warmup, stopper):
         task.cancel()

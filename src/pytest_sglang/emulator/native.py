@@ -12,7 +12,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -200,7 +200,7 @@ def parse_generate(ctx: EmulatorContext, body: Any) -> NativeRequest:
         else:
             raise ContractError("text: expected a string or a non-empty array of strings")
     elif _is_ids(input_ids):
-        prompts, batch = [list(input_ids)], False
+        prompts, batch = [list(cast(list[int], input_ids))], False
     elif isinstance(input_ids, list) and input_ids and all(_is_ids(ids) for ids in input_ids):
         prompts, batch = [list(ids) for ids in input_ids], True
     else:
@@ -213,19 +213,18 @@ def parse_generate(ctx: EmulatorContext, body: Any) -> NativeRequest:
         raise ContractError("stream: expected a boolean")
     log_metrics = body.get("log_metrics", True) is not False
     rids = body.get("rid")
-    items = []
-    for index, (ids, sampling) in enumerate(zip(prompts, params)):
-        for _ in range(sampling.n):
-            items.append(
-                GenerationRequest(
-                    rid=_rid(rids, index, sampling.n),
-                    input_ids=ids,
-                    max_new_tokens=sampling.max_new_tokens,
-                    ignore_eos=sampling.ignore_eos,
-                    temperature=sampling.temperature,
-                    log_metrics=log_metrics,
-                )
-            )
+    items = [
+        GenerationRequest(
+            rid=_rid(rids, index, sampling.n),
+            input_ids=ids,
+            max_new_tokens=sampling.max_new_tokens,
+            ignore_eos=sampling.ignore_eos,
+            temperature=sampling.temperature,
+            log_metrics=log_metrics,
+        )
+        for index, (ids, sampling) in enumerate(zip(prompts, params, strict=True))
+        for _ in range(sampling.n)
+    ]
     return NativeRequest(items=items, batch=batch or len(items) > 1, stream=stream)
 
 

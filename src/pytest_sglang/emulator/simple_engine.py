@@ -32,6 +32,9 @@ from pytest_sglang.emulator.tokenizer import Tokenizer, prompt_offset
 
 NATURAL_MIN_TOKENS = 32
 NATURAL_SPAN = 97
+SHUTDOWN_ABORT = FinishReason(
+    "abort", message="The server is shutting down.", status_code=503, err_type="ServiceUnavailable"
+)
 
 
 @dataclass(frozen=True)
@@ -64,13 +67,15 @@ class SimpleEngine:
         self._log = log
         self._slots = asyncio.Semaphore(config.max_running_requests)
         self._idle_since: float | None = time.monotonic()
+        self._stopping = False
         stats.window_start = time.monotonic()
 
     async def start(self) -> None:
         """Nothing runs in the background."""
 
     async def stop(self) -> None:
-        """Nothing runs in the background."""
+        """Make running and queued requests end at their next step with finish ``abort``."""
+        self._stopping = True
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[TokenChunk, None]:
         """Queue for a slot, then yield the prefill token and one chunk per decode step."""
@@ -132,6 +137,10 @@ class SimpleEngine:
             delay = deadline - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
+            if self._stopping:
+                # Checked once per step: ends streams within one step of a shutdown.
+                yield TokenChunk((), finish=SHUTDOWN_ABORT)
+                return
             self._account(count, accepts)
             yield TokenChunk(tuple(ids), draft_accepts=accepts, finish=finish)
             if finish is not None:

@@ -143,7 +143,7 @@ class Histogram:
         """``(upper bound, cumulative count)`` pairs, ending with ``(inf, count)``."""
         total = 0
         result = []
-        for bound, count in zip((*self.bounds, float("inf")), self._counts):
+        for bound, count in zip((*self.bounds, float("inf")), self._counts, strict=True):
             total += count
             result.append((bound, total))
         return result

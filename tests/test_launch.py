@@ -1,0 +1,246 @@
+"""Launch mode end to end, with the emulator launcher: economy, failures, teardown, GPUs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from pytest_sglang.gpu.probes import write_fake_gpus
+
+FAST = '"--emulator-load-time", "0", "--emulator-warmup-time", "0", "--emulator-health-probe-time", "0", "--emulator-decode-ms", "1"'
+
+
+def profiles(pytester: pytest.Pytester, extra: str = "", baseline_args: str = "") -> str:
+    """Write two profiles into pyproject.toml; return a model tag unique to this test."""
+    tag = uuid.uuid4().hex[:8]
+    pytester.makepyprojecttoml(f"""
+        [tool.pytest-sglang.profiles.baseline]
+        model-path = "test-{tag}/model"
+        args = [{FAST}{baseline_args}]
+
+        [tool.pytest-sglang.profiles.eagle3]
+        extends = "baseline"
+        args = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
+                "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+        expect = {{ speculative_algorithm = "EAGLE3", max_running_requests = 48 }}
+        {extra}
+    """)
+    return tag
+
+
+def emulators(tag: str) -> list[psutil.Process]:
+    """Return live emulator processes started for this test (by their unique model path)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmdline = proc.info["cmdline"] or []
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and any(tag in part for part in cmdline):
+            found.append(proc)
+    return found
+
+
+INTERLEAVED = """
+import pytest
+
+@pytest.mark.sglang_profile("baseline")
+def test_b1(sglang_server): assert sglang_server.server_info["speculative_algorithm"] is None
+
+@pytest.mark.sglang_profile("eagle3")
+def test_e1(sglang_server): assert sglang_server.server_info["speculative_algorithm"] == "EAGLE3"
+
+@pytest.mark.sglang_profile("baseline")
+def test_b2(sglang_server): assert sglang_server.launch.profile == "baseline"
+
+@pytest.mark.sglang_profile("eagle3")
+def test_e2(sglang_server): assert sglang_server.launch.profile == "eagle3"
+
+@pytest.mark.sglang_profile("baseline")
+def test_b3(sglang_client): assert sglang_client.get("/health").status_code == 200
+
+@pytest.mark.sglang_profile("eagle3")
+def test_e3(sglang_client): assert sglang_client.get("/health").status_code == 200
+"""
+
+
+def test_interleaved_profiles_launch_each_server_once(pytester: pytest.Pytester) -> None:
+    tag = profiles(pytester)
+    pytester.makepyfile(INTERLEAVED)
+    result = pytester.runpytest("--sglang-launcher=emulator", "-v")
+    result.assert_outcomes(passed=6)
+    # Grouped by profile, stable within each group.
+    order = [line.split("::")[1].split()[0] for line in result.stdout.lines if " PASSED" in line]
+    assert order == ["test_b1", "test_b2", "test_b3", "test_e1", "test_e2", "test_e3"]
+    result.stdout.fnmatch_lines([
+        "*= sglang launches =*",
+        "2 server launches:",
+        "  baseline [[]emulator] stopped: ready in *s (connect *, health *, models *, identity *, "
+        "server_info *); stopped in *s",
+        "  eagle3 [[]emulator] stopped: ready in *",
+    ])  # fmt: skip
+    assert emulators(tag) == []
+
+
+def test_launch_failure_is_not_retried_and_names_hint(pytester: pytest.Pytester) -> None:
+    tag = profiles(pytester, baseline_args=', "--emulator-fault", "context-length-mismatch"')
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.sglang_profile("baseline")
+        def test_a(sglang_server): pass
+
+        @pytest.mark.sglang_profile("baseline")
+        def test_b(sglang_server): pass
+    """)
+    start = time.monotonic()
+    result = pytester.runpytest("--sglang-launcher=emulator", "--durations=2", "-vv")
+    elapsed = time.monotonic() - start
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines([
+        "*SGLang server 'baseline' (emulator) exited with code * during phase 'connect'*",
+        "*log tail*",
+        "*is greater than the derived context_length*",
+        "*hint: the draft model's context length is shorter than the target's*"
+        "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1*",
+    ])  # fmt: skip
+    result.stdout.fnmatch_lines(["*it is not tried again*"])
+    assert "1 server launch:" in result.stdout.str()
+    assert elapsed < 60
+    assert emulators(tag) == []
+
+
+def test_failure_within_seconds_of_exit(pytester: pytest.Pytester) -> None:
+    # The emulator loads for 2 s, then dies: the failure must follow the exit, not the
+    # 600 s ready timeout.
+    profiles(pytester, baseline_args=', "--emulator-fault", "context-length-mismatch", '
+             '"--emulator-load-time", "2"')  # fmt: skip
+    pytester.makepyfile(
+        "import pytest\n\n@pytest.mark.sglang_profile('baseline')\n"
+        "def test_a(sglang_server): pass\n"
+    )
+    result = pytester.runpytest("--sglang-launcher=emulator", "--durations=1", "-vv")
+    result.assert_outcomes(errors=1)
+    setup = next(line for line in result.stdout.lines if "s setup " in line)
+    assert float(setup.split("s", 1)[0]) < 10, setup
+
+
+def test_sigint_while_warming_up_leaves_no_process(pytester: pytest.Pytester) -> None:
+    tag = profiles(pytester, baseline_args=', "--emulator-warmup-time", "120"')
+    pytester.makepyfile(
+        "import pytest\n\n@pytest.mark.sglang_profile('baseline')\n"
+        "def test_a(sglang_server): pass\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "--sglang-launcher=emulator", "-p", "no:cacheprovider"],
+        cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not emulators(tag) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    server = emulators(tag)
+    assert server, "the emulator never started"
+    # Let it reach the warm-up phase (port open, health 503).
+    time.sleep(1.5)
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == pytest.ExitCode.INTERRUPTED, output.decode()
+    gone, alive = psutil.wait_procs(server, timeout=10)
+    assert not alive, f"left alive: {alive}"
+    assert emulators(tag) == []
+
+
+@pytest.mark.parametrize("fault", ["ignore-sigterm", "orphan-child"])
+def test_stubborn_servers_are_stopped_and_named(pytester: pytest.Pytester, fault: str) -> None:
+    tag = profiles(pytester, baseline_args=f', "--emulator-fault", "{fault}"')
+    pytester.makepyfile(
+        "import pytest\n\n@pytest.mark.sglang_profile('baseline')\n"
+        "def test_a(sglang_server): pass\n"
+    )
+    result = pytester.runpytest("--sglang-launcher=emulator", "-p", "no:cacheprovider")
+    assert emulators(tag) == []
+    if fault == "orphan-child":
+        # The child escaped the process group: found by its launch id, killed and named.
+        result.assert_outcomes(passed=1, errors=1)
+        result.stdout.fnmatch_lines(["*found processes of ours that outlived it*killed now: pid*"])
+    else:
+        result.assert_outcomes(passed=1)
+        result.stdout.fnmatch_lines(["*baseline*stopped: ready in*stopped in *s*"])
+
+
+def test_gpu_hygiene_end_to_end_with_fake_gpus(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    gpus = tmp_path / "gpus"
+    write_fake_gpus(gpus, 2)
+    tag = profiles(pytester)
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.sglang_profile("baseline")
+        def test_holds_gpu(sglang_server, sglang_gpu):
+            snap = sglang_gpu.snapshot()
+            held = [p for p in snap.processes if p.pid == sglang_server.launch.pid]
+            assert held and snap.gpus[0].memory_used > 0
+            assert sglang_server.launch.gpus == (snap.gpus[0].uuid,)
+    """)
+    result = pytester.runpytest("--sglang-launcher=emulator", f"--sglang-gpu-fake={gpus}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*baseline*stopped*GPU memory released in *s*"])
+    assert not list(gpus.glob("holder-*.json")) or all(
+        not psutil.pid_exists(json.loads(p.read_text())["pid"]) for p in gpus.glob("holder-*")
+    )
+    assert emulators(tag) == []
+
+
+def test_preflight_refuses_held_gpus(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    gpus = tmp_path / "gpus"
+    uuids = write_fake_gpus(gpus, 1)
+    zombie = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (gpus / f"holder-{zombie.pid}.json").write_text(json.dumps(
+            {"pid": zombie.pid, "gpus": uuids, "used_mib": 76000, "name": "sglang::scheduler"}
+        ))  # fmt: skip
+        tag = profiles(pytester)
+        pytester.makepyfile(
+            "import pytest\n\n@pytest.mark.sglang_profile('baseline')\n"
+            "def test_a(sglang_server): pass\n"
+        )
+        result = pytester.runpytest("--sglang-launcher=emulator", f"--sglang-gpu-fake={gpus}")
+        result.assert_outcomes(errors=1)
+        result.stdout.fnmatch_lines([
+            "*GPUs needed by the launch are not clean*",
+            f"*GPU 0 (NVIDIA H200, {uuids[0]}): 74.2 GiB used by pid {zombie.pid} "
+            "(sglang::scheduler) 74.2 GiB*",
+        ])  # fmt: skip
+        assert emulators(tag) == []
+        assert zombie.poll() is None, "pre-flight must never kill a process it did not start"
+    finally:
+        zombie.kill()
+        zombie.wait()
+
+
+def test_attached_url_overrides_profile_and_keeps_its_expectations(
+    pytester: pytest.Pytester, start_emulator: object
+) -> None:
+    emulator = start_emulator()  # type: ignore[operator]
+    profiles(pytester)
+    pytester.makepyfile(
+        "import pytest\n\n@pytest.mark.sglang_profile('eagle3')\ndef test_a(sglang_server): pass\n"
+    )
+    result = pytester.runpytest(f"--sglang-url=eagle3={emulator.url}")
+    # The attached emulator runs no speculation: the eagle3 profile's expect table says so.
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*speculative_algorithm: expected \"EAGLE3\" (from profile "
+                                 "'eagle3' in *pyproject.toml)*"])  # fmt: skip
+
+
+def test_no_orphans_after_all_of_this() -> None:
+    # Belt and braces: nothing of ours from this module is still running.
+    ours = [p for p in psutil.process_iter(["environ"]) if (p.info["environ"] or {}).get(
+        "PYTEST_SGLANG_LAUNCH_ID")]  # fmt: skip
+    assert [p for p in ours if p.status() != psutil.STATUS_ZOMBIE and p.pid != os.getpid()] == []
