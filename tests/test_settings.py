@@ -241,16 +241,19 @@ def test_unknown_profile_skips_naming_the_attached_ones(pytester: pytest.Pyteste
     )
 
 
-def test_several_servers_need_a_marker(pytester: pytest.Pytester) -> None:
+def test_unmarked_tests_run_once_per_server(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(USES_SERVER)
     result = pytester.runpytest(
-        "-rs",
-        "--sglang-require",
-        "--sglang-url=a=http://127.0.0.1:9",
+        "--collect-only", "-q", "--sglang-url=a=http://127.0.0.1:9",
         "--sglang-url=b=http://127.0.0.1:9",
-    )
-    result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*several SGLang servers are configured (a, b)*sglang_profile*"])
+    )  # fmt: skip
+    result.stdout.fnmatch_lines(["*test_uses_server[[]a[]]", "*test_uses_server[[]b[]]"])
+    # With a server called "default", unmarked tests use it and are not multiplied.
+    result = pytester.runpytest(
+        "--collect-only", "-q", "--sglang-url=http://127.0.0.1:9",
+        "--sglang-url=b=http://127.0.0.1:9",
+    )  # fmt: skip
+    result.stdout.fnmatch_lines(["*::test_uses_server", "1 test collected*"])
 
 
 TRIPWIRE = """

@@ -33,9 +33,11 @@ The rule (reference notes, Part 2.4, with the practical margin folded into the h
     spread of the logs.
 
 Because both tests are exact, a *false* PASS (when the true ratio is ``by`` or less) happens
-with probability at most ``alpha``, and so does a false FAIL; noise pushes results towards
-INCONCLUSIVE rather than towards either verdict. ``alpha`` must stay below 0.5, and sample
-sizes that can never reach ``alpha`` (3 against 3 is the least for 0.05) are refused.
+with probability at most ``alpha``, and so does a false FAIL, whatever the noise distribution,
+as long as both sides share its shape on the log scale (the shift model behind the ratio);
+noise pushes results towards INCONCLUSIVE rather than towards either verdict. ``alpha`` must
+stay below 0.5, and sample sizes that can never reach ``alpha`` (3 against 3 is the least
+for 0.05) are refused.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ __all__ = [
     "sglang_server",
     "sglang_servers",
     "sglang_settings",
+    "sglang_target",
 ]
 
 #: The session's pool, also reachable from hooks (terminal summary, unconfigure).
@@ -101,8 +102,22 @@ def sglang_servers(
 
 
 @pytest.fixture
+def sglang_target() -> str | None:
+    """The server name an unmarked test runs against (None: the default server).
+
+    Tests that need a server but carry no ``sglang_profile`` marker are parametrized over
+    every configured server when there are several and none is called ``default``; this
+    fixture holds the name of the run's server. Override it to pick one yourself.
+    """
+    return None
+
+
+@pytest.fixture
 def sglang_server(
-    request: pytest.FixtureRequest, sglang_servers: ServerPool, sglang_settings: Settings
+    request: pytest.FixtureRequest,
+    sglang_servers: ServerPool,
+    sglang_settings: Settings,
+    sglang_target: str | None,
 ) -> SGLangServer:
     """The ready SGLang server this test runs against.
 
@@ -125,7 +140,7 @@ def sglang_server(
     failure: str | None = None
     unavailable = False
     try:
-        name = profile_of(request.node) or sglang_servers.default_name()
+        name = profile_of(request.node) or sglang_target or sglang_servers.default_name()
         server = sglang_servers.get(name)
     except ServerUnavailable as exc:
         failure, unavailable = str(exc), True

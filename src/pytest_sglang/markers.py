@@ -6,14 +6,21 @@ from collections.abc import Iterable
 
 import pytest
 
-from pytest_sglang.settings import Expectation, Settings, is_valid_server_name
+from pytest_sglang.settings import (
+    DEFAULT_SERVER_NAME,
+    Expectation,
+    Settings,
+    is_valid_server_name,
+)
 
 __all__ = [
     "MARKERS",
+    "TARGET_FIXTURE",
     "UNMET_KEY",
     "evaluate_requirements",
     "expectations_of",
     "order_by_profile",
+    "parametrize_over_servers",
     "profile_of",
     "validate_markers",
 ]
@@ -35,10 +42,37 @@ MARKERS = (
 UNMET_KEY = pytest.StashKey[str]()
 
 
+#: The fixture that carries the server name of an unmarked test run once per server.
+TARGET_FIXTURE = "sglang_target"
+
+
 def profile_of(item: pytest.Item) -> str | None:
-    """Return the server name the closest ``sglang_profile`` marker asks for, if any."""
+    """Return the server this test asks for: its closest ``sglang_profile`` marker, else the
+    server it was parametrized with (see :func:`parametrize_over_servers`), else None."""
     marker = item.get_closest_marker("sglang_profile")
-    return str(marker.args[0]) if marker is not None else None
+    if marker is not None:
+        return str(marker.args[0])
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and TARGET_FIXTURE in callspec.params:
+        return str(callspec.params[TARGET_FIXTURE])
+    return None
+
+
+def parametrize_over_servers(metafunc: pytest.Metafunc, settings: Settings) -> None:
+    """Run a test that needs a server but names none once per configured server.
+
+    Only when that is the only sensible reading: two or more servers (attached or profiles)
+    and none called ``default``. Checks such as "the served model is the expected one" then
+    cover every server, and each run is grouped with its server's other tests.
+    """
+    if TARGET_FIXTURE not in metafunc.fixturenames:
+        return
+    if metafunc.definition.get_closest_marker("sglang_profile") is not None:
+        return
+    names = [s.name for s in settings.servers]
+    names += [name for name in settings.profiles if name not in names]
+    if len(names) >= 2 and DEFAULT_SERVER_NAME not in names:
+        metafunc.parametrize(TARGET_FIXTURE, names, ids=names)
 
 
 def expectations_of(item: pytest.Item) -> list[Expectation]:

@@ -15,12 +15,14 @@ from pytest_sglang.fixtures import (
     sglang_server,
     sglang_servers,
     sglang_settings,
+    sglang_target,
 )
 from pytest_sglang.markers import (
     MARKERS,
     UNMET_KEY,
     evaluate_requirements,
     order_by_profile,
+    parametrize_over_servers,
     validate_markers,
 )
 from pytest_sglang.settings import OPTIONS, SETTINGS_KEY, resolve_settings
@@ -31,6 +33,7 @@ __all__ = [
     "sglang_server",
     "sglang_servers",
     "sglang_settings",
+    "sglang_target",
 ]
 
 
@@ -73,6 +76,14 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     """Show the effective settings, with the API key redacted."""
     settings = config.stash.get(SETTINGS_KEY, None)
     return settings.header_lines() if settings is not None else None
+
+
+@pytest.hookimpl
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run unmarked server tests once per configured server when several are configured."""
+    settings = metafunc.config.stash.get(SETTINGS_KEY, None)
+    if settings is not None:
+        parametrize_over_servers(metafunc, settings)
 
 
 @pytest.hookimpl(trylast=True)

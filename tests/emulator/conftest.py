@@ -39,9 +39,16 @@ def shared_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared
 # The configurations most tests read from.
 DEFAULT_FLAGS = ("--context-length", "2048", "--enable-metrics")
 SPEC_FLAGS = (
-    "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
-    "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", "--enable-metrics",
-)  # fmt: skip
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    "4",
+    "--enable-metrics",
+)
 OLD_FLAGS = ("--emulator-version", "0.5.5", "--speculative-algorithm", "EAGLE")
 
 
@@ -64,7 +71,9 @@ def old_emulator(shared_emulator: Shared) -> EmulatorProcess:
 
 
 @contextlib.contextmanager
-def client(emulator: EmulatorProcess, timeout: float = 30.0, **kwargs: Any) -> Iterator[httpx.Client]:
+def client(
+    emulator: EmulatorProcess, timeout: float = 30.0, **kwargs: Any
+) -> Iterator[httpx.Client]:
     """An HTTP client for ``emulator`` that ignores proxy settings."""
     with httpx.Client(base_url=emulator.url, timeout=timeout, trust_env=False, **kwargs) as http:
         yield http

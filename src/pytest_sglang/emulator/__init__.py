@@ -23,8 +23,11 @@ Modules, one job each:
 - ``tracking``: one request's run through the engine, with its tokenizer-side metrics.
 - ``web``, ``auth``: HTTP helpers (JSON, SSE, error envelopes) and the API-key middleware.
 - ``native``, ``openai_api``, ``info``, ``health``, ``admin``, ``metrics``: the endpoints.
+- ``context``: everything a route needs (config, engine, counters, status), built once.
 - ``app``: assembles the Starlette application for one emulated version.
-- ``lifecycle``: startup phases (load, warm-up, ready), signals, shutdown.
+- ``lifecycle``: the phases in order (load, warm-up, ready) and the shutdown.
+- ``loading``, ``warmup``: phase A (port closed, load lines) and phase B (SGLang's warm-up).
+- ``signals``: SIGTERM/SIGINT handling and SGLang-like fatal exits.
 - ``hang``: the listener for the ``hang`` fault, which accepts connections and never answers.
 - ``logs``: SGLang-style log lines on stdout.
 """

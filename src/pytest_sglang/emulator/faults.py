@@ -1,9 +1,9 @@
 """The fault registry: named misbehaviours the emulator injects on request.
 
 ``--emulator-fault NAME[=VALUE]`` (repeatable) turns a fault on. The registry only knows each
-fault's name, help text and how to parse its value; the behaviour lives where the fault strikes
-(the lifecycle for startup faults, the routes for response faults), which checks
-``name in ctx.faults``. To add a fault:
+fault's name, help text and how to parse its value; the behaviour lives where the fault
+strikes (``loading``, ``warmup`` or ``lifecycle`` for startup faults, the routes for response
+faults, the engine for generation faults), which checks ``name in ctx.faults``. To add one:
 
 1. ``register(FaultSpec("error-rate", "...", parse_value=probability))`` below;
 2. at the point where it strikes, ``if "error-rate" in faults: p = faults.value("error-rate")``;
@@ -150,6 +150,22 @@ register(
         "(unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1, which only warns).",
         parse_value=positive_int,
         default=2048,
+    )
+)
+register(
+    FaultSpec(
+        "ignore-sigterm",
+        "SIGTERM is logged and ignored (a stubborn server): only SIGKILL, or SIGINT, stops it.",
+    )
+)
+register(
+    FaultSpec(
+        "orphan-child",
+        "while loading, start a child process in a session of its own (outside the launcher's "
+        "process group, with the emulator's environment) that outlives the emulator for VALUE "
+        "seconds.",
+        parse_value=non_negative_float,
+        default=600.0,
     )
 )
 register(

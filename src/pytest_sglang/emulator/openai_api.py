@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,16 +78,16 @@ class OpenAIRequest:
         ]
 
 
+Parser = Callable[[EmulatorContext, Any], OpenAIRequest]
+Answerer = Callable[[EmulatorContext, OpenAIRequest, list[RequestRun]], dict[str, Any]]
+Streamer = Callable[[EmulatorContext, OpenAIRequest, list[RequestRun]], AsyncGenerator[bytes, None]]
+Handler = Callable[[Request], Awaitable[Response]]
+
+
 def routes(ctx: EmulatorContext) -> list[BaseRoute]:
     """Return the two OpenAI generation routes."""
 
-    def endpoint(
-        parse: Callable[[EmulatorContext, Any], OpenAIRequest],
-        answer: Callable[[EmulatorContext, OpenAIRequest, list[RequestRun]], dict[str, Any]],
-        stream: Callable[
-            [EmulatorContext, OpenAIRequest, list[RequestRun]], AsyncGenerator[bytes, None]
-        ],
-    ) -> Callable[[Request], Any]:
+    def endpoint(parse: Parser, answer: Answerer, stream: Streamer) -> Handler:
         async def handle(request: Request) -> Response:
             media_type = request.headers.get("content-type", "").split(";", 1)[0].strip()
             if media_type.lower() != "application/json":
@@ -130,9 +130,7 @@ async def _checked_stream(
     ctx: EmulatorContext,
     parsed: OpenAIRequest,
     runs: list[RequestRun],
-    stream: Callable[
-        [EmulatorContext, OpenAIRequest, list[RequestRun]], AsyncGenerator[bytes, None]
-    ],
+    stream: Streamer,
 ) -> AsyncGenerator[bytes, None]:
     # As in SGLang, length errors surface inside the stream: an error event after a 200.
     try:

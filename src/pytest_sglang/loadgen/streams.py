@@ -113,9 +113,9 @@ class StreamParser:
         if not isinstance(event, dict):
             self._fail(f"unexpected event (not a JSON object): {_quote(payload)}")
             return
-        message = _error_message(event)
-        if message is not None:
-            self._fail(f"error event in stream: {message}")
+        # Two lookups instead of a call per event: error events are rare, chunks are not.
+        if "error" in event or event.get("object") == "error":
+            self._fail(f"error event in stream: {_error_message(event)}")
             return
         self._event(event, now)
 

@@ -10,11 +10,14 @@
 
 from __future__ import annotations
 
+import importlib.util
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 from pytest_sglang.errors import GpuUnavailable, ServerNotReady, ServerUnavailable, SGLangError
 from pytest_sglang.gpu.probes import GpuProbe, make_probe
+from pytest_sglang.profiles import Profile
 from pytest_sglang.server.handle import SGLangServer
 from pytest_sglang.server.launcher import Launch, LaunchInfo
 from pytest_sglang.server.readiness import ReadinessGate
@@ -129,6 +132,13 @@ class ServerPool:
 
     def _launch(self, name: str) -> SGLangServer:
         profile = self.settings.profiles[name]
+        missing = missing_launcher(profile, self.settings.launcher.value)
+        if missing is not None:
+            raise ServerUnavailable(
+                f"cannot launch profile {name!r}: {missing}; install it, dry-run with "
+                f"--sglang-launcher=emulator, or attach a running server with "
+                f"--sglang-url {name}=URL"
+            )
         self.stop_running()  # they share the GPUs: one launched server at a time
         launch = Launch(
             profile,
@@ -167,6 +177,19 @@ class ServerPool:
     def servers(self) -> tuple[SGLangServer, ...]:
         """Return the servers that are ready now."""
         return tuple(self._ready.values())
+
+
+def missing_launcher(profile: Profile, launcher: str) -> str | None:
+    """Return why ``profile`` cannot be launched here (SGLang not installed...), or None."""
+    if launcher == "emulator":
+        return None
+    if profile.command:
+        if shutil.which(profile.command[0]) is None:
+            return f"its command {profile.command[0]!r} is not on PATH"
+        return None
+    if importlib.util.find_spec("sglang") is None:
+        return "SGLang is not installed in this Python (python -m sglang.launch_server)"
+    return None
 
 
 def _again(first: SGLangError) -> SGLangError:

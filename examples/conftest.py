@@ -1,1 +1,0 @@
-"""The examples need nothing but the plugin: the server comes from --sglang-url."""

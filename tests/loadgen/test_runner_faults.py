@@ -1,0 +1,136 @@
+"""Failure modes on a raw socket: stalled, trickling and cut streams become failed records.
+
+A tiny asyncio HTTP server in the test's own event loop plays the misbehaving SGLang, so
+each fault is exact and needs no emulator support.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+
+from pytest_sglang.loadgen.records import LoadRun
+from pytest_sglang.loadgen.runner import LoadGenerator
+from pytest_sglang.measurement import measure
+from pytest_sglang.workload import Workload
+
+Behaviour = Callable[[asyncio.StreamWriter], Awaitable[None]]
+
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def http_chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def native_event(tokens: int, final: bool = False) -> bytes:
+    meta = {
+        "completion_tokens": tokens,
+        "prompt_tokens": 4,
+        "finish_reason": {"type": "length", "length": tokens} if final else None,
+    }
+    body = {"text": "x" * tokens, "output_ids": list(range(tokens)), "meta_info": meta}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+async def serve(behaviour: Behaviour, run: Callable[[str], Awaitable[LoadRun]]) -> LoadRun:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            await behaviour(writer)
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            # A stalled handler is still sleeping when the run ends and asyncio.run cancels
+            # it; ending quietly keeps asyncio from logging the cancellation as an error.
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        return await run(f"http://127.0.0.1:{port}")
+    finally:
+        server.close()
+
+
+async def stall_after_first_token(writer: asyncio.StreamWriter) -> None:
+    writer.write(HEAD + http_chunk(native_event(1)))
+    await writer.drain()
+    await asyncio.sleep(3600)
+
+
+async def trickle(writer: asyncio.StreamWriter) -> None:
+    writer.write(HEAD)
+    for tokens in range(1, 10_000):
+        writer.write(http_chunk(native_event(tokens)))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+
+
+async def cut_mid_stream(writer: asyncio.StreamWriter) -> None:
+    writer.write(HEAD + http_chunk(native_event(1)))
+    await writer.drain()
+    writer.transport.abort()  # no final chunk, no [DONE]: the connection just drops
+
+
+async def close_without_done(writer: asyncio.StreamWriter) -> None:
+    # A well-formed HTTP body that simply lacks the final event and [DONE].
+    writer.write(HEAD + http_chunk(native_event(1)) + b"0\r\n\r\n")
+    await writer.drain()
+
+
+WORKLOAD = Workload(input_len=4, output_len=8, requests=3, warmup=0)
+
+
+def run_against(behaviour: Behaviour, **options: float) -> tuple[LoadRun, float]:
+    async def run(url: str) -> LoadRun:
+        return await LoadGenerator(url, **options).closed_loop(WORKLOAD, 3)  # type: ignore[arg-type]
+
+    started = time.perf_counter()
+    result = asyncio.run(serve(behaviour, run))
+    return result, time.perf_counter() - started
+
+
+def test_a_stalled_stream_ends_at_the_request_timeout() -> None:
+    run, elapsed = run_against(stall_after_first_token, request_timeout=0.5)
+    assert elapsed < 30  # bounded: the server would stall for an hour
+    assert len(run.records) == 3
+    for record in run.records:
+        assert record.status == 200
+        assert record.error is not None and record.error.startswith("timed out")
+        assert "1 token chunks had arrived" in record.error
+        assert record.chunk_tokens == [1]  # what arrived is kept
+        # The deadline runs from just before the send, and timers may fire a clock tick
+        # early: about 0.5 s, not exactly.
+        assert record.end is not None and record.end - record.sent > 0.4
+    assert measure(run).failed == 3
+
+
+def test_a_trickling_stream_ends_at_the_request_timeout() -> None:
+    run, elapsed = run_against(trickle, request_timeout=0.5)
+    assert elapsed < 30
+    assert all(r.error and r.error.startswith("timed out") for r in run.records)
+    assert all(len(r.chunk_tokens) > 1 for r in run.records)
+
+
+def test_stall_timeout_bounds_the_gap_between_reads() -> None:
+    run, elapsed = run_against(stall_after_first_token, request_timeout=60, stall_timeout=0.3)
+    assert elapsed < 30
+    for record in run.records:
+        assert record.error is not None and "Timeout" in record.error, record.error
+
+
+def test_a_dropped_connection_is_a_failed_record() -> None:
+    run, _ = run_against(cut_mid_stream, request_timeout=10)
+    assert len(run.records) == 3
+    for record in run.records:
+        assert record.error is not None
+        assert record.chunk_tokens == [1]
+
+
+def test_a_stream_without_done_is_a_failed_record() -> None:
+    run, _ = run_against(close_without_done, request_timeout=10)
+    for record in run.records:
+        assert record.error == "stream ended before 'data: [DONE]' after 1 events"
