@@ -149,12 +149,13 @@ def test_non_streamed(emulator: EmulatorProcess, endpoint: str) -> None:
     assert m.check("output_length").passed is True
 
 
-def test_progress_reports_the_final_totals(emulator: EmulatorProcess) -> None:
+@pytest.mark.parametrize("stream", [True, False])
+def test_progress_reports_the_final_totals(emulator: EmulatorProcess, stream: bool) -> None:
     calls: list[tuple[int, int, int, float]] = []
     generator = LoadGenerator(
         emulator.url, progress=lambda *args: calls.append(args), progress_interval=0.05
     )
-    generator.run_closed_loop(Workload(**SMALL, requests=5, warmup=1), 2)
+    generator.run_closed_loop(Workload(**SMALL, requests=5, warmup=1, stream=stream), 2)
     assert calls and calls[-1][:3] == (6, 6, 6 * 16)
 
 
@@ -219,3 +220,14 @@ def test_api_key(start_emulator: object) -> None:
     assert denied.records[0].error == "HTTP 401: Unauthorized"
     allowed = LoadGenerator(emulator.url, api_key="sk-test").run_closed_loop(workload, 1)
     assert all(r.ok for r in allowed.records)
+
+
+def test_a_hung_server_is_bounded_by_the_request_timeout(start_emulator: object) -> None:
+    emulator = start_emulator("--emulator-fault", "hang", wait="port")  # type: ignore[operator]
+    workload = Workload(**SMALL, requests=3, warmup=1)
+    run = LoadGenerator(emulator.url, request_timeout=1.0).run_closed_loop(workload, 2)
+    assert len(run.records) == 4
+    for record in run.records:
+        assert record.status is None  # not even the response headers came
+        assert record.error is not None and record.error.startswith("timed out")
+    assert measure(run).failed == 3

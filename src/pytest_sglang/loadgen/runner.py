@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 from httpx_aiohttp import AiohttpTransport
@@ -39,7 +39,7 @@ from httpx_aiohttp import AiohttpTransport
 from pytest_sglang.loadgen.progress import ProgressCallback, ProgressTicker, Tally, no_progress
 from pytest_sglang.loadgen.prompts import PATHS, encoded_bodies
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
-from pytest_sglang.loadgen.schedule import Arrival, arrival_offsets
+from pytest_sglang.loadgen.schedule import Arrival, arrival_offsets, check_arrival
 from pytest_sglang.loadgen.streams import (
     StreamParser,
     describe_http_error,
@@ -114,14 +114,12 @@ class LoadGenerator:
         self._progress_interval = progress_interval
 
     @classmethod
-    def for_server(cls, server: SGLangServer, **options: object) -> LoadGenerator:
-        """Return a generator for a server that passed the readiness gate (URL, key, model)."""
-        return cls(
-            server.url,
-            api_key=server.api_key,
-            model=server.model.id,
-            **options,  # type: ignore[arg-type]
-        )
+    def for_server(cls, server: SGLangServer, **options: Any) -> LoadGenerator:
+        """Return a generator for a server that passed the readiness gate (URL, key, model).
+
+        ``options`` are the other keyword arguments of the constructor.
+        """
+        return cls(server.url, api_key=server.api_key, model=server.model.id, **options)
 
     # -- async API -------------------------------------------------------------------------
 
@@ -169,6 +167,7 @@ class LoadGenerator:
         (requests then wait for a slot, and their records show the delay); ``None`` leaves
         the loop fully open.
         """
+        check_arrival(rate, arrival)
         if max_concurrency is not None:
             _check_count("max_concurrency", max_concurrency)
         salt = f"open/{arrival}/{rate:g}/r{repeat}"
@@ -371,6 +370,8 @@ class LoadGenerator:
         finally:
             if record.end is None:
                 record.end = time.perf_counter()
+            if parser is None and record.ok:
+                tally.tokens += record.output_tokens or 0  # streams count as chunks arrive
             tally.done += 1
 
     async def _exchange(

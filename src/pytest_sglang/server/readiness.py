@@ -174,7 +174,7 @@ class ReadinessGate:
         self._pass("health")
 
     def _fetch_models(self, client: httpx.Client) -> list[ModelCard]:
-        body = self._get_json_200(client, "/v1/models", phase="models")
+        _, body = self._get_json_200(client, "/v1/models", phase="models")
         violation = first_violation(body, "v1_models")
         if violation is not None:
             raise SchemaMismatch(
@@ -204,10 +204,12 @@ class ReadinessGate:
     def _fetch_server_info(self, client: httpx.Client) -> tuple[dict[str, Any], dict[str, Any]]:
         # 0.5.23 renamed the endpoints; the old names still answer there but log a warning
         # on every call, so try the new name first.
-        info_path = self._first_existing(client, ("/server_info", "/get_server_info"))
-        server_info = self._get_json_200(client, info_path, phase="server_info")
-        model_info_path = self._first_existing(client, ("/model_info", "/get_model_info"))
-        model_info = self._get_json_200(client, model_info_path, phase="server_info")
+        info_path, server_info = self._get_json_200(
+            client, "/server_info", phase="server_info", old_path="/get_server_info"
+        )
+        model_info_path, model_info = self._get_json_200(
+            client, "/model_info", phase="server_info", old_path="/get_model_info"
+        )
         for path, body, schema in (
             (info_path, server_info, "server_info"),
             (model_info_path, model_info, "model_info"),
@@ -259,13 +261,15 @@ class ReadinessGate:
         self._last = seen
         return response
 
-    def _first_existing(self, client: httpx.Client, paths: tuple[str, str]) -> str:
-        response = self._get(client, paths[0])
-        return paths[1] if response is not None and response.status_code == 404 else paths[0]
-
-    def _get_json_200(self, client: httpx.Client, path: str, *, phase: str) -> Any:
+    def _get_json_200(
+        self, client: httpx.Client, path: str, *, phase: str, old_path: str | None = None
+    ) -> tuple[str, Any]:
+        """GET ``path`` until 200 and return (path, JSON body); 404 switches to ``old_path``."""
         while True:
             response = self._get(client, path)
+            if response is not None and response.status_code == 404 and old_path is not None:
+                path, old_path = old_path, None
+                continue
             if response is not None:
                 if response.status_code == 401:
                     raise ServerNotReady(
@@ -273,7 +277,7 @@ class ReadinessGate:
                     )
                 if response.status_code == 200:
                     try:
-                        return response.json()
+                        return path, response.json()
                     except ValueError:
                         raise SchemaMismatch(
                             self._message(

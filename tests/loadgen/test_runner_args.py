@@ -1,0 +1,58 @@
+"""Argument checks and configuration of the load generator (no server needed)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from pytest_sglang.loadgen.runner import LoadGenerator
+from pytest_sglang.workload import Workload
+
+W = Workload(input_len=4, output_len=4, requests=1)
+
+
+@pytest.mark.parametrize("concurrency", [0, -1, 1.5, True])
+def test_concurrency_must_be_a_positive_integer(concurrency: Any) -> None:
+    with pytest.raises(ValueError, match="concurrency must be an integer >= 1"):
+        LoadGenerator("http://127.0.0.1:9").run_closed_loop(W, concurrency)
+
+
+def test_sweep_checks_every_level_before_running_any() -> None:
+    with pytest.raises(ValueError, match="each concurrency must be an integer >= 1, got 0"):
+        LoadGenerator("http://127.0.0.1:9").run_sweep(W, [1, 0])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"rate": 0.0}, "the request rate must be a finite number > 0"),
+        ({"rate": 1.0, "arrival": "burst"}, "arrival must be one of"),
+        ({"rate": 1.0, "max_concurrency": 0}, "max_concurrency must be an integer >= 1"),
+    ],
+)
+def test_open_loop_arguments(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        LoadGenerator("http://127.0.0.1:9").run_open_loop(W, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["request_timeout", "stall_timeout", "connect_timeout"])
+def test_timeouts_must_be_positive(name: str) -> None:
+    with pytest.raises(ValueError, match=f"{name} must be a number of seconds > 0"):
+        LoadGenerator("http://127.0.0.1:9", **{name: 0})
+
+
+def test_for_server_takes_url_key_and_model() -> None:
+    server = SimpleNamespace(
+        url="http://h:1/", api_key="sk-x", model=SimpleNamespace(id="org/model")
+    )
+    generator = LoadGenerator.for_server(server, request_timeout=5)  # type: ignore[arg-type]
+    assert (generator.url, generator.model, generator.request_timeout) == (
+        "http://h:1",
+        "org/model",
+        5.0,
+    )
+    client = generator.client(3)
+    assert client.headers["authorization"] == "Bearer sk-x"
+    assert client.headers["accept-encoding"] == "identity"
