@@ -11,14 +11,54 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pytest_sglang.bench import (
+        BenchResult,
+        Sweep,
+    )
     from pytest_sglang.errors import (
+        ComparisonRefused,
+        GpuMemoryNotReleased,
+        GpuNotClean,
+        GpuUnavailable,
         IdentityMismatch,
+        Inconclusive,
+        PerformanceAssertionError,
         SchemaMismatch,
+        ServerExited,
+        ServerLeftovers,
         ServerNotReady,
         ServerUnavailable,
         SGLangError,
     )
-    from pytest_sglang.server.handle import ModelCard, ReadinessTimings, SGLangServer
+    from pytest_sglang.gpu.model import (
+        GpuSnapshot,
+    )
+    from pytest_sglang.loadgen.runner import (
+        LoadGenerator,
+    )
+    from pytest_sglang.measurement import (
+        Measurement,
+    )
+    from pytest_sglang.server.handle import (
+        ModelCard,
+        ReadinessTimings,
+        SGLangServer,
+    )
+    from pytest_sglang.specdecode import (
+        break_even_accept_length,
+    )
+    from pytest_sglang.verdicts import (
+        CrossoverVerdict,
+        Verdict,
+        assert_at_least,
+        assert_at_most,
+        assert_faster,
+        estimate_break_even,
+        find_crossover,
+    )
+    from pytest_sglang.workload import (
+        Workload,
+    )
 
 try:
     __version__ = version("pytest-sglang")
@@ -26,15 +66,37 @@ except PackageNotFoundError:  # running from a source tree without installation
     __version__ = "0+unknown"
 
 __all__ = [
+    "BenchResult",
+    "ComparisonRefused",
+    "CrossoverVerdict",
+    "GpuMemoryNotReleased",
+    "GpuNotClean",
+    "GpuSnapshot",
+    "GpuUnavailable",
     "IdentityMismatch",
+    "Inconclusive",
+    "LoadGenerator",
+    "Measurement",
     "ModelCard",
+    "PerformanceAssertionError",
     "ReadinessTimings",
     "SGLangError",
     "SGLangServer",
     "SchemaMismatch",
+    "ServerExited",
+    "ServerLeftovers",
     "ServerNotReady",
     "ServerUnavailable",
+    "Sweep",
+    "Verdict",
+    "Workload",
     "__version__",
+    "assert_at_least",
+    "assert_at_most",
+    "assert_faster",
+    "break_even_accept_length",
+    "estimate_break_even",
+    "find_crossover",
 ]
 
 _LAZY = {
@@ -43,9 +105,31 @@ _LAZY = {
     "SchemaMismatch": "pytest_sglang.errors",
     "ServerNotReady": "pytest_sglang.errors",
     "ServerUnavailable": "pytest_sglang.errors",
+    "ServerExited": "pytest_sglang.errors",
+    "GpuNotClean": "pytest_sglang.errors",
+    "GpuMemoryNotReleased": "pytest_sglang.errors",
+    "GpuUnavailable": "pytest_sglang.errors",
+    "ServerLeftovers": "pytest_sglang.errors",
+    "ComparisonRefused": "pytest_sglang.errors",
+    "Inconclusive": "pytest_sglang.errors",
+    "PerformanceAssertionError": "pytest_sglang.errors",
     "ModelCard": "pytest_sglang.server.handle",
     "ReadinessTimings": "pytest_sglang.server.handle",
     "SGLangServer": "pytest_sglang.server.handle",
+    "Workload": "pytest_sglang.workload",
+    "Measurement": "pytest_sglang.measurement",
+    "BenchResult": "pytest_sglang.bench",
+    "Sweep": "pytest_sglang.bench",
+    "LoadGenerator": "pytest_sglang.loadgen.runner",
+    "Verdict": "pytest_sglang.verdicts",
+    "CrossoverVerdict": "pytest_sglang.verdicts",
+    "assert_faster": "pytest_sglang.verdicts",
+    "assert_at_least": "pytest_sglang.verdicts",
+    "assert_at_most": "pytest_sglang.verdicts",
+    "find_crossover": "pytest_sglang.verdicts",
+    "estimate_break_even": "pytest_sglang.verdicts",
+    "break_even_accept_length": "pytest_sglang.specdecode",
+    "GpuSnapshot": "pytest_sglang.gpu.model",
 }
 
 

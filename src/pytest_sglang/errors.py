@@ -11,7 +11,12 @@ The tree::
     ├── GpuUnavailable               GPU state cannot be read here (a skip reason)
     ├── GpuNotClean                  pre-flight: the GPUs a launch needs are held by processes
     ├── GpuMemoryNotReleased         post-flight: memory not back to the baseline after teardown
-    └── ServerLeftovers              teardown found processes of ours that outlived the server
+    ├── ServerLeftovers              teardown found processes of ours that outlived the server
+    └── ComparisonRefused            two measurements cannot be compared (workloads differ...)
+
+    AssertionError
+    ├── PerformanceAssertionError    a verdict failed: the runs show the claim is false
+    └── Inconclusive                 the runs cannot decide (with what would decide them)
 
 Configuration mistakes (bad option values) are reported with :class:`pytest.UsageError`
 instead, so pytest stops before collecting anything.
@@ -20,10 +25,13 @@ instead, so pytest stops before collecting anything.
 from __future__ import annotations
 
 __all__ = [
+    "ComparisonRefused",
     "GpuMemoryNotReleased",
     "GpuNotClean",
     "GpuUnavailable",
     "IdentityMismatch",
+    "Inconclusive",
+    "PerformanceAssertionError",
     "SGLangError",
     "SchemaMismatch",
     "ServerExited",
@@ -87,3 +95,25 @@ class GpuMemoryNotReleased(SGLangError):
 
 class ServerLeftovers(SGLangError):
     """Teardown found and killed processes of ours that outlived the server."""
+
+
+class ComparisonRefused(SGLangError):
+    """Two measurements cannot be compared: different workloads, invalid runs, too few runs."""
+
+
+class PerformanceAssertionError(AssertionError):
+    """A performance verdict failed; the message is the evidence table."""
+
+    def __init__(self, message: str, verdict: object = None) -> None:
+        super().__init__(message)
+        #: The :class:`~pytest_sglang.verdicts.Verdict` with all the evidence.
+        self.verdict = verdict
+
+
+class Inconclusive(AssertionError):
+    """The runs cannot decide the claim either way; the message says what would."""
+
+    def __init__(self, message: str, verdict: object = None) -> None:
+        super().__init__(message)
+        #: The :class:`~pytest_sglang.verdicts.Verdict` with all the evidence.
+        self.verdict = verdict

@@ -17,12 +17,14 @@ from pytest_sglang.settings import SETTINGS_KEY, Settings
 if TYPE_CHECKING:
     import httpx
 
+    from pytest_sglang.bench import Bench, BenchResult
     from pytest_sglang.gpu.state import GpuState
     from pytest_sglang.server.handle import SGLangServer
     from pytest_sglang.server.pool import ServerPool
 
 __all__ = [
     "POOL_KEY",
+    "sglang_bench",
     "sglang_client",
     "sglang_gpu",
     "sglang_server",
@@ -159,7 +161,62 @@ def sglang_server(
             "expectations:\n  " + "\n  ".join(problems),
             pytrace=False,
         )
+    request.node.user_properties.append(("sglang", server_entry(server)))
     return server
+
+
+def server_entry(server: SGLangServer) -> dict[str, object]:
+    """Describe a server for the report: identity, readiness, launch, configuration."""
+    from pytest_sglang.bench import CONFIG_KEYS
+
+    return {
+        "kind": "server",
+        "name": server.name,
+        "url": server.url,
+        "version": server.version,
+        "model": server.model.id,
+        "readiness": server.readiness.as_dict(),
+        "launch": server.launch.as_dict() if server.launch is not None else None,
+        "config": {k: server.server_info[k] for k in CONFIG_KEYS if k in server.server_info},
+    }
+
+
+@pytest.fixture(scope="session")
+def _sglang_bench_session(pytestconfig: pytest.Config, sglang_servers: ServerPool) -> Bench:
+    from pytest_sglang.bench import Bench
+
+    return Bench(sglang_servers, progress=terminal_writer(pytestconfig))
+
+
+@pytest.fixture
+def sglang_bench(request: pytest.FixtureRequest, _sglang_bench_session: Bench) -> Bench:
+    """Measure a workload on a server: ``sglang_bench(SERVER, workload, concurrency, repeats)``.
+
+    SERVER is a profile or attached server name (launched through the pool when needed) or
+    an ``SGLangServer``. Returns a ``BenchResult`` (``repeats`` whole runs, warm-up excluded,
+    default 5) or, for a list of concurrencies, a ``Sweep``. Results are cached per
+    (server, workload, concurrency, repeats) for the session, so tests share measurements,
+    and recorded for the results table and ``--sglang-report``.
+    ``sglang_bench.pair(A, B, workload, concurrency)`` interleaves A B A B when both servers
+    can run at once (two attached URLs), in blocks otherwise.
+    """
+    from pytest_sglang.errors import SGLangError
+
+    def record(result: BenchResult) -> None:
+        request.node.user_properties.append(("sglang", {"kind": "measurement",
+                                                        **result.as_dict()}))  # fmt: skip
+        try:
+            server = _sglang_bench_session.pool.get(result.server)
+        except SGLangError:
+            return
+        request.node.user_properties.append(("sglang", server_entry(server)))
+
+    settings = _sglang_bench_session.pool.settings
+    if not settings.servers and not settings.profiles:
+        _unavailable(settings, f"no SGLang server configured: {_HOW_TO_ATTACH}")
+    return _sglang_bench_session.with_recorder(
+        record, unavailable=lambda message: _unavailable(settings, message)
+    )
 
 
 @pytest.fixture

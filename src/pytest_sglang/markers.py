@@ -47,8 +47,11 @@ TARGET_FIXTURE = "sglang_target"
 
 
 def profile_of(item: pytest.Item) -> str | None:
-    """Return the server this test asks for: its closest ``sglang_profile`` marker, else the
-    server it was parametrized with (see :func:`parametrize_over_servers`), else None."""
+    """Return the server this test asks for, or None.
+
+    That is its closest ``sglang_profile`` marker, else the server it was parametrized with
+    (see :func:`parametrize_over_servers`).
+    """
     marker = item.get_closest_marker("sglang_profile")
     if marker is not None:
         return str(marker.args[0])

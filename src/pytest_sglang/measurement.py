@@ -45,6 +45,7 @@ from typing import Any
 
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.metrics import metric_spec
+from pytest_sglang.stats import percentile
 from pytest_sglang.workload import Workload
 
 __all__ = ["Check", "Distribution", "Measurement", "measure"]
@@ -79,9 +80,9 @@ class Distribution:
         return cls(
             count=len(ordered),
             mean=math.fsum(ordered) / len(ordered),
-            p50=_percentile(ordered, 50),
-            p90=_percentile(ordered, 90),
-            p99=_percentile(ordered, 99),
+            p50=percentile(ordered, 50),
+            p90=percentile(ordered, 90),
+            p99=percentile(ordered, 99),
             min=ordered[0],
             max=ordered[-1],
         )
@@ -514,11 +515,3 @@ def _check_chunk_counts(done: Sequence[RequestRecord], stream: bool) -> Check:
         f"stream_options.continuous_usage_stats); their tokens were spread evenly over their "
         f"chunks: per-token ITL percentiles are approximate, its mean and ITL per chunk exact",
     )
-
-
-def _percentile(ordered: Sequence[float], q: float) -> float:
-    """Return the ``q``-th percentile of sorted ``ordered``, linear between closest ranks."""
-    position = (len(ordered) - 1) * q / 100
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)

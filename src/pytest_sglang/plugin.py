@@ -6,10 +6,15 @@ Work (network, processes) happens in fixtures, never here: ``pytest --help`` and
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 import pytest
 
+from pytest_sglang.context import CURRENT_ITEM
 from pytest_sglang.fixtures import (
     POOL_KEY,
+    _sglang_bench_session,
+    sglang_bench,
     sglang_client,
     sglang_gpu,
     sglang_server,
@@ -28,6 +33,8 @@ from pytest_sglang.markers import (
 from pytest_sglang.settings import OPTIONS, SETTINGS_KEY, resolve_settings
 
 __all__ = [
+    "_sglang_bench_session",
+    "sglang_bench",
     "sglang_client",
     "sglang_gpu",
     "sglang_server",
@@ -68,7 +75,25 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", line)
     if config.option.help or config.option.version:
         return
-    config.stash[SETTINGS_KEY] = resolve_settings(config)
+    settings = resolve_settings(config)
+    config.stash[SETTINGS_KEY] = settings
+    # Only the controller reports: xdist workers send their results with the test reports.
+    if not hasattr(config, "workerinput"):
+        from pytest_sglang.report import SGLangReporter
+
+        config.pluginmanager.register(
+            SGLangReporter(config, settings.report.value), "sglang-reporter"
+        )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    """Let verdicts called from the test record their evidence on it."""
+    token = CURRENT_ITEM.set(item)
+    try:
+        return (yield)
+    finally:
+        CURRENT_ITEM.reset(token)
 
 
 @pytest.hookimpl

@@ -14,7 +14,7 @@ from typing import Any
 __all__ = ["SCHEMA_NAMES", "SchemaViolation", "first_violation", "load_schema"]
 
 #: The schemas shipped in ``pytest_sglang/schemas/``.
-SCHEMA_NAMES = ("v1_models", "server_info", "model_info")
+SCHEMA_NAMES = ("v1_models", "server_info", "model_info", "report")
 
 
 class SchemaViolation:

@@ -148,6 +148,14 @@ GPU_FAKE = OptionSpec(
     metavar="DIR",
 )
 
+REPORT = OptionSpec(
+    "report",
+    "Write the results (environment, servers, measurements with every run, verdicts with "
+    "their evidence) as JSON to PATH; the format is the versioned JSON Schema "
+    "pytest_sglang/schemas/report.schema.json",
+    metavar="PATH",
+)
+
 OPTIONS: tuple[OptionSpec, ...] = (
     URL,
     READY_TIMEOUT,
@@ -158,6 +166,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     LAUNCHER,
     GPU_HOST,
     GPU_FAKE,
+    REPORT,
 )
 #: Launchers ``--sglang-launcher`` accepts.
 LAUNCHERS = ("sglang", "emulator")
@@ -208,6 +217,7 @@ class Settings:
     profiles: Mapping[str, Profile] = field(default_factory=dict)
     gpu_host: Sourced[str | None] = Sourced(None, "default")
     gpu_fake: Sourced[Path | None] = Sourced(None, "default")
+    report: Sourced[Path | None] = Sourced(None, "default")
 
     def profile(self, name: str) -> Profile | None:
         """Return the profile called ``name``, if any."""
@@ -490,6 +500,18 @@ def _parse_dir(config: pytest.Config) -> Callable[[OptionSpec, str, str], Path |
     return parse
 
 
+def _parse_output(config: pytest.Config) -> Callable[[OptionSpec, str, str], Path | None]:
+    def parse(spec: OptionSpec, raw: str, source: str) -> Path | None:
+        path = Path(config.invocation_params.dir, raw).resolve()
+        if path.is_dir():
+            raise _usage_error(
+                spec, source, f"{raw!r} is a directory", "give a file path, e.g. sglang-report.json"
+            )
+        return path
+
+    return parse
+
+
 def _resolve_profiles(config: pytest.Config, environ: Mapping[str, str]) -> dict[str, Profile]:
     # Imported here: tomllib and the profile code are only needed when there is a file.
     from pytest_sglang.profiles import load_profiles
@@ -530,6 +552,7 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         if gpu_host
         else Sourced(None, "default"),
         gpu_fake=_resolve_one(GPU_FAKE, config, env, _parse_dir(config), None),
+        report=_resolve_one(REPORT, config, env, _parse_output(config), None),
         servers=servers,
         ready_timeout=_resolve_one(
             READY_TIMEOUT, config, env, parse_duration, DEFAULT_READY_TIMEOUT

@@ -27,6 +27,7 @@ than 30000 entries) and clear of the low ids where tokenizers keep special token
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping
@@ -82,6 +83,10 @@ class Workload:
         ``generate`` a nested ``"sampling_params"`` dict is merged into the sampling
         parameters. Fields that define the workload (lengths, stream, prompt) are refused.
     :param stream: stream the responses (needed for TTFT and ITL).
+    :param requests_per_slot: when set, a run at concurrency C sends at least
+        ``requests_per_slot * C`` measured requests (``requests`` is then the minimum), so one
+        workload can sweep 1 to 250 concurrent requests and fill every level; see
+        :meth:`for_concurrency`.
     """
 
     input_len: int
@@ -93,6 +98,7 @@ class Workload:
     temperature: float = 0.0
     extra: Mapping[str, Any] = field(default_factory=dict)
     stream: bool = True
+    requests_per_slot: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len", "requests"):
@@ -124,9 +130,28 @@ class Workload:
             raise ValueError(
                 f"Workload.temperature must be a finite number >= 0, got {self.temperature!r}"
             )
+        if self.requests_per_slot is not None and (
+            isinstance(self.requests_per_slot, bool)
+            or not isinstance(self.requests_per_slot, int)
+            or self.requests_per_slot < 1
+        ):
+            raise ValueError(
+                "Workload.requests_per_slot must be None or an integer >= 1, got "
+                f"{self.requests_per_slot!r}; e.g. requests_per_slot=4"
+            )
         if not isinstance(self.stream, bool):
             raise ValueError(f"Workload.stream must be True or False, got {self.stream!r}")
         object.__setattr__(self, "extra", _frozen_extra(self.extra))
+
+    def for_concurrency(self, concurrency: int) -> Workload:
+        """Return the workload a run at ``concurrency`` sends.
+
+        That is ``requests`` scaled up to ``requests_per_slot * concurrency`` when set.
+        """
+        if self.requests_per_slot is None:
+            return self
+        wanted = max(self.requests, self.requests_per_slot * concurrency)
+        return dataclasses.replace(self, requests=wanted, requests_per_slot=None)
 
     def warmup_for(self, concurrency: int) -> int:
         """Return the warm-up request count for a run at ``concurrency`` requests in flight."""
@@ -146,6 +171,8 @@ class Workload:
             "temperature": float(self.temperature),
             "extra": json.loads(json.dumps(dict(self.extra))),
             "stream": self.stream,
+            # Only when set: the keys of workloads without it stay what they were.
+            **({"requests_per_slot": self.requests_per_slot} if self.requests_per_slot else {}),
         }
 
     @classmethod
