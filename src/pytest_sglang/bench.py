@@ -133,7 +133,7 @@ class Bench:
         self,
         pool: ServerPool,
         *,
-        record: Callable[[BenchResult], None] = lambda result: None,
+        record: Callable[[BenchResult, SGLangServer | None], None] = lambda result, server: None,
         progress: Callable[[str], None] = lambda message: None,
         generator_options: dict[str, Any] | None = None,
     ) -> None:
@@ -143,10 +143,12 @@ class Bench:
         self._options = generator_options or {}
         self._cache: dict[_Key, BenchResult] = {}
         self._on_unavailable: Callable[[str], NoReturn] | None = None
+        # The server each result was measured on, for the report (without relaunching it).
+        self._handles: dict[str, SGLangServer] = {}
 
     def with_recorder(
         self,
-        record: Callable[[BenchResult], None],
+        record: Callable[[BenchResult, SGLangServer | None], None],
         unavailable: Callable[[str], NoReturn] | None = None,
     ) -> Bench:
         """Return a view of this bench (same cache) that records results with ``record``.
@@ -157,6 +159,7 @@ class Bench:
         view = Bench(self.pool, record=record, progress=self._progress,
                      generator_options=self._options)  # fmt: skip
         view._cache = self._cache
+        view._handles = self._handles
         view._on_unavailable = unavailable
         return view
 
@@ -252,7 +255,7 @@ class Bench:
             runs = [self._run(handle, workload, concurrency, r, repeats) for r in range(repeats)]
             self._cache[key] = self._result(handle, workload, concurrency, runs, "blocks")
         result = self._cache[key]
-        self._record(result)
+        self._record(result, self._handles.get(name))
         return result
 
     def _result(
@@ -263,6 +266,7 @@ class Bench:
         runs: list[Measurement],
         schedule: str,
     ) -> BenchResult:
+        self._handles[server.name] = server
         config = {k: server.server_info[k] for k in CONFIG_KEYS if k in server.server_info}
         return BenchResult(server.name, workload, concurrency, tuple(runs), config, schedule,
                            server.url)  # fmt: skip

@@ -170,7 +170,7 @@ def server_entry(server: SGLangServer) -> dict[str, object]:
     from pytest_sglang.bench import CONFIG_KEYS
 
     return {
-        "kind": "server",
+        "record": "server",
         "name": server.name,
         "url": server.url,
         "version": server.version,
@@ -200,16 +200,12 @@ def sglang_bench(request: pytest.FixtureRequest, _sglang_bench_session: Bench) -
     ``sglang_bench.pair(A, B, workload, concurrency)`` interleaves A B A B when both servers
     can run at once (two attached URLs), in blocks otherwise.
     """
-    from pytest_sglang.errors import SGLangError
 
-    def record(result: BenchResult) -> None:
-        request.node.user_properties.append(("sglang", {"kind": "measurement",
+    def record(result: BenchResult, server: SGLangServer | None) -> None:
+        request.node.user_properties.append(("sglang", {"record": "measurement",
                                                         **result.as_dict()}))  # fmt: skip
-        try:
-            server = _sglang_bench_session.pool.get(result.server)
-        except SGLangError:
-            return
-        request.node.user_properties.append(("sglang", server_entry(server)))
+        if server is not None:
+            request.node.user_properties.append(("sglang", server_entry(server)))
 
     settings = _sglang_bench_session.pool.settings
     if not settings.servers and not settings.profiles:

@@ -83,7 +83,9 @@ def render_tables(measurements: list[dict[str, Any]], verdicts: list[dict[str, A
             )
         lines.append("")
     for verdict in verdicts:
-        lines.append(f"[{verdict['outcome'].upper()}] {verdict['test']}: {verdict['summary']}")
+        # A crossover is a finding, not a pass or a fail: its assertions come separately.
+        tag = "CROSSOVER" if verdict["kind"] == "find_crossover" else verdict["outcome"].upper()
+        lines.append(f"[{tag}] {verdict['test']}: {verdict['summary']}")
         if verdict["kind"] == "find_crossover":
             table = verdict.get("table")
             if table:
@@ -128,8 +130,8 @@ class SGLangReporter:
         for entry in fresh:
             if not isinstance(entry, dict):
                 continue
-            kind = entry.get("kind")
-            body = {k: v for k, v in entry.items() if k != "kind"}
+            kind = entry.get("record")
+            body = {k: v for k, v in entry.items() if k != "record"}
             if kind == "measurement":
                 self.measurements.append({"test": report.nodeid, **body})
             elif kind == "verdict":

@@ -65,7 +65,7 @@ class Verdict:
 
 
 def _record(verdict: Verdict) -> None:
-    record({"kind": "verdict", **verdict.as_dict(), "table": verdict.table})
+    record({"record": "verdict", **verdict.as_dict(), "table": verdict.table})
 
 
 def _conclude(verdict: Verdict) -> Verdict:
