@@ -1,0 +1,124 @@
+"""The results report: terminal tables, the JSON file, interrupted runs and xdist."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_sglang.schema import first_violation
+
+# Inner tests record synthetic results the way sglang_bench and the verdicts do.
+SUITE = """
+import pytest
+from pytest_sglang import assert_faster, find_crossover
+from pytest_sglang.context import record
+from bench_data import result, sweep
+
+FAST = [110.0, 111.0, 112.5, 113.0, 114.2]
+SLOW = [100.0, 101.0, 102.5, 103.0, 104.1]
+
+def measured(*results):
+    for r in results:
+        record({"record": "measurement", **r.as_dict()})
+
+def test_c1():
+    spec, base = result("eagle3", FAST, accept=2.0), result("baseline", SLOW)
+    measured(spec, base)
+    assert_faster(spec, base)
+
+def test_crossover():
+    spec = sweep("eagle3", {1: FAST, 10: SLOW})
+    base = sweep("baseline", {1: SLOW, 10: FAST})
+    measured(*spec, *base)
+    assert find_crossover(spec, base) <= 10
+
+def test_c250_fails():
+    spec, base = result("eagle3", SLOW, concurrency=250), result("baseline", FAST, concurrency=250)
+    measured(spec, base)
+    assert_faster(spec, base)
+"""
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(test_suite=SUITE)
+    # The inner tests build their results with this repository's tests/bench_data.py.
+    source = Path(__file__).with_name("bench_data.py").read_text()
+    pytester.makepyfile(bench_data=source)
+    return pytester
+
+
+def load(path: Path) -> dict[str, Any]:
+    document = json.loads(path.read_text())
+    assert first_violation(document, "report") is None, first_violation(document, "report")
+    return document
+
+
+def test_terminal_table_and_json(suite: pytest.Pytester) -> None:
+    result = suite.runpytest("--sglang-report=out/report.json")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines([
+        "*= sglang results =*",
+        "workload: generate, input 32, output 4 tokens, 2 requests; medians over runs, times in ms",
+        "server * C runs  out tok/s  TTFT p50  TTFT p99  ITL p50  accept errors",
+        "baseline * 1    5      102.5*",
+        "eagle3 * 1    5      112.5*2.00*",
+        "[[]PASS[]] test_suite.py::test_c1: assert_faster(eagle3 @ C=1, baseline @ C=1): PASS*",
+        "[[]CROSSOVER[]] test_suite.py::test_crossover: crossover of eagle3 vs baseline: C=10",
+        "*<- crossover",
+        "[[]FAIL[]] test_suite.py::test_c250_fails: *",
+        "*report written to*report.json",
+    ])  # fmt: skip
+    document = load(suite.path / "out" / "report.json")
+    assert document["complete"] is True and document["interrupted"] is False
+    assert [v["outcome"] for v in document["verdicts"]] == ["pass", "pass", "fail"]
+    assert {(m["server"], m["concurrency"]) for m in document["measurements"]} == {
+        ("eagle3", 1), ("baseline", 1), ("eagle3", 10), ("baseline", 10),
+        ("eagle3", 250), ("baseline", 250),
+    }  # fmt: skip
+    assert len(document["measurements"][0]["runs"]) == 5
+
+
+def test_interrupted_run_leaves_a_valid_report(suite: pytest.Pytester) -> None:
+    suite.makepyfile(test_zz_interrupt="def test_stop():\n    raise KeyboardInterrupt\n")
+    result = suite.runpytest_subprocess("--sglang-report=report.json", "-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    document = load(suite.path / "report.json")
+    assert document["complete"] is False and document["interrupted"] is True
+    assert len(document["verdicts"]) == 3
+
+
+def test_partial_report_is_valid_while_running(suite: pytest.Pytester) -> None:
+    # Written after every test that recorded something: kill -9 leaves the last one.
+    suite.makepyfile(
+        test_zz_snapshot="""
+        import json, pathlib
+        def test_snapshot():
+            document = json.loads(pathlib.Path("report.json").read_text())
+            assert document["complete"] is False
+            assert len(document["verdicts"]) == 3
+    """
+    )
+    result = suite.runpytest_subprocess("--sglang-report=report.json")
+    result.assert_outcomes(passed=3, failed=1)
+
+
+def test_xdist_workers_send_results_to_the_controller(suite: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    result = suite.runpytest("-n", "2", "--sglang-report=report.json")
+    result.assert_outcomes(passed=2, failed=1)
+    document = load(suite.path / "report.json")
+    assert sorted(v["test"].split("::")[1] for v in document["verdicts"]) == [
+        "test_c1", "test_c250_fails", "test_crossover",
+    ]  # fmt: skip
+    result.stdout.fnmatch_lines(["*= sglang results =*"])
+
+
+def test_report_option_rejects_a_directory(pytester: pytest.Pytester) -> None:
+    pytester.mkdir("out")
+    result = pytester.runpytest("--sglang-report=out")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--sglang-report: 'out' is a directory" in result.stderr.str()
