@@ -244,3 +244,22 @@ def test_no_orphans_after_all_of_this() -> None:
     ours = [p for p in psutil.process_iter(["environ"]) if (p.info["environ"] or {}).get(
         "PYTEST_SGLANG_LAUNCH_ID")]  # fmt: skip
     assert [p for p in ours if p.status() != psutil.STATUS_ZOMBIE and p.pid != os.getpid()] == []
+
+
+def test_emulator_args_reach_only_the_emulator(pytester: pytest.Pytester) -> None:
+    tag = profiles(pytester)
+    pytester.makepyfile(
+        "import pytest\n\n@pytest.mark.sglang_profile('baseline')\n"
+        "def test_a(sglang_server): pass\n"
+    )
+    result = pytester.runpytest(
+        "--sglang-launcher=emulator", "--sglang-ready-timeout=3",
+        "--sglang-emulator-args=--emulator-fault never-ready",
+    )  # fmt: skip
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([
+        "*emulator args: --emulator-fault never-ready*",
+        "*phase 'health' failed*",
+        "*command: *pytest_sglang.emulator*--emulator-fault never-ready*",
+    ])  # fmt: skip
+    assert emulators(tag) == []

@@ -135,6 +135,13 @@ LAUNCHER = OptionSpec(
     "no GPU needed). Default: sglang",
     metavar="{sglang,emulator}",
 )
+EMULATOR_ARGS = OptionSpec(
+    "emulator-args",
+    "Extra arguments for the emulator only, appended to every profile's command line under "
+    "--sglang-launcher=emulator (e.g. '--emulator-speedup 50 --emulator-accept-length 1.2'); "
+    "profiles keep real SGLang flags only",
+    metavar="ARGS",
+)
 GPU_HOST = OptionSpec(
     "gpu-host",
     "Read GPU state with nvidia-smi over ssh on this host (user@host, BatchMode) instead of "
@@ -164,6 +171,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     EXPECT,
     PROFILES,
     LAUNCHER,
+    EMULATOR_ARGS,
     GPU_HOST,
     GPU_FAKE,
     REPORT,
@@ -214,6 +222,7 @@ class Settings:
     require: Sourced[bool]
     expectations: tuple[Expectation, ...]
     launcher: Sourced[str] = Sourced("sglang", "default")
+    emulator_args: Sourced[tuple[str, ...]] = Sourced((), "default")
     profiles: Mapping[str, Profile] = field(default_factory=dict)
     gpu_host: Sourced[str | None] = Sourced(None, "default")
     gpu_fake: Sourced[Path | None] = Sourced(None, "default")
@@ -254,6 +263,11 @@ class Settings:
             lines.append(
                 f"sglang: launcher: {self.launcher.value} (from {self.launcher.source}); "
                 f"profiles: {', '.join(self.profiles)}"
+                + (
+                    f"; emulator args: {' '.join(self.emulator_args.value)}"
+                    if self.emulator_args.value and self.launcher.value == "emulator"
+                    else ""
+                )
             )
         if self.expectations:
             lines.append("sglang: expect: " + ", ".join(e.describe() for e in self.expectations))
@@ -479,6 +493,16 @@ def _resolve_expectations(
     return expectations
 
 
+def parse_args(spec: OptionSpec, raw: str, source: str) -> tuple[str, ...]:
+    """Split a command-line fragment the way a shell would."""
+    try:
+        return tuple(shlex.split(raw))
+    except ValueError as exc:
+        raise _usage_error(
+            spec, source, f"{raw!r} cannot be split: {exc}", "quote arguments the way a shell would"
+        ) from None
+
+
 def parse_launcher(spec: OptionSpec, raw: str, source: str) -> str:
     """Parse a launcher name."""
     if raw not in LAUNCHERS:
@@ -547,6 +571,7 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
     gpu_host = _lookup(GPU_HOST, config, env)
     return Settings(
         launcher=_resolve_one(LAUNCHER, config, env, parse_launcher, "sglang"),
+        emulator_args=_resolve_one(EMULATOR_ARGS, config, env, parse_args, ()),
         profiles=_resolve_profiles(config, env),
         gpu_host=Sourced(gpu_host.value[0], gpu_host.source)
         if gpu_host

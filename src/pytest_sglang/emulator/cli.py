@@ -14,6 +14,7 @@ import argparse
 import re
 import shlex
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from pytest_sglang.emulator import faults
@@ -38,6 +39,9 @@ def parse_args(argv: Sequence[str]) -> LaunchConfig:
     given = {key: value for key, value in values.items() if not key.startswith("emulator_")}
     for key, value in parse_unknown_flags(extras, parser).items():
         given.setdefault(key, value)
+    gpu_dir = values["emulator_gpu_dir"]
+    if gpu_dir is not None and not (gpu_dir / "gpus.json").is_file():
+        parser.error(f"argument --emulator-gpu-dir: no gpus.json in {gpu_dir}")
     decode_ms = float(values["emulator_decode_ms"])
     prefill_ms = values["emulator_prefill_ms"]
     options = EmulatorOptions(
@@ -50,6 +54,7 @@ def parse_args(argv: Sequence[str]) -> LaunchConfig:
         model_context_length=values["emulator_model_context_length"],
         accept_length=values["emulator_accept_length"],
         architecture=values["emulator_architecture"],
+        gpu_dir=gpu_dir,
         faults=faults.Faults(dict(values["emulator_fault"] or [])),
     )
     model = guess_profile(
@@ -289,6 +294,14 @@ def _add_emulator_options(group: argparse._ArgumentGroup) -> None:
         metavar="NAME",
         help="HF architecture of the emulated model (default: guessed from the model path, "
         "e.g. LlamaForCausalLM).",
+    )
+    option(
+        "--emulator-gpu-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="A fake GPU directory (gpus.json) in which to register this process as holding "
+        "GPU memory while it runs, for dry runs of GPU hygiene checks.",
     )
     option(
         "--emulator-fault",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pytest_sglang.emulator.faults import Faults
@@ -24,6 +25,7 @@ class EmulatorOptions:
     model_context_length: int = 131072
     accept_length: float = 2.0
     architecture: str | None = None
+    gpu_dir: Path | None = None
     faults: Faults = field(default_factory=Faults)
 
     @property

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pytest_sglang.emulator.config import EmulatorOptions, LaunchConfig
 from pytest_sglang.emulator.engine import Engine, GenerationRequest, SpecConfig
 from pytest_sglang.emulator.faults import Faults
+from pytest_sglang.emulator.gpus import GpuHolder
 from pytest_sglang.emulator.logs import scheduler_logger, server_logger
 from pytest_sglang.emulator.server_args import SchedulerInfo, scheduler_info
 from pytest_sglang.emulator.simple_engine import SimpleEngine, SimpleEngineConfig
@@ -49,6 +50,7 @@ class EmulatorContext:
     state: ServerState = field(default_factory=ServerState)
     health: HealthSettings = field(default_factory=HealthSettings)
     spec: SpecConfig | None = None
+    gpu_holder: GpuHolder | None = None
     log: logging.Logger = field(default_factory=server_logger)
 
     @property
@@ -137,4 +139,9 @@ def build_context(config: LaunchConfig) -> EmulatorContext:
         stats=stats,
         health=HealthSettings.from_env(),
         spec=spec,
+        gpu_holder=(
+            None
+            if config.options.gpu_dir is None
+            else GpuHolder(config.options.gpu_dir, args, server_logger())
+        ),
     )

@@ -44,6 +44,15 @@ class _Server(uvicorn.Server):
 async def run(config: LaunchConfig) -> int:
     """Run the emulated server through its phases; return the exit status."""
     ctx = build_context(config)
+    try:
+        return await _run(ctx)
+    finally:
+        if ctx.gpu_holder is not None:
+            ctx.gpu_holder.release()
+
+
+async def _run(ctx: EmulatorContext) -> int:
+    config = ctx.config
     stop = asyncio.Event()
     install_signal_handlers(ctx, stop)
     launched = time.monotonic()

@@ -46,6 +46,8 @@ async def load(ctx: EmulatorContext, stop: asyncio.Event) -> bool:
             after_weights,
             weight,
         )
+        if ctx.gpu_holder is not None:
+            ctx.gpu_holder.hold(int(weight * 1024))
 
     def draft_check() -> None:
         if "context-length-mismatch" in ctx.faults:
@@ -59,6 +61,8 @@ async def load(ctx: EmulatorContext, stop: asyncio.Event) -> bool:
             kv / 2,
         )
         sched_log.info("Memory pool end. avail mem=%.2f GB", after_kv)
+        if ctx.gpu_holder is not None:
+            ctx.gpu_holder.hold()
 
     def graph_begin() -> None:
         sched_log.info(

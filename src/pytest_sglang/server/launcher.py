@@ -201,6 +201,8 @@ class Launch:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self.info.gpus)
         port = pick_port(self.host)
         argv = build_command(self.profile, self.settings.launcher.value, self.host, port)
+        if self.settings.launcher.value == "emulator":
+            argv += list(self.settings.emulator_args.value)
         if isinstance(self.gpu, FakeProbe) and self.settings.launcher.value == "emulator":
             # The emulator simulates GPU holders in the fake probe's directory.
             argv += ["--emulator-gpu-dir", str(self.gpu.directory)]
