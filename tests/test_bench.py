@@ -1,0 +1,75 @@
+"""The sglang_bench fixture end to end against the emulator: caching, sweeps, pairs, records."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.emulator_process import EmulatorProcess
+
+Start = Callable[..., EmulatorProcess]
+
+SUITE = """
+import pytest
+from pytest_sglang import Workload, BenchResult, Sweep
+
+W = Workload(input_len=8, output_len=4, requests=4, requests_per_slot=2)
+
+def test_first(sglang_bench):
+    result = sglang_bench("a", W, concurrency=2, repeats=2)
+    assert isinstance(result, BenchResult) and len(result.runs) == 2
+    assert result.valid, result.problems()
+    assert result.runs[0].requests == 4
+    pytest.shared = result
+
+def test_cached(sglang_bench):
+    again = sglang_bench("a", W, concurrency=2, repeats=2)
+    assert again is pytest.shared
+
+def test_sweep(sglang_bench):
+    sweep = sglang_bench("a", W, concurrency=[3, 1], repeats=1)
+    assert isinstance(sweep, Sweep) and sweep.levels == (1, 3)
+    assert sweep[3].runs[0].requests == 6  # requests_per_slot scales with the level
+    assert sweep[1].median("output_throughput") > 0
+
+def test_pair_interleaves_attached_servers(sglang_bench):
+    a, b = sglang_bench.pair("a", "b", W, concurrency=1, repeats=2)
+    assert a.schedule == b.schedule == "interleaved"
+    assert a.server == "a" and b.server == "b"
+
+def test_too_few_requests(sglang_bench):
+    with pytest.raises(ValueError, match="can never hold 50 requests in flight"):
+        sglang_bench("a", Workload(input_len=8, output_len=4, requests=10), concurrency=50)
+
+def test_unknown_server_skips(sglang_bench):
+    sglang_bench("nope", W)
+"""
+
+
+def test_bench_fixture(pytester: pytest.Pytester, start_emulator: Start) -> None:
+    a, b = start_emulator(), start_emulator()
+    pytester.makepyfile(SUITE)
+    result = pytester.runpytest(
+        f"--sglang-url=a={a.url}", f"--sglang-url=b={b.url}", "--sglang-report=r.json", "-rs"
+    )
+    result.assert_outcomes(passed=5, skipped=1)
+    result.stdout.fnmatch_lines(["*no SGLang server or profile named 'nope'*"])
+    report = json.loads(Path(pytester.path, "r.json").read_text())
+    keys = sorted((m["server"], m["concurrency"], len(m["runs"])) for m in report["measurements"])
+    # The cached measurement is recorded once (deduplicated), sweeps per level.
+    assert keys == [("a", 1, 1), ("a", 1, 2), ("a", 2, 2), ("a", 3, 1), ("b", 1, 2)]
+    assert {s["name"] for s in report["servers"]} == {"a", "b"}
+    assert all(s["readiness"]["phases"] for s in report["servers"])
+
+
+def test_bench_without_servers_skips(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        "from pytest_sglang import Workload\n"
+        "def test_x(sglang_bench):\n    sglang_bench('a', Workload(input_len=1, output_len=1))\n"
+    )
+    result = pytester.runpytest("-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*no SGLang server configured*"])
