@@ -51,8 +51,8 @@ def test_fake_probe_counts_holders_only_while_alive(
     probe = FakeProbe(tmp_path)
     snap = probe.snapshot()
     assert [g.memory_used for g in snap.gpus] == [76 * GIB, 76 * GIB]
-    assert snap.processes_on(uuids[0])[0].describe() == "pid %d (sglang::scheduler) 76.0 GiB" % (
-        sleeper.pid
+    assert snap.processes_on(uuids[0])[0].describe() == (
+        f"pid {sleeper.pid} (sglang::scheduler) 76.0 GiB"
     )
     sleeper.kill()
     sleeper.wait()
@@ -64,7 +64,7 @@ def test_fake_probe_counts_holders_only_while_alive(
 
 
 def test_fake_probe_needs_gpus_json(tmp_path: Path) -> None:
-    with pytest.raises(GpuUnavailable, match="has no gpus.json"):
+    with pytest.raises(GpuUnavailable, match=r"has no gpus\.json"):
         FakeProbe(tmp_path)
 
 
@@ -72,14 +72,18 @@ def test_nvml_unavailable_here_is_a_reason_not_a_crash() -> None:
     # This machine (and CI) has no NVIDIA driver: the probe must say why, not crash.
     if Path("/dev/nvidiactl").exists():
         pytest.skip("a GPU driver is present")
-    with pytest.raises(GpuUnavailable, match="NVML unavailable|not installed"):
+    with pytest.raises(GpuUnavailable, match=r"NVML unavailable|not installed"):
         NvmlProbe()
 
 
 FAKE_SMI = r"""#!/bin/sh
 case "$*" in
-  *query-gpu*) printf '0, GPU-aaaa, 143771, 76000, 67771, NVIDIA H200\n1, GPU-bbbb, 143771, 1, 143770, NVIDIA H200, rev B\n' ;;
-  *query-compute-apps*) printf '4242, GPU-aaaa, 75990, /usr/bin/python3\n4243, GPU-aaaa, [N/A], sglang, scheduler\n' ;;
+  *query-gpu*)
+    echo '0, GPU-aaaa, 143771, 76000, 67771, NVIDIA H200'
+    echo '1, GPU-bbbb, 143771, 1, 143770, NVIDIA H200, rev B' ;;
+  *query-compute-apps*)
+    echo '4242, GPU-aaaa, 75990, /usr/bin/python3'
+    echo '4243, GPU-aaaa, [N/A], sglang, scheduler' ;;
 esac
 """
 FAKE_SSH = """#!/bin/sh

@@ -136,7 +136,8 @@ def test_wrong_server_info_value(pytester: pytest.Pytester, start_emulator: Star
     result.stdout.fnmatch_lines(
         [
             "*phase 'server_info' failed*",
-            "*tp_size: expected 8 (from --sglang-expect on the command line), /server_info reports 2*",
+            "*tp_size: expected 8 (from --sglang-expect on the command line), "
+            "/server_info reports 2*",
             '*speculative_algorithm: expected "EAGLE3"*reports null*',
         ]
     )
