@@ -178,7 +178,7 @@ def test_stubborn_servers_are_stopped_and_named(pytester: pytest.Pytester, fault
 
 def test_gpu_hygiene_end_to_end_with_fake_gpus(pytester: pytest.Pytester, tmp_path: Path) -> None:
     gpus = tmp_path / "gpus"
-    write_fake_gpus(gpus, 2)
+    uuids = write_fake_gpus(gpus, 2)
     tag = profiles(pytester)
     pytester.makepyfile("""
         import pytest
@@ -190,9 +190,14 @@ def test_gpu_hygiene_end_to_end_with_fake_gpus(pytester: pytest.Pytester, tmp_pa
             assert held and snap.gpus[0].memory_used > 0
             assert sglang_server.launch.gpus == (snap.gpus[0].uuid,)
     """)
-    result = pytester.runpytest("--sglang-launcher=emulator", f"--sglang-gpu-fake={gpus}")
+    result = pytester.runpytest(
+        "--sglang-launcher=emulator", f"--sglang-gpu-fake={gpus}", "--sglang-report=r.json"
+    )
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*baseline*stopped*GPU memory released in *s*"])
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["environment"]["gpus"] == ["NVIDIA H200", "NVIDIA H200"]
+    assert report["servers"][0]["launch"]["gpus"] == [uuids[0]]
     assert not list(gpus.glob("holder-*.json")) or all(
         not psutil.pid_exists(json.loads(p.read_text())["pid"]) for p in gpus.glob("holder-*")
     )

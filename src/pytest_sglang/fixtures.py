@@ -162,6 +162,9 @@ def sglang_server(
             pytrace=False,
         )
     request.node.user_properties.append(("sglang", server_entry(server)))
+    gpus = sglang_servers.gpu_names()
+    if gpus:
+        request.node.user_properties.append(("sglang", {"record": "gpus", "names": gpus}))
     return server
 
 

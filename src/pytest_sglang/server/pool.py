@@ -44,6 +44,7 @@ class ServerPool:
         self._running: Launch | None = None
         self._gpu: GpuProbe | None = None
         self._gpu_checked = False
+        self._gpu_names: list[str] | None = None
         #: Every launch of the session, in order, for the report.
         self.launches: list[LaunchInfo] = []
         #: Why GPU checks were skipped, if they were.
@@ -92,6 +93,18 @@ class ServerPool:
                 "or drop --sglang-require for a dry run"
             )
         return self._gpu
+
+    def gpu_names(self) -> list[str]:
+        """Return the names of the GPUs the session's probe sees (empty without a probe).
+
+        Reads one snapshot the first time; never creates the probe itself.
+        """
+        if self._gpu is not None and self._gpu_names is None:
+            try:
+                self._gpu_names = [g.name for g in self._gpu.snapshot().gpus]
+            except GpuUnavailable:
+                self._gpu_names = []
+        return list(self._gpu_names or [])
 
     def get(self, name: str) -> SGLangServer:
         """Return the ready server ``name``: gated (attached) or launched on first use.
