@@ -25,6 +25,7 @@ class ApiKeyMiddleware:
         self.case_insensitive_scheme = case_insensitive_scheme
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass authorised and exempt requests on; answer 401 to the rest."""
         if scope["type"] != "http" or self._exempt(scope) or self._authorized(scope):
             await self.app(scope, receive, send)
             return

@@ -99,8 +99,11 @@ def _log_launch(ctx: EmulatorContext) -> None:
 
 def _bind(host: str, port: int) -> socket.socket:
     # Bound but not listening: connections are refused until uvicorn starts serving on it.
+    # The protocol must be named: asyncio sets TCP_NODELAY on accepted connections only when
+    # sock.proto == IPPROTO_TCP, and with proto 0 every response written as headers + body
+    # waited ~40 ms for the client's delayed ACK (Nagle).
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

@@ -199,7 +199,7 @@ class Launch:
             # Pin the server to the checked GPUs by UUID: indices differ between NVML and
             # CUDA's default order, UUIDs do not.
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self.info.gpus)
-        port = pick_port(self.host)
+        port = self._free_port()
         argv = build_command(self.profile, self.settings.launcher.value, self.host, port)
         if self.settings.launcher.value == "emulator":
             argv += list(self.settings.emulator_args.value)
@@ -207,8 +207,6 @@ class Launch:
             # The emulator simulates GPU holders in the fake probe's directory.
             argv += ["--emulator-gpu-dir", str(self.gpu.directory)]
         self.info.command, self.info.port = redact(argv), port
-        if port_in_use(self.host, port):  # taken since the OS offered it: try once more
-            return self.start()
         self._process = ServerProcess(argv, env=env, log_path=self.info.log_path)
         started = self._clock()
         try:
@@ -233,6 +231,18 @@ class Launch:
             f"({self.info.launcher}, pid {self.info.pid}, port {port}, log {self.info.log_path})"
         )
         return server
+
+    def _free_port(self) -> int:
+        # The OS hands out a free port, but another process may take it before the server
+        # binds: check again just before launching (the freshness check catches the rest).
+        for _ in range(5):
+            port = pick_port(self.host)
+            if not port_in_use(self.host, port):
+                return port
+        raise ServerNotReady(
+            f"no free port found on {self.host} after 5 tries: is something grabbing ports?",
+            phase="connect",
+        )
 
     def _gate(self, port: int) -> SGLangServer:
         assert self._process is not None
