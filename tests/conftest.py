@@ -7,6 +7,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+# Imported once for the whole session: httpx imports httpcore lazily, and pytester removes
+# modules first imported inside an in-process run from sys.modules afterwards. A second
+# import of httpcore would make httpx stop recognising its own transport errors.
+import httpcore  # noqa: F401
+import httpx  # noqa: F401
 import pytest
 
 from tests.emulator_process import EmulatorProcess, running_emulator
