@@ -8,11 +8,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-# httpx imports httpcore lazily. Importing both here puts them in sys.modules before any
-# in-process pytester run of the plugin suite: pytester restores its sys.modules snapshot after
-# each run, and an httpcore re-imported afterwards no longer matches httpx's exception mapping
-# (raw httpcore.ConnectError instead of httpx.ConnectError, for the rest of the session).
-import httpcore  # noqa: F401
 import httpx
 import jsonschema
 import pytest
