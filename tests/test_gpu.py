@@ -16,17 +16,7 @@ from pytest_sglang.gpu.hygiene import postflight, preflight, server_gpus
 from pytest_sglang.gpu.model import GIB, MIB
 from pytest_sglang.gpu.probes import FakeProbe, NvmlProbe, SmiProbe, write_fake_gpus
 from pytest_sglang.gpu.requirements import unmet_requirement
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
+from tests.fake_clock import FakeClock
 
 
 def hold(directory: Path, pid: int, gpus: list[str], used_mib: int, name: str = "python") -> Path:

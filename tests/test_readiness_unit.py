@@ -12,6 +12,7 @@ import pytest
 from pytest_sglang.errors import IdentityMismatch, SchemaMismatch, ServerNotReady
 from pytest_sglang.server.readiness import ReadinessGate
 from pytest_sglang.settings import Expectation
+from tests.fake_clock import FakeClock
 
 MODELS = {
     "object": "list",
@@ -35,17 +36,6 @@ SERVER_INFO = {
     "speculative_algorithm": "EAGLE3",
 }
 MODEL_INFO = {"model_path": "org/model", "tokenizer_path": "org/model", "is_generation": True}
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class ScriptedServer:

@@ -1,0 +1,63 @@
+"""The story, as tests: does EAGLE-3 pay off, and where does it stop paying off?
+
+Baseline and EAGLE-3 profiles (``pyproject.toml`` here) are measured at the eight
+concurrency levels of the story, one server at a time, each launched once. The results
+table at the end of the run shows every level; the verdicts decide with statistics over
+repeated runs and say so when they cannot.
+
+Against the emulator: ``pytest examples --sglang-launcher=emulator`` (the ini file passes
+``--emulator-speedup`` so the sweep takes a minute, with the same shape). On GPUs: ``pytest
+examples`` launches the real servers, or attach running ones with ``--sglang-url
+baseline=URL --sglang-url eagle3=URL``.
+"""
+
+from __future__ import annotations
+
+from pytest_sglang import (
+    Workload,
+    assert_faster,
+    estimate_break_even,
+    find_crossover,
+)
+
+# Short prompts so that decode dominates, exact output lengths (ignore_eos); every level
+# gets two requests per slot, so C=250 really holds 250 requests in flight.
+CHAT = Workload(input_len=32, output_len=64, requests=16, requests_per_slot=2)
+LEVELS = [1, 2, 5, 10, 30, 70, 100, 250]
+REPEATS = 3
+
+
+def test_speculation_stops_paying_off(sglang_bench) -> None:  # type: ignore[no-untyped-def]
+    # First in the file on purpose: the sweep measures every level once, and the tests
+    # below reuse its cached results instead of relaunching the servers.
+    base = sglang_bench("baseline", CHAT, concurrency=LEVELS, repeats=REPEATS)
+    spec = sglang_bench("eagle3", CHAT, concurrency=LEVELS, repeats=REPEATS)
+    crossover = find_crossover(spec, base)
+    print(crossover.table())
+    assert crossover.level is not None, "EAGLE-3 was faster at every level"
+    assert crossover <= 250
+
+
+def test_eagle3_beats_baseline_single_stream(sglang_bench) -> None:  # type: ignore[no-untyped-def]
+    base = sglang_bench("baseline", CHAT, concurrency=1, repeats=REPEATS)
+    spec = sglang_bench("eagle3", CHAT, concurrency=1, repeats=REPEATS)
+    assert_faster(spec, base)
+
+
+def test_baseline_beats_eagle3_under_load(sglang_bench) -> None:  # type: ignore[no-untyped-def]
+    base = sglang_bench("baseline", CHAT, concurrency=250, repeats=REPEATS)
+    spec = sglang_bench("eagle3", CHAT, concurrency=250, repeats=REPEATS)
+    # The verdict warns that EAGLE runs at most 48 requests at once: part of its loss.
+    assert_faster(base, spec)
+
+
+def test_acceptance_beats_break_even_at_c1(sglang_bench) -> None:  # type: ignore[no-untyped-def]
+    base = sglang_bench("baseline", CHAT, concurrency=1, repeats=REPEATS)
+    spec = sglang_bench("eagle3", CHAT, concurrency=1, repeats=REPEATS)
+    estimate = estimate_break_even(spec, base)
+    print(
+        f"cycle {estimate.t_cycle * 1000:.1f} ms vs decode step {estimate.t_decode * 1000:.1f} ms:"
+        f" break-even acceptance length {estimate.break_even:.2f}, measured "
+        f"{estimate.accept_length:.2f}, speed-up {estimate.speedup:.2f}x"
+    )
+    assert estimate.accept_length > estimate.break_even
