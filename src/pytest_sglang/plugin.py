@@ -160,6 +160,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         )
     if pool.gpu_skip_reason:
         terminalreporter.write_line(f"  GPU checks skipped: {pool.gpu_skip_reason}")
+    for problem in pool.problems:
+        terminalreporter.write_line(f"  problem: {problem}", red=True)
 
 
 @pytest.hookimpl

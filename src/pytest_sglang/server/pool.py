@@ -15,7 +15,13 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from pytest_sglang.errors import GpuUnavailable, ServerNotReady, ServerUnavailable, SGLangError
+from pytest_sglang.errors import (
+    GpuUnavailable,
+    ServerLeftovers,
+    ServerNotReady,
+    ServerUnavailable,
+    SGLangError,
+)
 from pytest_sglang.gpu.probes import GpuProbe, make_probe
 from pytest_sglang.profiles import Profile
 from pytest_sglang.server.handle import SGLangServer
@@ -47,6 +53,8 @@ class ServerPool:
         self._gpu_names: list[str] | None = None
         #: Every launch of the session, in order, for the report.
         self.launches: list[LaunchInfo] = []
+        #: Teardown problems that did not fail a test (stragglers found and killed).
+        self.problems: list[str] = []
         #: Why GPU checks were skipped, if they were.
         self.gpu_skip_reason: str | None = None
 
@@ -145,6 +153,13 @@ class ServerPool:
 
     def _launch(self, name: str) -> SGLangServer:
         profile = self.settings.profiles[name]
+        try:
+            self.stop_running()  # they share the GPUs: one launched server at a time
+        except ServerLeftovers as exc:
+            # The stragglers are dead by now: the next launch can go ahead, but the
+            # previous server's sloppy shutdown must not go unnoticed.
+            self.problems.append(str(exc))
+            self._progress(f"sglang: {exc}")
         missing = missing_launcher(profile, self.settings.launcher.value)
         if missing is not None:
             raise ServerUnavailable(
@@ -152,7 +167,6 @@ class ServerPool:
                 f"--sglang-launcher=emulator, or attach a running server with "
                 f"--sglang-url {name}=URL"
             )
-        self.stop_running()  # they share the GPUs: one launched server at a time
         launch = Launch(
             profile,
             self.settings,
