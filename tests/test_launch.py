@@ -263,3 +263,25 @@ def test_emulator_args_reach_only_the_emulator(pytester: pytest.Pytester) -> Non
         "*command: *pytest_sglang.emulator*--emulator-fault never-ready*",
     ])  # fmt: skip
     assert emulators(tag) == []
+
+
+@pytest.mark.parametrize("method", ["signal", "thread"])
+def test_pytest_timeout_leaves_no_process(pytester: pytest.Pytester, method: str) -> None:
+    # The thread method ends pytest with os._exit: no teardown runs, the reaper stops the
+    # server when pytest's end closes its pipe. The signal method fails the test and the
+    # normal teardown runs.
+    tag = profiles(pytester)
+    pytester.makepyfile(
+        "import time, pytest\n\n@pytest.mark.sglang_profile('baseline')\n"
+        "def test_slow(sglang_server):\n    time.sleep(60)\n"
+    )
+    process = subprocess.run(
+        [sys.executable, "-m", "pytest", "--sglang-launcher=emulator", "-p", "no:cacheprovider",
+         "--timeout=5", f"--timeout-method={method}"],
+        cwd=pytester.path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "Timeout" in process.stdout + process.stderr
+    deadline = time.monotonic() + 30
+    while emulators(tag) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert emulators(tag) == []
