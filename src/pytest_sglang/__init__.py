@@ -7,7 +7,6 @@ run of an environment that has it installed) stays cheap.
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -60,10 +59,7 @@ if TYPE_CHECKING:
         Workload,
     )
 
-try:
-    __version__ = version("pytest-sglang")
-except PackageNotFoundError:  # running from a source tree without installation
-    __version__ = "0+unknown"
+__version__: str  # read from the installed metadata on first use (that costs milliseconds)
 
 __all__ = [
     "BenchResult",
@@ -133,8 +129,20 @@ _LAZY = {
 }
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pytest-sglang")
+    except PackageNotFoundError:  # running from a source tree without installation
+        return "0+unknown"
+
+
 def __getattr__(name: str) -> Any:
     """Import public names on first use."""
+    if name == "__version__":
+        globals()["__version__"] = _version()
+        return globals()["__version__"]
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'pytest_sglang' has no attribute {name!r}")

@@ -10,13 +10,9 @@ at the end, so an interrupted run still leaves a valid report (``complete: false
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
-import platform
-import statistics
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,11 +24,19 @@ __all__ = ["REPORT_VERSION", "SGLangReporter", "render_tables"]
 REPORT_VERSION = 1
 
 
+# platform, statistics, tempfile and datetime are imported where they are used: this module
+# is loaded by pytest_configure in every run, results or not.
+
+
 def _now() -> str:
+    import datetime
+
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def _median(values: list[float]) -> float | None:
+    import statistics
+
     return statistics.median(values) if values else None
 
 
@@ -109,7 +113,7 @@ class SGLangReporter:
     def __init__(self, config: pytest.Config, path: Path | None) -> None:
         self.config = config
         self.path = path
-        self.created = _now()
+        self.created = ""
         self.measurements: list[dict[str, Any]] = []
         self.verdicts: list[dict[str, Any]] = []
         self.servers: list[dict[str, Any]] = []
@@ -117,6 +121,11 @@ class SGLangReporter:
         self._consumed: dict[str, int] = {}
 
     # -- collection -----------------------------------------------------------------------
+
+    @pytest.hookimpl
+    def pytest_sessionstart(self) -> None:
+        """Note when the session started."""
+        self.created = _now()
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -147,6 +156,8 @@ class SGLangReporter:
     def document(self, *, complete: bool, interrupted: bool = False,
                  exit_status: int | None = None) -> dict[str, Any]:  # fmt: skip
         """Return the report as plain JSON types (see ``schemas/report.schema.json``)."""
+        import platform
+
         from pytest_sglang import __version__
 
         measurements = _dedupe(
@@ -174,6 +185,8 @@ class SGLangReporter:
         """Write the JSON report atomically (no-op without ``--sglang-report``)."""
         if self.path is None:
             return
+        import tempfile
+
         document = self.document(complete=complete, interrupted=interrupted,
                                  exit_status=exit_status)  # fmt: skip
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -537,9 +537,6 @@ def _parse_output(config: pytest.Config) -> Callable[[OptionSpec, str, str], Pat
 
 
 def _resolve_profiles(config: pytest.Config, environ: Mapping[str, str]) -> dict[str, Profile]:
-    # Imported here: tomllib and the profile code are only needed when there is a file.
-    from pytest_sglang.profiles import load_profiles
-
     raw = _lookup(PROFILES, config, environ)
     profiles_file = None
     if raw is not None:
@@ -557,7 +554,19 @@ def _resolve_profiles(config: pytest.Config, environ: Mapping[str, str]) -> dict
         if inipath and inipath.name == "pyproject.toml"
         else (config.rootpath / "pyproject.toml")
     )
+    if profiles_file is None and not _mentions_profiles(pyproject):
+        return {}
+    # Imported here: tomllib and the profile code cost milliseconds in every pytest run.
+    from pytest_sglang.profiles import load_profiles
+
     return load_profiles(pyproject, profiles_file)
+
+
+def _mentions_profiles(pyproject: Path) -> bool:
+    try:
+        return "pytest-sglang" in pyproject.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
 
 
 def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = None) -> Settings:
