@@ -4,17 +4,25 @@ Runs ``pytest --collect-only`` with the plugin and with ``-p no:sglang``, interl
 drift on a noisy machine hits both sides alike), and prints the medians and their ratio.
 Target: ratio <= 1.05.
 
+Bytecode: installed packages come with compiled ``.pyc`` files, an editable checkout gets
+them on first import, unless ``PYTHONDONTWRITEBYTECODE`` is set (it is on some development
+machines): then every run recompiles the plugin's sources and the benchmark would measure
+the compiler. The child runs drop that variable, and a warm-up run writes the bytecode.
+
     python benchmarks/collect_overhead.py [--runs 30]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
 def run_once(cwd: str, extra: list[str]) -> float:
@@ -24,6 +32,7 @@ def run_once(cwd: str, extra: list[str]) -> float:
         cwd=cwd,
         capture_output=True,
         text=True,
+        env=ENV,
     )
     elapsed = time.perf_counter() - start
     # Exit code 5: "no tests collected", expected in an empty directory.
