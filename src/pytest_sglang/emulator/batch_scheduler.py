@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
@@ -342,7 +341,3 @@ def simulate_closed_loop(
         verify_ct=verify,
         forwards=forwards,
     )
-
-
-def _unused(_: SequenceABC[int]) -> None:  # pragma: no cover - keeps the import for typing
-    return None
