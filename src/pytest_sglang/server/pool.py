@@ -146,7 +146,9 @@ class ServerPool:
             else:
                 server = self._launch(name)
         except SGLangError as exc:
-            self._failed[name] = exc
+            # "Not configured here" is cheap to find out again; a failed gate or launch is not.
+            if not isinstance(exc, ServerUnavailable):
+                self._failed[name] = exc
             raise
         self._ready[name] = server
         return server
