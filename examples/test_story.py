@@ -21,8 +21,8 @@ from pytest_sglang import (
 )
 
 # Short prompts so that decode dominates, exact output lengths (ignore_eos); every level
-# gets two requests per slot, so C=250 really holds 250 requests in flight.
-CHAT = Workload(input_len=32, output_len=64, requests=16, requests_per_slot=2)
+# gets at least one request per slot, so C=250 really holds 250 requests in flight.
+CHAT = Workload(input_len=32, output_len=256, requests=8, requests_per_slot=1)
 LEVELS = [1, 2, 5, 10, 30, 70, 100, 250]
 REPEATS = 3
 
