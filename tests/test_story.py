@@ -1,0 +1,40 @@
+"""The example story's C=1 verdict reacts to the emulator like it would to real servers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.fixture
+def story(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(test_story=(EXAMPLES / "test_story.py").read_text())
+    (pytester.path / "pyproject.toml").write_text((EXAMPLES / "pyproject.toml").read_text())
+    return pytester
+
+
+@pytest.mark.parametrize(
+    ("emulator_args", "outcome"),
+    [
+        # Acceptance length 1.2: speculation costs more than it saves; the verdict fails.
+        ("--emulator-speedup 20 --emulator-accept-length 1.2", "PerformanceAssertionError"),
+        # Run-to-run noise far above the 4% difference: the runs cannot decide.
+        ("--emulator-speedup 20 --emulator-noise 0.15 --emulator-seed 3", "Inconclusive"),
+    ],
+)
+def test_single_stream_verdict(story: pytest.Pytester, emulator_args: str, outcome: str) -> None:
+    result = story.runpytest_subprocess(
+        "-k",
+        "single_stream",
+        "--sglang-launcher=emulator",
+        f"--sglang-emulator-args={emulator_args}",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        f"E * pytest_sglang.errors.{outcome}: assert_faster(eagle3 @ C=1, baseline @ C=1): *",
+        "E * run * eagle3 * baseline",
+        "E * median *",
+    ])  # fmt: skip
