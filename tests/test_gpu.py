@@ -204,7 +204,8 @@ def test_without_nvml_gpu_tests_skip_with_reason(pytester: pytest.Pytester) -> N
     """)
     result = pytester.runpytest("-rs")
     result.assert_outcomes(skipped=2)
-    result.stdout.fnmatch_lines(["*GPU state unavailable: NVML unavailable*"])
+    # "NVML unavailable: ..." with nvidia-ml-py installed, "nvidia-ml-py is not installed" without.
+    assert "GPU state unavailable: " in result.stdout.str()
     result = pytester.runpytest("--sglang-require")
     result.assert_outcomes(errors=2)
 

@@ -120,9 +120,10 @@ def test_crossover_found_and_compared_with_numbers() -> None:
     found = find_crossover(spec, base)
     assert found.level == 10
     assert found <= 10 and not found < 10 and found > 5
+    assert found == 10 and found != 100 and not found == None  # noqa: E711
     assert "<- crossover" in found.table()
     never = find_crossover(sweep("e", {1: FAST, 10: FAST}), sweep("b", {1: SLOW, 10: SLOW}))
-    assert never.level is None and not (never <= 1000)
+    assert never.level is None and not (never <= 1000) and never == None  # noqa: E711
     with pytest.raises(ComparisonRefused, match="different levels"):
         find_crossover(sweep("e", {1: FAST}), sweep("b", {2: SLOW}))
 

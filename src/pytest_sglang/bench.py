@@ -143,6 +143,7 @@ class Bench:
         self._options = generator_options or {}
         self._cache: dict[_Key, BenchResult] = {}
         self._on_unavailable: Callable[[str], NoReturn] | None = None
+        self._on_failure: Callable[[str], NoReturn] | None = None
         # The server each result was measured on, for the report (without relaunching it).
         self._handles: dict[str, SGLangServer] = {}
 
@@ -150,29 +151,38 @@ class Bench:
         self,
         record: Callable[[BenchResult, SGLangServer | None], None],
         unavailable: Callable[[str], NoReturn] | None = None,
+        failure: Callable[[str], NoReturn] | None = None,
     ) -> Bench:
         """Return a view of this bench (same cache) that records results with ``record``.
 
         ``unavailable`` receives the message when a server is not configured or cannot be
-        launched here (the fixture skips the test); without it the error propagates.
+        launched here (the fixture skips the test), ``failure`` when its gate or launch
+        failed (the fixture fails the test with the message alone); without them the errors
+        propagate.
         """
         view = Bench(self.pool, record=record, progress=self._progress,
                      generator_options=self._options)  # fmt: skip
         view._cache = self._cache
         view._handles = self._handles
         view._on_unavailable = unavailable
+        view._on_failure = failure
         return view
 
     def _server(self, name: str) -> SGLangServer:
-        from pytest_sglang.errors import ServerUnavailable
+        from pytest_sglang.errors import ServerUnavailable, SGLangError
 
+        __tracebackhide__ = True
         try:
             return self.pool.get(name)
         except ServerUnavailable as exc:
             if self._on_unavailable is None:
                 raise
-            message = str(exc)
-        self._on_unavailable(message)
+            message, handler = str(exc), self._on_unavailable
+        except SGLangError as exc:
+            if self._on_failure is None:
+                raise
+            message, handler = str(exc), self._on_failure
+        handler(message)
 
     def __call__(
         self,
@@ -183,6 +193,8 @@ class Bench:
     ) -> BenchResult | Sweep:
         """Measure (or fetch from the cache); see the class docstring."""
         levels = [concurrency] if isinstance(concurrency, int) else list(concurrency)
+        if len(set(levels)) != len(levels):
+            raise ValueError(f"concurrency levels must be distinct, got {concurrency!r}")
         if not levels or any(not isinstance(c, int) or c < 1 for c in levels):
             raise ValueError(
                 f"concurrency must be a positive int or a list of them, got {concurrency!r}"

@@ -50,8 +50,9 @@ class ServerNotReady(SGLangError):
 
     def __init__(self, message: str, *, phase: str) -> None:
         super().__init__(message)
-        #: The gate phase that failed: ``connect``, ``health``, ``models``, ``identity`` or
-        #: ``server_info``.
+        #: The phase that failed: ``connect``, ``health``, ``models``, ``identity``,
+        #: ``server_info``; in launch mode also ``launch`` (the process could not start) and
+        #: ``freshness`` (the port is served by a process we did not start).
         self.phase = phase
 
 

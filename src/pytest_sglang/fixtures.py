@@ -186,6 +186,7 @@ def server_entry(server: SGLangServer) -> dict[str, object]:
 
 @pytest.fixture(scope="session")
 def _sglang_bench_session(pytestconfig: pytest.Config, sglang_servers: ServerPool) -> Bench:
+    """The session's bench: its cache is shared by every test's ``sglang_bench``."""
     from pytest_sglang.bench import Bench
 
     return Bench(sglang_servers, progress=terminal_writer(pytestconfig))
@@ -214,7 +215,9 @@ def sglang_bench(request: pytest.FixtureRequest, _sglang_bench_session: Bench) -
     if not settings.servers and not settings.profiles:
         _unavailable(settings, f"no SGLang server configured: {_HOW_TO_ATTACH}")
     return _sglang_bench_session.with_recorder(
-        record, unavailable=lambda message: _unavailable(settings, message)
+        record,
+        unavailable=lambda message: _unavailable(settings, message),
+        failure=lambda message: pytest.fail(message, pytrace=False),
     )
 
 

@@ -6,6 +6,7 @@ Work (network, processes) happens in fixtures, never here: ``pytest --help`` and
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Generator
 
 import pytest
@@ -171,5 +172,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if pool is not None:
         try:
             pool.close()
-        except Exception:
-            pass
+        except Exception as exc:  # at exit, say it: nothing else will
+            # The terminal reporter may be gone (Ctrl-C): stderr still reaches the user.
+            print(f"sglang: teardown at exit: {exc}", file=sys.stderr)  # noqa: T201

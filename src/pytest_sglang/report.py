@@ -183,7 +183,7 @@ class SGLangReporter:
     def write(self, *, complete: bool, interrupted: bool = False,
               exit_status: int | None = None) -> None:  # fmt: skip
         """Write the JSON report atomically (no-op without ``--sglang-report``)."""
-        if self.path is None:
+        if self.path is None or self.config.option.collectonly:
             return
         import tempfile
 

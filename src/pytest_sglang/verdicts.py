@@ -270,7 +270,7 @@ def assert_at_most(m: BenchResult, metric: str, value: float, alpha: float = 0.0
     return _conclude(_absolute(m, metric, value, alpha, at_least=False))
 
 
-@dataclass
+@dataclass(eq=False)
 class CrossoverVerdict:
     """Where ``spec`` stops being significantly faster than ``base`` over a sweep.
 
@@ -297,6 +297,19 @@ class CrossoverVerdict:
 
     def _position(self) -> float:
         return math.inf if self.level is None else float(self.level)
+
+    def __eq__(self, other: object) -> bool:
+        if other is None:
+            return self.level is None
+        if not isinstance(other, (int, float)):
+            return NotImplemented
+        return self._position() == other
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None  # type: ignore[assignment]
 
     def __le__(self, other: object) -> bool:
         if not isinstance(other, (int, float)):
@@ -350,7 +363,7 @@ def find_crossover(
             kind="find_crossover", outcome=Outcome.PASS, metric=metric,
             summary=f"crossover of {spec.server} vs {base.server}: "
             + ("none" if result.level is None else f"C={result.level}"),
-            table=result.table(), evidence={"spec": spec.server, "base": base.server,
+            table=result.crossover.table(), evidence={"spec": spec.server, "base": base.server,
                                             "crossover": result.crossover.as_dict()},
             warnings=warnings,
         )

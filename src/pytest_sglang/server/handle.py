@@ -90,4 +90,6 @@ class SGLangServer:
         import httpx
 
         kwargs.setdefault("timeout", httpx.Timeout(60.0, connect=10.0))
+        # Like the gate and the load generator: no proxy from the environment in between.
+        kwargs.setdefault("trust_env", False)
         return httpx.Client(base_url=self.url, headers=self.headers, **kwargs)

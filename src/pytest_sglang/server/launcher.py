@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sglang.errors import (
-    GpuMemoryNotReleased,
     ServerExited,
     ServerLeftovers,
     ServerNotReady,
+    SGLangError,
 )
 from pytest_sglang.gpu.hygiene import postflight, preflight, server_gpus
 from pytest_sglang.gpu.model import GpuSnapshot
@@ -210,7 +210,17 @@ class Launch:
         self._process = ServerProcess(argv, env=env, log_path=self.info.log_path)
         started = self._clock()
         try:
-            self._process.start()
+            try:
+                self._process.start()
+            except OSError as exc:
+                raise ServerExited(
+                    f"cannot start SGLang server {self.profile.name!r}: {exc}\n"
+                    f"  command: {' '.join(self.info.command)}\n"
+                    "  fix: check the profile's command (or that the launcher's Python has "
+                    "the server installed)",
+                    phase="launch",
+                    exit_code=None,
+                ) from None
             self.info.pid = self._process.pid
             server = self._gate(port)
         except BaseException as exc:
@@ -259,12 +269,11 @@ class Launch:
         )
         server = gate.wait()
         if not self._process.listens_on(port):
+            # start() adds the command, log path and tail to every gate failure.
             raise ServerNotReady(
-                self._with_log(
-                    f"SGLang server {self.profile.name!r} at {url} answered, but no process we "
-                    f"started listens on port {port}: another server took the port; stop it "
-                    "and rerun"
-                ),
+                f"SGLang server {self.profile.name!r} at {url} answered, but no process we "
+                f"started listens on port {port}: another server took the port; stop it "
+                "and rerun",
                 phase="freshness",
             )
         return replace(server, launch=self.info)
@@ -336,7 +345,7 @@ class Launch:
         """Stop after a failed start; return what went wrong during cleanup, for the message."""
         try:
             self.stop()
-        except (ServerLeftovers, GpuMemoryNotReleased) as exc:
+        except SGLangError as exc:
             return f"\n  during cleanup: {exc}"
         return ""
 

@@ -11,13 +11,13 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 from pytest_sglang.errors import (
     GpuUnavailable,
-    ServerLeftovers,
     ServerNotReady,
     ServerUnavailable,
     SGLangError,
@@ -155,13 +155,6 @@ class ServerPool:
 
     def _launch(self, name: str) -> SGLangServer:
         profile = self.settings.profiles[name]
-        try:
-            self.stop_running()  # they share the GPUs: one launched server at a time
-        except ServerLeftovers as exc:
-            # The stragglers are dead by now: the next launch can go ahead, but the
-            # previous server's sloppy shutdown must not go unnoticed.
-            self.problems.append(str(exc))
-            self._progress(f"sglang: {exc}")
         missing = missing_launcher(profile, self.settings.launcher.value)
         if missing is not None:
             raise ServerUnavailable(
@@ -169,6 +162,21 @@ class ServerPool:
                 f"--sglang-launcher=emulator, or attach a running server with "
                 f"--sglang-url {name}=URL"
             )
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            # Every worker has its own pool: each would launch its own server on the same GPUs.
+            raise ServerNotReady(
+                f"cannot launch profile {name!r} in a pytest-xdist worker: every worker would "
+                "launch its own server on the same GPUs; run launch mode without -n, or "
+                f"attach a running server with --sglang-url {name}=URL",
+                phase="launch",
+            )
+        try:
+            self.stop_running()  # they share the GPUs: one launched server at a time
+        except SGLangError as exc:
+            # The previous server's problem, not this profile's: record it and let this
+            # launch's pre-flight judge the GPUs (it waits and names any holder).
+            self.problems.append(str(exc))
+            self._progress(f"sglang: {exc}")
         launch = Launch(
             profile,
             self.settings,

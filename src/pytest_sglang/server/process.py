@@ -39,6 +39,8 @@ class StopReport:
     signals: list[str] = field(default_factory=list)
     stragglers: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: Exit codes psutil collected while waiting (it reaps our own children).
+    reaped: dict[int, int | None] = field(default_factory=dict, repr=False)
 
     def as_dict(self) -> dict[str, object]:
         """Return plain JSON types, for reports."""
@@ -94,12 +96,14 @@ def kill_ours(launch_id: str, pgid: int, grace: float, exclude: Sequence[int] = 
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGTERM)
             report.signals.append("SIGTERM to the process group")
-        _gone, alive = psutil.wait_procs([p for p in members if _pgid(p) == pgid], timeout=grace)
+        gone, alive = psutil.wait_procs([p for p in members if _pgid(p) == pgid], timeout=grace)
         if alive:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
                 report.signals.append(f"SIGKILL to the process group after {grace:g}s")
-            psutil.wait_procs(alive, timeout=5)
+            killed, _ = psutil.wait_procs(alive, timeout=5)
+            gone += killed
+        report.reaped.update({p.pid: getattr(p, "returncode", None) for p in gone})
     # Whatever still carries our id escaped the group (setsid, double fork): name and kill it.
     stragglers = find_ours(launch_id, exclude)
     for proc in stragglers:
@@ -197,13 +201,18 @@ class ServerProcess:
         """Stop the server and everything it started; idempotent."""
         if self.stop_report is not None:
             return self.stop_report
-        assert self._popen is not None, "not started"
+        if self._popen is None:  # never started (Popen itself failed): nothing to stop
+            self.stop_report = StopReport()
+            return self.stop_report
         exclude = [self._reaper.pid] if self._reaper is not None else []
         report = kill_ours(self.launch_id, self._popen.pid, grace, exclude)
         try:
-            report.exit_code = self._popen.wait(timeout=5)
+            code = self._popen.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            report.exit_code = None
+            code = None
+        # psutil may have reaped the leader while waiting; then Popen only sees ECHILD and
+        # reports 0, and the code psutil collected is the real one.
+        report.exit_code = report.reaped.get(self._popen.pid, code)
         if self._reaper is not None:
             # Nothing left to reap: let the reaper find that out and exit.
             with contextlib.suppress(OSError):

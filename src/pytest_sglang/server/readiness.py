@@ -130,6 +130,8 @@ class ReadinessGate:
             headers=headers,
             transport=self._transport,
             follow_redirects=False,
+            # A proxy from the environment must not sit between us and the server under test.
+            trust_env=False,
         ) as client:
             self._wait_healthy(client)
             cards = self._fetch_models(client)
@@ -162,6 +164,15 @@ class ReadinessGate:
                 if use_ready and response.status_code in (401, 404):
                     use_ready = False
                     continue
+                if not use_ready and response.status_code == 404:
+                    raise ServerNotReady(
+                        self._message(
+                            phase,
+                            "GET /health_generate answered 404: this is not an SGLang server, "
+                            "or the URL carries a path prefix; give the server's base URL",
+                        ),
+                        phase=phase,
+                    )
                 if response.status_code == 200:
                     if not use_ready:
                         break
@@ -271,6 +282,11 @@ class ReadinessGate:
                 path, old_path = old_path, None
                 continue
             if response is not None:
+                if response.status_code == 404:
+                    raise ServerNotReady(
+                        self._message(phase, f"GET {path} answered 404: not an SGLang server?"),
+                        phase=phase,
+                    )
                 if response.status_code == 401:
                     raise ServerNotReady(
                         self._message(phase, self._auth_problem(path)), phase=phase
