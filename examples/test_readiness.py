@@ -1,7 +1,7 @@
 """Readiness and identity of a served model: the first thing every acceptance suite checks.
 
 Runs unchanged against a real SGLang server (``pytest examples --sglang-url=http://HOST:PORT``)
-and against the emulator (``python examples/run_against_emulator.py``). State what the server
+and against the emulator (``pytest examples --sglang-launcher=emulator``). State what the server
 must be with ``--sglang-expect``, e.g. ``--sglang-expect max_model_len=262144
 --sglang-expect tp_size=8``: the readiness gate checks it before any test runs.
 """

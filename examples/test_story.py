@@ -13,6 +13,8 @@ baseline=URL --sglang-url eagle3=URL``.
 
 from __future__ import annotations
 
+import pytest
+
 from pytest_sglang import (
     Workload,
     assert_faster,
@@ -24,7 +26,13 @@ from pytest_sglang import (
 # gets at least one request per slot, so C=250 really holds 250 requests in flight.
 CHAT = Workload(input_len=32, output_len=256, requests=8, requests_per_slot=1)
 LEVELS = [1, 2, 5, 10, 30, 70, 100, 250]
-REPEATS = 3
+# Five runs per side: enough for the exact test to decide at alpha 0.05 with one run out of
+# line (three runs would need every run of one side above every run of the other).
+REPEATS = 5
+
+# These tests start on the baseline server (then launch eagle3): grouping them with the
+# baseline tests lets each server launch once per session.
+pytestmark = pytest.mark.sglang_profile("baseline")
 
 
 def test_speculation_stops_paying_off(sglang_bench) -> None:  # type: ignore[no-untyped-def]
@@ -34,8 +42,8 @@ def test_speculation_stops_paying_off(sglang_bench) -> None:  # type: ignore[no-
     spec = sglang_bench("eagle3", CHAT, concurrency=LEVELS, repeats=REPEATS)
     crossover = find_crossover(spec, base)
     print(crossover.table())
-    assert crossover.level is not None, "EAGLE-3 was faster at every level"
-    assert crossover <= 250
+    # The story's question: speculation has stopped paying off by concurrency 10.
+    assert crossover <= 10
 
 
 def test_eagle3_beats_baseline_single_stream(sglang_bench) -> None:  # type: ignore[no-untyped-def]
