@@ -285,3 +285,16 @@ def test_pytest_timeout_leaves_no_process(pytester: pytest.Pytester, method: str
     while emulators(tag) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert emulators(tag) == []
+
+
+def test_launch_mode_refuses_xdist_workers(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    tag = profiles(pytester)
+    pytester.makepyfile(
+        "import pytest\n\n@pytest.mark.sglang_profile('baseline')\n"
+        "def test_a(sglang_server): pass\n"
+    )
+    result = pytester.runpytest_subprocess("-n", "2", "--sglang-launcher=emulator")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*cannot launch profile 'baseline' in a pytest-xdist worker*"])
+    assert emulators(tag) == []

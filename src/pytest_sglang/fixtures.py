@@ -97,6 +97,7 @@ def sglang_servers(
         sglang_settings,
         log_dir=tmp_path_factory.getbasetemp() / "sglang-logs",
         progress=terminal_writer(pytestconfig),
+        xdist_worker=hasattr(pytestconfig, "workerinput"),
     )
     pytestconfig.stash[POOL_KEY] = pool
     yield pool

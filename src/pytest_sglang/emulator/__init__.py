@@ -2,10 +2,11 @@
 
 It accepts ``sglang.launch_server``'s flags, serves SGLang's HTTP API (startup phases, native
 ``/generate``, the OpenAI endpoints, ``/server_info``, ``/metrics``, API key) on a real socket,
-generates deterministic fake tokens with a fixed-delay engine and injects faults on request
-(``--emulator-fault NAME``). It imports nothing from the rest of ``pytest_sglang``: the plugin
-starts it as a process and checks it with its own schemas, which is what makes those contract
-tests worth anything.
+generates deterministic fake tokens, timed by a continuous-batching and speculative-decoding
+performance model calibrated to the story's figures (or a fixed delay per token), and injects
+faults on request (``--emulator-fault NAME``). It imports nothing from the rest of
+``pytest_sglang``: the plugin starts it as a process and checks it with its own schemas, which
+is what makes those contract tests worth anything.
 
 Modules, one job each:
 
@@ -20,6 +21,13 @@ Modules, one job each:
 - ``stats``: counters and histograms that ``/metrics`` and ``internal_states`` read.
 - ``engine``: the engine interface (``Engine`` protocol, requests, token chunks).
 - ``simple_engine``: the fixed-delay engine behind that interface.
+- ``perf_model``: the performance model (step costs, acceptance, noise; pure) and its
+  calibration; ``batch_scheduler``: continuous batching in model time (pure), with a
+  closed-loop simulation; ``batch_engine``: the asyncio engine that runs them (the default).
+- ``perf_options``: the ``--emulator-*`` options of the model and the engine they build.
+- ``trace``: the ground-truth trace (``--emulator-trace``) and its HTTP-level stamps.
+- ``fault_middleware``: the generation faults (``error-rate``, ``stall-stream``,
+  ``crash-under-load``) at the HTTP level.
 - ``tracking``: one request's run through the engine, with its tokenizer-side metrics.
 - ``web``, ``auth``: HTTP helpers (JSON, SSE, error envelopes) and the API-key middleware.
 - ``native``, ``openai_api``, ``info``, ``health``, ``admin``, ``metrics``: the endpoints.

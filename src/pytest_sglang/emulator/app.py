@@ -10,9 +10,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
-from pytest_sglang.emulator import admin, health, info, metrics, native, openai_api
+from pytest_sglang.emulator import (
+    admin,
+    fault_middleware,
+    health,
+    info,
+    metrics,
+    native,
+    openai_api,
+)
 from pytest_sglang.emulator.auth import ApiKeyMiddleware
 from pytest_sglang.emulator.context import EmulatorContext
+from pytest_sglang.emulator.trace import TraceMiddleware, TraceWriter
 from pytest_sglang.emulator.web import json_response
 
 
@@ -45,6 +54,12 @@ def build_app(ctx: EmulatorContext) -> Starlette:
             allow_headers=["*"],
         )
     ]
+    if fault_middleware.active(ctx):
+        middleware.append(Middleware(fault_middleware.GenerationFaults, ctx=ctx))
+    writer = getattr(ctx.engine, "trace", None)
+    if isinstance(writer, TraceWriter):
+        # Ground truth (--emulator-trace): stamp generation requests as early as possible.
+        middleware.insert(0, Middleware(TraceMiddleware, writer=writer))
     api_key = ctx.config.api_key
     if api_key is not None:
         # Outermost, as SGLang adds it last: unknown paths answer 401 before 404.

@@ -84,7 +84,7 @@ class Emission(NamedTuple):
     """Tokens a request gained in one forward; ``accepted`` drafts for a verify, else -1."""
 
     seq: SeqState
-    count: int
+    gained: int
     accepted: int
 
 

@@ -17,12 +17,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_sglang.emulator import faults
+from pytest_sglang.emulator import faults, perf_options
 from pytest_sglang.emulator.config import EmulatorOptions, LaunchConfig
 from pytest_sglang.emulator.model import guess_profile
 from pytest_sglang.emulator.server_args import NEW_VERSION, VERSIONS, resolve
 
 PROG = "python -m pytest_sglang.emulator"
+DEFAULT_DECODE_MS = 10.0
 _SECRET_FLAGS = frozenset({"--api-key", "--admin-api-key"})
 
 
@@ -42,7 +43,8 @@ def parse_args(argv: Sequence[str]) -> LaunchConfig:
     gpu_dir = values["emulator_gpu_dir"]
     if gpu_dir is not None and not (gpu_dir / "gpus.json").is_file():
         parser.error(f"argument --emulator-gpu-dir: no gpus.json in {gpu_dir}")
-    decode_ms = float(values["emulator_decode_ms"])
+    raw_decode_ms = values["emulator_decode_ms"]
+    decode_ms = DEFAULT_DECODE_MS if raw_decode_ms is None else float(raw_decode_ms)
     prefill_ms = values["emulator_prefill_ms"]
     options = EmulatorOptions(
         version=version,
@@ -56,6 +58,9 @@ def parse_args(argv: Sequence[str]) -> LaunchConfig:
         architecture=values["emulator_architecture"],
         gpu_dir=gpu_dir,
         faults=faults.Faults(dict(values["emulator_fault"] or [])),
+        perf=perf_options.from_values(
+            values, simple_timing=raw_decode_ms is not None or prefill_ms is not None
+        ),
     )
     model = guess_profile(
         str(given["model_path"]), options.model_context_length, options.architecture
@@ -86,6 +91,7 @@ def build_parser(version: str = NEW_VERSION) -> argparse.ArgumentParser:
     )
     _add_sglang_flags(parser.add_argument_group("SGLang server arguments"), version)
     _add_emulator_options(parser.add_argument_group("emulator options"))
+    perf_options.add_options(parser.add_argument_group("emulator performance model"))
     return parser
 
 
@@ -261,9 +267,10 @@ def _add_emulator_options(group: argparse._ArgumentGroup) -> None:
     option(
         "--emulator-decode-ms",
         type=seconds,
-        default=10.0,
+        default=None,
         metavar="MS",
-        help="Fixed time per generated token of the simple engine. Default %(default)s.",
+        help="Fixed time per generated token of the simple engine (default 10); giving it "
+        "selects the simple engine unless --emulator-engine says otherwise.",
     )
     option(
         "--emulator-prefill-ms",

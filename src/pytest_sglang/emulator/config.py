@@ -9,6 +9,7 @@ from typing import Any
 
 from pytest_sglang.emulator.faults import Faults
 from pytest_sglang.emulator.model import ModelProfile
+from pytest_sglang.emulator.perf_options import PerfOptions
 from pytest_sglang.emulator.server_args import NEW_VERSION
 
 
@@ -27,6 +28,7 @@ class EmulatorOptions:
     architecture: str | None = None
     gpu_dir: Path | None = None
     faults: Faults = field(default_factory=Faults)
+    perf: PerfOptions = field(default_factory=PerfOptions)
 
     @property
     def is_new(self) -> bool:

@@ -11,6 +11,7 @@ from pytest_sglang.emulator.engine import Engine, GenerationRequest, SpecConfig
 from pytest_sglang.emulator.faults import Faults
 from pytest_sglang.emulator.gpus import GpuHolder
 from pytest_sglang.emulator.logs import scheduler_logger, server_logger
+from pytest_sglang.emulator.perf_options import build_batch_engine
 from pytest_sglang.emulator.server_args import SchedulerInfo, scheduler_info
 from pytest_sglang.emulator.simple_engine import SimpleEngine, SimpleEngineConfig
 from pytest_sglang.emulator.state import ServerState
@@ -102,7 +103,7 @@ class EmulatorContext:
 
 
 def build_context(config: LaunchConfig) -> EmulatorContext:
-    """Build the context, with the simple engine, for ``config``."""
+    """Build the context, with the engine ``--emulator-engine`` selects, for ``config``."""
     args = config.server_args
     sched = scheduler_info(args)
     stats = ServerStats()
@@ -116,21 +117,14 @@ def build_context(config: LaunchConfig) -> EmulatorContext:
             num_draft_tokens=draft_tokens,
             accept_length=min(config.options.accept_length, float(draft_tokens)),
         )
-    engine = SimpleEngine(
-        SimpleEngineConfig(
-            decode_s=config.options.decode_ms / 1000.0,
-            prefill_s=config.options.prefill_ms / 1000.0,
-            max_running_requests=sched.max_running_requests,
-            max_total_num_tokens=sched.max_total_num_tokens,
-            context_length=config.context_length,
-            decode_log_interval=max(1, int(args["decode_log_interval"] or 40)),
-            cuda_graph=not args["disable_cuda_graph"],
-            speculative=spec,
-        ),
-        stats.scheduler,
-        tokenizer,
-        scheduler_logger(),
-    )
+    perf = config.options.perf
+    engine: Engine
+    if perf.engine == "batch":
+        engine = build_batch_engine(
+            config, perf, sched, stats.scheduler, tokenizer, spec, scheduler_logger()
+        )
+    else:
+        engine = _simple_engine(config, sched, stats, tokenizer, spec)
     return EmulatorContext(
         config=config,
         engine=engine,
@@ -144,4 +138,30 @@ def build_context(config: LaunchConfig) -> EmulatorContext:
             if config.options.gpu_dir is None
             else GpuHolder(config.options.gpu_dir, args, server_logger())
         ),
+    )
+
+
+def _simple_engine(
+    config: LaunchConfig,
+    sched: SchedulerInfo,
+    stats: ServerStats,
+    tokenizer: Tokenizer,
+    spec: SpecConfig | None,
+) -> SimpleEngine:
+    args = config.server_args
+    speedup = config.options.perf.speedup
+    return SimpleEngine(
+        SimpleEngineConfig(
+            decode_s=config.options.decode_ms / 1000.0 / speedup,
+            prefill_s=config.options.prefill_ms / 1000.0 / speedup,
+            max_running_requests=sched.max_running_requests,
+            max_total_num_tokens=sched.max_total_num_tokens,
+            context_length=config.context_length,
+            decode_log_interval=max(1, int(args["decode_log_interval"] or 40)),
+            cuda_graph=not args["disable_cuda_graph"],
+            speculative=spec,
+        ),
+        stats.scheduler,
+        tokenizer,
+        scheduler_logger(),
     )

@@ -175,3 +175,32 @@ register(
         "answered (a zombie server); SIGTERM still stops it.",
     )
 )
+# Generation faults; they strike in ``fault_middleware`` (HTTP level, after the server is up).
+register(
+    FaultSpec(
+        "error-rate",
+        "that share (VALUE, 0 to 1) of generation requests (/generate, /v1/completions, "
+        "/v1/chat/completions) answers HTTP 500 with SGLang's error body; which ones is "
+        "seeded by --emulator-seed.",
+        parse_value=probability,
+        default=0.1,
+    )
+)
+register(
+    FaultSpec(
+        "stall-stream",
+        "every streamed generation response stops after VALUE events and never finishes: no "
+        "[DONE], the connection stays open until the client gives up.",
+        parse_value=positive_int,
+        default=4,
+    )
+)
+register(
+    FaultSpec(
+        "crash-under-load",
+        "when the VALUE-th generation request after start-up arrives, the scheduler "
+        "'crashes': the process logs the error and dies by SIGKILL (exit status -9).",
+        parse_value=positive_int,
+        default=10,
+    )
+)

@@ -73,6 +73,10 @@ def model_info(ctx: EmulatorContext) -> dict[str, Any]:
 def server_info(ctx: EmulatorContext) -> dict[str, Any]:
     """Return the flat resolved args plus scheduler info, ``internal_states`` and ``version``."""
     args = dict(ctx.config.server_args)
+    if args["max_running_requests"] is None:
+        # Unset, it shows the scheduler's limit as resolved from the KV capacity, not null.
+        dp = max(1, int(args["dp_size"]))
+        args["max_running_requests"] = ctx.scheduler.max_running_requests * dp
     info: dict[str, Any] = {
         **args,
         "status": "ready",

@@ -34,37 +34,40 @@ Derivation of the default constants (DESIGN section 7)
 The targets are measured with 32 prompt tokens, 256 output tokens, ``ignore_eos``, closed-loop
 concurrency C, output throughput = output tokens / (last response - first request).
 
-1. Baseline, C=250 (all 250 run: ``max_running_requests`` is large). The 250 requests of a wave
-   are prefilled together (8000 tokens) and then decode 255 steps at ``B = 250``, all finishing
-   together: ``64000 / (T_prefill(8000) + 255 * T_step(250)) = 773`` gives
-   ``T_step(250) ~ (82.79 s - T_prefill(8000)) / 255``.
-2. Baseline, C=1: ``256 / (T_prefill(32) + 255 * T_step(1)) = 92.6`` gives
-   ``T_prefill(32) + 255 * T_step(1) = 2764.6 ms``.
-3. EAGLE3 (3 steps, top-k 1, 4 draft tokens, tau 2.0), C=1: a request takes its prefill plus
-   ~``255 / tau`` cycles (the expectation of a random accepted length, computed by
-   ``expected_cycles``): ``256 / (T_prefill(32) + T_draft(1) + 127.8 * T_cycle(1)) = 96.1``,
-   i.e. ``T_cycle(1) ~ 20.7 ms``.
-4. EAGLE3, C=250: only 48 run, the rest queue, so ``B = 48`` in steady state:
-   ``T_cycle(48) = 3 * T_draft(48) + T_step(192)`` for ``48 * tau = 96`` tokens, plus the
-   prefill forwards that admit a queued request whenever one finishes (requests finish at
-   different cycles because their accepted lengths differ): about 0.3 prefills per cycle.
-   ``354 tok/s`` needs ``T_cycle(48) + 0.3 * T_prefill ~ 271 ms``.
+Prefill is pinned first, from physics rather than from the targets: a 32-token prefill of a 1T
+MoE costs about 1.5 decode steps, and 8000 prompt tokens well under a second (compute-bound),
+so ``T_prefill(n) = 15 + 0.05 n`` ms (16.6 ms for 32 tokens, 415 ms for 8000). Then four
+equations for the four remaining constants ``a = step_base``, ``b = step_per_token``,
+``d0 = draft_base``, ``d1 = draft_per_token``:
 
-DESIGN's round numbers (``T_step(n) = 9.5 + 1.26 n``, ``T_draft(B) = 2 + 0.1 B``) satisfy 1-4
-within ~1-2 % each if prefill is free; with a realistic prefill (a 32-token prefill of a 1T MoE
-costs about two decode steps, 8000 tokens well under a second) they overshoot 3 and 4 by
-about 1-2 %. Solving 1-4 together with the prefill pinned at
-``T_prefill(n) = 15 + 0.05 n`` ms (16.6 ms for 32 tokens, 415 ms for 8000) gives:
+1. Baseline, C=1: one request at a time, ``256 / (T_prefill(32) + 255 T_step(1)) = 92.6``:
+   ``a + b = (2764.6 - 16.6) / 255 = 10.78 ms``.
+2. Baseline, C=250: all 250 run (``max_running_requests`` is large); a wave is prefilled
+   together (8000 tokens) and decodes 255 steps at ``B = 250``, all finishing together:
+   ``64000 / (T_prefill(8000) + 255 T_step(250)) = 773``, so ``a + 250 b = (82 794 - 415) /
+   255 = 323.1 ms``. With 1: ``b = 1.254``, ``a = 9.52``.
+3. EAGLE3 (3 steps, top-k 1, 4 draft tokens, tau 2.0), C=1: prefill (plus one draft step),
+   then ``E[cycles to commit 255 tokens] = 127.9`` cycles (``expected_cycles``; not 127.5,
+   because the last cycle is cut short): ``256 / (18.6 + 127.9 T_cycle(1)) = 96.1`` gives
+   ``T_cycle(1) = 20.69 ms = 3 (d0 + d1) + T_step(4)``, so ``d0 + d1 = 2.05 ms``.
+4. EAGLE3, C=250: 48 run (the rest queue): ``T_cycle(48) = 3 (d0 + 48 d1) + T_step(192)``
+   commits ``48 tau = 96`` tokens; requests finish at different cycles (their accepted lengths
+   differ), and each finish admits a queued request through a ~20 ms prefill forward, about
+   one every 3 cycles. ``354 tok/s`` then needs ``T_cycle(48) ~ 266 ms``:
+   ``d1 = 0.071``, ``d0 = 1.98``.
 
-- from 1 and 2: ``step_per_token = (T_step(250) - T_step(1)) / 249`` and ``step_base``;
-- from 3: ``3 * T_draft(1) = T_cycle(1) - T_step(4)``;
-- from 4: ``144 * draft_per_token = T_cycle(48) - T_step(192) - 3 * T_draft(1) + ...``.
+Equations 2 and 4 hold only approximately in closed form (prefill grouping, the cut-short
+last cycle, the drain of the last wave), so the four constants were solved by Newton's method
+on the scheduler simulation (``batch_scheduler.simulate_closed_loop``, 500 requests at
+C=250) and rounded: ``T_step(n) = 9.52 + 1.254 n``, ``T_draft(B) = 1.98 + 0.071 B``. The
+simulated figures are then 92.62, 773.1, 96.07 and 354.1 tok/s (all within 0.05 %;
+``tests/emulator/test_perf_model.py`` holds them within 1 %). DESIGN's round numbers
+(``9.5 + 1.26 n``, ``2 + 0.1 B``) give 92.7, 769.6, 95.4 and 346.5 with this prefill
+(within 2.2 %), and fit within 1 % only if prefill were free.
 
-The closed-form estimates above ignore the small effects the scheduler simulation
-(``batch_scheduler.simulate_closed_loop``) captures exactly (which requests share a prefill,
-the last partial cycle, the drain of the last wave); the constants below were refined with it
-until all four simulated figures sit within 0.5 % of the targets, and ``tests/emulator/
-test_perf_model.py`` keeps them there. Resulting defaults: see ``DEFAULT_PARAMS``.
+Break-even (reference 3.2): ``T_cycle(B) / T_step(B)`` is 1.92 at ``B = 1`` (tau 2.0 wins by
+4 %) and 3.82 at ``B = 48`` (tau 2.0 then delivers 52 % of a baseline decoding the same 48
+requests: 360 against 689 tok/s; at C=250 the baseline also runs all 250 at once).
 """
 
 from __future__ import annotations
@@ -97,12 +100,12 @@ __all__ = [
 class PerfParams:
     """The cost constants of the performance model, in milliseconds of model time."""
 
-    step_base_ms: float = 9.5
-    step_per_token_ms: float = 1.26
+    step_base_ms: float = 9.52
+    step_per_token_ms: float = 1.254
     prefill_base_ms: float = 15.0
     prefill_per_token_ms: float = 0.05
-    draft_base_ms: float = 2.0
-    draft_per_token_ms: float = 0.1
+    draft_base_ms: float = 1.98
+    draft_per_token_ms: float = 0.071
 
     def __post_init__(self) -> None:
         for name in (
@@ -156,7 +159,7 @@ def draft_ms(params: PerfParams, batch: int, topk: int = 1) -> float:
 
 
 def verify_ms(params: PerfParams, batch: int, spec: SpecShape) -> float:
-    """The target's verify forward over ``batch * num_draft_tokens`` drafted tokens."""
+    """Cost of the target's verify forward over ``batch * num_draft_tokens`` drafted tokens."""
     return forward_ms(params, batch * spec.num_draft_tokens)
 
 
@@ -168,7 +171,7 @@ def cycle_ms(params: PerfParams, batch: int, spec: SpecShape) -> float:
 def prefill_ms(
     params: PerfParams, tokens: int, requests: int = 1, spec: SpecShape | None = None
 ) -> float:
-    """A prefill (extend) forward of ``tokens`` prompt tokens from ``requests`` requests.
+    """Cost of a prefill (extend) forward of ``tokens`` prompt tokens from ``requests`` requests.
 
     Under speculation the draft model extends over the same requests: one more draft step.
     """
@@ -179,7 +182,7 @@ def prefill_ms(
 
 
 def acceptance_rate(accept_length: float, num_draft_tokens: int) -> float:
-    """The per-position acceptance probability ``a`` giving mean ``accept_length``.
+    """Return the per-position acceptance probability ``a`` giving mean ``accept_length``.
 
     Drafted tokens are accepted in order, each with probability ``a`` given the previous one
     was, up to ``num_draft_tokens - 1`` drafts, plus the bonus token:
@@ -218,7 +221,7 @@ def _accepted_distribution(rate: float, num_draft_tokens: int) -> list[float]:
 
 
 def expected_cycles(tokens: int, spec: SpecShape) -> float:
-    """Expected verify cycles to commit ``tokens`` tokens (the last cycle may be cut short).
+    """Return the expected verify cycles to commit ``tokens`` tokens (the last may be short).
 
     A renewal computation over the accepted-length distribution: ``E[c(m)] = 1 + sum_k p_k
     E[c(m - k)]`` with ``E[c(m <= 0)] = 0``.
@@ -255,7 +258,7 @@ def steady_throughput(params: PerfParams, batch: int, spec: SpecShape | None = N
 
 
 def break_even_accept_length(params: PerfParams, batch: int, spec: SpecShape) -> float:
-    """The acceptance length at which speculation only breaks even at ``batch``."""
+    """Return the acceptance length at which speculation only breaks even at ``batch``."""
     return cycle_ms(params, batch, spec) / decode_ms(params, batch)
 
 
@@ -294,7 +297,7 @@ class SpeedNoise:
         self._factor = 1.0
 
     def factor(self, model_time: float) -> float:
-        """The speed factor (multiplies forward costs) at ``model_time`` seconds."""
+        """Return the speed factor (it multiplies forward costs) at ``model_time`` seconds."""
         if self.cv == 0.0:
             return 1.0
         tick = int(model_time / self.interval)

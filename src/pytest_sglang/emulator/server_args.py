@@ -338,7 +338,10 @@ def scheduler_info(args: Mapping[str, Any]) -> SchedulerInfo:
     if running:
         per_dp = max(1, int(running) // dp_size)
     else:
-        per_dp = min(4096, max_total // 2)
+        # SGLang sizes the request pool from the KV capacity (ModelRunner.init_memory_pool),
+        # and the scheduler runs at most min(max_total_num_tokens // 2, pool size).
+        pool = min(max(int(max_total / context_len * 512), 2048), 4096)
+        per_dp = max(1, min(max_total // 2, pool))
     return SchedulerInfo(
         max_total_num_tokens=max_total,
         max_req_input_len=max_req_len - 5,

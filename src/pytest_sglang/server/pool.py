@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -41,8 +40,11 @@ class ServerPool:
         *,
         log_dir: Path | None = None,
         progress: Callable[[str], None] = lambda message: None,
+        xdist_worker: bool = False,
     ) -> None:
         self.settings = settings
+        #: Whether this session is a pytest-xdist worker (each worker has its own pool).
+        self.xdist_worker = xdist_worker
         self.log_dir = log_dir or Path.cwd() / ".sglang-logs"
         self._progress = progress
         self._ready: dict[str, SGLangServer] = {}
@@ -162,7 +164,7 @@ class ServerPool:
                 f"--sglang-launcher=emulator, or attach a running server with "
                 f"--sglang-url {name}=URL"
             )
-        if os.environ.get("PYTEST_XDIST_WORKER"):
+        if self.xdist_worker:
             # Every worker has its own pool: each would launch its own server on the same GPUs.
             raise ServerNotReady(
                 f"cannot launch profile {name!r} in a pytest-xdist worker: every worker would "
