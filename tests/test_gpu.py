@@ -210,6 +210,16 @@ def test_without_nvml_gpu_tests_skip_with_reason(pytester: pytest.Pytester) -> N
     result.assert_outcomes(errors=2)
 
 
+@pytest.mark.parametrize("kwargs", ["gpus='eight'", "min_free_gib='a'", "gpus=0"])
+def test_bad_requires_values(pytester: pytest.Pytester, kwargs: str) -> None:
+    pytester.makepyfile(
+        f"import pytest\n\n@pytest.mark.sglang_requires({kwargs})\ndef test_x(): pass\n"
+    )
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "gpus must be an integer >= 1" in result.stderr.str()
+
+
 def test_bad_requires_marker(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         "import pytest\n\n@pytest.mark.sglang_requires(gpu=8)\ndef test_x(): pass\n"

@@ -6,7 +6,10 @@ import json
 import subprocess
 import sys
 
-HEAVY = ("httpx", "jsonschema", "pynvml", "uvicorn", "starlette", "pytest_sglang.emulator")
+HEAVY = (
+    "httpx", "httpx_aiohttp", "aiohttp", "orjson", "jsonschema", "pynvml", "psutil", "uvicorn",
+    "starlette", "tomllib", "pytest_sglang.emulator", "pytest_sglang.loadgen.runner",
+)  # fmt: skip
 
 PROBE = """
 import json, sys

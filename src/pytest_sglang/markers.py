@@ -120,6 +120,18 @@ def validate_markers(items: Iterable[pytest.Item]) -> None:
                     f"{unknown!r}; write e.g. @pytest.mark.sglang_requires(gpus=8, "
                     "gpu_name='H200', min_free_gib=70)"
                 )
+            gpus = marker.kwargs.get("gpus", 1)
+            free = marker.kwargs.get("min_free_gib", 0)
+            name = marker.kwargs.get("gpu_name", "")
+            if (
+                isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1
+                or isinstance(free, bool) or not isinstance(free, (int, float)) or free < 0
+                or not isinstance(name, (str, type(None)))
+            ):  # fmt: skip
+                raise pytest.UsageError(
+                    f"{item.nodeid}: @pytest.mark.sglang_requires({marker.kwargs!r}): gpus must "
+                    "be an integer >= 1, min_free_gib a number >= 0, gpu_name a string"
+                )
         for marker in item.iter_markers("sglang_expect"):
             if marker.args or not marker.kwargs:
                 raise pytest.UsageError(

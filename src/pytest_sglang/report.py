@@ -195,6 +195,10 @@ class SGLangReporter:
             with os.fdopen(fd, "w") as file:
                 json.dump(document, file, indent=1, allow_nan=False, default=str)
                 file.write("\n")
+            # mkstemp creates 0600; a report is for CI uploaders and colleagues too.
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
             os.replace(tmp, self.path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

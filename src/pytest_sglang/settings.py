@@ -578,6 +578,13 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
     servers = _resolve_servers(config, env)
     api_key = _lookup(API_KEY, config, env)
     gpu_host = _lookup(GPU_HOST, config, env)
+    if gpu_host is not None and gpu_host.value[0].startswith("-"):
+        raise _usage_error(
+            GPU_HOST,
+            gpu_host.source,
+            f"{gpu_host.value[0]!r} is not a host",
+            "give [USER@]HOST, e.g. ubuntu@gpu-box",
+        )
     return Settings(
         launcher=_resolve_one(LAUNCHER, config, env, parse_launcher, "sglang"),
         emulator_args=_resolve_one(EMULATOR_ARGS, config, env, parse_args, ()),

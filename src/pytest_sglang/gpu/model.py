@@ -48,8 +48,19 @@ class GpuSnapshot:
     taken_at: float = field(default_factory=time.time)
 
     def gpu(self, uuid: str) -> Gpu:
-        """Return the GPU with this UUID."""
-        return next(g for g in self.gpus if g.uuid == uuid)
+        """Return the GPU with this UUID.
+
+        :raises GpuUnavailable: when it is gone (fell off the bus, container remapped).
+        """
+        for gpu in self.gpus:
+            if gpu.uuid == uuid:
+                return gpu
+        from pytest_sglang.errors import GpuUnavailable
+
+        raise GpuUnavailable(
+            f"GPU {uuid} is not visible any more; GPUs now: "
+            f"{', '.join(g.uuid for g in self.gpus) or 'none'}"
+        )
 
     def processes_on(self, uuid: str) -> tuple[GpuProcess, ...]:
         """Return the compute processes on the GPU with this UUID."""

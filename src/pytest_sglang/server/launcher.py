@@ -313,7 +313,9 @@ class Launch:
         if tail:
             lines.append(f"  log tail (last {len(tail)} lines):")
             lines += [f"    | {line}" for line in tail]
-        lines += [f"  hint: {hint}" for hint in hints_for(tail)]
+        # Signatures are searched in a longer tail than shown: a TP=8 failure prints one
+        # traceback per rank after the line that explains it.
+        lines += [f"  hint: {hint}" for hint in hints_for(self._process.log_tail(2000))]
         return "\n".join(lines)
 
     # -- stop -----------------------------------------------------------------------------
