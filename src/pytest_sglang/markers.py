@@ -32,7 +32,8 @@ MARKERS = (
     "override its module's or class's choice.",
     "sglang_expect(**key_values): check, for this test, that the server serves what it "
     "expects: model_id=..., max_model_len=..., or any /server_info key such as tp_size=8 or "
-    "speculative_algorithm='EAGLE3'. Overrides --sglang-expect for the same key.",
+    "speculative_algorithm='EAGLE3'. These add to --sglang-expect and the profile's expect, "
+    "which the readiness gate checks for every test of the server.",
     "sglang_requires(gpus=1, gpu_name=None, min_free_gib=None): skip the test unless this "
     "machine has that many GPUs (named like gpu_name, with that much free memory), checked "
     "through NVML at collection; fails instead under --sglang-require.",
