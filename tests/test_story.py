@@ -21,8 +21,10 @@ def story(pytester: pytest.Pytester) -> pytest.Pytester:
     [
         # Acceptance length 1.2: speculation costs more than it saves; the verdict fails.
         ("--emulator-speedup 20 --emulator-accept-length 1.2", "PerformanceAssertionError"),
-        # Run-to-run noise far above the 4% difference: the runs cannot decide.
-        ("--emulator-speedup 20 --emulator-noise 0.15 --emulator-seed 3", "Inconclusive"),
+        # Run-to-run noise far above the difference making the runs inconclusive is checked
+        # on synthetic runs in test_verdicts.py: end to end, both emulators draw the same
+        # seeded noise path, which cancels between the blocks and makes the outcome a
+        # matter of run timing.
     ],
 )
 def test_single_stream_verdict(story: pytest.Pytester, emulator_args: str, outcome: str) -> None:
