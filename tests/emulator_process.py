@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that was free a moment ago."""
@@ -84,9 +86,12 @@ class EmulatorProcess:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(grace)
-        # Children that outlived the leader still belong to the group we created.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signal.SIGKILL)
+        # Children that outlived the leader: only processes still in the group we created
+        # (once the leader is reaped its pid, hence the group id, could be reused).
+        for proc in psutil.process_iter():
+            with contextlib.suppress(OSError, psutil.Error):
+                if os.getpgid(proc.pid) == self.process.pid:
+                    proc.kill()
 
 
 READY_LINE = "The server is fired up and ready to roll!"

@@ -70,19 +70,6 @@ class Profile:
         where = f"profile {self.name!r} in {self.source}"
         return tuple(Expectation(key=k, value=v, source=where) for k, v in self.expect.items())
 
-    def as_dict(self) -> dict[str, Any]:
-        """Return plain JSON types, for reports."""
-        return {
-            "name": self.name,
-            "model_path": self.model_path,
-            "tp": self.tp,
-            "args": list(self.args),
-            "env": dict(self.env),
-            "expect": dict(self.expect),
-            "command": list(self.command) if self.command else None,
-            "source": self.source,
-        }
-
 
 def _error(path: Path | str, profile: str, key: str | None, problem: str, fix: str) -> Exception:
     where = f"profile {profile!r}" + (f", key {key!r}" if key else "")

@@ -213,10 +213,6 @@ class ServerPool:
                 self._gpu.close()
                 self._gpu = None
 
-    def servers(self) -> tuple[SGLangServer, ...]:
-        """Return the servers that are ready now."""
-        return tuple(self._ready.values())
-
 
 def missing_launcher(profile: Profile, launcher: str) -> str | None:
     """Return why ``profile`` cannot be launched here (SGLang not installed...), or None."""

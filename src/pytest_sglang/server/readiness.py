@@ -320,15 +320,6 @@ class ReadinessGate:
         self._check_deadline(phase)
         self._sleep(self._poll_interval)
 
-    def describe_last(self) -> str | None:
-        """Return the last response the gate saw, for messages of callers (launch mode)."""
-        return self._last.describe() if self._last is not None else None
-
-    @property
-    def elapsed(self) -> float:
-        """Seconds since the gate started waiting."""
-        return self._elapsed()
-
     def _check_deadline(self, phase: str) -> None:
         if self._elapsed() >= self.timeout:
             raise ServerNotReady(
