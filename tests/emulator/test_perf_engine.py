@@ -283,7 +283,8 @@ def test_trace_records_receipt_and_every_chunk(start_emulator: Start, tmp_path: 
     mine = [r for r in requests if r["prompt_tokens"] == 32]
     assert len(mine) == 3
     for record in mine:
-        assert before < record["http_received"] <= record["received"] <= record["t"][0]
+        assert before < record["arrived"] <= record["http_received"]
+        assert record["http_received"] <= record["received"] <= record["t"][0]
         assert record["t"][0] <= record["first_write"] < after
         assert record["t"] == sorted(record["t"])
         assert sum(record["n"]) == record["completion_tokens"] == 20

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_sglang.emulator.arrivals import kernel_stamps_supported
+from pytest_sglang.emulator.trace import read_trace
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.runner import LoadGenerator
 from pytest_sglang.measurement import measure
@@ -181,12 +183,38 @@ def test_openai_endpoints_report_speculation_only_when_asked(
     assert any(n > 1 for r in run.measured for n in r.chunk_tokens)
 
 
+@pytest.mark.skipif(not kernel_stamps_supported(), reason="kernel receive times: Linux only")
+def test_send_time_is_when_the_bytes_left_for_the_server(
+    start_emulator: object, tmp_path: Path
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    emulator = start_emulator(  # type: ignore[operator]
+        "--emulator-engine", "batch", "--emulator-speedup", "20", "--emulator-trace", str(trace)
+    )
+    workload = Workload(**SMALL, requests=5, warmup=0)
+    run = LoadGenerator(emulator.url).run_closed_loop(workload, 1)
+    emulator.stop()
+    assert_complete(run, workload)
+    clock, lines, _ = read_trace(trace)
+    # perf_counter and monotonic are one clock on Linux; the trace writes wall-clock times.
+    shift = clock["monotonic"] - clock["wall"]
+    ours = [line for line in lines if line["prompt_tokens"] == SMALL["input_len"]]  # not warm-up
+    arrived = sorted(line["arrived"] + shift for line in ours)
+    assert len(arrived) == 5
+    for record, arrival in zip(run.measured, arrived, strict=True):  # one at a time: in order
+        # Stamped by the HTTP client's write, after the request was begun and before the
+        # kernel received it (1 ms for converting the kernel's realtime stamp).
+        assert record.started < record.sent <= arrival + 0.001
+        assert record.first_token is not None and arrival < record.first_token
+
+
 def test_closed_port_fails_every_request_and_keeps_every_record(tmp_path: Path) -> None:
     workload = Workload(**SMALL, requests=5, warmup=2)
     url = f"http://127.0.0.1:{free_port()}"
     run = LoadGenerator(url, connect_timeout=5).run_closed_loop(workload, 2)
     assert len(run.records) == 7
     assert all(r.status is None and r.error for r in run.records)
+    assert all(r.sent == r.started for r in run.records)  # nothing was written anywhere
     assert all("Connect" in (r.error or "") for r in run.records), run.records[0].error
     m = measure(run)
     assert (m.requests, m.completed, m.failed) == (5, 0, 5)

@@ -21,11 +21,13 @@ from collections.abc import Generator
 import uvicorn
 
 from pytest_sglang.emulator.app import build_app
+from pytest_sglang.emulator.arrivals import Arrivals, kernel_stamps_supported
 from pytest_sglang.emulator.config import LaunchConfig
 from pytest_sglang.emulator.context import EmulatorContext, build_context
 from pytest_sglang.emulator.hang import serve_hang
 from pytest_sglang.emulator.loading import load
 from pytest_sglang.emulator.signals import install_signal_handlers
+from pytest_sglang.emulator.trace import TraceWriter
 from pytest_sglang.emulator.warmup import warmup
 
 # How long uvicorn may finish in-flight responses after a stop signal.
@@ -63,7 +65,7 @@ async def _run(ctx: EmulatorContext) -> int:
     args = config.server_args
     host, port = str(args["host"]), int(args["port"])
     try:
-        sock = _bind(host, port)
+        sock = _bind(host, port, _arrivals(ctx))
     except OSError as exc:
         logging.getLogger("uvicorn.error").error(
             "%s error while attempting to bind on address %r: %s",
@@ -97,13 +99,24 @@ def _log_launch(ctx: EmulatorContext) -> None:
         ctx.log.warning(warning)
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _arrivals(ctx: EmulatorContext) -> Arrivals | None:
+    """Return the trace's arrival registry if a trace is written and the kernel can stamp."""
+    writer = getattr(ctx.engine, "trace", None)
+    if isinstance(writer, TraceWriter) and kernel_stamps_supported():
+        return writer.arrivals
+    return None
+
+
+def _bind(host: str, port: int, arrivals: Arrivals | None = None) -> socket.socket:
     # Bound but not listening: connections are refused until uvicorn starts serving on it.
     # The protocol must be named: asyncio sets TCP_NODELAY on accepted connections only when
     # sock.proto == IPPROTO_TCP, and with proto 0 every response written as headers + body
     # waited ~40 ms for the client's delayed ACK (Nagle).
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    if arrivals is not None:
+        sock: socket.socket = arrivals.listening_socket(family)
+    else:
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

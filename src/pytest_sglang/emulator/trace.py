@@ -10,19 +10,23 @@
   convert back exactly: ``perf = wall - W + M``.
 - one line per finished (or abandoned) generation, written when it ends::
 
-      {"rid": "...", "http_received": t0, "received": t1, "prompt_tokens": 32,
+      {"rid": "...", "arrived": ta, "http_received": t0, "received": t1, "prompt_tokens": 32,
        "completion_tokens": 256, "finish": "length", "verify_ct": 0,
        "t": [t2, ...], "n": [1, ...], "first_write": t3, "peer": ["127.0.0.1", 53312]}
 
+  - ``arrived``: the request's first bytes reached the server: the kernel's receive time of
+    that segment (``arrivals``; Linux), before the event loop read it. ``null`` where the
+    kernel cannot stamp segments;
   - ``http_received``: the HTTP layer got the request (uvicorn parsed its head and called the
-    application; ``TraceMiddleware``), the earliest moment the server can observe;
+    application; ``TraceMiddleware``), the earliest moment the application can observe;
   - ``received``: the request reached the engine (body read and parsed, request built);
   - ``t[i]``: the engine emitted chunk ``i`` (``n[i]`` tokens), i.e. the forward producing it
     ended; ``first_write``: the HTTP layer finished writing the response's first body chunk
     to the socket (for a stream, the first tokens' event); ``peer``: the client's address and
     port, so a client on the same host can match its own requests exactly.
-  ``http_received``, ``first_write`` and ``peer`` are ``null`` for generations that did not
-  come over HTTP (health probes); ``finish`` is ``null`` when the client went away first.
+  ``arrived``, ``http_received``, ``first_write`` and ``peer`` are ``null`` for generations
+  that did not come over HTTP (health probes); ``finish`` is ``null`` when the client went
+  away first.
 - at shutdown, a summary line ``{"summary": {...}}`` with the engine's own figures (forwards,
   model and wall time, how far it fell behind the model's schedule).
 
@@ -43,6 +47,8 @@ from typing import Any, TextIO
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from pytest_sglang.emulator.arrivals import Arrivals
+
 __all__ = ["TraceMiddleware", "TraceRecord", "TraceWriter", "read_trace"]
 
 FLUSH_INTERVAL = 0.5
@@ -61,6 +67,7 @@ class TraceRecord:
     verify_ct: int = 0
     times: list[float] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
+    arrived: float | None = None
     http_received: float | None = None
     first_write: float | None = None
     peer: list[Any] | None = None
@@ -70,6 +77,7 @@ class TraceRecord:
 class _HttpStamp:
     """What the middleware knows of one HTTP request; the engine adds its generations."""
 
+    arrived: float | None
     received: float
     peer: list[Any] | None = None
     records: list[TraceRecord] = field(default_factory=list)
@@ -88,6 +96,8 @@ class TraceWriter:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._file: TextIO = path.open("w", encoding="utf-8")
+        #: Kernel receive times of requests, filled by the socket uvicorn serves on.
+        self.arrivals = Arrivals()
         wall, mono = time.time(), time.monotonic()
         #: Add to a ``time.monotonic()`` reading to get wall-clock seconds.
         self.offset = wall - mono
@@ -114,6 +124,7 @@ class TraceWriter:
         self._write(
             {
                 "rid": record.rid,
+                "arrived": wall(record.arrived),
                 "http_received": wall(record.http_received),
                 "received": wall(record.received),
                 "prompt_tokens": record.prompt_tokens,
@@ -165,11 +176,14 @@ class TraceMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass the request through, stamped."""
+        received = time.monotonic()
+        client = scope.get("client")
+        # Taken for every request, so that no arrival is left over for a later one.
+        arrived = self.writer.arrivals.take(None if client is None else tuple(client))
         if scope["type"] != "http" or scope["path"] not in GENERATION_PATHS:
             await self.app(scope, receive, send)
             return
-        client = scope.get("client")
-        stamp = _HttpStamp(time.monotonic(), None if client is None else list(client))
+        stamp = _HttpStamp(arrived, received, None if client is None else list(client))
         first_write: float | None = None
 
         async def stamped_send(message: Message) -> None:
@@ -186,6 +200,7 @@ class TraceMiddleware:
             _CURRENT.reset(token)
             stamp.closed = True
             for record in stamp.records:
+                record.arrived = stamp.arrived
                 record.http_received = stamp.received
                 record.first_write = first_write
                 record.peer = stamp.peer

@@ -33,7 +33,12 @@ class RequestRecord:
     #: Requested lengths, so a record can be judged on its own.
     input_len: int
     output_len: int
-    #: When the request was handed to the HTTP client.
+    #: When the load generator began the request (handed it to the HTTP client).
+    started: float = 0.0
+    #: When the request's bytes were handed to the socket of an open connection; the TTFT
+    #: and end-to-end clocks start here, so the client's own send path (building the request,
+    #: waiting for its event loop, opening a connection) is not counted as server latency.
+    #: Equal to ``started`` when the request never reached a connection.
     sent: float = 0.0
     #: Open loop only: when the arrival schedule wanted it sent.
     scheduled: float | None = None
@@ -94,7 +99,7 @@ class RequestRecord:
     def as_dict(self, origin: float = 0.0) -> dict[str, Any]:
         """Return plain JSON types, with every timestamp relative to ``origin``."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
-        for name in ("sent", "scheduled", "end"):
+        for name in ("started", "sent", "scheduled", "end"):
             if data[name] is not None:
                 data[name] -= origin
         data["chunk_times"] = [t - origin for t in self.chunk_times]

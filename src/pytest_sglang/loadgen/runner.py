@@ -23,16 +23,26 @@ errors, malformed or incomplete streams and timeouts are failed records, never d
 A request is bounded by ``request_timeout`` seconds in all (a stream that stalls or trickles
 ends there), and optionally by ``stall_timeout`` seconds between two reads.
 
+Send time: a record's ``sent`` is when aiohttp handed the request's bytes to the socket (its
+``on_request_chunk_sent`` trace signal, which fires right before the write), not when the
+load generator began the request (``started``). In a closed loop at C=64 a whole wave of
+requests is sent at once, and the last of them leaves the client's event loop several
+milliseconds after it began: that is the client's time, not the server's, and TTFT would
+carry it (``benchmarks/loadgen_accuracy.py`` shows the difference).
+
 All timestamps come from ``time.perf_counter()``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Literal
 
+import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
@@ -59,6 +69,29 @@ Bodies = list[bytes]
 #: Seconds one request may take in all, by default: long enough for a 1T-parameter model to
 #: generate a few thousand tokens behind a queue at high concurrency.
 DEFAULT_REQUEST_TIMEOUT = 600.0
+
+#: The record of the request the current task is sending. aiohttp writes a request's body
+#: in a task it creates from the sending task, so the trace signal below sees it too.
+_SENDING: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
+    "pytest_sglang_sending", default=None
+)
+
+
+async def _stamp_bytes_written(
+    session: aiohttp.ClientSession, context: SimpleNamespace, params: object
+) -> None:
+    """Stamp the request's send time: aiohttp is about to write its body to the socket."""
+    record = _SENDING.get()
+    # The first body chunk only (the head goes out with it): later chunks of a long body
+    # must not move the start of the clock.
+    if record is not None and record.sent == record.started:
+        record.sent = time.perf_counter()
+
+
+def _wire_trace() -> aiohttp.TraceConfig:
+    trace = aiohttp.TraceConfig()
+    trace.on_request_chunk_sent.append(_stamp_bytes_written)
+    return trace
 
 
 class LoadGenerator:
@@ -237,12 +270,17 @@ class LoadGenerator:
 
     def client(self, connections: int) -> httpx.AsyncClient:
         """Return an httpx client on the aiohttp transport with a pool of ``connections``."""
-        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+
+        def session() -> aiohttp.ClientSession:
+            # What AiohttpTransport builds from httpx.Limits, plus the send-time trace.
+            connector = aiohttp.TCPConnector(limit=connections, keepalive_timeout=5.0)
+            return aiohttp.ClientSession(connector=connector, trace_configs=[_wire_trace()])
+
         # trust_env=False: an HTTP(S)_PROXY in the environment would route a load test through
         # a proxy (on httpx's default transport, too), measuring the proxy.
         return httpx.AsyncClient(
             base_url=self.url,
-            transport=AiohttpTransport(limits=limits),
+            transport=AiohttpTransport(client=session),
             headers=self._headers,
             timeout=self._timeout,
             trust_env=False,
@@ -382,7 +420,10 @@ class LoadGenerator:
         body: bytes,
         parser: StreamParser | None,
     ) -> None:
-        record.sent = time.perf_counter()
+        record.started = record.sent = time.perf_counter()
+        # Seen by `_stamp_bytes_written` in the body-writing task aiohttp starts from this one;
+        # the task sends one request at a time, so the next request simply replaces it.
+        _SENDING.set(record)
         async with client.stream("POST", PATHS[workload.endpoint], content=body) as response:
             record.status = response.status_code
             if response.status_code >= 300:
