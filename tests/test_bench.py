@@ -73,3 +73,34 @@ def test_bench_without_servers_skips(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*no SGLang server configured*"])
+
+
+STALLED_SUITE = """
+import time
+from pytest_sglang import Workload
+
+def test_stalled_streams_are_failed_requests(sglang_bench):
+    started = time.monotonic()
+    result = sglang_bench("default", Workload(input_len=8, output_len=16, requests=3, warmup=0),
+                          concurrency=3, repeats=1)
+    run = result.runs[0]
+    assert run.requests == 3 and run.failed == 3
+    assert all(r.error.startswith("stalled: no new token for 0.5 s after 2 token chunks")
+               for r in run.records), [r.error for r in run.records]
+    assert not result.valid
+    assert time.monotonic() - started < 30  # not the 600 s request timeout
+"""
+
+
+def test_stall_timeout_option_bounds_a_stalled_measurement(
+    pytester: pytest.Pytester, start_emulator: Start
+) -> None:
+    # The emulator's stream stops after its second event and never ends.
+    emulator = start_emulator("--emulator-fault", "stall-stream=2")
+    pytester.makepyfile(STALLED_SUITE)
+    result = pytester.runpytest(f"--sglang-url={emulator.url}", "--sglang-stall-timeout=500ms")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["sglang: request-timeout: 600s (from default); stall-timeout: 0.5s "
+         "(from --sglang-stall-timeout on the command line)"]
+    )  # fmt: skip

@@ -18,6 +18,8 @@ def test_show(sglang_settings):
     print("TIMEOUT", s.ready_timeout.value, s.ready_timeout.source)
     print("REQUIRE", s.require.value, s.require.source)
     print("EXPECT", [(e.server, e.key, e.value, e.source) for e in s.expectations])
+    print("REQUEST", s.request_timeout.value, s.request_timeout.source)
+    print("STALL", s.stall_timeout.value, s.stall_timeout.source)
 """
 
 
@@ -42,6 +44,8 @@ def test_defaults(pytester: pytest.Pytester) -> None:
     assert "SERVERS []" in out
     assert "TIMEOUT 600.0 default" in out
     assert "REQUIRE False default" in out
+    assert "REQUEST 600.0 default" in out
+    assert "STALL 60.0 default" in out
 
 
 def test_ini_value_is_used_and_named(pytester: pytest.Pytester) -> None:
@@ -66,6 +70,17 @@ def test_cli_beats_env(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatc
     out = settings_output(pytester, "--sglang-ready-timeout=500ms", "--sglang-require")
     assert "TIMEOUT 0.5 --sglang-ready-timeout on the command line" in out
     assert "REQUIRE True --sglang-require on the command line" in out
+
+
+def test_measurement_timeouts_from_each_source(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makeini("[pytest]\nsglang_request_timeout = 20m\nsglang_stall_timeout = 30\n")
+    monkeypatch.setenv("PYTEST_SGLANG_STALL_TIMEOUT", "90s")
+    out = settings_output(pytester, "--sglang-request-timeout=1h")
+    assert "REQUEST 3600.0 --sglang-request-timeout on the command line" in out
+    assert "STALL 90.0 environment variable PYTEST_SGLANG_STALL_TIMEOUT" in out
+    assert "sglang: request-timeout: 3600s (from --sglang-request-timeout on the command " in out
 
 
 def test_repeatable_url_and_default_name(pytester: pytest.Pytester) -> None:
@@ -115,6 +130,8 @@ def test_expectations_parse_json_or_string(pytester: pytest.Pytester) -> None:
         ),
         (["--sglang-ready-timeout=0"], "'0' is not a positive duration"),
         (["--sglang-ready-timeout=soon"], "'soon' is not a duration"),
+        (["--sglang-request-timeout=0s"], "--sglang-request-timeout: '0s' is not a positive"),
+        (["--sglang-stall-timeout=never"], "--sglang-stall-timeout: 'never' is not a duration"),
         (["--sglang-expect=tp_size"], "--sglang-expect: 'tp_size' is not KEY=VALUE"),
         (["--sglang-expect=tp size=8"], "key 'tp size'"),
         (
@@ -151,7 +168,8 @@ def test_help_lists_every_option_and_ini_key(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--help")
     out = result.stdout.str()
     assert "SGLang server acceptance and performance testing:" in out
-    for name in ("url", "ready-timeout", "api-key", "require", "expect"):
+    for name in ("url", "ready-timeout", "api-key", "require", "expect", "request-timeout",
+                 "stall-timeout"):  # fmt: skip
         assert f"--sglang-{name}" in out
         assert f"sglang_{name.replace('-', '_')} (" in out
 

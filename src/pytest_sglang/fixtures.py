@@ -190,7 +190,12 @@ def _sglang_bench_session(pytestconfig: pytest.Config, sglang_servers: ServerPoo
     """The session's bench: its cache is shared by every test's ``sglang_bench``."""
     from pytest_sglang.bench import Bench
 
-    return Bench(sglang_servers, progress=terminal_writer(pytestconfig))
+    settings = sglang_servers.settings
+    limits = {
+        "request_timeout": settings.request_timeout.value,
+        "stall_timeout": settings.stall_timeout.value,
+    }
+    return Bench(sglang_servers, progress=terminal_writer(pytestconfig), generator_options=limits)
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ profile wins. Every mistake is a :class:`pytest.UsageError` naming the file, pro
 
 from __future__ import annotations
 
-import sys
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,11 +30,6 @@ from typing import Any
 import pytest
 
 from pytest_sglang.settings import Expectation, is_valid_server_name
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
 
 __all__ = ["PROFILE_KEYS", "Profile", "load_profiles", "merge_args"]
 

@@ -31,7 +31,7 @@ REPORT_VERSION = 1
 def _now() -> str:
     import datetime
 
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def _median(values: list[float]) -> float | None:

@@ -23,6 +23,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from pytest_sglang.loadgen.limits import DEFAULT_REQUEST_TIMEOUT, DEFAULT_STALL_TIMEOUT
+
 if TYPE_CHECKING:
     from pytest_sglang.profiles import Profile
 
@@ -155,6 +157,22 @@ GPU_FAKE = OptionSpec(
     metavar="DIR",
 )
 
+REQUEST_TIMEOUT = OptionSpec(
+    "request-timeout",
+    "Seconds one request of a measurement (sglang_bench) may take in all before it is "
+    "recorded as a failed request (suffixes ms, s, m, h accepted). "
+    f"Default: {DEFAULT_REQUEST_TIMEOUT:g}s",
+    metavar="SECONDS",
+)
+STALL_TIMEOUT = OptionSpec(
+    "stall-timeout",
+    "Seconds a streamed request of a measurement may go without a new token, once its first "
+    "token arrived, before it is recorded as failed (stalled); the wait for the first token "
+    "may be a queue and counts against --sglang-request-timeout only. "
+    f"Default: {DEFAULT_STALL_TIMEOUT:g}s",
+    metavar="SECONDS",
+)
+
 REPORT = OptionSpec(
     "report",
     "Write the results (environment, servers, measurements with every run, verdicts with "
@@ -174,6 +192,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     EMULATOR_ARGS,
     GPU_HOST,
     GPU_FAKE,
+    REQUEST_TIMEOUT,
+    STALL_TIMEOUT,
     REPORT,
 )
 #: Launchers ``--sglang-launcher`` accepts.
@@ -227,6 +247,8 @@ class Settings:
     gpu_host: Sourced[str | None] = Sourced(None, "default")
     gpu_fake: Sourced[Path | None] = Sourced(None, "default")
     report: Sourced[Path | None] = Sourced(None, "default")
+    request_timeout: Sourced[float] = Sourced(DEFAULT_REQUEST_TIMEOUT, "default")
+    stall_timeout: Sourced[float] = Sourced(DEFAULT_STALL_TIMEOUT, "default")
 
     def profile(self, name: str) -> Profile | None:
         """Return the profile called ``name``, if any."""
@@ -268,6 +290,13 @@ class Settings:
                     if self.emulator_args.value and self.launcher.value == "emulator"
                     else ""
                 )
+            )
+        changed = [s for s in (self.request_timeout, self.stall_timeout) if s.source != "default"]
+        if changed:
+            lines.append(
+                f"sglang: request-timeout: {self.request_timeout.value:g}s "
+                f"(from {self.request_timeout.source}); stall-timeout: "
+                f"{self.stall_timeout.value:g}s (from {self.stall_timeout.source})"
             )
         if self.expectations:
             lines.append("sglang: expect: " + ", ".join(e.describe() for e in self.expectations))
@@ -600,6 +629,12 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         ),
         api_key=Sourced(api_key.value[0], api_key.source) if api_key else Sourced(None, "default"),
         require=_resolve_one(REQUIRE, config, env, parse_bool, False),
+        request_timeout=_resolve_one(
+            REQUEST_TIMEOUT, config, env, parse_duration, DEFAULT_REQUEST_TIMEOUT
+        ),
+        stall_timeout=_resolve_one(
+            STALL_TIMEOUT, config, env, parse_duration, DEFAULT_STALL_TIMEOUT
+        ),
         expectations=_resolve_expectations(config, env, servers),
     )
 

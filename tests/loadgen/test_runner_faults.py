@@ -115,11 +115,38 @@ def test_a_trickling_stream_ends_at_the_request_timeout() -> None:
     assert all(len(r.chunk_tokens) > 1 for r in run.records)
 
 
-def test_stall_timeout_bounds_the_gap_between_reads() -> None:
+def test_stall_timeout_ends_a_stream_silent_after_its_first_token() -> None:
     run, elapsed = run_against(stall_after_first_token, request_timeout=60, stall_timeout=0.3)
-    assert elapsed < 30
+    assert elapsed < 30  # the request timeout alone would have taken a minute
     for record in run.records:
-        assert record.error is not None and "Timeout" in record.error, record.error
+        assert record.error is not None
+        assert record.error.startswith("stalled: no new token for 0.3 s after 1 token chunks")
+        assert record.chunk_tokens == [1]
+        # Noticed within a check interval (a quarter of the timeout) of the stall.
+        assert record.end is not None and 0.3 <= record.end - record.chunk_times[0] < 2.0
+
+
+async def queue_then_stream(writer: asyncio.StreamWriter) -> None:
+    # Headers at once, then a first token only after a long "queue": not a stall.
+    writer.write(HEAD)
+    await writer.drain()
+    await asyncio.sleep(0.8)
+    for tokens in range(1, 9):
+        writer.write(http_chunk(native_event(tokens, final=tokens == 8)))
+    writer.write(http_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+    await writer.drain()
+
+
+def test_the_wait_for_the_first_token_is_not_a_stall() -> None:
+    run, _ = run_against(queue_then_stream, request_timeout=60, stall_timeout=0.3)
+    assert [record.error for record in run.records] == [None, None, None]
+    assert all(record.ttft is not None and record.ttft > 0.7 for record in run.records)
+
+
+def test_a_trickle_faster_than_the_stall_timeout_is_not_a_stall() -> None:
+    run, _ = run_against(trickle, request_timeout=0.8, stall_timeout=0.3)
+    # 50 ms between tokens never trips a 0.3 s stall timeout; the request timeout ends it.
+    assert all(r.error and r.error.startswith("timed out") for r in run.records)
 
 
 def test_a_dropped_connection_is_a_failed_record() -> None:

@@ -165,6 +165,6 @@ async def _serve(ctx: EmulatorContext, sock: socket.socket, stop: asyncio.Event)
         task.cancel()
     try:
         await asyncio.wait_for(serving, SHUTDOWN_TIMEOUT_S)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         ctx.log.warning("uvicorn did not stop within %.0f s; exiting anyway.", SHUTDOWN_TIMEOUT_S)
     return 0 if stop.is_set() else 1

@@ -40,7 +40,7 @@ async def stopped_within(stop: asyncio.Event, seconds: float) -> bool:
         return stop.is_set()
     try:
         await asyncio.wait_for(stop.wait(), seconds)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return False
     return True
 

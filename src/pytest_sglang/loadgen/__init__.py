@@ -10,6 +10,8 @@ Modules, one job each:
 - ``prompts``: request bodies of exact lengths (pure, deterministic);
 - ``schedule``: open-loop arrival schedules (pure);
 - ``progress``: the progress callback and its ticker;
+- ``watchdog``: the stall watchdog (ends streams silent after their first token);
+- ``limits``: the default request and stall timeouts;
 - ``jsoncodec``: orjson when installed, :mod:`json` otherwise.
 
 Public names load lazily: the records and parsers do not need httpx, and importing them must

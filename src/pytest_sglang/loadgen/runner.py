@@ -20,8 +20,10 @@ Load shapes:
 Each run sends its warm-up requests first (closed loop, excluded from the metrics), waits for
 them, then the measured ones. Every request sent gets a record: HTTP errors, transport
 errors, malformed or incomplete streams and timeouts are failed records, never dropped.
-A request is bounded by ``request_timeout`` seconds in all (a stream that stalls or trickles
-ends there), and optionally by ``stall_timeout`` seconds between two reads.
+A request is bounded by ``request_timeout`` seconds in all (a stream that trickles ends
+there), and a stream by ``stall_timeout`` seconds without a new token once its first token
+has arrived (:mod:`~pytest_sglang.loadgen.watchdog`; the wait for the first token may be a
+queue, so only ``request_timeout`` bounds it).
 
 Send time: a record's ``sent`` is when aiohttp handed the request's bytes to the socket (its
 ``on_request_chunk_sent`` trace signal, which fires right before the write), not when the
@@ -39,6 +41,7 @@ import asyncio
 import contextvars
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -46,6 +49,7 @@ import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
+from pytest_sglang.loadgen.limits import DEFAULT_REQUEST_TIMEOUT, DEFAULT_STALL_TIMEOUT
 from pytest_sglang.loadgen.progress import ProgressCallback, ProgressTicker, Tally, no_progress
 from pytest_sglang.loadgen.prompts import PATHS, encoded_bodies
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
@@ -56,19 +60,17 @@ from pytest_sglang.loadgen.streams import (
     parse_body,
     stream_parser,
 )
+from pytest_sglang.loadgen.watchdog import StallWatchdog
 from pytest_sglang.workload import DEFAULT_WARMUP_CAP, Workload
 
 if TYPE_CHECKING:
     from pytest_sglang.server.handle import SGLangServer
 
-__all__ = ["DEFAULT_REQUEST_TIMEOUT", "LoadGenerator"]
+__all__ = ["DEFAULT_REQUEST_TIMEOUT", "DEFAULT_STALL_TIMEOUT", "LoadGenerator"]
 
 #: Encoded request bodies of one phase, by request index.
 Bodies = list[bytes]
 
-#: Seconds one request may take in all, by default: long enough for a 1T-parameter model to
-#: generate a few thousand tokens behind a queue at high concurrency.
-DEFAULT_REQUEST_TIMEOUT = 600.0
 
 #: The record of the request the current task is sending. aiohttp writes a request's body
 #: in a task it creates from the sending task, so the trace signal below sees it too.
@@ -102,8 +104,9 @@ class LoadGenerator:
     :param headers: extra headers for every request.
     :param model: the OpenAI ``model`` field (SGLang echoes it; the served name is polite).
     :param request_timeout: seconds a request may take in all before it is recorded as failed.
-    :param stall_timeout: seconds without a byte from the server before a request is recorded
-        as failed; ``None`` leaves only ``request_timeout``.
+    :param stall_timeout: seconds a stream may go without a new token, once its first token
+        arrived, before the request is recorded as failed (stalled); ``None`` leaves only
+        ``request_timeout``.
     :param connect_timeout: seconds to open a connection.
     :param progress: called with ``(done, total, output_tokens, elapsed)`` at most every
         ``progress_interval`` seconds during a run, and once at its end.
@@ -117,7 +120,7 @@ class LoadGenerator:
         headers: Mapping[str, str] | None = None,
         model: str = "default",
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-        stall_timeout: float | None = None,
+        stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
         connect_timeout: float = 30.0,
         progress: ProgressCallback = no_progress,
         progress_interval: float = 1.0,
@@ -133,6 +136,7 @@ class LoadGenerator:
         self.url = url.rstrip("/")
         self.model = model
         self.request_timeout = float(request_timeout)
+        self.stall_timeout = None if stall_timeout is None else float(stall_timeout)
         # identity: a compressed event stream would cost both sides CPU for nothing, and lets
         # the body be read raw, without httpx's decoder layer on every chunk.
         self._headers = {
@@ -142,7 +146,9 @@ class LoadGenerator:
         }
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
-        self._timeout = httpx.Timeout(None, connect=connect_timeout, read=stall_timeout)
+        # No read timeout: the first token may come after a long queue (request_timeout
+        # bounds that), and a stall after it is the watchdog's, which costs nothing per read.
+        self._timeout = httpx.Timeout(None, connect=connect_timeout)
         self._progress = progress
         self._progress_interval = progress_interval
 
@@ -168,9 +174,12 @@ class LoadGenerator:
         warmup = workload.warmup_for(concurrency)
 
         async def measured(
-            client: httpx.AsyncClient, records: list[RequestRecord], tally: Tally, bodies: Bodies
+            client: httpx.AsyncClient,
+            records: list[RequestRecord],
+            state: _RunState,
+            bodies: Bodies,
         ) -> None:
-            await self._closed(client, workload, records, concurrency, tally, bodies)
+            await self._closed(client, workload, records, concurrency, state, bodies)
 
         return await self._run(
             workload,
@@ -212,9 +221,12 @@ class LoadGenerator:
         slots = max_concurrency or max(workload.requests, warmup)
 
         async def measured(
-            client: httpx.AsyncClient, records: list[RequestRecord], tally: Tally, bodies: Bodies
+            client: httpx.AsyncClient,
+            records: list[RequestRecord],
+            state: _RunState,
+            bodies: Bodies,
         ) -> None:
-            await self._open(client, workload, records, offsets, max_concurrency, tally, bodies)
+            await self._open(client, workload, records, offsets, max_concurrency, state, bodies)
 
         return await self._run(
             workload,
@@ -295,7 +307,7 @@ class LoadGenerator:
         warmup_concurrency: int,
         connections: int,
         measured: Callable[
-            [httpx.AsyncClient, list[RequestRecord], Tally, Bodies], Awaitable[None]
+            [httpx.AsyncClient, list[RequestRecord], _RunState, Bodies], Awaitable[None]
         ],
         mode: Literal["closed", "open"],
         concurrency: int | None = None,
@@ -311,18 +323,24 @@ class LoadGenerator:
         warm_bodies = encoded_bodies(workload, salt + "/warmup", len(warm), model=self.model)
         main_bodies = encoded_bodies(workload, salt + "/measured", len(main), model=self.model)
         tally = Tally(len(warm) + len(main))
+        watchdog = StallWatchdog(self.stall_timeout) if self.stall_timeout else None
+        state = _RunState(tally, watchdog)
         started = time.perf_counter()
         ticker = ProgressTicker(self._progress, tally, started, self._progress_interval)
         ticker.start()
+        watching = asyncio.create_task(watchdog.run()) if watchdog else None
         try:
             async with self.client(connections) as client:
                 if warm:
                     await self._closed(
-                        client, workload, warm, warmup_concurrency, tally, warm_bodies
+                        client, workload, warm, warmup_concurrency, state, warm_bodies
                     )
-                await measured(client, main, tally, main_bodies)
+                await measured(client, main, state, main_bodies)
         finally:
             await ticker.stop()
+            if watching is not None:
+                watching.cancel()
+                await asyncio.gather(watching, return_exceptions=True)
         return LoadRun(
             workload=workload,
             mode=mode,
@@ -341,7 +359,7 @@ class LoadGenerator:
         workload: Workload,
         records: list[RequestRecord],
         concurrency: int,
-        tally: Tally,
+        state: _RunState,
         bodies: Bodies,
     ) -> None:
         pending = iter(records)
@@ -350,7 +368,7 @@ class LoadGenerator:
             # One shared iterator: each worker takes the next request as soon as its
             # previous one is done, which keeps exactly `concurrency` in flight.
             for record in pending:
-                await self._send(client, workload, record, bodies[record.index], tally)
+                await self._send(client, workload, record, bodies[record.index], state)
 
         await asyncio.gather(*(worker() for _ in range(min(concurrency, len(records)))))
 
@@ -361,17 +379,17 @@ class LoadGenerator:
         records: list[RequestRecord],
         offsets: list[float],
         max_concurrency: int | None,
-        tally: Tally,
+        state: _RunState,
         bodies: Bodies,
     ) -> None:
         slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
 
         async def send(record: RequestRecord, body: bytes) -> None:
             if slots is None:
-                await self._send(client, workload, record, body, tally)
+                await self._send(client, workload, record, body, state)
                 return
             async with slots:
-                await self._send(client, workload, record, body, tally)
+                await self._send(client, workload, record, body, state)
 
         tasks: list[asyncio.Task[None]] = []
         origin = time.perf_counter()
@@ -390,22 +408,35 @@ class LoadGenerator:
         workload: Workload,
         record: RequestRecord,
         body: bytes,
-        tally: Tally,
+        state: _RunState,
     ) -> None:
+        tally, watchdog = state.tally, state.watchdog
         parser = stream_parser(workload.endpoint, record, tally) if workload.stream else None
         try:
-            await asyncio.wait_for(
-                self._exchange(client, workload, record, body, parser), self.request_timeout
-            )
-        except asyncio.TimeoutError:
-            _fail(
-                record,
-                f"timed out: no complete response within {self.request_timeout:g} s "
-                f"(request_timeout); {len(record.chunk_times)} token chunks had arrived",
-            )
+            async with asyncio.timeout(self.request_timeout) as deadline:
+                if watchdog is not None and parser is not None:
+                    watchdog.watch(record, deadline)
+                await self._exchange(client, workload, record, body, parser)
+        except TimeoutError:
+            if watchdog is not None and watchdog.stalled(record):
+                _fail(
+                    record,
+                    f"stalled: no new token for {watchdog.stall_timeout:g} s after "
+                    f"{len(record.chunk_times)} token chunks (stall_timeout; "
+                    "--sglang-stall-timeout under pytest)",
+                )
+            else:
+                _fail(
+                    record,
+                    f"timed out: no complete response within {self.request_timeout:g} s "
+                    f"(request_timeout; --sglang-request-timeout under pytest); "
+                    f"{len(record.chunk_times)} token chunks had arrived",
+                )
         except Exception as exc:  # recorded, never raised: the run keeps every request
             _fail(record, _describe(exc))
         finally:
+            if watchdog is not None:
+                watchdog.forget(record)
             if record.end is None:
                 record.end = time.perf_counter()
             if parser is None and record.ok:
@@ -446,6 +477,14 @@ class LoadGenerator:
             now = time.perf_counter()
             parser.finish(now)
             record.end = parser.done_at if parser.done_at is not None else now
+
+
+@dataclass(frozen=True)
+class _RunState:
+    """What every request of one run shares: the progress counts and the stall watchdog."""
+
+    tally: Tally
+    watchdog: StallWatchdog | None
 
 
 def _records(workload: Workload, count: int, *, warmup: bool) -> list[RequestRecord]:
