@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -229,6 +230,41 @@ def test_preflight_refuses_held_gpus(pytester: pytest.Pytester, tmp_path: Path) 
     finally:
         zombie.kill()
         zombie.wait()
+
+
+def test_emulator_dry_run_ignores_busy_real_gpus(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    # A GPU host whose GPU another job holds: the probe the session gets (NVML on a real
+    # host; here a stand-in returned in its place) sees the holder.
+    gpus = tmp_path / "busy"
+    uuids = write_fake_gpus(gpus, 1)
+    (gpus / f"holder-{os.getpid()}.json").write_text(json.dumps(
+        {"pid": os.getpid(), "gpus": uuids, "used_mib": 76000, "name": "other-job"}
+    ))  # fmt: skip
+    pytester.makeconftest(f"""
+        from pathlib import Path
+        import pytest_sglang.server.pool as pool
+        from pytest_sglang.gpu.probes import FakeProbe
+
+        pool.make_probe = lambda *, host, fake_dir: FakeProbe(Path({str(gpus)!r}))
+    """)
+    tag = profiles(pytester)
+    pytester.makepyfile("""
+        import os, psutil, pytest
+
+        @pytest.mark.sglang_profile("baseline")
+        def test_dry_run(sglang_server, sglang_gpu):
+            assert sglang_server.launch.gpus == ()  # not pinned to real GPUs
+            env = psutil.Process(sglang_server.launch.pid).environ()
+            assert env.get("CUDA_VISIBLE_DEVICES") == os.environ.get("CUDA_VISIBLE_DEVICES")
+            # The GPU state fixture still reads the host's GPUs, busy as they are.
+            assert sglang_gpu.snapshot().processes[0].name == "other-job"
+    """)
+    result = pytester.runpytest("--sglang-launcher=emulator", "--sglang-require")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["*GPU checks skipped: the emulator launcher holds no GPU (--sglang-gpu-fake DIR*"]
+    )
+    assert emulators(tag) == []
 
 
 def test_attached_url_overrides_profile_and_keeps_its_expectations(

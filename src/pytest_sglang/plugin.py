@@ -159,8 +159,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             f"  {info.profile} [{info.launcher}] {info.outcome}: {ready}{stop}{released}"
         )
-    if pool.gpu_skip_reason:
-        terminalreporter.write_line(f"  GPU checks skipped: {pool.gpu_skip_reason}")
+    if pool.flight_skip_reason:
+        terminalreporter.write_line(f"  GPU checks skipped: {pool.flight_skip_reason}")
     for problem in pool.problems:
         terminalreporter.write_line(f"  problem: {problem}", red=True)
 

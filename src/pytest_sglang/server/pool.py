@@ -57,8 +57,10 @@ class ServerPool:
         self.launches: list[LaunchInfo] = []
         #: Teardown problems that did not fail a test (stragglers found and killed).
         self.problems: list[str] = []
-        #: Why GPU checks were skipped, if they were.
+        #: Why GPU state cannot be read here, if it cannot.
         self.gpu_skip_reason: str | None = None
+        #: Why launches were not checked against GPU state (pre/post-flight), if they were not.
+        self.flight_skip_reason: str | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -182,13 +184,13 @@ class ServerPool:
         launch = Launch(
             profile,
             self.settings,
-            gpu=self.gpu_probe(),
+            gpu=self._flight_probe(),
             progress=self._progress,
             log_path=self.log_dir / f"{name}-{len(self.launches) + 1}.log",
         )
         self.launches.append(launch.info)
-        if self.gpu_skip_reason and len(self.launches) == 1:
-            self._progress(f"sglang: GPU pre/post-flight checks skipped: {self.gpu_skip_reason}")
+        if self.flight_skip_reason and len(self.launches) == 1:
+            self._progress(f"sglang: GPU pre/post-flight checks skipped: {self.flight_skip_reason}")
         self._progress(
             f"sglang: launching {name!r} with the {self.settings.launcher.value} launcher "
             f"(log {launch.info.log_path})"
@@ -196,6 +198,22 @@ class ServerPool:
         server = launch.start()
         self._running = launch
         return server
+
+    def _flight_probe(self) -> GpuProbe | None:
+        """Return the probe a launch's GPU pre/post-flight uses, or None (and say why).
+
+        The emulator holds no GPU. On a GPU host its launches are not judged by the real
+        GPUs: a dry run must not fail because another job holds them, nor pin the emulator
+        to them. A fake-GPU directory is different: the emulator simulates its holders there.
+        """
+        if self.settings.launcher.value == "emulator" and self.settings.gpu_fake.value is None:
+            self.flight_skip_reason = (
+                "the emulator launcher holds no GPU (--sglang-gpu-fake DIR simulates them)"
+            )
+            return None
+        probe = self.gpu_probe()
+        self.flight_skip_reason = self.gpu_skip_reason
+        return probe
 
     def stop_running(self) -> None:
         """Stop the launched server that is running, if any (its errors propagate)."""
