@@ -267,6 +267,27 @@ def test_emulator_dry_run_ignores_busy_real_gpus(pytester: pytest.Pytester, tmp_
     assert emulators(tag) == []
 
 
+def test_launched_server_gets_the_profile_env_not_the_test_runs(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COV_CORE_SOURCE", "nothing-to-cover")
+    tag = profiles(pytester, extra='env = { PYTEST_ASKED_FOR = "yes", HF_HUB_OFFLINE = "1" }')
+    pytester.makepyfile("""
+        import psutil, pytest
+
+        @pytest.mark.sglang_profile("eagle3")
+        def test_env(sglang_server):
+            env = psutil.Process(sglang_server.launch.pid).environ()
+            assert "PYTEST_CURRENT_TEST" not in env and "COV_CORE_SOURCE" not in env
+            assert env["PYTEST_ASKED_FOR"] == "yes" and env["HF_HUB_OFFLINE"] == "1"
+            assert "PYTEST_SGLANG_LAUNCH_ID" in env  # how teardown finds what we started
+            assert env["PATH"]
+    """)
+    result = pytester.runpytest("--sglang-launcher=emulator")
+    result.assert_outcomes(passed=1)
+    assert emulators(tag) == []
+
+
 def test_attached_url_overrides_profile_and_keeps_its_expectations(
     pytester: pytest.Pytester, start_emulator: object
 ) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pytest_sglang.profiles import load_profiles, merge_args
-from pytest_sglang.server.launcher import build_command, redact
+from pytest_sglang.server.launcher import build_command, redact, server_environment
 
 GOOD = """
 [profiles.baseline]
@@ -141,3 +141,23 @@ def test_command_lines_are_the_same_for_both_launchers(tmp_path: Path) -> None:
 def test_redact_hides_api_keys() -> None:
     argv = ["x", "--api-key", "sk-1", "--admin-api-key=sk-2", "--port", "1"]
     assert redact(argv) == ["x", "--api-key", "***", "--admin-api-key=***", "--port", "1"]
+
+
+def test_server_environment_drops_the_test_runs_variables() -> None:
+    ours = {
+        "PATH": "/usr/bin",
+        "HF_HOME": "/models",
+        "PYTEST_CURRENT_TEST": "tests/test_x.py::test_y (call)",
+        "PYTEST_SGLANG_URL": "http://h:1",
+        "PYTEST_XDIST_WORKER": "gw0",
+        "COV_CORE_SOURCE": "src",
+        "COVERAGE_PROCESS_START": ".coveragerc",
+        "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "0",
+    }
+    profile = {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1", "PYTEST_KEEP": "on purpose"}
+    assert server_environment(ours, profile) == {
+        "PATH": "/usr/bin",
+        "HF_HOME": "/models",
+        "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1",
+        "PYTEST_KEEP": "on purpose",
+    }

@@ -14,7 +14,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from pytest_sglang.server.process import ServerProcess, StopReport
 from pytest_sglang.server.readiness import ReadinessGate
 from pytest_sglang.settings import Settings
 
-__all__ = ["Launch", "LaunchInfo", "build_command", "redact"]
+__all__ = ["Launch", "LaunchInfo", "build_command", "redact", "server_environment"]
 
 #: Flags whose value must never be printed or stored.
 SECRET_FLAGS = ("--api-key", "--admin-api-key")
@@ -44,6 +44,12 @@ SECRET_FLAGS = ("--api-key", "--admin-api-key")
 PROGRESS_FIRST = 5.0
 PROGRESS_EVERY = 15.0
 LOG_TAIL_LINES = 25
+#: Environment variables of the test run that must not reach a launched server: pytest's own
+#: (PYTEST_CURRENT_TEST, PYTEST_ADDOPTS, our PYTEST_SGLANG_* settings, xdist's) and those by
+#: which pytest-cov and coverage.py start coverage in every Python subprocess: SGLang's
+#: scheduler under a tracer would be measured at a fraction of its speed.
+PRIVATE_ENV_PREFIXES = ("PYTEST_", "COV_CORE_")
+PRIVATE_ENV_NAMES = ("COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG")
 
 
 def build_command(
@@ -73,6 +79,22 @@ def build_command(
         str(port),
         *profile.args,
     ]
+
+
+def server_environment(
+    environ: Mapping[str, str], profile_env: Mapping[str, str]
+) -> dict[str, str]:
+    """Return a launched server's environment: ours, less the test run's, plus the profile's.
+
+    The test run's variables are ``PRIVATE_ENV_PREFIXES`` and ``PRIVATE_ENV_NAMES``; the
+    profile's ``env`` comes last, so a profile may still set any of them on purpose.
+    """
+    inherited = {
+        name: value
+        for name, value in environ.items()
+        if not name.startswith(PRIVATE_ENV_PREFIXES) and name not in PRIVATE_ENV_NAMES
+    }
+    return {**inherited, **profile_env}
 
 
 def redact(argv: Sequence[str]) -> list[str]:
@@ -191,7 +213,7 @@ class Launch:
         :raises GpuNotClean: the GPUs are held by other processes (nothing was started).
         :raises ServerNotReady: the gate failed; :class:`ServerExited` if the process died.
         """
-        env = {**os.environ, **self.profile.env, "PYTHONUNBUFFERED": "1"}
+        env = {**server_environment(os.environ, self.profile.env), "PYTHONUNBUFFERED": "1"}
         if self.gpu is not None:
             snapshot = self.gpu.snapshot()
             self.info.gpus = server_gpus(snapshot, self.profile.tp, env)
