@@ -103,7 +103,10 @@ def test_option_errors_reach_the_user(pytester: pytest.Pytester) -> None:
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "profile 'a', key 'tp'" in result.stderr.str()
     result = pytester.runpytest("--sglang-profiles=missing.toml")
-    assert "--sglang-profiles: 'missing.toml' is not a file" in result.stderr.str()
+    assert (
+        f"--sglang-profiles: 'missing.toml' (relative to {pytester.path}) is not a file "
+        "(from --sglang-profiles on the command line)" in result.stderr.str()
+    )
     result = pytester.runpytest("--sglang-launcher=docker")
     assert "--sglang-launcher: 'docker' is not a launcher" in result.stderr.str()
 

@@ -121,4 +121,6 @@ def test_report_option_rejects_a_directory(pytester: pytest.Pytester) -> None:
     pytester.mkdir("out")
     result = pytester.runpytest("--sglang-report=out")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "--sglang-report: 'out' is a directory" in result.stderr.str()
+    assert f"--sglang-report: 'out' (relative to {pytester.path}) is a directory" in (
+        result.stderr.str()
+    )

@@ -299,3 +299,37 @@ def test_collect_only_and_help_start_nothing(
     )
     assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
     assert "touched the network" not in result.stdout.str() + result.stderr.str()
+
+
+def test_ini_paths_are_relative_to_the_ini_file(pytester: pytest.Pytester) -> None:
+    # pytest run from a subdirectory: paths in the ini file still mean what they say there.
+    pytester.makeini("[pytest]\nsglang_gpu_fake = gpus\nsglang_report = out/r.json\n")
+    pytester.mkdir("gpus")
+    pytester.mkdir("out")
+    sub = pytester.mkdir("sub")
+    sub.joinpath("test_show.py").write_text(
+        "def test_show(sglang_settings):\n"
+        "    print('FAKE', sglang_settings.gpu_fake.value)\n"
+        "    print('REPORT', sglang_settings.report.value)\n"
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(sub)
+        result = pytester.runpytest("-s", "--rootdir", str(pytester.path))
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert f"FAKE {pytester.path / 'gpus'}" in out
+    assert f"REPORT {pytester.path / 'out' / 'r.json'}" in out
+
+
+def test_command_line_paths_are_relative_to_the_invocation_dir(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\n")
+    sub = pytester.mkdir("sub")
+    sub.joinpath("gpus").mkdir()
+    sub.joinpath("test_show.py").write_text(
+        "def test_show(sglang_settings):\n    print('FAKE', sglang_settings.gpu_fake.value)\n"
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(sub)
+        result = pytester.runpytest("-s", "--sglang-gpu-fake=gpus")
+    result.assert_outcomes(passed=1)
+    assert f"FAKE {sub / 'gpus'}" in result.stdout.str()

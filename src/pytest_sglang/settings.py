@@ -309,6 +309,9 @@ class _Raw:
 
     value: list[str]
     source: str
+    #: What a relative path in the value is relative to: the directory pytest was invoked
+    #: from for the command line and environment, the ini file's directory for the ini file.
+    base: Path
 
 
 def _usage_error(spec: OptionSpec, source: str, problem: str, fix: str) -> pytest.UsageError:
@@ -322,22 +325,24 @@ def _lookup(
     environ: Mapping[str, str],
 ) -> _Raw | None:
     """Return the highest-precedence raw value of ``spec`` as a list of strings, or None."""
+    invoked = Path(config.invocation_params.dir)
     cli = config.getoption(spec.dest, default=None)
     if cli is not None and cli != []:
         if spec.flag:
-            return _Raw(["true" if cli else "false"], f"{spec.cli} on the command line")
+            return _Raw(["true" if cli else "false"], f"{spec.cli} on the command line", invoked)
         values = cli if isinstance(cli, list) else [cli]
-        return _Raw([str(v) for v in values], f"{spec.cli} on the command line")
+        return _Raw([str(v) for v in values], f"{spec.cli} on the command line", invoked)
     env = environ.get(spec.env)
     if env is not None and env.strip():
         parts = shlex.split(env) if spec.repeatable else [env.strip()]
-        return _Raw(parts, f"environment variable {spec.env}")
+        return _Raw(parts, f"environment variable {spec.env}", invoked)
     ini = config.getini(spec.ini)
     ini_values = [str(v) for v in ini] if isinstance(ini, list) else [str(ini)]
     ini_values = [v.strip() for v in ini_values if v.strip()]
     if ini_values:
         where = f" in {config.inipath}" if config.inipath else ""
-        return _Raw(ini_values, f"ini option {spec.ini}{where}")
+        base = config.inipath.parent if config.inipath else config.rootpath
+        return _Raw(ini_values, f"ini option {spec.ini}{where}", base)
     return None
 
 
@@ -541,42 +546,40 @@ def parse_launcher(spec: OptionSpec, raw: str, source: str) -> str:
     return raw
 
 
-def _parse_dir(config: pytest.Config) -> Callable[[OptionSpec, str, str], Path | None]:
-    def parse(spec: OptionSpec, raw: str, source: str) -> Path | None:
-        path = Path(config.invocation_params.dir, raw).resolve()
-        if not path.is_dir():
-            raise _usage_error(
-                spec, source, f"{raw!r} is not a directory", "give an existing directory"
-            )
-        return path
+def _resolve_path(
+    spec: OptionSpec,
+    config: pytest.Config,
+    environ: Mapping[str, str],
+    problem: Callable[[Path], str | None],
+    fix: str,
+) -> Sourced[Path | None]:
+    """Resolve a path option; a relative path is relative to where its value was written.
 
-    return parse
-
-
-def _parse_output(config: pytest.Config) -> Callable[[OptionSpec, str, str], Path | None]:
-    def parse(spec: OptionSpec, raw: str, source: str) -> Path | None:
-        path = Path(config.invocation_params.dir, raw).resolve()
-        if path.is_dir():
-            raise _usage_error(
-                spec, source, f"{raw!r} is a directory", "give a file path, e.g. sglang-report.json"
-            )
-        return path
-
-    return parse
+    ``problem`` returns what is wrong with the resolved path, or None when it will do.
+    """
+    raw = _lookup(spec, config, environ)
+    if raw is None:
+        return Sourced(None, "default")
+    if len(raw.value) != 1:
+        raise _usage_error(
+            spec, raw.source, f"expected one value, got {raw.value!r}", "give the option once"
+        )
+    path = Path(raw.base, raw.value[0]).resolve()
+    wrong = problem(path)
+    if wrong is not None:
+        where = "" if Path(raw.value[0]).is_absolute() else f" (relative to {raw.base})"
+        raise _usage_error(spec, raw.source, f"{raw.value[0]!r}{where} {wrong}", fix)
+    return Sourced(path, raw.source)
 
 
 def _resolve_profiles(config: pytest.Config, environ: Mapping[str, str]) -> dict[str, Profile]:
-    raw = _lookup(PROFILES, config, environ)
-    profiles_file = None
-    if raw is not None:
-        profiles_file = Path(config.invocation_params.dir, raw.value[0]).resolve()
-        if not profiles_file.is_file():
-            raise _usage_error(
-                PROFILES,
-                raw.source,
-                f"{raw.value[0]!r} is not a file",
-                "give the path of a TOML file with [profiles.NAME] tables",
-            )
+    profiles_file = _resolve_path(
+        PROFILES,
+        config,
+        environ,
+        lambda path: None if path.is_file() else "is not a file",
+        "give the path of a TOML file with [profiles.NAME] tables",
+    ).value
     inipath = config.inipath
     pyproject = (
         inipath
@@ -621,8 +624,20 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         gpu_host=Sourced(gpu_host.value[0], gpu_host.source)
         if gpu_host
         else Sourced(None, "default"),
-        gpu_fake=_resolve_one(GPU_FAKE, config, env, _parse_dir(config), None),
-        report=_resolve_one(REPORT, config, env, _parse_output(config), None),
+        gpu_fake=_resolve_path(
+            GPU_FAKE,
+            config,
+            env,
+            lambda path: None if path.is_dir() else "is not a directory",
+            "give an existing directory",
+        ),
+        report=_resolve_path(
+            REPORT,
+            config,
+            env,
+            lambda path: "is a directory" if path.is_dir() else None,
+            "give a file path, e.g. sglang-report.json",
+        ),
         servers=servers,
         ready_timeout=_resolve_one(
             READY_TIMEOUT, config, env, parse_duration, DEFAULT_READY_TIMEOUT
