@@ -6,6 +6,7 @@ server reported), never about speed: the bounds hold on a loaded 2-core CI runne
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -259,3 +260,14 @@ def test_a_hung_server_is_bounded_by_the_request_timeout(start_emulator: object)
         assert record.status is None  # not even the response headers came
         assert record.error is not None and record.error.startswith("timed out")
     assert measure(run).failed == 3
+
+
+def test_blocking_api_works_from_a_running_event_loop(emulator: EmulatorProcess) -> None:
+    # An async test calling sglang_bench: asyncio.run would refuse inside a running loop.
+    workload = Workload(**SMALL, requests=3, warmup=0)
+
+    async def async_test() -> LoadRun:
+        return LoadGenerator(emulator.url).run_closed_loop(workload, 2)
+
+    run = asyncio.run(async_test())
+    assert [r.ok for r in run.records] == [True, True, True]

@@ -40,10 +40,11 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import aiohttp
 import httpx
@@ -66,7 +67,9 @@ from pytest_sglang.workload import DEFAULT_WARMUP_CAP, Workload
 if TYPE_CHECKING:
     from pytest_sglang.server.handle import SGLangServer
 
-__all__ = ["DEFAULT_REQUEST_TIMEOUT", "DEFAULT_STALL_TIMEOUT", "LoadGenerator"]
+__all__ = ["DEFAULT_REQUEST_TIMEOUT", "DEFAULT_STALL_TIMEOUT", "LoadGenerator", "run_blocking"]
+
+T = TypeVar("T")
 
 #: Encoded request bodies of one phase, by request index.
 Bodies = list[bytes]
@@ -253,8 +256,8 @@ class LoadGenerator:
     # -- sync facade -----------------------------------------------------------------------
 
     def run_closed_loop(self, workload: Workload, concurrency: int, *, repeat: int = 0) -> LoadRun:
-        """Blocking :meth:`closed_loop` (runs its own event loop)."""
-        return asyncio.run(self.closed_loop(workload, concurrency, repeat=repeat))
+        """Blocking :meth:`closed_loop` (runs its own event loop, see :func:`run_blocking`)."""
+        return run_blocking(self.closed_loop(workload, concurrency, repeat=repeat))
 
     def run_open_loop(
         self,
@@ -265,8 +268,8 @@ class LoadGenerator:
         max_concurrency: int | None = None,
         repeat: int = 0,
     ) -> LoadRun:
-        """Blocking :meth:`open_loop` (runs its own event loop)."""
-        return asyncio.run(
+        """Blocking :meth:`open_loop` (runs its own event loop, see :func:`run_blocking`)."""
+        return run_blocking(
             self.open_loop(
                 workload, rate, arrival=arrival, max_concurrency=max_concurrency, repeat=repeat
             )
@@ -275,8 +278,8 @@ class LoadGenerator:
     def run_sweep(
         self, workload: Workload, concurrencies: Sequence[int], *, repeat: int = 0
     ) -> list[LoadRun]:
-        """Blocking :meth:`sweep` (runs its own event loop)."""
-        return asyncio.run(self.sweep(workload, concurrencies, repeat=repeat))
+        """Blocking :meth:`sweep` (runs its own event loop, see :func:`run_blocking`)."""
+        return run_blocking(self.sweep(workload, concurrencies, repeat=repeat))
 
     # -- internals -------------------------------------------------------------------------
 
@@ -477,6 +480,23 @@ class LoadGenerator:
             now = time.perf_counter()
             parser.finish(now)
             record.end = parser.done_at if parser.done_at is not None else now
+
+
+def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` to completion on a new event loop and return its result.
+
+    From a thread that is already running an event loop (an ``async def`` test under
+    pytest-asyncio or anyio calling ``sglang_bench``) :func:`asyncio.run` refuses: the
+    coroutine then runs on its own loop in a worker thread while the caller waits. The
+    caller's loop is blocked meanwhile, as by any blocking call; await the async API
+    (:meth:`LoadGenerator.closed_loop`...) to keep it running.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(1, thread_name_prefix="pytest-sglang-loadgen") as worker:
+        return worker.submit(asyncio.run, coroutine).result()
 
 
 @dataclass(frozen=True)
