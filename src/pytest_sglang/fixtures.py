@@ -110,7 +110,10 @@ def sglang_target() -> str | None:
 
     Tests that need a server but carry no ``sglang_profile`` marker are parametrized over
     every configured server when there are several and none is called ``default``; this
-    fixture holds the name of the run's server. Override it to pick one yourself.
+    fixture holds the name of the run's server. To run such tests against one server
+    instead, mark them (``pytestmark = pytest.mark.sglang_profile(NAME)`` covers a module)
+    or call that server ``default``: the parametrization wins over an override of this
+    fixture.
     """
     return None
 
