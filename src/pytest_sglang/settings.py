@@ -470,6 +470,16 @@ def parse_expectation(raw: str, source: str, spec: OptionSpec = EXPECT) -> Expec
     return Expectation(key=key, value=value, source=source, server=server_name)
 
 
+def _lookup_one(spec: OptionSpec, config: pytest.Config, environ: Mapping[str, str]) -> _Raw | None:
+    """Return the raw value of a single-valued option, or None when it is not set."""
+    raw = _lookup(spec, config, environ)
+    if raw is not None and len(raw.value) != 1:
+        raise _usage_error(
+            spec, raw.source, f"expected one value, got {raw.value!r}", "give the option once"
+        )
+    return raw
+
+
 def _resolve_one(
     spec: OptionSpec,
     config: pytest.Config,
@@ -477,13 +487,9 @@ def _resolve_one(
     parse: Callable[[OptionSpec, str, str], T],
     default: T,
 ) -> Sourced[T]:
-    raw = _lookup(spec, config, environ)
+    raw = _lookup_one(spec, config, environ)
     if raw is None:
         return Sourced(default, "default")
-    if len(raw.value) != 1:
-        raise _usage_error(
-            spec, raw.source, f"expected one value, got {raw.value!r}", "give the option once"
-        )
     return Sourced(parse(spec, raw.value[0], raw.source), raw.source)
 
 
@@ -557,13 +563,9 @@ def _resolve_path(
 
     ``problem`` returns what is wrong with the resolved path, or None when it will do.
     """
-    raw = _lookup(spec, config, environ)
+    raw = _lookup_one(spec, config, environ)
     if raw is None:
         return Sourced(None, "default")
-    if len(raw.value) != 1:
-        raise _usage_error(
-            spec, raw.source, f"expected one value, got {raw.value!r}", "give the option once"
-        )
     path = Path(raw.base, raw.value[0]).resolve()
     wrong = problem(path)
     if wrong is not None:
@@ -572,14 +574,21 @@ def _resolve_path(
     return Sourced(path, raw.source)
 
 
+def _not_a_file(path: Path) -> str | None:
+    return None if path.is_file() else "is not a file"
+
+
+def _not_a_dir(path: Path) -> str | None:
+    return None if path.is_dir() else "is not a directory"
+
+
+def _a_dir(path: Path) -> str | None:
+    return "is a directory" if path.is_dir() else None
+
+
 def _resolve_profiles(config: pytest.Config, environ: Mapping[str, str]) -> dict[str, Profile]:
-    profiles_file = _resolve_path(
-        PROFILES,
-        config,
-        environ,
-        lambda path: None if path.is_file() else "is not a file",
-        "give the path of a TOML file with [profiles.NAME] tables",
-    ).value
+    toml_fix = "give the path of a TOML file with [profiles.NAME] tables"
+    profiles_file = _resolve_path(PROFILES, config, environ, _not_a_file, toml_fix).value
     inipath = config.inipath
     pyproject = (
         inipath
@@ -624,19 +633,9 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         gpu_host=Sourced(gpu_host.value[0], gpu_host.source)
         if gpu_host
         else Sourced(None, "default"),
-        gpu_fake=_resolve_path(
-            GPU_FAKE,
-            config,
-            env,
-            lambda path: None if path.is_dir() else "is not a directory",
-            "give an existing directory",
-        ),
+        gpu_fake=_resolve_path(GPU_FAKE, config, env, _not_a_dir, "give an existing directory"),
         report=_resolve_path(
-            REPORT,
-            config,
-            env,
-            lambda path: "is a directory" if path.is_dir() else None,
-            "give a file path, e.g. sglang-report.json",
+            REPORT, config, env, _a_dir, "give a file path, e.g. sglang-report.json"
         ),
         servers=servers,
         ready_timeout=_resolve_one(
