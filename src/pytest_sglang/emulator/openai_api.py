@@ -309,17 +309,21 @@ def _finish(run: RequestRun) -> tuple[str | None, int | str | None]:
     return run.finish.type, run.finish.matched_stop
 
 
-def completion_response(
-    ctx: EmulatorContext, parsed: OpenAIRequest, runs: list[RequestRun]
+def _response(
+    ctx: EmulatorContext,
+    parsed: OpenAIRequest,
+    runs: list[RequestRun],
+    kind: str,
+    content: Callable[[RequestRun], dict[str, Any]],
 ) -> dict[str, Any]:
-    """Return a non-streamed ``text_completion``."""
+    """Return a non-streamed response of ``kind``; ``content`` gives a choice's own fields."""
     choices = []
     for index, run in enumerate(runs):
         reason, matched = _finish(run)
         choices.append(
             {
                 "index": index,
-                "text": run.text,
+                **content(run),
                 "logprobs": None,
                 "finish_reason": reason,
                 "matched_stop": matched,
@@ -327,13 +331,20 @@ def completion_response(
         )
     return {
         "id": runs[0].rid,
-        "object": "text_completion",
+        "object": kind,
         "created": int(time.time()),
         "model": parsed.model,
         "choices": choices,
         "usage": usage(ctx, parsed, runs),
         "metadata": {"weight_version": ctx.config.server_args["weight_version"]},
     }
+
+
+def completion_response(
+    ctx: EmulatorContext, parsed: OpenAIRequest, runs: list[RequestRun]
+) -> dict[str, Any]:
+    """Return a non-streamed ``text_completion``."""
+    return _response(ctx, parsed, runs, "text_completion", lambda run: {"text": run.text})
 
 
 async def completion_stream(
@@ -376,27 +387,11 @@ def chat_response(
     ctx: EmulatorContext, parsed: OpenAIRequest, runs: list[RequestRun]
 ) -> dict[str, Any]:
     """Return a non-streamed ``chat.completion``."""
-    choices = []
-    for index, run in enumerate(runs):
-        reason, matched = _finish(run)
-        choices.append(
-            {
-                "index": index,
-                "message": {"role": "assistant", "content": run.text, "reasoning_content": None},
-                "logprobs": None,
-                "finish_reason": reason,
-                "matched_stop": matched,
-            }
-        )
-    return {
-        "id": runs[0].rid,
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": parsed.model,
-        "choices": choices,
-        "usage": usage(ctx, parsed, runs),
-        "metadata": {"weight_version": ctx.config.server_args["weight_version"]},
-    }
+
+    def message(run: RequestRun) -> dict[str, Any]:
+        return {"message": {"role": "assistant", "content": run.text, "reasoning_content": None}}
+
+    return _response(ctx, parsed, runs, "chat.completion", message)
 
 
 async def chat_stream(
