@@ -176,38 +176,7 @@ class SimpleEngine:
             self._fold_window(time.monotonic())
 
     def _fold_window(self, now: float) -> None:
-        stats = self._stats
-        elapsed = now - stats.window_start
-        if elapsed > 0:
-            stats.gen_throughput = stats.window_tokens / elapsed
-        parts = [
-            f"Decode batch, #running-req: {stats.num_running}",
-            f"#token: {stats.used_tokens}",
-            f"token usage: {stats.used_tokens / self.config.max_total_num_tokens:.2f}",
-        ]
-        if self.config.speculative is not None and stats.window_verify:
-            stats.spec_accept_length = stats.window_spec_tokens / stats.window_verify
-            stats.spec_accept_rate = stats.window_correct / max(1, stats.window_proposed)
-            stats.cum_spec_tokens += stats.window_spec_tokens
-            stats.cum_verify += stats.window_verify
-            parts.append(f"accept len: {stats.spec_accept_length:.2f}")
-            parts.append(f"accept rate: {stats.spec_accept_rate:.2f}")
-        parts.append(f"cuda graph: {self.config.cuda_graph}")
-        parts.append(f"gen throughput (token/s): {stats.gen_throughput:.2f}")
-        parts.append(f"#queue-req: {stats.num_queued}")
-        stats.windows_folded += 1
-        self._log.info(", ".join(parts))
-        self._reset_window(now)
-
-    def _reset_window(self, now: float) -> None:
-        stats = self._stats
-        stats.window_iterations = 0.0
-        stats.window_tokens = 0
-        stats.window_spec_tokens = 0
-        stats.window_verify = 0
-        stats.window_correct = 0
-        stats.window_proposed = 0
-        stats.window_start = now
+        self._log.info(self._stats.fold_window(now, self.config))
 
     def _log_prefill(self, request: GenerationRequest) -> None:
         stats = self._stats

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 TTFT_BUCKETS = (
     0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0,
@@ -59,6 +60,17 @@ class Histogram:
         return result
 
 
+class EngineShape(Protocol):
+    """What the decode-log line needs of an engine's configuration."""
+
+    @property
+    def speculative(self) -> object | None: ...
+    @property
+    def cuda_graph(self) -> bool: ...
+    @property
+    def max_total_num_tokens(self) -> int: ...
+
+
 @dataclass
 class SchedulerStats:
     """Scheduler-side state; the engine writes it, metrics and ``internal_states`` read it."""
@@ -82,6 +94,41 @@ class SchedulerStats:
     window_correct: int = 0
     window_proposed: int = 0
     window_start: float = 0.0
+
+    def fold_window(self, now: float, config: EngineShape) -> str:
+        """Close the decode-log window at ``now``: update the gauges, start a new window.
+
+        Returns SGLang's ``Decode batch, ...`` log line for the window.
+        """
+        speculative = config.speculative is not None
+        max_total_num_tokens = config.max_total_num_tokens
+        elapsed = now - self.window_start
+        if elapsed > 0:
+            self.gen_throughput = self.window_tokens / elapsed
+        parts = [
+            f"Decode batch, #running-req: {self.num_running}",
+            f"#token: {self.used_tokens}",
+            f"token usage: {self.used_tokens / max(1, max_total_num_tokens):.2f}",
+        ]
+        if speculative and self.window_verify:
+            self.spec_accept_length = self.window_spec_tokens / self.window_verify
+            self.spec_accept_rate = self.window_correct / max(1, self.window_proposed)
+            self.cum_spec_tokens += self.window_spec_tokens
+            self.cum_verify += self.window_verify
+            parts.append(f"accept len: {self.spec_accept_length:.2f}")
+            parts.append(f"accept rate: {self.spec_accept_rate:.2f}")
+        parts.append(f"cuda graph: {config.cuda_graph}")
+        parts.append(f"gen throughput (token/s): {self.gen_throughput:.2f}")
+        parts.append(f"#queue-req: {self.num_queued}")
+        self.windows_folded += 1
+        self.window_iterations = 0.0
+        self.window_tokens = 0
+        self.window_spec_tokens = 0
+        self.window_verify = 0
+        self.window_correct = 0
+        self.window_proposed = 0
+        self.window_start = now
+        return ", ".join(parts)
 
     @property
     def avg_spec_accept_length(self) -> float | None:
