@@ -15,6 +15,26 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+def stamped_on_receive(
+    arrivals: Arrivals, client: socket.socket, connection: StampingConnection
+) -> None:
+    """Wait until the kernel stamps segments when they arrive, not when they are read.
+
+    Linux enables receive stamping from a work queue after the first socket asks for it;
+    on a loaded machine a segment sent right away may be stamped at the read instead.
+    """
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        client.sendall(b"GET /prime HTTP/1.1\r\n\r\n")
+        time.sleep(0.02)
+        read_at = time.monotonic()
+        connection.recv(65536)
+        stamp = arrivals.take(client.getsockname())
+        if stamp is not None and stamp < read_at - 0.01:
+            return
+    pytest.fail("the kernel did not start stamping received segments within 5 s")
+
+
 @pytest.fixture
 def pair() -> Iterator[tuple[Arrivals, socket.socket, StampingConnection]]:
     """An arrivals registry, a client socket and the server's accepted connection."""
@@ -26,6 +46,7 @@ def pair() -> Iterator[tuple[Arrivals, socket.socket, StampingConnection]]:
     connection, _ = listener.accept()
     assert isinstance(connection, StampingConnection)
     try:
+        stamped_on_receive(arrivals, client, connection)
         yield arrivals, client, connection
     finally:
         for sock in (client, connection, listener):

@@ -18,6 +18,9 @@ with a method token is that request's first segment.
 
 The stamp is ``CLOCK_REALTIME``; it is converted to ``time.monotonic()``, the trace's clock.
 Where the kernel gives no stamp, the read's own time is kept (no earlier moment is known).
+The kernel turns receive stamping on from a work queue once the first socket asks for it;
+until that has run, a segment is stamped when it is read. The emulator's first requests
+come long after its socket opened; a test that sends at once must wait for it.
 """
 
 from __future__ import annotations
