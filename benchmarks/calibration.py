@@ -47,7 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.emulator_process import running_emulator
+from tests.emulator_process import EAGLE3_FLAGS, running_emulator
 
 from pytest_sglang.emulator.batch_scheduler import simulate_closed_loop
 from pytest_sglang.emulator.perf_model import DEFAULT_PARAMS, SpecShape, single_stream_throughput
@@ -68,16 +68,6 @@ FAST_START = (
     "0",
     "--emulator-health-probe-time",
     "0",
-)
-EAGLE3_FLAGS = (
-    "--speculative-algorithm",
-    "EAGLE3",
-    "--speculative-num-steps",
-    "3",
-    "--speculative-eagle-topk",
-    "1",
-    "--speculative-num-draft-tokens",
-    "4",
 )
 PROFILES: dict[str, tuple[str, ...]] = {"baseline": (), "eagle3": EAGLE3_FLAGS}
 TARGETS: dict[tuple[str, int], float] = {

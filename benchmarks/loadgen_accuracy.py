@@ -53,7 +53,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.emulator_process import running_emulator
+from tests.emulator_process import EAGLE3_FLAGS, running_emulator
 
 from pytest_sglang.emulator.trace import read_trace
 from pytest_sglang.loadgen import LoadGenerator, LoadRun
@@ -63,16 +63,7 @@ from pytest_sglang.workload import Workload
 INPUT_LEN = 32
 THROUGHPUT_TARGET = 0.01
 TTFT_TARGET = 0.002
-EAGLE3 = (
-    "--speculative-algorithm",
-    "EAGLE3",
-    "--speculative-num-steps",
-    "3",
-    "--speculative-eagle-topk",
-    "1",
-    "--speculative-num-draft-tokens",
-    "4",
-)
+EAGLE3 = EAGLE3_FLAGS
 
 # -- client-side wire times (diagnostic, this process only) ---------------------------------
 

@@ -19,6 +19,12 @@ from pathlib import Path
 
 import psutil
 
+#: The story's EAGLE-3 configuration (as in examples/pyproject.toml), for tests and benchmarks.
+EAGLE3_FLAGS = (
+    "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
+    "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+)  # fmt: skip
+
 
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that was free a moment ago."""

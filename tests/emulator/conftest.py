@@ -12,7 +12,7 @@ import httpx
 import jsonschema
 import pytest
 
-from tests.emulator_process import EmulatorProcess, running_emulator
+from tests.emulator_process import EAGLE3_FLAGS, EmulatorProcess, running_emulator
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "src" / "pytest_sglang" / "schemas"
 MODEL = "emulated/Llama-3.1-8B-Instruct"
@@ -38,17 +38,7 @@ def shared_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared
 
 # The configurations most tests read from.
 DEFAULT_FLAGS = ("--context-length", "2048", "--enable-metrics")
-SPEC_FLAGS = (
-    "--speculative-algorithm",
-    "EAGLE3",
-    "--speculative-num-steps",
-    "3",
-    "--speculative-eagle-topk",
-    "1",
-    "--speculative-num-draft-tokens",
-    "4",
-    "--enable-metrics",
-)
+SPEC_FLAGS = (*EAGLE3_FLAGS, "--enable-metrics")
 OLD_FLAGS = ("--emulator-version", "0.5.5", "--speculative-algorithm", "EAGLE")
 
 

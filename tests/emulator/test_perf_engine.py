@@ -25,21 +25,12 @@ from pytest_sglang.loadgen import LoadGenerator
 from pytest_sglang.measurement import measure
 from pytest_sglang.workload import Workload
 from tests.emulator.conftest import client, sse_json
-from tests.emulator_process import EmulatorProcess
+from tests.emulator_process import EAGLE3_FLAGS, EmulatorProcess
 
 Start = Callable[..., EmulatorProcess]
 
 BATCH = ("--emulator-engine", "batch", "--emulator-speedup", "20", "--enable-metrics")
-EAGLE3 = (
-    "--speculative-algorithm",
-    "EAGLE3",
-    "--speculative-num-steps",
-    "3",
-    "--speculative-eagle-topk",
-    "1",
-    "--speculative-num-draft-tokens",
-    "4",
-)
+EAGLE3 = EAGLE3_FLAGS
 
 
 def _body(tokens: int, *, stream: bool = False, first: int = 1000) -> dict[str, Any]:
