@@ -73,7 +73,7 @@ def test_batch_engine_is_the_default_unless_simple_timing_is_given() -> None:
 def test_perf_options_parse_with_defaults_from_the_model() -> None:
     perf = parse_args(["--model-path", "m"]).options.perf
     assert perf.params == DEFAULT_PARAMS
-    assert (perf.speedup, perf.noise, perf.seed, perf.trace) == (1.0, 0.0, 0, None)
+    assert (perf.speedup, perf.noise, perf.trace) == (1.0, 0.0, None)
     perf = parse_args(
         [
             "--model-path",
@@ -95,6 +95,16 @@ def test_perf_options_parse_with_defaults_from_the_model() -> None:
     assert (perf.speedup, perf.noise, perf.seed) == (12.5, 0.03, 7)
     assert perf.params.step_base_ms == 5.0 and perf.params.draft_per_token_ms == 0.2
     assert perf.trace == Path("/tmp/t.jsonl")
+
+
+def test_the_default_seed_follows_the_configuration_not_the_address() -> None:
+    def seed(*flags: str) -> int:
+        return parse_args(["--model-path", "m", *flags]).options.perf.seed
+
+    baseline = seed("--port", "30000")
+    assert seed("--port", "31000", "--host", "0.0.0.0") == baseline  # reproducible
+    assert seed(*EAGLE3) != baseline  # two profiles do not share their noise
+    assert seed("--emulator-seed", "7") == 7
 
 
 @pytest.mark.parametrize(

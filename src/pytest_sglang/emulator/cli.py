@@ -59,7 +59,9 @@ def parse_args(argv: Sequence[str]) -> LaunchConfig:
         gpu_dir=gpu_dir,
         faults=faults.Faults(dict(values["emulator_fault"] or [])),
         perf=perf_options.from_values(
-            values, simple_timing=raw_decode_ms is not None or prefill_ms is not None
+            values,
+            simple_timing=raw_decode_ms is not None or prefill_ms is not None,
+            default_seed=perf_options.configuration_seed(given),
         ),
     )
     model = guess_profile(

@@ -9,12 +9,17 @@ for, and the plugin's own tests rely on it.
 ``--emulator-speedup F`` divides every model time by F (the same shape, F times faster; it
 applies to the simple engine's delays too). ``--emulator-noise CV`` adds run-to-run noise
 (``perf_model.SpeedNoise``), seeded by ``--emulator-seed``, which also seeds the accepted
-lengths and the ``error-rate`` fault.
+lengths and the ``error-rate`` fault. Without it the seed comes from the SGLang flags as
+given (:func:`configuration_seed`): each configuration is reproducible, and two differently
+configured servers, say a baseline and an EAGLE-3 profile, do not draw the same noise, which
+would cancel in a comparison and make a noisy dry run look clean.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -148,10 +153,11 @@ def add_options(group: argparse._ArgumentGroup) -> None:
     option(
         "--emulator-seed",
         type=_int,
-        default=0,
+        default=None,
         metavar="N",
-        help="Seed of the accepted lengths, the noise and the error-rate fault. "
-        "Default %(default)s.",
+        help="Seed of the accepted lengths, the noise and the error-rate fault. Default: "
+        "derived from the SGLang flags (less --host and --port), so that each configuration "
+        "is reproducible and two configurations do not share their noise.",
     )
     for suffix, name, text in _PARAM_OPTIONS:
         option(
@@ -172,10 +178,20 @@ def add_options(group: argparse._ArgumentGroup) -> None:
     )
 
 
-def from_values(values: Mapping[str, Any], *, simple_timing: bool = False) -> PerfOptions:
+def configuration_seed(server_flags: Mapping[str, Any]) -> int:
+    """Return a seed from the SGLang flags as given, less where the server listens."""
+    relevant = {k: v for k, v in server_flags.items() if k not in ("host", "port")}
+    text = json.dumps(relevant, sort_keys=True, default=str)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
+
+
+def from_values(
+    values: Mapping[str, Any], *, simple_timing: bool = False, default_seed: int = 0
+) -> PerfOptions:
     """Build the options from parsed ``values`` (argparse ``vars``).
 
     ``simple_timing``: the simple engine's timing flags were given (selects it by default).
+    ``default_seed``: the seed without ``--emulator-seed`` (see :func:`configuration_seed`).
     """
     engine = values.get("emulator_engine")
     if engine is None:
@@ -194,7 +210,7 @@ def from_values(values: Mapping[str, Any], *, simple_timing: bool = False) -> Pe
         speedup=float(values.get("emulator_speedup", 1.0)),
         noise=float(values.get("emulator_noise", 0.0)),
         noise_interval=float(values.get("emulator_noise_interval", 0.5)),
-        seed=int(values.get("emulator_seed", 0)),
+        seed=int(default_seed if values.get("emulator_seed") is None else values["emulator_seed"]),
         trace=values.get("emulator_trace"),
     )
 
