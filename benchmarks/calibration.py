@@ -32,6 +32,10 @@ at C=250 keeps a queue and does not notice. Every run also reports whether the e
 up with the model (its engine summary: how far the scheduler loop fell behind the schedule,
 ``!`` if it had to restart it).
 
+EAGLE-3's accepted lengths are drawn (seeded by the emulator's configuration): the ``tau``
+column is the realised mean. At C=1 six requests make about 800 verify steps, whose mean
+accepted length lands within about 2 % of 2.0, and the throughput with it.
+
     python benchmarks/calibration.py [--c1-speedup 1] [--c250-speedup 5]
         [--check-speedup 10] [--c1-requests 6] [--c250-requests 500]
 """
