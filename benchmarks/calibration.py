@@ -36,7 +36,7 @@ EAGLE-3's accepted lengths are drawn (seeded by the emulator's configuration): t
 column is the realised mean. At C=1 six requests make about 800 verify steps, whose mean
 accepted length lands within about 2 % of 2.0, and the throughput with it.
 
-    python benchmarks/calibration.py [--c1-speedup 1] [--c250-speedup 5]
+    python benchmarks/calibration.py [--c1-speedup 1] [--c250-speedup 4]
         [--check-speedup 10] [--c1-requests 6] [--c250-requests 500]
 """
 
