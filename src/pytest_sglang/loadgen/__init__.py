@@ -44,9 +44,10 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'pytest_sglang.loadgen' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    # Not cached in globals(): resolved through sys.modules every time, so that code which
+    # swaps modules out (pytester restores sys.modules after each in-process run) never
+    # gets a function bound to a discarded module, recording into a discarded context.
+    return getattr(importlib.import_module(module), name)
 
 
 def __dir__() -> list[str]:
