@@ -228,8 +228,9 @@ def test_eagle_streams_multi_token_chunks_with_consistent_verify_counts(
         events = sse_json(r)
     counts = [e["meta_info"]["completion_tokens"] for e in events]
     sizes = [b - a for a, b in zip([0, *counts], counts, strict=False)]
-    assert sizes[0] == 1  # the prefill's token
-    assert max(sizes) > 1 and max(sizes) <= 4 * 8  # multi-token chunks (coalescing aside)
+    # Multi-token chunks. Not their exact sizes: when the event loop falls behind (a loaded
+    # machine), the writer merges pending chunks, the prefill's single token included.
+    assert min(sizes) >= 1 and max(sizes) > 1 and sum(sizes) == 256
     final = events[-1]["meta_info"]
     assert final["completion_tokens"] == 256
     verify = final["spec_verify_ct"]
