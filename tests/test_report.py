@@ -124,3 +124,55 @@ def test_report_option_rejects_a_directory(pytester: pytest.Pytester) -> None:
     assert f"--sglang-report: 'out' (relative to {pytester.path}) is a directory" in (
         result.stderr.str()
     )
+
+
+def test_markdown_summary_is_appended(suite: pytest.Pytester) -> None:
+    summary = suite.path / "step-summary.md"
+    summary.write_text("# an earlier step's summary\n")
+    result = suite.runpytest(f"--sglang-markdown={summary}")
+    result.assert_outcomes(passed=2, failed=1)
+    text = summary.read_text()
+    assert text.startswith("# an earlier step's summary\n\n## pytest-sglang results\n")
+    lines = text.splitlines()
+    assert (
+        "| server | C | runs | out tok/s | TTFT p50 | TTFT p99 | ITL p50 | accept | errors |"
+        in (lines)
+    )
+    assert "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" in lines
+    assert any(line.startswith("| baseline | 1 | 5 | 102.5 |") for line in lines)
+    assert any(line.startswith("| eagle3 | 250 | 5 | 102.5 |") for line in lines)
+    assert any(
+        line.startswith("- **PASS** `test_suite.py::test_c1`: assert_faster(") for line in lines
+    )
+    assert any(line.startswith("- **CROSSOVER** `test_suite.py::test_crossover`") for line in lines)
+    assert any(line.startswith("- **FAIL** `test_suite.py::test_c250_fails`") for line in lines)
+    assert "  <details><summary>evidence</summary>" in lines
+    assert "interrupted" not in text
+    # A second step appends its own summary after the first.
+    suite.runpytest(f"--sglang-markdown={summary}", "-k", "test_c1")
+    assert summary.read_text().count("## pytest-sglang results") == 2
+
+
+def test_markdown_summary_from_xdist_and_interrupted_runs(suite: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    suite.runpytest("-n", "2", "--sglang-markdown=xdist.md")
+    text = (suite.path / "xdist.md").read_text()
+    assert text.count("## pytest-sglang results") == 1  # the controller's, not the workers'
+    assert text.count("- **") == 3
+    suite.makepyfile(test_zz_interrupt="def test_stop():\n    raise KeyboardInterrupt\n")
+    result = suite.runpytest_subprocess("--sglang-markdown=stopped.md", "-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert "_The run was interrupted: these are the results up to then._" in (
+        (suite.path / "stopped.md").read_text()
+    )
+
+
+def test_markdown_escapes_table_breakers() -> None:
+    from pytest_sglang.summary import render_markdown
+
+    verdict = {"kind": "assert_faster", "outcome": "pass", "test": "t.py::test[a|b]",
+               "summary": "a|b \\ c", "warnings": ["x|y"], "table": None}  # fmt: skip
+    text = render_markdown([], [verdict])
+    assert "- **PASS** `t.py::test[a|b]`: a\\|b \\\\ c" in text
+    assert "  - warning: x\\|y" in text
+    assert render_markdown([], []).endswith("No measurements or verdicts were recorded.\n")

@@ -83,7 +83,8 @@ def pytest_configure(config: pytest.Config) -> None:
         from pytest_sglang.report import SGLangReporter
 
         config.pluginmanager.register(
-            SGLangReporter(config, settings.report.value), "sglang-reporter"
+            SGLangReporter(config, settings.report.value, settings.markdown.value),
+            "sglang-reporter",
         )
 
 

@@ -1,4 +1,7 @@
-"""The results report: a terminal table, and the JSON file of ``--sglang-report PATH``.
+"""The results report: the terminal summary, the JSON file and the Markdown summary.
+
+The JSON goes to ``--sglang-report PATH``, the Markdown to ``--sglang-markdown PATH``; the
+tables themselves are rendered by :mod:`pytest_sglang.summary`.
 
 Measurements, verdicts and server details travel as ``("sglang", {...})`` entries of each
 test's ``user_properties``, which pytest (and pytest-xdist, from its workers) puts on every
@@ -19,83 +22,19 @@ from typing import Any
 
 import pytest
 
-__all__ = ["REPORT_VERSION", "SGLangReporter", "render_tables"]
+__all__ = ["REPORT_VERSION", "SGLangReporter"]
 
 REPORT_VERSION = 1
 
 
-# platform, statistics, tempfile and datetime are imported where they are used: this module
-# is loaded by pytest_configure in every run, results or not.
+# platform, tempfile, datetime and the summary (statistics) are imported where they are used:
+# this module is loaded by pytest_configure in every run, results or not.
 
 
 def _now() -> str:
     import datetime
 
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-
-
-def _median(values: list[float]) -> float | None:
-    import statistics
-
-    return statistics.median(values) if values else None
-
-
-def _run_stat(runs: list[dict[str, Any]], metric: str, stat: str | None = None) -> float | None:
-    values = []
-    for run in runs:
-        value = run.get(metric)
-        if stat is not None:
-            value = value.get(stat) if isinstance(value, dict) else None
-        if isinstance(value, (int, float)):
-            values.append(float(value))
-    return _median(values)
-
-
-def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
-    return "-" if value is None else f"{value * scale:.{digits}f}"
-
-
-def render_tables(measurements: list[dict[str, Any]], verdicts: list[dict[str, Any]]) -> list[str]:
-    """Return the terminal summary: one table per workload, then the verdicts."""
-    lines: list[str] = []
-    by_workload: dict[str, list[dict[str, Any]]] = {}
-    for entry in measurements:
-        key = json.dumps(entry["workload"], sort_keys=True)
-        by_workload.setdefault(key, []).append(entry)
-    header = (f"{'server':<14} {'C':>5} {'runs':>4} {'out tok/s':>10} {'TTFT p50':>9} "
-              f"{'TTFT p99':>9} {'ITL p50':>8} {'accept':>7} {'errors':>6}")  # fmt: skip
-    for key, entries in by_workload.items():
-        workload = json.loads(key)
-        lines.append(
-            f"workload: {workload['endpoint']}, input {workload['input_len']}, output "
-            f"{workload['output_len']} tokens, {workload['requests']} requests"
-            + (f" (or {workload['requests_per_slot']} per slot)"
-               if workload.get("requests_per_slot") else "")
-            + "; medians over runs, times in ms"
-        )  # fmt: skip
-        lines.append(header)
-        for entry in sorted(entries, key=lambda e: (e["concurrency"], e["server"])):
-            runs = entry["runs"]
-            lines.append(
-                f"{entry['server']:<14} {entry['concurrency']:>5} {len(runs):>4} "
-                f"{_fmt(_run_stat(runs, 'output_throughput')):>10} "
-                f"{_fmt(_run_stat(runs, 'ttft', 'p50'), 1000):>9} "
-                f"{_fmt(_run_stat(runs, 'ttft', 'p99'), 1000):>9} "
-                f"{_fmt(_run_stat(runs, 'itl', 'p50'), 1000, 2):>8} "
-                f"{_fmt(_run_stat(runs, 'acceptance_length'), digits=2):>7} "
-                f"{sum(int(r.get('failed', 0)) for r in runs):>6}"
-            )
-        lines.append("")
-    for verdict in verdicts:
-        # A crossover is a finding, not a pass or a fail: its assertions come separately.
-        tag = "CROSSOVER" if verdict["kind"] == "find_crossover" else verdict["outcome"].upper()
-        lines.append(f"[{tag}] {verdict['test']}: {verdict['summary']}")
-        if verdict["kind"] == "find_crossover":
-            table = verdict.get("table")
-            if table:
-                lines += [f"    {line}" for line in table.splitlines()]
-        lines += [f"    warning: {w}" for w in verdict.get("warnings", [])]
-    return lines
 
 
 def _dedupe(
@@ -110,9 +49,12 @@ def _dedupe(
 class SGLangReporter:
     """Collects the session's results on the controller; prints and writes them."""
 
-    def __init__(self, config: pytest.Config, path: Path | None) -> None:
+    def __init__(
+        self, config: pytest.Config, path: Path | None, markdown: Path | None = None
+    ) -> None:
         self.config = config
         self.path = path
+        self.markdown = markdown
         self.created = ""
         self.measurements: list[dict[str, Any]] = []
         self.verdicts: list[dict[str, Any]] = []
@@ -160,11 +102,7 @@ class SGLangReporter:
 
         from pytest_sglang import __version__
 
-        measurements = _dedupe(
-            self.measurements,
-            lambda m: json.dumps([m["server"], m["workload"], m["concurrency"], len(m["runs"])],
-                                 sort_keys=True),
-        )  # fmt: skip
+        measurements = self.unique_measurements()
         servers = _dedupe(self.servers, lambda s: f"{s['name']} {s['url']}")
         versions = sorted({str(s["version"]) for s in servers if s.get("version")})
         return {
@@ -204,24 +142,47 @@ class SGLangReporter:
             Path(tmp).unlink(missing_ok=True)
             raise
 
+    def unique_measurements(self) -> list[dict[str, Any]]:
+        """Return the measurements, each once (a cached one is recorded by every user)."""
+        return _dedupe(
+            self.measurements,
+            lambda m: json.dumps([m["server"], m["workload"], m["concurrency"], len(m["runs"])],
+                                 sort_keys=True),
+        )  # fmt: skip
+
+    def append_markdown(self, *, interrupted: bool) -> None:
+        """Append the Markdown summary to ``--sglang-markdown PATH`` (no-op without it).
+
+        Appended, not replaced: ``$GITHUB_STEP_SUMMARY`` collects every step's summary.
+        """
+        if self.markdown is None or self.config.option.collectonly:
+            return
+        from pytest_sglang.summary import render_markdown
+
+        note = "The run was interrupted: these are the results up to then." if interrupted else None
+        text = render_markdown(self.unique_measurements(), self.verdicts, note=note)
+        self.markdown.parent.mkdir(parents=True, exist_ok=True)
+        follows = self.markdown.is_file() and self.markdown.stat().st_size > 0
+        with self.markdown.open("a", encoding="utf-8") as file:
+            # A blank line first, so that a previous summary's last block ends there.
+            file.write(("\n" if follows else "") + text)
+
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        """Write the final report."""
+        """Write the final report and the Markdown summary."""
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
         self.write(complete=not interrupted, interrupted=interrupted, exit_status=int(exitstatus))
+        self.append_markdown(interrupted=interrupted)
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         """Print the results tables and verdicts."""
         if not self.measurements and not self.verdicts:
             return
+        from pytest_sglang.summary import render_tables
+
         terminalreporter.section("sglang results")
-        measurements = _dedupe(
-            self.measurements,
-            lambda m: json.dumps([m["server"], m["workload"], m["concurrency"], len(m["runs"])],
-                                 sort_keys=True),
-        )  # fmt: skip
-        for line in render_tables(measurements, self.verdicts):
+        for line in render_tables(self.unique_measurements(), self.verdicts):
             terminalreporter.write_line(line)
         if self.path is not None:
             terminalreporter.write_line(f"report written to {self.path}")

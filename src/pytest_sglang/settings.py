@@ -181,6 +181,13 @@ REPORT = OptionSpec(
     metavar="PATH",
 )
 
+MARKDOWN = OptionSpec(
+    "markdown",
+    "Append the results (tables and verdicts) as Markdown to PATH at the end of the run, "
+    "e.g. --sglang-markdown=$GITHUB_STEP_SUMMARY for a GitHub Actions job summary",
+    metavar="PATH",
+)
+
 OPTIONS: tuple[OptionSpec, ...] = (
     URL,
     READY_TIMEOUT,
@@ -195,6 +202,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     REQUEST_TIMEOUT,
     STALL_TIMEOUT,
     REPORT,
+    MARKDOWN,
 )
 #: Launchers ``--sglang-launcher`` accepts.
 LAUNCHERS = ("sglang", "emulator")
@@ -247,6 +255,7 @@ class Settings:
     gpu_host: Sourced[str | None] = Sourced(None, "default")
     gpu_fake: Sourced[Path | None] = Sourced(None, "default")
     report: Sourced[Path | None] = Sourced(None, "default")
+    markdown: Sourced[Path | None] = Sourced(None, "default")
     request_timeout: Sourced[float] = Sourced(DEFAULT_REQUEST_TIMEOUT, "default")
     stall_timeout: Sourced[float] = Sourced(DEFAULT_STALL_TIMEOUT, "default")
 
@@ -636,6 +645,9 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         gpu_fake=_resolve_path(GPU_FAKE, config, env, _not_a_dir, "give an existing directory"),
         report=_resolve_path(
             REPORT, config, env, _a_dir, "give a file path, e.g. sglang-report.json"
+        ),
+        markdown=_resolve_path(
+            MARKDOWN, config, env, _a_dir, "give a file path, e.g. $GITHUB_STEP_SUMMARY"
         ),
         servers=servers,
         ready_timeout=_resolve_one(

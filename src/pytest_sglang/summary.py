@@ -1,0 +1,137 @@
+"""The results summary, rendered twice: for the terminal and as Markdown.
+
+Both read the report's plain entries (measurements and verdicts as in the JSON report): one
+table per workload, rows server x concurrency with medians over runs, then the verdicts.
+The Markdown goes where ``--sglang-markdown PATH`` says, typically ``$GITHUB_STEP_SUMMARY``
+(a GitHub Actions job summary) or a file a CI step posts as a comment.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from typing import Any
+
+__all__ = ["render_markdown", "render_tables"]
+
+#: Column titles and their widths in the terminal table.
+COLUMNS = (
+    ("server", 14), ("C", 5), ("runs", 4), ("out tok/s", 10), ("TTFT p50", 9),
+    ("TTFT p99", 9), ("ITL p50", 8), ("accept", 7), ("errors", 6),
+)  # fmt: skip
+
+
+def _run_stat(runs: list[dict[str, Any]], metric: str, stat: str | None = None) -> float | None:
+    values = []
+    for run in runs:
+        value = run.get(metric)
+        if stat is not None:
+            value = value.get(stat) if isinstance(value, dict) else None
+        if isinstance(value, (int, float)):
+            values.append(float(value))
+    return statistics.median(values) if values else None
+
+
+def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
+    return "-" if value is None else f"{value * scale:.{digits}f}"
+
+
+def _cells(entry: dict[str, Any]) -> list[str]:
+    """One row's cells, in ``COLUMNS`` order: medians over the runs, times in ms."""
+    runs = entry["runs"]
+    return [
+        str(entry["server"]),
+        str(entry["concurrency"]),
+        str(len(runs)),
+        _fmt(_run_stat(runs, "output_throughput")),
+        _fmt(_run_stat(runs, "ttft", "p50"), 1000),
+        _fmt(_run_stat(runs, "ttft", "p99"), 1000),
+        _fmt(_run_stat(runs, "itl", "p50"), 1000, 2),
+        _fmt(_run_stat(runs, "acceptance_length"), digits=2),
+        str(sum(int(run.get("failed", 0)) for run in runs)),
+    ]
+
+
+def _by_workload(
+    measurements: list[dict[str, Any]],
+) -> list[tuple[str, list[list[str]]]]:
+    """Group rows by workload: (description, rows sorted by concurrency, then server)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for entry in measurements:
+        groups.setdefault(json.dumps(entry["workload"], sort_keys=True), []).append(entry)
+    tables = []
+    for key, entries in groups.items():
+        workload = json.loads(key)
+        title = (
+            f"workload: {workload['endpoint']}, input {workload['input_len']}, output "
+            f"{workload['output_len']} tokens, {workload['requests']} requests"
+            + (f" (or {workload['requests_per_slot']} per slot)"
+               if workload.get("requests_per_slot") else "")
+            + "; medians over runs, times in ms"
+        )  # fmt: skip
+        ordered = sorted(entries, key=lambda e: (e["concurrency"], e["server"]))
+        tables.append((title, [_cells(entry) for entry in ordered]))
+    return tables
+
+
+def _tag(verdict: dict[str, Any]) -> str:
+    # A crossover is a finding, not a pass or a fail: its assertions come separately.
+    return "CROSSOVER" if verdict["kind"] == "find_crossover" else str(verdict["outcome"]).upper()
+
+
+def render_tables(measurements: list[dict[str, Any]], verdicts: list[dict[str, Any]]) -> list[str]:
+    """Return the terminal summary: one table per workload, then the verdicts."""
+    lines: list[str] = []
+
+    def line(cells: list[str]) -> str:
+        first, *rest = zip(cells, (width for _, width in COLUMNS), strict=True)
+        return " ".join([f"{first[0]:<{first[1]}}", *(f"{c:>{w}}" for c, w in rest)])
+
+    for title, rows in _by_workload(measurements):
+        lines += [title, line([name for name, _ in COLUMNS])]
+        lines += [line(row) for row in rows]
+        lines.append("")
+    for verdict in verdicts:
+        lines.append(f"[{_tag(verdict)}] {verdict['test']}: {verdict['summary']}")
+        if verdict["kind"] == "find_crossover" and verdict.get("table"):
+            lines += [f"    {row}" for row in verdict["table"].splitlines()]
+        lines += [f"    warning: {w}" for w in verdict.get("warnings", [])]
+    return lines
+
+
+def _md(text: object) -> str:
+    """Escape what would break a Markdown table cell or start markup."""
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(
+    measurements: list[dict[str, Any]],
+    verdicts: list[dict[str, Any]],
+    *,
+    title: str = "pytest-sglang results",
+    note: str | None = None,
+) -> str:
+    """Return the summary as GitHub-flavoured Markdown (tables, verdicts, evidence folded)."""
+    out = [f"## {_md(title)}", ""]
+    if note:
+        out += [f"_{_md(note)}_", ""]
+    if not measurements and not verdicts:
+        out += ["No measurements or verdicts were recorded.", ""]
+    for heading, rows in _by_workload(measurements):
+        out += [f"**{_md(heading[0].upper() + heading[1:])}**", ""]
+        out.append("| " + " | ".join(name for name, _ in COLUMNS) + " |")
+        out.append("|" + "|".join([" --- "] + [" ---: "] * (len(COLUMNS) - 1)) + "|")
+        out += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in rows]
+        out.append("")
+    if verdicts:
+        out += ["**Verdicts**", ""]
+    for verdict in verdicts:
+        out.append(f"- **{_tag(verdict)}** `{verdict['test']}`: {_md(verdict['summary'])}")
+        out += [f"  - warning: {_md(w)}" for w in verdict.get("warnings", [])]
+        evidence = verdict.get("table")
+        if evidence:
+            # Fenced, so the fixed-width evidence table keeps its columns.
+            out += ["", "  <details><summary>evidence</summary>", "", "  ```"]
+            out += [f"  {row}" for row in str(evidence).splitlines()]
+            out += ["  ```", "", "  </details>", ""]
+    return "\n".join(out).rstrip("\n") + "\n"
