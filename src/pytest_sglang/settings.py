@@ -300,8 +300,8 @@ class Settings:
                     else ""
                 )
             )
-        changed = [s for s in (self.request_timeout, self.stall_timeout) if s.source != "default"]
-        if changed:
+        # Shown only when set: the defaults would lengthen every header.
+        if (self.request_timeout.source, self.stall_timeout.source) != ("default", "default"):
             lines.append(
                 f"sglang: request-timeout: {self.request_timeout.value:g}s "
                 f"(from {self.request_timeout.source}); stall-timeout: "
