@@ -63,7 +63,6 @@ from pytest_sglang.workload import Workload
 INPUT_LEN = 32
 THROUGHPUT_TARGET = 0.01
 TTFT_TARGET = 0.002
-EAGLE3 = EAGLE3_FLAGS
 
 # -- client-side wire times (diagnostic, this process only) ---------------------------------
 
@@ -283,7 +282,7 @@ def main() -> int:
         # 1.5x the requests, so that most of them arrive one at a time (after the first C).
         *run_level(
             f"eagle3 C={c}",
-            EAGLE3,
+            EAGLE3_FLAGS,
             2 * options.speedup,
             c,
             options.requests * 3 // 2,

@@ -134,10 +134,8 @@ def test_markdown_summary_is_appended(suite: pytest.Pytester) -> None:
     text = summary.read_text()
     assert text.startswith("# an earlier step's summary\n\n## pytest-sglang results\n")
     lines = text.splitlines()
-    assert (
-        "| server | C | runs | out tok/s | TTFT p50 | TTFT p99 | ITL p50 | accept | errors |"
-        in (lines)
-    )
+    header = "| server | C | runs | out tok/s | TTFT p50 | TTFT p99 | ITL p50 | accept | errors |"
+    assert header in lines
     assert "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" in lines
     assert any(line.startswith("| baseline | 1 | 5 | 102.5 |") for line in lines)
     assert any(line.startswith("| eagle3 | 250 | 5 | 102.5 |") for line in lines)

@@ -30,7 +30,6 @@ from tests.emulator_process import EAGLE3_FLAGS, EmulatorProcess
 Start = Callable[..., EmulatorProcess]
 
 BATCH = ("--emulator-engine", "batch", "--emulator-speedup", "20", "--enable-metrics")
-EAGLE3 = EAGLE3_FLAGS
 
 
 def _body(tokens: int, *, stream: bool = False, first: int = 1000) -> dict[str, Any]:
@@ -103,7 +102,7 @@ def test_the_default_seed_follows_the_configuration_not_the_address() -> None:
 
     baseline = seed("--port", "30000")
     assert seed("--port", "31000", "--host", "0.0.0.0") == baseline  # reproducible
-    assert seed(*EAGLE3) != baseline  # two profiles do not share their noise
+    assert seed(*EAGLE3_FLAGS) != baseline  # two profiles do not share their noise
     assert seed("--emulator-seed", "7") == 7
 
 
@@ -151,7 +150,7 @@ def test_baseline_max_running_requests_is_resolved_not_null(start_emulator: Star
 
 
 def test_eagle_caps_max_running_requests_at_48(start_emulator: Start) -> None:
-    emulator = start_emulator(*BATCH, *EAGLE3)
+    emulator = start_emulator(*BATCH, *EAGLE3_FLAGS)
     with client(emulator) as http:
         info = http.get("/server_info").json()
     assert info["max_running_requests"] == 48
@@ -220,7 +219,7 @@ def test_requests_beyond_max_running_requests_queue(start_emulator: Start) -> No
 def test_eagle_streams_multi_token_chunks_with_consistent_verify_counts(
     start_emulator: Start,
 ) -> None:
-    emulator = start_emulator(*BATCH, *EAGLE3)
+    emulator = start_emulator(*BATCH, *EAGLE3_FLAGS)
     with (
         client(emulator) as http,
         http.stream("POST", "/generate", json=_body(256, stream=True)) as r,
@@ -243,7 +242,7 @@ def test_eagle_streams_multi_token_chunks_with_consistent_verify_counts(
 
 
 def test_scheduler_metrics_and_internal_states_follow_the_engine(start_emulator: Start) -> None:
-    emulator = start_emulator(*BATCH, *EAGLE3, "--decode-log-interval", "10")
+    emulator = start_emulator(*BATCH, *EAGLE3_FLAGS, "--decode-log-interval", "10")
     generator = LoadGenerator(emulator.url, request_timeout=60)
     workload = Workload(input_len=32, output_len=128, requests=8, warmup=0)
     measurement = measure(generator.run_closed_loop(workload, 4))

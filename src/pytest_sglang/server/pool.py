@@ -59,8 +59,6 @@ class ServerPool:
         self.problems: list[str] = []
         #: Why GPU state cannot be read here, if it cannot.
         self.gpu_skip_reason: str | None = None
-        #: Why launches were not checked against GPU state (pre/post-flight), if they were not.
-        self.flight_skip_reason: str | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -199,21 +197,23 @@ class ServerPool:
         self._running = launch
         return server
 
-    def _flight_probe(self) -> GpuProbe | None:
-        """Return the probe a launch's GPU pre/post-flight uses, or None (and say why).
+    @property
+    def _emulated_gpus_only(self) -> bool:
+        # The emulator holds no GPU. On a GPU host its launches are not judged by the real
+        # GPUs: a dry run must not fail because another job holds them, nor pin the emulator
+        # to them. A fake-GPU directory is different: the emulator simulates holders there.
+        return self.settings.launcher.value == "emulator" and self.settings.gpu_fake.value is None
 
-        The emulator holds no GPU. On a GPU host its launches are not judged by the real
-        GPUs: a dry run must not fail because another job holds them, nor pin the emulator
-        to them. A fake-GPU directory is different: the emulator simulates its holders there.
-        """
-        if self.settings.launcher.value == "emulator" and self.settings.gpu_fake.value is None:
-            self.flight_skip_reason = (
-                "the emulator launcher holds no GPU (--sglang-gpu-fake DIR simulates them)"
-            )
-            return None
-        probe = self.gpu_probe()
-        self.flight_skip_reason = self.gpu_skip_reason
-        return probe
+    @property
+    def flight_skip_reason(self) -> str | None:
+        """Why launches are not checked against GPU state (pre/post-flight), if they are not."""
+        if self._emulated_gpus_only:
+            return "the emulator launcher holds no GPU (--sglang-gpu-fake DIR simulates them)"
+        return self.gpu_skip_reason
+
+    def _flight_probe(self) -> GpuProbe | None:
+        """Return the probe a launch's GPU pre/post-flight uses, or None."""
+        return None if self._emulated_gpus_only else self.gpu_probe()
 
     def stop_running(self) -> None:
         """Stop the launched server that is running, if any (its errors propagate)."""
