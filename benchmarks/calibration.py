@@ -51,14 +51,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.emulator_process import EAGLE3_FLAGS, running_emulator
-
-from pytest_sglang.emulator.batch_scheduler import simulate_closed_loop
-from pytest_sglang.emulator.perf_model import DEFAULT_PARAMS, SpecShape, single_stream_throughput
-from pytest_sglang.emulator.trace import read_trace
+from pytest_sglang.emulator.engine.batch_scheduler import simulate_closed_loop
+from pytest_sglang.emulator.engine.perf_model import (
+    DEFAULT_PARAMS,
+    SpecShape,
+    single_stream_throughput,
+)
+from pytest_sglang.emulator.engine.trace import read_trace
 from pytest_sglang.loadgen import LoadGenerator
-from pytest_sglang.measurement import measure
-from pytest_sglang.workload import Workload
+from pytest_sglang.loadgen.workload import Workload
+from pytest_sglang.measure.measurement import measure
+from tests.emulator_process import EAGLE3_FLAGS, running_emulator
 
 MODEL = "moonshotai/Kimi-K2.5"
 # running_emulator's own fast flags include the simple engine's --emulator-decode-ms: the

@@ -49,12 +49,11 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.emulator_process import running_emulator
-
 from pytest_sglang.loadgen.jsoncodec import BACKEND
 from pytest_sglang.loadgen.prompts import PATHS, encoded_bodies
 from pytest_sglang.loadgen.runner import LoadGenerator
-from pytest_sglang.workload import Workload
+from pytest_sglang.loadgen.workload import Workload
+from tests.emulator_process import running_emulator
 
 
 @dataclass

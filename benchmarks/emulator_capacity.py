@@ -31,14 +31,13 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.emulator_process import running_emulator
-
-from pytest_sglang.emulator.batch_scheduler import simulate_closed_loop
-from pytest_sglang.emulator.perf_model import DEFAULT_PARAMS
-from pytest_sglang.emulator.trace import read_trace
+from pytest_sglang.emulator.engine.batch_scheduler import simulate_closed_loop
+from pytest_sglang.emulator.engine.perf_model import DEFAULT_PARAMS
+from pytest_sglang.emulator.engine.trace import read_trace
 from pytest_sglang.loadgen import LoadGenerator
-from pytest_sglang.measurement import measure
-from pytest_sglang.workload import Workload
+from pytest_sglang.loadgen.workload import Workload
+from pytest_sglang.measure.measurement import measure
+from tests.emulator_process import running_emulator
 
 CONCURRENCY = 250
 

@@ -27,7 +27,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from pytest_sglang.decision import Outcome, compare
+from pytest_sglang.verdicts.decision import Outcome, compare
 
 TARGET = 0.05
 

@@ -2,7 +2,7 @@
 
 The emulator knows when each request arrived (the kernel's receive time of its first
 segment), when its HTTP layer and its engine got it, and when each chunk was emitted and
-written to the socket (``--emulator-trace``, see ``pytest_sglang.emulator.trace``). This
+written to the socket (``--emulator-trace``, see ``pytest_sglang.emulator.engine.trace``). This
 runs the load generator (``LoadGenerator``, ``measure``) closed-loop against a batch-engine
 emulator and compares, over the same measured requests:
 
@@ -53,12 +53,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.emulator_process import EAGLE3_FLAGS, running_emulator
-
-from pytest_sglang.emulator.trace import read_trace
+from pytest_sglang.emulator.engine.trace import read_trace
 from pytest_sglang.loadgen import LoadGenerator, LoadRun
-from pytest_sglang.measurement import Measurement, measure
-from pytest_sglang.workload import Workload
+from pytest_sglang.loadgen.workload import Workload
+from pytest_sglang.measure.measurement import Measurement, measure
+from tests.emulator_process import EAGLE3_FLAGS, running_emulator
 
 INPUT_LEN = 32
 THROUGHPUT_TARGET = 0.01

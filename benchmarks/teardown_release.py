@@ -12,15 +12,17 @@ the whole teardown and of its parts. Target: median <= 2 s.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
+from pytest_sglang.config.profiles import Profile
+from pytest_sglang.config.settings import Settings
+from pytest_sglang.config.values import Sourced
 from pytest_sglang.gpu.probes import FakeProbe, write_fake_gpus
-from pytest_sglang.profiles import Profile
 from pytest_sglang.server.launcher import Launch
-from pytest_sglang.settings import Settings, Sourced
 
 FAST = ("--emulator-load-time", "0", "--emulator-warmup-time", "0",
         "--emulator-health-probe-time", "0")  # fmt: skip
@@ -36,7 +38,10 @@ def trial(workdir: Path, index: int) -> tuple[float, float, float]:
         launcher=Sourced("emulator", "benchmark"),
     )  # fmt: skip
     profile = Profile(name="bench", model_path="bench/model", tp=1, args=FAST)
-    launch = Launch(profile, settings, log_path=workdir / f"bench-{index}.log", gpu=probe)
+    settings = dataclasses.replace(settings, profiles={"bench": profile})
+    target = settings.target("bench")
+    assert target is not None
+    launch = Launch(target, settings, log_path=workdir / f"bench-{index}.log", gpu=probe)
     launch.start()
     held = probe.snapshot().gpus[0].memory_used
     assert held > 0, "the emulator did not register its fake GPU memory"

@@ -6,10 +6,10 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_sglang.bench import BenchResult, Sweep
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
-from pytest_sglang.measurement import Check, Distribution, Measurement, measure
-from pytest_sglang.workload import Workload
+from pytest_sglang.loadgen.workload import Workload
+from pytest_sglang.measure.bench import BenchResult, Sweep
+from pytest_sglang.measure.measurement import Check, Distribution, Measurement, measure
 
 W = Workload(input_len=32, output_len=4, requests=2, warmup=0)
 BASE_CONFIG = {"model_path": "org/model", "tp_size": 8, "context_length": 262144,

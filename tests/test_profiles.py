@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sglang.profiles import load_profiles, merge_args
+from pytest_sglang.config.profiles import load_profiles, merge_args
 from pytest_sglang.server.launcher import build_command, redact, server_environment
 
 GOOD = """

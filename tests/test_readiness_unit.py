@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
+from pytest_sglang.config.values import Expectation
 from pytest_sglang.errors import IdentityMismatch, SchemaMismatch, ServerNotReady
 from pytest_sglang.server.readiness import ReadinessGate
-from pytest_sglang.settings import Expectation
 from tests.fake_clock import FakeClock
 
 MODELS = {

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from pytest_sglang.schema import first_violation
+from pytest_sglang.server.schemas import first_violation
 
 # Inner tests record synthetic results the way sglang_bench and the verdicts do.
 SUITE = """
 import pytest
 from pytest_sglang import assert_faster, find_crossover
-from pytest_sglang.context import record
+from pytest_sglang.report.context import record
 from bench_data import result, sweep
 
 FAST = [110.0, 111.0, 112.5, 113.0, 114.2]
@@ -166,7 +166,7 @@ def test_markdown_summary_from_xdist_and_interrupted_runs(suite: pytest.Pytester
 
 
 def test_markdown_escapes_table_breakers() -> None:
-    from pytest_sglang.summary import render_markdown
+    from pytest_sglang.report.summary import render_markdown
 
     verdict = {"kind": "assert_faster", "outcome": "pass", "test": "t.py::test[a|b]",
                "summary": "a|b \\ c", "warnings": ["x|y"], "table": None}  # fmt: skip

@@ -14,7 +14,7 @@ import pytest
 
 from tests.emulator_process import EAGLE3_FLAGS, EmulatorProcess, running_emulator
 
-SCHEMAS = Path(__file__).resolve().parents[2] / "src" / "pytest_sglang" / "schemas"
+SCHEMAS = Path(__file__).resolve().parents[2] / "pytest_sglang" / "schemas"
 MODEL = "emulated/Llama-3.1-8B-Instruct"
 READY_LINE = "The server is fired up and ready to roll!"
 

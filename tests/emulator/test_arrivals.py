@@ -8,7 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from pytest_sglang.emulator.arrivals import Arrivals, StampingConnection, kernel_stamps_supported
+from pytest_sglang.emulator.engine.arrivals import (
+    Arrivals,
+    StampingConnection,
+    kernel_stamps_supported,
+)
 
 pytestmark = pytest.mark.skipif(
     not kernel_stamps_supported(), reason="the kernel stamps received segments on Linux only"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_sglang.emulator import faults
-from pytest_sglang.emulator.cli import parse_args
-from pytest_sglang.emulator.server_args import ServerArgsError
+from pytest_sglang.emulator.config import faults
+from pytest_sglang.emulator.config.cli import parse_args
+from pytest_sglang.emulator.config.server_args import ServerArgsError
 
 MODEL = ["--model-path", "org/Llama-3.1-8B-Instruct"]
 

@@ -18,12 +18,12 @@ from typing import Any
 import httpx
 import pytest
 
-from pytest_sglang.emulator.cli import build_parser, parse_args
-from pytest_sglang.emulator.perf_model import DEFAULT_PARAMS, decode_ms, prefill_ms
-from pytest_sglang.emulator.trace import read_trace
+from pytest_sglang.emulator.config.cli import build_parser, parse_args
+from pytest_sglang.emulator.engine.perf_model import DEFAULT_PARAMS, decode_ms, prefill_ms
+from pytest_sglang.emulator.engine.trace import read_trace
 from pytest_sglang.loadgen import LoadGenerator
-from pytest_sglang.measurement import measure
-from pytest_sglang.workload import Workload
+from pytest_sglang.loadgen.workload import Workload
+from pytest_sglang.measure.measurement import measure
 from tests.emulator.conftest import client, sse_json
 from tests.emulator_process import EAGLE3_FLAGS, EmulatorProcess
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from pytest_sglang.emulator import faults
+from pytest_sglang.emulator.config import faults
 from tests.emulator.conftest import client, sse_data
 from tests.emulator_process import EmulatorProcess
 

@@ -8,13 +8,13 @@ import statistics
 
 import pytest
 
-from pytest_sglang.emulator.batch_scheduler import (
+from pytest_sglang.emulator.engine.batch_scheduler import (
     DONE,
     BatchScheduler,
     SeqState,
     simulate_closed_loop,
 )
-from pytest_sglang.emulator.perf_model import (
+from pytest_sglang.emulator.engine.perf_model import (
     DEFAULT_PARAMS,
     PerfParams,
     SpecShape,

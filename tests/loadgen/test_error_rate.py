@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pytest_sglang.loadgen.runner import LoadGenerator
-from pytest_sglang.measurement import measure
-from pytest_sglang.workload import Workload
+from pytest_sglang.loadgen.workload import Workload
+from pytest_sglang.measure.measurement import measure
 from tests.emulator_process import EmulatorProcess
 
 Start = Callable[..., EmulatorProcess]

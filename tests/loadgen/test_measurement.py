@@ -9,10 +9,10 @@ import statistics
 import pytest
 
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
-from pytest_sglang.measurement import Distribution, Measurement, measure
-from pytest_sglang.metrics import METRICS
-from pytest_sglang.stats import percentile as _percentile
-from pytest_sglang.workload import Workload
+from pytest_sglang.loadgen.workload import Workload
+from pytest_sglang.measure.distribution import percentile as _percentile
+from pytest_sglang.measure.measurement import Distribution, Measurement, measure
+from pytest_sglang.measure.metrics import METRICS
 
 W = Workload(input_len=4, output_len=3, requests=3, warmup=1)
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_sglang.metrics import METRICS, metric_spec
+from pytest_sglang.measure.metrics import METRICS, metric_spec
 
 
 def test_every_metric_knows_its_unit_and_direction() -> None:

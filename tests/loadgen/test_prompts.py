@@ -10,7 +10,7 @@ from pytest_sglang.loadgen.prompts import (
     request_body,
     token_ids,
 )
-from pytest_sglang.workload import Workload
+from pytest_sglang.loadgen.workload import Workload
 
 W = Workload(input_len=100, output_len=32, temperature=0.0)
 

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from pytest_sglang.loadgen.runner import LoadGenerator
-from pytest_sglang.workload import Workload
+from pytest_sglang.loadgen.workload import Workload
+from pytest_sglang.measure.bench import load_generator_for
 
 W = Workload(input_len=4, output_len=4, requests=1)
 
@@ -43,11 +44,13 @@ def test_timeouts_must_be_positive(name: str) -> None:
         LoadGenerator("http://127.0.0.1:9", **{name: 0})
 
 
-def test_for_server_takes_url_key_and_model() -> None:
+def test_load_generator_for_a_server_takes_url_headers_and_model() -> None:
     server = SimpleNamespace(
-        url="http://h:1/", api_key="sk-x", model=SimpleNamespace(id="org/model")
+        url="http://h:1/",
+        headers={"Authorization": "Bearer sk-x"},
+        model=SimpleNamespace(id="org/model"),
     )
-    generator = LoadGenerator.for_server(server, request_timeout=5)  # type: ignore[arg-type]
+    generator = load_generator_for(server, request_timeout=5)  # type: ignore[arg-type]
     assert (generator.url, generator.model, generator.request_timeout) == (
         "http://h:1",
         "org/model",

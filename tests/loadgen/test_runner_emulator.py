@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sglang.emulator.arrivals import kernel_stamps_supported
-from pytest_sglang.emulator.trace import read_trace
+from pytest_sglang.emulator.engine.arrivals import kernel_stamps_supported
+from pytest_sglang.emulator.engine.trace import read_trace
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.runner import LoadGenerator
-from pytest_sglang.measurement import measure
-from pytest_sglang.workload import Workload
+from pytest_sglang.loadgen.workload import Workload
+from pytest_sglang.measure.measurement import measure
 from tests.emulator_process import EmulatorProcess, free_port, running_emulator
 
 SMALL = {"input_len": 12, "output_len": 16}

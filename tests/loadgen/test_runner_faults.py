@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Callable
 
 from pytest_sglang.loadgen.records import LoadRun
 from pytest_sglang.loadgen.runner import LoadGenerator
-from pytest_sglang.measurement import measure
-from pytest_sglang.workload import Workload
+from pytest_sglang.loadgen.workload import Workload
+from pytest_sglang.measure.measurement import measure
 
 Behaviour = Callable[[asyncio.StreamWriter], Awaitable[None]]
 

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from pytest_sglang.workload import DEFAULT_WARMUP_CAP, Workload
+from pytest_sglang.loadgen.workload import DEFAULT_WARMUP_CAP, Workload
 
 
 def test_defaults() -> None:

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from pytest_sglang.decision import Comparison, Outcome, compare, crossover
+from pytest_sglang.verdicts.decision import Comparison, Outcome, compare, crossover
 
 # DESIGN section 1: EAGLE-3 wins single-stream and loses under load.
 LEVELS = [1, 2, 5, 10, 30]

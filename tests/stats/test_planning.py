@@ -8,7 +8,13 @@ import random
 import pytest
 from scipy import stats as scipy_stats
 
-from pytest_sglang.stats import log_spread, min_detectable_ratio, runs_needed, t_ppf, t_sf
+from pytest_sglang.verdicts.planning import (
+    log_spread,
+    min_detectable_ratio,
+    runs_needed,
+    t_ppf,
+    t_sf,
+)
 
 
 @pytest.mark.parametrize("df", [0.5, 1, 2, 3, 4, 6, 8, 10, 18, 30, 100, 1000, 100_000])
@@ -93,7 +99,7 @@ def brute_runs(sigma: float, effect: float, alpha: float, power: float) -> int:
 
 def test_runs_needed_matches_brute_force() -> None:
     rng = random.Random(0)
-    from pytest_sglang.stats import min_runs
+    from pytest_sglang.verdicts.ranks import min_runs
 
     for _ in range(200):
         sigma = rng.uniform(0.002, 0.08)

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from pytest_sglang.specdecode import (
+from pytest_sglang.verdicts.specdecode import (
     break_even_accept_length,
     estimate_cycle_time,
     speedup,

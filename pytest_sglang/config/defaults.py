@@ -1,0 +1,22 @@
+"""Default values of the plugin's settings, shared by the options' help and the stages."""
+
+from __future__ import annotations
+
+__all__ = [
+    "DEFAULT_READY_TIMEOUT",
+    "DEFAULT_REQUEST_TIMEOUT",
+    "DEFAULT_SERVER_NAME",
+    "DEFAULT_STALL_TIMEOUT",
+    "LAUNCHERS",
+]
+
+#: The server a test gets when it names none and several are configured.
+DEFAULT_SERVER_NAME = "default"
+#: Long enough for a large model to load weights and capture CUDA graphs.
+DEFAULT_READY_TIMEOUT = 600.0
+#: A request of a measurement may take this long in all (a long queue at high concurrency).
+DEFAULT_REQUEST_TIMEOUT = 600.0
+#: A stream may go this long without a new token once its first token arrived.
+DEFAULT_STALL_TIMEOUT = 60.0
+#: Launchers ``--sglang-launcher`` accepts.
+LAUNCHERS = ("sglang", "emulator")

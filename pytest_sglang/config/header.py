@@ -1,0 +1,41 @@
+"""The settings as ``pytest_report_header`` shows them (secrets redacted)."""
+
+from __future__ import annotations
+
+from pytest_sglang.config.settings import Settings
+
+__all__ = ["header_lines"]
+
+
+def header_lines(settings: Settings) -> list[str]:
+    """Describe the effective settings for ``pytest_report_header`` (API key redacted)."""
+    servers = ", ".join(f"{s.name}={s.url}" for s in settings.servers) or "none"
+    key = "set, redacted" if settings.api_key.value else "not set"
+    lines = [
+        f"sglang: servers: {servers}"
+        + (f" (from {settings.servers[0].source})" if settings.servers else ""),
+        f"sglang: ready-timeout: {settings.ready_timeout.value:g}s "
+        f"(from {settings.ready_timeout.source}); api-key: {key}"
+        + (f" (from {settings.api_key.source})" if settings.api_key.value else "")
+        + f"; require: {'yes' if settings.require.value else 'no'}",
+    ]
+    if settings.profiles:
+        lines.append(
+            f"sglang: launcher: {settings.launcher.value} (from {settings.launcher.source}); "
+            f"profiles: {', '.join(settings.profiles)}"
+            + (
+                f"; emulator args: {' '.join(settings.emulator_args.value)}"
+                if settings.emulator_args.value and settings.launcher.value == "emulator"
+                else ""
+            )
+        )
+    # Shown only when set: the defaults would lengthen every header.
+    if (settings.request_timeout.source, settings.stall_timeout.source) != ("default", "default"):
+        lines.append(
+            f"sglang: request-timeout: {settings.request_timeout.value:g}s "
+            f"(from {settings.request_timeout.source}); stall-timeout: "
+            f"{settings.stall_timeout.value:g}s (from {settings.stall_timeout.source})"
+        )
+    if settings.expectations:
+        lines.append("sglang: expect: " + ", ".join(e.describe() for e in settings.expectations))
+    return lines

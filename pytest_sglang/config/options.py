@@ -1,0 +1,169 @@
+"""The option catalogue: every option's flag, ini key, environment variable and help text.
+
+Every option exists three times with one help text: ``--sglang-NAME`` on the command line,
+``sglang_NAME`` in the ini file and ``PYTEST_SGLANG_NAME`` in the environment (never
+``SGLANG_*``, which SGLang itself reads).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pytest_sglang.config.defaults import (
+    DEFAULT_READY_TIMEOUT,
+    DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_STALL_TIMEOUT,
+)
+
+__all__ = ["OPTIONS", "OptionSpec"]
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One plugin option: its CLI flag, ini key, environment variable and help text."""
+
+    name: str
+    help: str
+    metavar: str | None = None
+    repeatable: bool = False
+    flag: bool = False
+
+    @property
+    def cli(self) -> str:
+        """The command-line flag, e.g. ``--sglang-url``."""
+        return f"--sglang-{self.name}"
+
+    @property
+    def dest(self) -> str:
+        """The ``config.option`` attribute the flag is stored in."""
+        return "sglang_" + self.name.replace("-", "_")
+
+    @property
+    def ini(self) -> str:
+        """The ini key, e.g. ``sglang_url``."""
+        return self.dest
+
+    @property
+    def env(self) -> str:
+        """The environment variable, e.g. ``PYTEST_SGLANG_URL``."""
+        return "PYTEST_" + self.dest.upper()
+
+
+# Help texts follow xdist's rule: capitalised, no final period, and are shared by the CLI
+# flag and the ini key so the two never drift apart.
+URL = OptionSpec(
+    "url",
+    "Attach to a running SGLang server: URL or NAME=URL (repeatable; NAME is what "
+    "@pytest.mark.sglang_profile(NAME) selects, 'default' when omitted). "
+    "Env PYTEST_SGLANG_URL: whitespace-separated list",
+    metavar="[NAME=]URL",
+    repeatable=True,
+)
+READY_TIMEOUT = OptionSpec(
+    "ready-timeout",
+    "Seconds to wait for a server to pass the readiness gate (suffixes ms, s, m, h "
+    f"accepted). Default: {DEFAULT_READY_TIMEOUT:g}s",
+    metavar="SECONDS",
+)
+API_KEY = OptionSpec(
+    "api-key",
+    "API key the server was started with (--api-key); sent as 'Authorization: Bearer KEY' "
+    "and never printed",
+    metavar="KEY",
+)
+REQUIRE = OptionSpec(
+    "require",
+    "Fail, instead of skip, tests whose server or GPU is not available "
+    "(ini/env: true/false). Default: false",
+    flag=True,
+)
+EXPECT = OptionSpec(
+    "expect",
+    "Identity the readiness gate checks: [NAME:]KEY=VALUE (repeatable). KEY is model_id, "
+    "max_model_len or any /server_info key such as tp_size or speculative_algorithm; VALUE "
+    "is JSON (8, true, null) or a plain string. Env PYTEST_SGLANG_EXPECT: whitespace-separated",
+    metavar="[NAME:]KEY=VALUE",
+    repeatable=True,
+)
+
+PROFILES = OptionSpec(
+    "profiles",
+    "TOML file of server profiles ([profiles.NAME] tables with model-path, tp, args, env, "
+    "expect, extends, command); profiles may also live in pyproject.toml under "
+    "[tool.pytest-sglang.profiles.NAME]",
+    metavar="PATH",
+)
+LAUNCHER = OptionSpec(
+    "launcher",
+    "What launches a profile's server: 'sglang' (python -m sglang.launch_server, or the "
+    "profile's command) or 'emulator' (python -m pytest_sglang.emulator, same arguments; "
+    "no GPU needed). Default: sglang",
+    metavar="{sglang,emulator}",
+)
+EMULATOR_ARGS = OptionSpec(
+    "emulator-args",
+    "Extra arguments for the emulator only, appended to every profile's command line under "
+    "--sglang-launcher=emulator (e.g. '--emulator-speedup 50 --emulator-accept-length 1.2'); "
+    "profiles keep real SGLang flags only",
+    metavar="ARGS",
+)
+GPU_HOST = OptionSpec(
+    "gpu-host",
+    "Read GPU state with nvidia-smi over ssh on this host (user@host, BatchMode) instead of "
+    "NVML on this machine; use it when the server runs elsewhere",
+    metavar="[USER@]HOST",
+)
+GPU_FAKE = OptionSpec(
+    "gpu-fake",
+    "Read GPU state from a fake-GPU directory (gpus.json plus holder files the emulator "
+    "writes) instead of NVML: for dry runs and the plugin's own tests",
+    metavar="DIR",
+)
+
+REQUEST_TIMEOUT = OptionSpec(
+    "request-timeout",
+    "Seconds one request of a measurement (sglang_bench) may take in all before it is "
+    "recorded as a failed request (suffixes ms, s, m, h accepted). "
+    f"Default: {DEFAULT_REQUEST_TIMEOUT:g}s",
+    metavar="SECONDS",
+)
+STALL_TIMEOUT = OptionSpec(
+    "stall-timeout",
+    "Seconds a streamed request of a measurement may go without a new token, once its first "
+    "token arrived, before it is recorded as failed (stalled); the wait for the first token "
+    "may be a queue and counts against --sglang-request-timeout only. "
+    f"Default: {DEFAULT_STALL_TIMEOUT:g}s",
+    metavar="SECONDS",
+)
+
+REPORT = OptionSpec(
+    "report",
+    "Write the results (environment, servers, measurements with every run, verdicts with "
+    "their evidence) as JSON to PATH; the format is the versioned JSON Schema "
+    "pytest_sglang/schemas/report.schema.json",
+    metavar="PATH",
+)
+
+MARKDOWN = OptionSpec(
+    "markdown",
+    "Append the results (tables and verdicts) as Markdown to PATH at the end of the run, "
+    "e.g. --sglang-markdown=$GITHUB_STEP_SUMMARY for a GitHub Actions job summary",
+    metavar="PATH",
+)
+
+OPTIONS: tuple[OptionSpec, ...] = (
+    URL,
+    READY_TIMEOUT,
+    API_KEY,
+    REQUIRE,
+    EXPECT,
+    PROFILES,
+    LAUNCHER,
+    EMULATOR_ARGS,
+    GPU_HOST,
+    GPU_FAKE,
+    REQUEST_TIMEOUT,
+    STALL_TIMEOUT,
+    REPORT,
+    MARKDOWN,
+)

@@ -1,0 +1,171 @@
+"""Parsers for option values; every error names the option, the value's source and the fix."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+from urllib.parse import urlsplit
+
+import pytest
+
+from pytest_sglang.config.defaults import DEFAULT_SERVER_NAME, LAUNCHERS
+from pytest_sglang.config.options import EXPECT, OptionSpec
+from pytest_sglang.config.values import NAME_RE, Expectation, ServerUrl
+
+__all__ = [
+    "parse_args",
+    "parse_bool",
+    "parse_duration",
+    "parse_expectation",
+    "parse_launcher",
+    "parse_server_url",
+    "usage_error",
+]
+
+_DURATION_RE = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def usage_error(spec: OptionSpec, source: str, problem: str, fix: str) -> pytest.UsageError:
+    # One grammar for every configuration error: what is wrong, where it came from, how to fix.
+    return pytest.UsageError(f"{spec.cli}: {problem} (from {source}); {fix}")
+
+
+def parse_duration(spec: OptionSpec, raw: str, source: str) -> float:
+    """Parse a positive duration such as ``90``, ``1.5s``, ``500ms`` or ``10m`` into seconds."""
+    match = _DURATION_RE.match(raw)
+    if not match:
+        raise usage_error(
+            spec,
+            source,
+            f"{raw!r} is not a duration",
+            "give seconds as a number, optionally with a unit: 90, 90s, 500ms, 10m, 1h",
+        )
+    seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise usage_error(
+            spec,
+            source,
+            f"{raw!r} is not a positive duration",
+            "give a timeout greater than zero, e.g. 600",
+        )
+    return seconds
+
+
+def parse_bool(spec: OptionSpec, raw: str, source: str) -> bool:
+    """Parse true/false, yes/no, on/off or 1/0 (any case)."""
+    lowered = raw.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise usage_error(
+        spec, source, f"{raw!r} is not a boolean", "use one of true, false, yes, no, on, off, 1, 0"
+    )
+
+
+def parse_server_url(spec: OptionSpec, raw: str, source: str) -> ServerUrl:
+    """Parse ``URL`` or ``NAME=URL`` into a :class:`ServerUrl`, validating both parts."""
+    name, sep, url = raw.partition("=")
+    # A bare URL may itself contain '=' in a query string; only a NAME= prefix without
+    # "://" before the '=' counts as a name.
+    if not sep or "://" in name:
+        name, url = DEFAULT_SERVER_NAME, raw
+    name, url = name.strip(), url.strip()
+    if not NAME_RE.match(name):
+        raise usage_error(
+            spec,
+            source,
+            f"server name {name!r} in {raw!r} is not valid",
+            "use letters, digits, '_', '.' or '-', e.g. eagle3=http://gpu-host:30000",
+        )
+    parts = urlsplit(url)
+    if parts.scheme not in {"http", "https"}:
+        example = f"http://{url}" if "://" not in url else "http://127.0.0.1:30000"
+        raise usage_error(
+            spec,
+            source,
+            f"URL {url!r} has no http:// or https:// scheme"
+            if "://" not in url
+            else f"URL {url!r} has scheme {parts.scheme!r}, not http or https",
+            f"write it with a scheme, e.g. {example}",
+        )
+    if not parts.hostname:
+        raise usage_error(
+            spec,
+            source,
+            f"URL {url!r} has no host",
+            "write it as http://HOST:PORT, e.g. http://127.0.0.1:30000",
+        )
+    try:
+        parts.port  # noqa: B018 - urlsplit validates the port lazily, on access
+    except ValueError:
+        raise usage_error(
+            spec,
+            source,
+            f"URL {url!r} has an invalid port",
+            "give a port between 1 and 65535, e.g. http://127.0.0.1:30000",
+        ) from None
+    if parts.query or parts.fragment:
+        raise usage_error(
+            spec,
+            source,
+            f"URL {url!r} has a query or fragment",
+            "give the server's base URL only, e.g. http://127.0.0.1:30000",
+        )
+    return ServerUrl(name=name, url=url.rstrip("/"), source=source)
+
+
+def parse_expectation(raw: str, source: str, spec: OptionSpec = EXPECT) -> Expectation:
+    """Parse ``[NAME:]KEY=VALUE``; VALUE is decoded as JSON when it is valid JSON."""
+    head, sep, value_text = raw.partition("=")
+    if not sep or not head.strip():
+        raise usage_error(
+            spec,
+            source,
+            f"{raw!r} is not KEY=VALUE",
+            "write e.g. max_model_len=131072, tp_size=8 or eagle3:speculative_algorithm=EAGLE3",
+        )
+    server, colon, key = head.rpartition(":")
+    server_name = server.strip() if colon else None
+    key = key.strip()
+    if server_name is not None and not NAME_RE.match(server_name):
+        raise usage_error(
+            spec,
+            source,
+            f"server name {server_name!r} in {raw!r} is not valid",
+            "use letters, digits, '_', '.' or '-' before the ':'",
+        )
+    if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+        raise usage_error(
+            spec,
+            source,
+            f"key {key!r} in {raw!r} is not valid",
+            "use model_id, max_model_len or a /server_info key such as tp_size",
+        )
+    try:
+        value: object = json.loads(value_text)
+    except ValueError:
+        value = value_text.strip()
+    return Expectation(key=key, value=value, source=source, server=server_name)
+
+
+def parse_args(spec: OptionSpec, raw: str, source: str) -> tuple[str, ...]:
+    """Split a command-line fragment the way a shell would."""
+    try:
+        return tuple(shlex.split(raw))
+    except ValueError as exc:
+        raise usage_error(
+            spec, source, f"{raw!r} cannot be split: {exc}", "quote arguments the way a shell would"
+        ) from None
+
+
+def parse_launcher(spec: OptionSpec, raw: str, source: str) -> str:
+    """Parse a launcher name."""
+    if raw not in LAUNCHERS:
+        raise usage_error(
+            spec, source, f"{raw!r} is not a launcher", f"use one of {', '.join(LAUNCHERS)}"
+        )
+    return raw

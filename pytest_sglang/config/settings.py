@@ -1,0 +1,309 @@
+"""Settings: resolving every option once, into a frozen :class:`Settings` in ``config.stash``.
+
+Precedence is marker > CLI > env > ini > default; markers are applied per test by the
+fixtures, everything else is resolved here once. Each value remembers where it came from, so
+an error can say which source to fix. The option catalogue is :mod:`.options`, the parsers
+:mod:`.parsing`; every server the session knows is resolved up front into one
+:class:`~pytest_sglang.config.targets.ServerTarget` (name, URL or profile, expectations), so
+later stages never come back here. Pure: no network, no heavy imports.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, TypeVar
+
+import pytest
+
+from pytest_sglang.config.defaults import (
+    DEFAULT_READY_TIMEOUT,
+    DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_STALL_TIMEOUT,
+)
+from pytest_sglang.config.options import (
+    API_KEY,
+    EMULATOR_ARGS,
+    EXPECT,
+    GPU_FAKE,
+    GPU_HOST,
+    LAUNCHER,
+    MARKDOWN,
+    PROFILES,
+    READY_TIMEOUT,
+    REPORT,
+    REQUEST_TIMEOUT,
+    REQUIRE,
+    STALL_TIMEOUT,
+    URL,
+    OptionSpec,
+)
+from pytest_sglang.config.parsing import (
+    parse_args,
+    parse_bool,
+    parse_duration,
+    parse_expectation,
+    parse_launcher,
+    parse_server_url,
+    usage_error,
+)
+from pytest_sglang.config.targets import ServerTarget, build_targets
+from pytest_sglang.config.values import Expectation, ServerUrl, Sourced
+
+if TYPE_CHECKING:
+    from pytest_sglang.config.profiles import Profile
+
+__all__ = ["SETTINGS_KEY", "Settings", "resolve_settings"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The plugin's effective settings, validated, with the source of every value."""
+
+    servers: tuple[ServerUrl, ...]
+    ready_timeout: Sourced[float]
+    api_key: Sourced[str | None]
+    require: Sourced[bool]
+    expectations: tuple[Expectation, ...]
+    launcher: Sourced[str] = Sourced("sglang", "default")
+    emulator_args: Sourced[tuple[str, ...]] = Sourced((), "default")
+    profiles: Mapping[str, Profile] = field(default_factory=dict)
+    gpu_host: Sourced[str | None] = Sourced(None, "default")
+    gpu_fake: Sourced[Path | None] = Sourced(None, "default")
+    report: Sourced[Path | None] = Sourced(None, "default")
+    markdown: Sourced[Path | None] = Sourced(None, "default")
+    request_timeout: Sourced[float] = Sourced(DEFAULT_REQUEST_TIMEOUT, "default")
+    stall_timeout: Sourced[float] = Sourced(DEFAULT_STALL_TIMEOUT, "default")
+
+    def profile(self, name: str) -> Profile | None:
+        """Return the profile called ``name``, if any."""
+        return self.profiles.get(name)
+
+    def server(self, name: str) -> ServerUrl | None:
+        """Return the attached server called ``name``, if any."""
+        return next((s for s in self.servers if s.name == name), None)
+
+    @functools.cached_property
+    def targets(self) -> Mapping[str, ServerTarget]:
+        """Every server the session knows, by name (attached first), resolved once."""
+        return MappingProxyType(build_targets(self.servers, self.profiles, self.expectations))
+
+    def target(self, name: str) -> ServerTarget | None:
+        """Return the server called ``name`` (attached or a profile), if any."""
+        return self.targets.get(name)
+
+
+@dataclass(frozen=True)
+class _Raw:
+    """The raw strings found in the highest-precedence source, before parsing."""
+
+    value: list[str]
+    source: str
+    #: What a relative path in the value is relative to: the directory pytest was invoked
+    #: from for the command line and environment, the ini file's directory for the ini file.
+    base: Path
+
+
+def _lookup(
+    spec: OptionSpec,
+    config: pytest.Config,
+    environ: Mapping[str, str],
+) -> _Raw | None:
+    """Return the highest-precedence raw value of ``spec`` as a list of strings, or None."""
+    invoked = Path(config.invocation_params.dir)
+    cli = config.getoption(spec.dest, default=None)
+    if cli is not None and cli != []:
+        if spec.flag:
+            return _Raw(["true" if cli else "false"], f"{spec.cli} on the command line", invoked)
+        values = cli if isinstance(cli, list) else [cli]
+        return _Raw([str(v) for v in values], f"{spec.cli} on the command line", invoked)
+    env = environ.get(spec.env)
+    if env is not None and env.strip():
+        parts = shlex.split(env) if spec.repeatable else [env.strip()]
+        return _Raw(parts, f"environment variable {spec.env}", invoked)
+    ini = config.getini(spec.ini)
+    ini_values = [str(v) for v in ini] if isinstance(ini, list) else [str(ini)]
+    ini_values = [v.strip() for v in ini_values if v.strip()]
+    if ini_values:
+        where = f" in {config.inipath}" if config.inipath else ""
+        base = config.inipath.parent if config.inipath else config.rootpath
+        return _Raw(ini_values, f"ini option {spec.ini}{where}", base)
+    return None
+
+
+def _lookup_one(spec: OptionSpec, config: pytest.Config, environ: Mapping[str, str]) -> _Raw | None:
+    """Return the raw value of a single-valued option, or None when it is not set."""
+    raw = _lookup(spec, config, environ)
+    if raw is not None and len(raw.value) != 1:
+        raise usage_error(
+            spec, raw.source, f"expected one value, got {raw.value!r}", "give the option once"
+        )
+    return raw
+
+
+def _resolve_one(
+    spec: OptionSpec,
+    config: pytest.Config,
+    environ: Mapping[str, str],
+    parse: Callable[[OptionSpec, str, str], T],
+    default: T,
+) -> Sourced[T]:
+    raw = _lookup_one(spec, config, environ)
+    if raw is None:
+        return Sourced(default, "default")
+    return Sourced(parse(spec, raw.value[0], raw.source), raw.source)
+
+
+def _resolve_servers(config: pytest.Config, environ: Mapping[str, str]) -> tuple[ServerUrl, ...]:
+    raw = _lookup(URL, config, environ)
+    if raw is None:
+        return ()
+    servers: list[ServerUrl] = []
+    for item in raw.value:
+        server = parse_server_url(URL, item, raw.source)
+        clash = next((s for s in servers if s.name == server.name), None)
+        if clash is not None:
+            raise usage_error(
+                URL,
+                raw.source,
+                f"server name {server.name!r} is given twice ({clash.url} and {server.url})",
+                "give each server its own name: NAME=URL, e.g. baseline=http://h:30000 "
+                "eagle3=http://h:30001",
+            )
+        servers.append(server)
+    return tuple(servers)
+
+
+def _resolve_expectations(
+    config: pytest.Config, environ: Mapping[str, str], servers: Sequence[ServerUrl]
+) -> tuple[Expectation, ...]:
+    raw = _lookup(EXPECT, config, environ)
+    if raw is None:
+        return ()
+    expectations = tuple(parse_expectation(item, raw.source) for item in raw.value)
+    names = {s.name for s in servers}
+    for expectation in expectations:
+        if expectation.server is not None and servers and expectation.server not in names:
+            raise usage_error(
+                EXPECT,
+                raw.source,
+                f"{expectation.describe()!r} names server {expectation.server!r}, "
+                f"which is not among the attached servers ({', '.join(sorted(names))})",
+                "use one of those names, or drop the NAME: prefix to check every server",
+            )
+    return expectations
+
+
+def _resolve_path(
+    spec: OptionSpec,
+    config: pytest.Config,
+    environ: Mapping[str, str],
+    problem: Callable[[Path], str | None],
+    fix: str,
+) -> Sourced[Path | None]:
+    """Resolve a path option; a relative path is relative to where its value was written.
+
+    ``problem`` returns what is wrong with the resolved path, or None when it will do.
+    """
+    raw = _lookup_one(spec, config, environ)
+    if raw is None:
+        return Sourced(None, "default")
+    path = Path(raw.base, raw.value[0]).resolve()
+    wrong = problem(path)
+    if wrong is not None:
+        where = "" if Path(raw.value[0]).is_absolute() else f" (relative to {raw.base})"
+        raise usage_error(spec, raw.source, f"{raw.value[0]!r}{where} {wrong}", fix)
+    return Sourced(path, raw.source)
+
+
+def _not_a_file(path: Path) -> str | None:
+    return None if path.is_file() else "is not a file"
+
+
+def _not_a_dir(path: Path) -> str | None:
+    return None if path.is_dir() else "is not a directory"
+
+
+def _a_dir(path: Path) -> str | None:
+    return "is a directory" if path.is_dir() else None
+
+
+def _resolve_profiles(config: pytest.Config, environ: Mapping[str, str]) -> dict[str, Profile]:
+    toml_fix = "give the path of a TOML file with [profiles.NAME] tables"
+    profiles_file = _resolve_path(PROFILES, config, environ, _not_a_file, toml_fix).value
+    inipath = config.inipath
+    pyproject = (
+        inipath
+        if inipath and inipath.name == "pyproject.toml"
+        else (config.rootpath / "pyproject.toml")
+    )
+    if profiles_file is None and not _mentions_profiles(pyproject):
+        return {}
+    # Imported here: tomllib and the profile code cost milliseconds in every pytest run.
+    from pytest_sglang.config.profiles import load_profiles
+
+    return load_profiles(pyproject, profiles_file)
+
+
+def _mentions_profiles(pyproject: Path) -> bool:
+    try:
+        return "pytest-sglang" in pyproject.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = None) -> Settings:
+    """Resolve every option (CLI > env > ini > default) and validate it.
+
+    :raises pytest.UsageError: naming the option, the source of the bad value and the fix.
+    """
+    env = os.environ if environ is None else environ
+    servers = _resolve_servers(config, env)
+    api_key = _lookup(API_KEY, config, env)
+    gpu_host = _lookup(GPU_HOST, config, env)
+    if gpu_host is not None and gpu_host.value[0].startswith("-"):
+        raise usage_error(
+            GPU_HOST,
+            gpu_host.source,
+            f"{gpu_host.value[0]!r} is not a host",
+            "give [USER@]HOST, e.g. ubuntu@gpu-box",
+        )
+    return Settings(
+        launcher=_resolve_one(LAUNCHER, config, env, parse_launcher, "sglang"),
+        emulator_args=_resolve_one(EMULATOR_ARGS, config, env, parse_args, ()),
+        profiles=_resolve_profiles(config, env),
+        gpu_host=Sourced(gpu_host.value[0], gpu_host.source)
+        if gpu_host
+        else Sourced(None, "default"),
+        gpu_fake=_resolve_path(GPU_FAKE, config, env, _not_a_dir, "give an existing directory"),
+        report=_resolve_path(
+            REPORT, config, env, _a_dir, "give a file path, e.g. sglang-report.json"
+        ),
+        markdown=_resolve_path(
+            MARKDOWN, config, env, _a_dir, "give a file path, e.g. $GITHUB_STEP_SUMMARY"
+        ),
+        servers=servers,
+        ready_timeout=_resolve_one(
+            READY_TIMEOUT, config, env, parse_duration, DEFAULT_READY_TIMEOUT
+        ),
+        api_key=Sourced(api_key.value[0], api_key.source) if api_key else Sourced(None, "default"),
+        require=_resolve_one(REQUIRE, config, env, parse_bool, False),
+        request_timeout=_resolve_one(
+            REQUEST_TIMEOUT, config, env, parse_duration, DEFAULT_REQUEST_TIMEOUT
+        ),
+        stall_timeout=_resolve_one(
+            STALL_TIMEOUT, config, env, parse_duration, DEFAULT_STALL_TIMEOUT
+        ),
+        expectations=_resolve_expectations(config, env, servers),
+    )
+
+
+#: Where ``pytest_configure`` stores the resolved :class:`Settings`.
+SETTINGS_KEY = pytest.StashKey[Settings]()

@@ -1,0 +1,77 @@
+"""One resolved target per server: what the later stages need to know, decided up front.
+
+A target is a server the session knows by name: attached (``--sglang-url NAME=URL``), a
+profile to launch, or both (a profile's ``expect`` applies to its server however it is
+reached). Its expectations are merged once here (command line, environment or ini first,
+then the profile's ``expect`` for keys they do not set), so the pool, the readiness gate
+and the launcher never come back to the settings to ask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pytest_sglang.config.values import Expectation, ServerUrl
+
+if TYPE_CHECKING:
+    # Only the type: the profile module (tomllib) loads only when profiles exist.
+    from pytest_sglang.config.profiles import Profile
+
+__all__ = ["ServerTarget", "build_targets"]
+
+
+@dataclass(frozen=True)
+class ServerTarget:
+    """A server the session knows: its name, how it is reached, what it must serve."""
+
+    name: str
+    #: The attached server's base URL, or None when the profile is launched.
+    url: str | None
+    #: The profile of that name, if any (launched when ``url`` is None).
+    profile: Profile | None
+    #: Identity checks for this server, in precedence order (one per key).
+    expectations: tuple[Expectation, ...]
+    #: Where the URL or the profile came from, for messages.
+    source: str
+
+    @property
+    def attached(self) -> bool:
+        """Whether the server is attached by URL (else it is launched from its profile)."""
+        return self.url is not None
+
+
+def _expectations(
+    name: str, expectations: Sequence[Expectation], profile: Profile | None
+) -> tuple[Expectation, ...]:
+    own = tuple(e for e in expectations if e.server in (None, name))
+    if profile is None:
+        return own
+    # The command line (or env, ini) wins over the profile's expect for the same key.
+    keys = {e.key for e in own}
+    return own + tuple(e for e in profile.expectations() if e.key not in keys)
+
+
+def build_targets(
+    servers: Sequence[ServerUrl],
+    profiles: Mapping[str, Profile],
+    expectations: Sequence[Expectation],
+) -> dict[str, ServerTarget]:
+    """Return every known server by name: attached ones first, then profiles to launch."""
+    targets: dict[str, ServerTarget] = {}
+    for server in servers:
+        profile = profiles.get(server.name)
+        targets[server.name] = ServerTarget(
+            server.name,
+            server.url,
+            profile,
+            _expectations(server.name, expectations, profile),
+            server.source,
+        )
+    for name, profile in profiles.items():
+        if name not in targets:
+            targets[name] = ServerTarget(
+                name, None, profile, _expectations(name, expectations, profile), profile.source
+            )
+    return targets

@@ -1,0 +1,51 @@
+"""Resolved setting values: where each came from, attached servers, identity expectations."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+__all__ = ["Expectation", "ServerUrl", "Sourced", "is_valid_server_name"]
+
+T = TypeVar("T")
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class Sourced(Generic[T]):
+    """A resolved setting and a human description of where it came from."""
+
+    value: T
+    source: str
+
+
+@dataclass(frozen=True)
+class ServerUrl:
+    """An attached server: its name, base URL (no trailing slash) and the value's source."""
+
+    name: str
+    url: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """One identity expectation: ``key`` must equal ``value`` on server ``server`` (or all)."""
+
+    key: str
+    value: object
+    source: str
+    server: str | None = None
+
+    def describe(self) -> str:
+        """Return the expectation as the user wrote it, e.g. ``eagle3:tp_size=8``."""
+        prefix = f"{self.server}:" if self.server else ""
+        return f"{prefix}{self.key}={json.dumps(self.value)}"
+
+
+def is_valid_server_name(name: str) -> bool:
+    """Return whether ``name`` can name a server (letters, digits, ``_``, ``.``, ``-``)."""
+    return bool(NAME_RE.match(name))

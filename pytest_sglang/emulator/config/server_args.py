@@ -1,0 +1,349 @@
+"""SGLang's ServerArgs: defaults and the resolution that ``/server_info`` shows.
+
+``/server_info`` is the flat dict of every *resolved* ServerArgs field (546 in 0.5.23). The table
+below carries the fields that matter to clients, with SGLang's defaults, in the order of
+``sglang-server-args-0.5.23.txt``; flags the emulator does not know are added verbatim by the
+CLI. Resolution reproduces SGLang's side effects that clients read: ``tokenizer_path`` and
+``served_model_name`` default to ``model_path``, speculative decoding caps
+``max_running_requests`` at 48 and auto-chooses its step/top-k/draft triple, auto-chosen memory
+and CUDA-graph values appear as resolved, and ``context_length`` holds the effective value.
+Fields that need a GPU to choose (``mem_fraction_static``, ``attention_backend``) get the value
+SGLang picks on an H100.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_sglang.emulator.config.model import ModelProfile
+
+NEW_VERSION = "0.5.23"
+OLD_VERSION = "0.5.5"
+VERSIONS = (NEW_VERSION, OLD_VERSION)
+
+# Algorithms for which SGLang resets an unset max_running_requests to 48 (reference §4.3).
+SPEC_CAPPED_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "STANDALONE", "NGRAM"})
+SPEC_MAX_RUNNING_REQUESTS = 48
+SPEC_MAX_RUNNING_WARNING = (
+    "Max running requests is reset to 48 for speculative decoding. You can override this by "
+    "explicitly setting --max-running-requests."
+)
+# The CUDA-graph batch sizes SGLang captures by default, before capping at the max batch size.
+DEFAULT_CUDA_GRAPH_BS = (1, 2, 4, 8, 12, *range(16, 257, 8))
+DEFAULT_CUDA_GRAPH_MAX_BS = 256
+
+_DEFAULTS: dict[str, Any] = {
+    "model_path": None,
+    "tokenizer_path": None,
+    "tokenizer_mode": "auto",
+    "tokenizer_worker_num": 1,
+    "skip_tokenizer_init": False,
+    "load_format": "auto",
+    "model_loader_extra_config": "{}",
+    "trust_remote_code": False,
+    "context_length": None,
+    "is_embedding": False,
+    "enable_multimodal": None,
+    "revision": None,
+    "model_impl": "auto",
+    "dtype": "auto",
+    "quantization": None,
+    "quantization_param_path": None,
+    "kv_cache_dtype": "auto",
+    "enable_fp32_lm_head": False,
+    "mem_fraction_static": None,
+    "max_running_requests": None,
+    "max_queued_requests": None,
+    "max_total_tokens": None,
+    "chunked_prefill_size": None,
+    "max_prefill_tokens": 16384,
+    "schedule_policy": "fcfs",
+    "enable_priority_scheduling": False,
+    "schedule_conservativeness": 1.0,
+    "page_size": None,
+    "disable_radix_cache": False,
+    "disable_chunked_prefix_cache": False,
+    "disable_overlap_schedule": False,
+    "num_continuous_decode_steps": 1,
+    "enable_mixed_chunk": False,
+    "nccl_port": None,
+    "dist_timeout": None,
+    "dist_init_addr": None,
+    "nnodes": 1,
+    "node_rank": 0,
+    "tp_size": 1,
+    "pp_size": 1,
+    "pp_max_micro_batch_size": None,
+    "dp_size": 1,
+    "attn_dp_size": 1,
+    "load_balance_method": "round_robin",
+    "enable_dp_attention": False,
+    "enable_dp_lm_head": False,
+    "enable_p2p_check": False,
+    "device": "cuda",
+    "base_gpu_id": 0,
+    "gpu_id_step": 1,
+    "random_seed": None,
+    "watchdog_timeout": 300,
+    "sleep_on_idle": False,
+    "host": "127.0.0.1",
+    "port": 30000,
+    "grpc_mode": False,
+    "skip_server_warmup": False,
+    "warmups": None,
+    "enable_http2": False,
+    "ssl_keyfile": None,
+    "ssl_certfile": None,
+    "api_key": None,
+    "admin_api_key": None,
+    "served_model_name": None,
+    "weight_version": "default",
+    "chat_template": None,
+    "completion_template": None,
+    "file_storage_path": "sglang_storage",
+    "enable_cache_report": False,
+    "reasoning_parser": None,
+    "tool_call_parser": None,
+    "tool_server": None,
+    "preferred_sampling_params": None,
+    "allow_auto_truncate": False,
+    "stream_interval": 1,
+    "stream_response_default_include_usage": False,
+    "incremental_streaming_output": False,
+    "log_level": "info",
+    "log_level_http": None,
+    "log_requests": False,
+    "log_requests_level": 2,
+    "crash_dump_folder": None,
+    "show_time_cost": False,
+    "enable_metrics": False,
+    "enable_metrics_for_all_schedulers": False,
+    "bucket_time_to_first_token": None,
+    "bucket_inter_token_latency": None,
+    "bucket_e2e_request_latency": None,
+    "decode_log_interval": 40,
+    "enable_request_time_stats_logging": False,
+    "kv_events_config": None,
+    "enable_trace": False,
+    "attention_backend": None,
+    "decode_attention_backend": None,
+    "prefill_attention_backend": None,
+    "sampling_backend": None,
+    "grammar_backend": None,
+    "mm_attention_backend": None,
+    "cuda_graph_max_bs": None,
+    "cuda_graph_bs": None,
+    "cuda_graph_max_bs_decode": None,
+    "cuda_graph_max_bs_prefill": None,
+    "cuda_graph_bs_decode": None,
+    "disable_cuda_graph": False,
+    "disable_cuda_graph_padding": False,
+    "enable_profile_cuda_graph": False,
+    "enable_nccl_nvls": False,
+    "enable_symm_mem": False,
+    "triton_attention_reduce_in_fp32": False,
+    "triton_attention_num_kv_splits": 8,
+    "disable_custom_all_reduce": False,
+    "enable_mscclpp": False,
+    "enable_flashinfer_allreduce_fusion": False,
+    "enforce_disable_flashinfer_allreduce_fusion": False,
+    "flashinfer_allreduce_fusion_backend": "auto",
+    "enable_torch_compile": False,
+    "torch_compile_max_bs": 32,
+    "speculative_algorithm": None,
+    "speculative_draft_model_path": None,
+    "speculative_draft_model_revision": None,
+    "speculative_draft_load_format": None,
+    "speculative_num_steps": None,
+    "speculative_eagle_topk": None,
+    "speculative_num_draft_tokens": None,
+    "speculative_accept_threshold_single": 1.0,
+    "speculative_accept_threshold_acc": 1.0,
+    "speculative_token_map": None,
+    "speculative_attention_mode": "prefill",
+    "ep_size": 1,
+    "moe_a2a_backend": "none",
+    "moe_runner_backend": "auto",
+    "ep_num_redundant_experts": 0,
+    "enable_eplb": False,
+    "enable_hierarchical_cache": False,
+    "hicache_ratio": 2.0,
+    "hicache_size": 0,
+    "hicache_write_policy": "write_through",
+    "enable_lora": None,
+    "max_lora_rank": None,
+    "lora_target_modules": None,
+    "lora_paths": None,
+    "max_loaded_loras": None,
+    "max_loras_per_batch": 8,
+    "lora_backend": "csgmv",
+    "enable_two_batch_overlap": False,
+    "enable_single_batch_overlap": False,
+    "cpu_offload_gb": 0,
+    "disaggregation_mode": "null",
+    "disaggregation_transfer_backend": "mooncake",
+    "disaggregation_bootstrap_port": 8998,
+    "num_reserved_decode_tokens": 512,
+    "download_dir": None,
+    "delete_ckpt_after_loading": False,
+    "enable_deterministic_inference": False,
+    "enable_memory_saver": False,
+    "enable_custom_logit_processor": False,
+    "enable_return_hidden_states": False,
+}
+
+# 0.5.23 replaced --cuda-graph-max-bs/--cuda-graph-bs by per-phase flags and added these.
+_NEW_ONLY = frozenset(
+    {
+        "attn_dp_size",
+        "enable_http2",
+        "admin_api_key",
+        "cuda_graph_max_bs_decode",
+        "cuda_graph_max_bs_prefill",
+        "cuda_graph_bs_decode",
+        "enforce_disable_flashinfer_allreduce_fusion",
+        "flashinfer_allreduce_fusion_backend",
+    }
+)
+_OLD_ONLY = frozenset({"cuda_graph_max_bs", "cuda_graph_bs"})
+
+
+class ServerArgsError(ValueError):
+    """The arguments cannot be resolved; SGLang fails here before loading anything."""
+
+
+@dataclass(frozen=True)
+class ResolvedArgs:
+    """The flat resolved args and the warnings SGLang logs while resolving them."""
+
+    args: dict[str, Any]
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SchedulerInfo:
+    """What the scheduler reports after loading: KV capacity and request limits."""
+
+    max_total_num_tokens: int
+    max_req_input_len: int
+    max_running_requests: int
+
+
+def defaults(version: str) -> dict[str, Any]:
+    """SGLang's ServerArgs defaults for ``version``, before resolution."""
+    excluded = _OLD_ONLY if version == NEW_VERSION else _NEW_ONLY
+    return {key: value for key, value in _DEFAULTS.items() if key not in excluded}
+
+
+def resolve(given: Mapping[str, Any], version: str, model: ModelProfile) -> ResolvedArgs:
+    """Apply SGLang's defaults and resolution side effects to the flags ``given``."""
+    args = defaults(version)
+    args.update(given)
+    warnings: list[str] = []
+    model_path = str(args["model_path"])
+    args["tokenizer_path"] = args["tokenizer_path"] or model_path
+    args["served_model_name"] = args["served_model_name"] or model_path
+    if args["context_length"] is None:
+        args["context_length"] = model.context_length
+    if args["random_seed"] is None:
+        args["random_seed"] = zlib.crc32(model_path.encode()) % (1 << 30)
+    if args["mem_fraction_static"] is None:
+        args["mem_fraction_static"] = 0.85
+    if args["chunked_prefill_size"] is None:
+        args["chunked_prefill_size"] = 8192
+    if args["page_size"] is None:
+        args["page_size"] = 1
+    if args["attention_backend"] is None:
+        args["attention_backend"] = "fa3"
+    if args["sampling_backend"] is None:
+        args["sampling_backend"] = "flashinfer"
+    if args["grammar_backend"] is None:
+        args["grammar_backend"] = "xgrammar"
+    _resolve_speculative(args, model, warnings)
+    _resolve_cuda_graph(args, version)
+    if version == NEW_VERSION:
+        # SGLang synthesises the flag from the attention-DP size (reference §1.5).
+        args["attn_dp_size"] = args["dp_size"] if args["enable_dp_attention"] else 1
+        args["enable_dp_attention"] = args["attn_dp_size"] > 1
+    return ResolvedArgs(args=args, warnings=tuple(warnings))
+
+
+def _resolve_speculative(args: dict[str, Any], model: ModelProfile, warnings: list[str]) -> None:
+    algorithm = args["speculative_algorithm"]
+    if algorithm is None:
+        return
+    algorithm = str(algorithm).upper()
+    if algorithm == "NEXTN":
+        algorithm = "EAGLE"  # NEXTN is an alias of EAGLE.
+    args["speculative_algorithm"] = algorithm
+    if algorithm in SPEC_CAPPED_ALGORITHMS and args["max_running_requests"] is None:
+        args["max_running_requests"] = SPEC_MAX_RUNNING_REQUESTS
+        warnings.append(SPEC_MAX_RUNNING_WARNING)
+    if algorithm == "NGRAM":
+        return
+    steps = args["speculative_num_steps"]
+    if steps is None:
+        if args["speculative_eagle_topk"] is not None or (
+            args["speculative_num_draft_tokens"] is not None
+        ):
+            raise ServerArgsError(
+                "AssertionError: --speculative-eagle-topk and --speculative-num-draft-tokens "
+                "must be omitted when --speculative-num-steps is omitted (SGLang then "
+                "auto-chooses all three)."
+            )
+        llama_like = model.architecture in {"LlamaForCausalLM", "Grok1ForCausalLM"}
+        triple = (5, 4, 8) if llama_like and algorithm != "STANDALONE" else (3, 1, 4)
+        (
+            args["speculative_num_steps"],
+            args["speculative_eagle_topk"],
+            args["speculative_num_draft_tokens"],
+        ) = triple
+        return
+    if args["speculative_eagle_topk"] is None:
+        args["speculative_eagle_topk"] = 1
+    if args["speculative_eagle_topk"] == 1 and args["speculative_num_draft_tokens"] != steps + 1:
+        if args["speculative_num_draft_tokens"] is not None:
+            warnings.append(
+                "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+                "speculative_eagle_topk == 1"
+            )
+        args["speculative_num_draft_tokens"] = steps + 1
+
+
+def _resolve_cuda_graph(args: dict[str, Any], version: str) -> None:
+    max_key, list_key = (
+        ("cuda_graph_max_bs_decode", "cuda_graph_bs_decode")
+        if version == NEW_VERSION
+        else ("cuda_graph_max_bs", "cuda_graph_bs")
+    )
+    if args.get(max_key) is None:
+        cap = args["max_running_requests"]
+        args[max_key] = min(DEFAULT_CUDA_GRAPH_MAX_BS, cap) if cap else DEFAULT_CUDA_GRAPH_MAX_BS
+    if args.get(list_key) is None:
+        args[list_key] = [bs for bs in DEFAULT_CUDA_GRAPH_BS if bs <= int(args[max_key])]
+
+
+def scheduler_info(args: Mapping[str, Any]) -> SchedulerInfo:
+    """KV capacity and request limits the emulated scheduler reports (deterministic)."""
+    context_len = int(args["context_length"])
+    total = args["max_total_tokens"]
+    max_total = int(total) if total else max(4 * context_len, 65536)
+    # SGLang: max_req_len = min(context_len - 1, max_total_num_tokens - 1); input len is 5 less.
+    max_req_len = min(context_len - 1, max_total - 1)
+    running = args["max_running_requests"]
+    dp_size = max(1, int(args["dp_size"]))
+    if running:
+        per_dp = max(1, int(running) // dp_size)
+    else:
+        # SGLang sizes the request pool from the KV capacity (ModelRunner.init_memory_pool),
+        # and the scheduler runs at most min(max_total_num_tokens // 2, pool size).
+        pool = min(max(int(max_total / context_len * 512), 2048), 4096)
+        per_dp = max(1, min(max_total // 2, pool))
+    return SchedulerInfo(
+        max_total_num_tokens=max_total,
+        max_req_input_len=max_req_len - 5,
+        max_running_requests=per_dp,
+    )

@@ -1,0 +1,120 @@
+"""Exception types raised by pytest-sglang.
+
+The tree::
+
+    SGLangError                      base of everything the plugin raises on purpose
+    ├── ServerNotReady               the readiness gate failed (phase, last response, elapsed)
+    │   ├── SchemaMismatch           a response broke its JSON Schema (carries the JSON path)
+    │   └── IdentityMismatch         the server serves another model or configuration
+    │   └── ServerExited             a launched server's process died (exit code, log tail, hints)
+    ├── ServerUnavailable            no server is configured for what the test asked for
+    ├── GpuUnavailable               GPU state cannot be read here (a skip reason)
+    ├── GpuNotClean                  pre-flight: the GPUs a launch needs are held by processes
+    ├── GpuMemoryNotReleased         post-flight: memory not back to the baseline after teardown
+    ├── ServerLeftovers              teardown found processes of ours that outlived the server
+    └── ComparisonRefused            two measurements cannot be compared (workloads differ...)
+
+    AssertionError
+    ├── PerformanceAssertionError    a verdict failed: the runs show the claim is false
+    └── Inconclusive                 the runs cannot decide (with what would decide them)
+
+Configuration mistakes (bad option values) are reported with :class:`pytest.UsageError`
+instead, so pytest stops before collecting anything.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ComparisonRefused",
+    "GpuMemoryNotReleased",
+    "GpuNotClean",
+    "GpuUnavailable",
+    "IdentityMismatch",
+    "Inconclusive",
+    "PerformanceAssertionError",
+    "SGLangError",
+    "SchemaMismatch",
+    "ServerExited",
+    "ServerLeftovers",
+    "ServerNotReady",
+    "ServerUnavailable",
+]
+
+
+class SGLangError(Exception):
+    """Base class of the errors raised by pytest-sglang."""
+
+
+class ServerNotReady(SGLangError):
+    """The readiness gate did not pass: the message names the phase and the last response."""
+
+    def __init__(self, message: str, *, phase: str) -> None:
+        super().__init__(message)
+        #: The phase that failed: ``connect``, ``health``, ``models``, ``identity``,
+        #: ``server_info``; in launch mode also ``launch`` (the process could not start) and
+        #: ``freshness`` (the port is served by a process we did not start).
+        self.phase = phase
+
+
+class SchemaMismatch(ServerNotReady):
+    """A server response does not match the JSON Schema shipped with the plugin."""
+
+    def __init__(self, message: str, *, phase: str, json_path: str) -> None:
+        super().__init__(message, phase=phase)
+        #: Where in the response the first violation is, e.g. ``$.data[0].max_model_len``.
+        self.json_path = json_path
+
+
+class IdentityMismatch(ServerNotReady):
+    """The server is up but serves another model or configuration than expected."""
+
+
+class ServerUnavailable(SGLangError):
+    """No server is configured (or none by the requested name)."""
+
+
+class ServerExited(ServerNotReady):
+    """A launched server's process exited before (or while) passing the readiness gate."""
+
+    def __init__(self, message: str, *, phase: str, exit_code: int | None) -> None:
+        super().__init__(message, phase=phase)
+        #: The process's exit code (negative: killed by that signal).
+        self.exit_code = exit_code
+
+
+class GpuUnavailable(SGLangError):
+    """GPU state cannot be read here (no NVML package, no driver, ssh failure...)."""
+
+
+class GpuNotClean(SGLangError):
+    """Pre-flight: a GPU the launch needs is held by other processes or memory."""
+
+
+class GpuMemoryNotReleased(SGLangError):
+    """Post-flight: GPU memory did not return to the pre-launch baseline in time."""
+
+
+class ServerLeftovers(SGLangError):
+    """Teardown found and killed processes of ours that outlived the server."""
+
+
+class ComparisonRefused(SGLangError):
+    """Two measurements cannot be compared: different workloads, invalid runs, too few runs."""
+
+
+class PerformanceAssertionError(AssertionError):
+    """A performance verdict failed; the message is the evidence table."""
+
+    def __init__(self, message: str, verdict: object = None) -> None:
+        super().__init__(message)
+        #: The :class:`~pytest_sglang.verdicts.assertions.Verdict` with all the evidence.
+        self.verdict = verdict
+
+
+class Inconclusive(AssertionError):
+    """The runs cannot decide the claim either way; the message says what would."""
+
+    def __init__(self, message: str, verdict: object = None) -> None:
+        super().__init__(message)
+        #: The :class:`~pytest_sglang.verdicts.assertions.Verdict` with all the evidence.
+        self.verdict = verdict

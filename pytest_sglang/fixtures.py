@@ -1,0 +1,263 @@
+"""The ``sglang_*`` fixtures: thin glue over settings, the server pool and the GPU probe.
+
+Heavy modules (httpx, jsonschema, psutil, pynvml) are imported inside fixture bodies only,
+so that loading the plugin stays cheap for every pytest run in the environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, NoReturn
+
+import pytest
+
+from pytest_sglang.config.settings import SETTINGS_KEY, Settings
+from pytest_sglang.markers import expectations_of, profile_of
+
+if TYPE_CHECKING:
+    import httpx
+
+    from pytest_sglang.gpu.state import GpuState
+    from pytest_sglang.measure.bench import Bench, BenchResult
+    from pytest_sglang.server.handle import SGLangServer
+    from pytest_sglang.server.pool import ServerPool
+
+__all__ = [
+    "POOL_KEY",
+    "sglang_bench",
+    "sglang_client",
+    "sglang_gpu",
+    "sglang_server",
+    "sglang_servers",
+    "sglang_settings",
+    "sglang_target",
+]
+
+#: The session's pool, also reachable from hooks (terminal summary, unconfigure).
+POOL_KEY = pytest.StashKey["ServerPool"]()
+
+_HOW_TO_ATTACH = (
+    "attach one with --sglang-url=URL (or NAME=URL for @pytest.mark.sglang_profile(NAME)), "
+    "or define server profiles (--sglang-profiles PATH or [tool.pytest-sglang.profiles.NAME] "
+    "in pyproject.toml) to launch one"
+)
+
+
+def _unavailable(settings: Settings, message: str) -> NoReturn:
+    # Skip by default so that a GPU-less run of a suite is not a wall of errors; with
+    # --sglang-require a missing server is a failure, as CI on GPU runners wants.
+    if settings.require.value:
+        pytest.fail(
+            f"{message} (--sglang-require is set, from {settings.require.source})", pytrace=False
+        )
+    pytest.skip(message)
+
+
+def terminal_writer(config: pytest.Config) -> Callable[[str], None]:
+    """Return a function that writes one line to the terminal, past output capturing."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+
+    def write(line: str) -> None:
+        if reporter is None:
+            return
+        if capture is not None:
+            with capture.global_and_fixture_disabled():
+                reporter.write_line(line)
+        else:
+            reporter.write_line(line)
+
+    return write
+
+
+@pytest.fixture(scope="session")
+def sglang_settings(pytestconfig: pytest.Config) -> Settings:
+    """The plugin's effective settings (servers, profiles, timeouts, expectations).
+
+    Each value carries the source it came from (command line, environment, ini or default).
+    """
+    return pytestconfig.stash[SETTINGS_KEY]
+
+
+@pytest.fixture(scope="session")
+def sglang_servers(
+    pytestconfig: pytest.Config,
+    sglang_settings: Settings,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ServerPool]:
+    """The session's pool of SGLang servers, for session-scoped fixtures of your own.
+
+    ``sglang_servers.get(NAME)`` returns the ready server called NAME: an attached one after
+    its readiness gate, or a profile's server launched on first use (one launched server at
+    a time; the session's end stops it and checks its GPU memory is released).
+    """
+    from pytest_sglang.server.pool import ServerPool
+
+    pool = ServerPool(
+        sglang_settings,
+        log_dir=tmp_path_factory.getbasetemp() / "sglang-logs",
+        progress=terminal_writer(pytestconfig),
+        xdist_worker=hasattr(pytestconfig, "workerinput"),
+    )
+    pytestconfig.stash[POOL_KEY] = pool
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def sglang_target() -> str | None:
+    """The server name an unmarked test runs against (None: the default server).
+
+    Tests that need a server but carry no ``sglang_profile`` marker are parametrized over
+    every configured server when there are several and none is called ``default``; this
+    fixture holds the name of the run's server. To run such tests against one server
+    instead, mark them (``pytestmark = pytest.mark.sglang_profile(NAME)`` covers a module)
+    or call that server ``default``: the parametrization wins over an override of this
+    fixture.
+    """
+    return None
+
+
+@pytest.fixture
+def sglang_server(
+    request: pytest.FixtureRequest,
+    sglang_servers: ServerPool,
+    sglang_settings: Settings,
+    sglang_target: str | None,
+) -> SGLangServer:
+    """The ready SGLang server this test runs against.
+
+    The server named by the closest ``@pytest.mark.sglang_profile(NAME)`` (attached with
+    ``--sglang-url NAME=URL`` or launched from profile NAME), else the only one configured
+    (or the one named ``default``). It has passed the layered readiness gate: health,
+    ``/v1/models`` schema, identity and ``/server_info`` checks. Tests are skipped when no
+    server is configured, or fail under ``--sglang-require``.
+    """
+    from pytest_sglang.errors import ServerUnavailable, SGLangError
+    from pytest_sglang.server.identity import (
+        check_model_expectations,
+        check_server_info_expectations,
+    )
+
+    if not sglang_settings.servers and not sglang_settings.profiles:
+        _unavailable(sglang_settings, f"no SGLang server configured: {_HOW_TO_ATTACH}")
+    # Fail or skip outside the except blocks so the report shows our message only, not
+    # "during handling of the above exception".
+    failure: str | None = None
+    unavailable = False
+    try:
+        name = profile_of(request.node) or sglang_target or sglang_servers.default_name()
+        server = sglang_servers.get(name)
+    except ServerUnavailable as exc:
+        failure, unavailable = str(exc), True
+    except SGLangError as exc:
+        failure = str(exc)
+    if failure is not None:
+        if unavailable:
+            _unavailable(sglang_settings, failure)
+        pytest.fail(failure, pytrace=False)
+    expectations = expectations_of(request.node)
+    problems = check_model_expectations(server.models, expectations)
+    problems += check_server_info_expectations(server.server_info, expectations, "/server_info")
+    if problems:
+        pytest.fail(
+            f"SGLang server {server.name!r} at {server.url} does not match this test's "
+            "expectations:\n  " + "\n  ".join(problems),
+            pytrace=False,
+        )
+    request.node.user_properties.append(("sglang", server_entry(server)))
+    gpus = sglang_servers.gpu_names()
+    if gpus:
+        request.node.user_properties.append(("sglang", {"record": "gpus", "names": gpus}))
+    return server
+
+
+def server_entry(server: SGLangServer) -> dict[str, object]:
+    """Describe a server for the report: identity, readiness, launch, configuration."""
+    from pytest_sglang.measure.bench import CONFIG_KEYS
+
+    return {
+        "record": "server",
+        "name": server.name,
+        "url": server.url,
+        "version": server.version,
+        "model": server.model.id,
+        "readiness": server.readiness.as_dict(),
+        "launch": server.launch.as_dict() if server.launch is not None else None,
+        "config": {k: server.server_info[k] for k in CONFIG_KEYS if k in server.server_info},
+    }
+
+
+@pytest.fixture(scope="session")
+def _sglang_bench_session(pytestconfig: pytest.Config, sglang_servers: ServerPool) -> Bench:
+    """The session's bench: its cache is shared by every test's ``sglang_bench``."""
+    from pytest_sglang.measure.bench import Bench
+
+    settings = sglang_servers.settings
+    limits = {
+        "request_timeout": settings.request_timeout.value,
+        "stall_timeout": settings.stall_timeout.value,
+    }
+    return Bench(sglang_servers, progress=terminal_writer(pytestconfig), generator_options=limits)
+
+
+@pytest.fixture
+def sglang_bench(request: pytest.FixtureRequest, _sglang_bench_session: Bench) -> Bench:
+    """Measure a workload on a server: ``sglang_bench(SERVER, workload, concurrency, repeats)``.
+
+    SERVER is a profile or attached server name (launched through the pool when needed) or
+    an ``SGLangServer``. Returns a ``BenchResult`` (``repeats`` whole runs, warm-up excluded,
+    default 5) or, for a list of concurrencies, a ``Sweep``. Results are cached per
+    (server, workload, concurrency, repeats) for the session, so tests share measurements,
+    and recorded for the results table and ``--sglang-report``.
+    ``sglang_bench.pair(A, B, workload, concurrency)`` interleaves A B A B when both servers
+    can run at once (two attached URLs), in blocks otherwise.
+    """
+
+    def record(result: BenchResult, server: SGLangServer | None) -> None:
+        request.node.user_properties.append(("sglang", {"record": "measurement",
+                                                        **result.as_dict()}))  # fmt: skip
+        if server is not None:
+            request.node.user_properties.append(("sglang", server_entry(server)))
+
+    settings = _sglang_bench_session.pool.settings
+    if not settings.servers and not settings.profiles:
+        _unavailable(settings, f"no SGLang server configured: {_HOW_TO_ATTACH}")
+    return _sglang_bench_session.with_recorder(
+        record,
+        unavailable=lambda message: _unavailable(settings, message),
+        failure=lambda message: pytest.fail(message, pytrace=False),
+    )
+
+
+@pytest.fixture
+def sglang_client(sglang_server: SGLangServer) -> Iterator[httpx.Client]:
+    """An httpx client bound to ``sglang_server`` (base URL, API key, timeouts).
+
+    Relative paths work: ``sglang_client.get("/v1/models")``. Closed at teardown.
+    """
+    with sglang_server.client() as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def sglang_gpu(sglang_servers: ServerPool, sglang_settings: Settings) -> GpuState:
+    """GPU state through NVML (or nvidia-smi over ssh with --sglang-gpu-host, or a fake).
+
+    ``sglang_gpu.snapshot()`` returns every GPU (index, UUID, name, memory total/used/free)
+    and compute process (pid, memory, name); ``before.diff(after)`` what changed. Skipped
+    where GPU state cannot be read (no nvidia-ml-py, no driver), unless --sglang-require.
+    """
+    from pytest_sglang.errors import GpuUnavailable
+    from pytest_sglang.gpu.state import GpuState
+
+    failure: str | None = None
+    try:
+        probe = sglang_servers.gpu_probe()
+    except GpuUnavailable as exc:
+        failure = str(exc)
+    if failure is not None:
+        pytest.fail(failure, pytrace=False)
+    if probe is None:
+        pytest.skip(f"GPU state unavailable: {sglang_servers.gpu_skip_reason}")
+    return GpuState(probe)

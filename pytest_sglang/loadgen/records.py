@@ -1,0 +1,143 @@
+"""Plain data the load generator produces: one :class:`RequestRecord` per request sent.
+
+Every timestamp is ``time.perf_counter()`` of the process that ran the load: one monotonic
+clock, so differences are exact and comparable across records of a run. ``as_dict`` makes
+them relative to a chosen origin (the run's start) for reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+from pytest_sglang.loadgen.workload import Workload
+
+__all__ = ["LoadRun", "RequestRecord"]
+
+
+@dataclass
+class RequestRecord:
+    """What happened to one request, filled in while its response streams in.
+
+    ``chunk_times`` and ``chunk_tokens`` describe the chunks that carried generated tokens
+    (role-only, finish-only and usage chunks are not listed): when each arrived and how many
+    tokens it carried. ``chunk_tokens_exact`` is false where the server did not say how many
+    tokens a chunk carried and they were spread evenly over the chunks (OpenAI endpoints on a
+    server that ignores ``stream_options.continuous_usage_stats``). A request failed when
+    ``error`` is set; failed records are kept, never dropped.
+    """
+
+    index: int
+    warmup: bool
+    #: Requested lengths, so a record can be judged on its own.
+    input_len: int
+    output_len: int
+    #: When the load generator began the request (handed it to the HTTP client).
+    started: float = 0.0
+    #: When the request's bytes were handed to the socket of an open connection; the TTFT
+    #: and end-to-end clocks start here, so the client's own send path (building the request,
+    #: waiting for its event loop, opening a connection) is not counted as server latency.
+    #: Equal to ``started`` when the request never reached a connection.
+    sent: float = 0.0
+    #: Open loop only: when the arrival schedule wanted it sent.
+    scheduled: float | None = None
+    #: When the response was complete (``[DONE]``, or the body) or the request failed.
+    end: float | None = None
+    chunk_times: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    chunk_tokens_exact: bool = True
+    #: Generated tokens as the server reports them (final ``meta_info`` or ``usage``).
+    output_tokens_server: int | None = None
+    #: Generated tokens as the client saw them arrive (see ``streams`` for how, per endpoint).
+    output_tokens_client: int | None = None
+    #: Prompt tokens as the server reports them.
+    prompt_tokens: int | None = None
+    #: Verify forwards of speculative decoding (final ``meta_info``); ``None`` without it.
+    spec_verify_ct: int | None = None
+    finish_reason: str | None = None
+    #: HTTP status; ``None`` when no response arrived (connection error, timeout).
+    status: int | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the request completed without an error."""
+        return self.error is None
+
+    @property
+    def first_token(self) -> float | None:
+        """When the first chunk with generated tokens arrived (``None`` without streaming)."""
+        return self.chunk_times[0] if self.chunk_times else None
+
+    @property
+    def ttft(self) -> float | None:
+        """Time to first token in seconds: request sent to first chunk with tokens."""
+        first = self.first_token
+        return None if first is None else first - self.sent
+
+    @property
+    def e2e(self) -> float | None:
+        """End-to-end latency in seconds: request sent to response complete."""
+        return None if self.end is None else self.end - self.sent
+
+    @property
+    def output_tokens(self) -> int | None:
+        """Generated tokens: the server's count, else the client's."""
+        if self.output_tokens_server is not None:
+            return self.output_tokens_server
+        return self.output_tokens_client
+
+    @property
+    def tpot(self) -> float | None:
+        """Time per output token after the first: ``(e2e - ttft) / (tokens - 1)``."""
+        ttft, e2e, tokens = self.ttft, self.e2e, self.output_tokens
+        if ttft is None or e2e is None or tokens is None or tokens < 2:
+            return None
+        return (e2e - ttft) / (tokens - 1)
+
+    def as_dict(self, origin: float = 0.0) -> dict[str, Any]:
+        """Return plain JSON types, with every timestamp relative to ``origin``."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name in ("started", "sent", "scheduled", "end"):
+            if data[name] is not None:
+                data[name] -= origin
+        data["chunk_times"] = [t - origin for t in self.chunk_times]
+        data["chunk_tokens"] = list(self.chunk_tokens)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RequestRecord:
+        """Rebuild a record from :meth:`as_dict` output (times stay relative)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True)
+class LoadRun:
+    """One run of a workload at one load level: every record, warm-up ones first.
+
+    ``concurrency`` is set for a closed loop (that many requests in flight), ``rate`` (requests
+    per second) and ``arrival`` for an open loop, where ``max_concurrency`` may cap the
+    requests in flight. ``started`` is the ``perf_counter`` origin of the run.
+    """
+
+    workload: Workload
+    mode: Literal["closed", "open"]
+    records: tuple[RequestRecord, ...]
+    started: float
+    concurrency: int | None = None
+    rate: float | None = None
+    arrival: str | None = None
+    max_concurrency: int | None = None
+    repeat: int = 0
+
+    @property
+    def measured(self) -> tuple[RequestRecord, ...]:
+        """The measured records (warm-up excluded), in request order."""
+        return tuple(r for r in self.records if not r.warmup)
+
+    @property
+    def warmup_records(self) -> tuple[RequestRecord, ...]:
+        """The warm-up records, in request order."""
+        return tuple(r for r in self.records if r.warmup)

@@ -1,0 +1,220 @@
+"""Validity checks of one run, reported rather than raised (pure, no I/O).
+
+The verdict layer calls a measurement invalid instead of calling a server slow when one of
+these fails (``docs/metrics.md``, "Validity checks"):
+
+
+``no_failed_requests``
+    every measured request completed.
+``output_length``
+    every completed request generated exactly ``workload.output_len`` tokens (ignore_eos
+    honoured; a shorter output would make throughputs incomparable).
+``token_counts``
+    the client's own count equals the server's, and the per-chunk counts add up to it.
+``input_length``
+    the server's ``prompt_tokens`` equals ``workload.input_len`` (on ``chat`` the template
+    adds tokens: reported, not judged).
+``concurrency`` (closed loop)
+    the client kept ``concurrency`` requests in flight. Over the window the realised
+    concurrency can fall short of C only in the ramp-down tail, after the last request was
+    sent, which lasts at most the longest request: the floor is
+    ``C * (1 - max e2e / window)``, less 5 % for the client's own gaps between one
+    response and the next request.
+``schedule`` (open loop)
+    requests left on time: the largest delay between scheduled and actual send is at most
+    50 ms plus 10 % of the mean gap between arrivals (a capped or overloaded client lags).
+``chunk_token_counts``
+    whether every chunk's token count came from the server; ``None`` (not judged) where
+    some were spread evenly (the per-token ITL percentiles are then approximate).
+
+A check's ``passed`` is ``True``, ``False``, or ``None`` when it could not be judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_sglang.loadgen.records import LoadRun, RequestRecord
+from pytest_sglang.loadgen.workload import Workload
+
+__all__ = ["Check", "run_checks"]
+
+#: Slack below the concurrency floor for the client's own gaps between requests.
+CONCURRENCY_SLACK = 0.05
+#: Open loop: allowed send lag, fixed part (seconds) and fraction of the mean arrival gap.
+SCHEDULE_LAG_FIXED = 0.05
+SCHEDULE_LAG_FRACTION = 0.1
+
+
+@dataclass(frozen=True)
+class Check:
+    """One validity check: ``passed`` is ``True``, ``False`` or ``None`` (not judged)."""
+
+    name: str
+    passed: bool | None
+    detail: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return plain JSON types."""
+        return {"name": self.name, "passed": self.passed, "detail": self.detail}
+
+
+def run_checks(
+    run: LoadRun,
+    records: Sequence[RequestRecord],
+    done: Sequence[RequestRecord],
+    duration: float,
+    realised: float,
+    longest: float,
+) -> tuple[Check, ...]:
+    checks = [
+        _check_failures(records),
+        _check_output_length(run.workload, done),
+        _check_token_counts(done),
+        _check_input_length(run.workload, done),
+    ]
+    if run.mode == "closed" and run.concurrency is not None:
+        checks.append(
+            _check_concurrency(run.concurrency, len(records), realised, longest, duration)
+        )
+    if run.mode == "open" and run.rate:
+        checks.append(_check_schedule(run.rate, records))
+    checks.append(_check_chunk_counts(done, run.workload.stream))
+    return tuple(checks)
+
+
+def _check_failures(records: Sequence[RequestRecord]) -> Check:
+    failed = [r for r in records if not r.ok]
+    if not failed:
+        return Check("no_failed_requests", True, f"all {len(records)} measured requests completed")
+    first = failed[0]
+    return Check(
+        "no_failed_requests",
+        False,
+        f"{len(failed)} of {len(records)} measured requests failed; "
+        f"first (request {first.index}): {first.error}",
+    )
+
+
+def _check_output_length(workload: Workload, done: Sequence[RequestRecord]) -> Check:
+    counted = [r for r in done if r.output_tokens is not None]
+    if not counted:
+        return Check("output_length", None, "no completed request reported its output length")
+    wrong = [r for r in counted if r.output_tokens != workload.output_len]
+    if not wrong:
+        return Check(
+            "output_length",
+            True,
+            f"all {len(counted)} completed requests generated {workload.output_len} tokens",
+        )
+    sample = ", ".join(f"request {r.index}: {r.output_tokens}" for r in wrong[:3])
+    return Check(
+        "output_length",
+        False,
+        f"{len(wrong)} of {len(counted)} requests did not generate the requested "
+        f"{workload.output_len} tokens ({sample}); is ignore_eos honoured, does the context "
+        f"length fit input_len + output_len?",
+    )
+
+
+def _check_token_counts(done: Sequence[RequestRecord]) -> Check:
+    compared = 0
+    wrong: list[str] = []
+    for r in done:
+        server = r.output_tokens_server
+        if server is None:
+            continue
+        if r.output_tokens_client is not None:
+            compared += 1
+            if r.output_tokens_client != server:
+                wrong.append(f"request {r.index}: client {r.output_tokens_client}, server {server}")
+                continue
+        if r.chunk_times and r.chunk_tokens_exact:
+            compared += 1
+            if sum(r.chunk_tokens) != server:
+                wrong.append(f"request {r.index}: chunks {sum(r.chunk_tokens)}, server {server}")
+    if compared == 0:
+        return Check(
+            "token_counts", None, "no request had both a client-side and a server-side count"
+        )
+    if wrong:
+        return Check(
+            "token_counts",
+            False,
+            f"{len(wrong)} requests' token counts disagree ({'; '.join(wrong[:3])})",
+        )
+    return Check("token_counts", True, f"client and server counts agree ({compared} compared)")
+
+
+def _check_input_length(workload: Workload, done: Sequence[RequestRecord]) -> Check:
+    reported = [r.prompt_tokens for r in done if r.prompt_tokens is not None]
+    if not reported:
+        return Check("input_length", None, "the server reported no prompt_tokens")
+    mean = sum(reported) / len(reported)
+    if workload.endpoint == "chat":
+        return Check(
+            "input_length",
+            None,
+            f"chat: the server saw {mean:.1f} prompt tokens on average for a message of "
+            f"~{workload.input_len} words ({mean - workload.input_len:+.1f}: the chat template "
+            f"and tokenization)",
+        )
+    wrong = [n for n in reported if n != workload.input_len]
+    if not wrong:
+        return Check(
+            "input_length", True, f"every prompt was {workload.input_len} tokens on the server"
+        )
+    return Check(
+        "input_length",
+        False,
+        f"{len(wrong)} of {len(reported)} prompts were not {workload.input_len} tokens on the "
+        f"server (mean {mean:.1f})",
+    )
+
+
+def _check_concurrency(
+    concurrency: int, requests: int, realised: float, longest: float, duration: float
+) -> Check:
+    if duration <= 0:
+        return Check("concurrency", None, "the run had no duration")
+    # Fewer requests than slots can never fill them all.
+    target = min(concurrency, requests)
+    floor = target * max(0.0, 1 - longest / duration) * (1 - CONCURRENCY_SLACK)
+    ceiling = target * 1.001 + 1e-9
+    detail = (
+        f"realised {realised:.2f} for {concurrency} requested; allowed "
+        f"[{floor:.2f}, {target}] (ramp-down tail of at most the longest request, "
+        f"{longest:.3g} s of {duration:.3g} s)"
+    )
+    return Check("concurrency", floor <= realised <= ceiling, detail)
+
+
+def _check_schedule(rate: float, records: Sequence[RequestRecord]) -> Check:
+    lags = [r.sent - r.scheduled for r in records if r.scheduled is not None]
+    if not lags:
+        return Check("schedule", None, "no request had a schedule")
+    allowed = SCHEDULE_LAG_FIXED + SCHEDULE_LAG_FRACTION / rate
+    worst = max(lags)
+    return Check(
+        "schedule",
+        worst <= allowed,
+        f"largest send delay behind schedule {worst * 1000:.1f} ms (allowed "
+        f"{allowed * 1000:.1f} ms at {rate:g} requests/s)",
+    )
+
+
+def _check_chunk_counts(done: Sequence[RequestRecord], stream: bool) -> Check:
+    if not stream:
+        return Check("chunk_token_counts", None, "not streamed: no chunks")
+    inexact = [r for r in done if not r.chunk_tokens_exact]
+    if not inexact:
+        return Check("chunk_token_counts", True, "every chunk's token count came from the server")
+    return Check(
+        "chunk_token_counts",
+        None,
+        f"{len(inexact)} requests had no per-chunk token counts (the server ignored "
+        f"stream_options.continuous_usage_stats); their tokens were spread evenly over their "
+        f"chunks: per-token ITL percentiles are approximate, its mean and ITL per chunk exact",
+    )

@@ -1,0 +1,128 @@
+"""Latency distributions: percentiles and the summary a measurement keeps (pure, no I/O).
+
+Percentiles interpolate linearly between order statistics, numpy's default, without numpy
+(``docs/metrics.md``, "Percentiles").
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Distribution", "percentile"]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Return the *q*-th percentile of *values*, interpolating linearly between order statistics.
+
+    This is numpy's default (``method="linear"``, Hyndman & Fan type 7): with the values sorted
+    as ``x[0] <= ... <= x[n-1]`` and ``h = (n - 1) * q / 100``, the result is
+    ``x[floor(h)] + (h - floor(h)) * (x[floor(h) + 1] - x[floor(h)])``.
+
+    :param values: the sample; any order, at least one value, no NaN.
+    :param q: the percentile, from 0 to 100 inclusive (50 is the median).
+    :returns: the interpolated percentile.
+    :raises ValueError: if *values* is empty or holds NaN, or *q* is outside [0, 100].
+    """
+    if not 0.0 <= q <= 100.0:  # also rejects NaN
+        raise ValueError(f"percentile q must be between 0 and 100, got {q!r}")
+    if len(values) == 0:
+        raise ValueError("percentile of an empty sample is undefined")
+    xs = sorted(values)
+    if any(math.isnan(x) for x in xs):
+        raise ValueError("percentile: the sample holds NaN")
+    h = (len(xs) - 1) * (q / 100.0)  # numpy's order of operations, for identical rounding
+    lo = math.floor(h)
+    if lo >= len(xs) - 1:
+        return float(xs[-1])
+    frac = h - lo
+    below, above = float(xs[lo]), float(xs[lo + 1])
+    if frac == 0.0 or below == above:
+        return below
+    # Same lerp as numpy: anchored on the nearer end, so q=100-ish values never overshoot.
+    diff = above - below
+    return above - diff * (1.0 - frac) if frac >= 0.5 else below + diff * frac
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Summary of a latency distribution, in seconds."""
+
+    count: int
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Distribution | None:
+        """Summarise ``values``; ``None`` when there are none."""
+        if not values:
+            return None
+        ordered = sorted(values)
+        return cls(
+            count=len(ordered),
+            mean=math.fsum(ordered) / len(ordered),
+            p50=percentile(ordered, 50),
+            p90=percentile(ordered, 90),
+            p99=percentile(ordered, 99),
+            min=ordered[0],
+            max=ordered[-1],
+        )
+
+    @classmethod
+    def weighted(cls, values: Sequence[float], weights: Sequence[int]) -> Distribution | None:
+        """Summarise ``values`` where value ``i`` occurs ``weights[i]`` times.
+
+        Identical to :meth:`of` on the expanded list, without building it (per-token ITL has
+        one value per generated token).
+        """
+        pairs = sorted((v, w) for v, w in zip(values, weights, strict=True) if w > 0)
+        if not pairs:
+            return None
+        cumulative: list[int] = []
+        total = 0
+        for _, weight in pairs:
+            total += weight
+            cumulative.append(total)
+
+        def at(rank: int) -> float:
+            return pairs[bisect.bisect_right(cumulative, rank)][0]
+
+        def percentile(q: float) -> float:
+            position = (total - 1) * q / 100
+            low = math.floor(position)
+            high = min(low + 1, total - 1)
+            return at(low) + (at(high) - at(low)) * (position - low)
+
+        return cls(
+            count=total,
+            mean=math.fsum(v * w for v, w in pairs) / total,
+            p50=percentile(50),
+            p90=percentile(90),
+            p99=percentile(99),
+            min=pairs[0][0],
+            max=pairs[-1][0],
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return plain JSON types."""
+        return {
+            "count": self.count,
+            "mean": self.mean,
+            "p50": self.p50,
+            "p90": self.p90,
+            "p99": self.p99,
+            "min": self.min,
+            "max": self.max,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Distribution:
+        """Rebuild from :meth:`as_dict` output."""
+        return cls(**dict(data))

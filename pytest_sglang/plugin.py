@@ -1,0 +1,180 @@
+"""pytest-sglang's pytest11 entry point: hooks and options only.
+
+Work (network, processes) happens in fixtures, never here: ``pytest --help`` and
+``pytest --collect-only`` run ``pytest_configure`` too, and must start nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Generator
+
+import pytest
+
+from pytest_sglang.config.header import header_lines
+from pytest_sglang.config.options import OPTIONS
+from pytest_sglang.config.settings import SETTINGS_KEY, resolve_settings
+from pytest_sglang.fixtures import (
+    POOL_KEY,
+    _sglang_bench_session,
+    sglang_bench,
+    sglang_client,
+    sglang_gpu,
+    sglang_server,
+    sglang_servers,
+    sglang_settings,
+    sglang_target,
+)
+from pytest_sglang.markers import (
+    MARKERS,
+    UNMET_KEY,
+    evaluate_requirements,
+    order_by_profile,
+    parametrize_over_servers,
+    validate_markers,
+)
+from pytest_sglang.report.context import CURRENT_ITEM
+
+__all__ = [
+    "_sglang_bench_session",
+    "sglang_bench",
+    "sglang_client",
+    "sglang_gpu",
+    "sglang_server",
+    "sglang_servers",
+    "sglang_settings",
+    "sglang_target",
+]
+
+
+@pytest.hookimpl
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Register the ``sglang`` option group and the matching ini keys."""
+    group = parser.getgroup("sglang", "SGLang server acceptance and performance testing")
+    for spec in OPTIONS:
+        if spec.flag:
+            group.addoption(
+                spec.cli, action="store_true", default=None, dest=spec.dest, help=spec.help
+            )
+        else:
+            group.addoption(
+                spec.cli,
+                action="append" if spec.repeatable else "store",
+                default=None,
+                dest=spec.dest,
+                metavar=spec.metavar,
+                help=spec.help,
+            )
+        if spec.repeatable:
+            parser.addini(spec.ini, spec.help, type="linelist", default=[])
+        else:
+            parser.addini(spec.ini, spec.help, type="string", default="")
+
+
+@pytest.hookimpl
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the markers and resolve the settings (validation only, no network)."""
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
+    if config.option.help or config.option.version:
+        return
+    settings = resolve_settings(config)
+    config.stash[SETTINGS_KEY] = settings
+    # Only the controller reports: xdist workers send their results with the test reports.
+    if not hasattr(config, "workerinput"):
+        from pytest_sglang.report.collector import SGLangReporter
+
+        config.pluginmanager.register(
+            SGLangReporter(config, settings.report.value, settings.markdown.value),
+            "sglang-reporter",
+        )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    """Let verdicts called from the test record their evidence on it."""
+    token = CURRENT_ITEM.set(item)
+    try:
+        return (yield)
+    finally:
+        CURRENT_ITEM.reset(token)
+
+
+@pytest.hookimpl
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    """Show the effective settings, with the API key redacted."""
+    settings = config.stash.get(SETTINGS_KEY, None)
+    return header_lines(settings) if settings is not None else None
+
+
+@pytest.hookimpl
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run unmarked server tests once per configured server when several are configured."""
+    settings = metafunc.config.stash.get(SETTINGS_KEY, None)
+    if settings is not None:
+        parametrize_over_servers(metafunc, settings)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Validate markers, group tests by server profile, evaluate ``sglang_requires``.
+
+    Grouping (stable within a group) lets each profile's server launch once per session.
+    """
+    validate_markers(items)
+    items[:] = order_by_profile(items)
+    settings = config.stash.get(SETTINGS_KEY, None)
+    # --collect-only must touch nothing: requirements are evaluated only for a real run.
+    if settings is not None and not config.option.collectonly:
+        evaluate_requirements(items, settings)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip (or, under ``--sglang-require``, fail) tests whose ``sglang_requires`` is unmet."""
+    unmet = item.stash.get(UNMET_KEY, None)
+    if unmet is None:
+        return
+    settings = item.config.stash[SETTINGS_KEY]
+    if settings.require.value:
+        pytest.fail(f"{unmet} (--sglang-require is set)", pytrace=False)
+    pytest.skip(unmet)
+
+
+@pytest.hookimpl
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Summarise the session's launches: how many, each one's timings and outcome."""
+    pool = terminalreporter.config.stash.get(POOL_KEY, None)
+    if pool is None or not pool.launches:
+        return
+    terminalreporter.section("sglang launches")
+    count = len(pool.launches)
+    terminalreporter.write_line(f"{count} server launch{'es' if count != 1 else ''}:")
+    for info in pool.launches:
+        phases = ", ".join(f"{p} {t:.2f}s" for p, t in info.readiness.items())
+        ready = f"ready in {info.seconds_to_ready:.2f}s ({phases})" if info.seconds_to_ready else ""
+        stop = f"; stopped in {info.stop.seconds:.2f}s" if info.stop else ""
+        released = (
+            f"; GPU memory released in {info.release_seconds:.2f}s"
+            if info.release_seconds is not None
+            else ""
+        )
+        terminalreporter.write_line(
+            f"  {info.profile} [{info.launcher}] {info.outcome}: {ready}{stop}{released}"
+        )
+    if pool.flight_skip_reason:
+        terminalreporter.write_line(f"  GPU checks skipped: {pool.flight_skip_reason}")
+    for problem in pool.problems:
+        terminalreporter.write_line(f"  problem: {problem}", red=True)
+
+
+@pytest.hookimpl
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop anything still running (Ctrl-C, internal errors): no server outlives pytest."""
+    pool = config.stash.get(POOL_KEY, None)
+    if pool is not None:
+        try:
+            pool.close()
+        except Exception as exc:  # at exit, say it: nothing else will
+            # The terminal reporter may be gone (Ctrl-C): stderr still reaches the user.
+            print(f"sglang: teardown at exit: {exc}", file=sys.stderr)  # noqa: T201

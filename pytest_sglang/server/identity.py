@@ -1,0 +1,89 @@
+"""Identity checks: the model and configuration a server serves against expectations."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pytest_sglang.config.values import Expectation
+from pytest_sglang.server.handle import ModelCard
+
+__all__ = [
+    "MODEL_KEYS",
+    "check_model_expectations",
+    "check_server_info_expectations",
+    "select_card",
+]
+
+#: Expectation keys answered by ``/v1/models``; every other key is a ``/server_info`` key.
+MODEL_KEYS = frozenset({"model_id", "max_model_len"})
+
+
+def _show(value: object) -> str:
+    return json.dumps(value)
+
+
+def select_card(cards: Sequence[ModelCard], expectations: Iterable[Expectation]) -> ModelCard:
+    """Return the card named by a ``model_id`` expectation, else the first (base) card."""
+    wanted = next((e.value for e in expectations if e.key == "model_id"), None)
+    return next((c for c in cards if c.id == wanted), cards[0])
+
+
+def check_model_expectations(
+    cards: Sequence[ModelCard], expectations: Iterable[Expectation]
+) -> list[str]:
+    """Return one problem line per unmet ``model_id`` / ``max_model_len`` expectation."""
+    expectations = list(expectations)
+    card = select_card(cards, expectations)
+    problems = []
+    for expectation in expectations:
+        if expectation.key == "model_id" and expectation.value not in [c.id for c in cards]:
+            served = ", ".join(repr(c.id) for c in cards)
+            problems.append(
+                f"model_id: expected {_show(expectation.value)} (from {expectation.source}), "
+                f"the server serves {served}"
+            )
+        elif expectation.key == "max_model_len" and card.max_model_len != expectation.value:
+            problems.append(
+                f"max_model_len: expected {_show(expectation.value)} (from "
+                f"{expectation.source}), /v1/models reports {_show(card.max_model_len)} "
+                f"for {card.id!r}"
+            )
+    return problems
+
+
+def check_server_info_expectations(
+    server_info: dict[str, Any], expectations: Iterable[Expectation], endpoint: str
+) -> list[str]:
+    """Return one problem line per unmet ``/server_info`` key expectation."""
+    problems = []
+    for expectation in expectations:
+        if expectation.key in MODEL_KEYS:
+            continue
+        if expectation.key not in server_info:
+            problems.append(
+                f"{expectation.key}: expected {_show(expectation.value)} (from "
+                f"{expectation.source}), but {endpoint} has no such key "
+                f"(SGLang {server_info.get('version', '?')})"
+            )
+        elif not _equal(expectation.key, server_info[expectation.key], expectation.value):
+            problems.append(
+                f"{expectation.key}: expected {_show(expectation.value)} (from "
+                f"{expectation.source}), {endpoint} reports "
+                f"{_show(server_info[expectation.key])}"
+            )
+    return problems
+
+
+#: Keys SGLang upper-cases while resolving (``--speculative-algorithm eagle3`` → ``EAGLE3``).
+_CASE_INSENSITIVE_KEYS = frozenset({"speculative_algorithm"})
+
+
+def _equal(key: str, actual: object, expected: object) -> bool:
+    if key in _CASE_INSENSITIVE_KEYS and isinstance(actual, str) and isinstance(expected, str):
+        return actual.upper() == expected.upper()
+    # 8 and 8.0 are the same number, but True is not 1 here.
+    if isinstance(actual, bool) or isinstance(expected, bool):
+        return actual is expected
+    return actual == expected

@@ -1,0 +1,353 @@
+"""Launch mode: start a profile's server, gate it, and stop it leaving nothing behind.
+
+The same code runs SGLang on GPU hosts and the emulator in CI: only the command's first
+words differ (``--sglang-launcher``). Around the process: GPU pre-flight before the launch,
+process-death detection and progress while the readiness gate waits, a freshness check (the
+process on the port is ours), and after teardown the post-flight check that GPU memory is
+back to the pre-launch baseline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from pytest_sglang.config.profiles import Profile
+from pytest_sglang.config.settings import Settings
+from pytest_sglang.config.targets import ServerTarget
+from pytest_sglang.errors import (
+    ServerExited,
+    ServerLeftovers,
+    ServerNotReady,
+    SGLangError,
+)
+from pytest_sglang.gpu.hygiene import postflight, preflight, server_gpus
+from pytest_sglang.gpu.model import GpuSnapshot
+from pytest_sglang.gpu.probes import FakeProbe, GpuProbe
+from pytest_sglang.server.handle import LaunchInfo, SGLangServer
+from pytest_sglang.server.hints import hints_for
+from pytest_sglang.server.process import ServerProcess
+from pytest_sglang.server.readiness import ReadinessGate
+
+__all__ = ["Launch", "LaunchInfo", "build_command", "redact", "server_environment"]
+
+#: Flags whose value must never be printed or stored.
+SECRET_FLAGS = ("--api-key", "--admin-api-key")
+#: Progress lines during a long launch: the first after this many seconds, then every
+#: PROGRESS_EVERY, so a 10-minute load shows a pulse without flooding the terminal.
+PROGRESS_FIRST = 5.0
+PROGRESS_EVERY = 15.0
+LOG_TAIL_LINES = 25
+#: Environment variables of the test run that must not reach a launched server: pytest's own
+#: (PYTEST_CURRENT_TEST, PYTEST_ADDOPTS, our PYTEST_SGLANG_* settings, xdist's) and those by
+#: which pytest-cov and coverage.py start coverage in every Python subprocess: SGLang's
+#: scheduler under a tracer would be measured at a fraction of its speed.
+PRIVATE_ENV_PREFIXES = ("PYTEST_", "COV_CORE_")
+PRIVATE_ENV_NAMES = ("COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG")
+
+
+def build_command(
+    profile: Profile, launcher: str, host: str, port: int, python: str = sys.executable
+) -> list[str]:
+    """Return the command line that launches ``profile`` on ``host:port``.
+
+    ``launcher`` ``"sglang"`` runs ``python -m sglang.launch_server`` (or the profile's
+    ``command``, e.g. ``["sglang", "serve"]``); ``"emulator"`` runs the emulator with
+    exactly the same arguments.
+    """
+    if launcher == "emulator":
+        base = [python, "-m", "pytest_sglang.emulator"]
+    elif profile.command:
+        base = list(profile.command)
+    else:
+        base = [python, "-m", "sglang.launch_server"]
+    return [
+        *base,
+        "--model-path",
+        profile.model_path,
+        "--tp-size",
+        str(profile.tp),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        *profile.args,
+    ]
+
+
+def server_environment(
+    environ: Mapping[str, str], profile_env: Mapping[str, str]
+) -> dict[str, str]:
+    """Return a launched server's environment: ours, less the test run's, plus the profile's.
+
+    The test run's variables are ``PRIVATE_ENV_PREFIXES`` and ``PRIVATE_ENV_NAMES``; the
+    profile's ``env`` comes last, so a profile may still set any of them on purpose.
+    """
+    inherited = {
+        name: value
+        for name, value in environ.items()
+        if not name.startswith(PRIVATE_ENV_PREFIXES) and name not in PRIVATE_ENV_NAMES
+    }
+    return {**inherited, **profile_env}
+
+
+def redact(argv: Sequence[str]) -> list[str]:
+    """Return ``argv`` with the values of secret flags replaced by ``***``."""
+    out: list[str] = []
+    hide_next = False
+    for token in argv:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        flag, eq, _ = token.partition("=")
+        if flag in SECRET_FLAGS:
+            if eq:
+                out.append(f"{flag}=***")
+            else:
+                out.append(token)
+                hide_next = True
+            continue
+        out.append(token)
+    return out
+
+
+def _flag_value(argv: Sequence[str], flag: str) -> str | None:
+    for index, token in enumerate(argv):
+        if token == flag and index + 1 < len(argv):
+            return argv[index + 1]
+        if token.startswith(flag + "="):
+            return token.split("=", 1)[1]
+    return None
+
+
+def pick_port(host: str) -> int:
+    """Return a port on ``host`` that the OS just handed out as free."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Return whether something accepts connections on ``host:port``."""
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+        return True
+    return False
+
+
+class Launch:
+    """One launch of one profile: :meth:`start` returns the ready server, :meth:`stop` ends it.
+
+    :param gpu: the probe for pre/post-flight, or None when GPU state cannot be read here.
+    :param progress: receives one-line progress messages for the terminal.
+    """
+
+    def __init__(
+        self,
+        target: ServerTarget,
+        settings: Settings,
+        *,
+        log_path: Path,
+        gpu: GpuProbe | None,
+        progress: Callable[[str], None] = lambda message: None,
+        host: str = "127.0.0.1",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if target.profile is None:
+            raise ValueError(f"server {target.name!r} has no profile to launch")
+        self.target = target
+        self.profile: Profile = target.profile
+        self.settings = settings
+        self.gpu = gpu
+        self.host = host
+        self._progress = progress
+        self._clock = clock
+        self._process: ServerProcess | None = None
+        self._baseline: GpuSnapshot | None = None
+        self._next_progress = PROGRESS_FIRST
+        self.info = LaunchInfo(target.name, settings.launcher.value, [], log_path)
+
+    # -- start ----------------------------------------------------------------------------
+
+    def start(self) -> SGLangServer:
+        """Pre-flight, launch, gate; on any failure (Ctrl-C included) stop everything first.
+
+        :raises GpuNotClean: the GPUs are held by other processes (nothing was started).
+        :raises ServerNotReady: the gate failed; :class:`ServerExited` if the process died.
+        """
+        env = {**server_environment(os.environ, self.profile.env), "PYTHONUNBUFFERED": "1"}
+        if self.gpu is not None:
+            snapshot = self.gpu.snapshot()
+            self.info.gpus = server_gpus(snapshot, self.profile.tp, env)
+            self._baseline = preflight(self.gpu, self.info.gpus)
+            # Pin the server to the checked GPUs by UUID: indices differ between NVML and
+            # CUDA's default order, UUIDs do not.
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.info.gpus)
+        port = self._free_port()
+        argv = build_command(self.profile, self.settings.launcher.value, self.host, port)
+        if self.settings.launcher.value == "emulator":
+            argv += list(self.settings.emulator_args.value)
+        if isinstance(self.gpu, FakeProbe) and self.settings.launcher.value == "emulator":
+            # The emulator simulates GPU holders in the fake probe's directory.
+            argv += ["--emulator-gpu-dir", str(self.gpu.directory)]
+        self.info.command, self.info.port = redact(argv), port
+        self._process = ServerProcess(argv, env=env, log_path=self.info.log_path)
+        started = self._clock()
+        try:
+            try:
+                self._process.start()
+            except OSError as exc:
+                raise ServerExited(
+                    f"cannot start SGLang server {self.profile.name!r}: {exc}\n"
+                    f"  command: {' '.join(self.info.command)}\n"
+                    "  fix: check the profile's command (or that the launcher's Python has "
+                    "the server installed)",
+                    phase="launch",
+                    exit_code=None,
+                ) from None
+            self.info.pid = self._process.pid
+            server = self._gate(port)
+        except BaseException as exc:
+            self.info.outcome = f"failed: {type(exc).__name__}"
+            cleanup = self._stop_quietly()
+            if isinstance(exc, ServerNotReady) and not isinstance(exc, ServerExited):
+                raise type(exc)(self._with_log(str(exc)) + cleanup, **_kwargs(exc)) from None
+            if isinstance(exc, ServerExited) and cleanup:
+                raise ServerExited(
+                    str(exc) + cleanup, phase=exc.phase, exit_code=exc.exit_code
+                ) from None
+            raise
+        self.info.outcome = "ready"
+        self.info.seconds_to_ready = self._clock() - started
+        self.info.readiness = dict(server.readiness.phases)
+        self._progress(
+            f"sglang: {self.profile.name!r} ready in {self.info.seconds_to_ready:.1f}s "
+            f"({self.info.launcher}, pid {self.info.pid}, port {port}, log {self.info.log_path})"
+        )
+        return server
+
+    def _free_port(self) -> int:
+        # The OS hands out a free port, but another process may take it before the server
+        # binds: check again just before launching (the freshness check catches the rest).
+        for _ in range(5):
+            port = pick_port(self.host)
+            if not port_in_use(self.host, port):
+                return port
+        raise ServerNotReady(
+            f"no free port found on {self.host} after 5 tries: is something grabbing ports?",
+            phase="connect",
+        )
+
+    def _gate(self, port: int) -> SGLangServer:
+        assert self._process is not None
+        api_key = _flag_value(self.profile.args, "--api-key") or self.settings.api_key.value
+        url = f"http://{self.host}:{port}"
+        gate = ReadinessGate.for_target(
+            self.target,
+            url,
+            timeout=self.settings.ready_timeout,
+            api_key=api_key,
+            watch=self._watch,
+        )
+        server = gate.wait()
+        if not self._process.listens_on(port):
+            # start() adds the command, log path and tail to every gate failure.
+            raise ServerNotReady(
+                f"SGLang server {self.profile.name!r} at {url} answered, but no process we "
+                f"started listens on port {port}: another server took the port; stop it "
+                "and rerun",
+                phase="freshness",
+            )
+        return replace(server, launch=self.info)
+
+    def _watch(self, phase: str, elapsed: float) -> None:
+        assert self._process is not None
+        code = self._process.poll()
+        if code is not None:
+            self.info.outcome = f"exited with {code}"
+            raise ServerExited(
+                self._with_log(
+                    f"SGLang server {self.profile.name!r} ({self.info.launcher}) exited with code "
+                    f"{code} during phase {phase!r}, {elapsed:.1f}s after launch"
+                ),
+                phase=phase,
+                exit_code=code,
+            )
+        if elapsed >= self._next_progress:
+            self._next_progress = elapsed + PROGRESS_EVERY
+            last = next(
+                (line for line in reversed(self._process.log_tail(5)) if line.strip()),
+                "(log empty)",
+            )
+            self._progress(
+                f"sglang: launching {self.profile.name!r} ({self.info.launcher}): phase {phase}, "
+                f"{_clock_text(elapsed)} elapsed; log: {last.strip()[:160]}"
+            )
+
+    def _with_log(self, message: str) -> str:
+        assert self._process is not None
+        tail = self._process.log_tail(LOG_TAIL_LINES)
+        lines = [
+            message,
+            f"  command: {' '.join(self.info.command)}",
+            f"  log: {self.info.log_path}",
+        ]
+        if tail:
+            lines.append(f"  log tail (last {len(tail)} lines):")
+            lines += [f"    | {line}" for line in tail]
+        # Signatures are searched in a longer tail than shown: a TP=8 failure prints one
+        # traceback per rank after the line that explains it.
+        lines += [f"  hint: {hint}" for hint in hints_for(self._process.log_tail(2000))]
+        return "\n".join(lines)
+
+    # -- stop -----------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop the server and everything it started, then check GPU memory is released.
+
+        :raises ServerLeftovers: processes of ours outlived the server (they were killed).
+        :raises GpuMemoryNotReleased: memory not back to the baseline (pids named).
+        """
+        if self._process is None or self._process.stop_report is not None:
+            return
+        report = self._process.stop()
+        self.info.stop = report
+        if self.info.outcome == "ready":
+            self.info.outcome = "stopped"
+        if self.gpu is not None and self._baseline is not None:
+            self.info.release_seconds = postflight(self.gpu, self.info.gpus, self._baseline)
+        if report.stragglers:
+            raise ServerLeftovers(
+                f"teardown of SGLang server {self.profile.name!r} found processes of ours that "
+                f"outlived it ({'; '.join(report.signals)}), killed now: "
+                + "; ".join(report.stragglers)
+                + "\n  fix: the server (or its command) leaves children behind; they were "
+                "stopped, but check the server's shutdown"
+            )
+
+    def _stop_quietly(self) -> str:
+        """Stop after a failed start; return what went wrong during cleanup, for the message."""
+        try:
+            self.stop()
+        except SGLangError as exc:
+            return f"\n  during cleanup: {exc}"
+        return ""
+
+
+def _clock_text(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def _kwargs(exc: ServerNotReady) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"phase": exc.phase}
+    if hasattr(exc, "json_path"):
+        kwargs["json_path"] = exc.json_path
+    return kwargs

@@ -1,0 +1,255 @@
+"""The session's servers: attached ones gated once, launched ones started once, one at a time.
+
+* An attached server (``--sglang-url NAME=URL``) passes the readiness gate once per session.
+* A profile's server is launched on first use. Launched servers share the GPUs, so at most
+  one runs at a time: asking for another profile stops the running one first (collection
+  orders tests by profile, so each is launched once). The session's end stops the last one.
+* A server whose gate or launch failed is not tried again: later tests that need it fail at
+  once with the original cause (labgrid's "broken" state), instead of another 10-minute load.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from pytest_sglang.config.defaults import DEFAULT_SERVER_NAME
+from pytest_sglang.config.profiles import Profile
+from pytest_sglang.config.settings import Settings
+from pytest_sglang.config.targets import ServerTarget
+from pytest_sglang.errors import (
+    GpuUnavailable,
+    ServerNotReady,
+    ServerUnavailable,
+    SGLangError,
+)
+from pytest_sglang.gpu.probes import GpuProbe, make_probe
+from pytest_sglang.server.handle import SGLangServer
+from pytest_sglang.server.launcher import Launch, LaunchInfo
+from pytest_sglang.server.readiness import ReadinessGate
+
+__all__ = ["ServerPool"]
+
+
+class ServerPool:
+    """Hands out ready servers by name; owns launched servers and the GPU probe."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        log_dir: Path | None = None,
+        progress: Callable[[str], None] = lambda message: None,
+        xdist_worker: bool = False,
+    ) -> None:
+        self.settings = settings
+        #: Whether this session is a pytest-xdist worker (each worker has its own pool).
+        self.xdist_worker = xdist_worker
+        self.log_dir = log_dir or Path.cwd() / ".sglang-logs"
+        self._progress = progress
+        self._ready: dict[str, SGLangServer] = {}
+        self._failed: dict[str, SGLangError] = {}
+        self._running: Launch | None = None
+        self._gpu: GpuProbe | None = None
+        self._gpu_checked = False
+        self._gpu_names: list[str] | None = None
+        #: Every launch of the session, in order, for the report.
+        self.launches: list[LaunchInfo] = []
+        #: Teardown problems that did not fail a test (stragglers found and killed).
+        self.problems: list[str] = []
+        #: Why GPU state cannot be read here, if it cannot.
+        self.gpu_skip_reason: str | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The names of attached servers and profiles, attached first."""
+        attached = tuple(s.name for s in self.settings.servers)
+        return attached + tuple(p for p in self.settings.profiles if p not in attached)
+
+    def default_name(self) -> str:
+        """Return the server a test without ``sglang_profile`` gets.
+
+        :raises ServerUnavailable: when that is ambiguous.
+        """
+        attached = tuple(s.name for s in self.settings.servers)
+        if DEFAULT_SERVER_NAME in self.names:
+            return DEFAULT_SERVER_NAME
+        if len(attached) == 1:
+            return attached[0]
+        if not attached and len(self.settings.profiles) == 1:
+            return next(iter(self.settings.profiles))
+        raise ServerUnavailable(
+            f"several SGLang servers are configured ({', '.join(self.names)}) and this test does "
+            "not say which one it needs; mark it with @pytest.mark.sglang_profile(NAME)"
+        )
+
+    def gpu_probe(self) -> GpuProbe | None:
+        """Return the session's GPU probe, or None (reason in ``gpu_skip_reason``).
+
+        :raises GpuUnavailable: under ``--sglang-require`` when GPU state cannot be read.
+        """
+        if not self._gpu_checked:
+            self._gpu_checked = True
+            try:
+                self._gpu = make_probe(
+                    host=self.settings.gpu_host.value, fake_dir=self.settings.gpu_fake.value
+                )
+            except GpuUnavailable as exc:
+                self.gpu_skip_reason = str(exc)
+        if self._gpu is None and self.settings.require.value:
+            raise GpuUnavailable(
+                f"GPU state cannot be read ({self.gpu_skip_reason}) and --sglang-require is set"
+                f" (from {self.settings.require.source}); install nvidia-ml-py on a GPU host, "
+                "or drop --sglang-require for a dry run"
+            )
+        return self._gpu
+
+    def gpu_names(self) -> list[str]:
+        """Return the names of the GPUs the session's probe sees (empty without a probe).
+
+        Reads one snapshot the first time; never creates the probe itself.
+        """
+        if self._gpu is not None and self._gpu_names is None:
+            try:
+                self._gpu_names = [g.name for g in self._gpu.snapshot().gpus]
+            except GpuUnavailable:
+                self._gpu_names = []
+        return list(self._gpu_names or [])
+
+    def get(self, name: str) -> SGLangServer:
+        """Return the ready server ``name``: gated (attached) or launched on first use.
+
+        :raises ServerUnavailable: nothing of that name is configured.
+        :raises SGLangError: its gate or launch failed, now or earlier in the session.
+        """
+        if name in self._ready:
+            return self._ready[name]
+        if name in self._failed:
+            raise _again(self._failed[name])
+        target = self.settings.target(name)
+        if target is None:
+            known = ", ".join(self.names) or "none"
+            raise ServerUnavailable(
+                f"no SGLang server or profile named {name!r} is configured (known: {known}); "
+                f"attach it with --sglang-url {name}=URL or define [profiles.{name}] "
+                "(see --sglang-profiles)"
+            )
+        try:
+            if target.url is not None:
+                server = ReadinessGate.for_target(
+                    target,
+                    target.url,
+                    timeout=self.settings.ready_timeout,
+                    api_key=self.settings.api_key.value,
+                ).wait()
+            else:
+                server = self._launch(target)
+        except SGLangError as exc:
+            # "Not configured here" is cheap to find out again; a failed gate or launch is not.
+            if not isinstance(exc, ServerUnavailable):
+                self._failed[name] = exc
+            raise
+        self._ready[name] = server
+        return server
+
+    def _launch(self, target: ServerTarget) -> SGLangServer:
+        name, profile = target.name, target.profile
+        assert profile is not None  # a target without a URL is a profile's
+        missing = missing_launcher(profile, self.settings.launcher.value)
+        if missing is not None:
+            raise ServerUnavailable(
+                f"cannot launch profile {name!r}: {missing}; install it, dry-run with "
+                f"--sglang-launcher=emulator, or attach a running server with "
+                f"--sglang-url {name}=URL"
+            )
+        if self.xdist_worker:
+            # Every worker has its own pool: each would launch its own server on the same GPUs.
+            raise ServerNotReady(
+                f"cannot launch profile {name!r} in a pytest-xdist worker: every worker would "
+                "launch its own server on the same GPUs; run launch mode without -n, or "
+                f"attach a running server with --sglang-url {name}=URL",
+                phase="launch",
+            )
+        try:
+            self.stop_running()  # they share the GPUs: one launched server at a time
+        except SGLangError as exc:
+            # The previous server's problem, not this profile's: record it and let this
+            # launch's pre-flight judge the GPUs (it waits and names any holder).
+            self.problems.append(str(exc))
+            self._progress(f"sglang: {exc}")
+        launch = Launch(
+            target,
+            self.settings,
+            gpu=self._flight_probe(),
+            progress=self._progress,
+            log_path=self.log_dir / f"{name}-{len(self.launches) + 1}.log",
+        )
+        self.launches.append(launch.info)
+        if self.flight_skip_reason and len(self.launches) == 1:
+            self._progress(f"sglang: GPU pre/post-flight checks skipped: {self.flight_skip_reason}")
+        self._progress(
+            f"sglang: launching {name!r} with the {self.settings.launcher.value} launcher "
+            f"(log {launch.info.log_path})"
+        )
+        server = launch.start()
+        self._running = launch
+        return server
+
+    @property
+    def _emulated_gpus_only(self) -> bool:
+        # The emulator holds no GPU. On a GPU host its launches are not judged by the real
+        # GPUs: a dry run must not fail because another job holds them, nor pin the emulator
+        # to them. A fake-GPU directory is different: the emulator simulates holders there.
+        return self.settings.launcher.value == "emulator" and self.settings.gpu_fake.value is None
+
+    @property
+    def flight_skip_reason(self) -> str | None:
+        """Why launches are not checked against GPU state (pre/post-flight), if they are not."""
+        if self._emulated_gpus_only:
+            return "the emulator launcher holds no GPU (--sglang-gpu-fake DIR simulates them)"
+        return self.gpu_skip_reason
+
+    def _flight_probe(self) -> GpuProbe | None:
+        """Return the probe a launch's GPU pre/post-flight uses, or None."""
+        return None if self._emulated_gpus_only else self.gpu_probe()
+
+    def stop_running(self) -> None:
+        """Stop the launched server that is running, if any (its errors propagate)."""
+        launch, self._running = self._running, None
+        if launch is not None:
+            self._ready.pop(launch.profile.name, None)
+            launch.stop()
+
+    def close(self) -> None:
+        """Stop everything the pool started and release the GPU probe."""
+        try:
+            self.stop_running()
+        finally:
+            if self._gpu is not None:
+                self._gpu.close()
+                self._gpu = None
+
+
+def missing_launcher(profile: Profile, launcher: str) -> str | None:
+    """Return why ``profile`` cannot be launched here (SGLang not installed...), or None."""
+    if launcher == "emulator":
+        return None
+    if profile.command:
+        if shutil.which(profile.command[0]) is None:
+            return f"its command {profile.command[0]!r} is not on PATH"
+        return None
+    if importlib.util.find_spec("sglang") is None:
+        return "SGLang is not installed in this Python (python -m sglang.launch_server)"
+    return None
+
+
+def _again(first: SGLangError) -> SGLangError:
+    note = "\n  (this server failed earlier in the session; it is not tried again)"
+    if isinstance(first, ServerNotReady):
+        again = type(first).__new__(type(first))
+        again.__dict__.update(first.__dict__)
+        again.args = (f"{first}{note}",)
+        return again
+    return type(first)(f"{first}{note}")

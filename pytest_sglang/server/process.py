@@ -1,0 +1,207 @@
+"""A launched server process: its own session, a log file, and a teardown that leaves nothing.
+
+Every process we start carries a launch id in its environment (``PYTEST_SGLANG_LAUNCH_ID``);
+children inherit it, even those that start a session of their own to escape the process
+group. Teardown signals the group (SIGTERM, grace period, SIGKILL), then scans for processes
+still carrying our id and kills those too, naming them. Nothing without our id is signalled.
+A reaper process watches pytest and runs the same teardown if pytest dies without it
+(``os._exit`` from pytest-timeout's thread method, SIGKILL, a crash).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import psutil
+
+from pytest_sglang.server.handle import StopReport
+
+__all__ = ["LAUNCH_ID_ENV", "ServerProcess", "StopReport", "find_ours", "kill_ours"]
+
+#: Environment variable that marks every process of one launch.
+LAUNCH_ID_ENV = "PYTEST_SGLANG_LAUNCH_ID"
+#: Seconds between SIGTERM and SIGKILL: SGLang's own shutdown of a TP=8 server takes a few.
+DEFAULT_GRACE = 15.0
+
+
+def _has_launch_id(proc: psutil.Process, launch_id: str) -> bool:
+    try:
+        return proc.environ().get(LAUNCH_ID_ENV) == launch_id
+    except (psutil.Error, OSError):
+        return False  # gone, or not ours to read: then not ours to kill either
+
+
+def find_ours(launch_id: str, exclude: Sequence[int] = ()) -> list[psutil.Process]:
+    """Return the live (non-zombie) processes carrying ``launch_id`` in their environment."""
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid in exclude or proc.pid == os.getpid():
+            continue
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+        except psutil.Error:
+            continue
+        if _has_launch_id(proc, launch_id):
+            found.append(proc)
+    return found
+
+
+def _describe(proc: psutil.Process) -> str:
+    try:
+        return f"pid {proc.pid} ({proc.name()}: {' '.join(proc.cmdline())[:120]})"
+    except psutil.Error:
+        return f"pid {proc.pid}"
+
+
+def kill_ours(launch_id: str, pgid: int, grace: float, exclude: Sequence[int] = ()) -> StopReport:
+    """Stop every process of a launch: the group politely, then stragglers by force.
+
+    Used by :meth:`ServerProcess.stop` and by the reaper; ``exclude`` keeps the caller out.
+    """
+    report = StopReport()
+    start = time.monotonic()
+    members = find_ours(launch_id, exclude)
+    # Signal the group only while a process of ours is in it: a pgid whose processes are all
+    # gone could, in theory, be reused by somebody else's group.
+    if any(_pgid(p) == pgid for p in members):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGTERM)
+            report.signals.append("SIGTERM to the process group")
+        gone, alive = psutil.wait_procs([p for p in members if _pgid(p) == pgid], timeout=grace)
+        if alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+                report.signals.append(f"SIGKILL to the process group after {grace:g}s")
+            killed, _ = psutil.wait_procs(alive, timeout=5)
+            gone += killed
+        report.reaped.update({p.pid: getattr(p, "returncode", None) for p in gone})
+    # Whatever still carries our id escaped the group (setsid, double fork): name and kill it.
+    stragglers = find_ours(launch_id, exclude)
+    for proc in stragglers:
+        report.stragglers.append(_describe(proc))
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(stragglers, timeout=5)
+    report.seconds = time.monotonic() - start
+    return report
+
+
+def _pgid(proc: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(proc.pid)
+    except OSError:
+        return None
+
+
+class ServerProcess:
+    """Start a server command in its own session with a log file; stop it completely."""
+
+    def __init__(self, argv: Sequence[str], *, env: Mapping[str, str], log_path: Path) -> None:
+        self.argv = list(argv)
+        self.env = dict(env)
+        self.log_path = log_path
+        self.launch_id = uuid.uuid4().hex
+        self._popen: subprocess.Popen[bytes] | None = None
+        self._reaper: subprocess.Popen[bytes] | None = None
+        self.stop_report: StopReport | None = None
+
+    @property
+    def pid(self) -> int:
+        """The server's pid (also its process group and session id)."""
+        assert self._popen is not None, "not started"
+        return self._popen.pid
+
+    def start(self) -> None:
+        """Start the server (own session, stdout+stderr to the log) and its reaper."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self._popen = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**self.env, LAUNCH_ID_ENV: self.launch_id},
+                start_new_session=True,
+            )
+        # The reaper waits for EOF on its stdin: the pipe closes when this process ends in
+        # any way, and then the reaper stops the server. Its own session keeps Ctrl-C away.
+        self._reaper = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pytest_sglang.server.reaper",
+                self.launch_id,
+                str(self._popen.pid),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def poll(self) -> int | None:
+        """Return the exit code if the server process has exited, else None."""
+        return self._popen.poll() if self._popen is not None else None
+
+    def log_tail(self, lines: int = 30) -> list[str]:
+        """Return the last ``lines`` lines of the server log."""
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(0, os.SEEK_END)
+                log.seek(max(log.tell() - 64 * 1024, 0))
+                text = log.read().decode(errors="replace")
+        except OSError:
+            return []
+        return text.splitlines()[-lines:]
+
+    def listens_on(self, port: int) -> bool:
+        """Return whether a process of this launch listens on TCP ``port``."""
+        for proc in find_ours(self.launch_id):
+            try:
+                connections = proc.net_connections(kind="tcp")
+            except psutil.Error:
+                continue
+            if any(
+                c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+                for c in connections
+            ):
+                return True
+        return False
+
+    def stop(self, grace: float = DEFAULT_GRACE) -> StopReport:
+        """Stop the server and everything it started; idempotent."""
+        if self.stop_report is not None:
+            return self.stop_report
+        if self._popen is None:  # never started (Popen itself failed): nothing to stop
+            self.stop_report = StopReport()
+            return self.stop_report
+        exclude = [self._reaper.pid] if self._reaper is not None else []
+        report = kill_ours(self.launch_id, self._popen.pid, grace, exclude)
+        try:
+            code = self._popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        # psutil may have reaped the leader while waiting; then Popen only sees ECHILD and
+        # reports 0, and the code psutil collected is the real one.
+        report.exit_code = report.reaped.get(self._popen.pid, code)
+        if self._reaper is not None:
+            # Nothing left to reap: let the reaper find that out and exit.
+            with contextlib.suppress(OSError):
+                assert self._reaper.stdin is not None
+                self._reaper.stdin.close()
+            try:
+                self._reaper.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._reaper.kill()
+                self._reaper.wait()
+        self.stop_report = report
+        return report

@@ -1,0 +1,400 @@
+"""The layered readiness gate: the server is really ready, and it is the right one.
+
+Phases, in order (DESIGN §2 item 1), each timed:
+
+``connect``
+    until any HTTP answer arrives (connection refused while SGLang loads weights).
+``health``
+    ``/ready`` (0.5.23; instant) until 200, confirmed by one ``/health_generate`` 200, or
+    ``/health_generate`` alone on releases without ``/ready``; 503 means "warming up".
+``models``
+    ``/v1/models`` answers 200 and validates against the shipped JSON Schema. It answers
+    during warm-up too, which is why it is not a readiness signal on its own.
+``identity``
+    the expected model id and ``max_model_len``.
+``server_info``
+    ``/server_info`` (or ``/get_server_info`` on 0.5.5 and older) validates and shows the
+    expected configuration; ``/model_info`` (or ``/get_model_info``) is read alongside.
+
+Clock and sleep are injectable, and the HTTP transport too, so tests can script a server
+without sockets or real waiting.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pytest_sglang.config.targets import ServerTarget
+from pytest_sglang.config.values import Expectation, Sourced
+from pytest_sglang.errors import IdentityMismatch, SchemaMismatch, ServerNotReady
+from pytest_sglang.server.handle import ModelCard, ReadinessTimings, SGLangServer
+from pytest_sglang.server.identity import (
+    check_model_expectations,
+    check_server_info_expectations,
+    select_card,
+)
+from pytest_sglang.server.schemas import first_violation
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["POLL_INTERVAL", "ReadinessGate"]
+
+#: Seconds between probes while waiting. Small enough that readiness is noticed well within
+#: 0.5 s, cheap for the server (``/ready`` does no work; refused connections cost nothing).
+POLL_INTERVAL = 0.05
+#: Upper bound of one probe: a healthy ``/health_generate`` answers in ~1 s, a stuck one
+#: gives up after SGLANG_HEALTH_CHECK_TIMEOUT (20 s) by itself.
+PROBE_TIMEOUT = 30.0
+_BODY_SNIPPET = 300
+
+
+@dataclass
+class _Seen:
+    """The last response (or transport error) the gate saw, for failure messages."""
+
+    method: str
+    path: str
+    at: float
+    status: int | None = None
+    body: str = ""
+    error: str | None = None
+
+    def describe(self) -> str:
+        where = f"{self.method} {self.path}"
+        if self.error is not None:
+            return f"{where}: {self.error} (at {self.at:.2f}s)"
+        body = repr(self.body[:_BODY_SNIPPET]) if self.body else "empty body"
+        if len(self.body) > _BODY_SNIPPET:
+            body += f" … ({len(self.body)} bytes)"
+        return f"{where} -> {self.status} with {body} (at {self.at:.2f}s)"
+
+
+class ReadinessGate:
+    """Wait until a server passes every phase; return its :class:`SGLangServer` handle.
+
+    :param name: the server's name (``default`` or the NAME of ``--sglang-url NAME=URL``).
+    :param url: base URL without trailing slash.
+    :param timeout: seconds for the whole gate; ``timeout_source`` says where it was set.
+    :param expectations: identity checks (model id, ``max_model_len``, server-info keys).
+    :param transport: an httpx transport to use instead of the network (tests).
+    :param watch: called with (phase, elapsed seconds) before every wait between probes:
+        launch mode uses it to notice a dead process at once and to show progress; it may
+        raise to abort the gate.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        *,
+        timeout: float,
+        timeout_source: str = "default",
+        api_key: str | None = None,
+        expectations: Sequence[Expectation] = (),
+        transport: httpx.BaseTransport | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        poll_interval: float = POLL_INTERVAL,
+        watch: Callable[[str, float], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.url = url
+        self.timeout = timeout
+        self.timeout_source = timeout_source
+        self.api_key = api_key
+        self.expectations = tuple(expectations)
+        self._transport = transport
+        self._clock = clock
+        self._sleep = sleep
+        self._poll_interval = poll_interval
+        self._watch = watch
+        self._phases: dict[str, float] = {}
+        self._probes = 0
+        self._last: _Seen | None = None
+        self._start = 0.0
+        self._phase_start = 0.0
+
+    @classmethod
+    def for_target(
+        cls,
+        target: ServerTarget,
+        url: str,
+        *,
+        timeout: Sourced[float],
+        api_key: str | None,
+        watch: Callable[[str, float], None] | None = None,
+    ) -> ReadinessGate:
+        """Return the gate for ``target`` at ``url``: how the pool and the launcher build it."""
+        return cls(
+            target.name,
+            url,
+            timeout=timeout.value,
+            timeout_source=timeout.source,
+            api_key=api_key,
+            expectations=target.expectations,
+            watch=watch,
+        )
+
+    # -- public -------------------------------------------------------------------------
+
+    def wait(self) -> SGLangServer:
+        """Run every phase in order; raise :class:`ServerNotReady` (or a subclass) on failure."""
+        import httpx
+
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        self._start = self._phase_start = self._clock()
+        with httpx.Client(
+            base_url=self.url,
+            headers=headers,
+            transport=self._transport,
+            follow_redirects=False,
+            # A proxy from the environment must not sit between us and the server under test.
+            trust_env=False,
+        ) as client:
+            self._wait_healthy(client)
+            cards = self._fetch_models(client)
+            card = self._check_identity(cards)
+            server_info, model_info = self._fetch_server_info(client)
+        return SGLangServer(
+            name=self.name,
+            url=self.url,
+            model=card,
+            models=tuple(cards),
+            model_info=model_info,
+            server_info=server_info,
+            readiness=ReadinessTimings(phases=dict(self._phases), probes=self._probes),
+            api_key=self.api_key,
+        )
+
+    # -- phases -------------------------------------------------------------------------
+
+    def _wait_healthy(self, client: httpx.Client) -> None:
+        phase = "connect"
+        use_ready = True  # /ready exists from 0.5.23 on; fall back on 404
+        while True:
+            path = "/ready" if use_ready else "/health_generate"
+            response = self._get(client, path)
+            if response is not None:
+                if phase == "connect":
+                    self._pass("connect")
+                    phase = "health"
+                # Old releases have no /ready: 404, or 401 where it is not auth-exempt.
+                if use_ready and response.status_code in (401, 404):
+                    use_ready = False
+                    continue
+                if not use_ready and response.status_code == 404:
+                    raise ServerNotReady(
+                        self._message(
+                            phase,
+                            "GET /health_generate answered 404: this is not an SGLang server, "
+                            "or the URL carries a path prefix; give the server's base URL",
+                        ),
+                        phase=phase,
+                    )
+                if response.status_code == 200:
+                    if not use_ready:
+                        break
+                    # /ready is instant but only reflects a status flag: confirm that the
+                    # server really generates with one /health_generate.
+                    confirm = self._get(client, "/health_generate")
+                    if confirm is not None and confirm.status_code == 200:
+                        break
+            self._wait_a_moment(phase)
+        self._pass("health")
+
+    def _fetch_models(self, client: httpx.Client) -> list[ModelCard]:
+        _, body = self._get_json_200(client, "/v1/models", phase="models")
+        violation = first_violation(body, "v1_models")
+        if violation is not None:
+            raise SchemaMismatch(
+                self._message(
+                    "models",
+                    f"GET /v1/models returned a body that breaks the model-list schema {violation}",
+                ),
+                phase="models",
+                json_path=violation.json_path,
+            )
+        self._pass("models")
+        return [ModelCard.from_json(card) for card in body["data"]]
+
+    def _check_identity(self, cards: list[ModelCard]) -> ModelCard:
+        problems = check_model_expectations(cards, self.expectations)
+        if problems:
+            raise IdentityMismatch(
+                self._message(
+                    "identity",
+                    "the server does not serve the expected model:\n  " + "\n  ".join(problems),
+                ),
+                phase="identity",
+            )
+        self._pass("identity")
+        return select_card(cards, self.expectations)
+
+    def _fetch_server_info(self, client: httpx.Client) -> tuple[dict[str, Any], dict[str, Any]]:
+        # 0.5.23 renamed the endpoints; the old names still answer there but log a warning
+        # on every call, so try the new name first.
+        info_path, server_info = self._get_json_200(
+            client, "/server_info", phase="server_info", old_path="/get_server_info"
+        )
+        model_info_path, model_info = self._get_json_200(
+            client, "/model_info", phase="server_info", old_path="/get_model_info"
+        )
+        for path, body, schema in (
+            (info_path, server_info, "server_info"),
+            (model_info_path, model_info, "model_info"),
+        ):
+            violation = first_violation(body, schema)
+            if violation is not None:
+                raise SchemaMismatch(
+                    self._message(
+                        "server_info",
+                        f"GET {path} returned a body that breaks its schema {violation}",
+                    ),
+                    phase="server_info",
+                    json_path=violation.json_path,
+                )
+        problems = check_server_info_expectations(server_info, self.expectations, info_path)
+        if problems:
+            raise IdentityMismatch(
+                self._message(
+                    "server_info",
+                    "the server runs another configuration than "
+                    "expected:\n  " + "\n  ".join(problems),
+                ),
+                phase="server_info",
+            )
+        self._pass("server_info")
+        return server_info, model_info
+
+    # -- HTTP helpers -------------------------------------------------------------------
+
+    def _get(self, client: httpx.Client, path: str) -> httpx.Response | None:
+        """GET ``path``; return None on a transport error (refused, reset, timed out)."""
+        import httpx
+
+        remaining = max(self.timeout - self._elapsed(), 0.05)
+        self._probes += 1
+        probe_timeout = min(remaining, PROBE_TIMEOUT)
+        seen = _Seen("GET", path, at=0.0)
+        response: httpx.Response | None = None
+        try:
+            response = client.get(path, timeout=probe_timeout)
+        except httpx.TimeoutException as exc:
+            seen.error = f"no answer within {probe_timeout:.1f}s ({type(exc).__name__})"
+        except httpx.TransportError as exc:
+            seen.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if response is not None:
+            seen.status = response.status_code
+            seen.body = response.text
+        seen.at = self._elapsed()
+        self._last = seen
+        return response
+
+    def _get_json_200(
+        self, client: httpx.Client, path: str, *, phase: str, old_path: str | None = None
+    ) -> tuple[str, Any]:
+        """GET ``path`` until 200 and return (path, JSON body); 404 switches to ``old_path``."""
+        while True:
+            response = self._get(client, path)
+            if response is not None and response.status_code == 404 and old_path is not None:
+                path, old_path = old_path, None
+                continue
+            if response is not None:
+                if response.status_code == 404:
+                    raise ServerNotReady(
+                        self._message(phase, f"GET {path} answered 404: not an SGLang server?"),
+                        phase=phase,
+                    )
+                if response.status_code == 401:
+                    raise ServerNotReady(
+                        self._message(phase, self._auth_problem(path)), phase=phase
+                    )
+                if response.status_code == 200:
+                    try:
+                        return path, response.json()
+                    except ValueError:
+                        raise SchemaMismatch(
+                            self._message(
+                                phase, f"GET {path} returned 200 with a body that is not JSON"
+                            ),
+                            phase=phase,
+                            json_path="$",
+                        ) from None
+            self._wait_a_moment(phase)
+
+    # -- bookkeeping and messages -------------------------------------------------------
+
+    def _elapsed(self) -> float:
+        return self._clock() - self._start
+
+    def _pass(self, phase: str) -> None:
+        now = self._clock()
+        self._phases[phase] = now - self._phase_start
+        self._phase_start = now
+
+    def _wait_a_moment(self, phase: str) -> None:
+        if self._watch is not None:
+            self._watch(phase, self._elapsed())
+        self._check_deadline(phase)
+        self._sleep(self._poll_interval)
+
+    def _check_deadline(self, phase: str) -> None:
+        if self._elapsed() >= self.timeout:
+            raise ServerNotReady(
+                self._message(
+                    phase,
+                    f"not passed within the ready timeout of "
+                    f"{self.timeout:g}s (from {self.timeout_source})",
+                ),
+                phase=phase,
+            )
+
+    def _auth_problem(self, path: str) -> str:
+        if self.api_key:
+            return (
+                f"GET {path} answered 401 Unauthorized: the server rejects the API key "
+                "given (from --sglang-api-key / PYTEST_SGLANG_API_KEY / sglang_api_key); "
+                "pass the key the server was started with (--api-key)"
+            )
+        return (
+            f"GET {path} answered 401 Unauthorized: the server was started with --api-key;"
+            " pass the same key with --sglang-api-key or PYTEST_SGLANG_API_KEY"
+        )
+
+    def _message(self, phase: str, problem: str) -> str:
+        lines = [
+            f"SGLang server {self.name!r} at {self.url} is not ready: phase {phase!r} failed "
+            f"after {self._elapsed():.2f}s: {problem}",
+        ]
+        if self._last is not None:
+            lines.append(f"  last response: {self._last.describe()}")
+        passed = ", ".join(f"{p} {t:.2f}s" for p, t in self._phases.items())
+        lines.append(f"  phases passed: {passed or 'none'}")
+        hint = self._hint(phase)
+        if hint:
+            lines.append(f"  hint: {hint}")
+        return "\n".join(lines)
+
+    def _hint(self, phase: str) -> str | None:
+        last = self._last
+        if phase == "connect" and last is not None and last.error is not None:
+            if "no answer" in last.error:
+                return (
+                    "the port accepts connections but nothing answers: a hung or "
+                    "zombie server? check its process and logs"
+                )
+            return (
+                "nothing answers at this URL: is the server running (a large model can "
+                "take many minutes to load before the port opens) and is the URL right?"
+            )
+        if phase == "health" and last is not None and last.status == 503:
+            return (
+                "the server is up but still warming up (503 from the health endpoints); "
+                "if it needs longer, raise --sglang-ready-timeout; if it never turns "
+                "healthy, read its log for the warm-up error"
+            )
+        return None

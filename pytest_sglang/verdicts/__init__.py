@@ -1,0 +1,3 @@
+"""Verdicts: rank statistics, planning, decisions, assertions, speculative decoding."""
+
+from __future__ import annotations

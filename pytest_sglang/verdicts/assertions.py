@@ -1,0 +1,395 @@
+"""Performance verdicts that survive noise: pass, fail, or say they cannot decide.
+
+Each assertion compares whole runs (one value per run, warm-up excluded) with exact,
+distribution-free statistics (:mod:`pytest_sglang.verdicts.decision`), refuses comparisons
+that would mean nothing (different workloads, invalid runs), warns about configurations
+that confound the result, and records its evidence for the report. A failure's message is a
+small table.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_sglang.errors import ComparisonRefused, Inconclusive, PerformanceAssertionError
+from pytest_sglang.measure.bench import BenchResult, Sweep
+from pytest_sglang.measure.metrics import metric_spec
+from pytest_sglang.report.context import record
+from pytest_sglang.verdicts.decision import Comparison, Crossover, Outcome, compare, crossover
+from pytest_sglang.verdicts.specdecode import (
+    CycleEstimate,
+    break_even_accept_length,
+    estimate_cycle_time,
+)
+
+__all__ = [
+    "CrossoverVerdict",
+    "Verdict",
+    "assert_at_least",
+    "assert_at_most",
+    "assert_faster",
+    "break_even_accept_length",
+    "confounders",
+    "estimate_break_even",
+    "find_crossover",
+]
+
+
+@dataclass
+class Verdict:
+    """The outcome of one assertion and its evidence (plain JSON via :meth:`as_dict`)."""
+
+    kind: str
+    outcome: Outcome
+    metric: str
+    summary: str
+    table: str
+    evidence: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        """Whether the claim was shown."""
+        return self.outcome is Outcome.PASS
+
+    def message(self) -> str:
+        """Return the failure text: summary, table, warnings."""
+        lines = [self.summary, "", self.table]
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return plain JSON types, for reports."""
+        return {
+            "kind": self.kind, "outcome": self.outcome.value, "metric": self.metric,
+            "summary": self.summary, "warnings": list(self.warnings), "evidence": self.evidence,
+        }  # fmt: skip
+
+
+def _record(verdict: Verdict) -> None:
+    record({"record": "verdict", **verdict.as_dict(), "table": verdict.table})
+
+
+def _conclude(verdict: Verdict) -> Verdict:
+    __tracebackhide__ = True
+    _record(verdict)
+    if verdict.outcome is Outcome.FAIL:
+        raise PerformanceAssertionError(verdict.message(), verdict)
+    if verdict.outcome is Outcome.INCONCLUSIVE:
+        raise Inconclusive(verdict.message(), verdict)
+    return verdict
+
+
+def _direction(metric: str) -> bool:
+    spec = metric_spec(metric)
+    if spec.larger_is_better is None:
+        raise ComparisonRefused(
+            f"{metric!r} describes the load, it has no better direction; compare a "
+            "throughput or latency metric such as output_throughput or ttft.p50"
+        )
+    return spec.larger_is_better
+
+
+def confounders(a: BenchResult, b: BenchResult) -> list[str]:
+    """Return differences between the two servers' configurations that confound a result."""
+    warnings = []
+    ca, cb = a.config, b.config
+    model_a = ca.get("served_model_name") or ca.get("model_path")
+    model_b = cb.get("served_model_name") or cb.get("model_path")
+    if model_a != model_b:
+        warnings.append(f"different models: {a.server} serves {model_a!r}, {b.server} {model_b!r}")
+    for key, what in (("tp_size", "tensor-parallel sizes"), ("context_length", "context lengths")):
+        if ca.get(key) != cb.get(key):
+            warnings.append(
+                f"different {what}: {a.server} {key}={ca.get(key)!r}, {b.server} {cb.get(key)!r}"
+            )
+    cap_a, cap_b = ca.get("max_running_requests"), cb.get("max_running_requests")
+    if isinstance(cap_a, int) and isinstance(cap_b, int) and cap_a != cap_b:
+        level = max(a.concurrency, b.concurrency)
+        if level > min(cap_a, cap_b):
+            low = a if cap_a < cap_b else b
+            warnings.append(
+                f"at concurrency {level}, {low.server} runs at most {min(cap_a, cap_b)} requests "
+                f"at once (max_running_requests; EAGLE's implicit cap is 48) while the other "
+                f"runs up to {max(cap_a, cap_b)}: the rest queue, so the comparison measures the "
+                "cap as much as the configuration; pin --max-running-requests on both profiles"
+            )
+    return warnings
+
+
+def _check_comparable(a: BenchResult, b: BenchResult, metric: str) -> None:
+    if a.workload.key() != b.workload.key():
+        raise ComparisonRefused(
+            f"cannot compare {a.label()} with {b.label()}: the workloads differ "
+            f"({a.workload.as_dict()} vs {b.workload.as_dict()}); measure both with the same "
+            "Workload"
+        )
+    if a.concurrency != b.concurrency:
+        raise ComparisonRefused(
+            f"cannot compare {a.label()} with {b.label()}: different concurrency levels"
+        )
+    for side in (a, b):
+        if not side.valid:
+            raise ComparisonRefused(
+                f"cannot judge {side.label()}: its runs failed validity checks, so its "
+                f"{metric} is not what the workload asked for:\n  " + "\n  ".join(side.problems())
+            )
+
+
+def _schedule_note(a: BenchResult, b: BenchResult) -> list[str]:
+    if a.schedule == b.schedule == "interleaved":
+        return []
+    return [f"runs measured in blocks ({a.server} then {b.server}), not interleaved: drift "
+            "between the blocks is not cancelled (launched servers share the GPUs)"]  # fmt: skip
+
+
+def _compare(a: BenchResult, b: BenchResult, metric: str, by: float, alpha: float) -> Comparison:
+    try:
+        return compare(
+            a.values(metric), b.values(metric), larger_is_better=_direction(metric), by=by,
+            alpha=alpha, label_a=a.server, label_b=b.server, metric=metric,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise ComparisonRefused(f"cannot compare {a.label()} with {b.label()}: {exc}") from None
+
+
+def _context(a: BenchResult, b: BenchResult) -> str:
+    workload = a.workload
+    lines = [
+        f"workload: {workload.endpoint}, input {workload.input_len} / output "
+        f"{workload.output_len} tokens, {workload.for_concurrency(a.concurrency).requests} "
+        f"requests per run, concurrency {a.concurrency}",
+    ]
+    for side in (a, b):
+        config = ", ".join(f"{k}={v}" for k, v in side.config.items() if k != "version")
+        lines.append(f"{side.server}: {config}")
+    return "\n".join(lines)
+
+
+def assert_faster(
+    a: BenchResult,
+    b: BenchResult,
+    metric: str = "output_throughput",
+    by: float = 1.0,
+    alpha: float = 0.05,
+) -> Verdict:
+    """Assert that ``a`` beats ``b`` on ``metric`` by at least the ratio ``by``, significantly.
+
+    Direction-aware: for latency metrics (``ttft.p50``...) smaller is better and ``by=1.1``
+    means 1.1x lower. Passes when an exact one-sided Mann-Whitney test on the runs is
+    significant at ``alpha`` and the Hodges-Lehmann ratio's lower bound clears ``by``.
+
+    :raises PerformanceAssertionError: the runs show ``a`` does not beat ``b`` by ``by``.
+    :raises Inconclusive: the runs cannot decide; says the detectable effect and the runs
+        that would decide.
+    :raises ComparisonRefused: different workloads, invalid runs or too few runs.
+    """
+    __tracebackhide__ = True
+    _check_comparable(a, b, metric)
+    comparison = _compare(a, b, metric, by, alpha)
+    verdict = Verdict(
+        kind="assert_faster", outcome=comparison.outcome, metric=metric,
+        summary=f"assert_faster({a.label()}, {b.label()}): {comparison.summary()}",
+        table=comparison.table() + "\n" + _context(a, b),
+        evidence={"a": a.label(), "b": b.label(), "workload": a.workload.as_dict(),
+                  "comparison": comparison.as_dict(),
+                  "schedule": "interleaved" if a.schedule == b.schedule == "interleaved"
+                  else "blocks"},
+        warnings=confounders(a, b) + _schedule_note(a, b),
+    )  # fmt: skip
+    return _conclude(verdict)
+
+
+def _median_bounds(values: Sequence[float], alpha: float) -> tuple[float, float, float]:
+    """Return a distribution-free one-sided (lower, upper) bound of the median and its level.
+
+    The lower bound is the k-th smallest run, with k the largest order whose binomial tail
+    P(Binom(n, 1/2) <= k - 1) stays within ``alpha``; the upper bound mirrors it.
+    """
+    ordered = sorted(values)
+    n = len(ordered)
+    k, tail = 0, 0.0
+    for order in range(1, n + 1):
+        tail_at = sum(math.comb(n, i) for i in range(order)) / 2**n
+        if tail_at > alpha:
+            break
+        k, tail = order, tail_at
+    if k == 0:
+        need = next(m for m in range(1, 64) if 0.5**m <= alpha)
+        raise ComparisonRefused(
+            f"{n} runs cannot bound the median at alpha {alpha:g}; measure at least {need} runs"
+        )
+    return ordered[k - 1], ordered[n - k], 1 - tail
+
+
+def _absolute(m: BenchResult, metric: str, value: float, alpha: float, at_least: bool) -> Verdict:
+    if not m.valid:
+        raise ComparisonRefused(
+            f"cannot judge {m.label()}: its runs failed validity checks:\n  "
+            + "\n  ".join(m.problems())
+        )
+    values = m.values(metric)
+    lower, upper, confidence = _median_bounds(values, alpha)
+    word = ">=" if at_least else "<="
+    if at_least:
+        outcome = Outcome.PASS if lower >= value else Outcome.FAIL if upper < value else None
+    else:
+        outcome = Outcome.PASS if upper <= value else Outcome.FAIL if lower > value else None
+    outcome = outcome or Outcome.INCONCLUSIVE
+    runs = ", ".join(format(v, ".6g") for v in values)
+    table = (
+        f"{metric} of {m.label()} per run: {runs}\n"
+        f"median {format(m.median(metric), '.6g')}; one-sided {confidence:.1%} bounds of the "
+        f"median: lower {lower:.6g}, upper {upper:.6g}; gate {word} {value:g}"
+    )
+    if outcome is Outcome.INCONCLUSIVE:
+        table += ("\noutcome: INCONCLUSIVE - the threshold lies between the bounds; more runs "
+                  "(or less noise) would decide")  # fmt: skip
+    return Verdict(
+        kind="assert_at_least" if at_least else "assert_at_most", outcome=outcome, metric=metric,
+        summary=f"{outcome.name}: {metric} of {m.label()} {word} {value:g}", table=table,
+        evidence={"result": m.label(), "values": values, "threshold": value, "lower": lower,
+                  "upper": upper, "confidence": confidence},
+    )  # fmt: skip
+
+
+def assert_at_least(m: BenchResult, metric: str, value: float, alpha: float = 0.05) -> Verdict:
+    """Assert an absolute floor, on the lower confidence bound of the median run.
+
+    Passes when the bound is at least ``value``; fails when even the upper bound is below;
+    inconclusive in between. E.g. ``assert_at_least(base, "output_throughput", 700)``.
+    """
+    __tracebackhide__ = True
+    return _conclude(_absolute(m, metric, value, alpha, at_least=True))
+
+
+def assert_at_most(m: BenchResult, metric: str, value: float, alpha: float = 0.05) -> Verdict:
+    """Assert an absolute ceiling, on the upper confidence bound of the median run.
+
+    E.g. ``assert_at_most(spec, "ttft.p99", 0.5)`` for a TTFT p99 of at most 0.5 s.
+    """
+    __tracebackhide__ = True
+    return _conclude(_absolute(m, metric, value, alpha, at_least=False))
+
+
+@dataclass(eq=False)
+class CrossoverVerdict:
+    """Where ``spec`` stops being significantly faster than ``base`` over a sweep.
+
+    ``level`` is that concurrency, or None when ``spec`` wins at every level. Compares with
+    numbers by its level (``find_crossover(spec, base) <= 10``); a sweep without a crossover
+    compares as never below any bound. ``table()`` is the per-level evidence.
+    """
+
+    crossover: Crossover
+    metric: str
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def level(self) -> int | None:
+        """The crossover concurrency, or None."""
+        return None if self.crossover.level is None else int(self.crossover.level)
+
+    def table(self) -> str:
+        """Return the per-level evidence as text."""
+        return "\n".join([self.crossover.table(), *(f"warning: {w}" for w in self.warnings)])
+
+    def __repr__(self) -> str:
+        return f"<crossover at {self.level}>\n{self.table()}"
+
+    def _position(self) -> float:
+        return math.inf if self.level is None else float(self.level)
+
+    def __eq__(self, other: object) -> bool:
+        if other is None:
+            return self.level is None
+        if not isinstance(other, (int, float)):
+            return NotImplemented
+        return self._position() == other
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, (int, float)):
+            return NotImplemented
+        return self._position() <= other
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, (int, float)):
+            return NotImplemented
+        return self._position() < other
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, (int, float)):
+            return NotImplemented
+        return self._position() >= other
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, (int, float)):
+            return NotImplemented
+        return self._position() > other
+
+
+def find_crossover(
+    spec: Sweep,
+    base: Sweep,
+    metric: str = "output_throughput",
+    by: float = 1.0,
+    alpha: float = 0.05,
+) -> CrossoverVerdict:
+    """Find the lowest concurrency at which ``spec`` is no longer significantly faster.
+
+    Each level is an :func:`assert_faster`-style comparison (no exception per level); the
+    result carries the per-level evidence, and the report prints it.
+
+    :raises ComparisonRefused: the sweeps' levels or workloads differ, or a level is invalid.
+    """
+    __tracebackhide__ = True
+    if spec.levels != base.levels:
+        raise ComparisonRefused(
+            f"the sweeps cover different levels: {spec.server} {spec.levels}, "
+            f"{base.server} {base.levels}; sweep both over the same list"
+        )
+    comparisons, warnings = [], []
+    for a, b in zip(spec.points, base.points, strict=True):
+        _check_comparable(a, b, metric)
+        comparisons.append(_compare(a, b, metric, by, alpha))
+        warnings += [f"C={a.concurrency}: {w}" for w in confounders(a, b)]
+    result = CrossoverVerdict(crossover(spec.levels, comparisons), metric, warnings)
+    _record(
+        Verdict(
+            kind="find_crossover", outcome=Outcome.PASS, metric=metric,
+            summary=f"crossover of {spec.server} vs {base.server}: "
+            + ("none" if result.level is None else f"C={result.level}"),
+            table=result.crossover.table(), evidence={"spec": spec.server, "base": base.server,
+                                            "crossover": result.crossover.as_dict()},
+            warnings=warnings,
+        )
+    )  # fmt: skip
+    return result
+
+
+def estimate_break_even(spec: BenchResult, base: BenchResult) -> CycleEstimate:
+    """Estimate the speculative cycle and the break-even acceptance length from two results.
+
+    Uses the median over runs of each side's mean TPOT and ``spec``'s acceptance length
+    (``sum(completion_tokens) / sum(spec_verify_ct)``), at the same workload and concurrency.
+
+    :raises ComparisonRefused: not comparable, or ``spec`` reports no acceptance length.
+    """
+    _check_comparable(spec, base, "tpot")
+    accept = spec.median("acceptance_length")
+    spec_tpot, base_tpot = spec.median("tpot"), base.median("tpot")
+    if accept is None or spec_tpot is None or base_tpot is None:
+        raise ComparisonRefused(
+            f"{spec.label()} reports no acceptance length or TPOT: is speculative decoding on "
+            "and the workload streamed?"
+        )
+    return estimate_cycle_time(spec_tpot=spec_tpot, base_tpot=base_tpot, accept_length=accept)
