@@ -84,7 +84,7 @@ def trial(workdir: Path, probe_time: float) -> tuple[float, float]:
     )
     out = workdir / f"returned-{port}"
     (workdir / "test_ready.py").write_text(TEST.format(out=str(out)))
-    stop, found = threading.Event(), []
+    stop, found = threading.Event(), list[float]()
     poller = threading.Thread(target=poll_ready, args=(url, stop, found))
     poller.start()
     try:

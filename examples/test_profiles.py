@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_sglang import SGLangServer
+from pytest_sglang import GpuState, SGLangServer
 
 
 @pytest.mark.sglang_profile("baseline")
@@ -43,7 +43,9 @@ def test_eagle3_reports_acceptance_in_meta_info(sglang_server: SGLangServer) -> 
 
 
 @pytest.mark.sglang_profile("baseline")
-def test_server_gpus_were_clean_and_are_pinned(sglang_server: SGLangServer, sglang_gpu) -> None:  # type: ignore[no-untyped-def]
+def test_server_gpus_were_clean_and_are_pinned(
+    sglang_server: SGLangServer, sglang_gpu: GpuState
+) -> None:
     # Skipped where GPU state cannot be read (no NVML): the launch's pre-flight checked the
     # GPUs were clean; the server runs on exactly the GPUs it was given, by UUID.
     snapshot = sglang_gpu.snapshot()

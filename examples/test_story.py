@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_sglang import (
+    Bench,
     Workload,
     assert_faster,
     estimate_break_even,
@@ -38,7 +39,7 @@ REPEATS = 7
 pytestmark = pytest.mark.sglang_profile("baseline")
 
 
-def test_speculation_stops_paying_off(sglang_bench) -> None:  # type: ignore[no-untyped-def]
+def test_speculation_stops_paying_off(sglang_bench: Bench) -> None:
     # First in the file on purpose: the sweep measures every level once, and the tests
     # below reuse its cached results instead of relaunching the servers.
     base = sglang_bench("baseline", CHAT, concurrency=LEVELS, repeats=REPEATS)
@@ -49,20 +50,20 @@ def test_speculation_stops_paying_off(sglang_bench) -> None:  # type: ignore[no-
     assert crossover <= 10
 
 
-def test_eagle3_beats_baseline_single_stream(sglang_bench) -> None:  # type: ignore[no-untyped-def]
+def test_eagle3_beats_baseline_single_stream(sglang_bench: Bench) -> None:
     base = sglang_bench("baseline", CHAT, concurrency=1, repeats=REPEATS)
     spec = sglang_bench("eagle3", CHAT, concurrency=1, repeats=REPEATS)
     assert_faster(spec, base)
 
 
-def test_baseline_beats_eagle3_under_load(sglang_bench) -> None:  # type: ignore[no-untyped-def]
+def test_baseline_beats_eagle3_under_load(sglang_bench: Bench) -> None:
     base = sglang_bench("baseline", CHAT, concurrency=250, repeats=REPEATS)
     spec = sglang_bench("eagle3", CHAT, concurrency=250, repeats=REPEATS)
     # The verdict warns that EAGLE runs at most 48 requests at once: part of its loss.
     assert_faster(base, spec)
 
 
-def test_acceptance_beats_break_even_at_c1(sglang_bench) -> None:  # type: ignore[no-untyped-def]
+def test_acceptance_beats_break_even_at_c1(sglang_bench: Bench) -> None:
     base = sglang_bench("baseline", CHAT, concurrency=1, repeats=REPEATS)
     spec = sglang_bench("eagle3", CHAT, concurrency=1, repeats=REPEATS)
     estimate = estimate_break_even(spec, base)

@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ def hold(directory: Path, pid: int, gpus: list[str], used_mib: int, name: str = 
 
 
 @pytest.fixture
-def sleeper() -> subprocess.Popen[bytes]:
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     yield process
     process.kill()

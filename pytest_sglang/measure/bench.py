@@ -12,7 +12,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, overload
 
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import Measurement
@@ -184,6 +184,24 @@ class Bench:
                 raise
             message, handler = str(exc), self._on_failure
         handler(message)
+
+    @overload
+    def __call__(
+        self,
+        server: str | SGLangServer,
+        workload: Workload,
+        concurrency: int = 1,
+        repeats: int = DEFAULT_REPEATS,
+    ) -> BenchResult: ...
+
+    @overload
+    def __call__(
+        self,
+        server: str | SGLangServer,
+        workload: Workload,
+        concurrency: Sequence[int],
+        repeats: int = DEFAULT_REPEATS,
+    ) -> Sweep: ...
 
     def __call__(
         self,

@@ -41,7 +41,8 @@ def test_open_loop_arguments(kwargs: dict[str, Any], message: str) -> None:
 @pytest.mark.parametrize("name", ["request_timeout", "stall_timeout", "connect_timeout"])
 def test_timeouts_must_be_positive(name: str) -> None:
     with pytest.raises(ValueError, match=f"{name} must be a number of seconds > 0"):
-        LoadGenerator("http://127.0.0.1:9", **{name: 0})
+        options: dict[str, Any] = {name: 0}
+        LoadGenerator("http://127.0.0.1:9", **options)
 
 
 def test_load_generator_for_a_server_takes_url_headers_and_model() -> None:

@@ -10,6 +10,7 @@ import asyncio
 import itertools
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import measure
 from tests.emulator_process import EmulatorProcess, free_port, running_emulator
 
-SMALL = {"input_len": 12, "output_len": 16}
+SMALL: dict[str, Any] = {"input_len": 12, "output_len": 16}
 
 
 @pytest.fixture(scope="module")

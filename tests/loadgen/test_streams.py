@@ -382,7 +382,7 @@ def chat_chunk(
     }
 
 
-CHAT_USAGE_CHUNK = {
+CHAT_USAGE_CHUNK: dict[str, Any] = {
     "id": "c3d4",
     "object": "chat.completion.chunk",
     "created": 1700000000,
