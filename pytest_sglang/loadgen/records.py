@@ -59,6 +59,10 @@ class RequestRecord:
     #: HTTP status; ``None`` when no response arrived (connection error, timeout).
     status: int | None = None
     error: str | None = None
+    #: Times the request was sent again on a fresh connection because it failed on a reused
+    #: pooled connection before any byte of response (a connection the server had closed):
+    #: 0 or 1. Timestamps are those of the last attempt.
+    retries: int = 0
 
     @property
     def ok(self) -> bool:
@@ -108,7 +112,10 @@ class RequestRecord:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RequestRecord:
-        """Rebuild a record from :meth:`as_dict` output (times stay relative)."""
+        """Rebuild a record from :meth:`as_dict` output (times stay relative).
+
+        Fields added since the dict was written take their defaults (``retries`` 0).
+        """
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 

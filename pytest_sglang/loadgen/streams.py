@@ -22,6 +22,11 @@ How many tokens each chunk carried
     server put a cumulative ``usage`` in every chunk: a chunk's tokens are then the increase
     of ``usage.completion_tokens`` (exact), and the client's count is the last cumulative count
     seen in a content chunk, checked against the final usage chunk.
+    The final ``usage`` is read wherever the server puts it: on a separate ``choices: []``
+    chunk (SGLang, vLLM) or on the finish chunk itself, whose text is empty (llama.cpp, which
+    sends no usage chunk); a usage on a chunk without text is a running count only in a
+    stream whose chunks with text carry one, so a final usage is never counted as a chunk of
+    tokens (which would add one giant chunk and an ITL near zero).
     When the server ignores that option, each chunk with text counts one token for now and at
     the end the final ``usage.completion_tokens`` decides: equal to the number of chunks
     proves one token per chunk (exact); otherwise the total is spread evenly over the chunks
@@ -190,6 +195,8 @@ class _OpenAIStreamParser(StreamParser):
         super().__init__(record, tally)
         self._cumulative = 0
         self._per_chunk_counts = True
+        #: Whether a chunk with text carried a ``usage``: the server sends running usage.
+        self._running = False
 
     def _has_text(self, choice: dict[str, Any]) -> bool:
         raise NotImplementedError
@@ -198,11 +205,17 @@ class _OpenAIStreamParser(StreamParser):
         record = self.record
         choices = event.get("choices")
         usage = event.get("usage")
+        if not isinstance(usage, dict):
+            usage = None
         if choices:
             choice = choices[0]
             has_text = self._has_text(choice)
-            running = usage.get("completion_tokens") if isinstance(usage, dict) else None
-            if isinstance(running, int):
+            running = None if usage is None else usage.get("completion_tokens")
+            # A usage is a running count only once a chunk with text carried one: a usage
+            # on a text-less finish chunk of a stream without running usage is the final
+            # count (llama.cpp puts it there, with no usage chunk), never a chunk of tokens.
+            if isinstance(running, int) and (has_text or self._running):
+                self._running = self._running or has_text
                 new = running - self._cumulative
                 if new > 0:
                     self._cumulative = running
@@ -216,17 +229,27 @@ class _OpenAIStreamParser(StreamParser):
                 record.finish_reason = str(finish)
                 if finish == "abort":
                     self._fail("the server aborted the request (finish_reason 'abort')")
+                if usage is not None:
+                    self._final_usage(usage)
             meta = choice.get("meta_info")  # chat with return_meta_info: the native meta_info
             if isinstance(meta, dict) and meta.get("finish_reason") is not None:
                 record.spec_verify_ct = _int_or_none(meta.get("spec_verify_ct"))
-        elif isinstance(usage, dict):
-            record.output_tokens_server = _int_or_none(usage.get("completion_tokens"))
-            record.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
+        elif usage is not None:
+            self._final_usage(usage)  # the separate usage chunk (``choices: []``)
         sglext = event.get("sglext")
         if isinstance(sglext, dict):
             details = sglext.get("spec_tokens_details")
             if isinstance(details, dict) and "spec_verify_ct" in details:
                 record.spec_verify_ct = _int_or_none(details.get("spec_verify_ct"))
+
+    def _final_usage(self, usage: dict[str, Any]) -> None:
+        # The finish chunk's usage and a later usage chunk say the same; the last one wins.
+        completion = _int_or_none(usage.get("completion_tokens"))
+        if completion is not None:
+            self.record.output_tokens_server = completion
+        prompt = _int_or_none(usage.get("prompt_tokens"))
+        if prompt is not None:
+            self.record.prompt_tokens = prompt
 
     def _settle_counts(self) -> None:
         record = self.record

@@ -5,7 +5,14 @@ these fails (``docs/metrics.md``, "Validity checks"):
 
 
 ``no_failed_requests``
-    every measured request completed.
+    every measured request completed; the detail counts the failures by kind (the
+    message's head: ``HTTP 500``, ``connection refused``, ``timed out waiting for the first
+    token``...), most frequent first, and quotes one message of each.
+``tokens_counted``
+    every completed request has a token count above zero (the server's, or the client's
+    own) and, when streamed, chunks that carried tokens. A stream whose text arrived but
+    whose tokens could not be counted (no ``usage`` anywhere, or a running count that never
+    rises) would report 0 tokens/s as a valid result.
 ``output_length``
     every completed request generated exactly ``workload.output_len`` tokens (ignore_eos
     honoured; a shorter output would make throughputs incomparable).
@@ -23,6 +30,12 @@ these fails (``docs/metrics.md``, "Validity checks"):
 ``schedule`` (open loop)
     requests left on time: the largest delay between scheduled and actual send is at most
     50 ms plus 10 % of the mean gap between arrivals (a capped or overloaded client lags).
+``connection_retries``
+    informational (``True``): how many requests failed on a reused pooled connection
+    before any byte of response and were sent again, once, on a fresh connection (the server
+    had closed the idle connection; see ``loadgen.runner``). A retry is never a server failure
+    hidden: a request that failed after a response began, or on a fresh connection, is not
+    retried.
 ``chunk_token_counts``
     whether every chunk's token count came from the server; ``None`` (not judged) where
     some were spread evenly (the per-token ITL percentiles are then approximate).
@@ -39,7 +52,7 @@ from typing import Any
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.workload import Workload
 
-__all__ = ["Check", "run_checks"]
+__all__ = ["Check", "error_kind", "run_checks"]
 
 #: Slack below the concurrency floor for the client's own gaps between requests.
 CONCURRENCY_SLACK = 0.05
@@ -61,6 +74,12 @@ class Check:
         return {"name": self.name, "passed": self.passed, "detail": self.detail}
 
 
+#: How many kinds of failure the failed-requests check lists.
+ERROR_KINDS = 5
+#: How long an error message's head may be to serve as its kind.
+_KIND_MAX = 60
+
+
 def run_checks(
     run: LoadRun,
     records: Sequence[RequestRecord],
@@ -69,8 +88,15 @@ def run_checks(
     realised: float,
     longest: float,
 ) -> tuple[Check, ...]:
+    """Return the validity checks of ``run`` (see the module docstring for each one).
+
+    ``records`` are the measured records, ``done`` the completed ones among them;
+    ``duration`` is the measured window, ``realised`` the realised concurrency and
+    ``longest`` the longest end-to-end latency (seconds).
+    """
     checks = [
         _check_failures(records),
+        _check_tokens_counted(done, run.workload.stream),
         _check_output_length(run.workload, done),
         _check_token_counts(done),
         _check_input_length(run.workload, done),
@@ -82,6 +108,7 @@ def run_checks(
     if run.mode == "open" and run.rate:
         checks.append(_check_schedule(run.rate, records))
     checks.append(_check_chunk_counts(done, run.workload.stream))
+    checks.append(_check_retries(records))
     return tuple(checks)
 
 
@@ -89,12 +116,63 @@ def _check_failures(records: Sequence[RequestRecord]) -> Check:
     failed = [r for r in records if not r.ok]
     if not failed:
         return Check("no_failed_requests", True, f"all {len(records)} measured requests completed")
-    first = failed[0]
+    kinds: dict[str, list[RequestRecord]] = {}
+    for r in failed:
+        kinds.setdefault(error_kind(r.error or ""), []).append(r)
+    ranked = sorted(kinds.items(), key=lambda item: -len(item[1]))
+    parts = [
+        f"{len(rs)} x {kind} (e.g. request {rs[0].index}: {rs[0].error})"
+        for kind, rs in ranked[:ERROR_KINDS]
+    ]
+    if len(ranked) > ERROR_KINDS:
+        parts.append(f"{len(ranked) - ERROR_KINDS} other kinds")
     return Check(
         "no_failed_requests",
         False,
-        f"{len(failed)} of {len(records)} measured requests failed; "
-        f"first (request {first.index}): {first.error}",
+        f"{len(failed)} of {len(records)} measured requests failed: {'; '.join(parts)}",
+    )
+
+
+def error_kind(message: str) -> str:
+    """Return the kind of a failed request's error: its message's head, before ``": "``.
+
+    The runner and the parsers begin every message with its cause (``HTTP 503``,
+    ``connection refused``, ``stalled``...); a message without a short head is its own kind.
+    """
+    head = message.split(": ", 1)[0]
+    if len(head) > _KIND_MAX or "'" in head:
+        head = message[:_KIND_MAX]
+    return head
+
+
+def _check_tokens_counted(done: Sequence[RequestRecord], stream: bool) -> Check:
+    uncounted = [r for r in done if not r.output_tokens or (stream and not sum(r.chunk_tokens))]
+    if not uncounted:
+        return Check(
+            "tokens_counted", True, f"every one of {len(done)} completed requests counted tokens"
+        )
+    first = uncounted[0]
+    return Check(
+        "tokens_counted",
+        False,
+        f"{len(uncounted)} of {len(done)} completed requests counted no generated tokens "
+        f"(request {first.index}: server count {first.output_tokens_server}, client count "
+        f"{first.output_tokens_client}, {len(first.chunk_tokens)} token chunks): the response "
+        "arrived but its tokens could not be counted; the server sent no usage the client "
+        "understands (stream_options.include_usage ignored?), so throughput would read 0",
+    )
+
+
+def _check_retries(records: Sequence[RequestRecord]) -> Check:
+    retried = sum(1 for r in records if r.retries)
+    if not retried:
+        return Check("connection_retries", True, "no request needed a fresh connection")
+    return Check(
+        "connection_retries",
+        True,
+        f"{retried} of {len(records)} measured requests failed on a reused connection before "
+        "any response byte (the server had closed it) and were sent again on a fresh one; "
+        "counted once each, not as failures",
     )
 
 

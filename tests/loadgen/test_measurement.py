@@ -113,14 +113,16 @@ def test_checks_and_validity() -> None:
     verdicts = {c.name: c.passed for c in m.checks}
     assert verdicts == {
         "no_failed_requests": False,
+        "tokens_counted": True,
         "output_length": True,
         "token_counts": True,
         "input_length": True,
         "concurrency": True,
         "chunk_token_counts": True,
+        "connection_retries": True,
     }
     assert not m.valid
-    assert "1 of 3 measured requests failed; first (request 2): HTTP 500: boom" in (
+    assert "1 of 3 measured requests failed: 1 x HTTP 500 (e.g. request 2: HTTP 500: boom)" in (
         m.check("no_failed_requests").detail
     )
     ok = LoadRun(workload=W, mode="closed", records=RECORDS[:3], started=9.0, concurrency=2)
