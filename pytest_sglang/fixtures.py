@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from pytest_sglang.gpu.state import GpuState
     from pytest_sglang.measure.bench import Bench, BenchResult
+    from pytest_sglang.report.entries import GpusEntry, MeasurementEntry, ServerEntry
     from pytest_sglang.server.handle import SGLangServer
     from pytest_sglang.server.pool import ServerPool
 
@@ -168,11 +169,12 @@ def sglang_server(
     request.node.user_properties.append(("sglang", server_entry(server)))
     gpus = sglang_servers.gpu_names()
     if gpus:
-        request.node.user_properties.append(("sglang", {"record": "gpus", "names": gpus}))
+        gpus_entry: GpusEntry = {"record": "gpus", "names": gpus}
+        request.node.user_properties.append(("sglang", gpus_entry))
     return server
 
 
-def server_entry(server: SGLangServer) -> dict[str, object]:
+def server_entry(server: SGLangServer) -> ServerEntry:
     """Describe a server for the report: identity, readiness, launch, configuration."""
     from pytest_sglang.measure.bench import CONFIG_KEYS
 
@@ -215,8 +217,8 @@ def sglang_bench(request: pytest.FixtureRequest, _sglang_bench_session: Bench) -
     """
 
     def record(result: BenchResult, server: SGLangServer | None) -> None:
-        request.node.user_properties.append(("sglang", {"record": "measurement",
-                                                        **result.as_dict()}))  # fmt: skip
+        entry: MeasurementEntry = {"record": "measurement", **result.as_dict()}
+        request.node.user_properties.append(("sglang", entry))
         if server is not None:
             request.node.user_properties.append(("sglang", server_entry(server)))
 

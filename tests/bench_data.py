@@ -10,6 +10,7 @@ from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.bench import BenchResult, Sweep
 from pytest_sglang.measure.measurement import Check, Distribution, Measurement, measure
+from pytest_sglang.report.entries import Schedule
 
 W = Workload(input_len=32, output_len=4, requests=2, warmup=0)
 BASE_CONFIG = {"model_path": "org/model", "tp_size": 8, "context_length": 262144,
@@ -48,7 +49,7 @@ def result(
     tpot: float | None = None,
     accept: float | None = None,
     invalid: bool = False,
-    schedule: str = "blocks",
+    schedule: Schedule = "blocks",
 ) -> BenchResult:
     template = _template(workload)
     runs = []

@@ -74,7 +74,12 @@ def test_terminal_table_and_json(suite: pytest.Pytester) -> None:
     ])  # fmt: skip
     document = load(suite.path / "out" / "report.json")
     assert document["complete"] is True and document["interrupted"] is False
-    assert [v["outcome"] for v in document["verdicts"]] == ["pass", "pass", "fail"]
+    # A crossover is a finding, reported and not judged.
+    assert [v["outcome"] for v in document["verdicts"]] == [
+        "pass",
+        "finding",
+        "fail",
+    ]  # a crossover is a finding
     assert {(m["server"], m["concurrency"]) for m in document["measurements"]} == {
         ("eagle3", 1), ("baseline", 1), ("eagle3", 10), ("baseline", 10),
         ("eagle3", 250), ("baseline", 250),
@@ -166,10 +171,12 @@ def test_markdown_summary_from_xdist_and_interrupted_runs(suite: pytest.Pytester
 
 
 def test_markdown_escapes_table_breakers() -> None:
+    from pytest_sglang.report.entries import VerdictRow
     from pytest_sglang.report.summary import render_markdown
 
-    verdict = {"kind": "assert_faster", "outcome": "pass", "test": "t.py::test[a|b]",
-               "summary": "a|b \\ c", "warnings": ["x|y"], "table": None}  # fmt: skip
+    verdict: VerdictRow = {"kind": "assert_faster", "outcome": "pass", "test": "t.py::test[a|b]",
+                           "summary": "a|b \\ c", "warnings": ["x|y"], "table": "",
+                           "metric": "output_throughput", "evidence": {}}  # fmt: skip
     text = render_markdown([], [verdict])
     assert "- **PASS** `t.py::test[a|b]`: a\\|b \\\\ c" in text
     assert "  - warning: x\\|y" in text

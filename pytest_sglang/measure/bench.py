@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, overload
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import Measurement
 from pytest_sglang.measure.metrics import metric_spec
+from pytest_sglang.report.entries import MeasurementBody, Schedule
 
 if TYPE_CHECKING:
     from pytest_sglang.loadgen.runner import LoadGenerator
@@ -46,7 +47,7 @@ class BenchResult:
     #: The server's effective configuration (``CONFIG_KEYS`` of ``/server_info``).
     config: dict[str, Any] = field(default_factory=dict)
     #: How the runs were scheduled against a compared server: "blocks" or "interleaved".
-    schedule: str = "blocks"
+    schedule: Schedule = "blocks"
     url: str = ""
 
     def values(self, metric: str) -> list[float]:
@@ -82,7 +83,7 @@ class BenchResult:
         """Return e.g. ``eagle3 @ C=10``."""
         return f"{self.server} @ C={self.concurrency}"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> MeasurementBody:
         """Return plain JSON types, for reports."""
         return {
             "server": self.server, "url": self.url, "workload": self.workload.as_dict(),
@@ -295,7 +296,7 @@ class Bench:
         workload: Workload,
         concurrency: int,
         runs: list[Measurement],
-        schedule: str,
+        schedule: Schedule,
     ) -> BenchResult:
         self._handles[server.name] = server
         config = {k: server.server_info[k] for k in CONFIG_KEYS if k in server.server_info}

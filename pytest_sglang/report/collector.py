@@ -16,11 +16,15 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import pytest
+
+from pytest_sglang.report.entries import Entry, MeasurementRow, ServerEntry, VerdictRow
+
+E = TypeVar("E", MeasurementRow, ServerEntry)
 
 __all__ = ["REPORT_VERSION", "SGLangReporter"]
 
@@ -37,10 +41,8 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
-def _dedupe(
-    entries: list[dict[str, Any]], key: Callable[[dict[str, Any]], str]
-) -> list[dict[str, Any]]:
-    seen: dict[str, dict[str, Any]] = {}
+def _dedupe(entries: Sequence[E], key: Callable[[E], str]) -> list[E]:
+    seen: dict[str, E] = {}
     for entry in entries:
         seen.setdefault(key(entry), entry)
     return list(seen.values())
@@ -56,9 +58,9 @@ class SGLangReporter:
         self.path = path
         self.markdown = markdown
         self.created = ""
-        self.measurements: list[dict[str, Any]] = []
-        self.verdicts: list[dict[str, Any]] = []
-        self.servers: list[dict[str, Any]] = []
+        self.measurements: list[MeasurementRow] = []
+        self.verdicts: list[VerdictRow] = []
+        self.servers: list[ServerEntry] = []
         self.gpus: list[str] = []
         self._consumed: dict[str, int] = {}
 
@@ -78,19 +80,21 @@ class SGLangReporter:
         if not fresh:
             return
         self._consumed[report.nodeid] = len(props)
-        for entry in fresh:
-            if not isinstance(entry, dict):
+        for value in fresh:
+            if not isinstance(value, dict):
                 continue
-            kind = entry.get("record")
-            body = {k: v for k, v in entry.items() if k != "record"}
-            if kind == "measurement":
-                self.measurements.append({"test": report.nodeid, **body})
-            elif kind == "verdict":
-                self.verdicts.append({"test": report.nodeid, **body})
-            elif kind == "server":
-                self.servers.append(body)
-            elif kind == "gpus":
-                self.gpus = list(body.get("names", []))
+            # What a test recorded (report.entries); xdist carried it as plain JSON types.
+            entry = cast("Entry", value)
+            if entry["record"] == "measurement":
+                body = {k: v for k, v in entry.items() if k != "record"}
+                self.measurements.append(cast("MeasurementRow", {"test": report.nodeid, **body}))
+            elif entry["record"] == "verdict":
+                body = {k: v for k, v in entry.items() if k != "record"}
+                self.verdicts.append(cast("VerdictRow", {"test": report.nodeid, **body}))
+            elif entry["record"] == "server":
+                self.servers.append(entry)
+            elif entry["record"] == "gpus":
+                self.gpus = list(entry["names"])
         self.write(complete=False)
 
     # -- output ---------------------------------------------------------------------------
@@ -142,7 +146,7 @@ class SGLangReporter:
             Path(tmp).unlink(missing_ok=True)
             raise
 
-    def unique_measurements(self) -> list[dict[str, Any]]:
+    def unique_measurements(self) -> list[MeasurementRow]:
         """Return the measurements, each once (a cached one is recorded by every user)."""
         return _dedupe(
             self.measurements,

@@ -10,6 +10,8 @@ import contextvars
 
 import pytest
 
+from pytest_sglang.report.entries import Entry
+
 __all__ = ["CURRENT_ITEM", "record"]
 
 CURRENT_ITEM: contextvars.ContextVar[pytest.Item | None] = contextvars.ContextVar(
@@ -17,7 +19,7 @@ CURRENT_ITEM: contextvars.ContextVar[pytest.Item | None] = contextvars.ContextVa
 )
 
 
-def record(entry: dict[str, object]) -> None:
+def record(entry: Entry) -> None:
     """Append ``("sglang", entry)`` to the running test's ``user_properties``, if any."""
     item = CURRENT_ITEM.get()
     if item is not None:

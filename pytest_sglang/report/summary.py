@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Sequence
 from typing import Any
+
+from pytest_sglang.report.entries import MeasurementRow, VerdictRow
 
 __all__ = ["render_markdown", "render_tables"]
 
@@ -36,7 +39,7 @@ def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
     return "-" if value is None else f"{value * scale:.{digits}f}"
 
 
-def _cells(entry: dict[str, Any]) -> list[str]:
+def _cells(entry: MeasurementRow) -> list[str]:
     """One row's cells, in ``COLUMNS`` order: medians over the runs, times in ms."""
     runs = entry["runs"]
     return [
@@ -53,10 +56,10 @@ def _cells(entry: dict[str, Any]) -> list[str]:
 
 
 def _by_workload(
-    measurements: list[dict[str, Any]],
+    measurements: Sequence[MeasurementRow],
 ) -> list[tuple[str, list[list[str]]]]:
     """Group rows by workload: (description, rows sorted by concurrency, then server)."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[MeasurementRow]] = {}
     for entry in measurements:
         groups.setdefault(json.dumps(entry["workload"], sort_keys=True), []).append(entry)
     tables = []
@@ -74,12 +77,14 @@ def _by_workload(
     return tables
 
 
-def _tag(verdict: dict[str, Any]) -> str:
+def _tag(verdict: VerdictRow) -> str:
     # A crossover is a finding, not a pass or a fail: its assertions come separately.
-    return "CROSSOVER" if verdict["kind"] == "find_crossover" else str(verdict["outcome"]).upper()
+    return "CROSSOVER" if verdict["outcome"] == "finding" else verdict["outcome"].upper()
 
 
-def render_tables(measurements: list[dict[str, Any]], verdicts: list[dict[str, Any]]) -> list[str]:
+def render_tables(
+    measurements: Sequence[MeasurementRow], verdicts: Sequence[VerdictRow]
+) -> list[str]:
     """Return the terminal summary: one table per workload, then the verdicts."""
     lines: list[str] = []
 
@@ -105,8 +110,8 @@ def _md(text: object) -> str:
 
 
 def render_markdown(
-    measurements: list[dict[str, Any]],
-    verdicts: list[dict[str, Any]],
+    measurements: Sequence[MeasurementRow],
+    verdicts: Sequence[VerdictRow],
     *,
     title: str = "pytest-sglang results",
     note: str | None = None,

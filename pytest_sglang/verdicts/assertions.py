@@ -12,12 +12,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pytest_sglang.errors import ComparisonRefused, Inconclusive, PerformanceAssertionError
 from pytest_sglang.measure.bench import BenchResult, Sweep
 from pytest_sglang.measure.metrics import metric_spec
 from pytest_sglang.report.context import record
+from pytest_sglang.report.entries import VerdictBody, VerdictKind
 from pytest_sglang.verdicts.decision import Comparison, Crossover, Outcome, compare, crossover
 from pytest_sglang.verdicts.specdecode import (
     CycleEstimate,
@@ -42,8 +43,9 @@ __all__ = [
 class Verdict:
     """The outcome of one assertion and its evidence (plain JSON via :meth:`as_dict`)."""
 
-    kind: str
-    outcome: Outcome
+    kind: VerdictKind
+    #: A comparison's outcome, or ``"finding"``: a result reported, not judged (a crossover).
+    outcome: Outcome | Literal["finding"]
     metric: str
     summary: str
     table: str
@@ -61,16 +63,18 @@ class Verdict:
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> VerdictBody:
         """Return plain JSON types, for reports."""
         return {
-            "kind": self.kind, "outcome": self.outcome.value, "metric": self.metric,
+            "kind": self.kind, "metric": self.metric,
+            "outcome": self.outcome if isinstance(self.outcome, str) else self.outcome.value,
             "summary": self.summary, "warnings": list(self.warnings), "evidence": self.evidence,
+            "table": self.table,
         }  # fmt: skip
 
 
 def _record(verdict: Verdict) -> None:
-    record({"record": "verdict", **verdict.as_dict(), "table": verdict.table})
+    record({"record": "verdict", **verdict.as_dict()})
 
 
 def _conclude(verdict: Verdict) -> Verdict:
@@ -365,7 +369,7 @@ def find_crossover(
     result = CrossoverVerdict(crossover(spec.levels, comparisons), metric, warnings)
     _record(
         Verdict(
-            kind="find_crossover", outcome=Outcome.PASS, metric=metric,
+            kind="find_crossover", outcome="finding", metric=metric,
             summary=f"crossover of {spec.server} vs {base.server}: "
             + ("none" if result.level is None else f"C={result.level}"),
             table=result.crossover.table(), evidence={"spec": spec.server, "base": base.server,

@@ -1,0 +1,115 @@
+"""The typed report model: what fixtures, measurements and verdicts hand to the reporters.
+
+Each test's evidence travels as ``("sglang", entry)`` in its ``user_properties`` (so that
+pytest-xdist carries it from the workers to the controller), one entry per fact: a server
+the test used, the GPUs, a measurement, a verdict. The collector files them by kind; the
+JSON report, the terminal tables and the Markdown summary all render from those rows. The
+bodies are plain JSON types (what ``schemas/report.schema.json`` describes); the ``record``
+key says which kind an entry is.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeAlias, TypedDict
+
+__all__ = [
+    "Entry",
+    "GpusEntry",
+    "LaunchOutcome",
+    "MeasurementBody",
+    "MeasurementEntry",
+    "MeasurementRow",
+    "RunMode",
+    "Schedule",
+    "ServerEntry",
+    "VerdictBody",
+    "VerdictEntry",
+    "VerdictKind",
+    "VerdictOutcome",
+    "VerdictRow",
+]
+
+#: The assertion that produced a verdict.
+VerdictKind: TypeAlias = Literal[
+    "assert_faster", "assert_at_least", "assert_at_most", "find_crossover"
+]
+#: A verdict's outcome; ``finding`` is a result reported rather than judged (a crossover).
+VerdictOutcome: TypeAlias = Literal["pass", "fail", "inconclusive", "finding"]
+#: How a compared server's runs were scheduled: one after the other, or alternating.
+Schedule: TypeAlias = Literal["blocks", "interleaved"]
+#: The load shape of a run: closed loop (C in flight) or open loop (a rate).
+RunMode: TypeAlias = Literal["closed", "open"]
+#: A launch's state; a failed launch says ``failed: <error type>``, a dead one its exit.
+LaunchOutcome: TypeAlias = str
+
+
+class ServerEntry(TypedDict):
+    """A server a test used: identity, readiness, launch details and configuration."""
+
+    record: Literal["server"]
+    name: str
+    url: str
+    version: str | None
+    model: str
+    readiness: dict[str, Any]
+    launch: dict[str, Any] | None
+    config: dict[str, Any]
+
+
+class GpusEntry(TypedDict):
+    """The GPUs the session's probe sees, by name."""
+
+    record: Literal["gpus"]
+    names: list[str]
+
+
+class MeasurementBody(TypedDict):
+    """One (server, workload, concurrency) measured ``len(runs)`` times."""
+
+    server: str
+    url: str
+    workload: dict[str, Any]
+    concurrency: int
+    schedule: Schedule
+    config: dict[str, Any]
+    runs: list[dict[str, Any]]
+
+
+class MeasurementEntry(MeasurementBody):
+    """A measurement as a test records it."""
+
+    record: Literal["measurement"]
+
+
+class MeasurementRow(MeasurementBody):
+    """A measurement as the report holds it: which test took it."""
+
+    test: str
+
+
+class VerdictBody(TypedDict):
+    """An assertion's outcome and its evidence."""
+
+    kind: VerdictKind
+    outcome: VerdictOutcome
+    metric: str
+    summary: str
+    warnings: list[str]
+    evidence: dict[str, Any]
+    table: str
+
+
+class VerdictEntry(VerdictBody):
+    """A verdict as a test records it."""
+
+    record: Literal["verdict"]
+
+
+class VerdictRow(VerdictBody):
+    """A verdict as the report holds it: which test asserted it."""
+
+    test: str
+
+
+#: Anything a test records for the report.
+Entry: TypeAlias = ServerEntry | GpusEntry | MeasurementEntry | VerdictEntry
