@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""The real-SGLang tier's launch recipe: command line, environment, paths. Stdlib only.
+
+The one place that says how the tier's real SGLang 0.5.23 server is started on a CPU-only
+machine (see real_sglang/README.md for why each flag and variable is there)::
+
+    python3 real_sglang/launch_profile.py                 # a shell command line (port 30111)
+    python3 real_sglang/launch_profile.py --port 30222 --format json
+    python3 real_sglang/launch_profile.py --format toml   # a [profiles.real-tiny] table
+                                                          # for --sglang-profiles PATH
+
+Paths come from ``PYTEST_SGLANG_REAL_PYTHON`` and ``PYTEST_SGLANG_REAL_MODEL`` when set,
+otherwise from the default cache of ``setup.sh``
+(``${PYTEST_SGLANG_REAL_HOME:-~/.cache/pytest-sglang/real-sglang-0.5.23}/{venv,model}``).
+
+Named ``launch_profile`` rather than ``profile`` so that running it as a script (which puts
+this folder first on ``sys.path``) cannot shadow the standard library's ``profile`` module.
+"""
+
+# ruff: noqa: T201  (a command-line script: it prints)
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+SGLANG_VERSION = "0.5.23"
+SERVED_MODEL_NAME = "tiny"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 30111
+
+#: Environment of the server process (added to the caller's).
+#: ``SGLANG_USE_CPU_ENGINE=1`` selects SGLang's CPU engine; an empty
+#: ``CUDA_VISIBLE_DEVICES`` keeps the CUDA build of torch from looking for a GPU.
+SERVER_ENV: Mapping[str, str] = {
+    "SGLANG_USE_CPU_ENGINE": "1",
+    "CUDA_VISIBLE_DEVICES": "",
+}
+
+#: Server flags, after ``--model-path`` / ``--host`` / ``--port`` (which the caller or the
+#: plugin's launcher supplies).
+SERVER_ARGS: tuple[str, ...] = (
+    "--device", "cpu",
+    "--attention-backend", "torch_native",
+    "--sampling-backend", "pytorch",
+    "--disable-cuda-graph",
+    "--disable-overlap-schedule",
+    "--max-total-tokens", "8192",
+    "--mem-fraction-static", "0.05",
+    "--grammar-backend", "none",
+    "--enable-metrics",
+    "--served-model-name", SERVED_MODEL_NAME,
+    "--sleep-on-idle",
+)  # fmt: skip
+
+
+def real_home(environ: Mapping[str, str] = os.environ) -> Path:
+    """Return the tier's cache folder (``PYTEST_SGLANG_REAL_HOME`` or the default)."""
+    home = environ.get("PYTEST_SGLANG_REAL_HOME")
+    if home:
+        return Path(home)
+    return Path.home() / ".cache" / "pytest-sglang" / f"real-sglang-{SGLANG_VERSION}"
+
+
+def real_python(environ: Mapping[str, str] = os.environ) -> Path:
+    """Return the tier venv's python (``PYTEST_SGLANG_REAL_PYTHON`` or the default)."""
+    value = environ.get("PYTEST_SGLANG_REAL_PYTHON")
+    return Path(value) if value else real_home(environ) / "venv" / "bin" / "python"
+
+
+def real_model(environ: Mapping[str, str] = os.environ) -> Path:
+    """Return the tiny model's folder (``PYTEST_SGLANG_REAL_MODEL`` or the default)."""
+    value = environ.get("PYTEST_SGLANG_REAL_MODEL")
+    return Path(value) if value else real_home(environ) / "model"
+
+
+def missing(environ: Mapping[str, str] = os.environ) -> str | None:
+    """Return why the tier cannot run here (not set up...), or None when it can."""
+    python, model = real_python(environ), real_model(environ)
+    if not os.access(python, os.X_OK):
+        return f"no real-SGLang python at {python} (run real_sglang/setup.sh)"
+    if not (model / "config.json").is_file() or not (model / "tokenizer.json").is_file():
+        return f"no tiny model at {model} (run real_sglang/setup.sh)"
+    return None
+
+
+def launch_command(
+    python: str | os.PathLike[str] | None = None,
+    model: str | os.PathLike[str] | None = None,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+) -> list[str]:
+    """Return the argv that starts the server on ``host:port``."""
+    return [
+        str(python or real_python()),
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(model or real_model()),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        *SERVER_ARGS,
+    ]
+
+
+def launch_env(base: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """Return the server's environment: ``base`` plus :data:`SERVER_ENV`."""
+    return {**base, **SERVER_ENV}
+
+
+def _toml_str(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a valid TOML basic string
+
+
+def profile_toml(name: str = "real-tiny") -> str:
+    """Return a ``[profiles.NAME]`` table for the plugin's ``--sglang-profiles PATH``.
+
+    The plugin's launcher adds ``--model-path``, ``--tp-size``, ``--host`` and ``--port``.
+    """
+    args = ", ".join(_toml_str(a) for a in SERVER_ARGS)
+    env = ", ".join(f"{k} = {_toml_str(v)}" for k, v in SERVER_ENV.items())
+    return (
+        f"[profiles.{name}]\n"
+        f'command = [{_toml_str(str(real_python()))}, "-m", "sglang.launch_server"]\n'
+        f"model-path = {_toml_str(str(real_model()))}\n"
+        f"tp = 1\n"
+        f"args = [{args}]\n"
+        f"env = {{ {env} }}\n"
+        f'expect = {{ served_model_name = "{SERVED_MODEL_NAME}" }}\n'
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default=DEFAULT_HOST)
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--format", choices=("shell", "json", "toml"), default="shell")
+    parser.add_argument("--model", help="model folder (default: the tier's tiny model)")
+    args = parser.parse_args(argv)
+    argv_ = launch_command(model=args.model, host=args.host, port=args.port)
+    if args.format == "json":
+        print(json.dumps({"command": argv_, "env": dict(SERVER_ENV)}, indent=2))
+    elif args.format == "toml":
+        print(profile_toml(), end="")
+    else:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in SERVER_ENV.items())
+        print(f"env {env} {shlex.join(argv_)}")
+    why = missing()
+    if why:
+        print(f"note: {why}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
