@@ -61,7 +61,7 @@ from pytest_sglang.emulator.engine.trace import read_trace
 from pytest_sglang.loadgen import LoadGenerator
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import measure
-from tests.emulator_process import EAGLE3_FLAGS, running_emulator
+from pytest_sglang.testing import EAGLE3_FLAGS, running_emulator
 
 MODEL = "moonshotai/Kimi-K2.5"
 # running_emulator's own fast flags include the simple engine's --emulator-decode-ms: the

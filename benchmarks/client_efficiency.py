@@ -53,7 +53,7 @@ from pytest_sglang.loadgen.jsoncodec import BACKEND
 from pytest_sglang.loadgen.prompts import PATHS, encoded_bodies
 from pytest_sglang.loadgen.runner import LoadGenerator
 from pytest_sglang.loadgen.workload import Workload
-from tests.emulator_process import running_emulator
+from pytest_sglang.testing import running_emulator
 
 
 @dataclass

@@ -37,7 +37,7 @@ from pytest_sglang.emulator.engine.trace import read_trace
 from pytest_sglang.loadgen import LoadGenerator
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import measure
-from tests.emulator_process import running_emulator
+from pytest_sglang.testing import running_emulator
 
 CONCURRENCY = 250
 

@@ -57,7 +57,7 @@ from pytest_sglang.emulator.engine.trace import read_trace
 from pytest_sglang.loadgen import LoadGenerator, LoadRun
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import Measurement, measure
-from tests.emulator_process import EAGLE3_FLAGS, running_emulator
+from pytest_sglang.testing import EAGLE3_FLAGS, running_emulator
 
 INPUT_LEN = 32
 THROUGHPUT_TARGET = 0.01

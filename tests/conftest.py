@@ -14,7 +14,7 @@ import httpcore  # noqa: F401
 import httpx  # noqa: F401
 import pytest
 
-from tests.emulator_process import EmulatorProcess, running_emulator
+from pytest_sglang.testing import EmulatorProcess, running_emulator
 
 
 @pytest.fixture

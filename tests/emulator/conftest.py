@@ -12,7 +12,7 @@ import httpx
 import jsonschema
 import pytest
 
-from tests.emulator_process import EAGLE3_FLAGS, EmulatorProcess, running_emulator
+from pytest_sglang.testing import EAGLE3_FLAGS, EmulatorProcess, running_emulator
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "pytest_sglang" / "schemas"
 MODEL = "emulated/Llama-3.1-8B-Instruct"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_sglang.testing import EmulatorProcess
 from tests.emulator.conftest import Shared, client
-from tests.emulator_process import EmulatorProcess
 
 KEY = "sk-emulated"
 

@@ -15,8 +15,8 @@ import httpx
 import psutil
 import pytest
 
+from pytest_sglang.testing import EmulatorProcess
 from tests.emulator.conftest import READY_LINE, client, schema_errors
-from tests.emulator_process import EmulatorProcess
 
 Start = Callable[..., EmulatorProcess]
 

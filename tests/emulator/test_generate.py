@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from pytest_sglang.testing import EmulatorProcess
 from tests.emulator.conftest import client, sse_json
-from tests.emulator_process import EmulatorProcess
 
 META_KEYS = [
     "id",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.emulator_process import EmulatorProcess
+from pytest_sglang.testing import EmulatorProcess
 
 Start = Callable[..., EmulatorProcess]
 UUIDS = ["GPU-fake0000", "GPU-fake0001", "GPU-fake0002"]

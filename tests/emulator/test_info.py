@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from pytest_sglang.testing import EmulatorProcess
 from tests.emulator.conftest import MODEL, client, schema_errors
-from tests.emulator_process import EmulatorProcess
 
 Start = Callable[..., EmulatorProcess]
 

@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 
 from pytest_sglang.emulator.lifecycle import _bind
+from pytest_sglang.testing import EmulatorProcess, free_port
 from tests.emulator.conftest import client
-from tests.emulator_process import EmulatorProcess, free_port
 
 Start = Callable[..., EmulatorProcess]
 

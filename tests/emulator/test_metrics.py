@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
+from pytest_sglang.testing import EmulatorProcess
 from tests.emulator.conftest import MODEL, Shared, client
-from tests.emulator_process import EmulatorProcess
 
 SAMPLE = re.compile(r'^(sglang:[a-z0-9_]+)(\{([a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*)?\})? (\S+)$')
 

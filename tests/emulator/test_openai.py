@@ -8,8 +8,8 @@ from typing import Any
 import openai
 import pytest
 
+from pytest_sglang.testing import EmulatorProcess
 from tests.emulator.conftest import MODEL, client, sse_json
-from tests.emulator_process import EmulatorProcess
 
 USAGE_KEYS = [
     "prompt_tokens",

@@ -24,8 +24,8 @@ from pytest_sglang.emulator.engine.trace import read_trace
 from pytest_sglang.loadgen import LoadGenerator
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import measure
+from pytest_sglang.testing import EAGLE3_FLAGS, EmulatorProcess
 from tests.emulator.conftest import client, sse_json
-from tests.emulator_process import EAGLE3_FLAGS, EmulatorProcess
 
 Start = Callable[..., EmulatorProcess]
 

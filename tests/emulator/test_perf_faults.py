@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from pytest_sglang.emulator.config import faults
+from pytest_sglang.testing import EmulatorProcess
 from tests.emulator.conftest import client, sse_data
-from tests.emulator_process import EmulatorProcess
 
 Start = Callable[..., EmulatorProcess]
 

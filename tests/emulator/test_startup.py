@@ -7,8 +7,8 @@ import subprocess
 import time
 from collections.abc import Callable
 
+from pytest_sglang.testing import EmulatorProcess, port_open
 from tests.emulator.conftest import READY_LINE, client
-from tests.emulator_process import EmulatorProcess, port_open
 
 Start = Callable[..., EmulatorProcess]
 

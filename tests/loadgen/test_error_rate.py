@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pytest_sglang.loadgen.runner import LoadGenerator
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import measure
-from tests.emulator_process import EmulatorProcess
+from pytest_sglang.testing import EmulatorProcess
 
 Start = Callable[..., EmulatorProcess]
 

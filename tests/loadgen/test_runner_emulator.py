@@ -20,7 +20,7 @@ from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.runner import LoadGenerator
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import measure
-from tests.emulator_process import EmulatorProcess, free_port, running_emulator
+from pytest_sglang.testing import EmulatorProcess, free_port, running_emulator
 
 SMALL: dict[str, Any] = {"input_len": 12, "output_len": 16}
 

@@ -46,7 +46,7 @@ def test_c250_fails():
 def suite(pytester: pytest.Pytester) -> pytest.Pytester:
     pytester.makepyfile(test_suite=SUITE)
     # The inner tests build their results with this repository's tests/bench_data.py.
-    source = Path(__file__).with_name("bench_data.py").read_text()
+    source = Path(__file__).parents[1].joinpath("bench_data.py").read_text()
     pytester.makepyfile(bench_data=source)
     return pytester
 

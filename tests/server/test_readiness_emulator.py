@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.emulator_process import EmulatorProcess
+from pytest_sglang.testing import EmulatorProcess
 
 Start = Callable[..., EmulatorProcess]
 

@@ -1,4 +1,4 @@
-"""Start the SGLang emulator as a real process on a real socket, for the test suite.
+"""What tests and benchmarks share: the emulator as a real process on a real socket, flag sets.
 
 Tests use the ``start_emulator`` fixture from ``tests/conftest.py``; this module holds the
 process handling so that benchmarks can reuse it too.

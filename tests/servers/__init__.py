@@ -1,0 +1,1 @@
+"""Small HTTP servers of our own that behave like real OpenAI-compatible servers do."""

@@ -1,0 +1,172 @@
+"""A tiny OpenAI-compatible streaming server with the habits of real ones, for the tests.
+
+Raw asyncio HTTP/1.1 (no framework), so each habit is exact:
+
+``--close-after-stream``
+    close the TCP connection after every streamed response, a few milliseconds after its
+    last byte, while advertising ``Connection: keep-alive`` and ``Keep-Alive: timeout=5,
+    max=100`` (llama.cpp's server does this; so do proxies): a pooled client that reuses the
+    connection writes its next request into a socket about to be closed.
+``--usage {chunk,finish,none,running}``
+    where the final ``usage`` goes: a separate ``choices: []`` chunk (SGLang, vLLM), on the
+    finish chunk with empty text and no usage chunk (llama.cpp, with its ``timings``),
+    nowhere, or a running count on every chunk plus the usage chunk.
+``--cut-after N``
+    drop the connection after N tokens of every stream (a server failure mid-response).
+``--stuck-usage``
+    running usage that never counts up (0 on every chunk): text with no countable tokens.
+
+Frozen: stop the process (SIGSTOP); the kernel still accepts connections.
+
+``GET /stats`` answers ``{"requests": n, "completion_tokens": n}``: the server's own count of
+the tokens it streamed, to check a client's throughput against. Run it as
+``python -m tests.servers.openai_like --port P [...]``; it prints ``ready`` when listening.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+__all__ = ["main"]
+
+
+class Server:
+    """The server's behaviour and its own counts."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.requests = 0
+        self.completion_tokens = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Serve requests on one connection until the client or the habit closes it."""
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {
+                    k.strip().lower(): v.strip()
+                    for k, _, v in (line.partition(":") for line in lines[1:] if line)
+                }
+                length = int(headers.get("content-length", "0"))
+                body = await reader.readexactly(length) if length else b""
+                if method == "GET" and path == "/stats":
+                    stats = {"requests": self.requests, "completion_tokens": self.completion_tokens}
+                    await self._json(writer, stats)
+                    continue
+                if method == "GET" and path in ("/health", "/v1/models"):
+                    await self._json(writer, {"object": "list", "data": [{"id": "m"}]})
+                    continue
+                request = json.loads(body or b"{}")
+                closing = await self._stream(writer, path, request)
+                if closing or headers.get("connection", "").lower() == "close":
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def _json(self, writer: asyncio.StreamWriter, data: dict[str, Any]) -> None:
+        body = json.dumps(data).encode()
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+        await writer.drain()
+
+    async def _stream(
+        self, writer: asyncio.StreamWriter, path: str, request: dict[str, Any]
+    ) -> bool:
+        args = self.args
+        chat = path.endswith("/chat/completions")
+        tokens = int(request.get("max_tokens") or request.get("max_completion_tokens") or 16)
+        self.requests += 1
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n"
+            b"Keep-Alive: timeout=5, max=100\r\n\r\n"
+        )
+
+        def send(event: dict[str, Any] | str) -> None:
+            payload = event if isinstance(event, str) else json.dumps(event)
+            data = f"data: {payload}\n\n".encode()
+            writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+        def chunk(
+            text: str | None, finish: str | None, usage: dict[str, Any] | None
+        ) -> dict[str, Any]:
+            if chat:
+                delta = {} if text is None else {"content": text}
+                choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+            else:
+                choice = {"index": 0, "text": text or "", "finish_reason": finish}
+            kind = "chat.completion.chunk" if chat else "text_completion"
+            event: dict[str, Any] = {"id": "x", "object": kind, "model": "m", "choices": [choice]}
+            if usage is not None:
+                event["usage"] = usage
+            return event
+
+        def usage(n: int) -> dict[str, int]:
+            return {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n}
+
+        running = args.usage == "running"
+        if chat:
+            send(chunk("", None, usage(0) if running else None))  # role chunk
+        for i in range(tokens):
+            count = 0 if args.stuck_usage else i + 1
+            send(chunk(f" w{i}", None, usage(count) if running or args.stuck_usage else None))
+            self.completion_tokens += 1
+            await writer.drain()
+            if args.cut_after is not None and i + 1 >= args.cut_after:
+                writer.transport.abort()
+                return True
+            if args.token_ms:
+                await asyncio.sleep(args.token_ms / 1000)
+        final = usage(0 if args.stuck_usage else tokens)
+        if args.usage == "finish":
+            event = chunk("" if not chat else None, "length", final)
+            event["timings"] = {"predicted_n": tokens, "predicted_ms": 1.0}
+            send(event)
+        else:
+            send(chunk(None if chat else "", "length", final if running else None))
+            if args.usage in ("chunk", "running"):
+                send({"id": "x", "object": "x", "model": "m", "choices": [], "usage": final})
+        send("[DONE]")
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        if args.close_after_stream:
+            # Close a moment after the last byte: the client has released the connection to
+            # its pool and, in a closed loop, already written the next request into it.
+            await asyncio.sleep(args.close_delay_ms / 1000)
+            return True
+        return False
+
+
+async def serve(args: argparse.Namespace) -> None:
+    """Listen on 127.0.0.1:``args.port`` until killed."""
+    server = Server(args)
+    listener = await asyncio.start_server(server.handle, "127.0.0.1", args.port, backlog=1024)
+    sys.stdout.write("ready\n")  # the parent waits for this line
+    sys.stdout.flush()
+    async with listener:
+        await listener.serve_forever()
+
+
+def main() -> None:
+    """Parse the habits and serve."""
+    parser = argparse.ArgumentParser(description="OpenAI-compatible test server")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--close-after-stream", action="store_true")
+    parser.add_argument("--close-delay-ms", type=float, default=20.0)
+    parser.add_argument("--usage", choices=("chunk", "finish", "none", "running"), default="chunk")
+    parser.add_argument("--stuck-usage", action="store_true")
+    parser.add_argument("--cut-after", type=int, default=None)
+    parser.add_argument("--token-ms", type=float, default=1.0)
+    asyncio.run(serve(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
