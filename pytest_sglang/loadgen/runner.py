@@ -3,7 +3,7 @@
 Transport: httpx's API on the ``httpx-aiohttp`` transport. httpx's default transport
 (httpcore + h11 + anyio) costs about three times the client CPU per streamed token of an
 aiohttp client; the same httpx code on aiohttp's connection handling costs about the same as
-bench_serving's aiohttp client (DESIGN §5, ``benchmarks/client_efficiency.py``). At tens of
+bench_serving's aiohttp client (``docs/metrics.md``, "Client cost"). At tens of
 thousands of tokens per second that is the difference between measuring the server and
 measuring the client.
 

@@ -1,8 +1,8 @@
-"""The metric vocabulary (DESIGN §6): every metric's name, unit, direction and definition.
+"""The metric vocabulary (``docs/metrics.md``): every metric's name, unit, direction and definition.
 
 One definition per name, used by the measurement, the verdicts and the reports alike, so a
 "TTFT" means the same everywhere. Peers disagree on several of these (see
-``reference/peer-tools.md`` §2.1); the choices here follow vLLM and bench_serving where they
+``docs/metrics.md``, "Peer tools"); the choices here follow vLLM and bench_serving where they
 agree and say so where they do not.
 
 Latency metrics are distributions summarised as mean, p50, p90 and p99 (see

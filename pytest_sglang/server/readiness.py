@@ -1,6 +1,6 @@
 """The layered readiness gate: the server is really ready, and it is the right one.
 
-Phases, in order (DESIGN §2 item 1), each timed:
+Phases, in order (``docs/architecture.md``, "The readiness gate"), each timed:
 
 ``connect``
     until any HTTP answer arrives (connection refused while SGLang loads weights).

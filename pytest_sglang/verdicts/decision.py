@@ -5,7 +5,7 @@ the output is one of three outcomes with the evidence behind it. Nothing here me
 prints or raises assertion errors: :mod:`pytest_sglang.verdicts.assertions` turns a
 :class:`Comparison` into a test result.
 
-The rule (reference notes, Part 2.4, with the practical margin folded into the hypothesis):
+The rule (``docs/statistics.md``, "Decision rule"; the practical margin is in the hypothesis):
 
 *goodness ratio*
     ``a / b`` for a larger-is-better metric (throughput), ``b / a`` for a smaller-is-better

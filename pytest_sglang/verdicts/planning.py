@@ -177,7 +177,7 @@ def min_detectable_ratio(
 
     ``exp((t_{1-alpha, df} + t_{power, df}) * sigma * sqrt(1/n_a + 1/n_b)) - 1`` with
     ``df = n_a + n_b - 2``: the one-sided two-sample t approximation on the log scale
-    (reference notes, Part 2.3). The rank test needs about 5% more runs than this on clean
+    (``docs/statistics.md``, "Planning"). The rank test needs about 5% more runs than this on clean
     normal noise (asymptotic relative efficiency 3/pi) and is more powerful with outliers;
     at the smallest sizes its discreteness costs more, so read the result as a guide.
 
@@ -209,7 +209,7 @@ def runs_needed(
 
     The smallest ``n`` (equal on both sides, and never below :func:`min_runs` for *alpha*)
     with ``(t_{1-alpha, 2n-2} + t_{power, 2n-2}) * sigma * sqrt(2/n) <= |log(effect)|``:
-    the reference's ``n = 2 (z_{1-alpha} + z_{power})^2 sigma^2 / delta^2`` refined with
+    the normal-theory ``n = 2 (z_{1-alpha} + z_{power})^2 sigma^2 / delta^2`` refined with
     Student t. At CV 3% and a 5% effect this gives 6, at CV 5% and 5% it gives 14.
 
     :param sigma: standard deviation of log values per run (about the CV).

@@ -1,6 +1,6 @@
 """Speculative-decoding arithmetic: break-even acceptance length, speed-up, implied cycle time.
 
-Definitions (reference notes, Part 3):
+Definitions (``docs/statistics.md``, "Speculative decoding"):
 
 * acceptance length ``tau``: tokens committed per draft/verify cycle per request, *including*
   the one token the target model always contributes, so ``tau >= 1`` and ``tau = 1`` means
@@ -10,7 +10,7 @@ Definitions (reference notes, Part 3):
 * speed-up ``S = tau * T_decode / T_cycle``; speculation wins iff ``tau`` exceeds the
   break-even ``tau_be = T_cycle / T_decode``.
 
-The draft steps belong in ``T_cycle``. The story in DESIGN section 1 set a verify of
+The draft steps belong in ``T_cycle``. The story (``docs/statistics.md``) set a verify of
 ~30 ms against a ~12 ms decode (``tau_be`` ~2.5; its 2.46 matches a 29.5 ms verify) and
 measured 54.1 tok/s at ``tau = 2.0``. That rate implies a 37 ms cycle
 (:func:`estimate_cycle_time`), i.e. ~7 ms of drafting on top of the verify (three draft
@@ -124,8 +124,8 @@ def estimate_cycle_time(
     In steady-state decoding a speculative request emits ``tau`` tokens per cycle, so its
     per-token latency is ``TPOT_spec = T_cycle / tau``, while a plain one has
     ``TPOT_base = T_decode``. Hence ``T_cycle = tau * TPOT_spec``,
-    ``tau_be = tau * TPOT_spec / TPOT_base`` and ``S = TPOT_base / TPOT_spec`` (reference
-    notes, Part 3.2), with no server instrumentation. Measure both at the same concurrency
+    ``tau_be = tau * TPOT_spec / TPOT_base`` and ``S = TPOT_base / TPOT_spec`` (see
+    ``docs/statistics.md``), with no server instrumentation. Measure both at the same concurrency
     and workload; at concurrency C and output throughput X, ``TPOT ~= C / X`` when decode
     dominates (e.g. at C=1, 96.1 and 92.6 tok/s with ``tau = 2.0`` imply a 20.8 ms cycle
     against a 10.8 ms step: ``tau_be = 1.93``, ``S = 1.04``).

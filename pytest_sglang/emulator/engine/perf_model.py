@@ -24,12 +24,12 @@ Forwards
       T_draft(B) = draft_base + draft_per_token * B * topk
       T_cycle(B) = num_steps * T_draft(B) + T_step(B * num_draft_tokens)
 
-Why speculation wins at C=1 and loses at C=250 (reference Part 3): at ``B = 1`` the verify of 4
+Why speculation wins at C=1 and loses at C=250 (``docs/emulator.md``): at ``B = 1`` the verify of 4
 tokens costs little more than a decode step, so ``tau = 2`` tokens per cycle pay for the draft
 steps; at ``B = 48`` the verify processes 192 tokens and costs ~18 decode steps' marginal
 cost, far more than the 2 tokens per request it commits.
 
-Derivation of the default constants (DESIGN section 7)
+Derivation of the default constants (docs/emulator.md)
 ------------------------------------------------------
 The targets are measured with 32 prompt tokens, 256 output tokens, ``ignore_eos``, closed-loop
 concurrency C, output throughput = output tokens / (last response - first request).
@@ -61,11 +61,11 @@ last cycle, the drain of the last wave), so the four constants were solved by Ne
 on the scheduler simulation (``batch_scheduler.simulate_closed_loop``, 500 requests at
 C=250) and rounded: ``T_step(n) = 9.52 + 1.254 n``, ``T_draft(B) = 1.98 + 0.071 B``. The
 simulated figures are then 92.62, 773.1, 96.07 and 354.1 tok/s (all within 0.05 %;
-``tests/emulator/test_perf_model.py`` holds them within 1 %). DESIGN's round numbers
+``tests/emulator/test_perf_model.py`` holds them within 1 %). The docs' round numbers
 (``9.5 + 1.26 n``, ``2 + 0.1 B``) give 92.7, 769.6, 95.4 and 346.5 with this prefill
 (within 2.2 %), and fit within 1 % only if prefill were free.
 
-Break-even (reference 3.2): ``T_cycle(B) / T_step(B)`` is 1.92 at ``B = 1`` (tau 2.0 wins by
+Break-even (``docs/emulator.md``): ``T_cycle(B) / T_step(B)`` is 1.92 at ``B = 1`` (tau 2.0 wins by
 4 %) and 3.82 at ``B = 48`` (tau 2.0 then delivers 52 % of a baseline decoding the same 48
 requests: 360 against 689 tok/s; at C=250 the baseline also runs all 250 at once).
 """
