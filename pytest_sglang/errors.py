@@ -1,22 +1,9 @@
 """Exception types raised by pytest-sglang.
 
-The tree::
-
-    SGLangError                      base of everything the plugin raises on purpose
-    ├── ServerNotReady               the readiness gate failed (phase, last response, elapsed)
-    │   ├── SchemaMismatch           a response broke its JSON Schema (carries the JSON path)
-    │   └── IdentityMismatch         the server serves another model or configuration
-    │   └── ServerExited             a launched server's process died (exit code, log tail, hints)
-    ├── ServerUnavailable            no server is configured for what the test asked for
-    ├── GpuUnavailable               GPU state cannot be read here (a skip reason)
-    ├── GpuNotClean                  pre-flight: the GPUs a launch needs are held by processes
-    ├── GpuMemoryNotReleased         post-flight: memory not back to the baseline after teardown
-    ├── ServerLeftovers              teardown found processes of ours that outlived the server
-    └── ComparisonRefused            two measurements cannot be compared (workloads differ...)
-
-    AssertionError
-    ├── PerformanceAssertionError    a verdict failed: the runs show the claim is false
-    └── Inconclusive                 the runs cannot decide (with what would decide them)
+Everything the plugin raises on purpose derives from :class:`SGLangError`, except the
+verdicts: :class:`PerformanceAssertionError` and :class:`Inconclusive` derive from
+:class:`AssertionError`, so pytest reports them as failed assertions. Each class's docstring
+says when it is raised.
 
 Configuration mistakes (bad option values) are reported with :class:`pytest.UsageError`
 instead, so pytest stops before collecting anything.

@@ -138,16 +138,20 @@ class Bench:
         record: Callable[[BenchResult, SGLangServer | None], None] = lambda result, server: None,
         progress: Callable[[str], None] = lambda message: None,
         generator_options: dict[str, Any] | None = None,
+        unavailable: Callable[[str], NoReturn] | None = None,
+        failure: Callable[[str], NoReturn] | None = None,
+        shared: Bench | None = None,
     ) -> None:
         self.pool = pool
         self._record = record
         self._progress = progress
         self._options = generator_options or {}
-        self._cache: dict[_Key, BenchResult] = {}
-        self._on_unavailable: Callable[[str], NoReturn] | None = None
-        self._on_failure: Callable[[str], NoReturn] | None = None
+        # A view (``with_recorder``) shares its origin's cache and handles: one session cache.
+        self._cache: dict[_Key, BenchResult] = {} if shared is None else shared._cache
         # The server each result was measured on, for the report (without relaunching it).
-        self._handles: dict[str, SGLangServer] = {}
+        self._handles: dict[str, SGLangServer] = {} if shared is None else shared._handles
+        self._on_unavailable = unavailable
+        self._on_failure = failure
 
     def with_recorder(
         self,
@@ -162,13 +166,15 @@ class Bench:
         failed (the fixture fails the test with the message alone); without them the errors
         propagate.
         """
-        view = Bench(self.pool, record=record, progress=self._progress,
-                     generator_options=self._options)  # fmt: skip
-        view._cache = self._cache
-        view._handles = self._handles
-        view._on_unavailable = unavailable
-        view._on_failure = failure
-        return view
+        return Bench(
+            self.pool,
+            record=record,
+            progress=self._progress,
+            generator_options=self._options,
+            unavailable=unavailable,
+            failure=failure,
+            shared=self,
+        )
 
     def _server(self, name: str) -> SGLangServer:
         from pytest_sglang.errors import ServerUnavailable, SGLangError
