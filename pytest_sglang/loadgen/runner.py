@@ -21,9 +21,26 @@ Each run sends its warm-up requests first (closed loop, excluded from the metric
 them, then the measured ones. Every request sent gets a record: HTTP errors, transport
 errors, malformed or incomplete streams and timeouts are failed records, never dropped.
 A request is bounded by ``request_timeout`` seconds in all (a stream that trickles ends
-there), and a stream by ``stall_timeout`` seconds without a new token once its first token
-has arrived (:mod:`~pytest_sglang.loadgen.watchdog`; the wait for the first token may be a
-queue, so only ``request_timeout`` bounds it).
+there), a stream by ``stall_timeout`` seconds without a new token once its first token
+has arrived, and the wait for the first token by ``first_token_timeout`` seconds during which
+the whole run received no token (:mod:`~pytest_sglang.loadgen.watchdog`: a queued request
+waits while others stream; on a frozen server nobody gets a token).
+
+Frozen or vanished servers: after ``max_consecutive_failures`` requests in a row ended without
+an answer (a transport failure or a timeout; an HTTP error is an answer), the run stops
+sending, lets the requests in flight end, and raises :class:`ServerStoppedAnswering`, which
+says how many requests were never sent (no record is made up for them) and carries the
+records of those that were.
+
+Connections: a request that fails on a *reused* pooled connection before any byte of
+response is sent again, once, on a fresh connection (``RequestRecord.retries``). Servers
+close idle keep-alive connections, and some close the connection after every streamed
+response while still advertising keep-alive (llama.cpp's server, proxies, servers with a
+``max`` keep-alive count); a closed loop reuses the connection the moment the stream ends,
+before the close arrives, and the write fails. That is the client's problem, not a server
+failure. A failure after response bytes arrived, or on a fresh connection, is never retried:
+it is the server's. After the first such retry, or a response that says
+``Connection: close``, the run stops reusing connections (a fresh one per request).
 
 Send time: a record's ``sent`` is when aiohttp handed the request's bytes to the socket (its
 ``on_request_chunk_sent`` trace signal, which fires right before the write), not when the
@@ -39,10 +56,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import errno
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Literal, TypeVar
 
@@ -51,6 +68,7 @@ import httpx
 from httpx_aiohttp import AiohttpTransport
 
 from pytest_sglang.config.defaults import DEFAULT_REQUEST_TIMEOUT, DEFAULT_STALL_TIMEOUT
+from pytest_sglang.errors import SGLangError
 from pytest_sglang.loadgen.progress import ProgressCallback, ProgressTicker, Tally, no_progress
 from pytest_sglang.loadgen.prompts import PATHS, encoded_bodies
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
@@ -64,7 +82,21 @@ from pytest_sglang.loadgen.streams import (
 from pytest_sglang.loadgen.watchdog import StallWatchdog
 from pytest_sglang.loadgen.workload import DEFAULT_WARMUP_CAP, Workload
 
-__all__ = ["DEFAULT_REQUEST_TIMEOUT", "DEFAULT_STALL_TIMEOUT", "LoadGenerator", "run_blocking"]
+__all__ = [
+    "DEFAULT_FIRST_TOKEN_TIMEOUT",
+    "DEFAULT_MAX_CONSECUTIVE_FAILURES",
+    "DEFAULT_REQUEST_TIMEOUT",
+    "DEFAULT_STALL_TIMEOUT",
+    "LoadGenerator",
+    "ServerStoppedAnswering",
+    "run_blocking",
+]
+
+#: Seconds a request may wait for its first token while the run receives no token at all.
+#: Measured (``benchmarks/queue_wait.py``): see :class:`LoadGenerator`.
+DEFAULT_FIRST_TOKEN_TIMEOUT = 90.0
+#: Requests in a row that ended without an answer before a run gives up on the server.
+DEFAULT_MAX_CONSECUTIVE_FAILURES = 8
 
 T = TypeVar("T")
 
@@ -72,9 +104,21 @@ T = TypeVar("T")
 Bodies = list[bytes]
 
 
-#: The record of the request the current task is sending. aiohttp writes a request's body
-#: in a task it creates from the sending task, so the trace signal below sees it too.
-_SENDING: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
+class _Attempt:
+    """One attempt to send a request: its record, and whether it got a pooled connection."""
+
+    __slots__ = ("close", "record", "reused")
+
+    def __init__(self, record: RequestRecord) -> None:
+        self.record = record
+        self.reused = False
+        #: The response said ``Connection: close``.
+        self.close = False
+
+
+#: The attempt the current task is sending. aiohttp writes a request's body in a task it
+#: creates from the sending task, so the trace signals below see it too.
+_SENDING: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar(
     "pytest_sglang_sending", default=None
 )
 
@@ -83,17 +127,40 @@ async def _stamp_bytes_written(
     session: aiohttp.ClientSession, context: SimpleNamespace, params: object
 ) -> None:
     """Stamp the request's send time: aiohttp is about to write its body to the socket."""
-    record = _SENDING.get()
+    attempt = _SENDING.get()
     # The first body chunk only (the head goes out with it): later chunks of a long body
     # must not move the start of the clock.
-    if record is not None and record.sent == record.started:
-        record.sent = time.perf_counter()
+    if attempt is not None and attempt.record.sent == attempt.record.started:
+        attempt.record.sent = time.perf_counter()
+
+
+async def _mark_reused(
+    session: aiohttp.ClientSession, context: SimpleNamespace, params: object
+) -> None:
+    """Mark the attempt: the pool handed it a connection an earlier request used."""
+    attempt = _SENDING.get()
+    if attempt is not None:
+        attempt.reused = True
 
 
 def _wire_trace() -> aiohttp.TraceConfig:
     trace = aiohttp.TraceConfig()
     trace.on_request_chunk_sent.append(_stamp_bytes_written)
+    trace.on_connection_reuseconn.append(_mark_reused)
     return trace
+
+
+class ServerStoppedAnswering(SGLangError):
+    """A run gave up: the server stopped answering (consecutive transport failures/timeouts).
+
+    ``run`` holds the records of the requests that were sent (none is made up for the
+    others); ``unsent`` is how many were never sent.
+    """
+
+    def __init__(self, message: str, run: LoadRun, unsent: int) -> None:
+        super().__init__(message)
+        self.run = run
+        self.unsent = unsent
 
 
 class LoadGenerator:
@@ -107,6 +174,19 @@ class LoadGenerator:
     :param stall_timeout: seconds a stream may go without a new token, once its first token
         arrived, before the request is recorded as failed (stalled); ``None`` leaves only
         ``request_timeout``.
+    :param first_token_timeout: seconds a streamed request may wait for its first token while
+        the whole run receives no token; ``None`` leaves only ``request_timeout``. The default,
+        90 s, is measured, with margin. On the emulator with EAGLE-3 under its default cap
+        of 48 running requests, a closed loop at C=250 (500 requests, 32 tokens in, 256 out,
+        ``benchmarks/queue_wait.py`` at speed-up 10, scaled back) queued requests for up to
+        171 s real time before their first token (p50 139 s): a per-request limit would have
+        to exceed that, and would then hold every request to a frozen server for minutes.
+        But in that run the client never went more than 2.5 s real time without a token for
+        some request (the longest silence, the first prefill included): 90 s is 36 times
+        that. Only a frozen or dead server is silent for 90 s.
+    :param max_consecutive_failures: after this many requests in a row ended without an answer
+        (transport failure or timeout), stop sending and raise :class:`ServerStoppedAnswering`;
+        ``None`` tries every request.
     :param connect_timeout: seconds to open a connection.
     :param progress: called with ``(done, total, output_tokens, elapsed)`` at most every
         ``progress_interval`` seconds during a run, and once at its end.
@@ -121,6 +201,8 @@ class LoadGenerator:
         model: str = "default",
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
+        first_token_timeout: float | None = DEFAULT_FIRST_TOKEN_TIMEOUT,
+        max_consecutive_failures: int | None = DEFAULT_MAX_CONSECUTIVE_FAILURES,
         connect_timeout: float = 30.0,
         progress: ProgressCallback = no_progress,
         progress_interval: float = 1.0,
@@ -128,6 +210,7 @@ class LoadGenerator:
         for name, value in (
             ("request_timeout", request_timeout),
             ("stall_timeout", stall_timeout),
+            ("first_token_timeout", first_token_timeout),
             ("connect_timeout", connect_timeout),
             ("progress_interval", progress_interval),
         ):
@@ -137,6 +220,12 @@ class LoadGenerator:
         self.model = model
         self.request_timeout = float(request_timeout)
         self.stall_timeout = None if stall_timeout is None else float(stall_timeout)
+        self.first_token_timeout = (
+            None if first_token_timeout is None else float(first_token_timeout)
+        )
+        if max_consecutive_failures is not None:
+            _check_count("max_consecutive_failures", max_consecutive_failures)
+        self.max_consecutive_failures = max_consecutive_failures
         # identity: a compressed event stream would cost both sides CPU for nothing, and lets
         # the body be read raw, without httpx's decoder layer on every chunk.
         self._headers = {
@@ -165,13 +254,8 @@ class LoadGenerator:
         _check_count("concurrency", concurrency)
         warmup = workload.warmup_for(concurrency)
 
-        async def measured(
-            client: httpx.AsyncClient,
-            records: list[RequestRecord],
-            state: _RunState,
-            bodies: Bodies,
-        ) -> None:
-            await self._closed(client, workload, records, concurrency, state, bodies)
+        async def measured(records: list[RequestRecord], state: _RunState, bodies: Bodies) -> None:
+            await self._closed(workload, records, concurrency, state, bodies)
 
         return await self._run(
             workload,
@@ -212,13 +296,8 @@ class LoadGenerator:
         # Fully open: every request may be in flight at once, so the pool must not queue them.
         slots = max_concurrency or max(workload.requests, warmup)
 
-        async def measured(
-            client: httpx.AsyncClient,
-            records: list[RequestRecord],
-            state: _RunState,
-            bodies: Bodies,
-        ) -> None:
-            await self._open(client, workload, records, offsets, max_concurrency, state, bodies)
+        async def measured(records: list[RequestRecord], state: _RunState, bodies: Bodies) -> None:
+            await self._open(workload, records, offsets, max_concurrency, state, bodies)
 
         return await self._run(
             workload,
@@ -272,12 +351,19 @@ class LoadGenerator:
 
     # -- internals -------------------------------------------------------------------------
 
-    def client(self, connections: int) -> httpx.AsyncClient:
-        """Return an httpx client on the aiohttp transport with a pool of ``connections``."""
+    def client(self, connections: int, *, reuse: bool = True) -> httpx.AsyncClient:
+        """Return an httpx client on the aiohttp transport with a pool of ``connections``.
+
+        ``reuse=False`` opens a fresh connection for every request and closes it after.
+        """
 
         def session() -> aiohttp.ClientSession:
             # What AiohttpTransport builds from httpx.Limits, plus the send-time trace.
-            connector = aiohttp.TCPConnector(limit=connections, keepalive_timeout=5.0)
+            connector = (
+                aiohttp.TCPConnector(limit=connections, keepalive_timeout=5.0)
+                if reuse
+                else aiohttp.TCPConnector(limit=connections, force_close=True)
+            )
             return aiohttp.ClientSession(connector=connector, trace_configs=[_wire_trace()])
 
         # trust_env=False: an HTTP(S)_PROXY in the environment would route a load test through
@@ -298,9 +384,7 @@ class LoadGenerator:
         warmup: int,
         warmup_concurrency: int,
         connections: int,
-        measured: Callable[
-            [httpx.AsyncClient, list[RequestRecord], _RunState, Bodies], Awaitable[None]
-        ],
+        measured: Callable[[list[RequestRecord], _RunState, Bodies], Awaitable[None]],
         mode: Literal["closed", "open"],
         concurrency: int | None = None,
         rate: float | None = None,
@@ -315,28 +399,31 @@ class LoadGenerator:
         warm_bodies = encoded_bodies(workload, salt + "/warmup", len(warm), model=self.model)
         main_bodies = encoded_bodies(workload, salt + "/measured", len(main), model=self.model)
         tally = Tally(len(warm) + len(main))
-        watchdog = StallWatchdog(self.stall_timeout) if self.stall_timeout else None
-        state = _RunState(tally, watchdog)
+        timeouts = (self.stall_timeout, self.first_token_timeout)
+        watchdog = StallWatchdog(*timeouts) if any(timeouts) else None
+        state = _RunState(self, connections, tally, watchdog)
         started = time.perf_counter()
         ticker = ProgressTicker(self._progress, tally, started, self._progress_interval)
         ticker.start()
         watching = asyncio.create_task(watchdog.run()) if watchdog else None
         try:
-            async with self.client(connections) as client:
-                if warm:
-                    await self._closed(
-                        client, workload, warm, warmup_concurrency, state, warm_bodies
-                    )
-                await measured(client, main, state, main_bodies)
+            if warm:
+                await self._closed(workload, warm, warmup_concurrency, state, warm_bodies)
+            if state.aborted is None:
+                await measured(main, state, main_bodies)
         finally:
             await ticker.stop()
             if watching is not None:
                 watching.cancel()
                 await asyncio.gather(watching, return_exceptions=True)
-        return LoadRun(
+            await state.close()
+        # Requests never sent have no record: a made-up failure would count against the
+        # server as if it had been asked.
+        sent = [r for r in warm + main if r.end is not None]
+        run = LoadRun(
             workload=workload,
             mode=mode,
-            records=tuple(warm + main),
+            records=tuple(sent),
             started=started,
             concurrency=concurrency,
             rate=rate,
@@ -344,10 +431,18 @@ class LoadGenerator:
             max_concurrency=max_concurrency,
             repeat=repeat,
         )
+        if state.aborted is not None:
+            unsent = len(warm) + len(main) - len(sent)
+            raise ServerStoppedAnswering(
+                f"{state.aborted}; the run was stopped with {unsent} of "
+                f"{len(warm) + len(main)} requests not sent ({len(sent)} sent)",
+                run,
+                unsent,
+            )
+        return run
 
     async def _closed(
         self,
-        client: httpx.AsyncClient,
         workload: Workload,
         records: list[RequestRecord],
         concurrency: int,
@@ -360,13 +455,14 @@ class LoadGenerator:
             # One shared iterator: each worker takes the next request as soon as its
             # previous one is done, which keeps exactly `concurrency` in flight.
             for record in pending:
-                await self._send(client, workload, record, bodies[record.index], state)
+                if state.aborted is not None:
+                    return
+                await self._send(workload, record, bodies[record.index], state)
 
         await asyncio.gather(*(worker() for _ in range(min(concurrency, len(records)))))
 
     async def _open(
         self,
-        client: httpx.AsyncClient,
         workload: Workload,
         records: list[RequestRecord],
         offsets: list[float],
@@ -378,10 +474,11 @@ class LoadGenerator:
 
         async def send(record: RequestRecord, body: bytes) -> None:
             if slots is None:
-                await self._send(client, workload, record, body, state)
+                await self._send(workload, record, body, state)
                 return
             async with slots:
-                await self._send(client, workload, record, body, state)
+                if state.aborted is None:
+                    await self._send(workload, record, body, state)
 
         tasks: list[asyncio.Task[None]] = []
         origin = time.perf_counter()
@@ -390,13 +487,14 @@ class LoadGenerator:
             delay = due - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
+            if state.aborted is not None:
+                break
             record.scheduled = due
             tasks.append(asyncio.create_task(send(record, bodies[record.index])))
         await asyncio.gather(*tasks)
 
     async def _send(
         self,
-        client: httpx.AsyncClient,
         workload: Workload,
         record: RequestRecord,
         body: bytes,
@@ -404,18 +502,29 @@ class LoadGenerator:
     ) -> None:
         tally, watchdog = state.tally, state.watchdog
         parser = stream_parser(workload.endpoint, record, tally) if workload.stream else None
+        # Whether the request ended without an answer from the server (see _RunState.settle).
+        unanswered = False
         try:
             async with asyncio.timeout(self.request_timeout) as deadline:
                 if watchdog is not None and parser is not None:
                     watchdog.watch(record, deadline)
-                await self._exchange(client, workload, record, body, parser)
+                await self._attempts(workload, record, body, parser, state)
         except TimeoutError:
-            if watchdog is not None and watchdog.stalled(record):
+            unanswered = True
+            expiry = watchdog.expired(record) if watchdog is not None else None
+            if expiry == "stall" and watchdog is not None:
                 _fail(
                     record,
                     f"stalled: no new token for {watchdog.stall_timeout:g} s after "
                     f"{len(record.chunk_times)} token chunks (stall_timeout; "
                     "--sglang-stall-timeout under pytest)",
+                )
+            elif expiry == "first_token":
+                _fail(
+                    record,
+                    f"timed out waiting for the first token: no token for "
+                    f"{self.first_token_timeout:g} s, for this request or any other "
+                    f"(first_token_timeout; HTTP status {record.status})",
                 )
             else:
                 _fail(
@@ -425,6 +534,7 @@ class LoadGenerator:
                     f"{len(record.chunk_times)} token chunks had arrived",
                 )
         except Exception as exc:  # recorded, never raised: the run keeps every request
+            unanswered = record.status is None
             _fail(record, _describe(exc))
         finally:
             if watchdog is not None:
@@ -434,21 +544,63 @@ class LoadGenerator:
             if parser is None and record.ok:
                 tally.tokens += record.output_tokens or 0  # streams count as chunks arrive
             tally.done += 1
+            state.settle(record, unanswered)
+
+    async def _attempts(
+        self,
+        workload: Workload,
+        record: RequestRecord,
+        body: bytes,
+        parser: StreamParser | None,
+        state: _RunState,
+    ) -> None:
+        """Send the request; once more on a fresh connection if a reused one was dead."""
+        attempt = _Attempt(record)
+        try:
+            await self._exchange(state.client(), workload, attempt, body, parser)
+            if attempt.close:
+                state.stop_reuse()
+        except Exception as exc:
+            # Only a failure before any response byte, on a connection an earlier request
+            # had used: the server closed it while it idled in the pool. Anything else (a
+            # response began, a fresh connection failed) is the server's and is recorded.
+            if not (
+                attempt.reused
+                and record.status is None
+                and not record.chunk_times
+                and _connection_lost(exc)
+            ):
+                raise
+            first = _describe(exc)
+            record.retries += 1
+            state.stale_connection()
+            try:
+                await self._exchange(state.client(fresh=True), workload, _Attempt(record), body,
+                                     parser)  # fmt: skip
+            except Exception as retry_exc:
+                raise _RetryFailed(
+                    f"{_describe(retry_exc)} (on a fresh connection, after the pooled one "
+                    f"failed: {first})"
+                ) from retry_exc
 
     async def _exchange(
         self,
         client: httpx.AsyncClient,
         workload: Workload,
-        record: RequestRecord,
+        attempt: _Attempt,
         body: bytes,
         parser: StreamParser | None,
     ) -> None:
+        record = attempt.record
+        # A retry starts the clocks again: the dead connection was the client's time.
         record.started = record.sent = time.perf_counter()
-        # Seen by `_stamp_bytes_written` in the body-writing task aiohttp starts from this one;
-        # the task sends one request at a time, so the next request simply replaces it.
-        _SENDING.set(record)
+        # Seen by the trace signals in the tasks aiohttp starts from this one; the task sends
+        # one request at a time, so the next attempt simply replaces it.
+        _SENDING.set(attempt)
         async with client.stream("POST", PATHS[workload.endpoint], content=body) as response:
             record.status = response.status_code
+            if response.headers.get("connection", "").lower() == "close":
+                attempt.close = True
             if response.status_code >= 300:
                 content = await response.aread()
                 record.end = time.perf_counter()
@@ -488,12 +640,72 @@ def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
         return worker.submit(asyncio.run, coroutine).result()
 
 
-@dataclass(frozen=True)
 class _RunState:
-    """What every request of one run shares: the progress counts and the stall watchdog."""
+    """What every request of one run shares: progress, watchdog, clients, failure streak."""
 
-    tally: Tally
-    watchdog: StallWatchdog | None
+    def __init__(
+        self,
+        generator: LoadGenerator,
+        connections: int,
+        tally: Tally,
+        watchdog: StallWatchdog | None,
+    ) -> None:
+        self.tally = tally
+        self.watchdog = watchdog
+        self._generator = generator
+        self._connections = connections
+        self._pooled: httpx.AsyncClient | None = None
+        self._fresh: httpx.AsyncClient | None = None
+        #: False once the server was seen closing connections: a fresh one per request.
+        self.reuse = True
+        #: Requests in a row that ended without an answer.
+        self.streak = 0
+        self._last_error: str | None = None
+        #: Why the run stopped sending; ``None`` while it runs.
+        self.aborted: str | None = None
+
+    def client(self, *, fresh: bool = False) -> httpx.AsyncClient:
+        """Return the pooled client, or the one that opens a fresh connection per request."""
+        if fresh or not self.reuse:
+            if self._fresh is None:
+                self._fresh = self._generator.client(self._connections, reuse=False)
+            return self._fresh
+        if self._pooled is None:
+            self._pooled = self._generator.client(self._connections)
+        return self._pooled
+
+    def stale_connection(self) -> None:
+        """Note a pooled connection the server had closed: reuse none from now on."""
+        self.stop_reuse()
+
+    def stop_reuse(self) -> None:
+        """Send every later request of the run on a fresh connection."""
+        self.reuse = False
+
+    def settle(self, record: RequestRecord, unanswered: bool) -> None:
+        """Count a finished request towards (or reset) the unanswered streak."""
+        if not unanswered:
+            self.streak = 0
+            return
+        self.streak += 1
+        self._last_error = record.error
+        limit = self._generator.max_consecutive_failures
+        if limit is not None and self.streak >= limit and self.aborted is None:
+            self.aborted = (
+                f"the server stopped answering: {self.streak} consecutive transport "
+                f"failures/timeouts (max_consecutive_failures={limit}; last: "
+                f"{self._last_error})"
+            )
+
+    async def close(self) -> None:
+        """Close the run's clients."""
+        for client in (self._pooled, self._fresh):
+            if client is not None:
+                await client.aclose()
+
+
+class _RetryFailed(Exception):
+    """The retry on a fresh connection failed too; the message names both failures."""
 
 
 def _records(workload: Workload, count: int, *, warmup: bool) -> list[RequestRecord]:
@@ -515,13 +727,51 @@ def _fail(record: RequestRecord, message: str) -> None:
         record.error = message
 
 
+def _connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection was lost (not a timeout, not a protocol error)."""
+    cause = exc.__cause__ or exc
+    if isinstance(cause, aiohttp.ClientConnectorError):
+        return False  # could not connect at all: not a stale pooled connection
+    return isinstance(
+        cause, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError | ConnectionError
+    )
+
+
 def _describe(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".rstrip(": ")
+    """Name a transport failure by its real cause, then quote the exception chain.
+
+    httpx-aiohttp maps aiohttp's exceptions onto httpx's loosely (a dropped connection
+    becomes ``ConnectTimeout``): the kind is read from the original exception.
+    """
+    if isinstance(exc, _RetryFailed):
+        return str(exc)
     cause = exc.__cause__
-    # httpx-aiohttp maps aiohttp's exceptions onto httpx's, sometimes loosely (a dropped
-    # connection becomes ConnectTimeout): the original says what really happened.
+    root = cause if cause is not None else exc
+    detail = f"{type(exc).__name__}: {exc}".rstrip(": ")
     if cause is not None and str(cause) != str(exc):
-        text += f" (from {type(cause).__name__}: {cause})"
+        detail += f" (from {type(cause).__name__}: {cause})"
     elif cause is not None:
-        text += f" (from {type(cause).__name__})"
-    return text
+        detail += f" (from {type(cause).__name__})"
+    return f"{_transport_kind(root)}: {detail}"
+
+
+def _transport_kind(exc: BaseException) -> str:
+    os_error = getattr(exc, "os_error", None)  # aiohttp.ClientConnectorError
+    errors = [exc, os_error, exc.__cause__, exc.__context__]
+    if any(isinstance(e, ConnectionRefusedError) for e in errors):
+        return "connection refused"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return "cannot connect"
+    if any(isinstance(e, ConnectionResetError) for e in errors) or (
+        isinstance(exc, OSError) and exc.errno == errno.ECONNRESET
+    ):
+        return "connection reset"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "server closed the connection"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return "response cut"
+    if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError | httpx.TimeoutException):
+        return "timed out"
+    if isinstance(exc, aiohttp.ClientOSError | ConnectionError):
+        return "connection lost"
+    return "transport error"

@@ -1,38 +1,59 @@
-"""The stall watchdog: ends streams that stopped sending tokens, at no cost per token.
+"""The watchdog: ends streams that stopped sending tokens, at no cost per token.
 
 A per-read timeout would put a timer on every chunk of every stream, on the hot path the
-client-efficiency benchmark measures. Instead one task wakes a few times per
-``stall_timeout``, looks at the last token chunk of each request in flight, and expires the
-deadline (an :func:`asyncio.timeout`) of those silent for longer than ``stall_timeout``.
+client-efficiency benchmark measures. Instead one task wakes a few times per timeout, looks at
+the last token chunk of each request in flight, and expires the deadline (an
+:func:`asyncio.timeout`) of those that waited too long:
 
-Only silence after the first token is a stall. Before it, a request may be waiting in the
-server's queue (at high concurrency, for as long as it takes earlier requests to finish):
-that time is bounded by the request timeout alone.
+- a stall: a stream silent for longer than ``stall_timeout`` after its first token;
+- no first token: a request that waited ``first_token_timeout`` for its first token while the
+  whole run received no token either. Before its first token a request may be waiting in the
+  server's queue, at high concurrency for as long as it takes earlier requests to finish: a
+  queue moves, so tokens keep arriving for the others. A frozen server sends nothing to
+  anyone. Counting the run's silence rather than the request's age lets the timeout be short
+  without ever cutting a queued request of a working server
+  (``benchmarks/queue_wait.py`` measures both; see ``LoadGenerator``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from typing import Literal
 
 from pytest_sglang.loadgen.records import RequestRecord
 
 __all__ = ["StallWatchdog"]
 
-#: Checks per stall timeout: a stall is noticed at most a quarter of the timeout late.
+#: Checks per timeout: a stall is noticed at most a quarter of the timeout late.
 _CHECKS_PER_TIMEOUT = 4
 _MAX_CHECK_INTERVAL = 1.0
 
+#: Why the watchdog expired a request's deadline.
+Expiry = Literal["stall", "first_token"]
+
 
 class StallWatchdog:
-    """Expire the deadline of every watched request silent for ``stall_timeout`` seconds."""
+    """Expire the deadline of every watched request that stalled or got no first token.
 
-    def __init__(self, stall_timeout: float) -> None:
+    :param stall_timeout: seconds a stream may go without a new token after its first one;
+        ``None``: no limit.
+    :param first_token_timeout: seconds a request may wait for its first token while the run
+        receives no token at all; ``None``: no limit.
+    """
+
+    def __init__(
+        self, stall_timeout: float | None, first_token_timeout: float | None = None
+    ) -> None:
         self.stall_timeout = stall_timeout
-        self.interval = min(_MAX_CHECK_INTERVAL, stall_timeout / _CHECKS_PER_TIMEOUT)
+        self.first_token_timeout = first_token_timeout
+        limits = [t for t in (stall_timeout, first_token_timeout) if t]
+        self.interval = min([_MAX_CHECK_INTERVAL, *(t / _CHECKS_PER_TIMEOUT for t in limits)])
         # Keyed by id(): records are mutable dataclasses, compared by value, not hashable.
         self._watched: dict[int, tuple[RequestRecord, asyncio.Timeout]] = {}
-        self._stalled: set[int] = set()
+        self._expired: dict[int, Expiry] = {}
+        #: The latest token chunk of any request of the run (``perf_counter``).
+        self.last_token = float("-inf")
 
     def watch(self, record: RequestRecord, deadline: asyncio.Timeout) -> None:
         """Watch ``record`` until :meth:`forget`; ``deadline`` is expired if it stalls."""
@@ -41,25 +62,46 @@ class StallWatchdog:
     def forget(self, record: RequestRecord) -> None:
         """Stop watching ``record`` (its request ended)."""
         self._watched.pop(id(record), None)
+        if record.chunk_times and record.chunk_times[-1] > self.last_token:
+            self.last_token = record.chunk_times[-1]
 
     def stalled(self, record: RequestRecord) -> bool:
-        """Whether this watchdog expired ``record``'s deadline."""
-        return id(record) in self._stalled
+        """Whether this watchdog expired ``record``'s deadline as a stall."""
+        return self._expired.get(id(record)) == "stall"
+
+    def expired(self, record: RequestRecord) -> Expiry | None:
+        """Why this watchdog expired ``record``'s deadline; ``None`` when it did not."""
+        return self._expired.get(id(record))
 
     def check(self, now: float) -> None:
-        """Expire the deadlines of requests whose last token chunk is older than the timeout.
+        """Expire the deadlines of requests that stalled or waited too long for a token.
 
         ``now`` is a ``time.perf_counter()`` reading, the clock of the records' chunk times.
         """
         loop = asyncio.get_running_loop()
-        for key, (record, deadline) in list(self._watched.items()):
-            if key in self._stalled or not record.chunk_times:
+        watched = list(self._watched.items())
+        latest = self.last_token
+        for _, (record, _) in watched:
+            if record.chunk_times and record.chunk_times[-1] > latest:
+                latest = record.chunk_times[-1]
+        self.last_token = latest
+        stall, first = self.stall_timeout, self.first_token_timeout
+        for key, (record, deadline) in watched:
+            if key in self._expired:
                 continue
-            if now - record.chunk_times[-1] > self.stall_timeout:
-                self._stalled.add(key)
-                # The deadline fires on the loop's next turn and cancels the request's task;
-                # asyncio.timeout turns that into TimeoutError, as for the request timeout.
-                deadline.reschedule(loop.time())
+            if record.chunk_times:
+                if stall and now - record.chunk_times[-1] > stall:
+                    self._expire(key, "stall", deadline, loop)
+            elif first and now - max(record.sent, latest) > first:
+                self._expire(key, "first_token", deadline, loop)
+
+    def _expire(
+        self, key: int, why: Expiry, deadline: asyncio.Timeout, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self._expired[key] = why
+        # The deadline fires on the loop's next turn and cancels the request's task;
+        # asyncio.timeout turns that into TimeoutError, as for the request timeout.
+        deadline.reschedule(loop.time())
 
     async def run(self) -> None:
         """Check every :attr:`interval` seconds until cancelled."""

@@ -1,0 +1,114 @@
+"""The load generator against small servers with real servers' habits (``tests/servers``):
+closing after every stream, usage on the finish chunk, cut streams, frozen, absent."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from pytest_sglang.loadgen.runner import LoadGenerator, ServerStoppedAnswering
+from pytest_sglang.loadgen.workload import Workload
+from pytest_sglang.measure.measurement import measure
+from tests.servers.process import free_port, running_server
+
+OUTPUT_LEN = 16
+
+
+def workload(endpoint: str, requests: int = 24) -> Workload:
+    return Workload(input_len=8, output_len=OUTPUT_LEN, requests=requests, warmup=0,
+                    endpoint=endpoint)  # fmt: skip
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+@pytest.mark.parametrize("concurrency", [1, 8, 32])
+def test_close_after_every_stream_is_not_a_server_failure(endpoint: str, concurrency: int) -> None:
+    requests = max(24, 2 * concurrency)
+    # 5 ms a token: requests long enough that a fresh connection per request (loopback,
+    # ~0.2 ms) is a small part of the client's gap between one request and the next.
+    with running_server("openai_like", "--close-after-stream", "--token-ms", "5") as server:
+        run = LoadGenerator(server.url).run_closed_loop(workload(endpoint, requests), concurrency)
+        stats = server.stats()
+    m = measure(run)
+    assert m.failed == 0, m.errors
+    assert m.valid, [c for c in m.checks if c.passed is False]
+    # The server's own count of the tokens it streamed equals the client's.
+    assert m.output_tokens == stats["completion_tokens"] == requests * OUTPUT_LEN
+    # The stale attempts never reached the server's request handling: each request once.
+    assert stats["requests"] == requests
+    retried = sum(r.retries for r in run.records)
+    # Dead pooled connections were met (the loop reuses a connection at once), retried once
+    # each, and reuse stopped: at most one wave of retries.
+    assert 1 <= retried <= concurrency, [r.error for r in run.records]
+    assert m.check("connection_retries").detail.startswith(f"{retried} of {requests}")
+
+
+def test_a_stream_cut_after_bytes_arrived_is_never_retried() -> None:
+    with running_server("openai_like", "--cut-after", "3") as server:
+        run = LoadGenerator(server.url, max_consecutive_failures=None).run_closed_loop(
+            workload("completions", 4), 1
+        )
+        stats = server.stats()
+    assert all(not r.ok and r.retries == 0 for r in run.records)
+    assert stats["requests"] == 4  # each request was sent once
+    assert all(r.error and r.error.startswith("response cut") for r in run.records), [
+        r.error for r in run.records
+    ]
+
+
+def test_connection_refused_is_named_and_not_retried() -> None:
+    port = free_port()  # nothing listens there
+    generator = LoadGenerator(f"http://127.0.0.1:{port}", max_consecutive_failures=None)
+    run = generator.run_closed_loop(workload("completions", 3), 1)
+    for record in run.records:
+        assert record.error is not None and record.error.startswith("connection refused: ")
+        assert record.retries == 0 and record.status is None
+    detail = measure(run).check("no_failed_requests").detail
+    assert "3 x connection refused" in detail
+
+
+def test_usage_on_the_finish_chunk_counts_the_right_tokens() -> None:
+    with running_server("openai_like", "--usage", "finish") as server:
+        run = LoadGenerator(server.url).run_closed_loop(workload("completions", 16), 4)
+        stats = server.stats()
+    m = measure(run)
+    assert m.valid, [c for c in m.checks if c.passed is False]
+    assert m.output_tokens == stats["completion_tokens"]
+    itl = m.itl
+    assert itl is not None and itl.p50 > 0.0001  # no giant usage "chunk" with a ~0 gap
+
+
+def test_text_with_no_countable_tokens_makes_the_run_invalid() -> None:
+    with running_server("openai_like", "--stuck-usage", "--usage", "running") as server:
+        run = LoadGenerator(server.url).run_closed_loop(workload("completions", 4), 2)
+    m = measure(run)
+    assert m.check("tokens_counted").passed is False
+    assert not m.valid
+
+
+def test_a_frozen_server_ends_the_run_with_a_clear_message() -> None:
+    generator = LoadGenerator(
+        "http://127.0.0.1:1",  # replaced below
+        first_token_timeout=1.0,
+        stall_timeout=1.0,
+        max_consecutive_failures=4,
+    )
+    with running_server("openai_like", "--token-ms", "20") as server:
+        generator.url = server.url
+        os.kill(server.process.pid, signal.SIGSTOP)
+        began = time.monotonic()
+        with pytest.raises(ServerStoppedAnswering) as caught:
+            generator.run_closed_loop(workload("completions", 40), 2)
+        elapsed = time.monotonic() - began
+    message = str(caught.value)
+    assert message.startswith("the server stopped answering: 4 consecutive transport failures")
+    assert "timed out waiting for the first token" in message
+    # The 4th failure stops the run; a request taken by a worker freed a moment before is
+    # the most that can have gone out after it.
+    sent = len(caught.value.run.records)  # no record made up for the unsent ones
+    assert 4 <= sent <= 4 + 2
+    assert caught.value.unsent == 40 - sent
+    assert f"{40 - sent} of 40 requests not sent ({sent} sent)" in message
+    assert elapsed < 10
