@@ -8,34 +8,22 @@ faults on request (``--emulator-fault NAME``). It imports nothing from the rest 
 ``pytest_sglang``: the plugin starts it as a process and checks it with its own schemas, which
 is what makes those contract tests worth anything.
 
-Modules, one job each:
+Subpackages, bottom first (imports only run down; ``tests/architecture/test_layers.py``):
 
-- ``__main__``: the entry point, ``main()``.
-- ``cli``: argparse for SGLang's flags and the ``--emulator-*`` options.
-- ``config``: the frozen launch configuration the CLI produces.
-- ``server_args``: SGLang's ServerArgs defaults and their resolution (what ``/server_info`` shows).
-- ``model``: the emulated model's config (architecture, context length, EOS id).
-- ``tokenizer``: a deterministic fake tokenizer (one token per whitespace-separated word).
-- ``faults``: the fault registry.
-- ``state``: server status shared by the HTTP layer and the lifecycle.
-- ``stats``: counters and histograms that ``/metrics`` and ``internal_states`` read.
-- ``engine``: the engine interface (``Engine`` protocol, requests, token chunks).
-- ``simple_engine``: the fixed-delay engine behind that interface.
-- ``perf_model``: the performance model (step costs, acceptance, noise; pure) and its
-  calibration; ``batch_scheduler``: continuous batching in model time (pure), with a
-  closed-loop simulation; ``batch_engine``: the asyncio engine that runs them (the default).
-- ``perf_options``: the ``--emulator-*`` options of the model and the engine they build.
-- ``trace``: the ground-truth trace (``--emulator-trace``) and its HTTP-level stamps.
-- ``fault_middleware``: the generation faults (``error-rate``, ``stall-stream``,
-  ``crash-under-load``) at the HTTP level.
-- ``tracking``: one request's run through the engine, with its tokenizer-side metrics.
-- ``web``, ``auth``: HTTP helpers (JSON, SSE, error envelopes) and the API-key middleware.
-- ``native``, ``openai_api``, ``info``, ``health``, ``admin``, ``metrics``: the endpoints.
-- ``context``: everything a route needs (config, engine, counters, status), built once.
-- ``app``: assembles the Starlette application for one emulated version.
-- ``lifecycle``: the phases in order (load, warm-up, ready) and the shutdown.
-- ``loading``, ``warmup``: phase A (port closed, load lines) and phase B (SGLang's warm-up).
-- ``signals``: SIGTERM/SIGINT handling and SGLang-like fatal exits.
-- ``hang``: the listener for the ``hang`` fault, which accepts connections and never answers.
-- ``logs``: SGLang-style log lines on stdout.
+- ``engine/``: the engines behind one interface (``engine``): the fixed-delay
+  ``simple_engine``; the performance model (``perf_model``, pure), continuous batching in
+  model time (``batch_scheduler``, pure) and the asyncio ``batch_engine`` that runs them; the
+  fake ``tokenizer``, counters (``stats``), one request's run (``tracking``), the ground-truth
+  ``trace`` and kernel receive times (``arrivals``).
+- ``config/``: SGLang's flags and their resolution (``server_args``, ``cli``), the
+  ``--emulator-*`` options (``options``, ``perf_options``), the emulated model (``model``)
+  and the fault registry (``faults``).
+- ``runtime/``: what a route needs, built once (``context``, ``engines``), server ``state``,
+  SGLang-style ``logs``, ``signals``, fake-GPU holders (``gpus``), the startup phases
+  (``loading``, ``warmup``), the ``hang`` listener and the runtime's ``errors``.
+- ``http/``: the Starlette ``app``, its endpoints (``native``, ``openai_api``, ``info``,
+  ``health``, ``admin``, ``metrics``), ``auth`` and the generation faults' middleware.
+- ``lifecycle``: the phases in order and the shutdown; ``__main__``: the entry point.
+
+``docs/emulator.md`` explains the performance model and its calibration.
 """

@@ -1,4 +1,4 @@
-"""The emulated server's life: phases in order, then a clean shutdown (reference §1.1).
+"""The emulated server's life, as SGLang's http_server.py: phases in order, then shutdown.
 
 - Phase A, loading (``loading``): the port is closed.
 - Phase B, warming up (``warmup``): uvicorn listens; ``/health*`` and ``/ready`` answer 503

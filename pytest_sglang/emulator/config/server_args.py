@@ -24,7 +24,8 @@ NEW_VERSION = "0.5.23"
 OLD_VERSION = "0.5.5"
 VERSIONS = (NEW_VERSION, OLD_VERSION)
 
-# Algorithms for which SGLang resets an unset max_running_requests to 48 (reference §4.3).
+# Algorithms for which SGLang resets an unset max_running_requests to 48
+# (SGLang's srt/server_args.py, the speculative-decoding checks).
 SPEC_CAPPED_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "STANDALONE", "NGRAM"})
 SPEC_MAX_RUNNING_REQUESTS = 48
 SPEC_MAX_RUNNING_WARNING = (
@@ -265,7 +266,7 @@ def resolve(given: Mapping[str, Any], version: str, model: ModelProfile) -> Reso
     _resolve_speculative(args, model, warnings)
     _resolve_cuda_graph(args, version)
     if version == NEW_VERSION:
-        # SGLang synthesises the flag from the attention-DP size (reference §1.5).
+        # SGLang synthesises the flag from the attention-DP size (srt/server_args.py).
         args["attn_dp_size"] = args["dp_size"] if args["enable_dp_attention"] else 1
         args["enable_dp_attention"] = args["attn_dp_size"] > 1
     return ResolvedArgs(args=args, warnings=tuple(warnings))

@@ -1,4 +1,4 @@
-"""The ``--api-key`` check, as SGLang's HTTP middleware does it (reference §1.11).
+"""The ``--api-key`` check, as SGLang's ``add_api_key_middleware`` does it.
 
 Every path needs ``Authorization: Bearer <key>`` except those starting with ``/health`` or
 ``/metrics``, ``/ready`` (0.5.23) and any ``OPTIONS`` request. 0.5.23 compares the scheme

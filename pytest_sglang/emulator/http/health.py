@@ -1,4 +1,4 @@
-"""``/health``, ``/health_generate``, ``/ready`` and ``/ping`` (reference §1.2).
+"""``/health``, ``/health_generate``, ``/ready`` and ``/ping``, as SGLang's http_server.py.
 
 Both health routes run one handler: 503 with an empty body while starting or shutting down;
 once up, a one-token probe generation and a wait (``--emulator-health-probe-time``, about 1 s on

@@ -152,7 +152,7 @@ def meta_info(ctx: EmulatorContext, run: RequestRun) -> dict[str, Any]:
 
 
 def spec_meta(ctx: EmulatorContext, run: RequestRun) -> dict[str, Any]:
-    """Return the final chunk's speculative statistics (reference §2.1), per emulated version."""
+    """Return the final chunk's speculative ``meta_info`` statistics, per emulated version."""
     assert ctx.spec is not None
     verify = run.verify_ct
     length = run.completion_tokens / verify if verify else 0.0
