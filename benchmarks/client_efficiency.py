@@ -147,7 +147,7 @@ async def run_reference(
 class DefaultTransportGenerator(LoadGenerator):
     """The same load generator on httpx's default transport, for context."""
 
-    def client(self, connections: int) -> httpx.AsyncClient:
+    def client(self, connections: int, *, reuse: bool = True) -> httpx.AsyncClient:
         limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
         return httpx.AsyncClient(
             base_url=self.url,

@@ -10,21 +10,23 @@ import time
 import pytest
 
 from pytest_sglang.loadgen.runner import LoadGenerator, ServerStoppedAnswering
-from pytest_sglang.loadgen.workload import Workload
+from pytest_sglang.loadgen.workload import Endpoint, Workload
 from pytest_sglang.measure.measurement import measure
 from tests.servers.process import free_port, running_server
 
 OUTPUT_LEN = 16
 
 
-def workload(endpoint: str, requests: int = 24) -> Workload:
+def workload(endpoint: Endpoint, requests: int = 24) -> Workload:
     return Workload(input_len=8, output_len=OUTPUT_LEN, requests=requests, warmup=0,
                     endpoint=endpoint)  # fmt: skip
 
 
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])
 @pytest.mark.parametrize("concurrency", [1, 8, 32])
-def test_close_after_every_stream_is_not_a_server_failure(endpoint: str, concurrency: int) -> None:
+def test_close_after_every_stream_is_not_a_server_failure(
+    endpoint: Endpoint, concurrency: int
+) -> None:
     requests = max(24, 2 * concurrency)
     # 5 ms a token: requests long enough that a fresh connection per request (loopback,
     # ~0.2 ms) is a small part of the client's gap between one request and the next.
