@@ -28,9 +28,9 @@ waits while others stream; on a frozen server nobody gets a token).
 
 Frozen or vanished servers: after ``max_consecutive_failures`` requests in a row ended without
 an answer (a transport failure or a timeout; an HTTP error is an answer), the run stops
-sending, lets the requests in flight end, and raises :class:`ServerStoppedAnswering`, which
-says how many requests were never sent (no record is made up for them) and carries the
-records of those that were.
+sending, ends the requests in flight (recorded as cancelled), and raises
+:class:`ServerStoppedAnswering`, which says how many requests were never sent (no record is
+made up for them) and carries the records of those that were.
 
 Connections: a request that fails on a *reused* pooled connection before any byte of
 response is sent again, once, on a fresh connection (``RequestRecord.retries``). Servers
@@ -506,13 +506,16 @@ class LoadGenerator:
         unanswered = False
         try:
             async with asyncio.timeout(self.request_timeout) as deadline:
+                state.inflight[id(record)] = deadline
                 if watchdog is not None and parser is not None:
                     watchdog.watch(record, deadline)
                 await self._attempts(workload, record, body, parser, state)
         except TimeoutError:
             unanswered = True
             expiry = watchdog.expired(record) if watchdog is not None else None
-            if expiry == "stall" and watchdog is not None:
+            if id(record) in state.cancelled:
+                _fail(record, f"cancelled: the run stopped ({state.aborted})")
+            elif expiry == "stall" and watchdog is not None:
                 _fail(
                     record,
                     f"stalled: no new token for {watchdog.stall_timeout:g} s after "
@@ -537,6 +540,7 @@ class LoadGenerator:
             unanswered = record.status is None
             _fail(record, _describe(exc))
         finally:
+            state.inflight.pop(id(record), None)
             if watchdog is not None:
                 watchdog.forget(record)
             if record.end is None:
@@ -663,6 +667,10 @@ class _RunState:
         self._last_error: str | None = None
         #: Why the run stopped sending; ``None`` while it runs.
         self.aborted: str | None = None
+        #: The deadlines of the requests in flight, by ``id`` of their records.
+        self.inflight: dict[int, asyncio.Timeout] = {}
+        #: Requests in flight when the run stopped, cut short then (``id`` of their records).
+        self.cancelled: set[int] = set()
 
     def client(self, *, fresh: bool = False) -> httpx.AsyncClient:
         """Return the pooled client, or the one that opens a fresh connection per request."""
@@ -696,6 +704,13 @@ class _RunState:
                 f"failures/timeouts (max_consecutive_failures={limit}; last: "
                 f"{self._last_error})"
             )
+            # The requests still in flight wait on the same silent server: end them now
+            # rather than after their own timeouts (they were sent: their records stay).
+            loop = asyncio.get_running_loop()
+            for key, deadline in self.inflight.items():
+                if key != id(record):
+                    self.cancelled.add(key)
+                    deadline.reschedule(loop.time())
 
     async def close(self) -> None:
         """Close the run's clients."""
