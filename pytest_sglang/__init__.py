@@ -86,6 +86,9 @@ if TYPE_CHECKING:
     from pytest_sglang.measure.measurement import (
         Measurement as Measurement,
     )
+    from pytest_sglang.measure.slo import (
+        Slo as Slo,
+    )
     from pytest_sglang.server.handle import (
         ModelCard as ModelCard,
     )
@@ -118,6 +121,15 @@ if TYPE_CHECKING:
     )
     from pytest_sglang.verdicts.assertions import (
         find_crossover as find_crossover,
+    )
+    from pytest_sglang.verdicts.capacity import (
+        CapacityVerdict as CapacityVerdict,
+    )
+    from pytest_sglang.verdicts.capacity import (
+        find_capacity as find_capacity,
+    )
+    from pytest_sglang.verdicts.slo import (
+        assert_slo as assert_slo,
     )
     from pytest_sglang.verdicts.specdecode import (
         break_even_accept_length as break_even_accept_length,
@@ -161,6 +173,10 @@ _EXPORTS: dict[str, str] = {
     "estimate_break_even": "pytest_sglang.verdicts.assertions",
     "find_crossover": "pytest_sglang.verdicts.assertions",
     "break_even_accept_length": "pytest_sglang.verdicts.specdecode",
+    "Slo": "pytest_sglang.measure.slo",
+    "assert_slo": "pytest_sglang.verdicts.slo",
+    "CapacityVerdict": "pytest_sglang.verdicts.capacity",
+    "find_capacity": "pytest_sglang.verdicts.capacity",
 }
 
 __version__: str  # read from the installed metadata on first use (that costs milliseconds)

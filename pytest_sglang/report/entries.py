@@ -22,6 +22,9 @@ __all__ = [
     "RunMode",
     "Schedule",
     "ServerEntry",
+    "ServerFailureBody",
+    "ServerFailureEntry",
+    "ServerFailureRow",
     "VerdictBody",
     "VerdictEntry",
     "VerdictKind",
@@ -31,7 +34,12 @@ __all__ = [
 
 #: The assertion that produced a verdict.
 VerdictKind: TypeAlias = Literal[
-    "assert_faster", "assert_at_least", "assert_at_most", "find_crossover"
+    "assert_faster",
+    "assert_at_least",
+    "assert_at_most",
+    "find_crossover",
+    "assert_slo",
+    "find_capacity",
 ]
 #: A verdict's outcome; ``finding`` is a result reported rather than judged (a crossover).
 VerdictOutcome: TypeAlias = Literal["pass", "fail", "inconclusive", "finding"]
@@ -111,5 +119,33 @@ class VerdictRow(VerdictBody):
     test: str
 
 
+class ServerFailureBody(TypedDict):
+    """A server a test needed and could not have: its gate or launch failed, or it died."""
+
+    server: str
+    #: The error's type: ``ServerNotReady``, ``ServerExited``, ``ServerDied``...
+    error: str
+    #: The readiness phase that failed, or ``serving`` for a server that died later.
+    phase: str | None
+    #: The process's exit code when it is known (launched servers; negative: a signal).
+    exit_code: int | None
+    #: The failure's message, redacted (the log tail and hints included).
+    message: str
+
+
+class ServerFailureEntry(ServerFailureBody):
+    """A server failure as a test records it."""
+
+    record: Literal["server_failure"]
+
+
+class ServerFailureRow(ServerFailureBody):
+    """A server failure as the report holds it: which test met it."""
+
+    test: str
+
+
 #: Anything a test records for the report.
-Entry: TypeAlias = ServerEntry | GpusEntry | MeasurementEntry | VerdictEntry
+Entry: TypeAlias = (
+    ServerEntry | GpusEntry | MeasurementEntry | VerdictEntry | ServerFailureEntry
+)

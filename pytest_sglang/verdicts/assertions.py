@@ -33,9 +33,11 @@ __all__ = [
     "assert_at_most",
     "assert_faster",
     "break_even_accept_length",
+    "conclude",
     "confounders",
     "estimate_break_even",
     "find_crossover",
+    "record_verdict",
 ]
 
 
@@ -73,13 +75,15 @@ class Verdict:
         }  # fmt: skip
 
 
-def _record(verdict: Verdict) -> None:
+def record_verdict(verdict: Verdict) -> None:
+    """Record ``verdict`` and its evidence on the running test, for the report."""
     record({"record": "verdict", **verdict.as_dict()})
 
 
-def _conclude(verdict: Verdict) -> Verdict:
+def conclude(verdict: Verdict) -> Verdict:
+    """Record ``verdict`` for the report; raise on FAIL and INCONCLUSIVE, else return it."""
     __tracebackhide__ = True
-    _record(verdict)
+    record_verdict(verdict)
     if verdict.outcome is Outcome.FAIL:
         raise PerformanceAssertionError(verdict.message(), verdict)
     if verdict.outcome is Outcome.INCONCLUSIVE:
@@ -204,7 +208,7 @@ def assert_faster(
                   else "blocks"},
         warnings=confounders(a, b) + _schedule_note(a, b),
     )  # fmt: skip
-    return _conclude(verdict)
+    return conclude(verdict)
 
 
 def _median_bounds(values: Sequence[float], alpha: float) -> tuple[float, float, float]:
@@ -267,7 +271,7 @@ def assert_at_least(m: BenchResult, metric: str, value: float, alpha: float = 0.
     inconclusive in between. E.g. ``assert_at_least(base, "output_throughput", 700)``.
     """
     __tracebackhide__ = True
-    return _conclude(_absolute(m, metric, value, alpha, at_least=True))
+    return conclude(_absolute(m, metric, value, alpha, at_least=True))
 
 
 def assert_at_most(m: BenchResult, metric: str, value: float, alpha: float = 0.05) -> Verdict:
@@ -276,7 +280,7 @@ def assert_at_most(m: BenchResult, metric: str, value: float, alpha: float = 0.0
     E.g. ``assert_at_most(spec, "ttft.p99", 0.5)`` for a TTFT p99 of at most 0.5 s.
     """
     __tracebackhide__ = True
-    return _conclude(_absolute(m, metric, value, alpha, at_least=False))
+    return conclude(_absolute(m, metric, value, alpha, at_least=False))
 
 
 @dataclass(eq=False)
@@ -367,7 +371,7 @@ def find_crossover(
         comparisons.append(_compare(a, b, metric, by, alpha))
         warnings += [f"C={a.concurrency}: {w}" for w in confounders(a, b)]
     result = CrossoverVerdict(crossover(spec.levels, comparisons), metric, warnings)
-    _record(
+    record_verdict(
         Verdict(
             kind="find_crossover", outcome="finding", metric=metric,
             summary=f"crossover of {spec.server} vs {base.server}: "

@@ -1,0 +1,167 @@
+"""Service-level objectives: per-request attainment and goodput (pure, no I/O).
+
+An :class:`Slo` is a set of objectives such as "p99 TTFT <= 2 s" and "p90 TPOT <= 50 ms".
+"p99 TTFT <= 2 s" holds exactly when at least 99 % of requests have a TTFT of at most 2 s,
+so every objective is judged per request: a request *meets* an objective when its own value
+is within the limit, and the run meets it when the fraction of its requests that do is at
+least the percentile. A failed request meets nothing. Goodput is the rate of requests that
+meet *every* objective (DistServe's definition, and vLLM's ``--goodput``), per second of the
+run's window. ``docs/metrics.md``, "Service-level objectives", has the details.
+
+Per-request values: ``ttft`` (send to first token), ``tpot`` (mean time per output token
+after the first), ``e2e_latency`` (send to last byte), ``itl`` (the request's largest gap
+per token between two chunks: the stall a user saw).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, cast, get_args
+
+from pytest_sglang.loadgen.records import RequestRecord
+
+__all__ = ["Attainment", "Objective", "Slo", "SloMetric", "attainment", "goodput"]
+
+#: The per-request metrics an objective may bound (all in seconds, smaller is better).
+SloMetric = Literal["ttft", "tpot", "itl", "e2e_latency"]
+_METRICS: tuple[str, ...] = get_args(SloMetric)
+_UNITS = {"ms": 0.001, "s": 1.0, "": 1.0}
+_OBJECTIVE_RE = re.compile(
+    r"^\s*(?P<metric>[a-z_0-9]+)\.p(?P<pct>[0-9]+(?:\.[0-9]+)?)\s*<=\s*"
+    r"(?P<value>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?P<unit>ms|s)?\s*$"
+)
+
+
+@dataclass(frozen=True)
+class Objective:
+    """``percentile`` % of requests have ``metric`` at most ``limit`` seconds."""
+
+    metric: SloMetric
+    limit: float
+    percentile: float
+
+    def __post_init__(self) -> None:
+        if self.metric not in _METRICS:
+            raise ValueError(f"an SLO bounds one of {', '.join(_METRICS)}; got {self.metric!r}")
+        if not (math.isfinite(self.limit) and self.limit > 0):
+            raise ValueError(f"the limit of {self.metric} must be > 0 seconds, got {self.limit!r}")
+        if not 0 < self.percentile < 100:
+            raise ValueError(
+                f"the percentile of {self.metric} must be between 0 and 100 (exclusive), "
+                f"got {self.percentile!r}; e.g. 99 for p99"
+            )
+
+    @property
+    def fraction(self) -> float:
+        """The fraction of requests that must meet the limit (0.99 for p99)."""
+        return self.percentile / 100.0
+
+    def describe(self) -> str:
+        """Return e.g. ``ttft.p99 <= 2000 ms``."""
+        return f"{self.metric}.p{self.percentile:g} <= {self.limit * 1000:g} ms"
+
+    def value(self, record: RequestRecord) -> float | None:
+        """Return the request's own value of the metric (None when it has none)."""
+        if not record.ok:
+            return None
+        if self.metric == "ttft":
+            return record.ttft
+        if self.metric == "tpot":
+            return record.tpot
+        if self.metric == "e2e_latency":
+            return record.e2e
+        gaps = [
+            (record.chunk_times[i] - record.chunk_times[i - 1]) / record.chunk_tokens[i]
+            for i in range(1, len(record.chunk_times))
+            if record.chunk_tokens[i] > 0
+        ]
+        return max(gaps, default=None)
+
+    def met_by(self, record: RequestRecord) -> bool:
+        """Whether the request met this objective (a failed request never does).
+
+        A request without a value (TPOT of a one-token output, ITL of a one-chunk stream)
+        cannot violate the objective and counts as meeting it, as in vLLM's goodput.
+        """
+        if not record.ok:
+            return False
+        value = self.value(record)
+        return value is None or value <= self.limit
+
+
+@dataclass(frozen=True)
+class Slo:
+    """A service-level objective: one or more per-request objectives that must all hold.
+
+    ``Slo.parse("ttft.p99 <= 2s, tpot.p90 <= 50ms")`` or
+    ``Slo((Objective("ttft", 2.0, 99),))``.
+    """
+
+    objectives: tuple[Objective, ...]
+
+    def __post_init__(self) -> None:
+        if not self.objectives:
+            raise ValueError("an SLO needs at least one objective, e.g. Slo.parse('ttft.p99<=2s')")
+        metrics = [o.metric for o in self.objectives]
+        if len(set(metrics)) != len(metrics):
+            raise ValueError(f"an SLO bounds each metric once; got {', '.join(metrics)}")
+
+    @classmethod
+    def parse(cls, text: str) -> Slo:
+        """Parse ``METRIC.pPCT <= VALUE[ms|s]`` objectives separated by commas."""
+        objectives = []
+        for part in text.split(","):
+            match = _OBJECTIVE_RE.match(part)
+            if match is None:
+                raise ValueError(
+                    f"{part.strip()!r} is not an objective; write METRIC.pPCT <= VALUE with "
+                    f"METRIC one of {', '.join(_METRICS)} and VALUE in s or ms, e.g. "
+                    "'ttft.p99 <= 2s, tpot.p90 <= 50ms'"
+                )
+            metric = match["metric"]
+            if metric not in _METRICS:
+                raise ValueError(
+                    f"{metric!r} in {part.strip()!r}: use one of {', '.join(_METRICS)}"
+                )
+            limit = float(match["value"]) * _UNITS[match["unit"] or ""]
+            objectives.append(Objective(cast("SloMetric", metric), limit, float(match["pct"])))
+        return cls(tuple(objectives))
+
+    def describe(self) -> str:
+        """Return the objectives joined by ``and``."""
+        return " and ".join(o.describe() for o in self.objectives)
+
+    def met_by(self, record: RequestRecord) -> bool:
+        """Whether the request met every objective."""
+        return all(o.met_by(record) for o in self.objectives)
+
+
+@dataclass(frozen=True)
+class Attainment:
+    """How many of ``requests`` met ``objective``."""
+
+    objective: Objective
+    met: int
+    requests: int
+
+    @property
+    def fraction(self) -> float:
+        """The fraction that met it (0 for no requests)."""
+        return self.met / self.requests if self.requests else 0.0
+
+
+def attainment(slo: Slo, records: Sequence[RequestRecord]) -> list[Attainment]:
+    """Return, per objective, how many of ``records`` met it."""
+    return [
+        Attainment(o, sum(1 for r in records if o.met_by(r)), len(records)) for o in slo.objectives
+    ]
+
+
+def goodput(slo: Slo, records: Sequence[RequestRecord], duration: float) -> float:
+    """Return requests per second that met every objective over ``duration`` seconds."""
+    if duration <= 0:
+        return 0.0
+    return sum(1 for r in records if slo.met_by(r)) / duration

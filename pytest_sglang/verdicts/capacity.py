@@ -1,0 +1,198 @@
+"""Capacity search: the highest load at which a server meets an SLO, and how sure that is.
+
+The load levels (concurrencies of a closed loop, or request rates of an open loop) are
+searched by bisection, on the assumption that meeting an SLO gets no easier as the load
+grows. At each probed level, runs are added one at a time while :func:`judge_slo` cannot
+decide (up to ``max_runs``): runs go where the decision is close, and a clear level costs
+one run. The answer is a bracket: the highest level shown to meet the SLO and the lowest
+shown to miss it (or left undecided when the budget ran out). Each of the two decisions is
+made at ``alpha / 2``, so the bracket holds with probability at least ``1 - alpha``
+(a union bound; ``docs/statistics.md``, "Capacity search").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from pytest_sglang.errors import ComparisonRefused
+from pytest_sglang.loadgen.records import RequestRecord
+from pytest_sglang.measure.measurement import Measurement
+from pytest_sglang.measure.slo import Slo
+from pytest_sglang.verdicts.assertions import Verdict, record_verdict
+from pytest_sglang.verdicts.decision import Outcome
+from pytest_sglang.verdicts.slo import ObjectiveDecision, judge_slo
+
+__all__ = ["CapacityVerdict", "LevelDecision", "find_capacity"]
+
+Level = int | float
+
+
+@dataclass(frozen=True)
+class LevelDecision:
+    """What the search found at one level: outcome, runs spent, per-objective evidence."""
+
+    level: Level
+    outcome: Outcome
+    runs: int
+    requests: int
+    objectives: tuple[ObjectiveDecision, ...]
+
+    def row(self) -> str:
+        """Return one line of the evidence table."""
+        worst = min(self.objectives, key=lambda d: d.lower - d.attainment.objective.fraction)
+        return (
+            f"{self.level:>8g} {self.runs:>4} {self.requests:>8} "
+            f"{worst.attainment.fraction:>8.2%} [{worst.lower:.4f}, {worst.upper:.4f}] "
+            f"{self.outcome.name}"
+        )
+
+
+@dataclass
+class CapacityVerdict:
+    """The search's answer: ``level`` (highest shown to meet the SLO) and the evidence."""
+
+    slo: Slo
+    label: str
+    unit: str
+    levels: tuple[Level, ...]
+    alpha: float
+    decisions: dict[Level, LevelDecision] = field(default_factory=dict)
+
+    @property
+    def level(self) -> Level | None:
+        """The highest level shown to meet the SLO (None: not even the lowest)."""
+        passed = [lv for lv, d in self.decisions.items() if d.outcome is Outcome.PASS]
+        return max(passed, default=None)
+
+    @property
+    def upper(self) -> Level | None:
+        """The lowest level above ``level`` that missed the SLO or stayed undecided."""
+        above = [
+            lv
+            for lv, d in self.decisions.items()
+            if d.outcome is not Outcome.PASS and (self.level is None or lv > self.level)
+        ]
+        return min(above, default=None)
+
+    @property
+    def decided(self) -> bool:
+        """Whether the bracket's upper end was shown to miss (not merely undecided)."""
+        upper = self.upper
+        return upper is None or self.decisions[upper].outcome is Outcome.FAIL
+
+    @property
+    def runs(self) -> int:
+        """Runs spent in all."""
+        return sum(d.runs for d in self.decisions.values())
+
+    def statement(self) -> str:
+        """Return the answer in words, with its confidence."""
+        confidence = f"{1 - self.alpha:.0%}"
+        if self.level is None:
+            head = f"{self.label} meets {self.slo.describe()} at none of the levels"
+        else:
+            head = f"capacity of {self.label} at {self.slo.describe()}: {self.unit}={self.level:g}"
+        if self.upper is None:
+            tail = " (the highest level searched)" if self.level is not None else ""
+        elif self.decided:
+            tail = f"; {self.unit}={self.upper:g} misses it (bracket holds at >= {confidence})"
+        else:
+            tail = (
+                f"; {self.unit}={self.upper:g} stayed undecided after "
+                f"{self.decisions[self.upper].runs} runs: the capacity is at least "
+                f"{self.level if self.level is not None else 'below the lowest level'}"
+                f" (at >= {confidence}) and may reach {self.upper:g}"
+            )
+        return head + tail + f"; {self.runs} runs spent"
+
+    def table(self) -> str:
+        """Return the evidence: one line per probed level, in load order."""
+        lines = [
+            self.statement(),
+            f"{self.unit:>8} {'runs':>4} {'requests':>8} {'worst':>8} bounds",
+        ]
+        lines += [self.decisions[lv].row() for lv in sorted(self.decisions)]
+        return "\n".join(lines)
+
+
+def find_capacity(
+    run: Callable[[Level, int], Measurement],
+    levels: Sequence[Level],
+    slo: Slo | str,
+    *,
+    alpha: float = 0.05,
+    max_runs: int = 5,
+    label: str = "server",
+    unit: str = "C",
+) -> CapacityVerdict:
+    """Find the highest of ``levels`` at which ``slo`` holds (see the module docstring).
+
+    :param run: measures one run at a level: ``run(level, repeat)`` returns its
+        :class:`Measurement` (with its records), e.g. a closed loop at concurrency ``level``.
+    :param levels: the search grid, any order; searched ascending.
+    :param max_runs: the most runs spent at one level before it is left undecided.
+    :param unit: the level's name in messages: ``C`` (concurrency) or ``rate``.
+    """
+    __tracebackhide__ = True
+    slo = Slo.parse(slo) if isinstance(slo, str) else slo
+    grid = tuple(sorted(set(levels)))
+    if not grid:
+        raise ValueError("find_capacity needs at least one level")
+    if max_runs < 1:
+        raise ValueError(f"max_runs must be at least 1, got {max_runs}")
+    verdict = CapacityVerdict(slo, label, unit, grid, alpha)
+    each = alpha / 2
+    low, high = -1, len(grid)  # grid[low] shown to pass, grid[high] not passing
+    while high - low > 1:
+        mid = (low + high) // 2
+        decision = _decide(run, grid[mid], slo, each, max_runs)
+        verdict.decisions[grid[mid]] = decision
+        if decision.outcome is Outcome.PASS:
+            low = mid
+        else:
+            high = mid
+    record_verdict(
+        Verdict(
+            kind="find_capacity",
+            outcome="finding",
+            metric=slo.describe(),
+            summary=verdict.statement(),
+            table=verdict.table(),
+            evidence={
+                "label": label,
+                "slo": slo.describe(),
+                "capacity": verdict.level,
+                "upper": verdict.upper,
+                "decided": verdict.decided,
+                "runs": verdict.runs,
+                "levels": [
+                    {"level": d.level, "outcome": d.outcome.value, "runs": d.runs,
+                     "requests": d.requests}
+                    for d in sorted(verdict.decisions.values(), key=lambda d: d.level)
+                ],
+            },
+        )
+    )  # fmt: skip
+    return verdict
+
+
+def _decide(
+    run: Callable[[Level, int], Measurement],
+    level: Level,
+    slo: Slo,
+    alpha: float,
+    max_runs: int,
+) -> LevelDecision:
+    records: list[RequestRecord] = []
+    for repeat in range(max_runs):
+        measurement = run(level, repeat)
+        if not measurement.records:
+            raise ComparisonRefused(
+                f"the run at {level:g} kept no per-request records, which an SLO is judged on"
+            )
+        records += measurement.records
+        outcome, objectives = judge_slo(slo, records, alpha)
+        if outcome is not Outcome.INCONCLUSIVE:
+            break
+    return LevelDecision(level, outcome, repeat + 1, len(records), tuple(objectives))

@@ -1,0 +1,213 @@
+"""``assert_slo``: does a server meet a service-level objective, with what confidence.
+
+An objective "p99 TTFT <= 2 s" holds when at least 99 % of requests meet the limit. The
+measured requests of every run are pooled; for each objective, ``k`` of ``n`` met it, and
+the exact (Clopper-Pearson) one-sided confidence bounds of the fraction that would meet it
+decide: PASS when the lower bound reaches the percentile, FAIL when the upper bound is below
+it, INCONCLUSIVE otherwise. With several objectives each is judged at ``alpha / m``
+(Bonferroni), so that the verdict as a whole errs with probability at most ``alpha``; the
+SLO passes when every objective passes and fails when any fails.
+
+How many requests a verdict needs: a PASS at p99 needs a lower bound of 0.99, which even
+with no violation takes ``n >= log(alpha) / log(0.99)``: 299 requests at ``alpha = 0.05``
+(:func:`requests_to_pass`). Requests of one run share the server's batch, so they are not
+fully independent; pooling several runs limits the effect, and ``docs/statistics.md``,
+"SLO verdicts", discusses it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pytest_sglang.errors import ComparisonRefused
+from pytest_sglang.loadgen.records import RequestRecord
+from pytest_sglang.measure.bench import BenchResult
+from pytest_sglang.measure.slo import Attainment, Slo, attainment, goodput
+from pytest_sglang.verdicts.assertions import Verdict, conclude
+from pytest_sglang.verdicts.decision import Outcome
+
+__all__ = [
+    "ObjectiveDecision",
+    "assert_slo",
+    "binomial_bounds",
+    "judge_slo",
+    "requests_to_pass",
+]
+
+
+def _log_pmf(i: int, n: int, p: float) -> float:
+    return (
+        math.lgamma(n + 1)
+        - math.lgamma(i + 1)
+        - math.lgamma(n - i + 1)
+        + i * math.log(p)
+        + (n - i) * math.log1p(-p)
+    )
+
+
+def _upper_tail(k: int, n: int, p: float) -> float:
+    """Return ``P(X >= k)`` for ``X ~ Binomial(n, p)``, summed in log space."""
+    if k <= 0:
+        return 1.0
+    if p <= 0.0:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    logs = [_log_pmf(i, n, p) for i in range(k, n + 1)]
+    top = max(logs)
+    return min(1.0, math.exp(top) * math.fsum(math.exp(v - top) for v in logs))
+
+
+def binomial_bounds(k: int, n: int, alpha: float) -> tuple[float, float]:
+    """Return the exact one-sided ``1 - alpha`` bounds (lower, upper) of a success fraction.
+
+    Clopper-Pearson: the lower bound is the ``p`` at which ``P(X >= k) = alpha``, the upper
+    the ``p`` at which ``P(X <= k) = alpha``; found by 60 bisection steps (to 1e-18).
+    """
+    if not 0 <= k <= n or n < 1:
+        raise ValueError(f"need 0 <= k <= n and n >= 1, got k={k}, n={n}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+
+    # Lower bound: the largest p with P(X >= k; p) <= alpha (the tail grows with p).
+    lower = 0.0
+    if k > 0:
+        lo, hi = 0.0, 1.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            if _upper_tail(k, n, mid) <= alpha:
+                lo = mid
+            else:
+                hi = mid
+        lower = lo
+    # Upper bound: the smallest p with P(X <= k; p) <= alpha (that tail shrinks with p).
+    upper = 1.0
+    if k < n:
+        lo, hi = 0.0, 1.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            if 1.0 - _upper_tail(k + 1, n, mid) <= alpha:
+                hi = mid
+            else:
+                lo = mid
+        upper = hi
+    return lower, upper
+
+
+def requests_to_pass(percentile: float, alpha: float = 0.05) -> int:
+    """Return the fewest requests with which a violation-free run can PASS ``percentile``."""
+    fraction = percentile / 100.0
+    return math.ceil(math.log(alpha) / math.log(fraction))
+
+
+@dataclass(frozen=True)
+class ObjectiveDecision:
+    """One objective's count, bounds and outcome."""
+
+    attainment: Attainment
+    lower: float
+    upper: float
+    alpha: float
+    outcome: Outcome
+
+    def row(self) -> str:
+        """Return one line of the evidence table."""
+        a = self.attainment
+        return (
+            f"{a.objective.describe():<28} {a.met:>6}/{a.requests:<6} {a.fraction:>8.2%} "
+            f"[{self.lower:.4f}, {self.upper:.4f}] {self.outcome.name}"
+        )
+
+
+def judge_slo(
+    slo: Slo, records: Sequence[RequestRecord], alpha: float = 0.05
+) -> tuple[Outcome, list[ObjectiveDecision]]:
+    """Judge ``slo`` on ``records`` (see the module docstring); pure."""
+    if not records:
+        raise ComparisonRefused("no measured requests to judge the SLO on")
+    each = alpha / len(slo.objectives)
+    decisions = []
+    for a in attainment(slo, records):
+        lower, upper = binomial_bounds(a.met, a.requests, each)
+        target = a.objective.fraction
+        outcome = (
+            Outcome.PASS if lower >= target else Outcome.FAIL if upper < target else
+            Outcome.INCONCLUSIVE
+        )  # fmt: skip
+        decisions.append(ObjectiveDecision(a, lower, upper, each, outcome))
+    outcomes = {d.outcome for d in decisions}
+    overall = (
+        Outcome.FAIL if Outcome.FAIL in outcomes else Outcome.PASS if outcomes == {Outcome.PASS}
+        else Outcome.INCONCLUSIVE
+    )  # fmt: skip
+    return overall, decisions
+
+
+def _records(result: BenchResult) -> list[RequestRecord]:
+    records = [r for run in result.runs for r in run.records]
+    if not records:
+        raise ComparisonRefused(
+            f"{result.label()} kept no per-request records, which an SLO is judged on"
+        )
+    return records
+
+
+def assert_slo(result: BenchResult, slo: Slo | str, alpha: float = 0.05) -> Verdict:
+    """Assert that ``result``'s server meets ``slo`` (an :class:`Slo` or its text form).
+
+    Pass, fail or inconclusive on exact binomial bounds (module docstring); the evidence
+    table lists each objective's count, bounds and outcome, and the goodput of each run.
+
+    :raises PerformanceAssertionError: the SLO is shown not to hold.
+    :raises Inconclusive: the requests cannot decide; more requests (or runs) would.
+    """
+    __tracebackhide__ = True
+    slo = Slo.parse(slo) if isinstance(slo, str) else slo
+    records = _records(result)
+    outcome, decisions = judge_slo(slo, records, alpha)
+    goodputs = [goodput(slo, run.records, run.duration) for run in result.runs]
+    table = "\n".join(
+        [
+            f"SLO {slo.describe()} on {result.label()}: {len(records)} requests in "
+            f"{len(result.runs)} runs; one-sided bounds at alpha {alpha:g} "
+            f"(Bonferroni over {len(slo.objectives)})",
+            f"{'objective':<28} {'met':>13} {'fraction':>8} bounds",
+            *(d.row() for d in decisions),
+            "goodput per run (req/s meeting every objective): "
+            + ", ".join(f"{g:.3g}" for g in goodputs),
+        ]
+    )
+    if outcome is Outcome.INCONCLUSIVE:
+        needed = max(requests_to_pass(o.percentile, alpha) for o in slo.objectives)
+        table += (
+            f"\noutcome: INCONCLUSIVE - the bounds straddle a percentile; a violation-free "
+            f"pass needs at least {needed} requests"
+        )
+    verdict = Verdict(
+        kind="assert_slo",
+        outcome=outcome,
+        metric=slo.describe(),
+        summary=f"{outcome.name}: {result.label()} meets {slo.describe()}",
+        table=table,
+        evidence={
+            "result": result.label(),
+            "slo": slo.describe(),
+            "requests": len(records),
+            "goodput": goodputs,
+            "objectives": [
+                {
+                    "objective": d.attainment.objective.describe(),
+                    "met": d.attainment.met,
+                    "requests": d.attainment.requests,
+                    "lower": d.lower,
+                    "upper": d.upper,
+                    "alpha": d.alpha,
+                    "outcome": d.outcome.value,
+                }
+                for d in decisions
+            ],
+        },
+    )
+    return conclude(verdict)
