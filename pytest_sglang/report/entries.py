@@ -146,6 +146,4 @@ class ServerFailureRow(ServerFailureBody):
 
 
 #: Anything a test records for the report.
-Entry: TypeAlias = (
-    ServerEntry | GpusEntry | MeasurementEntry | VerdictEntry | ServerFailureEntry
-)
+Entry: TypeAlias = ServerEntry | GpusEntry | MeasurementEntry | VerdictEntry | ServerFailureEntry
