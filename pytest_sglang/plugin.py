@@ -64,6 +64,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 dest=spec.dest,
                 metavar=spec.metavar,
                 help=spec.help,
+                **({"nargs": "?", "const": spec.const} if spec.const is not None else {}),
             )
         if spec.repeatable:
             parser.addini(spec.ini, spec.help, type="linelist", default=[])
@@ -88,6 +89,10 @@ def pytest_configure(config: pytest.Config) -> None:
             SGLangReporter(config, settings.report.value, settings.markdown.value),
             "sglang-reporter",
         )
+    # Stored baselines (--sglang-save, --sglang-compare...): the controller saves and judges.
+    from pytest_sglang.verdicts.gate import register_gate
+
+    register_gate(config)
 
 
 @pytest.hookimpl(wrapper=True)

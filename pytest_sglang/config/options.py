@@ -27,6 +27,8 @@ class OptionSpec:
     metavar: str | None = None
     repeatable: bool = False
     flag: bool = False
+    #: The value of the flag given alone (``--sglang-compare`` means ``latest``).
+    const: str | None = None
 
     @property
     def cli(self) -> str:
@@ -151,6 +153,45 @@ MARKDOWN = OptionSpec(
     metavar="PATH",
 )
 
+# Stored baselines (docs/baselines.md): twins of pytest-benchmark's --benchmark-save,
+# --benchmark-autosave, --benchmark-storage, --benchmark-compare and --benchmark-compare-fail,
+# which read the same way but judge whole runs with the verdicts' statistics.
+SAVE = OptionSpec(
+    "save",
+    "Save this session's measurements (every run, with their fingerprint) to the storage "
+    "under NAME, as pytest-benchmark's --benchmark-save does (file NNNN_NAME.json)",
+    metavar="NAME",
+)
+AUTOSAVE = OptionSpec(
+    "autosave",
+    "Save this session's measurements under an automatic name (commit id and time), as "
+    "pytest-benchmark's --benchmark-autosave does (ini/env: true/false). Default: false",
+    flag=True,
+)
+STORAGE = OptionSpec(
+    "storage",
+    "Where baselines are saved and compared: file://PATH or "
+    "elasticsearch+http[s]://host1,host2/index/doctype?project_name=NAME, pytest-benchmark's "
+    "storage URIs (a plain path means file://PATH). Default: file://./.benchmarks",
+    metavar="URI",
+)
+COMPARE = OptionSpec(
+    "compare",
+    "Compare every measurement with its stored counterpart of the same fingerprint: the "
+    "newest one ('latest', the default when the flag is given alone), or the one in a saved "
+    "session (number, save name, or path of a saved file or --sglang-report JSON)",
+    metavar="REF",
+    const="latest",
+)
+COMPARE_FAIL = OptionSpec(
+    "compare-fail",
+    "Fail the tests whose measurements regressed against the stored ones, as METRIC:PCT% "
+    "(repeatable; e.g. output_throughput:3%, ttft_p99:10%): a non-inferiority verdict on whole "
+    "runs (exact Mann-Whitney, Hodges-Lehmann bound). Needs --sglang-compare",
+    metavar="METRIC:PCT%",
+    repeatable=True,
+)
+
 OPTIONS: tuple[OptionSpec, ...] = (
     URL,
     READY_TIMEOUT,
@@ -166,4 +207,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     STALL_TIMEOUT,
     REPORT,
     MARKDOWN,
+    SAVE,
+    AUTOSAVE,
+    STORAGE,
+    COMPARE,
+    COMPARE_FAIL,
 )

@@ -1,0 +1,268 @@
+"""The session's baselines: save its measurements, judge each against its stored counterpart.
+
+Registered on the controller (never on a pytest-xdist worker) when a session saves
+(``--sglang-save NAME``, ``--sglang-autosave``) or compares (``--sglang-compare [REF]``). It
+reads the same ``("sglang", entry)`` records of each test report as the results collector
+(``report/collector.py``), so it works alike with and without xdist:
+
+* **compare**: every measurement a test reports is looked up in the store by fingerprint
+  and judged (``regression_verdict``) for each ``--sglang-compare-fail`` term (or
+  ``output_throughput:3%`` without one). The verdicts join the test's records, so the JSON
+  report, the Markdown and the HTML report show them; with ``--sglang-compare-fail`` a
+  regression turns the test report into a failure, before the terminal and the exit status
+  see it. Measurements without a stored counterpart, and those refused for a fingerprint
+  that differs, are listed at the end.
+* **save**: at the end of the session the measurements (each once) are saved as one stored
+  session, atomically.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+import pytest
+
+from pytest_sglang.report.entries import (
+    Entry,
+    MeasurementRow,
+    ServerEntry,
+    VerdictEntry,
+)
+from pytest_sglang.verdicts.baseline_options import BaselineOptions, baseline_options
+
+if TYPE_CHECKING:
+    from pytest_sglang.measure.store import StoredMeasurement
+
+__all__ = ["BaselineGate", "register_gate"]
+
+GATE_NAME = "sglang-baselines"
+
+
+@dataclass
+class _Outcome:
+    test: str
+    label: str
+    outcome: str  # pass / fail / inconclusive / refused / none
+    text: str
+
+
+def _measurement_key(row: Mapping[str, Any]) -> str:
+    return json.dumps(
+        [row["server"], row["workload"], row["concurrency"], len(row["runs"])], sort_keys=True
+    )
+
+
+class BaselineGate:
+    """Saves the session's measurements and judges them against stored ones."""
+
+    def __init__(self, config: pytest.Config, options: BaselineOptions) -> None:
+        self.config = config
+        self.options = options
+        self.rows: list[MeasurementRow] = []
+        self.servers: list[ServerEntry] = []
+        self.gpus: list[str] = []
+        self.outcomes: list[_Outcome] = []
+        self.saved: str | None = None
+        self.save_error: str | None = None
+        self._consumed: dict[str, int] = {}
+        self._candidates: list[StoredMeasurement] | None = None
+        self._candidates_error: str | None = None
+        self._commit: dict[str, Any] | None = None
+
+    # -- the stored side ----------------------------------------------------------------------
+
+    def candidates(self) -> list[StoredMeasurement]:
+        """Return the stored measurements ``--sglang-compare`` refers to (read once)."""
+        if self._candidates is None:
+            from pathlib import Path
+
+            from pytest_sglang.measure.store import report_measurements
+
+            ref = self.options.compare or "latest"
+            store = self.options.store()
+            self._candidates = []
+            try:
+                path = Path(ref) if Path(ref).is_absolute() else self.options.base / ref
+                if ref.endswith(".json") and path.is_file():
+                    document = json.loads(path.read_text(encoding="utf-8"))
+                    if document.get("format") == "pytest-sglang-report":
+                        self._candidates = report_measurements(document, str(path))
+                        return self._candidates
+                if ref == "latest":
+                    sessions = store.sessions()
+                    self._candidates = [m for s in sessions for m in s.measurements]
+                else:
+                    self._candidates = list(store.find(ref).measurements)
+            except (LookupError, OSError, ValueError) as exc:
+                self._candidates_error = str(exc)
+        return self._candidates
+
+    def commit(self) -> dict[str, Any]:
+        """Return the tested tree's commit (read once)."""
+        if self._commit is None:
+            from pytest_sglang.measure.store import commit_info
+
+            self._commit = commit_info()
+        return self._commit
+
+    # -- collection -----------------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Take the report's new records; judge new measurements before anyone else sees it."""
+        props = [value for name, value in report.user_properties if name == "sglang"]
+        start = self._consumed.get(report.nodeid, 0)
+        fresh = props[start:]
+        if not fresh:
+            return
+        self._consumed[report.nodeid] = len(props)
+        measured: list[MeasurementRow] = []
+        for value in fresh:
+            if not isinstance(value, dict):
+                continue
+            entry = cast("Entry", value)
+            if entry["record"] == "measurement":
+                body = {k: v for k, v in entry.items() if k != "record"}
+                row = cast("MeasurementRow", {"test": report.nodeid, **body})
+                self.rows.append(row)
+                measured.append(row)
+            elif entry["record"] == "server":
+                self.servers.append(entry)
+            elif entry["record"] == "gpus":
+                self.gpus = list(entry["names"])
+        if self.options.compare and measured:
+            self._judge(report, measured)
+
+    def _judge(self, report: pytest.TestReport, rows: list[MeasurementRow]) -> None:
+        from pytest_sglang.errors import ComparisonRefused
+        from pytest_sglang.measure.store import (
+            find_counterpart,
+            fingerprint_of,
+            result_of,
+            server_for,
+            session_labels,
+        )
+        from pytest_sglang.verdicts.regression import regression_verdict
+
+        candidates = self.candidates()
+        failures: list[str] = []
+        for row in rows:
+            server = server_for(row, self.servers)
+            fingerprint = fingerprint_of(row, server, self.gpus)
+            label = f"{row['server']} @ C={row['concurrency']}"
+            match, near = find_counterpart(fingerprint, candidates)
+            if match is None:
+                if near:
+                    fields = "; ".join(
+                        d.describe() for d in fingerprint.differences(near[0].fingerprint)
+                        if d.refused
+                    )  # fmt: skip
+                    text = f"{near[0].session}: fields differ: {fields}"
+                    self.outcomes.append(_Outcome(report.nodeid, label, "refused", text))
+                else:
+                    why = self._candidates_error or "no stored measurement with its fingerprint"
+                    self.outcomes.append(_Outcome(report.nodeid, label, "none", why))
+                continue
+            labels = session_labels("now", [server] if server else [], self.commit(), "")
+            result = result_of(row)
+            for check in self.options.checks:
+                try:
+                    verdict = regression_verdict(
+                        result, match, check.metric, check.tolerance,
+                        fresh_fingerprint=fingerprint, fresh_labels=labels,
+                    )  # fmt: skip
+                except (ComparisonRefused, ValueError) as exc:
+                    self.outcomes.append(_Outcome(report.nodeid, label, "refused", str(exc)))
+                    continue
+                entry: VerdictEntry = {"record": "verdict", **verdict.as_dict()}
+                report.user_properties.append(("sglang", entry))
+                self.outcomes.append(
+                    _Outcome(report.nodeid, label, entry["outcome"], verdict.summary)
+                )
+                if self.options.fail and entry["outcome"] == "fail":
+                    failures.append(verdict.message())
+        # Our own records must not be taken for new ones on the next phase's report.
+        self._consumed[report.nodeid] = sum(1 for n, _ in report.user_properties if n == "sglang")
+        if failures and not report.failed:
+            terms = ", ".join(c.describe() for c in self.options.checks)
+            report.outcome = "failed"
+            report.longrepr = (
+                f"performance regression against the stored baseline (--sglang-compare-fail "
+                f"{terms}):\n\n" + "\n\n".join(failures)
+            )
+
+    # -- the end ------------------------------------------------------------------------------
+
+    def unique_rows(self) -> list[MeasurementRow]:
+        """Return the measurements, each once (a cached one is recorded by every user)."""
+        seen: dict[str, MeasurementRow] = {}
+        for row in self.rows:
+            seen.setdefault(_measurement_key(row), row)
+        return list(seen.values())
+
+    @pytest.hookimpl
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Save the session's measurements, when asked to."""
+        if not (self.options.save or self.options.autosave) or self.config.option.collectonly:
+            return
+        rows = self.unique_rows()
+        if not rows:
+            self.save_error = "not saving anything: no measurements were taken"
+            return
+        from pytest_sglang.measure.store import autosave_name
+
+        name = self.options.save or autosave_name(self.commit())
+        servers = list({f"{s['name']} {s['url']}": s for s in self.servers}.values())
+        try:
+            self.saved = self.options.store().save(
+                name, rows, servers, self.gpus, commit=self.commit()
+            )
+        except Exception as exc:  # a lost save must be loud: it is the next session's baseline
+            self.save_error = f"saving the baseline failed: {type(exc).__name__}: {exc}"
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    @pytest.hookimpl
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        """Say what was compared, what had no counterpart, and where the session was saved."""
+        tr = terminalreporter
+        if not (self.outcomes or self.saved or self.save_error or self.options.compare):
+            return
+        tr.section("sglang baselines")
+        store = self.options.store()
+        if self.options.compare:
+            terms = ", ".join(c.describe() for c in self.options.checks)
+            mode = "regressions fail tests" if self.options.fail else "reported only"
+            tr.write_line(f"compared with {self.options.compare!r} in {store} ({terms}; {mode})")
+            if not self.outcomes:
+                tr.write_line("  no measurement was taken in this session")
+            for o in self.outcomes:
+                tags = {"none": "NO BASELINE", "refused": "REFUSED"}
+                tag = tags.get(o.outcome, o.outcome.upper())
+                tr.write_line(f"  [{tag}] {o.test} {o.label}: {o.text}",
+                              red=o.outcome in ("fail", "refused"))  # fmt: skip
+            missing = sum(1 for o in self.outcomes if o.outcome == "none")
+            if missing:
+                tr.write_line(f"  {missing} measurement(s) had no stored counterpart")
+        if self.saved:
+            tr.write_line(f"saved {len(self.unique_rows())} measurement(s) to {self.saved}")
+        if self.save_error:
+            tr.write_line(self.save_error, red=True)
+
+
+def register_gate(config: pytest.Config) -> BaselineGate | None:
+    """Register the gate on the controller when the session saves or compares.
+
+    :raises pytest.UsageError: on bad baseline options.
+    """
+    if hasattr(config, "workerinput"):
+        return None
+    options = baseline_options(config)
+    if not options.active:
+        return None
+    gate = BaselineGate(config, options)
+    config.pluginmanager.register(gate, GATE_NAME)
+    return gate

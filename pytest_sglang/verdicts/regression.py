@@ -1,0 +1,292 @@
+"""Regression verdicts against the past: a fresh measurement judged against a stored one.
+
+``assert_no_regression(result, baseline, metric=..., tolerance=0.03)`` is a
+*non-inferiority* verdict with the statistics of ``assert_faster``
+(``docs/statistics.md``): the goodness ratio of the fresh runs against the stored runs is
+tested against the margin ``1 - tolerance`` (a throughput may drop by the tolerance, a
+latency grow by it), so
+
+* **PASS**: the runs show the fresh build within the tolerance (exact one-sided
+  Mann-Whitney test and the Hodges-Lehmann lower bound both clear the margin);
+* **FAIL** (a regression): the runs show it worse than the tolerance allows (the mirror
+  test and the upper bound);
+* **INCONCLUSIVE**: neither, with the smallest detectable effect and the runs that would
+  decide.
+
+The stored side is a *sample*, not a number: every stored run enters the rank test, so the
+baseline's own run-to-run spread widens the bounds exactly as much as it should (a
+pytest-benchmark ``mean:5%`` check or a "10 % off a 10-run mean" rule ignores it). Drift
+between sessions (another launch, another day) is what the tolerance is for; the verdict
+warns when the baseline has too few runs or a spread too large for the tolerance
+(``docs/baselines.md``, "How many runs").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from pytest_sglang.errors import ComparisonRefused, Inconclusive, PerformanceAssertionError
+from pytest_sglang.measure.bench import BenchResult
+from pytest_sglang.measure.metrics import metric_spec
+from pytest_sglang.measure.store import (
+    DEFAULT_STORAGE,
+    BaselineStore,
+    Fingerprint,
+    StoredMeasurement,
+    fingerprint_of,
+)
+from pytest_sglang.report.context import CURRENT_ITEM, record
+from pytest_sglang.report.entries import VerdictKind
+from pytest_sglang.verdicts.assertions import Verdict, _check_comparable
+from pytest_sglang.verdicts.baseline_options import (
+    DEFAULT_CHECKS,
+    RegressionCheck,
+    baseline_options,
+    parse_compare_fail,
+)
+from pytest_sglang.verdicts.decision import Comparison, Outcome, compare
+
+__all__ = [
+    "DEFAULT_CHECKS",
+    "MIN_BASELINE_RUNS",
+    "RegressionCheck",
+    "assert_no_regression",
+    "parse_compare_fail",
+    "regression_verdict",
+]
+
+#: Runs a baseline needs at least (docs/baselines.md, "How many runs").
+MIN_BASELINE_RUNS = 5
+
+
+#: The verdict's kind in the report.
+KIND = cast("VerdictKind", "assert_no_regression")
+
+
+def _conclude(verdict: Verdict) -> Verdict:
+    __tracebackhide__ = True
+    record({"record": "verdict", **verdict.as_dict()})
+    if verdict.outcome is Outcome.FAIL:
+        raise PerformanceAssertionError(verdict.message(), verdict)
+    if verdict.outcome is Outcome.INCONCLUSIVE:
+        raise Inconclusive(verdict.message(), verdict)
+    return verdict
+
+
+# -- the verdict --------------------------------------------------------------------------
+
+
+def _margin(metric: str, tolerance: float) -> tuple[bool, float]:
+    larger = metric_spec(metric).larger_is_better
+    if larger is None:
+        raise ComparisonRefused(f"{metric!r} describes the load and cannot regress")
+    if not 0.0 <= tolerance < 1.0:
+        raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
+    # The goodness ratio (above 1 = the fresh side better) the fresh runs must not fall under.
+    return larger, (1.0 - tolerance) if larger else 1.0 / (1.0 + tolerance)
+
+
+def _raw(comparison: Comparison) -> tuple[float, float, float, float]:
+    """Return now/stored in the metric's own units: ratio, its bounds low and high, margin."""
+    if comparison.larger_is_better:
+        return comparison.ratio, comparison.lower_bound, comparison.upper_bound, comparison.by
+
+    def inv(x: float) -> float:
+        return float("inf") if x == 0 else 1.0 / x
+
+    return (
+        inv(comparison.ratio), inv(comparison.upper_bound), inv(comparison.lower_bound),
+        inv(comparison.by),
+    )  # fmt: skip
+
+
+def _summary(comparison: Comparison, metric: str, tolerance: float, what: str) -> str:
+    ratio, low, high, bound = _raw(comparison)
+    conf = f"{100 * comparison.confidence:.1f}%"
+    direction = "drop" if comparison.larger_is_better else "rise"
+    head = f"assert_no_regression({what}) on {metric}"
+    tol = f"{100 * tolerance:g}% tolerance"
+    if comparison.outcome is Outcome.FAIL:
+        if comparison.larger_is_better:
+            edge = f"upper bound {high:.4f} < bound"
+        else:
+            edge = f"lower bound {low:.4f} > bound"
+        return (
+            f"{head}: REGRESSION: now/stored = {ratio:.4f}, {conf} {edge} {bound:.4f} "
+            f"({tol}), p = {comparison.p_value_fail:.3g}"
+        )
+    if comparison.outcome is Outcome.PASS:
+        if comparison.larger_is_better:
+            edge = f"lower bound {low:.4f} >"
+        else:
+            edge = f"upper bound {high:.4f} <"
+        return (
+            f"{head}: no regression: now/stored = {ratio:.4f}, {conf} {edge} bound "
+            f"{bound:.4f} ({tol}), p = {comparison.p_value:.3g}"
+        )
+    return (
+        f"{head}: INCONCLUSIVE: now/stored = {ratio:.4f}, {conf} bounds [{low:.4f}, {high:.4f}] "
+        f"straddle the bound {bound:.4f} ({tol}: a {100 * tolerance:g}% {direction} allowed) "
+        f"with {comparison.n_a}+{comparison.n_b} runs; smallest detectable effect "
+        f"{100 * comparison.mde:.1f}%"
+        + (f"; about {comparison.repeats_needed} runs per side would decide"
+           if comparison.repeats_needed else "")
+    )  # fmt: skip
+
+
+def _labels_line(name: str, labels: Mapping[str, Any]) -> str:
+    parts = [f"{k}={labels[k]}" for k in ("sglang_version", "commit", "name", "datetime")
+             if labels.get(k)]  # fmt: skip
+    return f"{name}: " + (", ".join(parts) or "(no labels)")
+
+
+def _warnings(comparison: Comparison, tolerance: float, stored: BenchResult) -> list[str]:
+    out = []
+    if len(stored.runs) < MIN_BASELINE_RUNS:
+        out.append(
+            f"the baseline has {len(stored.runs)} runs: save baselines with at least "
+            f"{MIN_BASELINE_RUNS} (docs/baselines.md, 'How many runs')"
+        )
+    if comparison.cv_b is not None and tolerance > 0 and comparison.cv_b > tolerance:
+        out.append(
+            f"the baseline's own run-to-run spread (CV {100 * comparison.cv_b:.1f}%) exceeds the "
+            f"{100 * tolerance:g}% tolerance: only large regressions can be shown; measure more "
+            "runs or steadier conditions"
+        )
+    if (
+        comparison.cv_a is not None
+        and comparison.cv_b
+        and comparison.cv_b > 0
+        and comparison.cv_a > 3 * comparison.cv_b
+        and comparison.cv_a > 0.01
+    ):
+        out.append(
+            "the fresh runs spread much more than the stored ones (CV "
+            f"{100 * comparison.cv_a:.1f}% vs {100 * comparison.cv_b:.1f}%): the conditions "
+            "changed, not only the build"
+        )
+    return out
+
+
+def regression_verdict(
+    fresh: BenchResult,
+    stored: StoredMeasurement | BenchResult,
+    metric: str = "output_throughput",
+    tolerance: float = 0.03,
+    alpha: float = 0.05,
+    *,
+    fresh_fingerprint: Fingerprint | None = None,
+    fresh_labels: Mapping[str, Any] | None = None,
+) -> Verdict:
+    """Judge ``fresh`` against ``stored`` and return the verdict (records and raises nothing).
+
+    :raises ComparisonRefused: fingerprints that differ in a field that must match (the
+        message lists them), different workloads, invalid runs, too few runs.
+    """
+    larger, by = _margin(metric, tolerance)
+    if isinstance(stored, StoredMeasurement):
+        base, stored_fp, labels, where = stored.result, stored.fingerprint, stored.labels, stored
+    else:
+        base, stored_fp, labels, where = stored, fingerprint_of(stored.as_dict()), {}, None
+    mine = fresh_fingerprint or fingerprint_of(fresh.as_dict())
+    differences = mine.differences(stored_fp)
+    refused = [d for d in differences if d.refused]
+    what = f"{fresh.label()} vs {where.label() if where else base.label() + ' (stored)'}"
+    if refused:
+        raise ComparisonRefused(
+            f"cannot compare {what}: the fingerprints differ in what must match:\n  "
+            + "\n  ".join(d.describe() for d in refused)
+        )
+    _check_comparable(fresh, base, metric)
+    try:
+        comparison = compare(
+            fresh.values(metric), base.values(metric), larger_is_better=larger, by=by,
+            alpha=alpha, label_a="now", label_b="stored", metric=metric,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise ComparisonRefused(f"cannot compare {what}: {exc}") from None
+    ratio, low, high, bound = _raw(comparison)
+    table = [comparison.table(), _labels_line("now", fresh_labels or {}),
+             _labels_line("stored", labels)]  # fmt: skip
+    table += [f"shown, not refused: {d.describe()}" for d in differences]
+    table.append(f"fingerprint: {mine.describe()}")
+    return Verdict(
+        kind=KIND, outcome=comparison.outcome, metric=metric,
+        summary=_summary(comparison, metric, tolerance, what), table="\n".join(table),
+        evidence={
+            "a": fresh.label(), "b": where.label() if where else base.label(),
+            "workload": fresh.workload.as_dict(), "comparison": comparison.as_dict(),
+            "tolerance": tolerance, "bound": bound, "ratio_now_stored": ratio,
+            "bounds_now_stored": [low, high], "fingerprint": mine.as_dict(),
+            "fingerprint_key": mine.key, "stored_session": where.session if where else None,
+            "stored_labels": dict(labels), "regression": comparison.outcome is Outcome.FAIL,
+        },
+        warnings=_warnings(comparison, tolerance, base),
+    )  # fmt: skip
+
+
+def _store_for_current_test(storage: str | None) -> BaselineStore:
+    item = CURRENT_ITEM.get()
+    if storage is not None:
+        base = Path(item.config.invocation_params.dir) if item is not None else Path.cwd()
+        return BaselineStore(storage, base=base)
+    if item is None:
+        return BaselineStore(DEFAULT_STORAGE)
+    return baseline_options(item.config).store()
+
+
+def assert_no_regression(
+    result: BenchResult,
+    baseline: StoredMeasurement | BenchResult | str = "latest",
+    metric: str = "output_throughput",
+    tolerance: float = 0.03,
+    alpha: float = 0.05,
+    *,
+    storage: str | None = None,
+) -> Verdict:
+    """Assert that ``result`` did not regress by more than ``tolerance`` against ``baseline``.
+
+    ``baseline`` is a stored measurement, a ``BenchResult``, or a reference into the store
+    (``--sglang-storage``, or ``storage``): ``"latest"`` (the newest stored measurement with
+    the same fingerprint), a session number or save name, or a saved file's path. A
+    throughput may drop, a latency grow, by ``tolerance`` (a fraction: 0.03 is 3 %).
+
+    :raises PerformanceAssertionError: the runs show a regression beyond the tolerance; the
+        message names the metric, the ratio now/stored and the bound.
+    :raises Inconclusive: the runs cannot decide; says what would.
+    :raises ComparisonRefused: the fingerprints differ in a field that must match (listed),
+        different workloads, invalid or too few runs.
+    :raises pytest.skip.Exception: no stored measurement with this fingerprint yet.
+    """
+    __tracebackhide__ = True
+    stored: StoredMeasurement | BenchResult
+    if isinstance(baseline, str):
+        store = _store_for_current_test(storage)
+        fingerprint = fingerprint_of(result.as_dict())
+        try:
+            match, near = store.counterparts(fingerprint, baseline)
+        except LookupError as exc:
+            if baseline == "latest":
+                pytest.skip(f"no stored baseline to compare {result.label()} with: {exc}")
+            raise ComparisonRefused(str(exc)) from None
+        if match is None:
+            if near:
+                differences = fingerprint.differences(near[0].fingerprint)
+                raise ComparisonRefused(
+                    f"cannot compare {result.label()} with {near[0].label()}: the fingerprints "
+                    "differ in what must match:\n  "
+                    + "\n  ".join(d.describe() for d in differences if d.refused)
+                )
+            pytest.skip(
+                f"no stored baseline with the fingerprint of {result.label()} in {store} "
+                f"({fingerprint.describe()}); save one with --sglang-save NAME"
+            )
+        stored = match
+    else:
+        stored = baseline
+    verdict = regression_verdict(result, stored, metric, tolerance, alpha)
+    return _conclude(verdict)

@@ -1,0 +1,182 @@
+"""The baseline store: fingerprints, pytest-benchmark files, atomic concurrent saves."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_sglang.measure.store import (
+    DEFAULT_STORAGE,
+    MACHINE_ID,
+    BaselineStore,
+    fingerprint_of,
+    report_measurements,
+    result_of,
+)
+from pytest_sglang.report.entries import MeasurementRow, ServerEntry
+from pytest_sglang.verdicts.baseline_options import DEFAULT_STORAGE as OPTIONS_DEFAULT
+from tests.bench_data import BASE_CONFIG, result
+
+
+def row(
+    throughputs: list[float], *, server: str = "baseline", concurrency: int = 1, **kw: Any
+) -> MeasurementRow:
+    body = result(server, throughputs, concurrency=concurrency, **kw).as_dict()
+    return {"test": "tests/test_x.py::test_perf", **body}
+
+
+def server_entry(name: str = "baseline", gpus: list[str] | None = None) -> ServerEntry:
+    return {
+        "record": "server", "name": name, "url": "", "version": "0.5.23", "model": "org/model",
+        "readiness": {}, "launch": {"gpus": gpus} if gpus is not None else None,
+        "config": dict(BASE_CONFIG),
+    }  # fmt: skip
+
+
+COMMIT = {"id": "abc123", "dirty": False, "branch": "main"}
+MACHINE = {"node": "host", "system": "Linux"}
+
+
+def test_the_default_storage_is_pytest_benchmarks() -> None:
+    assert DEFAULT_STORAGE == OPTIONS_DEFAULT == "file://./.benchmarks"
+
+
+def test_fingerprint_fields_and_differences() -> None:
+    a = fingerprint_of(row([100, 101, 99]), server_entry(gpus=["u1", "u2"]), ["H200", "H200"])
+    assert a.fields["model"] == "org/model"
+    assert a.fields["tp_size"] == 8
+    assert a.fields["gpu_model"] == "H200"
+    assert a.fields["gpu_count"] == 2
+    assert a.fields["concurrency"] == 1
+    assert a.fields["max_running_requests"] == 1024
+    # The SGLang version is a label, not a fingerprint field.
+    assert "version" not in a.fields
+    other_config = {**BASE_CONFIG, "tp_size": 4, "version": "0.5.24"}
+    b = fingerprint_of(row([100, 101, 99], config=other_config), None, [])
+    diffs = {d.name: d for d in a.differences(b)}
+    assert diffs["tp_size"].refused
+    assert not diffs["gpu_model"].refused  # unknown on one side: shown, not refused
+    assert not a.matches(b)
+    c = fingerprint_of(row([90, 91, 92], config={**BASE_CONFIG, "version": "0.5.24"}), None, [])
+    assert a.matches(c) and a.key == c.key
+
+
+def test_save_and_load_round_trip(tmp_path: Path) -> None:
+    store = BaselineStore(f"file://{tmp_path / 'store'}")
+    rows = [row([100.0, 102.0, 98.0, 101.0, 99.0]), row([300.0, 310.0, 305.0], concurrency=4)]
+    where = store.save("qualified", rows, [server_entry()], ["H200"], commit=COMMIT,
+                       machine=MACHINE)  # fmt: skip
+    assert Path(where) == tmp_path / "store" / MACHINE_ID / "0001_qualified.json"
+    (session,) = store.sessions()
+    assert session.name == "qualified" and session.number == 1
+    assert session.labels["sglang_version"] == "0.5.23"
+    assert session.labels["commit"] == "abc123"
+    stored = session.measurements[0]
+    assert stored.result.values("output_throughput") == [100.0, 102.0, 98.0, 101.0, 99.0]
+    assert result_of(stored.row).concurrency == 1
+    assert store.find("latest") == session
+    assert store.find("1").id == store.find("qualified").id == "sglang/0001_qualified"
+    with pytest.raises(LookupError, match="0001_qualified"):
+        store.find("nope")
+    # The file is pytest-benchmark's format: one entry per saved metric, times in seconds.
+    document = json.loads(Path(where).read_text())
+    assert set(document) == {"machine_info", "commit_info", "benchmarks", "datetime", "version"}
+    bench = document["benchmarks"][0]
+    assert bench["stats"]["rounds"] == 5
+    assert bench["stats"]["min"] == pytest.approx(1 / 102.0)
+    values = [100.0, 102.0, 98.0, 101.0, 99.0]
+    assert bench["stats"]["ops"] == pytest.approx(5 / sum(1 / v for v in values))
+
+
+def test_counterpart_is_the_newest_match_and_mismatches_are_near_misses(tmp_path: Path) -> None:
+    store = BaselineStore(str(tmp_path))
+    store.save("one", [row([100, 101, 102])], commit=COMMIT, machine=MACHINE)
+    store.save("two", [row([200, 201, 202])], commit=COMMIT, machine=MACHINE)
+    other = {**BASE_CONFIG, "tp_size": 4}
+    store.save("three", [row([300, 301, 302], config=other)], commit=COMMIT, machine=MACHINE)
+    fp = fingerprint_of(row([1, 2, 3]))
+    match, near = store.counterparts(fp)
+    assert match is not None and match.session == "sglang/0002_two"
+    assert [n.session for n in near] == ["sglang/0003_three"]
+    match, _ = store.counterparts(fp, "one")
+    assert match is not None and match.session == "sglang/0001_one"
+
+
+def test_report_measurements(tmp_path: Path) -> None:
+    document = {"environment": {"gpus": [], "sglang_versions": ["0.5.23"]}, "created": "now",
+                "servers": [server_entry()], "measurements": [row([100, 101, 102])]}  # fmt: skip
+    (stored,) = report_measurements(document, "r.json")
+    assert stored.labels["sglang_version"] == "0.5.23"
+    assert stored.result.median("output_throughput") == 101
+
+
+def test_a_bad_save_name_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="cannot save"):
+        BaselineStore(str(tmp_path)).save("a/b", [row([1, 2, 3])], commit=COMMIT, machine=MACHINE)
+
+
+# -- pytest-benchmark reads the store ------------------------------------------------------
+
+
+def _pytest_benchmark(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_benchmark", *args], cwd=cwd, capture_output=True,
+        text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_pytest_benchmark_list_and_compare_show_the_saved_measurements(tmp_path: Path) -> None:
+    store = BaselineStore(DEFAULT_STORAGE, base=tmp_path)
+    store.save("released", [row([100.0, 101.0, 99.0])], commit=COMMIT, machine=MACHINE)
+    store.save("candidate", [row([90.0, 91.0, 89.0])], commit=COMMIT, machine=MACHINE)
+    listed = _pytest_benchmark("list", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert "0001_released.json" in listed.stdout and "0002_candidate.json" in listed.stdout
+    compared = _pytest_benchmark("compare", cwd=tmp_path)
+    assert compared.returncode == 0, compared.stderr
+    out = compared.stdout
+    assert "output_throughput (seconds per output token; OPS = output tok/s)" in out
+    assert "baseline C=1 output_throughput" in out
+    assert "ttft.p50" not in out or "seconds" in out
+    # OPS is the output throughput: ~100 and ~90 tok/s.
+    assert "99.99" in out and "89.99" in out
+
+
+# -- two writers at once ---------------------------------------------------------------------
+
+
+def _save_many(path: str, tag: str, count: int, barrier: Any) -> None:
+    store = BaselineStore(f"file://{path}")
+    barrier.wait()
+    for i in range(count):
+        store.save(f"{tag}-{i}", [row([100.0 + i, 101.0, 99.0])], commit=COMMIT, machine=MACHINE)
+
+
+def test_two_processes_saving_at_once_both_land_intact(tmp_path: Path) -> None:
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(2)
+    count = 10
+    workers = [
+        context.Process(target=_save_many, args=(str(tmp_path), tag, count, barrier))
+        for tag in ("job-a", "job-b")
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+        assert worker.exitcode == 0
+    files = sorted((tmp_path / MACHINE_ID).glob("*.json"))
+    assert len(files) == 2 * count, [f.name for f in files]
+    numbers = sorted(int(f.name[:4]) for f in files)
+    assert numbers == list(range(1, 2 * count + 1))
+    for file in files:
+        document = json.loads(file.read_text())  # every file whole
+        assert document["benchmarks"]
+    names = {s.name for s in BaselineStore(str(tmp_path)).sessions()}
+    assert names == {f"job-{t}-{i}" for t in "ab" for i in range(count)}
