@@ -40,6 +40,7 @@ VerdictKind: TypeAlias = Literal[
     "find_crossover",
     "assert_slo",
     "find_capacity",
+    "assert_no_regression",
 ]
 #: A verdict's outcome; ``finding`` is a result reported rather than judged (a crossover).
 VerdictOutcome: TypeAlias = Literal["pass", "fail", "inconclusive", "finding"]

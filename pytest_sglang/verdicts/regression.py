@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -64,7 +64,7 @@ MIN_BASELINE_RUNS = 5
 
 
 #: The verdict's kind in the report.
-KIND = cast("VerdictKind", "assert_no_regression")
+KIND: VerdictKind = "assert_no_regression"
 
 
 def _conclude(verdict: Verdict) -> Verdict:
