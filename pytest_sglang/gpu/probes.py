@@ -152,7 +152,11 @@ class SmiProbe:
         """Return ``nvidia-smi on HOST``."""
         return f"nvidia-smi on {self.host}" if self.host else "nvidia-smi"
 
-    def _run(self, query: list[str]) -> str:
+    def run(self, query: list[str]) -> str:
+        """Run ``nvidia-smi QUERY...`` (over ssh when a host is set) and return its stdout.
+
+        :raises GpuUnavailable: not found, timed out, or failed (with its last line).
+        """
         argv = ["nvidia-smi", *query]
         if self.host:
             # ssh joins the remote argv with spaces: send one pre-quoted string. BatchMode
@@ -185,7 +189,7 @@ class SmiProbe:
 
     def snapshot(self) -> GpuSnapshot:
         """Query GPUs and compute apps; names go last because they may contain commas."""
-        gpu_csv = self._run(
+        gpu_csv = self.run(
             [
                 "--query-gpu=index,uuid,memory.total,memory.used,memory.free,name",
                 "--format=csv,noheader,nounits",
@@ -198,7 +202,7 @@ class SmiProbe:
                 raise GpuUnavailable(f"unexpected nvidia-smi line: {line!r}")
             total, used, free = (_smi_value(v) or 0 for v in parts[2:5])
             gpus.append(Gpu(int(parts[0]), parts[1], parts[5], total * MIB, used * MIB, free * MIB))
-        app_csv = self._run(
+        app_csv = self.run(
             [
                 "--query-compute-apps=pid,gpu_uuid,used_memory,process_name",
                 "--format=csv,noheader,nounits",
