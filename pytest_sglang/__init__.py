@@ -89,6 +89,12 @@ if TYPE_CHECKING:
     from pytest_sglang.measure.slo import (
         Slo as Slo,
     )
+    from pytest_sglang.measure.store import (
+        BaselineStore as BaselineStore,
+    )
+    from pytest_sglang.measure.store import (
+        StoredMeasurement as StoredMeasurement,
+    )
     from pytest_sglang.server.handle import (
         ModelCard as ModelCard,
     )
@@ -127,6 +133,9 @@ if TYPE_CHECKING:
     )
     from pytest_sglang.verdicts.capacity import (
         find_capacity as find_capacity,
+    )
+    from pytest_sglang.verdicts.regression import (
+        assert_no_regression as assert_no_regression,
     )
     from pytest_sglang.verdicts.slo import (
         assert_slo as assert_slo,
@@ -177,6 +186,9 @@ _EXPORTS: dict[str, str] = {
     "assert_slo": "pytest_sglang.verdicts.slo",
     "CapacityVerdict": "pytest_sglang.verdicts.capacity",
     "find_capacity": "pytest_sglang.verdicts.capacity",
+    "BaselineStore": "pytest_sglang.measure.store",
+    "StoredMeasurement": "pytest_sglang.measure.store",
+    "assert_no_regression": "pytest_sglang.verdicts.regression",
 }
 
 __version__: str  # read from the installed metadata on first use (that costs milliseconds)

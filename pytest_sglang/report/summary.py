@@ -109,6 +109,36 @@ def _md(text: object) -> str:
     return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
+def _xychart(rows: Sequence[list[str]]) -> list[str]:
+    """Return a Mermaid ``xychart-beta`` of output throughput against concurrency.
+
+    GitHub renders it in a job summary. One line per server (xychart draws no legend: the
+    line under the chart names them in order); a server missing a level is left out and
+    named. Nothing for a single level.
+    """
+    levels = sorted({int(row[1]) for row in rows})
+    if len(levels) < 2:
+        return []
+    servers: dict[str, dict[int, str]] = {}
+    for row in rows:
+        servers.setdefault(row[0], {})[int(row[1])] = row[3]
+    drawn = {name: points for name, points in servers.items()
+             if all(points.get(c, "-") != "-" for c in levels)}  # fmt: skip
+    if not drawn:
+        return []
+    out = ["```mermaid", "xychart-beta", '    title "Output throughput against concurrency"',
+           "    x-axis \"concurrency\" [" + ", ".join(str(c) for c in levels) + "]",
+           '    y-axis "output tok/s (median over runs)"']  # fmt: skip
+    out += ["    line [" + ", ".join(points[c] for c in levels) + "]" for points in drawn.values()]
+    out += ["```", ""]
+    names = ", ".join(f"{i + 1}. {_md(name)}" for i, name in enumerate(drawn))
+    left = [name for name in servers if name not in drawn]
+    out.append(f"_Lines in order: {names}._" + (
+        f" _Not drawn (levels missing): {_md(', '.join(left))}._" if left else ""))  # fmt: skip
+    out.append("")
+    return out
+
+
 def render_markdown(
     measurements: Sequence[MeasurementRow],
     verdicts: Sequence[VerdictRow],
@@ -128,6 +158,7 @@ def render_markdown(
         out.append("|" + "|".join([" --- "] + [" ---: "] * (len(COLUMNS) - 1)) + "|")
         out += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in rows]
         out.append("")
+        out += _xychart(rows)
     if verdicts:
         out += ["**Verdicts**", ""]
     for verdict in verdicts:

@@ -26,7 +26,7 @@ STAGES: tuple[frozenset[str], ...] = (
     frozenset({"measure"}),
     frozenset({"verdicts", "markers"}),
     frozenset({"fixtures"}),
-    frozenset({"plugin", "testing", "__init__"}),
+    frozenset({"plugin", "testing", "__init__", "cli"}),
 )
 #: The emulator's own rooms, bottom first: it is a separate program inside the package.
 EMULATOR_STAGES: tuple[frozenset[str], ...] = (

@@ -1,0 +1,348 @@
+"""``pytest-sglang``: the store and the reports from the command line.
+
+``list`` the stored sessions, ``compare A B`` (stored sessions or JSON reports; exit 1 on a
+regression, 0 otherwise, 2 on misuse), ``report`` a stored session or JSON report as
+Markdown or HTML, ``merge`` several JSON reports (sharded CI jobs) into one.
+``docs/baselines.md`` is the guide.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from pytest_sglang.errors import ComparisonRefused
+from pytest_sglang.measure.store import (
+    DEFAULT_STORAGE,
+    BaselineStore,
+    StoredMeasurement,
+    find_counterpart,
+    report_measurements,
+)
+from pytest_sglang.verdicts.baseline_options import DEFAULT_CHECKS, parse_compare_fail
+from pytest_sglang.verdicts.regression import regression_verdict
+
+__all__ = ["main"]
+
+#: Exit statuses of ``compare``.
+OK, REGRESSION, MISUSE = 0, 1, 2
+
+
+class _Misuse(Exception):
+    """A command line that cannot be carried out; exit status 2."""
+
+
+def _load(ref: str, store: BaselineStore) -> tuple[str, list[StoredMeasurement], dict[str, Any]]:
+    """Return (name, measurements, report document) for a stored session or a JSON report."""
+    path = Path(ref)
+    if path.suffix == ".json" and path.is_file():
+        document = json.loads(path.read_text(encoding="utf-8"))
+        if document.get("format") == "pytest-sglang-report":
+            return str(path), report_measurements(document, str(path)), document
+    try:
+        session = store.find(ref)
+    except (LookupError, ValueError) as exc:
+        raise _Misuse(str(exc)) from None
+    return session.id, list(session.measurements), session_document(session.id, session)
+
+
+def session_document(name: str, session: Any) -> dict[str, Any]:
+    """Return a stored session as a results report (the JSON report's format)."""
+    document = session.document
+    machine = dict(document.get("machine_info", {}))
+    sglang = machine.get("sglang", {})
+    labels = session.labels
+    rows = [dict(m.row) for m in session.measurements]
+    return {
+        "format": "pytest-sglang-report", "version": 1, "complete": True,
+        "interrupted": False, "exit_status": None,
+        "created": session.datetime, "updated": session.datetime,
+        "environment": {
+            "plugin_version": str(labels.get("plugin_version") or ""),
+            "python": str(machine.get("python_version", "")),
+            "pytest": "", "platform": str(machine.get("system", "")),
+            "sglang_versions": list(sglang.get("sglang_versions", [])),
+            "gpus": list(sglang.get("gpus", [])),
+            "commit": labels.get("commit"), "stored_session": name,
+        },
+        "servers": [
+            {k: v for k, v in s.items() if k != "record"} for s in sglang.get("servers", [])
+        ],
+        "measurements": rows, "verdicts": [],
+    }  # fmt: skip
+
+
+def validate_report(document: Any) -> list[str]:
+    """Return what keeps ``document`` from validating against the report schema (empty: ok)."""
+    import importlib.resources
+
+    import jsonschema
+
+    text = importlib.resources.files("pytest_sglang").joinpath("schemas/report.schema.json")
+    schema = json.loads(text.read_text(encoding="utf-8"))
+    validator = jsonschema.Draft202012Validator(schema)
+    return [
+        f"{'/'.join(str(p) for p in error.absolute_path) or '(root)'}: {error.message}"
+        for error in validator.iter_errors(document)
+    ]
+
+
+def _key(entry: Any) -> str:
+    return json.dumps(entry, sort_keys=True, default=str)
+
+
+def merge_reports(documents: Sequence[Any], *, now: datetime.datetime) -> dict[str, Any]:
+    """Merge JSON reports of sharded jobs into one report of the same format.
+
+    Measurements, verdicts and servers are concatenated (an entry present in several
+    shards once); the environment is the first's, with the union of SGLang versions and
+    GPUs; ``complete`` only when every shard was, ``interrupted`` when any was.
+
+    :raises ValueError: no reports, or one that is not a pytest-sglang report.
+    """
+    if not documents:
+        raise ValueError("nothing to merge")
+    for index, document in enumerate(documents):
+        if not isinstance(document, dict) or document.get("format") != "pytest-sglang-report":
+            raise ValueError(f"report {index + 1} is not a pytest-sglang report")
+    first = documents[0]
+    merged: dict[str, Any] = {
+        key: value for key, value in first.items()
+        if key not in ("measurements", "verdicts", "servers")
+    }  # fmt: skip
+    environment = dict(first.get("environment", {}))
+    for field in ("sglang_versions", "gpus"):
+        values: list[str] = []
+        for document in documents:
+            values += [v for v in document.get("environment", {}).get(field, []) if v not in values]
+        environment[field] = values
+    merged["environment"] = environment
+    statuses = [d.get("exit_status") for d in documents if d.get("exit_status") is not None]
+    merged.update(
+        complete=all(d.get("complete") for d in documents),
+        interrupted=any(d.get("interrupted") for d in documents),
+        exit_status=max(statuses) if statuses else None,
+        created=min(str(d.get("created", "")) for d in documents),
+        updated=now.isoformat(timespec="seconds"),
+    )
+    for section in ("measurements", "verdicts", "servers"):
+        seen: dict[str, Any] = {}
+        for document in documents:
+            for entry in document.get(section, []):
+                seen.setdefault(_key(entry), entry)
+        merged[section] = list(seen.values())
+    # Sections other engineers' reports may carry (launches...): concatenated the same way.
+    for document in documents[1:]:
+        for key, value in document.items():
+            if isinstance(value, list) and key not in ("measurements", "verdicts", "servers"):
+                existing = merged.setdefault(key, [])
+                if isinstance(existing, list):
+                    existing += [v for v in value if _key(v) not in {_key(e) for e in existing}]
+    return merged
+
+
+def _cmd_list(args: argparse.Namespace, out: TextIO) -> int:
+    store = BaselineStore(args.storage)
+    sessions = store.sessions()
+    if not sessions:
+        print(f"no stored sessions in {store}", file=out)
+        return OK
+    for session in sessions:
+        labels = session.labels
+        what = ", ".join(
+            f"{k} {labels[k]}" for k in ("sglang_version", "commit") if labels.get(k)
+        )  # fmt: skip
+        print(f"{session.id}  {session.datetime[:19]}  {len(session.measurements)} "
+              f"measurement(s)  {what}", file=out)  # fmt: skip
+    return OK
+
+
+def compare_measurements(
+    baseline: Sequence[StoredMeasurement],
+    candidate: Sequence[StoredMeasurement],
+    terms: Sequence[str] = (),
+    alpha: float = 0.05,
+) -> tuple[list[str], list[dict[str, Any]], int]:
+    """Judge every candidate measurement against its baseline counterpart.
+
+    :returns: (lines to print, verdict bodies, exit status).
+    """
+    checks = parse_compare_fail(terms) if terms else DEFAULT_CHECKS
+    lines: list[str] = []
+    verdicts: list[dict[str, Any]] = []
+    status = OK
+    judged = 0
+    for fresh in candidate:
+        match, near = find_counterpart(fresh.fingerprint, baseline)
+        label = f"{fresh.row['server']} @ C={fresh.row['concurrency']}"
+        if match is None:
+            if near:
+                fields = "; ".join(
+                    d.describe() for d in fresh.fingerprint.differences(near[0].fingerprint)
+                    if d.refused
+                )  # fmt: skip
+                lines.append(f"[REFUSED] {label}: the fingerprints differ: {fields}")
+            else:
+                lines.append(f"[NO BASELINE] {label}: no measurement with its fingerprint")
+            continue
+        for check in checks:
+            try:
+                verdict = regression_verdict(
+                    fresh.result, match, check.metric, check.tolerance, alpha,
+                    fresh_fingerprint=fresh.fingerprint, fresh_labels=fresh.labels,
+                )  # fmt: skip
+            except (ComparisonRefused, ValueError) as exc:
+                lines.append(f"[REFUSED] {label}: {exc}")
+                continue
+            judged += 1
+            body = dict(verdict.as_dict())
+            body["test"] = str(fresh.row.get("test", fresh.session))
+            verdicts.append(body)
+            tag = verdict.outcome.value.upper() if not isinstance(verdict.outcome, str) else "?"
+            lines.append(f"[{tag}] {label}: {verdict.summary}")
+            lines += [f"    {row}" for row in verdict.table.splitlines()]
+            lines += [f"    warning: {w}" for w in verdict.warnings]
+            if body["outcome"] == "fail":
+                status = REGRESSION
+    if judged == 0:
+        lines.append("nothing was compared: no measurement has a counterpart of its fingerprint")
+        status = max(status, MISUSE)
+    return lines, verdicts, status
+
+
+def _cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
+    store = BaselineStore(args.storage)
+    base_name, baseline, _ = _load(args.baseline, store)
+    cand_name, candidate, _ = _load(args.candidate, store)
+    try:
+        lines, _, status = compare_measurements(baseline, candidate, args.fail or (), args.alpha)
+    except ValueError as exc:
+        raise _Misuse(str(exc)) from None
+    terms = ", ".join(args.fail or [c.describe() for c in DEFAULT_CHECKS])
+    print(f"{cand_name} (now) against {base_name} (stored); {terms}", file=out)
+    for line in lines:
+        print(line, file=out)
+    verdict = {OK: "no regression", REGRESSION: "REGRESSION", MISUSE: "nothing compared"}
+    print(f"result: {verdict[status]}", file=out)
+    return status
+
+
+def _cmd_report(args: argparse.Namespace, out: TextIO) -> int:
+    store = BaselineStore(args.storage)
+    _, _, document = _load(args.source, store)
+    baselines: list[dict[str, Any]] = []
+    if args.baseline:
+        _, stored, _ = _load(args.baseline, store)
+        candidates = report_measurements(document, args.source)
+        _, verdicts, _ = compare_measurements(stored, candidates, args.fail or ())
+        document = dict(document)
+        document["verdicts"] = list(document.get("verdicts", [])) + verdicts
+        baselines = [dict(m.row, session=m.session) for m in stored]
+    fmt = args.format or ("html" if str(args.output).endswith(".html") else "markdown")
+    if fmt == "html":
+        try:
+            from pytest_sglang.report.html import render_html
+        except ImportError as exc:  # pragma: no cover - depends on the extra
+            raise _Misuse(
+                f"the HTML report needs the plotting extra: pip install 'pytest-sglang[report]' "
+                f"({exc})"
+            ) from None
+        text = render_html(document, baselines=baselines)
+    else:
+        from pytest_sglang.report.summary import render_markdown
+
+        text = render_markdown(document.get("measurements", []), document.get("verdicts", []),
+                               title=f"pytest-sglang results: {args.source}")  # fmt: skip
+    if args.output in (None, "-"):
+        out.write(text)
+    else:
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(f"wrote {args.output}", file=out)
+    return OK
+
+
+def _cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
+    documents = []
+    for path in args.reports:
+        try:
+            documents.append(json.loads(Path(path).read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:
+            raise _Misuse(f"cannot read {path}: {exc}") from None
+    try:
+        merged = merge_reports(documents, now=datetime.datetime.now(datetime.UTC))
+    except ValueError as exc:
+        raise _Misuse(str(exc)) from None
+    problems = validate_report(merged)
+    if problems:
+        raise _Misuse("the merged report does not validate:\n  " + "\n  ".join(problems))
+    Path(args.output).write_text(json.dumps(merged, indent=1) + "\n", encoding="utf-8")
+    print(
+        f"merged {len(documents)} reports into {args.output}: "
+        f"{len(merged['measurements'])} measurements, {len(merged['verdicts'])} verdicts",
+        file=out,
+    )
+    return OK
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """Return the ``pytest-sglang`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="pytest-sglang",
+        description="pytest-sglang's stored baselines and reports (docs/baselines.md).",
+    )
+    parser.add_argument(
+        "--storage", default=DEFAULT_STORAGE, metavar="URI",
+        help=f"baseline storage, as --sglang-storage (default: {DEFAULT_STORAGE})",
+    )  # fmt: skip
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_parser("list", help="list the stored sessions")
+    compare = commands.add_parser(
+        "compare", help="judge B (now) against A (stored): exit 1 on a regression",
+        description="Compare every measurement of B with its counterpart of the same "
+        "fingerprint in A. A and B are stored sessions (latest, a number, a save name, a "
+        "saved file) or --sglang-report JSON files. Exit 1 on a regression, 0 otherwise, "
+        "2 on misuse or when nothing could be compared.",
+    )  # fmt: skip
+    compare.add_argument("baseline", metavar="A", help="the baseline (stored)")
+    compare.add_argument("candidate", metavar="B", help="the candidate (now)")
+    compare.add_argument(
+        "--fail", action="append", metavar="METRIC:PCT%",
+        help="regression terms as --sglang-compare-fail (default output_throughput:3%%)",
+    )  # fmt: skip
+    compare.add_argument("--alpha", type=float, default=0.05, help="one-sided level (0.05)")
+    report = commands.add_parser(
+        "report", help="render a stored session or JSON report as Markdown or HTML"
+    )
+    report.add_argument("source", help="a stored session or a --sglang-report JSON file")
+    report.add_argument("-o", "--output", help="file to write (default: standard output)")
+    report.add_argument("--format", choices=("markdown", "html"), help="default: by suffix")
+    report.add_argument("--baseline", metavar="A", help="draw and judge against this baseline")
+    report.add_argument("--fail", action="append", metavar="METRIC:PCT%", help="as compare")
+    merge = commands.add_parser(
+        "merge", help="merge JSON reports (sharded CI jobs) into one, validated"
+    )
+    merge.add_argument("output", help="the merged report to write")
+    merge.add_argument("reports", nargs="+", help="the reports to merge")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Run the command line; return the exit status."""
+    out = out or sys.stdout
+    args = make_parser().parse_args(argv)
+    handlers = {"list": _cmd_list, "compare": _cmd_compare, "report": _cmd_report,
+                "merge": _cmd_merge}  # fmt: skip
+    try:
+        return handlers[args.command](args, out)
+    except _Misuse as exc:
+        sys.stderr.write(f"pytest-sglang {args.command}: {exc}\n")
+        return MISUSE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,263 @@
+"""The qualification report: one self-contained HTML file for a release decision.
+
+Rendered from a results report (the JSON of ``--sglang-report``, or a stored session turned
+into one by ``pytest-sglang report``), optionally with stored baseline measurements drawn on
+the same axes. Everything is inline (CSS, the plots as SVG from :mod:`.plots`, one small
+script that marks the plots as rendered for the browser check): nothing is fetched at view
+time. Sections: environment, servers with their launch commands (secrets redacted),
+configurations, per workload the plots and the medians, then every verdict with its evidence,
+regressions first and highlighted.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["render_html"]
+
+_SECRET_FLAGS = re.compile(r"^--?(api[-_]?key|token|password|secret|hf[-_]token)$", re.I)
+_SECRET_INLINE = re.compile(r"^(--?(?:api[-_]?key|token|password|secret|hf[-_]token)=).*$", re.I)
+
+_CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;color:#1d1d1f;
+ max-width:1400px}
+h1{font-size:22px;margin-bottom:4px}h2{font-size:18px;border-bottom:1px solid #ddd;
+ padding-bottom:4px;margin-top:28px}h3{font-size:15px}
+table{border-collapse:collapse;margin:8px 0;font-size:13px}
+td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
+th{background:#f5f5f7}td.num{text-align:right;font-variant-numeric:tabular-nums}
+code,pre{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
+pre{background:#f7f7f9;padding:8px;overflow-x:auto;border:1px solid #eee}
+.badge{display:inline-block;padding:1px 7px;border-radius:9px;font-size:12px;font-weight:600}
+.pass{background:#e3f6e8;color:#156f2c}.fail{background:#fde2e1;color:#a4161a}
+.inconclusive{background:#fff4d6;color:#7a5a00}.finding{background:#e6eefc;color:#1c4fa8}
+.verdict{border:1px solid #ddd;border-radius:6px;padding:8px 12px;margin:10px 0}
+.verdict.fail{border:2px solid #d62728;background:#fff7f7}
+.plot svg{max-width:100%;height:auto}.muted{color:#666;font-size:13px}
+.summary-fail{background:#fde2e1;border:2px solid #d62728;padding:8px 12px;border-radius:6px}
+.summary-ok{background:#e3f6e8;border:1px solid #8fd19e;padding:8px 12px;border-radius:6px}
+"""
+
+# Marks the document once laid out: how many plots have a non-empty box, and any error
+# (script, console.error, a resource that failed to load) for the headless-browser check.
+_GUARD = """
+(function(){var errors=[];var root=document.documentElement;
+function note(m){errors.push(String(m));root.setAttribute('data-errors',errors.join(' | '));}
+window.addEventListener('error',function(e){note(e.message||('failed to load '+
+ ((e.target&&(e.target.src||e.target.href))||'a resource')));},true);
+var original=console.error;console.error=function(){note(Array.prototype.join.call(
+ arguments,' '));return original.apply(console,arguments);};
+window.addEventListener('load',function(){var n=0;document.querySelectorAll('.plot svg')
+ .forEach(function(s){var b=s.getBoundingClientRect();if(b.width>50&&b.height>50&&
+ s.querySelectorAll('path,use,line,polyline').length>0){n++;}});
+ root.setAttribute('data-plots-rendered',String(n));
+ root.setAttribute('data-errors',errors.join(' | '));});})();
+"""
+
+
+def _e(value: object) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def redact_command(command: Sequence[str]) -> list[str]:
+    """Return ``command`` with the values of secret flags (``--api-key`` ...) replaced."""
+    out: list[str] = []
+    hide = False
+    for arg in command:
+        if hide:
+            out.append("***")
+            hide = False
+            continue
+        if _SECRET_FLAGS.match(arg):
+            hide = True
+            out.append(arg)
+            continue
+        out.append(_SECRET_INLINE.sub(r"\1***", arg))
+    return out
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]], numeric: int = 0) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+    body = []
+    for row in rows:
+        cells = []
+        for index, cell in enumerate(row):
+            cls = ' class="num"' if numeric and index >= numeric else ""
+            cells.append(f"<td{cls}>{_e(cell)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _median(runs: Sequence[Mapping[str, Any]], metric: str, scale: float = 1.0) -> str:
+    base, _, stat = metric.partition(".")
+    values = []
+    for run in runs:
+        value = run.get(base)
+        if stat:
+            value = value.get(stat) if isinstance(value, dict) else None
+        if isinstance(value, int | float):
+            values.append(float(value) * scale)
+    if not values:
+        return "-"
+    median = statistics.median(values)
+    spread = (max(values) - min(values)) / median * 100 if median else 0.0
+    return f"{median:.2f} (±{spread / 2:.1f}%)" if len(values) > 1 else f"{median:.2f}"
+
+
+def _workload_title(workload: Mapping[str, Any]) -> str:
+    text = (
+        f"{workload.get('endpoint')}, input {workload.get('input_len')}, output "
+        f"{workload.get('output_len')} tokens, {workload.get('requests')} requests"
+    )
+    if workload.get("requests_per_slot"):
+        text += f" ({workload['requests_per_slot']} per slot)"
+    return text
+
+
+def _groups(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        key = json.dumps({k: v for k, v in row["workload"].items() if k != "requests"},
+                         sort_keys=True)  # fmt: skip
+        groups.setdefault(key, []).append(row)
+    return groups
+
+
+def _regressed_levels(verdicts: Sequence[Mapping[str, Any]], workload_key: str) -> list[int]:
+    levels = []
+    for verdict in verdicts:
+        if verdict.get("kind") != "assert_no_regression" or verdict.get("outcome") != "fail":
+            continue
+        fingerprint = verdict.get("evidence", {}).get("fingerprint", {})
+        workload = fingerprint.get("workload", {})
+        key = json.dumps({k: v for k, v in workload.items() if k != "requests"}, sort_keys=True)
+        if key == workload_key and isinstance(fingerprint.get("concurrency"), int):
+            levels.append(fingerprint["concurrency"])
+    return levels
+
+
+def _crossovers(verdicts: Sequence[Mapping[str, Any]]) -> list[tuple[str, int]]:
+    out = []
+    for verdict in verdicts:
+        if verdict.get("kind") != "find_crossover":
+            continue
+        evidence = verdict.get("evidence", {})
+        level = (evidence.get("crossover") or {}).get("level")
+        if isinstance(level, int):
+            out.append((f"{evidence.get('spec')}/{evidence.get('base')}", level))
+    return out
+
+
+def _verdict_html(verdict: Mapping[str, Any]) -> str:
+    outcome = str(verdict.get("outcome", ""))
+    tag = "REGRESSION" if outcome == "fail" and verdict.get("kind") == "assert_no_regression" \
+        else outcome.upper()  # fmt: skip
+    warnings = "".join(f"<li>{_e(w)}</li>" for w in verdict.get("warnings", []))
+    evidence = verdict.get("table") or json.dumps(verdict.get("evidence", {}), indent=1)
+    return (
+        f'<div class="verdict {_e(outcome)}"><span class="badge {_e(outcome)}">{_e(tag)}</span> '
+        f"<code>{_e(verdict.get('kind'))}</code> in <code>{_e(verdict.get('test'))}</code>"
+        f"<p>{_e(verdict.get('summary'))}</p>"
+        + (f"<ul class=muted>{warnings}</ul>" if warnings else "")
+        + f"<details{' open' if outcome == 'fail' else ''}><summary>evidence</summary>"
+        f"<pre>{_e(evidence)}</pre></details></div>"
+    )
+
+
+def render_html(
+    document: Mapping[str, Any],
+    *,
+    baselines: Sequence[Mapping[str, Any]] = (),
+    title: str = "pytest-sglang qualification report",
+) -> str:
+    """Return the report as one self-contained HTML page.
+
+    :param document: a results report (``schemas/report.schema.json``).
+    :param baselines: stored measurement rows (with a ``session`` key) drawn dashed on the
+        same axes as the measurements of the same workload.
+    """
+    from pytest_sglang.report.plots import render_workload_plots, series_of
+
+    environment = document.get("environment", {})
+    measurements = list(document.get("measurements", []))
+    order = {"fail": 0, "inconclusive": 1}
+    verdicts = sorted(document.get("verdicts", []), key=lambda v: order.get(v.get("outcome"), 2))
+    failed = [v for v in verdicts if v.get("outcome") == "fail"]
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<script>{_GUARD}</script>",
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{_e(title)}</h1>",
+        f'<p class="muted">created {_e(document.get("created"))}, updated '
+        f"{_e(document.get('updated'))}; "
+        f"{'complete' if document.get('complete') else 'INCOMPLETE (interrupted or running)'}"
+        "</p>",
+    ]
+    if failed:
+        parts.append(f'<p class="summary-fail"><b>{len(failed)} verdict(s) failed</b>: '
+                     + "; ".join(_e(v.get("summary")) for v in failed[:5]) + "</p>")  # fmt: skip
+    elif verdicts:
+        parts.append(f'<p class="summary-ok">{len(verdicts)} verdict(s), none failed.</p>')
+    env_rows = [(k.replace("_", " "), ", ".join(map(str, v)) if isinstance(v, list) else v)
+                for k, v in environment.items()]  # fmt: skip
+    parts += ["<h2>Environment</h2>", _table(("what", "value"), env_rows)]
+
+    servers = document.get("servers", [])
+    if servers:
+        server_rows = []
+        for server in servers:
+            launch = server.get("launch") or {}
+            command = " ".join(redact_command([str(a) for a in launch.get("command", [])]))
+            readiness = server.get("readiness") or {}
+            server_rows.append((server.get("name"), server.get("url"), server.get("version"),
+                         server.get("model"), command or "(attached)",
+                         readiness.get("total", "")))  # fmt: skip
+        parts += ["<h2>Servers</h2>",
+                  _table(("name", "url", "SGLang", "model", "launch command (secrets redacted)",
+                          "ready in (s)"), server_rows)]  # fmt: skip
+    configs: dict[str, tuple[str, str]] = {}
+    for row in measurements:
+        config = row.get("config") or {}
+        text = ", ".join(f"{k}={v}" for k, v in sorted(config.items()))
+        configs.setdefault(f"{row['server']}|{text}", (str(row["server"]), text))
+    if configs:
+        parts += ["<h2>Configurations (what the fingerprint compares)</h2>",
+                  _table(("server", "effective configuration (/server_info)"),
+                         list(configs.values()))]  # fmt: skip
+
+    base_groups = _groups(baselines)
+    crossovers = _crossovers(verdicts)
+    for index, (key, rows) in enumerate(_groups(measurements).items()):
+        workload = rows[0]["workload"]
+        parts.append(f"<h2>Workload {index + 1}: {_e(_workload_title(workload))}</h2>")
+        series = series_of(rows) + series_of(base_groups.get(key, []), baseline=True)
+        plots = render_workload_plots(
+            series, title=_workload_title(workload), crossovers=crossovers,
+            regressions=_regressed_levels(verdicts, key),
+        )  # fmt: skip
+        for caption, svg in plots:
+            parts.append(f'<figure class="plot">{svg}<figcaption class="muted">{_e(caption)}'
+                         "</figcaption></figure>")  # fmt: skip
+        table_rows = [
+            (r["server"], r["concurrency"], len(r["runs"]),
+             _median(r["runs"], "output_throughput"), _median(r["runs"], "ttft.p50", 1000),
+             _median(r["runs"], "ttft.p99", 1000), _median(r["runs"], "itl.p50", 1000),
+             sum(int(run.get("failed", 0)) for run in r["runs"]))
+            for r in sorted(rows, key=lambda r: (r["concurrency"], r["server"]))
+        ]  # fmt: skip
+        parts.append(_table(("server", "C", "runs", "out tok/s", "TTFT p50 ms", "TTFT p99 ms",
+                             "ITL p50 ms", "errors"), table_rows, numeric=1))  # fmt: skip
+        parts.append('<p class="muted">medians over runs; ± half the range of the runs</p>')
+    parts.append("<h2>Verdicts</h2>")
+    if not verdicts:
+        parts.append('<p class="muted">No verdicts were recorded.</p>')
+    parts += [_verdict_html(v) for v in verdicts]
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,169 @@
+"""The qualification report's plots: matplotlib figures rendered to inline SVG.
+
+matplotlib (the ``report`` extra) draws; nothing here writes SVG by hand. Each figure is
+rendered with the Agg-free SVG backend, text kept as ``<text>`` (no font files, nothing to
+fetch at view time) and a fixed hash salt, so the same data gives the same bytes.
+
+Per workload: output throughput, TTFT p50 and p99 and ITL p50 against concurrency, and output
+throughput against TPOT p50 (the Pareto view: what the server delivers against what each user
+waits per token). Every point is the median over runs with a bar from the slowest to the
+fastest run; stored baselines are drawn dashed on the same axes; a crossover is a vertical
+line, and a regressed point is ringed in red.
+"""
+
+from __future__ import annotations
+
+import io
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Series", "render_workload_plots", "series_of"]
+
+
+@dataclass
+class Series:
+    """One server's (or baseline's) points over concurrency: per level, one value per run."""
+
+    label: str
+    baseline: bool = False
+    #: concurrency -> metric -> values per run
+    points: dict[int, dict[str, list[float]]] = field(default_factory=dict)
+
+
+def _run_value(run: Mapping[str, Any], metric: str) -> float | None:
+    base, _, stat = metric.partition(".")
+    value = run.get(base)
+    if stat:
+        value = value.get(stat) if isinstance(value, dict) else None
+    return float(value) if isinstance(value, int | float) and value > 0 else None
+
+
+METRICS = ("output_throughput", "ttft.p50", "ttft.p99", "itl.p50", "tpot.p50")
+
+
+def series_of(rows: Sequence[Mapping[str, Any]], *, baseline: bool = False) -> list[Series]:
+    """Group measurement rows (one workload) into series by server (and stored session)."""
+    out: dict[str, Series] = {}
+    for row in rows:
+        label = str(row["server"])
+        if baseline:
+            label = f"{label} (baseline {row.get('session', 'stored')})"
+        series = out.setdefault(label, Series(label, baseline))
+        level = series.points.setdefault(int(row["concurrency"]), {})
+        for metric in METRICS:
+            values = [v for run in row["runs"] if (v := _run_value(run, metric)) is not None]
+            level.setdefault(metric, []).extend(values)
+    return list(out.values())
+
+
+def _stats(values: Sequence[float], scale: float) -> tuple[float, float, float] | None:
+    if not values:
+        return None
+    return (
+        statistics.median(values) * scale,
+        min(values) * scale,
+        max(values) * scale,
+    )
+
+
+PANELS = (
+    ("output_throughput", "output throughput (tok/s)", 1.0),
+    ("ttft", "TTFT p50 and p99 (ms)", 1000.0),
+    ("itl.p50", "ITL p50 (ms)", 1000.0),
+)
+
+
+def render_workload_plots(
+    series: Sequence[Series],
+    *,
+    title: str,
+    crossovers: Sequence[tuple[str, int]] = (),
+    regressions: Sequence[int] = (),
+) -> list[tuple[str, str]]:
+    """Return the workload's plots as ``(caption, svg)`` pairs."""
+    import matplotlib
+
+    matplotlib.use("svg", force=False)
+    from matplotlib import pyplot as plt
+    from matplotlib.figure import Figure
+
+    plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "pytest-sglang",
+                         "font.size": 9})  # fmt: skip
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    plots: list[tuple[str, str]] = []
+
+    def svg(figure: Figure) -> str:
+        buffer = io.StringIO()
+        figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
+        plt.close(figure)
+        text = buffer.getvalue()
+        return text[text.index("<svg") :]
+
+    figure, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for index, s in enumerate(series):
+        colour = "#777777" if s.baseline else colours[index % len(colours)]
+        style = "--" if s.baseline else "-"
+        levels = sorted(s.points)
+        for ax, (metric, ylabel, scale) in zip(axes, PANELS, strict=True):
+            metrics = ["ttft.p50", "ttft.p99"] if metric == "ttft" else [metric]
+            for m in metrics:
+                pts = [(c, st) for c in levels if (st := _stats(s.points[c].get(m, []), scale))]
+                if not pts:
+                    continue
+                xs = [c for c, _ in pts]
+                med = [st[0] for _, st in pts]
+                err = [[st[0] - st[1] for _, st in pts], [st[2] - st[0] for _, st in pts]]
+                marker = "s" if m.endswith("p99") else "o"
+                name = s.label + (f" {m.split('.')[1]}" if metric == "ttft" else "")
+                ax.errorbar(xs, med, yerr=err, fmt=style, marker=marker, color=colour,
+                            capsize=3, markersize=4, label=name, linewidth=1.3)  # fmt: skip
+                if metric == "output_throughput" and not s.baseline:
+                    bad = [(c, v) for c, v in zip(xs, med, strict=True) if c in regressions]
+                    if bad:
+                        ax.scatter([c for c, _ in bad], [v for _, v in bad], s=160,
+                                   facecolors="none", edgecolors="#d62728", linewidths=2,
+                                   label="regression", zorder=5)  # fmt: skip
+            ax.set_ylabel(ylabel)
+    for ax, (metric, _, _) in zip(axes, PANELS, strict=True):
+        ax.set_xlabel("concurrency")
+        ax.set_xscale("symlog", linthresh=1)
+        ax.grid(True, alpha=0.3)
+        for name, level in crossovers:
+            ax.axvline(level, color="#d62728", linestyle=":", linewidth=1.2,
+                       label=f"crossover {name} C={level}" if metric == "output_throughput"
+                       else None)  # fmt: skip
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    figure.suptitle(title, fontsize=10)
+    plots.append(("Throughput, TTFT and ITL against concurrency (median over runs, bars: "
+                  "slowest to fastest run; dashed: stored baseline)", svg(figure)))  # fmt: skip
+
+    figure, ax = plt.subplots(figsize=(6, 4))
+    drawn = False
+    for index, s in enumerate(series):
+        colour = "#777777" if s.baseline else colours[index % len(colours)]
+        pareto: list[tuple[float, float, int]] = []
+        for c in sorted(s.points):
+            tpot = s.points[c].get("tpot.p50") or s.points[c].get("itl.p50") or []
+            thr = s.points[c].get("output_throughput", [])
+            if tpot and thr:
+                pareto.append((statistics.median(tpot) * 1000, statistics.median(thr), c))
+        if not pareto:
+            continue
+        drawn = True
+        ax.plot([p[0] for p in pareto], [p[1] for p in pareto], "--" if s.baseline else "-",
+                marker="o", color=colour, label=s.label, markersize=4)  # fmt: skip
+        for x, y, c in pareto:
+            ax.annotate(f"C={c}", (x, y), textcoords="offset points", xytext=(4, 3),
+                        fontsize=7, color=colour)  # fmt: skip
+    ax.set_xlabel("TPOT p50 per user (ms/token)")
+    ax.set_ylabel("output throughput (tok/s)")
+    ax.grid(True, alpha=0.3)
+    if drawn:
+        ax.legend(fontsize=7)
+    ax.set_title(f"{title}: throughput against latency", fontsize=10)
+    plots.append(("Throughput against per-user latency (the Pareto view), one point per "
+                  "concurrency", svg(figure)))  # fmt: skip
+    return plots
