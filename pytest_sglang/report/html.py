@@ -128,7 +128,9 @@ def _groups(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, An
     return groups
 
 
-def _regressed_levels(verdicts: Sequence[Mapping[str, Any]], workload_key: str) -> list[int]:
+def _regressed_levels(
+    verdicts: Sequence[Mapping[str, Any]], workload_key: str
+) -> list[tuple[str, int]]:
     levels = []
     for verdict in verdicts:
         if verdict.get("kind") != "assert_no_regression" or verdict.get("outcome") != "fail":
@@ -137,7 +139,8 @@ def _regressed_levels(verdicts: Sequence[Mapping[str, Any]], workload_key: str) 
         workload = fingerprint.get("workload", {})
         key = json.dumps({k: v for k, v in workload.items() if k != "requests"}, sort_keys=True)
         if key == workload_key and isinstance(fingerprint.get("concurrency"), int):
-            levels.append(fingerprint["concurrency"])
+            server = str(verdict.get("evidence", {}).get("a", "")).split(" @ ")[0]
+            levels.append((server, fingerprint["concurrency"]))
     return levels
 
 

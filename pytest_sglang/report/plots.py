@@ -80,7 +80,7 @@ def render_workload_plots(
     *,
     title: str,
     crossovers: Sequence[tuple[str, int]] = (),
-    regressions: Sequence[int] = (),
+    regressions: Sequence[tuple[str, int]] = (),
 ) -> list[tuple[str, str]]:
     """Return the workload's plots as ``(caption, svg)`` pairs."""
     import matplotlib
@@ -120,7 +120,8 @@ def render_workload_plots(
                 ax.errorbar(xs, med, yerr=err, fmt=style, marker=marker, color=colour,
                             capsize=3, markersize=4, label=name, linewidth=1.3)  # fmt: skip
                 if metric == "output_throughput" and not s.baseline:
-                    bad = [(c, v) for c, v in zip(xs, med, strict=True) if c in regressions]
+                    hit = {c for name, c in regressions if name == s.label}
+                    bad = [(c, v) for c, v in zip(xs, med, strict=True) if c in hit]
                     if bad:
                         ax.scatter([c for c, _ in bad], [v for _, v in bad], s=160,
                                    facecolors="none", edgecolors="#d62728", linewidths=2,

@@ -1,0 +1,133 @@
+"""The HTML qualification report: self-contained, and checked in a real headless Chromium."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_sglang.report.html import redact_command, render_html
+from pytest_sglang.verdicts.regression import regression_verdict
+from tests.bench_data import BASE_CONFIG, SPEC_CONFIG, result
+
+pytest.importorskip("matplotlib")
+
+LEVELS = (1, 2, 5, 10)
+#: Where the browser test also leaves its screenshot, for people to look at.
+SCREENSHOT = Path(tempfile.gettempdir()) / "pytest-sglang-report-screenshot.png"
+
+
+def _row(server: str, c: int, base: float, config: dict[str, Any], spread: float = 0.01) -> Any:
+    values = [base * (1 + spread * k) for k in (-2, -1, 0, 1, 2)]
+    ttft = [0.05 * c * (1 + spread * k) for k in (-2, -1, 0, 1, 2)]
+    body = result(server, values, config=config, concurrency=c, ttft=ttft, tpot=0.01 * c).as_dict()
+    return {"test": f"tests/test_perf.py::test_sweep[{server}]", **body}
+
+
+def document() -> dict[str, Any]:
+    measurements = [_row("baseline", c, 90.0 * c**0.8, BASE_CONFIG) for c in LEVELS]
+    measurements += [_row("eagle3", c, 100.0 * c**0.6, SPEC_CONFIG) for c in LEVELS]
+    stored = result("baseline", [v * 1.1 for v in (90.0, 90.9, 89.1, 90.5, 89.6)],
+                    config=BASE_CONFIG)  # fmt: skip
+    fresh = result("baseline", [90.0, 90.9, 89.1, 90.5, 89.6], config=BASE_CONFIG)
+    regression = {"test": "tests/test_perf.py::test_regression",
+                  **regression_verdict(fresh, stored).as_dict()}  # fmt: skip
+    crossover = {"test": "tests/test_perf.py::test_crossover", "kind": "find_crossover",
+                 "outcome": "finding", "metric": "output_throughput", "summary": "crossover at 5",
+                 "warnings": [], "table": "level 5",
+                 "evidence": {"spec": "eagle3", "base": "baseline",
+                              "crossover": {"level": 5}}}  # fmt: skip
+    launch = {"command": ["python", "-m", "sglang.launch_server", "--api-key", "s3cret",
+                          "--tp", "8", "--hf-token=hf_xyz"], "gpus": ["GPU-1"]}  # fmt: skip
+    return {
+        "format": "pytest-sglang-report", "version": 1, "complete": True, "interrupted": False,
+        "exit_status": 1, "created": "2026-10-01T10:00:00+00:00",
+        "updated": "2026-10-01T10:30:00+00:00",
+        "environment": {"plugin_version": "0.1.0", "python": "3.11.7", "pytest": "9.2.0",
+                        "platform": "Linux", "sglang_versions": ["0.5.24"],
+                        "gpus": ["NVIDIA H200"] * 8},
+        "servers": [{"name": "baseline", "url": "http://h:30000", "version": "0.5.24",
+                     "model": "org/model", "readiness": {"total": 612.3}, "launch": launch,
+                     "config": BASE_CONFIG}],
+        "measurements": measurements, "verdicts": [crossover, regression],
+    }  # fmt: skip
+
+
+def baselines() -> list[dict[str, Any]]:
+    return [{**_row("baseline", c, 95.0 * c**0.8, BASE_CONFIG), "session": "sglang/0001_0.5.23"}
+            for c in LEVELS]  # fmt: skip
+
+
+def test_the_report_is_self_contained_and_complete() -> None:
+    page = render_html(document(), baselines=baselines())
+    assert page.count("<svg") == 2  # one workload: the concurrency panels and the Pareto view
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)  # nothing fetched
+    assert "s3cret" not in page and "hf_xyz" not in page and "--api-key ***" in page
+    assert "REGRESSION" in page and 'class="verdict fail"' in page
+    assert "baseline (baseline sglang/0001_0.5.23)" in page
+    assert "crossover eagle3/baseline C=5" in page
+    for heading in ("Environment", "Servers", "Configurations", "Verdicts"):
+        assert f"<h2>{heading}" in page
+    # The same data gives the same bytes (no dates or random ids in the plots).
+    assert render_html(document(), baselines=baselines()) == page
+
+
+def test_redact_command() -> None:
+    assert redact_command(["x", "--api-key", "k", "--token=t", "--tp", "8"]) == [
+        "x", "--api-key", "***", "--token=***", "--tp", "8",
+    ]  # fmt: skip
+
+
+def _chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        if os.environ.get("PYTEST_SGLANG_REQUIRE_BROWSER"):
+            pytest.fail("chromium is required (PYTEST_SGLANG_REQUIRE_BROWSER) but not installed")
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    return found
+
+
+def _browse(page: Path, tmp_path: Path, *mode: str) -> subprocess.CompletedProcess[str]:
+    argv = [
+        _chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr",
+        "--v=0", "--virtual-time-budget=10000", "--window-size=1400,2600", *mode,
+        page.as_uri(),
+    ]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+
+
+def _console(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if ":CONSOLE" in line]
+
+
+def test_the_report_renders_in_headless_chromium(tmp_path: Path) -> None:
+    page = tmp_path / "report.html"
+    page.write_text(render_html(document(), baselines=baselines()))
+    dom = _browse(page, tmp_path, "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert 'data-plots-rendered="2"' in dom.stdout  # both plots laid out with their marks
+    assert 'data-errors=""' in dom.stdout
+    assert _console(dom.stderr) == []
+    shot = tmp_path / "report.png"
+    done = _browse(page, tmp_path, f"--screenshot={shot}")
+    assert done.returncode == 0 and shot.stat().st_size > 20_000
+    assert _console(done.stderr) == []
+    shutil.copyfile(shot, SCREENSHOT)
+
+
+def test_the_browser_check_notices_errors(tmp_path: Path) -> None:
+    broken = render_html(document()).replace("</body>", "<script>undefinedCall();</script>"
+                                             '<img src="missing.png"></body>')  # fmt: skip
+    page = tmp_path / "broken.html"
+    page.write_text(broken)
+    dom = _browse(page, tmp_path, "--dump-dom")
+    assert "undefinedCall" in dom.stdout.split("data-errors=")[1][:300]
+    assert "missing.png" in dom.stdout.split("data-errors=")[1][:400]
