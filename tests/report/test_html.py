@@ -131,3 +131,14 @@ def test_the_browser_check_notices_errors(tmp_path: Path) -> None:
     dom = _browse(page, tmp_path, "--dump-dom")
     assert "undefinedCall" in dom.stdout.split("data-errors=")[1][:300]
     assert "missing.png" in dom.stdout.split("data-errors=")[1][:400]
+
+
+def test_the_markdown_summary_draws_throughput_against_concurrency() -> None:
+    from pytest_sglang.report.summary import render_markdown
+
+    text = render_markdown(document()["measurements"], [])
+    chart = text.split("```mermaid\n")[1].split("```")[0]
+    assert chart.startswith("xychart-beta")
+    assert 'x-axis "concurrency" [1, 2, 5, 10]' in chart
+    assert chart.count("    line [") == 2
+    assert "_Lines in order: 1. baseline, 2. eagle3._" in text
