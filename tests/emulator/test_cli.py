@@ -20,7 +20,9 @@ def test_defaults_follow_sglang() -> None:
     assert args["dp_size"] == 1
     assert args["served_model_name"] == args["model_path"] == "org/Llama-3.1-8B-Instruct"
     assert args["tokenizer_path"] == "org/Llama-3.1-8B-Instruct"
-    assert args["context_length"] == 131072
+    # As the real 0.5.23 server: null unless given (the effective values live elsewhere).
+    assert args["context_length"] is None
+    assert config.context_length == 131072
     assert args["max_running_requests"] is None
     assert args["speculative_algorithm"] is None
     assert args["enable_metrics"] is False
@@ -28,7 +30,8 @@ def test_defaults_follow_sglang() -> None:
     assert args["log_level"] == "info"
     assert isinstance(args["mem_fraction_static"], float)
     assert "cuda_graph_max_bs" not in args
-    assert args["cuda_graph_max_bs_decode"] == 256
+    assert args["cuda_graph_max_bs_decode"] is None  # 0.5.23: cuda_graph_config has the sizes
+    assert args["cuda_graph_config"]["decode"]["max_bs"] == 256
     assert config.options.version == "0.5.23"
     assert config.options.decode_ms == 10.0
     assert config.options.prefill_ms == 10.0
@@ -132,7 +135,8 @@ def test_topk_without_steps_is_rejected() -> None:
 def test_context_length_si_suffix_in_new_version() -> None:
     assert parse_args([*MODEL, "--context-length", "8k"]).server_args["context_length"] == 8000
     config = parse_args([*MODEL, "--emulator-model-context-length", "262144"])
-    assert config.server_args["context_length"] == 262144
+    assert config.server_args["context_length"] is None
+    assert config.context_length == 262144
 
 
 def test_old_version_has_cuda_graph_max_bs() -> None:

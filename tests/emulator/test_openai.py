@@ -57,7 +57,10 @@ def test_completion(emulator: EmulatorProcess) -> None:
     assert body["usage"]["completion_tokens"] == 16
     assert body["usage"]["total_tokens"] == 18
     assert body["usage"]["reasoning_tokens"] == 0
-    assert body["metadata"] == {"weight_version": "default"}
+    assert body["metadata"] == {
+        "weight_version": "default",
+        "weight_versions": [{"version": "default", "start": 0, "end": 16}],
+    }
 
 
 def test_completion_model_defaults_to_default(emulator: EmulatorProcess) -> None:

@@ -284,10 +284,11 @@ def _add_emulator_options(group: argparse._ArgumentGroup) -> None:
     option(
         "--emulator-model-context-length",
         type=positive_int,
-        default=131072,
+        default=None,
         metavar="N",
-        help="The model config's context length, used without --context-length. "
-        "Default %(default)s.",
+        help="The model config's context length, used without --context-length. Default: "
+        "read from MODEL_PATH/config.json when the model path is a local directory, else "
+        "131072.",
     )
     option(
         "--emulator-accept-length",

@@ -23,7 +23,8 @@ class EmulatorOptions:
     health_probe_time: float = 1.0
     decode_ms: float = 10.0
     prefill_ms: float = 10.0
-    model_context_length: int = 131072
+    #: ``--emulator-model-context-length``; ``None``: the model's ``config.json``, else 131072.
+    model_context_length: int | None = None
     accept_length: float = 2.0
     architecture: str | None = None
     gpu_dir: Path | None = None
@@ -53,8 +54,14 @@ class LaunchConfig:
 
     @property
     def context_length(self) -> int:
-        """The effective context length (``--context-length`` or the model's)."""
-        return int(self.server_args["context_length"])
+        """The effective context length: ``--context-length``, else the model's.
+
+        ``/server_info`` shows ``context_length`` as given (``null`` when it was not); this
+        is the value SGLang's model config resolves, which ``/v1/models`` reports as
+        ``max_model_len``.
+        """
+        given = self.server_args["context_length"]
+        return int(given) if given is not None else self.model.context_length
 
     @property
     def speculative_algorithm(self) -> str | None:

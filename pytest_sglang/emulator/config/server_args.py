@@ -1,14 +1,20 @@
 """SGLang's ServerArgs: defaults and the resolution that ``/server_info`` shows.
 
-``/server_info`` is the flat dict of every *resolved* ServerArgs field (546 in 0.5.23). The table
-below carries the fields that matter to clients, with SGLang's defaults, in the order of
-``sglang-server-args-0.5.23.txt``; flags the emulator does not know are added verbatim by the
-CLI. Resolution reproduces SGLang's side effects that clients read: ``tokenizer_path`` and
-``served_model_name`` default to ``model_path``, speculative decoding caps
-``max_running_requests`` at 48 and auto-chooses its step/top-k/draft triple, auto-chosen memory
-and CUDA-graph values appear as resolved, and ``context_length`` holds the effective value.
-Fields that need a GPU to choose (``mem_fraction_static``, ``attention_backend``) get the value
-SGLang picks on an H100.
+``/server_info`` is the flat dict of every ServerArgs field (546 in 0.5.23) as *resolved*:
+what the launch command gave, with the decisions SGLang's resolution declares applied over
+it (0.5.23's ``ServerArgs.resolved_dict``: ``srt/server_args.py``, ``srt/arg_groups/``). A
+field nobody gave and no resolution step decides stays ``null``: **``context_length`` and
+``max_running_requests`` are ``null`` unless given** (the effective values live elsewhere:
+``max_model_len`` in ``/v1/models``, and
+``internal_states[0].effective_max_running_requests_per_dp``, which the scheduler sizes from
+the KV capacity), and so are 0.5.23's per-phase CUDA-graph flags (the resolved sizes are in
+``cuda_graph_config``). Speculative decoding declares ``max_running_requests=48`` when it is
+not given (``srt/arg_groups/speculative_hook.py``), so under EAGLE it shows 48, and its
+step/top-k/draft triple is auto-chosen. ``tokenizer_path`` and ``served_model_name`` default
+to ``model_path``. Fields that need a GPU to choose (``mem_fraction_static``,
+``attention_backend``) get the value SGLang picks on an H100. The table below carries the
+fields clients read, with SGLang's defaults; flags the emulator does not know are added
+verbatim by the CLI.
 """
 
 from __future__ import annotations
@@ -104,7 +110,7 @@ _DEFAULTS: dict[str, Any] = {
     "weight_version": "default",
     "chat_template": None,
     "completion_template": None,
-    "file_storage_path": "sglang_storage",
+    "file_storage_path": None,
     "enable_cache_report": False,
     "reasoning_parser": None,
     "tool_call_parser": None,
@@ -151,7 +157,7 @@ _DEFAULTS: dict[str, Any] = {
     "enable_mscclpp": False,
     "enable_flashinfer_allreduce_fusion": False,
     "enforce_disable_flashinfer_allreduce_fusion": False,
-    "flashinfer_allreduce_fusion_backend": "auto",
+    "flashinfer_allreduce_fusion_backend": None,
     "enable_torch_compile": False,
     "torch_compile_max_bs": 32,
     "speculative_algorithm": None,
@@ -247,8 +253,6 @@ def resolve(given: Mapping[str, Any], version: str, model: ModelProfile) -> Reso
     model_path = str(args["model_path"])
     args["tokenizer_path"] = args["tokenizer_path"] or model_path
     args["served_model_name"] = args["served_model_name"] or model_path
-    if args["context_length"] is None:
-        args["context_length"] = model.context_length
     if args["random_seed"] is None:
         args["random_seed"] = zlib.crc32(model_path.encode()) % (1 << 30)
     if args["mem_fraction_static"] is None:
@@ -265,6 +269,8 @@ def resolve(given: Mapping[str, Any], version: str, model: ModelProfile) -> Reso
         args["grammar_backend"] = "xgrammar"
     _resolve_speculative(args, model, warnings)
     _resolve_cuda_graph(args, version)
+    if version == NEW_VERSION:
+        args["cuda_graph_config"] = cuda_graph_config(args)
     if version == NEW_VERSION:
         # SGLang synthesises the flag from the attention-DP size (srt/server_args.py).
         args["attn_dp_size"] = args["dp_size"] if args["enable_dp_attention"] else 1
@@ -315,11 +321,10 @@ def _resolve_speculative(args: dict[str, Any], model: ModelProfile, warnings: li
 
 
 def _resolve_cuda_graph(args: dict[str, Any], version: str) -> None:
-    max_key, list_key = (
-        ("cuda_graph_max_bs_decode", "cuda_graph_bs_decode")
-        if version == NEW_VERSION
-        else ("cuda_graph_max_bs", "cuda_graph_bs")
-    )
+    if version == NEW_VERSION:
+        # 0.5.23 leaves the per-phase flags as given; cuda_graph_config has the sizes.
+        return
+    max_key, list_key = ("cuda_graph_max_bs", "cuda_graph_bs")
     if args.get(max_key) is None:
         cap = args["max_running_requests"]
         args[max_key] = min(DEFAULT_CUDA_GRAPH_MAX_BS, cap) if cap else DEFAULT_CUDA_GRAPH_MAX_BS
@@ -327,9 +332,46 @@ def _resolve_cuda_graph(args: dict[str, Any], version: str) -> None:
         args[list_key] = [bs for bs in DEFAULT_CUDA_GRAPH_BS if bs <= int(args[max_key])]
 
 
-def scheduler_info(args: Mapping[str, Any]) -> SchedulerInfo:
-    """KV capacity and request limits the emulated scheduler reports (deterministic)."""
-    context_len = int(args["context_length"])
+def decode_graph_sizes(args: Mapping[str, Any]) -> tuple[int, list[int]]:
+    """Return the decode CUDA-graph batch sizes SGLang captures: the largest, and all."""
+    given_max = args.get("cuda_graph_max_bs_decode") or args.get("cuda_graph_max_bs")
+    cap = args["max_running_requests"]
+    if given_max:
+        largest = int(given_max)
+    else:
+        largest = min(DEFAULT_CUDA_GRAPH_MAX_BS, int(cap)) if cap else DEFAULT_CUDA_GRAPH_MAX_BS
+    given = args.get("cuda_graph_bs_decode") or args.get("cuda_graph_bs")
+    sizes = list(given) if given else [bs for bs in DEFAULT_CUDA_GRAPH_BS if bs <= largest]
+    return largest, sizes
+
+
+def cuda_graph_config(args: Mapping[str, Any]) -> dict[str, Any]:
+    """0.5.23's resolved ``cuda_graph_config`` (decode and prefill phases)."""
+    backend = "disabled" if args["disable_cuda_graph"] else "full"
+    largest, sizes = decode_graph_sizes(args)
+    prefill_max = int(args.get("chunked_prefill_size") or 8192)
+    prefill_sizes = [bs for bs in (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+                     if bs <= prefill_max]  # fmt: skip
+
+    def phase(max_bs: int, bs: list[int], phase_backend: str) -> dict[str, Any]:
+        return {
+            "backend": phase_backend, "max_bs": max_bs, "bs": bs, "tc_compiler": "eager",
+            "max_context_size": None, "full_prefill_max_req": None,
+            "full_prefill_prefix_chunk_tokens": None, "max_seq_len": None,
+        }  # fmt: skip
+
+    return {
+        "decode": phase(largest, sizes, backend),
+        "prefill": phase(prefill_max, prefill_sizes, "disabled"),
+    }
+
+
+def scheduler_info(args: Mapping[str, Any], context_length: int) -> SchedulerInfo:
+    """KV capacity and request limits the emulated scheduler reports (deterministic).
+
+    ``context_length`` is the effective one (``--context-length``, else the model's).
+    """
+    context_len = int(context_length)
     total = args["max_total_tokens"]
     max_total = int(total) if total else max(4 * context_len, 65536)
     # SGLang: max_req_len = min(context_len - 1, max_total_num_tokens - 1); input len is 5 less.

@@ -48,6 +48,7 @@ from pytest_sglang.emulator.engine.batch_scheduler import (
 from pytest_sglang.emulator.engine.engine import (
     FinishReason,
     GenerationRequest,
+    SchedulerTimes,
     SpecConfig,
     TokenChunk,
 )
@@ -113,12 +114,14 @@ class _Handle:
     __slots__ = (
         "chunks",
         "counts",
+        "forward_entry",
         "ids",
         "limit",
         "natural",
         "received",
         "request",
         "seq",
+        "timed",
         "times",
         "waiter",
     )
@@ -136,6 +139,10 @@ class _Handle:
         self.times: list[float] = []
         self.counts: list[int] = []
         self.seq: SeqState | None = None
+        #: When its first prefill forward began (loop time), and whether its first chunk
+        #: with tokens carried the scheduler times yet.
+        self.forward_entry: float | None = None
+        self.timed = False
 
 
 class BatchEngine:
@@ -303,6 +310,10 @@ class BatchEngine:
                 self.max_lag = max(self.max_lag, now - start)
             if forward.kind == "prefill":
                 start = max(start, _latest_arrival(forward))
+                for seq in forward.seqs:
+                    owner = seq.owner
+                    if isinstance(owner, _Handle) and owner.forward_entry is None:
+                        owner.forward_entry = start
             model_time = (now - self._started_at) * speedup
             cost = forward.cost_ms / 1000.0 * self._noise.factor(model_time)
             self.model_seconds += cost
@@ -341,8 +352,18 @@ class BatchEngine:
                     finish = FinishReason("stop", matched=tokenizer.eos_token_id)
                 else:
                     finish = FinishReason("length", length=handle.limit)
+            times = None
+            if not handle.timed and new:
+                handle.timed = True
+                entry = handle.forward_entry if handle.forward_entry is not None else now
+                # Loop time to time.monotonic() (they differ under uvloop).
+                shift = time.monotonic() - now
+                times = SchedulerTimes(handle.received + shift, entry + shift, now + shift)
             chunk = TokenChunk(
-                tuple(new), draft_accepts=(accepted,) if accepted >= 0 else (), finish=finish
+                tuple(new),
+                draft_accepts=(accepted,) if accepted >= 0 else (),
+                finish=finish,
+                times=times,
             )
             if tracing:
                 handle.times.append(now)
@@ -456,11 +477,13 @@ def _coalesce(chunks: deque[TokenChunk]) -> TokenChunk:
     ids: list[int] = []
     accepts: list[int] = []
     finish: FinishReason | None = None
+    times: SchedulerTimes | None = None
     while chunks:
         chunk = chunks.popleft()
         ids.extend(chunk.token_ids)
         accepts.extend(chunk.draft_accepts)
+        times = times or chunk.times
         if chunk.finish is not None:
             finish = chunk.finish
             break
-    return TokenChunk(tuple(ids), draft_accepts=tuple(accepts), finish=finish)
+    return TokenChunk(tuple(ids), draft_accepts=tuple(accepts), finish=finish, times=times)

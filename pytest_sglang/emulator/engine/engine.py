@@ -72,18 +72,35 @@ class FinishReason:
 
 
 @dataclass(frozen=True)
+class SchedulerTimes:
+    """When the scheduler handled a request, in ``time.monotonic()`` seconds.
+
+    ``queued``: it entered the waiting queue; ``forward_entry``: its prefill forward began;
+    ``prefill_finished``: that forward ended (the first token exists). SGLang reports them
+    in ``meta_info`` as ``queue_time`` (a duration) and the wall-clock ``forward_entry_time``
+    and ``prefill_finished_time`` (``srt/observability/req_time_stats.py``).
+    """
+
+    queued: float
+    forward_entry: float
+    prefill_finished: float
+
+
+@dataclass(frozen=True)
 class TokenChunk:
     """New tokens from one engine step (one forward, or one verify under speculation).
 
     ``draft_accepts`` holds, per verify forward in this chunk, the draft tokens accepted
     (excluding the bonus token); empty when the chunk came from prefill or plain decode. The last
-    chunk of a request carries ``finish`` and may have no tokens.
+    chunk of a request carries ``finish`` and may have no tokens. The first chunk with tokens
+    carries the scheduler's ``times``.
     """
 
     token_ids: tuple[int, ...]
     draft_accepts: tuple[int, ...] = ()
     finish: FinishReason | None = None
     cached_tokens: int = 0
+    times: SchedulerTimes | None = None
 
 
 class Engine(Protocol):

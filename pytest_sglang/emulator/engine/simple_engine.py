@@ -19,6 +19,7 @@ the speed-up.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import time
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pytest_sglang.emulator.engine.engine import (
     FinishReason,
     GenerationRequest,
+    SchedulerTimes,
     SpecConfig,
     TokenChunk,
 )
@@ -86,10 +88,12 @@ class SimpleEngine:
         """Queue for a slot, then yield the prefill token and one chunk per decode step."""
         stats = self._stats
         stats.num_queued += 1
+        queued = time.monotonic()
         try:
             await self._slots.acquire()
         finally:
             stats.num_queued -= 1
+        entered = time.monotonic()
         held = len(request.input_ids)
         try:
             if stats.num_running == 0 and self._idle_since is not None:
@@ -98,10 +102,15 @@ class SimpleEngine:
             stats.num_running += 1
             stats.used_tokens += held
             self._log_prefill(request)
+            timed = False
             async with aclosing(self._steps(request)) as steps:
                 async for chunk in steps:
                     stats.used_tokens += len(chunk.token_ids)
                     held += len(chunk.token_ids)
+                    if not timed and chunk.token_ids:
+                        timed = True
+                        times = SchedulerTimes(queued, entered, time.monotonic())
+                        chunk = dataclasses.replace(chunk, times=times)
                     yield chunk
         finally:
             stats.num_running -= 1

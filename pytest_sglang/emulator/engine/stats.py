@@ -20,6 +20,12 @@ ITL_BUCKETS = (
     0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06, 0.08, 0.1,
     0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0,
 )  # fmt: skip
+#: ``queue_time_seconds`` (0.5.23).
+QUEUE_BUCKETS = (
+    0.0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 15.0, 20.0,
+    30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0, 200.0, 300.0, 400.0, 500.0, 600.0, 700.0,
+    800.0, 900.0, 1000.0, 1200.0, 1400.0, 1600.0, 1800.0, 2000.0, 2500.0, 3000.0,
+)  # fmt: skip
 #: SGLang's end-to-end buckets are the TTFT ones and four longer.
 E2E_BUCKETS = (*TTFT_BUCKETS, 600.0, 1200.0, 1800.0, 2400.0)
 TOKEN_BUCKETS = (
@@ -157,6 +163,11 @@ class TokenizerStats:
     generation_tokens_hist: Histogram = field(default_factory=lambda: Histogram(TOKEN_BUCKETS))
     # Any output reaching the tokenizer side, health probes included: /health_generate's signal.
     output_events: int = 0
+    #: Queueing seconds per request (SGLang's scheduler-side ``queue_time_seconds``).
+    queue_time: Histogram = field(default_factory=lambda: Histogram(QUEUE_BUCKETS))
+    #: Prefix-cache hits (``cached_tokens_total``) and the prompt tokens computed.
+    cached_tokens: int = 0
+    uncached_prompt_tokens_hist: Histogram = field(default_factory=lambda: Histogram(TOKEN_BUCKETS))
 
     def record_finished(
         self,
@@ -167,8 +178,14 @@ class TokenizerStats:
         ttft: float | None,
         e2e: float,
         tpot: float | None,
+        queue_time: float | None = None,
+        cached_tokens: int = 0,
     ) -> None:
         """Fold one finished request into the totals and histograms."""
+        if queue_time is not None:
+            self.queue_time.observe(queue_time)
+        self.cached_tokens += cached_tokens
+        self.uncached_prompt_tokens_hist.observe(max(0, prompt_tokens - cached_tokens))
         key = streaming
         self.prompt_tokens[key] = self.prompt_tokens.get(key, 0) + prompt_tokens
         self.generation_tokens[key] = self.generation_tokens.get(key, 0) + completion_tokens
@@ -183,8 +200,18 @@ class TokenizerStats:
 
 
 @dataclass
+class HttpStats:
+    """HTTP requests by (path, method), responses by (path, method, status), in flight."""
+
+    requests: dict[tuple[str, str], int] = field(default_factory=dict)
+    responses: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    active: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+@dataclass
 class ServerStats:
-    """Both sides together."""
+    """Both sides together, and the HTTP server's counters."""
 
     scheduler: SchedulerStats = field(default_factory=SchedulerStats)
     tokenizer: TokenizerStats = field(default_factory=TokenizerStats)
+    http: HttpStats = field(default_factory=HttpStats)

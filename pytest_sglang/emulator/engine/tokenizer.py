@@ -8,6 +8,10 @@ Approximations, documented because clients may cross-check token counts:
 - generated text cycles through a fixed sentence, one word per token, each token decoding to
   ``" word"``; where in the sentence a reply starts depends on the prompt, so different prompts
   get different (but reproducible) text. The EOS token decodes to nothing.
+
+Every id the tokenizer produces is inside the vocabulary (``vocab_size``, from the model's
+``config.json`` when the model path is local): prompt words hash into the upper half of it,
+output words sit in a block below, scaled down for small vocabularies.
 """
 
 from __future__ import annotations
@@ -35,39 +39,48 @@ class Tokenizer:
     def __init__(self, vocab_size: int, eos_token_id: int) -> None:
         self.vocab_size = vocab_size
         self.eos_token_id = eos_token_id
+        # Large vocabularies keep the historical layout; small ones are scaled to fit.
+        self._output_base = min(_OUTPUT_BASE, max(1, vocab_size // 4))
+        self._prompt_base = min(_PROMPT_BASE, max(1, vocab_size // 2))
+        self._prompt_span = max(1, vocab_size - self._prompt_base - min(1000, vocab_size // 8))
+        self._bos = BOS_TOKEN_ID if BOS_TOKEN_ID + 6 < vocab_size else 1
+
+    def in_vocabulary(self, token_id: int) -> bool:
+        """Whether the model has a row for ``token_id`` (``0 <= id < vocab_size``)."""
+        return 0 <= token_id < self.vocab_size
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``: one per whitespace-separated word, at least one."""
         words = text.split()
         if not words:
-            return [BOS_TOKEN_ID]
-        span = self.vocab_size - _PROMPT_BASE - 1000
-        return [_PROMPT_BASE + zlib.crc32(word.encode()) % span for word in words]
+            return [self._bos]
+        base, span = self._prompt_base, self._prompt_span
+        return [base + zlib.crc32(word.encode()) % span for word in words]
 
     def chat_prompt_ids(self, contents: Iterable[str]) -> list[int]:
         """Token ids of a chat prompt: BOS, each message with its header, the reply header."""
-        ids = [BOS_TOKEN_ID]
+        bos = self._bos
+        header = bos + 6 if bos + 6 < self.vocab_size else bos
+        ids = [bos]
         for content in contents:
-            ids.extend([BOS_TOKEN_ID + 6] * CHAT_MESSAGE_OVERHEAD)
+            ids.extend([header] * CHAT_MESSAGE_OVERHEAD)
             if content.split():
                 ids.extend(self.encode(content))
-        ids.extend([BOS_TOKEN_ID + 6] * CHAT_REPLY_OVERHEAD)
+        ids.extend([header] * CHAT_REPLY_OVERHEAD)
         return ids
 
     def output_ids(self, prompt_ids: Sequence[int], start: int, count: int) -> list[int]:
         """Return generated ids ``start .. start+count`` of the reply to ``prompt_ids``."""
         offset = prompt_offset(prompt_ids)
         size = len(_SENTENCE)
-        return [_OUTPUT_BASE + (offset + i) % size for i in range(start, start + count)]
+        base = self._output_base
+        return [base + (offset + i) % size for i in range(start, start + count)]
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of generated ``ids`` (prompt ids and EOS decode to nothing)."""
         size = len(_SENTENCE)
-        return "".join(
-            f" {_SENTENCE[i - _OUTPUT_BASE]}"
-            for i in ids
-            if _OUTPUT_BASE <= i < _OUTPUT_BASE + size
-        )
+        base = self._output_base
+        return "".join(f" {_SENTENCE[i - base]}" for i in ids if base <= i < base + size)
 
 
 def prompt_offset(prompt_ids: Sequence[int]) -> int:

@@ -1,7 +1,9 @@
 """One request's run through the engine, as SGLang's tokenizer manager sees it.
 
 ``RequestRun`` accumulates the output (ids, text, speculative verify counts), coalesces engine
-chunks per ``--stream-interval``, timestamps the first token and the end, and records the
+chunks per ``--stream-interval``, timestamps the request's life as SGLang's tokenizer manager
+does (received, dispatched to the scheduler, first token, first response sent, finished; the
+scheduler's queue and prefill times come with the first chunk), and records the
 tokenizer-side metrics when the request finishes. The native and OpenAI routes build their
 responses from it.
 """
@@ -14,7 +16,14 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from typing import TypeVar, cast
 
-from pytest_sglang.emulator.engine.engine import Engine, FinishReason, GenerationRequest, TokenChunk
+from pytest_sglang.emulator.engine.engine import (
+    Engine,
+    FinishReason,
+    GenerationRequest,
+    SchedulerTimes,
+    TokenChunk,
+)
+from pytest_sglang.emulator.engine.prefix_cache import PrefixCache
 from pytest_sglang.emulator.engine.stats import TokenizerStats
 from pytest_sglang.emulator.engine.tokenizer import Tokenizer
 
@@ -34,6 +43,7 @@ class RequestRun:
         streaming: bool,
         stream_interval: int = 1,
         num_draft_tokens: int = 0,
+        prefix_cache: PrefixCache | None = None,
     ) -> None:
         self.request = request
         self.streaming = streaming
@@ -50,11 +60,21 @@ class RequestRun:
         self.verify_ct = 0
         self.correct_drafts = 0
         self.accept_histogram = [0] * max(1, num_draft_tokens)
-        self.cached_tokens = 0
+        self._cache = prefix_cache
+        self.cached_tokens = 0 if prefix_cache is None else prefix_cache.match(request.input_ids)
         self.finish: FinishReason | None = None
         self.first_token_at: float | None = None
         self.finished_at: float | None = None
+        #: Wall clock (``time.time()``) when the first response left (the first streamed
+        #: chunk, or the whole non-streamed answer): SGLang's ``response_sent_to_client_ts``.
         self.sent_ts: float | None = None
+        #: Wall clock when the request arrived, and when it was handed to the scheduler.
+        self.received_ts = time.time()
+        self.dispatched_ts: float | None = None
+        #: The scheduler's queue and prefill times (monotonic), from the first chunk.
+        self.times: SchedulerTimes | None = None
+        #: Updates yielded so far (1 while the first chunk is being rendered).
+        self.updates_sent = 0
 
     @property
     def rid(self) -> str:
@@ -81,6 +101,7 @@ class RequestRun:
         """Yield this run each time new output is due to the client; the last has ``finish``."""
         pending: list[int] = []
         last_chunk_at = self.created
+        self.dispatched_ts = time.time()
         async with aclosing(self._engine.generate(self.request)) as chunks:
             async for chunk in chunks:
                 now = time.perf_counter()
@@ -93,10 +114,11 @@ class RequestRun:
                 self.delta_text = self._tokenizer.decode(pending)
                 self.text += self.delta_text
                 pending = []
-                if self.sent_ts is None:
-                    self.sent_ts = time.time()
                 if chunk.finish is not None:
                     self._finished(now)
+                if self.streaming and self.sent_ts is None:
+                    self.sent_ts = time.time()
+                self.updates_sent += 1
                 yield self
                 if chunk.finish is not None:
                     return
@@ -107,8 +129,28 @@ class RequestRun:
             pass
         return self
 
+    def wall(self, perf: float) -> float:
+        """``time.perf_counter()`` value ``perf`` as wall-clock time."""
+        return perf + (time.time() - time.perf_counter())
+
+    @staticmethod
+    def wall_of_monotonic(mono: float) -> float:
+        """``time.monotonic()`` value ``mono`` as wall-clock time."""
+        return mono + (time.time() - time.monotonic())
+
+    def mark_sent(self) -> float:
+        """Stamp (once) and return when the response left.
+
+        SGLang stamps a non-streamed request right before its answer is sent.
+        """
+        if self.sent_ts is None:
+            self.sent_ts = time.time()
+        return self.sent_ts
+
     def _absorb(self, chunk: TokenChunk, now: float, last_chunk_at: float) -> None:
         self._stats.output_events += 1
+        if chunk.times is not None and self.times is None:
+            self.times = chunk.times
         count = len(chunk.token_ids)
         if count and self.first_token_at is None:
             self.first_token_at = now
@@ -120,12 +162,15 @@ class RequestRun:
             self.correct_drafts += accepted
             if accepted < len(self.accept_histogram):
                 self.accept_histogram[accepted] += 1
-        self.cached_tokens = chunk.cached_tokens
+        if chunk.cached_tokens:
+            self.cached_tokens = chunk.cached_tokens
         if chunk.finish is not None:
             self.finish = chunk.finish
 
     def _finished(self, now: float) -> None:
         self.finished_at = now
+        if self._cache is not None:
+            self._cache.insert([*self.request.input_ids, *self.output_ids])
         if not self.request.log_metrics:
             return
         ttft = None if self.first_token_at is None else self.first_token_at - self.created
@@ -139,6 +184,10 @@ class RequestRun:
             ttft=ttft,
             e2e=now - self.created,
             tpot=tpot,
+            queue_time=(
+                None if self.times is None else self.times.forward_entry - self.times.queued
+            ),
+            cached_tokens=self.cached_tokens,
         )
 
 

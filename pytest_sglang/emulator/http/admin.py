@@ -1,4 +1,8 @@
-"""``/flush_cache`` (GET or POST, optional ``?timeout=`` seconds in 0.5.23)."""
+"""``/flush_cache`` (GET or POST, optional ``?timeout=`` seconds in 0.5.23).
+
+SGLang answers with a plain ``Response`` that sets no content type (the real 0.5.23 server
+sends no ``Content-Type`` header at all), so neither does the emulator.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import asyncio
 import time
 
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from pytest_sglang.emulator.runtime.context import EmulatorContext
@@ -35,8 +39,13 @@ def routes(ctx: EmulatorContext) -> list[BaseRoute]:
         while sched.num_running + sched.num_queued > 0 and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         if sched.num_running + sched.num_queued > 0:
-            return PlainTextResponse(NOT_FLUSHED_NEW if ctx.is_new else FLUSHED, 400)
+            return _untyped(NOT_FLUSHED_NEW if ctx.is_new else FLUSHED, 400)
         ctx.log.info("Cache flushed successfully!")
-        return PlainTextResponse(FLUSHED, 200)
+        return _untyped(FLUSHED, 200)
 
     return [Route("/flush_cache", flush_cache, methods=["GET", "POST"])]
+
+
+def _untyped(text: str, status_code: int) -> Response:
+    """Return a body without ``Content-Type`` (starlette adds none without a media type)."""
+    return Response(text.encode(), status_code=status_code)

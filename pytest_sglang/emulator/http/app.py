@@ -54,6 +54,8 @@ def build_app(ctx: EmulatorContext) -> Starlette:
             allow_headers=["*"],
         )
     ]
+    if ctx.config.server_args["enable_metrics"] and ctx.is_new:
+        middleware.append(Middleware(metrics.HttpMetricsMiddleware, ctx=ctx))
     if fault_middleware.active(ctx):
         middleware.append(Middleware(fault_middleware.GenerationFaults, ctx=ctx))
     writer = getattr(ctx.engine, "trace", None)

@@ -3,7 +3,8 @@
 0.5.23 serves ``/model_info`` and ``/server_info`` and keeps ``/get_model_info`` and
 ``/get_server_info`` as deprecated aliases (each call logs a warning); 0.5.5 has only the
 ``get_`` names. ``/v1/models`` reports ``created`` as the request time and ``max_model_len`` as
-the effective context length.
+the effective context length (``--context-length``, else the model's ``config.json``), while
+``/server_info`` reports ``context_length`` as given: ``null`` when it was not.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from pytest_sglang.emulator.config.server_args import decode_graph_sizes
 from pytest_sglang.emulator.http.web import json_response
 from pytest_sglang.emulator.runtime.context import EmulatorContext
 
@@ -58,40 +60,100 @@ def model_info(ctx: EmulatorContext) -> dict[str, Any]:
         "has_audio_understanding": False,
     }
     if ctx.is_new:
-        info.update(
-            served_model_name=args["served_model_name"],
-            load_format=args["load_format"],
-            reasoning_parser=args["reasoning_parser"],
-            tool_call_parser=args["tool_call_parser"],
-            disaggregation_mode=args["disaggregation_mode"],
-            model_type=ctx.config.model.model_type,
-            architectures=[ctx.config.model.architecture],
-        )
+        info = {
+            "model_path": args["model_path"],
+            "served_model_name": args["served_model_name"],
+            "tokenizer_path": args["tokenizer_path"],
+            "is_generation": True,
+            "preferred_sampling_params": args["preferred_sampling_params"],
+            "weight_version": args["weight_version"],
+            "load_format": args["load_format"],
+            "reasoning_parser": args["reasoning_parser"],
+            "tool_call_parser": args["tool_call_parser"],
+            "disaggregation_mode": args["disaggregation_mode"],
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": ctx.config.model.model_type,
+            "architectures": [ctx.config.model.architecture],
+            "embedding": embedding_info(ctx),
+        }
     return info
+
+
+def embedding_info(ctx: EmulatorContext) -> dict[str, Any]:
+    """0.5.23's ``/model_info`` ``embedding`` object, as it is for a generation model."""
+    budget = int(ctx.config.server_args.get("chunked_prefill_size") or 8192)
+    sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
+             *range(1280, 4097, 256)]  # fmt: skip
+    return {
+        "family": "none", "task": "none", "execution": "none", "attention": "none",
+        "pooling": "model_defined", "normalize": False, "postprocessor": "none",
+        "tokenizer_special_tokens": "model_default", "supports_dimensions": False,
+        "supports_token_embeddings": False, "supports_multimodal": False,
+        "requires_embedding_flag": False, "auto_enable_embedding": False,
+        "bcg_eligibility": "disabled", "safe_disable_kv_cache": False,
+        "safe_disable_radix_cache": False, "safe_disable_chunked_prefill": False,
+        "enabled": False, "matryoshka_dimensions": [],
+        "bcg": {"prefill_backend": "disabled", "enabled": False,
+                "capture_token_budget": budget,
+                "capture_batch_sizes": [bs for bs in sizes if bs <= budget]},
+        "cache": {"kv_cache_disabled": False,
+                  "radix_cache_disabled": bool(ctx.config.server_args["disable_radix_cache"]),
+                  "chunked_prefill_disabled": False},
+    }  # fmt: skip
 
 
 def server_info(ctx: EmulatorContext) -> dict[str, Any]:
-    """Return the flat resolved args plus scheduler info, ``internal_states`` and ``version``."""
+    """Return the resolved args, scheduler info, ``internal_states`` and ``version``.
+
+    Args SGLang leaves unset are ``null``; ``internal_states`` has one entry per DP rank.
+
+    ``context_length`` and ``max_running_requests`` stay ``null`` unless given (or, for the
+    latter, declared 48 by speculative decoding); the effective values are ``max_model_len``
+    in ``/v1/models`` and ``internal_states[i].effective_max_running_requests_per_dp``.
+    """
     args = dict(ctx.config.server_args)
-    if args["max_running_requests"] is None:
-        # Unset, it shows the scheduler's limit as resolved from the KV capacity, not null.
-        dp = max(1, int(args["dp_size"]))
-        args["max_running_requests"] = ctx.scheduler.max_running_requests * dp
-    info: dict[str, Any] = {
-        **args,
-        "status": "ready",
-        "max_total_num_tokens": ctx.scheduler.max_total_num_tokens,
-        "max_req_input_len": ctx.scheduler.max_req_input_len,
-    }
-    if ctx.is_new:
-        info["startup_time"] = ctx.state.startup_time
     dp_size = max(1, int(args["dp_size"]))
+    info: dict[str, Any] = dict(args)
+    if ctx.is_new:
+        info["launch_command"] = ctx.config.launch_command
+    info.update(
+        status="ready",
+        max_total_num_tokens=ctx.scheduler.max_total_num_tokens,
+        max_req_input_len=ctx.scheduler.max_req_input_len,
+    )
+    if ctx.is_new:
+        info["hicache_object_layout"] = {
+            "enabled": False, "backend": None, "page_size": int(args["page_size"] or 1),
+            "hicache_object_layout": {"pools": []}, "reason": "Hierarchical cache is disabled",
+        }  # fmt: skip
+        info["kv_events"] = None
+        info["startup_time"] = {**startup_times(ctx), "tokenizer_e2e": ctx.state.startup_time}
     info["internal_states"] = [internal_state(ctx, args) for _ in range(dp_size)]
     info["version"] = ctx.options.version
     if ctx.is_new:
-        info["launch_command"] = ctx.config.launch_command
         info["frontend"] = "python"
     return info
+
+
+def startup_times(ctx: EmulatorContext) -> dict[str, Any]:
+    """0.5.23's scheduler ``startup_time`` object: seconds per loading phase."""
+    total = ctx.options.load_time
+    spec = ctx.spec is not None
+    graph = 0.0 if ctx.config.server_args["disable_cuda_graph"] else 0.3 * total
+    return {
+        "load_weight": round(0.4 * total, 6),
+        "kv_cache_allocation": round(0.1 * total, 6),
+        "scheduler_e2e": round(total, 6),
+        "cuda_graph": {
+            "prefill": 0.0,
+            "decode": graph,
+            "target_verify": graph / 2 if spec else 0.0,
+            "draft_prefill": 0.0,
+            "draft_decode": graph / 4 if spec else 0.0,
+            "draft_extend": graph / 8 if spec else 0.0,
+        },
+    }
 
 
 def internal_state(ctx: EmulatorContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -103,10 +165,23 @@ def internal_state(ctx: EmulatorContext, args: dict[str, Any]) -> dict[str, Any]
     kvcache = round(ctx.scheduler.max_total_num_tokens * 65536 / tp_size / GIB, 3)
     state: dict[str, Any] = dict(args)
     if ctx.is_new:
-        graph_bs = list(args.get("cuda_graph_bs_decode") or [])
+        if state.get("pp_max_micro_batch_size") is None:
+            # The scheduler's post-publish override (srt/managers/scheduler.py).
+            pp = max(1, int(args["pp_size"]))
+            state["pp_max_micro_batch_size"] = max(ctx.scheduler.max_running_requests // pp, 1)
+        cuda_graph = not args["disable_cuda_graph"]
+        graph = {
+            "prefill": 0.0,
+            "decode": 0.512 if cuda_graph else 0.0,
+            "target_verify": 0.256 if ctx.spec and cuda_graph else 0.0,
+            "draft_prefill": 0.0,
+            "draft_decode": 0.128 if ctx.spec and cuda_graph else 0.0,
+            "draft_extend": 0.064 if ctx.spec and cuda_graph else 0.0,
+        }
+        graph_bs = decode_graph_sizes(args)[1] if cuda_graph else []
         state.update(
             world_size=tp_size * max(1, int(args["pp_size"])),
-            startup_time=ctx.state.startup_time,
+            startup_time=startup_times(ctx),
             effective_max_running_requests_per_dp=ctx.scheduler.max_running_requests,
             last_gen_throughput=sched.gen_throughput,
             memory_usage={
@@ -114,20 +189,16 @@ def internal_state(ctx: EmulatorContext, args: dict[str, Any]) -> dict[str, Any]
                 "kvcache": kvcache,
                 "startup_available": round(80.0 - weight - kvcache, 3),
                 "token_capacity": ctx.scheduler.max_total_num_tokens,
-                "token_capacity_swa": 0,
-                "graph": {
-                    "prefill": 0.0,
-                    "decode": 0.512,
-                    "target_verify": 0.256 if ctx.spec else 0.0,
-                    "draft_prefill": 0.0,
-                    "draft_decode": 0.128 if ctx.spec else 0.0,
-                    "draft_extend": 0.064 if ctx.spec else 0.0,
-                },
+                "token_capacity_swa": None,
+                "graph": graph,
             },
             disaggregation_mode=args["disaggregation_mode"],
             decode_cuda_graph_bs=graph_bs,
-            decode_cuda_graph_memory_gb=0.512,
-        )
+            decode_cuda_graph_memory_gb=round(
+                graph["decode"] + graph["target_verify"] + graph["draft_decode"]
+                + graph["draft_extend"], 3
+            ),
+        )  # fmt: skip
     else:
         state.update(
             last_gen_throughput=sched.gen_throughput,

@@ -7,18 +7,33 @@ prometheus_client writes them (``1.0``, ``1e+06``, ``+Inf``), histogram ``_sum``
 buckets and ``_count`` after. Tokenizer-side series exist per ``is_streaming`` value once a
 request of that kind has finished, as in SGLang. 0.5.5 uses the same metric names with fewer
 labels (``model_name`` only on tokenizer-side series; an approximation, see the report).
+
+0.5.23 exposes 83 ``sglang:*`` families. Besides the ones above, the emulator writes every
+other family of the real exposition (:mod:`~pytest_sglang.emulator.http.metric_catalog`) with
+its type, help and label sets, so dashboards built on a real server find every name. Modelled
+live: ``queue_time_seconds``, ``uncached_prompt_tokens_histogram``, ``cached_tokens_total``,
+``http_requests_total`` / ``http_responses_total`` / ``http_requests_active``,
+``max_total_num_tokens``, ``context_len``, ``page_size``, ``num_pages``, the memory gauges,
+``startup_time_seconds``, ``startup_cuda_graph_time_seconds``, ``process_cpu_seconds_total``,
+``full_token_usage``, ``decode_sum_seq_lens``, ``realtime_tokens_total``; the others
+(PD-disaggregation queues, SWA and Mamba pools, DP attention, routing keys...) stay at 0 as
+on a plain single-GPU server.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pytest_sglang.emulator.engine.stats import Histogram
+from pytest_sglang.emulator.http.metric_catalog import FAMILIES, Family
 from pytest_sglang.emulator.runtime.context import EmulatorContext
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -210,7 +225,158 @@ def render(ctx: EmulatorContext) -> str:
     for name, help_text, value in gauges:
         out.family(name, "gauge", help_text)
         out.sample(name, scheduler_labels, value)
+    if new:
+        _catalog(out, ctx, scheduler_labels, {"engine_type": "unified", "model_name": model})
     return out.text()
+
+
+def _catalog(
+    out: Exposition,
+    ctx: EmulatorContext,
+    scheduler_labels: Mapping[str, str],
+    tokenizer_labels: Mapping[str, str],
+) -> None:
+    """Write the rest of 0.5.23's families: live where modelled, zero otherwise."""
+    values = _live_values(ctx)
+    histograms = {
+        "queue_time_seconds": ctx.stats.tokenizer.queue_time,
+        "uncached_prompt_tokens_histogram": ctx.stats.tokenizer.uncached_prompt_tokens_hist,
+    }
+    for family in FAMILIES:
+        base: dict[str, str] = {}
+        if family.scope.startswith("scheduler"):
+            base = dict(scheduler_labels)
+            if family.scope == "scheduler_pid":
+                base["pid"] = str(_pid())
+        elif family.scope == "tokenizer":
+            base = dict(tokenizer_labels)
+        out.family(family.name, family.kind, family.help)
+        if family.name in ("http_requests_total", "http_responses_total", "http_requests_active"):
+            _http_samples(out, ctx, family)
+            continue
+        for extra in family.series:
+            labels = {**base, **extra}
+            if family.kind == "histogram":
+                histogram = histograms.get(family.name) or Histogram(family.bounds)
+                out.histogram(family.name, labels, histogram)
+            else:
+                value = values.get(family.name)
+                out.sample(family.name, labels, value(extra) if value else 0.0)
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+def _live_values(ctx: EmulatorContext) -> dict[str, Callable[[Mapping[str, str]], float]]:
+    sched = ctx.stats.scheduler
+    tok = ctx.stats.tokenizer
+    capacity = ctx.scheduler.max_total_num_tokens
+    args = ctx.config.server_args
+    page = int(args.get("page_size") or 1)
+    info_memory = _memory(ctx)
+    startup = _startup(ctx)
+    prompt_total = float(sum(tok.prompt_tokens.values()))
+    generated = float(sum(tok.generation_tokens.values()))
+
+    def const(value: float) -> Callable[[Mapping[str, str]], float]:
+        return lambda _labels: value
+
+    return {
+        "max_total_num_tokens": const(capacity),
+        "context_len": const(ctx.config.context_length),
+        "page_size": const(page),
+        "num_pages": const(capacity // page),
+        "weight_memory_usage_gb": const(info_memory["weight"]),
+        "kv_cache_memory_usage_gb": const(info_memory["kvcache"]),
+        "startup_available_gpu_memory_gb": const(info_memory["startup_available"]),
+        "graph_memory_usage_gb": lambda labels: float(
+            info_memory["graph"].get(labels.get("phase", ""), 0.0)
+        ),
+        "startup_time_seconds": lambda labels: float(startup.get(labels.get("phase", ""), 0.0)),
+        "startup_cuda_graph_time_seconds": lambda labels: float(
+            startup["cuda_graph"].get(labels.get("phase", ""), 0.0)
+        ),
+        "process_cpu_seconds_total": lambda labels: (
+            time.process_time() if labels.get("component") == "tokenizer" else 0.0
+        ),
+        "cached_tokens_total": const(tok.cached_tokens),
+        "full_token_usage": const(sched.used_tokens / max(1, capacity)),
+        "decode_sum_seq_lens": const(sched.used_tokens),
+        "realtime_tokens_total": lambda labels: {
+            "prefill_compute": prompt_total - tok.cached_tokens,
+            "prefill_cache": float(tok.cached_tokens),
+            "decode": generated,
+        }.get(labels.get("mode", ""), 0.0),
+        "prefill_effective_tokens_total": lambda labels: {
+            "input": prompt_total,
+            "device_hit": float(tok.cached_tokens),
+        }.get(labels.get("mode", ""), 0.0),
+        "new_token_ratio": const(0.0),
+    }
+
+
+def _memory(ctx: EmulatorContext) -> dict[str, Any]:
+    from pytest_sglang.emulator.http.info import internal_state
+
+    state = internal_state(ctx, dict(ctx.config.server_args))
+    memory = state.get("memory_usage", {})
+    if not isinstance(memory.get("graph"), dict):
+        memory = {**memory, "graph": {}}
+    memory.setdefault("startup_available", 0.0)
+    return dict(memory)
+
+
+def _startup(ctx: EmulatorContext) -> dict[str, Any]:
+    from pytest_sglang.emulator.http.info import startup_times
+
+    return {**startup_times(ctx), "tokenizer_e2e": ctx.state.startup_time}
+
+
+def _http_samples(out: Exposition, ctx: EmulatorContext, family: Family) -> None:
+    http = ctx.stats.http
+    if family.name == "http_requests_total":
+        for (path, method), count in sorted(http.requests.items()):
+            out.sample(family.name, {"endpoint": path, "method": method}, count)
+    elif family.name == "http_responses_total":
+        for (path, method, status), count in sorted(http.responses.items()):
+            labels = {"endpoint": path, "method": method, "status_code": status}
+            out.sample(family.name, labels, count)
+    else:
+        for (path, method), count in sorted(http.active.items()):
+            out.sample(family.name, {"endpoint": path, "method": method}, count)
+
+
+class HttpMetricsMiddleware:
+    """Count HTTP requests and responses by path, method and status (``http_*`` families)."""
+
+    def __init__(self, app: ASGIApp, ctx: EmulatorContext) -> None:
+        self.app = app
+        self.http = ctx.stats.http
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        key = (str(scope["path"]), str(scope["method"]))
+        http = self.http
+        http.requests[key] = http.requests.get(key, 0) + 1
+        http.active[key] = http.active.get(key, 0) + 1
+        status = ["500"]
+
+        async def counting(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = str(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counting)
+        finally:
+            http.active[key] -= 1
+            answer = (*key, status[0])
+            http.responses[answer] = http.responses.get(answer, 0) + 1
 
 
 def routes(ctx: EmulatorContext) -> list[BaseRoute]:

@@ -32,6 +32,7 @@ from pytest_sglang.emulator.http.web import (
     validation_error,
 )
 from pytest_sglang.emulator.runtime.context import EmulatorContext
+from pytest_sglang.emulator.runtime.crash import die_of_unknown_token, out_of_vocabulary
 from pytest_sglang.emulator.runtime.errors import RequestError
 
 DEFAULT_MAX_NEW_TOKENS = 128
@@ -68,12 +69,18 @@ def routes(ctx: EmulatorContext) -> list[BaseRoute]:
         try:
             parsed = parse_generate(ctx, body)
         except ContractError as exc:
-            # 0.5.23 checks the body against a generated contract and answers a bare string.
+            # A body of the wrong shape fails FastAPI's request validation (GenerateReqInput):
+            # 0.5.23 answers 400 with the OpenAI-style envelope (seen on the real server).
             if ctx.is_new:
-                return json_response({"error": str(exc)}, 400)
+                return validation_error(str(exc))
             return native_error(str(exc))
         except RequestError as exc:
             return native_error(str(exc), exc.status_code)
+        bad = out_of_vocabulary(ctx, (item.input_ids for item in parsed.items))
+        if bad is not None:
+            if parsed.stream:
+                return sse_response(_dying(ctx, bad))
+            await die_of_unknown_token(ctx, bad)
         if parsed.stream:
             return sse_response(_stream(ctx, parsed))
         try:
@@ -86,6 +93,12 @@ def routes(ctx: EmulatorContext) -> list[BaseRoute]:
         return json_response(outputs if parsed.batch else outputs[0])
 
     return [Route("/generate", generate, methods=["POST", "PUT"])]
+
+
+async def _dying(ctx: EmulatorContext, token_id: int) -> AsyncGenerator[bytes, None]:
+    # The headers go out first (the streaming response starts), then nothing ever comes.
+    await die_of_unknown_token(ctx, token_id)
+    yield b""  # pragma: no cover - the process is dead by now
 
 
 async def _stream(ctx: EmulatorContext, parsed: NativeRequest) -> AsyncGenerator[bytes, None]:
@@ -128,26 +141,82 @@ def native_output(ctx: EmulatorContext, run: RequestRun) -> dict[str, Any]:
 
 
 def meta_info(ctx: EmulatorContext, run: RequestRun) -> dict[str, Any]:
-    """``meta_info`` in SGLang's field order; final-only fields once ``run`` has finished."""
+    """``meta_info`` with SGLang 0.5.23's fields, in its order (``tokenizer_manager.py``).
+
+    Every chunk: ``id``, ``finish_reason``, ``prompt_tokens``, ``weight_version``,
+    ``num_retractions``; with ``--enable-metrics`` the scheduler's times
+    (``storage_prefetch_wait``, ``storage_staging_wait``, ``forward_entry_time``,
+    ``prefill_finished_time`` as wall-clock timestamps, ``queue_time`` in seconds); then
+    ``reasoning_tokens``, ``completion_tokens`` (cumulative), ``cached_tokens``,
+    ``cached_tokens_details`` (``null`` without a prefix hit) and ``dp_rank``. The final
+    chunk adds ``weight_versions``, ``e2e_latency``, the speculative statistics and, with
+    metrics, ``request_received_ts``, ``first_token_latency``,
+    ``api_server_dispatch_finish_ts``, ``request_finished_ts`` and ``decode_throughput``.
+    ``response_sent_to_client_ts`` is stamped once: on the first streamed chunk (and repeated
+    among the final chunk's times), or at the very end of a non-streamed answer.
+    """
+    args = ctx.config.server_args
+    new = ctx.is_new
+    metrics = new and bool(args["enable_metrics"])
+    finished = run.finish is not None
     meta: dict[str, Any] = {
         "id": run.rid,
         "finish_reason": None if run.finish is None else run.finish.to_json(),
         "prompt_tokens": run.prompt_tokens,
-        "weight_version": ctx.config.server_args["weight_version"],
+        "weight_version": args["weight_version"],
     }
-    if ctx.is_new:
-        meta["num_retractions"] = 0
-        meta["reasoning_tokens"] = 0
-    else:
+    if not new:
         meta["total_retractions"] = 0
+        meta["completion_tokens"] = run.completion_tokens
+        meta["cached_tokens"] = run.cached_tokens
+        if finished:
+            meta["e2e_latency"] = run.e2e_latency
+            if ctx.spec is not None:
+                meta.update(spec_meta(ctx, run))
+        return meta
+    meta["num_retractions"] = 0
+    times = run.times
+    if metrics and times is not None:
+        meta.update(
+            storage_prefetch_wait=0.0,
+            storage_staging_wait=0.0,
+            forward_entry_time=run.wall_of_monotonic(times.forward_entry),
+            prefill_finished_time=run.wall_of_monotonic(times.prefill_finished),
+            queue_time=times.forward_entry - times.queued,
+        )
+    meta["reasoning_tokens"] = 0
     meta["completion_tokens"] = run.completion_tokens
     meta["cached_tokens"] = run.cached_tokens
-    if run.finish is not None:
+    if finished:
+        meta["weight_versions"] = [
+            {"version": args["weight_version"], "start": 0, "end": run.completion_tokens}
+        ]
+    meta["cached_tokens_details"] = (
+        {"device": run.cached_tokens, "host": 0} if run.cached_tokens else None
+    )
+    meta["dp_rank"] = None
+    first_streamed = run.streaming and run.updates_sent == 1
+    sent_before = run.sent_ts is not None and not first_streamed
+    if finished:
         meta["e2e_latency"] = run.e2e_latency
         if ctx.spec is not None:
             meta.update(spec_meta(ctx, run))
-    if ctx.is_new and run.sent_ts is not None:
-        meta["response_sent_to_client_ts"] = run.sent_ts
+        if metrics:
+            meta["request_received_ts"] = run.received_ts
+            if run.first_token_at is not None:
+                meta["first_token_latency"] = run.first_token_at - run.created
+            meta["api_server_dispatch_finish_ts"] = run.dispatched_ts or run.received_ts
+            if sent_before:
+                meta["response_sent_to_client_ts"] = run.sent_ts
+            if run.finished_at is not None:
+                meta["request_finished_ts"] = run.wall(run.finished_at)
+            tokens = run.completion_tokens
+            if run.first_token_at is not None and run.finished_at is not None and tokens > 1:
+                decode = run.finished_at - run.first_token_at
+                if decode > 0:
+                    meta["decode_throughput"] = (tokens - 1) / decode
+    if first_streamed or (finished and not sent_before):
+        meta["response_sent_to_client_ts"] = run.mark_sent()
     return meta
 
 
@@ -166,7 +235,12 @@ def spec_meta(ctx: EmulatorContext, run: RequestRun) -> dict[str, Any]:
             "spec_num_correct_drafts": run.correct_drafts,
             "spec_num_proposed_drafts": proposed,
             "spec_verify_ct": verify,
-            "spec_correct_drafts_histogram": list(run.accept_histogram),
+            # Only when the histogram has counts (tokenizer_manager.py).
+            **(
+                {"spec_correct_drafts_histogram": list(run.accept_histogram)}
+                if any(run.accept_histogram)
+                else {}
+            ),
         }
     drafted = verify * ctx.spec.num_steps
     meta: dict[str, Any] = {

@@ -6,7 +6,9 @@ SGLang specifics reproduced: the ``model`` field is echoed, not validated (defau
 only with ``stream_options.include_usage`` (or ``--stream-response-default-include-usage``),
 serialised without nulls for completions and with them for chat; chat streams open with a
 role chunk and close with a separate finish chunk; a non-JSON content type or an invalid body
-answers 400 (never 422) with the ``{"object": "error", ...}`` envelope.
+answers 400 (never 422) with the ``{"object": "error", ...}`` envelope, and so does a request that
+does not fit the context, streamed or not; non-streamed responses carry ``metadata`` with the
+weight version and (0.5.23) ``weight_versions``.
 """
 
 from __future__ import annotations
@@ -31,13 +33,13 @@ from pytest_sglang.emulator.http.web import (
     json_response,
     missing_field,
     openai_error,
-    openai_error_body,
     read_json,
     sse_event,
     sse_response,
     validation_error,
 )
 from pytest_sglang.emulator.runtime.context import EmulatorContext
+from pytest_sglang.emulator.runtime.crash import die_of_unknown_token, out_of_vocabulary
 from pytest_sglang.emulator.runtime.errors import RequestError
 
 COMPLETION_MODEL = "CompletionRequest"
@@ -99,13 +101,20 @@ def routes(ctx: EmulatorContext) -> list[BaseRoute]:
             except RequestError as exc:
                 return openai_error(str(exc))
             items = parsed.generation_requests()
-            if parsed.stream:
-                runs = [ctx.run(item, streaming=True) for item in items]
-                return sse_response(_checked_stream(ctx, parsed, runs, stream))
+            # Unlike native /generate, the OpenAI layer checks lengths before it streams:
+            # an over-context request gets a 400 body, stream or not (seen on 0.5.23).
             try:
                 _check(ctx, items)
             except RequestError as exc:
                 return openai_error(str(exc))
+            bad = out_of_vocabulary(ctx, parsed.prompts)
+            if bad is not None:
+                if parsed.stream:
+                    return sse_response(_dying(ctx, bad))
+                await die_of_unknown_token(ctx, bad)
+            if parsed.stream:
+                runs = [ctx.run(item, streaming=True) for item in items]
+                return sse_response(stream(ctx, parsed, runs))
             runs = [ctx.run(item, streaming=False) for item in items]
             await asyncio.gather(*(run.run_to_end() for run in runs))
             return json_response(answer(ctx, parsed, runs))
@@ -126,21 +135,10 @@ def routes(ctx: EmulatorContext) -> list[BaseRoute]:
     ]
 
 
-async def _checked_stream(
-    ctx: EmulatorContext,
-    parsed: OpenAIRequest,
-    runs: list[RequestRun],
-    stream: Streamer,
-) -> AsyncGenerator[bytes, None]:
-    # As in SGLang, length errors surface inside the stream: an error event after a 200.
-    try:
-        _check(ctx, [run.request for run in runs])
-    except RequestError as exc:
-        yield sse_event({"error": openai_error_body(str(exc))})
-        yield SSE_DONE
-        return
-    async for event in stream(ctx, parsed, runs):
-        yield event
+async def _dying(ctx: EmulatorContext, token_id: int) -> AsyncGenerator[bytes, None]:
+    # The streaming response has started (200, headers); then the server dies.
+    await die_of_unknown_token(ctx, token_id)
+    yield b""  # pragma: no cover - the process is dead by now
 
 
 def _check(ctx: EmulatorContext, items: Sequence[GenerationRequest]) -> None:
@@ -336,8 +334,18 @@ def _response(
         "model": parsed.model,
         "choices": choices,
         "usage": usage(ctx, parsed, runs),
-        "metadata": {"weight_version": ctx.config.server_args["weight_version"]},
+        "metadata": metadata(ctx, runs),
     }
+
+
+def metadata(ctx: EmulatorContext, runs: Sequence[RequestRun]) -> dict[str, Any]:
+    """``metadata``: the weight version, and (0.5.23) which version made which tokens."""
+    version = ctx.config.server_args["weight_version"]
+    data: dict[str, Any] = {"weight_version": version}
+    if ctx.is_new:
+        tokens = sum(run.completion_tokens for run in runs)
+        data["weight_versions"] = [{"version": version, "start": 0, "end": tokens}]
+    return data
 
 
 def completion_response(
@@ -362,9 +370,8 @@ async def completion_stream(
             "finish_reason": reason,
             "matched_stop": matched,
         }
-        chunk_usage = None
-        if parsed.continuous_usage:
-            chunk_usage = _compact(usage(ctx, parsed, runs))
+        # Continuous usage: the full usage object, null fields included (seen on 0.5.23).
+        chunk_usage = usage(ctx, parsed, runs) if parsed.continuous_usage else None
         return sse_event(_chunk(rid, "text_completion", created, parsed, [choice], chunk_usage))
 
     async for event in merged(runs, render):
@@ -414,19 +421,19 @@ async def chat_stream(
 
     def render(index: int, run: RequestRun) -> list[bytes]:
         events = []
-        chunk_usage = _compact(usage(ctx, parsed, runs)) if parsed.continuous_usage else None
+        # Continuous usage rides on the content chunks only, null fields included; the role
+        # and finish chunks carry no usage key (seen on 0.5.23).
+        chunk_usage = usage(ctx, parsed, runs) if parsed.continuous_usage else None
         if index not in started:
             started.add(index)
             delta = {"reasoning_content": None, "role": "assistant", "content": ""}
-            events.append(_chunk(rid, kind, created, parsed, [choice(index, delta)], chunk_usage))
+            events.append(_chunk(rid, kind, created, parsed, [choice(index, delta)], None))
         if run.delta_text:
             delta = {"reasoning_content": None, "content": run.delta_text}
             events.append(_chunk(rid, kind, created, parsed, [choice(index, delta)], chunk_usage))
         if run.finish is not None:
             delta = {"reasoning_content": None}
-            events.append(
-                _chunk(rid, kind, created, parsed, [choice(index, delta, run)], chunk_usage)
-            )
+            events.append(_chunk(rid, kind, created, parsed, [choice(index, delta, run)], None))
         return [sse_event(event) for event in events]
 
     async for events in merged(runs, render):

@@ -10,6 +10,7 @@ from pytest_sglang.emulator.config.faults import Faults
 from pytest_sglang.emulator.config.options import EmulatorOptions, LaunchConfig
 from pytest_sglang.emulator.config.server_args import SchedulerInfo, scheduler_info
 from pytest_sglang.emulator.engine.engine import Engine, GenerationRequest, SpecConfig
+from pytest_sglang.emulator.engine.prefix_cache import PrefixCache
 from pytest_sglang.emulator.engine.simple_engine import SimpleEngine, SimpleEngineConfig
 from pytest_sglang.emulator.engine.stats import ServerStats
 from pytest_sglang.emulator.engine.tokenizer import Tokenizer
@@ -53,6 +54,7 @@ class EmulatorContext:
     spec: SpecConfig | None = None
     gpu_holder: GpuHolder | None = None
     log: logging.Logger = field(default_factory=server_logger)
+    prefix_cache: PrefixCache | None = None
 
     @property
     def options(self) -> EmulatorOptions:
@@ -99,13 +101,14 @@ class EmulatorContext:
             streaming=streaming,
             stream_interval=int(self.config.server_args["stream_interval"] or 1),
             num_draft_tokens=0 if self.spec is None else self.spec.num_draft_tokens,
+            prefix_cache=self.prefix_cache,
         )
 
 
 def build_context(config: LaunchConfig) -> EmulatorContext:
     """Build the context, with the engine ``--emulator-engine`` selects, for ``config``."""
     args = config.server_args
-    sched = scheduler_info(args)
+    sched = scheduler_info(args, config.context_length)
     stats = ServerStats()
     tokenizer = Tokenizer(config.model.vocab_size, config.model.eos_token_id)
     spec = None
@@ -133,6 +136,9 @@ def build_context(config: LaunchConfig) -> EmulatorContext:
         stats=stats,
         health=HealthSettings.from_env(),
         spec=spec,
+        prefix_cache=PrefixCache(
+            sched.max_total_num_tokens, enabled=not args["disable_radix_cache"]
+        ),
         gpu_holder=(
             None
             if config.options.gpu_dir is None
