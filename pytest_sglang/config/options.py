@@ -185,10 +185,11 @@ COMPARE = OptionSpec(
 )
 COMPARE_FAIL = OptionSpec(
     "compare-fail",
-    "Fail the tests whose measurements regressed against the stored ones, as METRIC:PCT% "
-    "(repeatable; e.g. output_throughput:3%, ttft_p99:10%): a non-inferiority verdict on whole "
-    "runs (exact Mann-Whitney, Hodges-Lehmann bound). Needs --sglang-compare",
-    metavar="METRIC:PCT%",
+    "Fail the tests whose measurements regressed against the stored ones by more than PCT "
+    "percent (repeatable; e.g. output_throughput:3, ttft_p99:10; a trailing percent sign is "
+    "allowed): a non-inferiority verdict on whole runs (exact Mann-Whitney, Hodges-Lehmann "
+    "bound). Needs --sglang-compare",
+    metavar="METRIC:PCT",
     repeatable=True,
 )
 

@@ -50,7 +50,7 @@ class RegressionCheck:
 #: What ``--sglang-compare`` judges when no ``--sglang-compare-fail`` is given.
 DEFAULT_CHECKS = (RegressionCheck("output_throughput", 0.03),)
 
-_TERM = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*:\s*([0-9]*\.?[0-9]+)\s*%\s*$")
+_TERM = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*:\s*([0-9]*\.?[0-9]+)\s*%?\s*$")
 
 
 def _metric_name(text: str) -> str:
@@ -81,9 +81,9 @@ def parse_compare_fail(values: Sequence[str]) -> tuple[RegressionCheck, ...]:
             match = _TERM.match(term)
             if match is None:
                 raise ValueError(
-                    f"cannot parse {term.strip()!r}: expected METRIC:PCT%, e.g. "
-                    "output_throughput:3% or ttft_p99:10% (a relative change; pytest-benchmark's "
-                    "absolute 'min:0.1' form does not apply to throughputs)"
+                    f"cannot parse {term.strip()!r}: expected METRIC:PCT (percent), e.g. "
+                    "output_throughput:3% or ttft_p99:10 (a relative change; pytest-benchmark's "
+                    "absolute 'min:0.001' form does not apply to throughputs)"
                 )
             name, pct = match.groups()
             try:

@@ -24,7 +24,10 @@ def test_parse_compare_fail() -> None:
         RegressionCheck("itl.p50", 0.05),
     )
     assert RegressionCheck("ttft.p99", 0.1).describe() == "ttft.p99:10%"
-    for bad, match in [("mean:5%", "unknown metric"), ("output_throughput:5", "METRIC:PCT%"),
+    assert parse_compare_fail(["output_throughput:5"]) == (
+        RegressionCheck("output_throughput", 0.05),
+    )
+    for bad, match in [("mean:5%", "unknown metric"), ("output_throughput:fast", "METRIC:PCT"),
                        ("realised_concurrency:5%", "describes the load"),
                        ("ttft_p42:5%", "unknown")]:  # fmt: skip
         with pytest.raises(ValueError, match=match):
