@@ -42,10 +42,16 @@ if TYPE_CHECKING:
         Inconclusive as Inconclusive,
     )
     from pytest_sglang.errors import (
+        MeasurementFailed as MeasurementFailed,
+    )
+    from pytest_sglang.errors import (
         PerformanceAssertionError as PerformanceAssertionError,
     )
     from pytest_sglang.errors import (
         SchemaMismatch as SchemaMismatch,
+    )
+    from pytest_sglang.errors import (
+        ServerDied as ServerDied,
     )
     from pytest_sglang.errors import (
         ServerExited as ServerExited,
@@ -61,6 +67,9 @@ if TYPE_CHECKING:
     )
     from pytest_sglang.errors import (
         SGLangError as SGLangError,
+    )
+    from pytest_sglang.errors import (
+        SGLangWarning as SGLangWarning,
     )
     from pytest_sglang.gpu.model import (
         GpuSnapshot as GpuSnapshot,
@@ -152,13 +161,16 @@ _EXPORTS: dict[str, str] = {
     "GpuUnavailable": "pytest_sglang.errors",
     "IdentityMismatch": "pytest_sglang.errors",
     "Inconclusive": "pytest_sglang.errors",
+    "MeasurementFailed": "pytest_sglang.errors",
     "PerformanceAssertionError": "pytest_sglang.errors",
     "SchemaMismatch": "pytest_sglang.errors",
+    "ServerDied": "pytest_sglang.errors",
     "ServerExited": "pytest_sglang.errors",
     "ServerLeftovers": "pytest_sglang.errors",
     "ServerNotReady": "pytest_sglang.errors",
     "ServerUnavailable": "pytest_sglang.errors",
     "SGLangError": "pytest_sglang.errors",
+    "SGLangWarning": "pytest_sglang.errors",
     "Settings": "pytest_sglang.config.settings",
     "Profile": "pytest_sglang.config.profiles",
     "ServerTarget": "pytest_sglang.config.targets",

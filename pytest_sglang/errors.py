@@ -18,9 +18,12 @@ __all__ = [
     "GpuUnavailable",
     "IdentityMismatch",
     "Inconclusive",
+    "MeasurementFailed",
     "PerformanceAssertionError",
     "SGLangError",
+    "SGLangWarning",
     "SchemaMismatch",
+    "ServerDied",
     "ServerExited",
     "ServerLeftovers",
     "ServerNotReady",
@@ -69,6 +72,23 @@ class ServerExited(ServerNotReady):
         self.exit_code = exit_code
 
 
+class ServerDied(ServerExited):
+    """A server that had passed the readiness gate is gone.
+
+    It exited or was killed, or (an attached one) no longer accepts connections. Raised by
+    the measurement it broke and, at once, by every later test that needs it. ``phase`` is
+    ``serving``; ``exit_code`` is known for launched servers only.
+    """
+
+
+class MeasurementFailed(SGLangError):
+    """Requests of a measurement failed beyond the error budget the call allowed.
+
+    ``sglang_bench(..., allow_errors=FRACTION)`` sets the budget (default 0: any failed
+    request fails the test); the message counts the failures by kind and quotes the server.
+    """
+
+
 class GpuUnavailable(SGLangError):
     """GPU state cannot be read here (no NVML package, no driver, ssh failure...)."""
 
@@ -87,6 +107,10 @@ class ServerLeftovers(SGLangError):
 
 class ComparisonRefused(SGLangError):
     """Two measurements cannot be compared: different workloads, invalid runs, too few runs."""
+
+
+class SGLangWarning(UserWarning):
+    """Something the user should know that does not fail a test (an unwritable output)."""
 
 
 class PerformanceAssertionError(AssertionError):

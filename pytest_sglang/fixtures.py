@@ -17,9 +17,15 @@ from pytest_sglang.markers import expectations_of, profile_of
 if TYPE_CHECKING:
     import httpx
 
+    from pytest_sglang.errors import SGLangError
     from pytest_sglang.gpu.state import GpuState
     from pytest_sglang.measure.bench import Bench, BenchResult
-    from pytest_sglang.report.entries import GpusEntry, MeasurementEntry, ServerEntry
+    from pytest_sglang.report.entries import (
+        GpusEntry,
+        MeasurementEntry,
+        ServerEntry,
+        ServerFailureEntry,
+    )
     from pytest_sglang.server.handle import SGLangServer
     from pytest_sglang.server.pool import ServerPool
 
@@ -47,11 +53,29 @@ _HOW_TO_ATTACH = (
 def _unavailable(settings: Settings, message: str) -> NoReturn:
     # Skip by default so that a GPU-less run of a suite is not a wall of errors; with
     # --sglang-require a missing server is a failure, as CI on GPU runners wants.
+    message = settings.redact(message)
     if settings.require.value:
         pytest.fail(
             f"{message} (--sglang-require is set, from {settings.require.source})", pytrace=False
         )
     pytest.skip(message)
+
+
+def _fail(settings: Settings, message: str) -> NoReturn:
+    # Every failure message passes the redaction rule: it quotes server logs and commands.
+    pytest.fail(settings.redact(message), pytrace=False)
+
+
+def failure_entry(name: str, error: SGLangError, settings: Settings) -> ServerFailureEntry:
+    """Describe a server a test could not have (failed gate or launch, died), for the report."""
+    return {
+        "record": "server_failure",
+        "server": name,
+        "error": type(error).__name__,
+        "phase": getattr(error, "phase", None),
+        "exit_code": getattr(error, "exit_code", None),
+        "message": settings.redact(str(error)),
+    }
 
 
 def terminal_writer(config: pytest.Config) -> Callable[[str], None]:
@@ -146,27 +170,29 @@ def sglang_server(
     # "during handling of the above exception".
     failure: str | None = None
     unavailable = False
+    name = ""
     try:
         name = profile_of(request.node) or sglang_target or sglang_servers.default_name()
-        server = sglang_servers.get(name)
+        server = sglang_servers.get(name, during=request.node.nodeid)
     except ServerUnavailable as exc:
         failure, unavailable = str(exc), True
     except SGLangError as exc:
         failure = str(exc)
+        request.node.user_properties.append(("sglang", failure_entry(name, exc, sglang_settings)))
     if failure is not None:
         if unavailable:
             _unavailable(sglang_settings, failure)
-        pytest.fail(failure, pytrace=False)
+        _fail(sglang_settings, failure)
     expectations = expectations_of(request.node)
     problems = check_model_expectations(server.models, expectations)
     problems += check_server_info_expectations(server.server_info, expectations, "/server_info")
     if problems:
-        pytest.fail(
+        _fail(
+            sglang_settings,
             f"SGLang server {server.name!r} at {server.url} does not match this test's "
             "expectations:\n  " + "\n  ".join(problems),
-            pytrace=False,
         )
-    request.node.user_properties.append(("sglang", server_entry(server)))
+    request.node.user_properties.append(("sglang", server_entry(server, sglang_settings)))
     gpus = sglang_servers.gpu_names()
     if gpus:
         gpus_entry: GpusEntry = {"record": "gpus", "names": gpus}
@@ -174,11 +200,14 @@ def sglang_server(
     return server
 
 
-def server_entry(server: SGLangServer) -> ServerEntry:
-    """Describe a server for the report: identity, readiness, launch, configuration."""
+def server_entry(server: SGLangServer, settings: Settings | None = None) -> ServerEntry:
+    """Describe a server for the report: identity, readiness, launch, configuration.
+
+    Redacted: the entry also travels in JUnit XML, as a test property.
+    """
     from pytest_sglang.measure.bench import CONFIG_KEYS
 
-    return {
+    entry: ServerEntry = {
         "record": "server",
         "name": server.name,
         "url": server.url,
@@ -188,6 +217,10 @@ def server_entry(server: SGLangServer) -> ServerEntry:
         "launch": server.launch.as_dict() if server.launch is not None else None,
         "config": {k: server.server_info[k] for k in CONFIG_KEYS if k in server.server_info},
     }
+    if settings is None:
+        return entry
+    redacted: ServerEntry = settings.redact.json(entry)
+    return redacted
 
 
 @pytest.fixture(scope="session")
@@ -215,20 +248,27 @@ def sglang_bench(request: pytest.FixtureRequest, _sglang_bench_session: Bench) -
     ``sglang_bench.pair(A, B, workload, concurrency)`` interleaves A B A B when both servers
     can run at once (two attached URLs), in blocks otherwise.
     """
+    settings = _sglang_bench_session.pool.settings
 
     def record(result: BenchResult, server: SGLangServer | None) -> None:
-        entry: MeasurementEntry = {"record": "measurement", **result.as_dict()}
+        entry: MeasurementEntry = settings.redact.json(
+            {"record": "measurement", **result.as_dict()}
+        )
         request.node.user_properties.append(("sglang", entry))
         if server is not None:
-            request.node.user_properties.append(("sglang", server_entry(server)))
+            request.node.user_properties.append(("sglang", server_entry(server, settings)))
 
-    settings = _sglang_bench_session.pool.settings
+    def server_failed(name: str, error: SGLangError) -> None:
+        request.node.user_properties.append(("sglang", failure_entry(name, error, settings)))
+
     if not settings.servers and not settings.profiles:
         _unavailable(settings, f"no SGLang server configured: {_HOW_TO_ATTACH}")
     return _sglang_bench_session.with_recorder(
         record,
         unavailable=lambda message: _unavailable(settings, message),
-        failure=lambda message: pytest.fail(message, pytrace=False),
+        failure=lambda message: _fail(settings, message),
+        server_failed=server_failed,
+        during=request.node.nodeid,
     )
 
 
@@ -259,7 +299,7 @@ def sglang_gpu(sglang_servers: ServerPool, sglang_settings: Settings) -> GpuStat
     except GpuUnavailable as exc:
         failure = str(exc)
     if failure is not None:
-        pytest.fail(failure, pytrace=False)
+        _fail(sglang_settings, failure)
     if probe is None:
         pytest.skip(f"GPU state unavailable: {sglang_servers.gpu_skip_reason}")
     return GpuState(probe)

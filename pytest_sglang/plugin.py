@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -34,6 +35,9 @@ from pytest_sglang.markers import (
     validate_markers,
 )
 from pytest_sglang.report.context import CURRENT_ITEM
+
+if TYPE_CHECKING:
+    from pytest_sglang.server.handle import LaunchInfo
 
 __all__ = [
     "_sglang_bench_session",
@@ -85,8 +89,18 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):
         from pytest_sglang.report.collector import SGLangReporter
 
+        def launches() -> list[dict[str, Any]]:
+            pool = config.stash.get(POOL_KEY, None)
+            return pool.launch_records() if pool is not None else []
+
         config.pluginmanager.register(
-            SGLangReporter(config, settings.report.value, settings.markdown.value),
+            SGLangReporter(
+                config,
+                settings.report.value,
+                settings.markdown.value,
+                redact=settings.redact,
+                launches=launches,
+            ),
             "sglang-reporter",
         )
     # Stored baselines (--sglang-save, --sglang-compare...): the controller saves and judges.
@@ -155,22 +169,34 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.section("sglang launches")
     count = len(pool.launches)
     terminalreporter.write_line(f"{count} server launch{'es' if count != 1 else ''}:")
+    redact = pool.settings.redact
     for info in pool.launches:
-        phases = ", ".join(f"{p} {t:.2f}s" for p, t in info.readiness.items())
-        ready = f"ready in {info.seconds_to_ready:.2f}s ({phases})" if info.seconds_to_ready else ""
-        stop = f"; stopped in {info.stop.seconds:.2f}s" if info.stop else ""
-        released = (
-            f"; GPU memory released in {info.release_seconds:.2f}s"
-            if info.release_seconds is not None
-            else ""
-        )
         terminalreporter.write_line(
-            f"  {info.profile} [{info.launcher}] {info.outcome}: {ready}{stop}{released}"
+            redact(launch_line(info)), red=info.outcome in ("failed", "died")
         )
     if pool.flight_skip_reason:
         terminalreporter.write_line(f"  GPU checks skipped: {pool.flight_skip_reason}")
     for problem in pool.problems:
-        terminalreporter.write_line(f"  problem: {problem}", red=True)
+        terminalreporter.write_line(redact(f"  problem: {problem}"), red=True)
+
+
+def launch_line(info: LaunchInfo) -> str:
+    """One launch in the summary: outcome, then what is known, never an empty cause."""
+    details: list[str] = []
+    if info.cause:
+        details.append(info.cause)
+    if info.seconds_to_ready:
+        phases = ", ".join(f"{p} {t:.2f}s" for p, t in info.readiness.items())
+        details.append(f"ready in {info.seconds_to_ready:.2f}s ({phases})")
+    if info.stop is not None:
+        details.append(f"stopped in {info.stop.seconds:.2f}s")
+        kill = next((sent for sent in info.stop.signals if "SIGKILL" in sent), None)
+        if kill is not None and info.outcome != "died":
+            details.append(f"forced: {kill}, SIGTERM was not enough")
+    if info.release_seconds is not None:
+        details.append(f"GPU memory released in {info.release_seconds:.2f}s")
+    head = f"  {info.profile} [{info.launcher}] {info.outcome}"
+    return f"{head}: {'; '.join(details)}" if details else head
 
 
 @pytest.hookimpl

@@ -9,7 +9,8 @@ __all__ = ["header_lines"]
 
 def header_lines(settings: Settings) -> list[str]:
     """Describe the effective settings for ``pytest_report_header`` (API key redacted)."""
-    servers = ", ".join(f"{s.name}={s.url}" for s in settings.servers) or "none"
+    redact = settings.redact  # values the user gave may carry secrets: one rule for all
+    servers = redact(", ".join(f"{s.name}={s.url}" for s in settings.servers)) or "none"
     key = "set, redacted" if settings.api_key.value else "not set"
     lines = [
         f"sglang: servers: {servers}"
@@ -24,7 +25,7 @@ def header_lines(settings: Settings) -> list[str]:
             f"sglang: launcher: {settings.launcher.value} (from {settings.launcher.source}); "
             f"profiles: {', '.join(settings.profiles)}"
             + (
-                f"; emulator args: {' '.join(settings.emulator_args.value)}"
+                f"; emulator args: {redact(' '.join(settings.emulator_args.value))}"
                 if settings.emulator_args.value and settings.launcher.value == "emulator"
                 else ""
             )
@@ -37,5 +38,6 @@ def header_lines(settings: Settings) -> list[str]:
             f"{settings.stall_timeout.value:g}s (from {settings.stall_timeout.source})"
         )
     if settings.expectations:
-        lines.append("sglang: expect: " + ", ".join(e.describe() for e in settings.expectations))
+        described = ", ".join(e.describe() for e in settings.expectations)
+        lines.append("sglang: expect: " + redact(described))
     return lines

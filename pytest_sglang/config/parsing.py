@@ -12,9 +12,11 @@ import pytest
 
 from pytest_sglang.config.defaults import DEFAULT_SERVER_NAME, LAUNCHERS
 from pytest_sglang.config.options import EXPECT, OptionSpec
+from pytest_sglang.config.redaction import redact
 from pytest_sglang.config.values import NAME_RE, Expectation, ServerUrl
 
 __all__ = [
+    "is_valid_expect_key",
     "parse_args",
     "parse_bool",
     "parse_duration",
@@ -30,7 +32,8 @@ _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 def usage_error(spec: OptionSpec, source: str, problem: str, fix: str) -> pytest.UsageError:
     # One grammar for every configuration error: what is wrong, where it came from, how to fix.
-    return pytest.UsageError(f"{spec.cli}: {problem} (from {source}); {fix}")
+    # The value quoted may carry a secret (an --api-key in args, user:pw@ in a URL).
+    return pytest.UsageError(redact(f"{spec.cli}: {problem} (from {source}); {fix}"))
 
 
 def parse_duration(spec: OptionSpec, raw: str, source: str) -> float:
@@ -108,6 +111,18 @@ def parse_server_url(spec: OptionSpec, raw: str, source: str) -> ServerUrl:
             f"URL {url!r} has an invalid port",
             "give a port between 1 and 65535, e.g. http://127.0.0.1:30000",
         ) from None
+    if parts.username is not None or parts.password is not None:
+        # Refused rather than turned into auth: SGLang reads a Bearer key, and a password in
+        # a URL ends up in every message, report and JUnit file that names the server.
+        raise usage_error(
+            spec,
+            source,
+            f"URL {url!r} carries credentials (user:password@)",
+            "give the URL without them, e.g. http://"
+            f"{parts.hostname}{':' + str(parts.port) if parts.port else ''}, and the server's "
+            "API key with --sglang-api-key or PYTEST_SGLANG_API_KEY (sent as a Bearer token; "
+            "never printed)",
+        )
     if parts.query or parts.fragment:
         raise usage_error(
             spec,
@@ -138,7 +153,7 @@ def parse_expectation(raw: str, source: str, spec: OptionSpec = EXPECT) -> Expec
             f"server name {server_name!r} in {raw!r} is not valid",
             "use letters, digits, '_', '.' or '-' before the ':'",
         )
-    if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+    if not is_valid_expect_key(key):
         raise usage_error(
             spec,
             source,
@@ -150,6 +165,14 @@ def parse_expectation(raw: str, source: str, spec: OptionSpec = EXPECT) -> Expec
     except ValueError:
         value = value_text.strip()
     return Expectation(key=key, value=value, source=source, server=server_name)
+
+
+_EXPECT_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def is_valid_expect_key(key: str) -> bool:
+    """Return whether ``key`` can name an expectation (``model_id``, a /server_info key)."""
+    return bool(_EXPECT_KEY_RE.match(key))
 
 
 def parse_args(spec: OptionSpec, raw: str, source: str) -> tuple[str, ...]:

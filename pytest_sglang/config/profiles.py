@@ -29,12 +29,17 @@ from typing import Any
 
 import pytest
 
+from pytest_sglang.config.parsing import is_valid_expect_key
+from pytest_sglang.config.redaction import Redactor, is_secret_name, secret_flag_values
 from pytest_sglang.config.values import Expectation, is_valid_server_name
 
-__all__ = ["PROFILE_KEYS", "Profile", "load_profiles", "merge_args"]
+__all__ = ["MAX_EXTENDS_DEPTH", "PROFILE_KEYS", "Profile", "load_profiles", "merge_args"]
 
 #: Every key a profile may have.
 PROFILE_KEYS = ("model-path", "tp", "args", "env", "expect", "extends", "command")
+#: How many profiles one ``extends`` chain may hold (a chain this long is a mistake, and the
+#: resolution must end in a clean error, not in Python's recursion limit).
+MAX_EXTENDS_DEPTH = 32
 #: Flags the launcher sets itself; a profile giving them would fight the launcher.
 _RESERVED_FLAGS = (
     "--model-path",
@@ -64,6 +69,17 @@ class Profile:
         """Return the profile's ``expect`` table as readiness-gate expectations."""
         where = f"profile {self.name!r} in {self.source}"
         return tuple(Expectation(key=k, value=v, source=where) for k, v in self.expect.items())
+
+    def __repr__(self) -> str:
+        # pytest -l shows locals: never the profile's --api-key or HF_TOKEN.
+        secrets = secret_flag_values(self.args)
+        secrets += [v for k, v in self.env.items() if is_secret_name(k)]
+        body = (
+            f"name={self.name!r}, model_path={self.model_path!r}, tp={self.tp!r}, "
+            f"args={self.args!r}, env={dict(self.env)!r}, expect={dict(self.expect)!r}, "
+            f"command={self.command!r}, source={self.source!r}"
+        )
+        return Redactor(secrets)(f"Profile({body})")
 
 
 def _error(path: Path | str, profile: str, key: str | None, problem: str, fix: str) -> Exception:
@@ -170,6 +186,23 @@ def _check_table(raw: Mapping[str, Any], path: Path | str, name: str) -> None:
                 f'write e.g. {key} = {{ NAME = "value" }}',
             )
     for env_name, env_value in raw.get("env", {}).items():
+        if not env_name or "=" in env_name or "\0" in env_name:
+            raise _error(
+                path,
+                name,
+                "env",
+                f"{env_name!r} is not an environment variable name (empty, or with '=' or "
+                "NUL, which no environment can hold)",
+                "write a name of letters, digits and '_', e.g. NCCL_P2P_DISABLE",
+            )
+        if isinstance(env_value, str) and "\0" in env_value:
+            raise _error(
+                path,
+                name,
+                "env",
+                f"the value of {env_name} holds a NUL character, which no environment can hold",
+                "remove it",
+            )
         if not isinstance(env_value, (str, int, float)) or isinstance(env_value, bool):
             raise _error(
                 path,
@@ -177,6 +210,16 @@ def _check_table(raw: Mapping[str, Any], path: Path | str, name: str) -> None:
                 "env",
                 f"{env_name} = {env_value!r} is not a string",
                 f'write e.g. {env_name} = "1"',
+            )
+    for key in raw.get("expect", {}):
+        if not is_valid_expect_key(key):
+            raise _error(
+                path,
+                name,
+                "expect",
+                f"{key!r} is not a valid key",
+                "use model_id, max_model_len or a /server_info key such as tp_size "
+                "(letters, digits and '_', no spaces)",
             )
     command = raw.get("command")
     if command is not None and (
@@ -202,35 +245,50 @@ def _check_table(raw: Mapping[str, Any], path: Path | str, name: str) -> None:
         )
 
 
-def _resolve(
-    name: str, tables: Mapping[str, Mapping[str, Any]], path: Path | str, chain: tuple[str, ...]
-) -> dict[str, Any]:
-    raw = tables[name]
-    parent_name = raw.get("extends")
-    if parent_name is None:
-        merged: dict[str, Any] = {"args": [], "env": {}, "expect": {}}
-    else:
-        if parent_name in chain or parent_name == name:
-            cycle = " -> ".join((*chain, name, parent_name))
+def _chain(name: str, tables: Mapping[str, Mapping[str, Any]], path: Path | str) -> list[str]:
+    """Return ``name``'s ``extends`` chain, itself first; iterative, so any depth is safe."""
+    chain = [name]
+    while True:
+        parent_name = tables[chain[-1]].get("extends")
+        if parent_name is None:
+            return chain
+        if parent_name in chain:
+            cycle = " -> ".join((*chain, parent_name))
             raise _error(path, name, "extends", f"cycle {cycle}", "remove one of the extends")
         if parent_name not in tables:
             raise _error(
                 path,
-                name,
+                chain[-1],
                 "extends",
                 f"no profile named {parent_name!r}",
                 f"define [profiles.{parent_name}] or use one of {', '.join(sorted(tables))}",
             )
-        merged = _resolve(parent_name, tables, path, (*chain, name))
-    merged = dict(merged)
-    for key in ("model-path", "tp", "command"):
-        if key in raw:
-            merged[key] = raw[key]
-    merged["args"] = merge_args(
-        merged["args"], _coerce_args(raw.get("args", []), path, name), path, name
-    )
-    merged["env"] = {**merged["env"], **{k: str(v) for k, v in raw.get("env", {}).items()}}
-    merged["expect"] = {**merged["expect"], **raw.get("expect", {})}
+        chain.append(parent_name)
+        if len(chain) > MAX_EXTENDS_DEPTH:
+            shown = " -> ".join((*chain[:3], "...", chain[-1]))
+            raise _error(
+                path,
+                name,
+                "extends",
+                f"the extends chain is more than {MAX_EXTENDS_DEPTH} profiles deep ({shown})",
+                "let profiles extend a common base instead of each other in a line",
+            )
+
+
+def _resolve(
+    name: str, tables: Mapping[str, Mapping[str, Any]], path: Path | str
+) -> dict[str, Any]:
+    merged: dict[str, Any] = {"args": [], "env": {}, "expect": {}}
+    for link in reversed(_chain(name, tables, path)):
+        raw = tables[link]
+        for key in ("model-path", "tp", "command"):
+            if key in raw:
+                merged[key] = raw[key]
+        merged["args"] = merge_args(
+            merged["args"], _coerce_args(raw.get("args", []), path, link), path, link
+        )
+        merged["env"] = {**merged["env"], **{k: str(v) for k, v in raw.get("env", {}).items()}}
+        merged["expect"] = {**merged["expect"], **raw.get("expect", {})}
     return merged
 
 
@@ -259,7 +317,7 @@ def profiles_from_tables(
         _check_table(raw, path, name)
     profiles = {}
     for name in tables:
-        merged = _resolve(name, tables, path, ())
+        merged = _resolve(name, tables, path)
         if "model-path" not in merged:
             raise _error(
                 path,

@@ -14,7 +14,7 @@ import functools
 import os
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, TypeVar
@@ -52,6 +52,8 @@ from pytest_sglang.config.parsing import (
     parse_server_url,
     usage_error,
 )
+from pytest_sglang.config.paths import output_path, output_problem
+from pytest_sglang.config.redaction import Redactor, is_secret_name, secret_flag_values
 from pytest_sglang.config.targets import ServerTarget, build_targets
 from pytest_sglang.config.values import Expectation, ServerUrl, Sourced
 
@@ -98,6 +100,32 @@ class Settings:
     def target(self, name: str) -> ServerTarget | None:
         """Return the server called ``name`` (attached or a profile), if any."""
         return self.targets.get(name)
+
+    @functools.cached_property
+    def secrets(self) -> tuple[str, ...]:
+        """The session's known secret values (``config/redaction.py`` hides them everywhere).
+
+        The API key, the values of secret flags (``--api-key``...) in the profiles' args and
+        the emulator args, and the values of the profiles' secret-named env variables.
+        """
+        found: list[str] = []
+        if self.api_key.value:
+            found.append(self.api_key.value)
+        found += secret_flag_values(self.emulator_args.value)
+        for profile in self.profiles.values():
+            found += secret_flag_values(profile.args)
+            found += [v for k, v in profile.env.items() if is_secret_name(k) and v]
+        return tuple(dict.fromkeys(found))
+
+    @functools.cached_property
+    def redact(self) -> Redactor:
+        """The redaction rule with this session's secrets: ``settings.redact(text)``."""
+        return Redactor(self.secrets)
+
+    def __repr__(self) -> str:
+        # pytest -l shows a test's locals, sglang_settings among them: never the secrets.
+        body = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
+        return self.redact(f"Settings({body})")
 
 
 @dataclass(frozen=True)
@@ -207,20 +235,29 @@ def _resolve_path(
     environ: Mapping[str, str],
     problem: Callable[[Path], str | None],
     fix: str,
+    *,
+    output: bool = False,
 ) -> Sourced[Path | None]:
     """Resolve a path option; a relative path is relative to where its value was written.
 
-    ``problem`` returns what is wrong with the resolved path, or None when it will do.
+    ``problem`` returns what is wrong with the resolved path, or None when it will do. An
+    ``output`` path's last part is not resolved: a link there is judged, not followed.
     """
     raw = _lookup_one(spec, config, environ)
     if raw is None:
         return Sourced(None, "default")
-    path = Path(raw.base, raw.value[0]).resolve()
+    if output:
+        path = output_path(raw.base, raw.value[0])
+    else:
+        path = Path(raw.base, raw.value[0]).resolve()
     wrong = problem(path)
     if wrong is not None:
         where = "" if Path(raw.value[0]).is_absolute() else f" (relative to {raw.base})"
         raise usage_error(spec, raw.source, f"{raw.value[0]!r}{where} {wrong}", fix)
     return Sourced(path, raw.source)
+
+
+_OUTPUT_FIX = "give the path of a regular file, new or existing, in a writable directory, e.g. "
 
 
 def _not_a_file(path: Path) -> str | None:
@@ -229,10 +266,6 @@ def _not_a_file(path: Path) -> str | None:
 
 def _not_a_dir(path: Path) -> str | None:
     return None if path.is_dir() else "is not a directory"
-
-
-def _a_dir(path: Path) -> str | None:
-    return "is a directory" if path.is_dir() else None
 
 
 def _resolve_profiles(config: pytest.Config, environ: Mapping[str, str]) -> dict[str, Profile]:
@@ -284,16 +317,18 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         else Sourced(None, "default"),
         gpu_fake=_resolve_path(GPU_FAKE, config, env, _not_a_dir, "give an existing directory"),
         report=_resolve_path(
-            REPORT, config, env, _a_dir, "give a file path, e.g. sglang-report.json"
+            REPORT, config, env, output_problem, _OUTPUT_FIX + "sglang-report.json", output=True
         ),
         markdown=_resolve_path(
-            MARKDOWN, config, env, _a_dir, "give a file path, e.g. $GITHUB_STEP_SUMMARY"
+            MARKDOWN, config, env, output_problem, _OUTPUT_FIX + "$GITHUB_STEP_SUMMARY", output=True
         ),
         servers=servers,
         ready_timeout=_resolve_one(
             READY_TIMEOUT, config, env, parse_duration, DEFAULT_READY_TIMEOUT
         ),
-        api_key=Sourced(api_key.value[0], api_key.source) if api_key else Sourced(None, "default"),
+        api_key=Sourced(api_key.value[0], api_key.source, secret=True)
+        if api_key
+        else Sourced(None, "default"),
         require=_resolve_one(REQUIRE, config, env, parse_bool, False),
         request_timeout=_resolve_one(
             REQUEST_TIMEOUT, config, env, parse_duration, DEFAULT_REQUEST_TIMEOUT

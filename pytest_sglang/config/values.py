@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 __all__ = ["Expectation", "ServerUrl", "Sourced", "is_valid_server_name"]
@@ -20,6 +20,12 @@ class Sourced(Generic[T]):
 
     value: T
     source: str
+    #: The value is a secret (the API key): its repr never shows it.
+    secret: bool = field(default=False, compare=False, repr=False)
+
+    def __repr__(self) -> str:
+        shown = "'***'" if self.secret and self.value else repr(self.value)
+        return f"Sourced(value={shown}, source={self.source!r})"
 
 
 @dataclass(frozen=True)

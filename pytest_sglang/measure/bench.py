@@ -4,27 +4,50 @@ A :class:`BenchResult` holds the runs of one (server, workload, concurrency): ea
 whole :class:`~pytest_sglang.measure.measurement.Measurement` with its warm-up excluded, the unit
 of a sample for the verdicts. A :class:`Sweep` holds one result per concurrency level.
 :class:`Bench` runs them, caches them for the session and records them for the report.
+
+A measurement never passes silently broken: a run whose requests failed fails the test that
+took it (``MeasurementFailed``: how many, which kinds, what the server said) unless the call
+allowed errors (``allow_errors=0.05``: up to 5 % of each run's requests may fail). A run with
+failures also asks the pool whether the server died; a dead server fails the test naming
+its death (``ServerDied``: exit code, log tail, hints), stops the remaining runs, and fails
+every later test that needs it.
+
+The session cache keeps every run's request records (``assert_slo`` judges them) packed in
+arrays (:class:`PackedRecords`): about 140 bytes per request and 10 per streamed chunk,
+instead of several kilobytes of Python objects, rebuilt as records on access.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn, overload
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any, NoReturn, cast, overload
 
+from pytest_sglang.loadgen.records import RequestRecord
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import Measurement
 from pytest_sglang.measure.metrics import metric_spec
 from pytest_sglang.report.entries import MeasurementBody, Schedule
 
 if TYPE_CHECKING:
+    from pytest_sglang.errors import SGLangError
     from pytest_sglang.loadgen.runner import LoadGenerator
     from pytest_sglang.server.handle import SGLangServer
     from pytest_sglang.server.pool import ServerPool
 
-__all__ = ["CONFIG_KEYS", "Bench", "BenchResult", "Sweep", "load_generator_for"]
+__all__ = [
+    "CONFIG_KEYS",
+    "Bench",
+    "BenchResult",
+    "PackedRecords",
+    "Sweep",
+    "effective_max_running_requests",
+    "load_generator_for",
+]
 
 #: Server-info keys that decide whether two servers' results are comparable.
 CONFIG_KEYS = (
@@ -34,6 +57,9 @@ CONFIG_KEYS = (
     "mem_fraction_static", "version",
 )  # fmt: skip
 DEFAULT_REPEATS = 5
+#: How many kinds of failure, and how many characters of each example, a failure names.
+FAILURE_KINDS = 5
+_EXAMPLE_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -118,6 +144,225 @@ class Sweep:
         return len(self.points)
 
 
+_NAN = float("nan")
+_NONE_INT = -(2**62)  # stands for None in the packed integer columns
+_FLOAT_COLUMNS = ("started", "sent", "scheduled", "end")
+_INT_COLUMNS = (
+    "index", "input_len", "output_len", "output_tokens_server", "output_tokens_client",
+    "prompt_tokens", "spec_verify_ct", "status", "retries",
+)  # fmt: skip
+_CHUNK_COLUMNS = ("chunk_times", "chunk_tokens")
+
+
+class PackedRecords(Sequence[RequestRecord]):
+    """Request records stored column by column in arrays; records rebuilt on access.
+
+    Every field is kept: the request's own times as 64-bit floats, its chunks' arrival
+    times as 32-bit offsets from its send (within a microsecond for a 10-second stream;
+    the run's metrics were computed from the exact records before packing), token counts
+    as 16-bit integers. The records of a run are packed once its measurement is computed,
+    so that the session cache keeps about 150 bytes per request and 6 per chunk instead of
+    the records' objects (about 0.5 KB and 40 bytes). Fields it does not know (added to
+    ``RequestRecord`` later) are kept as they are.
+    """
+
+    __slots__ = ("_chunks", "_floats", "_ints", "_len", "_objects", "_times", "_tokens")
+
+    def __init__(self, records: Iterable[RequestRecord]) -> None:
+        names = [f.name for f in fields(RequestRecord)]
+        self._floats = {name: array("d") for name in _FLOAT_COLUMNS if name in names}
+        self._ints = {name: array("q") for name in _INT_COLUMNS if name in names}
+        packed = {*self._floats, *self._ints, *_CHUNK_COLUMNS}
+        self._objects: dict[str, list[Any]] = {n: [] for n in names if n not in packed}
+        self._chunks = array("q", [0])  # offsets into the chunk columns
+        times = array("f")
+        tokens = array("I")
+        count = 0
+        for record in records:
+            for name, column in self._floats.items():
+                value = getattr(record, name)
+                column.append(_NAN if value is None else value)
+            for name, ints in self._ints.items():
+                number = getattr(record, name)
+                ints.append(_NONE_INT if number is None else number)
+            for name, objects in self._objects.items():
+                objects.append(getattr(record, name))
+            sent = record.sent
+            times.extend([t - sent for t in record.chunk_times])
+            tokens.extend(record.chunk_tokens)
+            self._chunks.append(len(times))
+            count += 1
+        self._len = count
+        # Chunk token counts fit 16 bits in practice: half the memory when they do.
+        self._tokens = array("H", tokens) if not tokens or max(tokens) < 2**16 else tokens
+        self._times = times
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, index: int) -> RequestRecord: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[RequestRecord, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> RequestRecord | tuple[RequestRecord, ...]:
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(*index.indices(len(self))))
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("record index out of range")
+        values: dict[str, Any] = {}
+        for name, column in self._floats.items():
+            value = column[index]
+            values[name] = None if math.isnan(value) else value
+        for name, ints in self._ints.items():
+            number = ints[index]
+            values[name] = None if number == _NONE_INT else number
+        for name, objects in self._objects.items():
+            values[name] = objects[index]
+        start, end = self._chunks[index], self._chunks[index + 1]
+        sent = values["sent"]
+        return RequestRecord(
+            chunk_times=[sent + offset for offset in self._times[start:end]],
+            chunk_tokens=list(self._tokens[start:end]),
+            **values,
+        )
+
+    def __iter__(self) -> Iterator[RequestRecord]:
+        return (self[i] for i in range(len(self)))
+
+    def __repr__(self) -> str:
+        return f"PackedRecords({len(self)} records, {len(self._times)} chunks)"
+
+
+def _packed(measurement: Measurement) -> Measurement:
+    """Return ``measurement`` with its records packed (see :class:`PackedRecords`)."""
+    records = cast("tuple[RequestRecord, ...]", PackedRecords(measurement.records))
+    warmup = cast("tuple[RequestRecord, ...]", PackedRecords(measurement.warmup_records))
+    return replace(measurement, records=records, warmup_records=warmup)
+
+
+def effective_max_running_requests(server_info: dict[str, Any]) -> int | None:
+    """Return how many requests the server runs at once, all DP ranks together, or None.
+
+    The real server reports an argument that was not given as ``null`` in ``/server_info``
+    (``max_running_requests``); the value in effect is the scheduler's
+    ``internal_states[i].effective_max_running_requests_per_dp``, one per DP rank.
+    """
+    states = server_info.get("internal_states")
+    if isinstance(states, list) and states:
+        per_dp = [
+            s.get("effective_max_running_requests_per_dp") for s in states if isinstance(s, dict)
+        ]
+        if per_dp and all(isinstance(v, int) and v > 0 for v in per_dp):
+            return sum(cast("list[int]", per_dp))
+    given = server_info.get("max_running_requests")
+    return given if isinstance(given, int) and not isinstance(given, bool) and given > 0 else None
+
+
+def _validated_levels(concurrency: object) -> list[int]:
+    levels = (
+        [concurrency] if not isinstance(concurrency, (list, tuple, range)) else list(concurrency)
+    )
+    for level in levels:
+        if isinstance(level, bool) or not isinstance(level, int):
+            raise TypeError(
+                f"concurrency must be a positive int or a list of them, got {concurrency!r} "
+                f"({type(level).__name__} {level!r}); write e.g. concurrency=8 or "
+                "concurrency=[1, 8, 64]"
+            )
+    if not levels or any(c < 1 for c in cast("list[int]", levels)):
+        raise ValueError(
+            f"concurrency must be a positive int or a list of them, got {concurrency!r}"
+        )
+    if len(set(levels)) != len(levels):
+        raise ValueError(f"concurrency levels must be distinct, got {concurrency!r}")
+    return cast("list[int]", levels)
+
+
+def _validated_repeats(repeats: object) -> int:
+    if isinstance(repeats, bool) or not isinstance(repeats, int):
+        raise TypeError(
+            f"repeats must be a whole number of runs, got {type(repeats).__name__} {repeats!r}; "
+            "write e.g. repeats=5"
+        )
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    return repeats
+
+
+def _validated_budget(allow_errors: object) -> float:
+    if isinstance(allow_errors, bool) or not isinstance(allow_errors, (int, float)):
+        raise TypeError(
+            f"allow_errors is the fraction of a run's requests that may fail, got "
+            f"{allow_errors!r}; write e.g. allow_errors=0.05"
+        )
+    if not 0.0 <= allow_errors <= 1.0:
+        raise ValueError(
+            f"allow_errors must be between 0 and 1 (a fraction of each run's requests), got "
+            f"{allow_errors!r}"
+        )
+    return float(allow_errors)
+
+
+def failed_requests_message(result: BenchResult, allow_errors: float) -> str | None:
+    """Return why ``result`` breaks its error budget (None when every run keeps it)."""
+    over = [
+        (index, run)
+        for index, run in enumerate(result.runs)
+        if run.requests and run.failed / run.requests > allow_errors
+    ]
+    if not over:
+        return None
+    failed = sum(run.failed for _, run in over)
+    requests = sum(run.requests for _, run in over)
+    budget = (
+        "no failed request is allowed"
+        if allow_errors == 0
+        else f"at most {allow_errors:.1%} of each run's requests may fail"
+    )
+    runs = ", ".join(f"run {i + 1}: {run.failed} of {run.requests}" for i, run in over)
+    lines = [
+        f"the measurement of {result.label()} ({result.url}) is broken: {failed} of {requests} "
+        f"measured requests failed ({runs}); {budget}",
+    ]
+    kinds: dict[str, int] = {}
+    examples: dict[str, str] = {}
+    for _, run in over:
+        for message, count in run.errors:
+            kind = _kind(message)
+            kinds[kind] = kinds.get(kind, 0) + count
+            examples.setdefault(kind, message)
+        check = next((c for c in run.checks if c.name == "no_failed_requests"), None)
+        if check is not None and not run.errors:
+            kinds.setdefault(check.detail, run.failed)
+    if kinds:
+        lines.append("  failures by kind (the server's answer quoted):")
+        ranked = sorted(kinds.items(), key=lambda item: -item[1])
+        for kind, count in ranked[:FAILURE_KINDS]:
+            example = examples.get(kind, kind)
+            if example.startswith(kind + ": "):
+                example = example[len(kind) + 2 :]
+            if len(example) > _EXAMPLE_CHARS:
+                example = example[:_EXAMPLE_CHARS] + " …"
+            lines.append(f"    {count} x {kind}: {example}")
+        if len(ranked) > FAILURE_KINDS:
+            lines.append(f"    ... and {len(ranked) - FAILURE_KINDS} other kinds")
+    lines.append(
+        "  fix: find out why the server failed them (its log); if failures are expected, "
+        "allow them: sglang_bench(..., allow_errors=0.05)"
+    )
+    return "\n".join(lines)
+
+
+def _kind(message: str) -> str:
+    from pytest_sglang.measure.checks import error_kind
+
+    return error_kind(message)
+
+
 _Key = tuple[str, str, int, int]
 
 
@@ -141,8 +386,13 @@ class Bench:
         unavailable: Callable[[str], NoReturn] | None = None,
         failure: Callable[[str], NoReturn] | None = None,
         shared: Bench | None = None,
+        server_failed: Callable[[str, SGLangError], None] = lambda name, error: None,
+        during: str = "",
     ) -> None:
         self.pool = pool
+        self._server_failed = server_failed
+        #: Who measures (a test id), for the message when a server dies under the load.
+        self._during = during
         self._record = record
         self._progress = progress
         self._options = generator_options or {}
@@ -152,12 +402,16 @@ class Bench:
         self._handles: dict[str, SGLangServer] = {} if shared is None else shared._handles
         self._on_unavailable = unavailable
         self._on_failure = failure
+        # Servers whose cap was already pointed out (one note per server and level).
+        self._noted: set[tuple[str, int]] = set() if shared is None else shared._noted
 
     def with_recorder(
         self,
         record: Callable[[BenchResult, SGLangServer | None], None],
         unavailable: Callable[[str], NoReturn] | None = None,
         failure: Callable[[str], NoReturn] | None = None,
+        server_failed: Callable[[str, SGLangError], None] = lambda name, error: None,
+        during: str = "",
     ) -> Bench:
         """Return a view of this bench (same cache) that records results with ``record``.
 
@@ -174,6 +428,8 @@ class Bench:
             unavailable=unavailable,
             failure=failure,
             shared=self,
+            server_failed=server_failed,
+            during=during,
         )
 
     def _server(self, name: str) -> SGLangServer:
@@ -181,16 +437,24 @@ class Bench:
 
         __tracebackhide__ = True
         try:
-            return self.pool.get(name)
+            return self.pool.get(name, during=self._during)
         except ServerUnavailable as exc:
             if self._on_unavailable is None:
                 raise
             message, handler = str(exc), self._on_unavailable
         except SGLangError as exc:
+            self._server_failed(name, exc)
             if self._on_failure is None:
                 raise
             message, handler = str(exc), self._on_failure
         handler(message)
+
+    def _fail(self, error: SGLangError) -> NoReturn:
+        """Fail the test with ``error`` (through the fixture's handler, or raise it)."""
+        __tracebackhide__ = True
+        if self._on_failure is None:
+            raise error
+        self._on_failure(str(error))
 
     @overload
     def __call__(
@@ -199,6 +463,8 @@ class Bench:
         workload: Workload,
         concurrency: int = 1,
         repeats: int = DEFAULT_REPEATS,
+        *,
+        allow_errors: float = 0.0,
     ) -> BenchResult: ...
 
     @overload
@@ -208,6 +474,8 @@ class Bench:
         workload: Workload,
         concurrency: Sequence[int],
         repeats: int = DEFAULT_REPEATS,
+        *,
+        allow_errors: float = 0.0,
     ) -> Sweep: ...
 
     def __call__(
@@ -216,18 +484,21 @@ class Bench:
         workload: Workload,
         concurrency: int | Sequence[int] = 1,
         repeats: int = DEFAULT_REPEATS,
+        *,
+        allow_errors: float = 0.0,
     ) -> BenchResult | Sweep:
-        """Measure (or fetch from the cache); see the class docstring."""
-        levels = [concurrency] if isinstance(concurrency, int) else list(concurrency)
-        if len(set(levels)) != len(levels):
-            raise ValueError(f"concurrency levels must be distinct, got {concurrency!r}")
-        if not levels or any(not isinstance(c, int) or c < 1 for c in levels):
-            raise ValueError(
-                f"concurrency must be a positive int or a list of them, got {concurrency!r}"
-            )
-        if repeats < 1:
-            raise ValueError(f"repeats must be at least 1, got {repeats}")
-        points = tuple(self._measure(server, workload, level, repeats) for level in sorted(levels))
+        """Measure (or fetch from the cache); see the class docstring.
+
+        ``allow_errors`` is the fraction of each run's requests that may fail (default 0):
+        a run beyond it fails the test (:class:`~pytest_sglang.errors.MeasurementFailed`).
+        """
+        __tracebackhide__ = True
+        levels = _validated_levels(concurrency)
+        repeats = _validated_repeats(repeats)
+        budget = _validated_budget(allow_errors)
+        points = tuple(
+            self._measure(server, workload, level, repeats, budget) for level in sorted(levels)
+        )
         if isinstance(concurrency, int):
             return points[0]
         name = server if isinstance(server, str) else server.name
@@ -240,28 +511,34 @@ class Bench:
         workload: Workload,
         concurrency: int = 1,
         repeats: int = DEFAULT_REPEATS,
+        *,
+        allow_errors: float = 0.0,
     ) -> tuple[BenchResult, BenchResult]:
         """Measure two servers under the same workload and concurrency.
 
         Runs are interleaved A B A B when both can be served at once (two attached URLs), so
         that drift cancels; in blocks otherwise (launched profiles share the GPUs). The
-        schedule is recorded in both results.
+        schedule is recorded in both results. ``allow_errors`` as for a single call.
         """
+        __tracebackhide__ = True
+        (level,) = _validated_levels(concurrency)
+        repeats = _validated_repeats(repeats)
+        budget = _validated_budget(allow_errors)
         attached = {s.name for s in self.pool.settings.servers}
-        keys = [self._key(name, workload, concurrency, repeats) for name in (a, b)]
+        keys = [self._key(name, workload, level, repeats) for name in (a, b)]
         fresh = not any(key in self._cache for key in keys)
         if a in attached and b in attached and fresh:
-            self._check_fills(workload, concurrency)
+            self._check_fills(workload, level)
             servers = (self._server(a), self._server(b))
             runs: tuple[list[Measurement], list[Measurement]] = ([], [])
             for repeat in range(repeats):
                 for side, server in enumerate(servers):
-                    runs[side].append(self._run(server, workload, concurrency, repeat, repeats))
+                    runs[side].append(self._run(server, workload, level, repeat, repeats))
             for side, server in enumerate(servers):
-                result = self._result(server, workload, concurrency, runs[side], "interleaved")
+                result = self._result(server, workload, level, runs[side], "interleaved")
                 self._cache[keys[side]] = result
-        first = self(a, workload, concurrency, repeats)
-        second = self(b, workload, concurrency, repeats)
+        first = self(a, workload, level, repeats, allow_errors=budget)
+        second = self(b, workload, level, repeats, allow_errors=budget)
         assert isinstance(first, BenchResult) and isinstance(second, BenchResult)
         return first, second
 
@@ -283,18 +560,45 @@ class Bench:
         return (server, workload.key(), concurrency, repeats)
 
     def _measure(
-        self, server: str | SGLangServer, workload: Workload, concurrency: int, repeats: int
+        self,
+        server: str | SGLangServer,
+        workload: Workload,
+        concurrency: int,
+        repeats: int,
+        allow_errors: float,
     ) -> BenchResult:
+        __tracebackhide__ = True
         name = server if isinstance(server, str) else server.name
         key = self._key(name, workload, concurrency, repeats)
         if key not in self._cache:
             self._check_fills(workload, concurrency)
             handle = self._server(server) if isinstance(server, str) else server
+            self._note_cap(handle, concurrency)
             runs = [self._run(handle, workload, concurrency, r, repeats) for r in range(repeats)]
             self._cache[key] = self._result(handle, workload, concurrency, runs, "blocks")
         result = self._cache[key]
+        # Recorded first: the report keeps a broken measurement too, with its errors.
         self._record(result, self._handles.get(name))
+        broken = failed_requests_message(result, allow_errors)
+        if broken is not None:
+            from pytest_sglang.errors import MeasurementFailed
+
+            self._fail(MeasurementFailed(broken))
         return result
+
+    def _note_cap(self, server: SGLangServer, concurrency: int) -> None:
+        """Say so when ``concurrency`` exceeds the requests the server runs at once."""
+        cap = effective_max_running_requests(server.server_info)
+        if cap is None or concurrency <= cap or (server.name, concurrency) in self._noted:
+            return
+        self._noted.add((server.name, concurrency))
+        given = server.server_info.get("max_running_requests")
+        source = "" if given == cap else f" (in effect; /server_info says {given})"
+        self._progress(
+            f"sglang: note: C={concurrency} exceeds {server.name}'s max_running_requests of "
+            f"{cap}{source}: {concurrency - cap} requests at a time wait in the server's "
+            "queue, and their TTFT includes that wait"
+        )
 
     def _result(
         self,
@@ -306,7 +610,8 @@ class Bench:
     ) -> BenchResult:
         self._handles[server.name] = server
         config = {k: server.server_info[k] for k in CONFIG_KEYS if k in server.server_info}
-        return BenchResult(server.name, workload, concurrency, tuple(runs), config, schedule,
+        packed = tuple(_packed(run) for run in runs)
+        return BenchResult(server.name, workload, concurrency, packed, config, schedule,
                            server.url)  # fmt: skip
 
     def _run(
@@ -331,7 +636,34 @@ class Bench:
         run = generator.run_closed_loop(
             workload.for_concurrency(concurrency), concurrency, repeat=repeat
         )
-        return measure(run)
+        measurement = measure(run)
+        del run, generator
+        if measurement.failed:
+            self._check_server(server, measurement)
+        return measurement
+
+    def _check_server(self, server: SGLangServer, measurement: Measurement) -> None:
+        """Fail the test naming the server's death if it died under the load."""
+        __tracebackhide__ = True
+        # A run whose last requests all failed looks like a death: give a dying process a
+        # moment to be reaped. Scattered failures (an error rate) do not wait.
+        tail = measurement.records[-5:]
+        wait = 2.0 if tail and all(not r.ok for r in tail) else 0.0
+        died = self.pool.check(server.name, during=self._during, wait=wait)
+        if died is None:
+            return
+        self._server_failed(server.name, died)
+        from pytest_sglang.errors import ServerDied
+
+        self._fail(
+            ServerDied(
+                f"{died}\n  the measurement ({server.name} C={measurement.concurrency}, run "
+                f"{measurement.repeat + 1}) lost {measurement.failed} of "
+                f"{measurement.requests} requests to it",
+                phase=died.phase,
+                exit_code=died.exit_code,
+            )
+        )
 
 
 def load_generator_for(server: SGLangServer, **options: Any) -> LoadGenerator:

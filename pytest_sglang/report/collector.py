@@ -7,22 +7,36 @@ Measurements, verdicts and server details travel as ``("sglang", {...})`` entrie
 test's ``user_properties``, which pytest (and pytest-xdist, from its workers) puts on every
 test report. The reporter reads them on the controller only, in
 ``pytest_runtest_logreport``, so it works the same with and without xdist. The JSON is
-written atomically (temporary file, then rename) after every test that added something and
-at the end, so an interrupted run still leaves a valid report (``complete: false``).
+written atomically (temporary file, then rename: ``report/writing.py``) after every test that
+added something and at the end, so an interrupted run still leaves a valid report
+(``complete: false``).
+
+A report is never the reason a run fails or loses data: a write that fails (a full disk,
+something not a regular file at the path) is a warning naming the path and the cause, the
+terminal summary still prints, and the exit status stays that of the tests. Everything
+written or printed passes the session's redaction rule (``config/redaction.py``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import pytest
 
-from pytest_sglang.report.entries import Entry, MeasurementRow, ServerEntry, VerdictRow
+from pytest_sglang.config.redaction import Redactor
+from pytest_sglang.errors import SGLangWarning
+from pytest_sglang.report.entries import (
+    Entry,
+    MeasurementRow,
+    ServerEntry,
+    ServerFailureRow,
+    VerdictRow,
+)
 
 E = TypeVar("E", MeasurementRow, ServerEntry)
 
@@ -41,18 +55,35 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
-def _dedupe(entries: Sequence[E], key: Callable[[E], str]) -> list[E]:
+def _dedupe(entries: Sequence[E], key: Callable[[E], str], *, last: bool = False) -> list[E]:
     seen: dict[str, E] = {}
     for entry in entries:
-        seen.setdefault(key(entry), entry)
+        if last:
+            seen.pop(key(entry), None)
+            seen[key(entry)] = entry
+        else:
+            seen.setdefault(key(entry), entry)
     return list(seen.values())
+
+
+def _with_launch(server: ServerEntry, by_pid: dict[Any, dict[str, Any]]) -> ServerEntry:
+    launch = server.get("launch")
+    if launch is None or launch.get("pid") not in by_pid:
+        return server
+    return cast("ServerEntry", {**server, "launch": by_pid[launch.get("pid")]})
 
 
 class SGLangReporter:
     """Collects the session's results on the controller; prints and writes them."""
 
     def __init__(
-        self, config: pytest.Config, path: Path | None, markdown: Path | None = None
+        self,
+        config: pytest.Config,
+        path: Path | None,
+        markdown: Path | None = None,
+        *,
+        redact: Redactor | None = None,
+        launches: Callable[[], list[dict[str, Any]]] = list,
     ) -> None:
         self.config = config
         self.path = path
@@ -61,8 +92,15 @@ class SGLangReporter:
         self.measurements: list[MeasurementRow] = []
         self.verdicts: list[VerdictRow] = []
         self.servers: list[ServerEntry] = []
+        self.server_failures: list[ServerFailureRow] = []
         self.gpus: list[str] = []
+        #: Outputs that could not be written: one line each (path and cause).
+        self.problems: list[str] = []
         self._consumed: dict[str, int] = {}
+        self._redact = redact or Redactor()
+        #: The session's launches as plain dicts (the pool's records), read at each write.
+        self._launches = launches
+        self._written = False
 
     # -- collection -----------------------------------------------------------------------
 
@@ -93,6 +131,11 @@ class SGLangReporter:
                 self.verdicts.append(cast("VerdictRow", {"test": report.nodeid, **body}))
             elif entry["record"] == "server":
                 self.servers.append(entry)
+            elif entry["record"] == "server_failure":
+                body = {k: v for k, v in entry.items() if k != "record"}
+                self.server_failures.append(
+                    cast("ServerFailureRow", {"test": report.nodeid, **body})
+                )
             elif entry["record"] == "gpus":
                 self.gpus = list(entry["names"])
         self.write(complete=False)
@@ -107,9 +150,14 @@ class SGLangReporter:
         from pytest_sglang._version import plugin_version
 
         measurements = self.unique_measurements()
-        servers = _dedupe(self.servers, lambda s: f"{s['name']} {s['url']}")
+        launches = self._launches()
+        # The latest entry of a server says most (a launched server that died since), and
+        # its launch record is the pool's latest, matched by pid.
+        servers = _dedupe(self.servers, lambda s: f"{s['name']} {s['url']}", last=True)
+        by_pid = {launch.get("pid"): launch for launch in launches if launch.get("pid")}
+        servers = [_with_launch(s, by_pid) for s in servers]
         versions = sorted({str(s["version"]) for s in servers if s.get("version")})
-        return {
+        document: dict[str, Any] = {
             "format": "pytest-sglang-report", "version": REPORT_VERSION,
             "complete": complete, "interrupted": interrupted, "exit_status": exit_status,
             "created": self.created, "updated": _now(),
@@ -120,31 +168,43 @@ class SGLangReporter:
             },
             "servers": servers, "measurements": measurements,
             "verdicts": self.verdicts,
+            "launches": launches, "server_failures": self.server_failures,
         }  # fmt: skip
+        redacted: dict[str, Any] = self._redact.json(document)
+        return redacted
 
     def write(self, *, complete: bool, interrupted: bool = False,
               exit_status: int | None = None) -> None:  # fmt: skip
-        """Write the JSON report atomically (no-op without ``--sglang-report``)."""
+        """Write the JSON report atomically (no-op without ``--sglang-report``).
+
+        A failure is a warning (see the module docstring), never an error.
+        """
         if self.path is None or self.config.option.collectonly:
             return
-        import tempfile
+        from pytest_sglang.report.writing import write_atomic
 
-        document = self.document(complete=complete, interrupted=interrupted,
-                                 exit_status=exit_status)  # fmt: skip
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
         try:
-            with os.fdopen(fd, "w") as file:
-                json.dump(document, file, indent=1, allow_nan=False, default=str)
-                file.write("\n")
-            # mkstemp creates 0600; a report is for CI uploaders and colleagues too.
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+            document = self.document(complete=complete, interrupted=interrupted,
+                                     exit_status=exit_status)  # fmt: skip
+            text = json.dumps(document, indent=1, allow_nan=False, default=str) + "\n"
+            write_atomic(self.path, text)
+        except (OSError, ValueError) as exc:
+            self._written = False
+            self._problem("the JSON report", self.path, exc)
+        else:
+            self._written = True
+
+    def _problem(self, what: str, path: Path, exc: BaseException) -> None:
+        cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        line = self._redact(f"{what} could not be written to {path}: {cause}")
+        if line in self.problems:
+            return
+        self.problems.append(line)
+        # Say it where warnings go as well; under -W error it must not become the error.
+        try:
+            warnings.warn(SGLangWarning(line), stacklevel=2)
+        except Warning:
+            pass
 
     def unique_measurements(self) -> list[MeasurementRow]:
         """Return the measurements, each once (a cached one is recorded by every user)."""
@@ -162,31 +222,40 @@ class SGLangReporter:
         if self.markdown is None or self.config.option.collectonly:
             return
         from pytest_sglang.report.summary import render_markdown
+        from pytest_sglang.report.writing import write_atomic
 
         note = "The run was interrupted: these are the results up to then." if interrupted else None
-        text = render_markdown(self.unique_measurements(), self.verdicts, note=note)
-        self.markdown.parent.mkdir(parents=True, exist_ok=True)
-        follows = self.markdown.is_file() and self.markdown.stat().st_size > 0
-        with self.markdown.open("a", encoding="utf-8") as file:
+        text = self._redact(render_markdown(self.unique_measurements(), self.verdicts, note=note))
+        try:
+            follows = self.markdown.is_file() and self.markdown.stat().st_size > 0
             # A blank line first, so that a previous summary's last block ends there.
-            file.write(("\n" if follows else "") + text)
+            write_atomic(self.markdown, ("\n" if follows else "") + text, append=True)
+        except OSError as exc:
+            self._problem("the Markdown summary", self.markdown, exc)
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Write the final report and the Markdown summary."""
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
         self.write(complete=not interrupted, interrupted=interrupted, exit_status=int(exitstatus))
-        self.append_markdown(interrupted=interrupted)
+        try:
+            self.append_markdown(interrupted=interrupted)
+        except Exception as exc:  # rendering: never the reason the run fails
+            if self.markdown is not None:
+                self._problem("the Markdown summary", self.markdown, exc)
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        """Print the results tables and verdicts."""
-        if not self.measurements and not self.verdicts:
-            return
-        from pytest_sglang.report.summary import render_tables
+        """Print the results tables and verdicts, and any output that could not be written."""
+        if self.measurements or self.verdicts:
+            from pytest_sglang.report.summary import render_tables
 
-        terminalreporter.section("sglang results")
-        for line in render_tables(self.unique_measurements(), self.verdicts):
-            terminalreporter.write_line(line)
-        if self.path is not None:
-            terminalreporter.write_line(f"report written to {self.path}")
+            terminalreporter.section("sglang results")
+            for line in render_tables(self.unique_measurements(), self.verdicts):
+                terminalreporter.write_line(self._redact(line))
+            if self.path is not None and self._written and not self.problems:
+                terminalreporter.write_line(f"report written to {self.path}")
+        if self.problems:
+            terminalreporter.section("sglang output problems", yellow=True)
+            for line in self.problems:
+                terminalreporter.write_line(f"WARNING: {line}", yellow=True)

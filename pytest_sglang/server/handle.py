@@ -48,7 +48,12 @@ class LaunchInfo:
     port: int = 0
     pid: int | None = None
     gpus: tuple[str, ...] = ()
+    #: ``starting``, ``ready``, ``stopped``, ``failed`` (the launch) or ``died`` (later).
     outcome: str = "starting"
+    #: Why a launch failed or a server died, in a line (secrets redacted).
+    cause: str | None = None
+    #: The process's exit code once known (negative: ended by that signal).
+    exit_code: int | None = None
     seconds_to_ready: float | None = None
     readiness: dict[str, float] = field(default_factory=dict)
     stop: StopReport | None = None
@@ -65,6 +70,8 @@ class LaunchInfo:
             "pid": self.pid,
             "gpus": list(self.gpus),
             "outcome": self.outcome,
+            "cause": self.cause,
+            "exit_code": self.exit_code,
             "seconds_to_ready": self.seconds_to_ready,
             "readiness": dict(self.readiness),
             "stop": self.stop.as_dict() if self.stop else None,

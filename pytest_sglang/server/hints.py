@@ -1,10 +1,17 @@
-"""Known failure signatures in a server log, turned into hints that say what to do."""
+"""Known failure signatures in a server log, turned into hints that say what to do.
+
+Signatures match case-insensitively (uvicorn logs "address already in use", Python's
+``OSError`` "Address already in use"). :func:`without_probes` drops the readiness gate's
+own requests from a log tail, so that a failure shows what the server said, not our polls.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+import signal
+from collections.abc import Iterable, Sequence
 
-__all__ = ["SIGNATURES", "hints_for"]
+__all__ = ["SIGNATURES", "exit_hint", "hints_for", "without_probes"]
 
 _OOM = (
     "CUDA out of memory: lower --mem-fraction-static in the profile's args, or free the "
@@ -47,10 +54,42 @@ SIGNATURES: tuple[tuple[str, str], ...] = (
 
 
 def hints_for(lines: Iterable[str]) -> list[str]:
-    """Return the hints whose signature appears in ``lines``, without duplicates."""
-    text = "\n".join(lines)
+    """Return the hints whose signature appears in ``lines`` (any case), without duplicates."""
+    text = "\n".join(lines).lower()
     found: list[str] = []
     for signature, hint in SIGNATURES:
-        if signature in text and hint not in found:
+        if signature.lower() in text and hint not in found:
             found.append(hint)
     return found
+
+
+#: The readiness gate's requests as an access log shows them (uvicorn, SGLang).
+_PROBE_LINE = re.compile(
+    r'"(?:GET|HEAD) /(?:ready|health|health_generate|v1/models|server_info|model_info|'
+    r'get_server_info|get_model_info)(?:\?[^ "]*)? HTTP/[0-9.]+"'
+)
+
+
+def without_probes(lines: Sequence[str]) -> tuple[list[str], int]:
+    """Return ``lines`` less the gate's probe requests, and how many were left out."""
+    kept = [line for line in lines if not _PROBE_LINE.search(line)]
+    return kept, len(lines) - len(kept)
+
+
+def exit_hint(code: int | None) -> str | None:
+    """Return what an exit code says about how the server ended, or None."""
+    if code is None or code >= 0:
+        return None
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        return None
+    if name == "SIGKILL":
+        return (
+            "the server was killed by SIGKILL: by the kernel's out-of-memory killer (see "
+            "dmesg), by a crash handler that kills its own process group (SGLang does when a "
+            "scheduler process fails: read the log above), or by someone else"
+        )
+    if name == "SIGSEGV":
+        return "the server crashed (SIGSEGV): read the log above for the native traceback"
+    return f"the server was ended by {name}"

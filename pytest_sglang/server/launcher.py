@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import sys
 import time
@@ -20,9 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sglang.config.profiles import Profile
+from pytest_sglang.config.redaction import redact_argv
 from pytest_sglang.config.settings import Settings
 from pytest_sglang.config.targets import ServerTarget
 from pytest_sglang.errors import (
+    ServerDied,
     ServerExited,
     ServerLeftovers,
     ServerNotReady,
@@ -32,19 +35,19 @@ from pytest_sglang.gpu.hygiene import postflight, preflight, server_gpus
 from pytest_sglang.gpu.model import GpuSnapshot
 from pytest_sglang.gpu.probes import FakeProbe, GpuProbe
 from pytest_sglang.server.handle import LaunchInfo, SGLangServer
-from pytest_sglang.server.hints import hints_for
+from pytest_sglang.server.hints import exit_hint, hints_for, without_probes
 from pytest_sglang.server.process import ServerProcess
 from pytest_sglang.server.readiness import ReadinessGate
 
 __all__ = ["Launch", "LaunchInfo", "build_command", "redact", "server_environment"]
 
-#: Flags whose value must never be printed or stored.
-SECRET_FLAGS = ("--api-key", "--admin-api-key")
 #: Progress lines during a long launch: the first after this many seconds, then every
 #: PROGRESS_EVERY, so a 10-minute load shows a pulse without flooding the terminal.
 PROGRESS_FIRST = 5.0
 PROGRESS_EVERY = 15.0
 LOG_TAIL_LINES = 25
+#: Lines read for the tail before the gate's probe lines are left out.
+LOG_TAIL_WINDOW = 2000
 #: Environment variables of the test run that must not reach a launched server: pytest's own
 #: (PYTEST_CURRENT_TEST, PYTEST_ADDOPTS, our PYTEST_SGLANG_* settings, xdist's) and those by
 #: which pytest-cov and coverage.py start coverage in every Python subprocess: SGLang's
@@ -99,24 +102,8 @@ def server_environment(
 
 
 def redact(argv: Sequence[str]) -> list[str]:
-    """Return ``argv`` with the values of secret flags replaced by ``***``."""
-    out: list[str] = []
-    hide_next = False
-    for token in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        flag, eq, _ = token.partition("=")
-        if flag in SECRET_FLAGS:
-            if eq:
-                out.append(f"{flag}=***")
-            else:
-                out.append(token)
-                hide_next = True
-            continue
-        out.append(token)
-    return out
+    """Return ``argv`` with the values of secret flags (``--api-key``...) as ``***``."""
+    return redact_argv(argv)
 
 
 def _flag_value(argv: Sequence[str], flag: str) -> str | None:
@@ -170,9 +157,12 @@ class Launch:
         self._progress = progress
         self._clock = clock
         self._process: ServerProcess | None = None
+        self._ready_at: float | None = None
         self._baseline: GpuSnapshot | None = None
         self._next_progress = PROGRESS_FIRST
         self.info = LaunchInfo(target.name, settings.launcher.value, [], log_path)
+        #: The session's redaction rule: every message, command and log line passes it.
+        self.redact = settings.redact
 
     # -- start ----------------------------------------------------------------------------
 
@@ -182,40 +172,32 @@ class Launch:
         :raises GpuNotClean: the GPUs are held by other processes (nothing was started).
         :raises ServerNotReady: the gate failed; :class:`ServerExited` if the process died.
         """
-        env = {**server_environment(os.environ, self.profile.env), "PYTHONUNBUFFERED": "1"}
-        if self.gpu is not None:
-            snapshot = self.gpu.snapshot()
-            self.info.gpus = server_gpus(snapshot, self.profile.tp, env)
-            self._baseline = preflight(self.gpu, self.info.gpus)
-            # Pin the server to the checked GPUs by UUID: indices differ between NVML and
-            # CUDA's default order, UUIDs do not.
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.info.gpus)
+        # The command and environment carry the profile's secrets (--api-key, HF_TOKEN):
+        # they are built inside _new_process, never held in this frame, whose locals
+        # pytest -l would print with a failure.
         port = self._free_port()
-        argv = build_command(self.profile, self.settings.launcher.value, self.host, port)
-        if self.settings.launcher.value == "emulator":
-            argv += list(self.settings.emulator_args.value)
-        if isinstance(self.gpu, FakeProbe) and self.settings.launcher.value == "emulator":
-            # The emulator simulates GPU holders in the fake probe's directory.
-            argv += ["--emulator-gpu-dir", str(self.gpu.directory)]
-        self.info.command, self.info.port = redact(argv), port
-        self._process = ServerProcess(argv, env=env, log_path=self.info.log_path)
+        self._process = self._new_process(port)
         started = self._clock()
         try:
             try:
                 self._process.start()
             except OSError as exc:
                 raise ServerExited(
-                    f"cannot start SGLang server {self.profile.name!r}: {exc}\n"
-                    f"  command: {' '.join(self.info.command)}\n"
-                    "  fix: check the profile's command (or that the launcher's Python has "
-                    "the server installed)",
+                    self.redact(
+                        f"cannot start SGLang server {self.profile.name!r}: {exc}\n"
+                        f"  command: {' '.join(self.info.command)}\n"
+                        "  fix: check the profile's command (or that the launcher's Python "
+                        "has the server installed)"
+                    ),
                     phase="launch",
                     exit_code=None,
                 ) from None
             self.info.pid = self._process.pid
             server = self._gate(port)
         except BaseException as exc:
-            self.info.outcome = f"failed: {type(exc).__name__}"
+            self.info.outcome = "failed"
+            if self.info.cause is None:
+                self.info.cause = _first_line(self.redact(str(exc))) or type(exc).__name__
             cleanup = self._stop_quietly()
             if isinstance(exc, ServerNotReady) and not isinstance(exc, ServerExited):
                 raise type(exc)(self._with_log(str(exc)) + cleanup, **_kwargs(exc)) from None
@@ -225,13 +207,33 @@ class Launch:
                 ) from None
             raise
         self.info.outcome = "ready"
-        self.info.seconds_to_ready = self._clock() - started
+        self._ready_at = self._clock()
+        self.info.seconds_to_ready = self._ready_at - started
         self.info.readiness = dict(server.readiness.phases)
         self._progress(
             f"sglang: {self.profile.name!r} ready in {self.info.seconds_to_ready:.1f}s "
             f"({self.info.launcher}, pid {self.info.pid}, port {port}, log {self.info.log_path})"
         )
         return server
+
+    def _new_process(self, port: int) -> ServerProcess:
+        """Pre-flight the GPUs and build the server's process (not started yet)."""
+        env = {**server_environment(os.environ, self.profile.env), "PYTHONUNBUFFERED": "1"}
+        if self.gpu is not None:
+            snapshot = self.gpu.snapshot()
+            self.info.gpus = server_gpus(snapshot, self.profile.tp, env)
+            self._baseline = preflight(self.gpu, self.info.gpus)
+            # Pin the server to the checked GPUs by UUID: indices differ between NVML and
+            # CUDA's default order, UUIDs do not.
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.info.gpus)
+        argv = build_command(self.profile, self.settings.launcher.value, self.host, port)
+        if self.settings.launcher.value == "emulator":
+            argv += list(self.settings.emulator_args.value)
+        if isinstance(self.gpu, FakeProbe) and self.settings.launcher.value == "emulator":
+            # The emulator simulates GPU holders in the fake probe's directory.
+            argv += ["--emulator-gpu-dir", str(self.gpu.directory)]
+        self.info.command, self.info.port = self.redact.argv(argv), port
+        return ServerProcess(argv, env=env, log_path=self.info.log_path)
 
     def _free_port(self) -> int:
         # The OS hands out a free port, but another process may take it before the server
@@ -247,14 +249,14 @@ class Launch:
 
     def _gate(self, port: int) -> SGLangServer:
         assert self._process is not None
-        api_key = _flag_value(self.profile.args, "--api-key") or self.settings.api_key.value
         url = f"http://{self.host}:{port}"
         gate = ReadinessGate.for_target(
             self.target,
             url,
             timeout=self.settings.ready_timeout,
-            api_key=api_key,
+            api_key=_flag_value(self.profile.args, "--api-key") or self.settings.api_key.value,
             watch=self._watch,
+            secrets=self.settings.secrets,
         )
         server = gate.wait()
         if not self._process.listens_on(port):
@@ -271,41 +273,84 @@ class Launch:
         assert self._process is not None
         code = self._process.poll()
         if code is not None:
-            self.info.outcome = f"exited with {code}"
+            self.info.exit_code = code
+            self.info.cause = (
+                f"exited with code {_code_text(code)} during phase {phase!r}, "
+                f"{elapsed:.1f}s after launch"
+            )
             raise ServerExited(
                 self._with_log(
-                    f"SGLang server {self.profile.name!r} ({self.info.launcher}) exited with code "
-                    f"{code} during phase {phase!r}, {elapsed:.1f}s after launch"
+                    f"SGLang server {self.profile.name!r} ({self.info.launcher}) {self.info.cause}",
+                    exit_code=code,
                 ),
                 phase=phase,
                 exit_code=code,
             )
         if elapsed >= self._next_progress:
             self._next_progress = elapsed + PROGRESS_EVERY
-            last = next(
-                (line for line in reversed(self._process.log_tail(5)) if line.strip()),
-                "(log empty)",
-            )
+            tail, _ = without_probes(self._process.log_tail(50))
+            last = next((line for line in reversed(tail) if line.strip()), "(log empty)")
             self._progress(
-                f"sglang: launching {self.profile.name!r} ({self.info.launcher}): phase {phase}, "
-                f"{_clock_text(elapsed)} elapsed; log: {last.strip()[:160]}"
+                self.redact(
+                    f"sglang: launching {self.profile.name!r} ({self.info.launcher}): phase "
+                    f"{phase}, {_clock_text(elapsed)} elapsed; log: {last.strip()[:160]}"
+                )
             )
 
-    def _with_log(self, message: str) -> str:
+    def _with_log(self, message: str, *, exit_code: int | None = None) -> str:
+        """Return ``message`` with the command, the log's tail and hints; redacted."""
         assert self._process is not None
-        tail = self._process.log_tail(LOG_TAIL_LINES)
+        window = self._process.log_tail(LOG_TAIL_WINDOW)
+        # The gate's own polls are no news: show what the server said besides them.
+        tail, probes = without_probes(window)
+        tail = tail[-LOG_TAIL_LINES:]
         lines = [
             message,
             f"  command: {' '.join(self.info.command)}",
             f"  log: {self.info.log_path}",
         ]
         if tail:
-            lines.append(f"  log tail (last {len(tail)} lines):")
+            left_out = f"; {probes} readiness-probe lines left out" if probes else ""
+            lines.append(f"  log tail (last {len(tail)} lines{left_out}):")
             lines += [f"    | {line}" for line in tail]
         # Signatures are searched in a longer tail than shown: a TP=8 failure prints one
         # traceback per rank after the line that explains it.
-        lines += [f"  hint: {hint}" for hint in hints_for(self._process.log_tail(2000))]
-        return "\n".join(lines)
+        hints = hints_for(window)
+        extra = exit_hint(exit_code)
+        if extra is not None and not hints:
+            hints.append(extra)
+        lines += [f"  hint: {hint}" for hint in hints]
+        return self.redact("\n".join(lines))
+
+    # -- while serving --------------------------------------------------------------------
+
+    def check_alive(self, during: str = "") -> ServerDied | None:
+        """Return the error describing this server's death if its process has exited.
+
+        Cheap (a ``waitpid``): the pool calls it each time a test asks for the server. The
+        launch record says ``died`` with the cause from then on. ``during`` says what was
+        running (a test id), for the message.
+        """
+        if self._process is None or self.info.outcome not in ("ready", "died"):
+            return None
+        code = self._process.poll()
+        if code is None:
+            return None
+        if self.info.outcome != "died":
+            self.info.outcome = "died"
+            self.info.exit_code = code
+            served = self._clock() - self._ready_at if self._ready_at is not None else None
+            self.info.cause = (
+                f"exited with code {_code_text(code)} while serving"
+                + (f", {served:.1f}s after it was ready" if served is not None else "")
+                + (f" (during {during})" if during else "")
+            )
+        message = self._with_log(
+            f"SGLang server {self.profile.name!r} ({self.info.launcher}, pid {self.info.pid}) "
+            f"died: {self.info.cause}",
+            exit_code=code,
+        )
+        return ServerDied(message, phase="serving", exit_code=code)
 
     # -- stop -----------------------------------------------------------------------------
 
@@ -317,20 +362,39 @@ class Launch:
         """
         if self._process is None or self._process.stop_report is not None:
             return
+        self.check_alive("teardown")  # a death no test noticed is still a death
         report = self._process.stop()
         self.info.stop = report
         if self.info.outcome == "ready":
             self.info.outcome = "stopped"
+        if self.info.exit_code is None:
+            self.info.exit_code = report.exit_code
         if self.gpu is not None and self._baseline is not None:
             self.info.release_seconds = postflight(self.gpu, self.info.gpus, self._baseline)
         if report.stragglers:
             raise ServerLeftovers(
-                f"teardown of SGLang server {self.profile.name!r} found processes of ours that "
-                f"outlived it ({'; '.join(report.signals)}), killed now: "
-                + "; ".join(report.stragglers)
-                + "\n  fix: the server (or its command) leaves children behind; they were "
-                "stopped, but check the server's shutdown"
+                self.redact(
+                    f"teardown of SGLang server {self.profile.name!r} found processes of ours "
+                    f"that outlived it ({'; '.join(report.signals)}), killed now: "
+                    + "; ".join(report.stragglers)
+                    + "\n  fix: the server (or its command) leaves children behind; they were "
+                    "stopped, but check the server's shutdown"
+                )
             )
+
+    @property
+    def forced(self) -> str | None:
+        """How teardown had to force the server down (SIGKILL after SIGTERM), or None."""
+        report = self.info.stop
+        if report is None:
+            return None
+        kill = next((sent for sent in report.signals if "SIGKILL" in sent), None)
+        if kill is None:
+            return None
+        return (
+            f"SGLang server {self.profile.name!r} (pid {self.info.pid}) did not stop on "
+            f"SIGTERM: {kill} (its shutdown hangs, or it ignores SIGTERM)"
+        )
 
     def _stop_quietly(self) -> str:
         """Stop after a failed start; return what went wrong during cleanup, for the message."""
@@ -339,6 +403,18 @@ class Launch:
         except SGLangError as exc:
             return f"\n  during cleanup: {exc}"
         return ""
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0].strip() if text.strip() else ""
+
+
+def _code_text(code: int) -> str:
+    """Return an exit code with its signal's name: ``-9 (SIGKILL)``."""
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"{code} ({signal.Signals(-code).name})"
+    return str(code)
 
 
 def _clock_text(seconds: float) -> str:

@@ -6,14 +6,23 @@
   orders tests by profile, so each is launched once). The session's end stops the last one.
 * A server whose gate or launch failed is not tried again: later tests that need it fail at
   once with the original cause (labgrid's "broken" state), instead of another 10-minute load.
+* A server that dies while serving (its process exited; an attached one stops accepting
+  connections) is found when a test next asks for it, and by a measurement whose requests
+  failed (:meth:`ServerPool.check`): that test fails naming the death (exit code, log tail,
+  hints), and so does every later test that needs the server, at once. The launch record
+  says ``died`` with the cause, for the summary and the report.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import shutil
+import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 from pytest_sglang.config.defaults import DEFAULT_SERVER_NAME
 from pytest_sglang.config.profiles import Profile
@@ -21,6 +30,7 @@ from pytest_sglang.config.settings import Settings
 from pytest_sglang.config.targets import ServerTarget
 from pytest_sglang.errors import (
     GpuUnavailable,
+    ServerDied,
     ServerNotReady,
     ServerUnavailable,
     SGLangError,
@@ -118,13 +128,23 @@ class ServerPool:
                 self._gpu_names = []
         return list(self._gpu_names or [])
 
-    def get(self, name: str) -> SGLangServer:
+    def get(self, name: str, *, during: str = "") -> SGLangServer:
         """Return the ready server ``name``: gated (attached) or launched on first use.
 
+        ``during`` names who asks (a test id), for the message if the server died.
+
         :raises ServerUnavailable: nothing of that name is configured.
+        :raises ServerDied: it passed its gate but has died since (now or earlier).
         :raises SGLangError: its gate or launch failed, now or earlier in the session.
         """
         if name in self._ready:
+            running = self._running
+            if running is not None and running.profile.name == name:
+                died = running.check_alive(during)
+                if died is not None:
+                    self._ready.pop(name, None)
+                    self._failed[name] = died
+                    raise died
             return self._ready[name]
         if name in self._failed:
             raise _again(self._failed[name])
@@ -143,6 +163,7 @@ class ServerPool:
                     target.url,
                     timeout=self.settings.ready_timeout,
                     api_key=self.settings.api_key.value,
+                    secrets=self.settings.secrets,
                 ).wait()
             else:
                 server = self._launch(target)
@@ -215,12 +236,66 @@ class ServerPool:
         """Return the probe a launch's GPU pre/post-flight uses, or None."""
         return None if self._emulated_gpus_only else self.gpu_probe()
 
+    def check(self, name: str, *, during: str = "", wait: float = 0.0) -> ServerDied | None:
+        """Return the error describing server ``name``'s death, or None while it serves.
+
+        A launched server is dead when its process has exited (``wait`` seconds are allowed
+        for a dying process to finish); an attached one when its port refuses connections.
+        A dead server is marked failed: later :meth:`get` calls raise the same error at once.
+        """
+        if name in self._failed:
+            failed = self._failed[name]
+            return failed if isinstance(failed, ServerDied) else None
+        server = self._ready.get(name)
+        if server is None:
+            return None
+        running = self._running
+        died: ServerDied | None = None
+        if running is not None and running.profile.name == name:
+            deadline = time.monotonic() + wait
+            while (died := running.check_alive(during)) is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+        elif server.launch is None:
+            died = self._unreachable(server, during)
+        if died is not None:
+            self._ready.pop(name, None)
+            self._failed[name] = died
+        return died
+
+    def _unreachable(self, server: SGLangServer, during: str) -> ServerDied | None:
+        parts = urlsplit(server.url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            with socket.create_connection((parts.hostname or "", port), timeout=2.0):
+                return None
+        except OSError as exc:
+            cause = exc.strerror or type(exc).__name__
+        return ServerDied(
+            self.settings.redact(
+                f"SGLang server {server.name!r} at {server.url} no longer accepts connections "
+                f"({cause})"
+                + (f", found during {during}" if during else "")
+                + ": it died or was stopped after passing the readiness gate; check its host "
+                "and logs (an attached server is not restarted by the plugin)"
+            ),
+            phase="serving",
+            exit_code=None,
+        )
+
+    def launch_records(self) -> list[dict[str, Any]]:
+        """Return every launch of the session as plain JSON types, for the report."""
+        return [info.as_dict() for info in self.launches]
+
     def stop_running(self) -> None:
         """Stop the launched server that is running, if any (its errors propagate)."""
         launch, self._running = self._running, None
         if launch is not None:
             self._ready.pop(launch.profile.name, None)
-            launch.stop()
+            try:
+                launch.stop()
+            finally:
+                if launch.forced is not None:
+                    self.problems.append(launch.forced)
 
     def close(self) -> None:
         """Stop everything the pool started and release the GPU probe."""

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pytest_sglang.config.redaction import Redactor
 from pytest_sglang.config.targets import ServerTarget
 from pytest_sglang.config.values import Expectation, Sourced
 from pytest_sglang.errors import IdentityMismatch, SchemaMismatch, ServerNotReady
@@ -43,13 +44,23 @@ if TYPE_CHECKING:
 
 __all__ = ["POLL_INTERVAL", "ReadinessGate"]
 
-#: Seconds between probes while waiting. Small enough that readiness is noticed well within
-#: 0.5 s, cheap for the server (``/ready`` does no work; refused connections cost nothing).
+#: Seconds between the first probes. The wait grows by ``POLL_BACKOFF`` after each probe up
+#: to ``MAX_POLL_INTERVAL``: readiness is still noticed well within 0.5 s, and a server that
+#: warms up for minutes logs a few probe lines a second, not twenty (its log tail in a
+#: failure message would show nothing but probes).
 POLL_INTERVAL = 0.05
+POLL_BACKOFF = 1.5
+MAX_POLL_INTERVAL = 0.25
 #: Upper bound of one probe: a healthy ``/health_generate`` answers in ~1 s, a stuck one
 #: gives up after SGLANG_HEALTH_CHECK_TIMEOUT (20 s) by itself.
 PROBE_TIMEOUT = 30.0
+#: Upper bound of a probe that should answer at once: ``/ready``, and any probe before the
+#: first HTTP answer when a launched process is watched. A port held by somebody else's
+#: listener (our server then dies with "address already in use") accepts the connection
+#: and never answers: the watch must not wait 30 s to notice our process is gone.
+QUICK_PROBE_TIMEOUT = 2.0
 _BODY_SNIPPET = 300
+_PHASES = ("connect", "health", "models", "identity", "server_info")
 
 
 @dataclass
@@ -100,6 +111,7 @@ class ReadinessGate:
         sleep: Callable[[float], None] = time.sleep,
         poll_interval: float = POLL_INTERVAL,
         watch: Callable[[str, float], None] | None = None,
+        secrets: Sequence[str] = (),
     ) -> None:
         self.name = name
         self.url = url
@@ -111,7 +123,10 @@ class ReadinessGate:
         self._clock = clock
         self._sleep = sleep
         self._poll_interval = poll_interval
+        self._next_interval = poll_interval
         self._watch = watch
+        # Failure messages quote responses and URLs: one redaction rule, with the key known.
+        self._redact = Redactor((*secrets, *([api_key] if api_key else [])))
         self._phases: dict[str, float] = {}
         self._probes = 0
         self._last: _Seen | None = None
@@ -127,6 +142,7 @@ class ReadinessGate:
         timeout: Sourced[float],
         api_key: str | None,
         watch: Callable[[str, float], None] | None = None,
+        secrets: Sequence[str] = (),
     ) -> ReadinessGate:
         """Return the gate for ``target`` at ``url``: how the pool and the launcher build it."""
         return cls(
@@ -137,6 +153,7 @@ class ReadinessGate:
             api_key=api_key,
             expectations=target.expectations,
             watch=watch,
+            secrets=secrets,
         )
 
     # -- public -------------------------------------------------------------------------
@@ -278,7 +295,8 @@ class ReadinessGate:
 
         remaining = max(self.timeout - self._elapsed(), 0.05)
         self._probes += 1
-        probe_timeout = min(remaining, PROBE_TIMEOUT)
+        quick = path == "/ready" or (self._watch is not None and "connect" not in self._phases)
+        probe_timeout = min(remaining, QUICK_PROBE_TIMEOUT if quick else PROBE_TIMEOUT)
         seen = _Seen("GET", path, at=0.0)
         response: httpx.Response | None = None
         try:
@@ -292,7 +310,26 @@ class ReadinessGate:
             seen.body = response.text
         seen.at = self._elapsed()
         self._last = seen
+        if response is not None and 300 <= response.status_code < 400:
+            self._refuse_redirect(path, response)
         return response
+
+    def _refuse_redirect(self, path: str, response: httpx.Response) -> None:
+        # An http -> https ingress, a login page, a trailing-slash rule: following it would
+        # probe another server than the one named, and waiting would wait out the timeout.
+        location = response.headers.get("location") or "(no Location header)"
+        if "connect" not in self._phases:
+            self._pass("connect")  # an HTTP answer, if not the one wanted
+        phase = next((p for p in _PHASES if p not in self._phases), _PHASES[-1])
+        raise ServerNotReady(
+            self._message(
+                phase,
+                f"GET {path} answered {response.status_code} redirecting to {location}: "
+                "the gate does not follow redirects; give the URL the server answers at "
+                "itself (its scheme, host and port)",
+            ),
+            phase=phase,
+        )
 
     def _get_json_200(
         self, client: httpx.Client, path: str, *, phase: str, old_path: str | None = None
@@ -340,7 +377,10 @@ class ReadinessGate:
         if self._watch is not None:
             self._watch(phase, self._elapsed())
         self._check_deadline(phase)
-        self._sleep(self._poll_interval)
+        # Never sleep past the deadline: the last probe is sent at it, not after it.
+        self._sleep(max(min(self._next_interval, self.timeout - self._elapsed()), 0.0))
+        grown = min(self._next_interval * POLL_BACKOFF, MAX_POLL_INTERVAL)
+        self._next_interval = max(self._poll_interval, grown)
 
     def _check_deadline(self, phase: str) -> None:
         if self._elapsed() >= self.timeout:
@@ -377,7 +417,7 @@ class ReadinessGate:
         hint = self._hint(phase)
         if hint:
             lines.append(f"  hint: {hint}")
-        return "\n".join(lines)
+        return self._redact("\n".join(lines))
 
     def _hint(self, phase: str) -> str | None:
         last = self._last

@@ -1,0 +1,93 @@
+"""Output paths (``--sglang-report``, ``--sglang-markdown``): checked once, before any test.
+
+A report must never be the reason a run fails or loses data, so its path is judged at
+startup (a :class:`pytest.UsageError` names the path and why) and the write itself is
+atomic (``report/writing.py``): a new file in the target's directory, renamed over it.
+What may stand at the path is nothing or a regular file; a symbolic link, a FIFO, a device
+(``/dev/stdout``), a socket or a directory is refused: replacing it would replace whatever
+it stands for (a CI log redirected to ``/dev/stdout``, the target of a link planted in a
+shared ``/tmp``), and a FIFO without a reader would block the run forever. Pure apart from
+``stat`` and ``access`` calls: nothing is created here.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+__all__ = ["describe_kind", "output_path", "output_problem"]
+
+
+def output_path(base: Path, value: str) -> Path:
+    """Return ``value`` as an absolute path, without following a link at its last part.
+
+    The directories are resolved (a link to a directory is fine: the file is written in
+    it); the file name itself is kept, so a link there is seen, not followed.
+    """
+    path = Path(base, value)
+    if not path.name or path.name in (".", ".."):
+        return path.resolve()
+    return path.parent.resolve() / path.name
+
+
+def describe_kind(mode: int) -> str:
+    """Return what a ``stat`` mode is, in words: "a FIFO", "a directory", ..."""
+    kinds = (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def output_problem(path: Path) -> str | None:
+    """Return why ``path`` cannot take an output file, or None when it can.
+
+    The path must be absent or a regular file (not followed if a link), and its directory,
+    or the closest existing one above it, a directory this process may write in.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        return f"cannot be examined ({exc.strerror or exc})"
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        kind = describe_kind(st.st_mode)
+        if stat.S_ISLNK(st.st_mode):
+            try:
+                kind += f" (to {os.readlink(path)})"
+            except OSError:
+                pass
+        return (
+            f"is {kind}: an output is written to a new file renamed over its path, which "
+            "would replace what stands there (and writing into a FIFO would block the run)"
+        )
+    directory = path.parent
+    while not directory.exists():
+        if directory.parent == directory:
+            break
+        directory = directory.parent
+    if not directory.is_dir():
+        return f"cannot be created: {directory} is not a directory"
+    if not _writable(directory):
+        target = "its directory" if directory == path.parent else "the directory to create it in"
+        return f"cannot be written: {target} {directory} is not writable"
+    return None
+
+
+def _writable(directory: Path) -> bool:
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return False
+    # Root passes access() on any directory of a writable file system; a directory nobody
+    # may write to (mode 0555, /proc's entries) is still no place for a report.
+    if os.geteuid() == 0:
+        try:
+            return bool(os.stat(directory).st_mode & 0o222)
+        except OSError:
+            return False
+    return True

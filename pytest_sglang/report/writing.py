@@ -1,0 +1,101 @@
+"""Safe output writes: a new file in the target's directory, renamed over the target.
+
+A reader never sees a half-written report, and a write never goes *through* what stands at
+the path: ``os.replace`` swaps the directory entry itself, so a symbolic link there is
+replaced, not followed (its target, perhaps another user's file, is never touched). Before
+that, anything but a regular file at the path is refused (``config/paths.py`` judged the
+path at startup; this checks again, as the file system may have changed since): a link, a
+FIFO (``open`` would block until a reader came), a device such as ``/dev/stdout`` (a CI
+log redirected there would be replaced by the report), a socket, a directory.
+
+Appending (the Markdown summary, ``$GITHUB_STEP_SUMMARY``) is done the same way: the old
+content is read (``O_NOFOLLOW | O_NONBLOCK``, and checked to be a regular file once open)
+and written, with the new text, to the new file. An existing file keeps its permissions;
+a new one gets ``0666`` less the umask, as ``open`` would give it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from pytest_sglang.config.paths import describe_kind
+
+__all__ = ["UnsafeTarget", "write_atomic"]
+
+
+class UnsafeTarget(OSError):
+    """What stands at an output path is not a regular file: it is not replaced."""
+
+
+def _refuse(path: Path, mode: int) -> UnsafeTarget:
+    kind = describe_kind(mode)
+    return UnsafeTarget(
+        errno.EINVAL,
+        f"refused to write {path}: it is {kind}, and writing would replace it (or, for a "
+        "FIFO, block); give the path of a regular file",
+    )
+
+
+def _existing(path: Path) -> os.stat_result | None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        raise _refuse(path, st.st_mode)
+    return st
+
+
+def _read_regular(path: Path) -> bytes:
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return b""
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # became a link since we looked
+            raise _refuse(path, stat.S_IFLNK) from None
+        raise
+    with os.fdopen(fd, "rb") as file:
+        st = os.fstat(file.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise _refuse(path, st.st_mode)
+        return file.read()
+
+
+def write_atomic(path: Path, data: str | bytes, *, append: bool = False) -> None:
+    """Write ``data`` to ``path`` through a new file renamed over it (see the module doc).
+
+    ``append`` keeps the existing content before ``data``.
+
+    :raises UnsafeTarget: something other than a regular file stands at ``path``.
+    :raises OSError: the write failed (no space, no permission...); the target is untouched.
+    """
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    path.parent.mkdir(parents=True, exist_ok=True)
+    existing = _existing(path)
+    if append and existing is not None:
+        payload = _read_regular(path) + payload
+    if existing is not None:
+        mode = stat.S_IMODE(existing.st_mode)
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(payload)
+            file.flush()
+            os.fsync(file.fileno())
+            os.fchmod(file.fileno(), mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
