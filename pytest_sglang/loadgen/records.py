@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from pytest_sglang.loadgen.saturation import ClientLoad
 from pytest_sglang.loadgen.workload import Workload
 
 __all__ = ["LoadRun", "RequestRecord"]
@@ -63,6 +64,12 @@ class RequestRecord:
     #: pooled connection before any byte of response (a connection the server had closed):
     #: 0 or 1. Timestamps are those of the last attempt.
     retries: int = 0
+    #: The server's own timings from ``meta_info`` (SGLang with ``--enable-metrics``), as it
+    #: reports them: ``queue_time`` and ``first_token_latency`` in seconds,
+    #: ``forward_entry_time``, ``prefill_finished_time``, ``request_received_ts``,
+    #: ``response_sent_to_client_ts``... as wall-clock timestamps of the server's machine.
+    #: ``None`` when the server reported none (other endpoints, metrics off, other servers).
+    server_times: dict[str, float] | None = None
 
     @property
     def ok(self) -> bool:
@@ -138,6 +145,9 @@ class LoadRun:
     arrival: str | None = None
     max_concurrency: int | None = None
     repeat: int = 0
+    #: The client's own CPU and event-loop lag over the measured requests (None: not
+    #: watched, e.g. a run that never reached its measured phase).
+    client: ClientLoad | None = None
 
     @property
     def measured(self) -> tuple[RequestRecord, ...]:

@@ -72,7 +72,9 @@ from pytest_sglang.errors import SGLangError
 from pytest_sglang.loadgen.progress import ProgressCallback, ProgressTicker, Tally, no_progress
 from pytest_sglang.loadgen.prompts import PATHS, encoded_bodies
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
+from pytest_sglang.loadgen.saturation import ClientLoad, ClientMonitor
 from pytest_sglang.loadgen.schedule import Arrival, arrival_offsets, check_arrival
+from pytest_sglang.loadgen.shard import Shard
 from pytest_sglang.loadgen.streams import (
     StreamParser,
     describe_http_error,
@@ -190,6 +192,8 @@ class LoadGenerator:
     :param connect_timeout: seconds to open a connection.
     :param progress: called with ``(done, total, output_tokens, elapsed)`` at most every
         ``progress_interval`` seconds during a run, and once at its end.
+    :param shard: this generator's part of a run spread over several processes (set by
+        :mod:`pytest_sglang.loadgen.workers`, which is how to run one; see there).
     """
 
     def __init__(
@@ -206,6 +210,7 @@ class LoadGenerator:
         connect_timeout: float = 30.0,
         progress: ProgressCallback = no_progress,
         progress_interval: float = 1.0,
+        shard: Shard | None = None,
     ) -> None:
         for name, value in (
             ("request_timeout", request_timeout),
@@ -240,6 +245,14 @@ class LoadGenerator:
         self._timeout = httpx.Timeout(None, connect=connect_timeout)
         self._progress = progress
         self._progress_interval = progress_interval
+        self._shard = shard
+        #: What a worker process needs to build the same generator (picklable values only).
+        self.options: dict[str, Any] = {
+            "url": self.url, "headers": dict(self._headers), "model": model,
+            "request_timeout": request_timeout, "stall_timeout": stall_timeout,
+            "first_token_timeout": first_token_timeout, "connect_timeout": connect_timeout,
+            "max_consecutive_failures": max_consecutive_failures,
+        }  # fmt: skip
 
     # -- async API -------------------------------------------------------------------------
 
@@ -254,15 +267,18 @@ class LoadGenerator:
         _check_count("concurrency", concurrency)
         warmup = workload.warmup_for(concurrency)
 
+        # A shard keeps its share of the slots: C in flight over all the processes.
+        slots = concurrency if self._shard is None else self._shard.slots
+
         async def measured(records: list[RequestRecord], state: _RunState, bodies: Bodies) -> None:
-            await self._closed(workload, records, concurrency, state, bodies)
+            await self._closed(workload, records, slots, state, bodies)
 
         return await self._run(
             workload,
             f"closed/c{concurrency}/r{repeat}",
             warmup=warmup,
-            warmup_concurrency=min(warmup, concurrency),
-            connections=concurrency,
+            warmup_concurrency=min(warmup, slots),
+            connections=slots,
             measured=measured,
             mode="closed",
             concurrency=concurrency,
@@ -295,9 +311,14 @@ class LoadGenerator:
         warmup = workload.warmup_for(max_concurrency or DEFAULT_WARMUP_CAP)
         # Fully open: every request may be in flight at once, so the pool must not queue them.
         slots = max_concurrency or max(workload.requests, warmup)
+        cap = max_concurrency
+        if self._shard is not None and max_concurrency is not None:
+            cap = slots = self._shard.slots
 
         async def measured(records: list[RequestRecord], state: _RunState, bodies: Bodies) -> None:
-            await self._open(workload, records, offsets, max_concurrency, state, bodies)
+            # The shared schedule: each record keeps its own arrival offset.
+            own = [offsets[record.index] for record in records]
+            await self._open(workload, records, own, cap, state, bodies)
 
         return await self._run(
             workload,
@@ -324,7 +345,10 @@ class LoadGenerator:
     # -- sync facade -----------------------------------------------------------------------
 
     def run_closed_loop(self, workload: Workload, concurrency: int, *, repeat: int = 0) -> LoadRun:
-        """Blocking :meth:`closed_loop` (runs its own event loop, see :func:`run_blocking`)."""
+        """Blocking :meth:`closed_loop` (runs its own event loop, see :func:`run_blocking`).
+
+        Several processes: :func:`pytest_sglang.loadgen.workers.sharded_closed_loop`.
+        """
         return run_blocking(self.closed_loop(workload, concurrency, repeat=repeat))
 
     def run_open_loop(
@@ -398,19 +422,33 @@ class LoadGenerator:
         # timed path between one request's end and the next one's send.
         warm_bodies = encoded_bodies(workload, salt + "/warmup", len(warm), model=self.model)
         main_bodies = encoded_bodies(workload, salt + "/measured", len(main), model=self.model)
+        if self._shard is not None:  # this process sends its own requests only
+            warm = [r for r in warm if self._shard.owns(r.index)]
+            main = [r for r in main if self._shard.owns(r.index)]
         tally = Tally(len(warm) + len(main))
         timeouts = (self.stall_timeout, self.first_token_timeout)
         watchdog = StallWatchdog(*timeouts) if any(timeouts) else None
         state = _RunState(self, connections, tally, watchdog)
         started = time.perf_counter()
+        client: ClientLoad | None = None
         ticker = ProgressTicker(self._progress, tally, started, self._progress_interval)
         ticker.start()
         watching = asyncio.create_task(watchdog.run()) if watchdog else None
         try:
             if warm:
                 await self._closed(workload, warm, warmup_concurrency, state, warm_bodies)
+            if self._shard is not None:
+                state.client()  # built now: the first measured request must not wait for it
+                # Every process finished its warm-up: the measured requests start together.
+                state.origin = await asyncio.to_thread(self._shard.sync)
             if state.aborted is None:
-                await measured(main, state, main_bodies)
+                # The client's own load, over the measured requests only.
+                monitor = ClientMonitor()
+                monitor.start()
+                try:
+                    await measured(main, state, main_bodies)
+                finally:
+                    client = await monitor.stop()
         finally:
             await ticker.stop()
             if watching is not None:
@@ -430,6 +468,7 @@ class LoadGenerator:
             arrival=arrival,
             max_concurrency=max_concurrency,
             repeat=repeat,
+            client=client,
         )
         if state.aborted is not None:
             unsent = len(warm) + len(main) - len(sent)
@@ -481,7 +520,7 @@ class LoadGenerator:
                     await self._send(workload, record, body, state)
 
         tasks: list[asyncio.Task[None]] = []
-        origin = time.perf_counter()
+        origin = time.perf_counter() if state.origin is None else state.origin
         for record, offset in zip(records, offsets, strict=True):
             due = origin + offset
             delay = due - time.perf_counter()
@@ -671,6 +710,8 @@ class _RunState:
         self.inflight: dict[int, asyncio.Timeout] = {}
         #: Requests in flight when the run stopped, cut short then (``id`` of their records).
         self.cancelled: set[int] = set()
+        #: A sharded run's common start of the measured phase (``perf_counter``).
+        self.origin: float | None = None
 
     def client(self, *, fresh: bool = False) -> httpx.AsyncClient:
         """Return the pooled client, or the one that opens a fresh connection per request."""

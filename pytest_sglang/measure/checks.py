@@ -108,6 +108,7 @@ def run_checks(
     if run.mode == "open" and run.rate:
         checks.append(_check_schedule(run.rate, records))
     checks.append(_check_chunk_counts(done, run.workload.stream))
+    checks.append(_check_client(run, done))
     checks.append(_check_retries(records))
     return tuple(checks)
 
@@ -296,3 +297,46 @@ def _check_chunk_counts(done: Sequence[RequestRecord], stream: bool) -> Check:
         f"stream_options.continuous_usage_stats); their tokens were spread evenly over their "
         f"chunks: per-token ITL percentiles are approximate, its mean and ITL per chunk exact",
     )
+
+
+#: The client is saturated when its process uses this much of a core (asyncio runs on one).
+CLIENT_CPU_LIMIT = 0.9
+#: A loop late by more than a quarter of the median gap between the chunks it measures (and
+#: 2 ms) is reported, not judged: on a shared machine other processes delay an idle client
+#: as much as its own work delays a busy one (benchmarks/client_saturation.py), and only a
+#: saturated core says the client itself could not keep up.
+CLIENT_LAG_SHARE = 0.25
+CLIENT_LAG_FLOOR = 0.002
+
+
+def _check_client(run: LoadRun, done: Sequence[RequestRecord]) -> Check:
+    """Whether the load generator kept up (``docs/metrics.md``, "Client saturation")."""
+    load = run.client
+    if load is None or load.samples == 0:
+        return Check("client_bound", None, "the client's own load was not measured")
+    gaps = sorted(
+        b - a for r in done for a, b in zip(r.chunk_times, r.chunk_times[1:], strict=False)
+    )
+    gap = gaps[len(gaps) // 2] if gaps else None
+    lag_limit = max(CLIENT_LAG_FLOOR, CLIENT_LAG_SHARE * gap) if gap else CLIENT_LAG_FLOOR
+    detail = (
+        f"client CPU {load.cpu_fraction:.2f} of a core (limit {CLIENT_CPU_LIMIT}), event-loop "
+        f"lag p99 {load.lag_p99 * 1000:.1f} ms (limit {lag_limit * 1000:.1f} ms"
+        + (f", a quarter of the median chunk gap {gap * 1000:.1f} ms" if gap else "")
+        + ")"
+    )
+    late = load.lag_p99 > lag_limit
+    bound = load.cpu_fraction >= CLIENT_CPU_LIMIT
+    if late and not bound:
+        return Check(
+            "client_bound",
+            None,
+            detail + ": the loop was late with CPU to spare, so other work (another process, "
+            "this one's other threads) held it back; the latencies may carry that delay",
+        )
+    if bound:
+        detail += (
+            ": the client could not keep up and its figures measure itself; spread the load "
+            "over processes (processes=N) or hosts"
+        )
+    return Check("client_bound", not bound, detail)

@@ -60,6 +60,9 @@ class Measurement:
     realised_concurrency: float
     errors: tuple[tuple[str, int], ...]
     checks: tuple[Check, ...]
+    #: The load generator's own CPU (cores) and event-loop lag during the measured requests.
+    client_cpu_fraction: float | None = None
+    loop_lag_p99: float | None = None
     records: tuple[RequestRecord, ...] = field(default=(), repr=False, compare=False)
     warmup_records: tuple[RequestRecord, ...] = field(default=(), repr=False, compare=False)
 
@@ -96,7 +99,7 @@ class Measurement:
         """
         data: dict[str, Any] = {
             "workload": self.workload.as_dict(),
-            **{name: getattr(self, name) for name in _SCALAR_FIELDS},
+            **{name: getattr(self, name) for name in _SCALAR_FIELDS + _OPTIONAL_FIELDS},
             "errors": [{"message": m, "count": n} for m, n in self.errors],
             "checks": [c.as_dict() for c in self.checks],
             "valid": self.valid,
@@ -114,6 +117,8 @@ class Measurement:
     def from_dict(cls, data: Mapping[str, Any]) -> Measurement:
         """Rebuild a measurement from :meth:`as_dict` output (records when it has them)."""
         values = {k: data[k] for k in _SCALAR_FIELDS}
+        # Added later: reports written before them lack the keys.
+        values.update({k: data.get(k) for k in _OPTIONAL_FIELDS})
         for name in _DISTRIBUTIONS:
             raw = data.get(name)
             values[name] = None if raw is None else Distribution.from_dict(raw)
@@ -149,6 +154,7 @@ _SCALAR_FIELDS = (
     "acceptance_length",
     "realised_concurrency",
 )
+_OPTIONAL_FIELDS = ("client_cpu_fraction", "loop_lag_p99")
 
 
 def measure(run: LoadRun) -> Measurement:
@@ -205,6 +211,8 @@ def measure(run: LoadRun) -> Measurement:
         e2e_latency=Distribution.of([t for r in done if (t := r.e2e) is not None]),
         acceptance_length=_acceptance_length(done),
         realised_concurrency=realised,
+        client_cpu_fraction=None if run.client is None else run.client.cpu_fraction,
+        loop_lag_p99=None if run.client is None else run.client.lag_p99,
         errors=tuple(Counter(r.error for r in records if r.error).most_common(ERROR_SAMPLES)),
         checks=run_checks(run, records, done, duration, realised, max(e2es, default=0.0)),
         records=records,

@@ -139,6 +139,22 @@ METRICS: Mapping[str, MetricSpec] = MappingProxyType(
                 "sum(e2e of all measured requests) / window",
             ),
             _spec(
+                "client_cpu_fraction",
+                "cores",
+                None,
+                "scalar",
+                "the load generator's own CPU seconds per wall second over the measured "
+                "requests (1.0: one core busy); a client near 1.0 cannot keep up",
+            ),
+            _spec(
+                "loop_lag_p99",
+                "s",
+                False,
+                "scalar",
+                "p99 of how late the load generator's event loop woke from a 50 ms sleep "
+                "during the measured requests: the client's own delay on every chunk it read",
+            ),
+            _spec(
                 "failed",
                 "requests",
                 False,

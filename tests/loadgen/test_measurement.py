@@ -120,6 +120,7 @@ def test_checks_and_validity() -> None:
         "concurrency": True,
         "chunk_token_counts": True,
         "connection_retries": True,
+        "client_bound": None,  # a recorded run: the client was not watched
     }
     assert not m.valid
     assert "1 of 3 measured requests failed: 1 x HTTP 500 (e.g. request 2: HTTP 500: boom)" in (

@@ -18,8 +18,10 @@ Raw asyncio HTTP/1.1 (no framework), so each habit is exact:
 
 Frozen: stop the process (SIGSTOP); the kernel still accepts connections.
 
-``GET /stats`` answers ``{"requests": n, "completion_tokens": n}``: the server's own count of
-the tokens it streamed, to check a client's throughput against. Run it as
+``GET /stats`` answers ``{"requests": n, "completion_tokens": n, "first_request": t,
+"last_token": t}``: the server's own count of the tokens it streamed and when (``perf_counter``
+of the first stream's start and the last token's write), to check a client's throughput
+against; ``POST /stats/reset`` zeroes them. Run it as
 ``python -m tests.servers.openai_like --port P [...]``; it prints ``ready`` when listening.
 """
 
@@ -29,6 +31,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from typing import Any
 
 __all__ = ["main"]
@@ -39,8 +42,14 @@ class Server:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the counts and times."""
         self.requests = 0
         self.completion_tokens = 0
+        self.first_request: float | None = None
+        self.last_token: float | None = None
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Serve requests on one connection until the client or the habit closes it."""
@@ -56,8 +65,17 @@ class Server:
                 length = int(headers.get("content-length", "0"))
                 body = await reader.readexactly(length) if length else b""
                 if method == "GET" and path == "/stats":
-                    stats = {"requests": self.requests, "completion_tokens": self.completion_tokens}
+                    stats = {
+                        "requests": self.requests,
+                        "completion_tokens": self.completion_tokens,
+                        "first_request": self.first_request,
+                        "last_token": self.last_token,
+                    }
                     await self._json(writer, stats)
+                    continue
+                if method == "POST" and path == "/stats/reset":
+                    self.reset()
+                    await self._json(writer, {})
                     continue
                 if method == "GET" and path in ("/health", "/v1/models"):
                     await self._json(writer, {"object": "list", "data": [{"id": "m"}]})
@@ -84,6 +102,8 @@ class Server:
         chat = path.endswith("/chat/completions")
         tokens = int(request.get("max_tokens") or request.get("max_completion_tokens") or 16)
         self.requests += 1
+        if self.first_request is None:
+            self.first_request = time.perf_counter()
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
             b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n"
@@ -119,6 +139,7 @@ class Server:
             count = 0 if args.stuck_usage else i + 1
             send(chunk(f" w{i}", None, usage(count) if running or args.stuck_usage else None))
             self.completion_tokens += 1
+            self.last_token = time.perf_counter()
             await writer.drain()
             if args.cut_after is not None and i + 1 >= args.cut_after:
                 writer.transport.abort()

@@ -49,6 +49,12 @@ class ServerProcess:
             data: dict[str, Any] = json.load(response)
             return data
 
+    def reset_stats(self) -> None:
+        """Zero the server's counts (``POST /stats/reset``)."""
+        request = urllib.request.Request(self.url + "/stats/reset", data=b"", method="POST")
+        with urllib.request.urlopen(request, timeout=10):
+            pass
+
 
 @contextlib.contextmanager
 def running_server(module: str, *args: str) -> Iterator[ServerProcess]:

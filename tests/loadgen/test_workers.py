@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from pytest_sglang.loadgen.records import LoadRun
+from pytest_sglang.loadgen.runner import LoadGenerator
+from pytest_sglang.loadgen.schedule import arrival_offsets
+from pytest_sglang.loadgen.shard import owner, slot_shares
+from pytest_sglang.loadgen.workers import RunPlan, run_sharded
+from pytest_sglang.loadgen.workload import Workload
+from pytest_sglang.measure.measurement import measure
+from pytest_sglang.testing import running_emulator
+
+
+def test_slots_split_evenly_and_requests_follow_them() -> None:
+    assert slot_shares(10, 3) == [4, 3, 3]
+    assert slot_shares(2, 2) == [1, 1]
+    shares = [3, 2]
+    owners = [owner(i, shares) for i in range(10)]
+    assert owners == [0, 0, 0, 1, 1, 0, 0, 0, 1, 1]
+
+
+def max_in_flight(run: LoadRun) -> int:
+    events = sorted(
+        [(r.sent, 1) for r in run.measured] + [(r.end or r.sent, -1) for r in run.measured]
+    )
+    level = peak = 0
+    for _, step in events:
+        level += step
+        peak = max(peak, level)
+    return peak
+
+
+def test_a_closed_loop_over_two_processes_keeps_c_in_flight_in_total(tmp_path: Path) -> None:
+    workload = Workload(input_len=8, output_len=32, requests=48, warmup=4)
+    with running_emulator(tmp_path, "--emulator-decode-ms", "2") as emulator:
+        plan = RunPlan({"url": emulator.url}, workload, "closed", concurrency=8)
+        run = run_sharded(plan, 2)
+    m = measure(run)
+    assert m.failed == 0 and m.completed == 48
+    assert sorted(r.index for r in run.measured) == list(range(48))
+    # One time base: every measured request was sent after the common start.
+    assert min(r.sent for r in run.measured) >= run.started
+    assert max_in_flight(run) == 8
+    assert m.check("concurrency").passed is True, m.check("concurrency").detail
+    assert run.client is not None and run.client.samples > 0
+
+
+def test_an_open_loop_over_two_processes_keeps_the_schedule(tmp_path: Path) -> None:
+    workload = Workload(input_len=8, output_len=8, requests=40, warmup=0)
+    with running_emulator(tmp_path) as emulator:
+        plan = RunPlan({"url": emulator.url}, workload, "open", rate=40.0, arrival="poisson")
+        run = run_sharded(plan, 2)
+    offsets = arrival_offsets(40, 40.0, "poisson", f"{workload.seed}/open/poisson/40/r0/arrivals")
+    scheduled = {r.index: r.scheduled for r in run.measured}
+    origin = min(s for s in scheduled.values() if s is not None) - offsets[0]
+    for index, offset in enumerate(offsets):
+        assert scheduled[index] == pytest.approx(origin + offset, abs=1e-6)
+    m = measure(run)
+    assert m.failed == 0 and m.check("schedule").passed is True, m.check("schedule").detail
+
+
+def test_a_single_process_reference_agrees(tmp_path: Path) -> None:
+    workload = Workload(input_len=8, output_len=16, requests=16, warmup=0)
+    with running_emulator(tmp_path) as emulator:
+        sharded = run_sharded(RunPlan({"url": emulator.url}, workload, "closed", concurrency=4), 2)
+        single = LoadGenerator(emulator.url).run_closed_loop(workload, 4)
+    assert [r.output_tokens for r in sharded.measured] == [r.output_tokens for r in single.measured]
+
+
+def _workers_of_this_process() -> list[psutil.Process]:
+    return [
+        child
+        for child in psutil.Process().children()
+        if any("spawn_main" in part for part in child.cmdline())
+    ]
+
+
+def test_a_killed_worker_is_counted_as_failed_requests_not_a_hang(tmp_path: Path) -> None:
+    workload = Workload(input_len=8, output_len=200, requests=40, warmup=0)
+    result: dict[str, LoadRun] = {}
+    with running_emulator(tmp_path, "--emulator-decode-ms", "5") as emulator:
+        plan = RunPlan({"url": emulator.url}, workload, "closed", concurrency=4)
+        thread = threading.Thread(target=lambda: result.update(run=run_sharded(plan, 2)))
+        started = time.monotonic()
+        thread.start()
+        deadline = time.monotonic() + 60
+        while len(_workers_of_this_process()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(2.0)  # into the measured requests
+        victim = _workers_of_this_process()[0]
+        os.kill(victim.pid, signal.SIGKILL)
+        thread.join(timeout=120)
+    assert not thread.is_alive()
+    assert time.monotonic() - started < 60
+    m = measure(result["run"])
+    assert 0 < m.failed < 40 and m.completed + m.failed == 40
+    assert any("died with exit code -9" in message for message, _ in m.errors), m.errors
