@@ -8,22 +8,36 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-__all__ = ["SCHEMA_NAMES", "SchemaViolation", "first_violation", "load_schema"]
+__all__ = [
+    "SCHEMA_NAMES",
+    "SchemaViolation",
+    "describe_violations",
+    "first_violation",
+    "load_schema",
+    "violations",
+]
 
 #: The schemas shipped in ``pytest_sglang/schemas/``.
 SCHEMA_NAMES = ("v1_models", "server_info", "model_info", "report")
 
 
-class SchemaViolation:
-    """The first (most relevant) violation of a schema: where and what."""
+#: How much of the body around a violation a message quotes.
+EXCERPT_CHARS = 160
 
-    def __init__(self, schema_name: str, json_path: str, message: str) -> None:
+
+class SchemaViolation:
+    """One violation of a schema: where, what, and the body around it."""
+
+    def __init__(self, schema_name: str, json_path: str, message: str, excerpt: str = "") -> None:
         self.schema_name = schema_name
         self.json_path = json_path
         self.message = message
+        #: The JSON of the object holding the violating value, cut to ``EXCERPT_CHARS``.
+        self.excerpt = excerpt
 
     def __str__(self) -> str:
         return f"at {self.json_path}: {self.message} (schema {self.schema_name}.schema.json)"
@@ -50,3 +64,59 @@ def first_violation(instance: object, name: str) -> SchemaViolation | None:
     if error is None:
         return None
     return SchemaViolation(name, error.json_path, error.message)
+
+
+def _excerpt(instance: object, path: Sequence[object]) -> str:
+    """Return the JSON around the violation: the object at ``path`` or the one holding it.
+
+    Long text is cut to a window of ``EXCERPT_CHARS`` around the violating key.
+    """
+    steps = list(path)
+    nodes: list[object] = [instance]
+    for step in steps:
+        try:
+            nodes.append(nodes[-1][step])  # type: ignore[index]
+        except (KeyError, IndexError, TypeError):
+            break
+    at_path = nodes[-1] if len(nodes) == len(steps) + 1 else None
+    holder = at_path if isinstance(at_path, (dict, list)) else nodes[max(0, len(nodes) - 2)]
+    text = json.dumps(holder, default=str)
+    if len(text) <= EXCERPT_CHARS:
+        return text
+    key = json.dumps(steps[-1]) + ":" if steps and not isinstance(at_path, (dict, list)) else ""
+    centre = max(0, text.find(key)) if key else 0
+    start = max(0, centre - EXCERPT_CHARS // 3)
+    end = start + EXCERPT_CHARS
+    return ("…" if start else "") + text[start:end] + ("…" if end < len(text) else "")
+
+
+def violations(instance: object, name: str, limit: int = 5) -> list[SchemaViolation]:
+    """Return up to ``limit`` violations of schema ``name``, the most relevant first."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import relevance
+
+    validator = Draft202012Validator(load_schema(name))
+    # jsonschema's own ordering of relevance (best_match's), most relevant first.
+    errors = sorted(validator.iter_errors(instance), key=relevance, reverse=True)
+    return [
+        SchemaViolation(name, e.json_path, e.message, _excerpt(instance, list(e.absolute_path)))
+        for e in errors[:limit]
+    ]
+
+
+def describe_violations(instance: object, name: str, limit: int = 5) -> str | None:
+    """Return every violation (up to ``limit``) as message lines with excerpts, or None."""
+    from jsonschema import Draft202012Validator
+
+    found = violations(instance, name, limit)
+    if not found:
+        return None
+    total = sum(1 for _ in Draft202012Validator(load_schema(name)).iter_errors(instance))
+    head = f"{total} violation{'s' if total != 1 else ''} of {name}.schema.json"
+    if total > len(found):
+        head += f" (the first {len(found)} shown)"
+    lines = [head + ":"]
+    for v in found:
+        lines.append(f"  at {v.json_path}: {v.message}")
+        lines.append(f"    in: {v.excerpt}")
+    return "\n".join(lines)
