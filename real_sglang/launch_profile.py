@@ -118,21 +118,34 @@ def _toml_str(value: str) -> str:
     return json.dumps(value)  # a JSON string is a valid TOML basic string
 
 
-def profile_toml(name: str = "real-tiny") -> str:
+#: What the tier's server resolves with these flags and the tiny model (vocabulary 32000,
+#: max_position_embeddings 4096): ``/v1/models`` max_model_len, and the scheduler's request
+#: limit (``/server_info`` reports ``max_running_requests`` as null: not given; the plugin's
+#: identity check compares the effective value, see docs/emulator.md).
+EXPECT = {"served_model_name": SERVED_MODEL_NAME, "max_model_len": 4096,
+          "max_running_requests": 2048}  # fmt: skip
+
+
+def profile_toml(
+    name: str = "real-tiny",
+    python: str | os.PathLike[str] | None = None,
+    model: str | os.PathLike[str] | None = None,
+) -> str:
     """Return a ``[profiles.NAME]`` table for the plugin's ``--sglang-profiles PATH``.
 
     The plugin's launcher adds ``--model-path``, ``--tp-size``, ``--host`` and ``--port``.
     """
     args = ", ".join(_toml_str(a) for a in SERVER_ARGS)
     env = ", ".join(f"{k} = {_toml_str(v)}" for k, v in SERVER_ENV.items())
+    expect = ", ".join(f"{k} = {json.dumps(v)}" for k, v in EXPECT.items())
     return (
         f"[profiles.{name}]\n"
-        f'command = [{_toml_str(str(real_python()))}, "-m", "sglang.launch_server"]\n'
-        f"model-path = {_toml_str(str(real_model()))}\n"
+        f'command = [{_toml_str(str(python or real_python()))}, "-m", "sglang.launch_server"]\n'
+        f"model-path = {_toml_str(str(model or real_model()))}\n"
         f"tp = 1\n"
         f"args = [{args}]\n"
         f"env = {{ {env} }}\n"
-        f'expect = {{ served_model_name = "{SERVED_MODEL_NAME}" }}\n'
+        f"expect = {{ {expect} }}\n"
     )
 
 

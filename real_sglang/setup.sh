@@ -167,7 +167,23 @@ else
     echo "$MODEL_HASH" >"$MODEL_MARKER"
 fi
 
+# ---------------------------------------------------------------- the small-vocabulary model
+# The same tiny Llama with a 1024-token vocabulary: the tier's tests show that the plugin's
+# workloads stay inside a small vocabulary (an id >= vocab_size kills the whole server).
+SMALL=$REAL_HOME/model-vocab1024
+SMALL_HASH=$({ echo "$VENV_HASH"; cat "$HERE/make_tiny_model.py"; echo "--vocab-size 1024"; } | sha)
+SMALL_MARKER=$SMALL/.pytest-sglang-model.sha256
+if [[ $FORCE == 0 && -f $SMALL_MARKER && $(cat "$SMALL_MARKER") == "$SMALL_HASH" ]]; then
+    log "small-vocabulary model: cached ($SMALL)"
+else
+    log "small-vocabulary model: building --vocab-size 1024 into $SMALL"
+    rm -rf "$SMALL"
+    "$VENV/bin/python" "$HERE/make_tiny_model.py" --vocab-size 1024 --out "$SMALL"
+    echo "$SMALL_HASH" >"$SMALL_MARKER"
+fi
+
 log "done"
 echo "PYTEST_SGLANG_REAL_PYTHON=$VENV/bin/python"
 echo "PYTEST_SGLANG_REAL_MODEL=$MODEL"
+echo "small-vocabulary model (1024): $SMALL"
 echo "total: $(elapsed) s"

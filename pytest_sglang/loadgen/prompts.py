@@ -5,8 +5,19 @@ Each request's prompt is drawn from its own random generator seeded with
 same prompt, on any machine and Python version (string seeds are hashed with SHA-512), so two
 servers measured with one workload see identical requests.
 
+Token ids stay inside the served model's vocabulary: an id at or above its size crashes a
+real SGLang server (the scheduler's embedding lookup raises ``IndexError`` and the whole
+server exits; ``docs/emulator.md``, "Out-of-vocabulary ids"). When the workload knows the
+vocabulary (``Workload(vocab_size=...)``, e.g. ``sglang_server.vocab_size``, read from the
+model's ``config.json``), ids are drawn from ``[1000, min(vocab_size, 30000))`` (from 16 for
+vocabularies under 2000). Otherwise they are drawn from :data:`UNIVERSAL_TOKEN_IDS`, ids
+every tokenizer has: byte-level BPE vocabularies (GPT-2, Llama 3, Qwen, DeepSeek, Kimi) hold
+their 256 byte tokens at ids 0-255, SentencePiece byte-fallback vocabularies (Llama 2,
+Mistral) at 3-258; the first 16 ids, where tokenizers keep BOS/EOS/UNK/PAD, are left out.
+
 Prompts differ between requests, so SGLang's prefix (radix) cache cannot serve one request
-from another: random token ids share a first token with probability 1/29000. The ``salt``
+from another: two random prompts share their first token with probability 1/240 (universal
+ids) or about 1/29000, and their first two with 1/57600 or less. The ``salt``
 separates runs (the runner uses the load level, repeat number and warm-up or measured
 phase): a repeat on the same server would otherwise find its prompts already cached by the
 previous repeat and report a TTFT no fresh workload would see.
@@ -21,7 +32,16 @@ from typing import Any
 from pytest_sglang.loadgen.jsoncodec import dumps
 from pytest_sglang.loadgen.workload import Workload
 
-__all__ = ["PATHS", "TOKEN_ID_RANGE", "WORDS", "chat_text", "request_body", "token_ids"]
+__all__ = [
+    "PATHS",
+    "TOKEN_ID_RANGE",
+    "UNIVERSAL_TOKEN_IDS",
+    "WORDS",
+    "chat_text",
+    "request_body",
+    "token_id_range",
+    "token_ids",
+]
 
 PATHS: Mapping[str, str] = {
     "generate": "/generate",
@@ -29,8 +49,11 @@ PATHS: Mapping[str, str] = {
     "chat": "/v1/chat/completions",
 }
 
-#: Token ids of exact-length prompts: within every realistic vocabulary, above special ids.
-TOKEN_ID_RANGE = range(1000, 30000)
+#: Token ids every tokenizer has (see the module docstring): what a workload that does not
+#: know the served model's vocabulary draws its prompts from.
+UNIVERSAL_TOKEN_IDS = range(16, 256)
+#: The ids of a workload without ``vocab_size`` (the default).
+TOKEN_ID_RANGE = UNIVERSAL_TOKEN_IDS
 
 #: Common English words that are a single token (with their leading space) in the GPT-2,
 #: Llama, Mistral and Qwen BPE vocabularies: a chat message of N of them is about N tokens.
@@ -48,9 +71,23 @@ def _rng(workload: Workload, salt: str, index: int) -> random.Random:
     return random.Random(f"{workload.seed}/{salt}/{index}")
 
 
+def token_id_range(vocab_size: int | None) -> range:
+    """Return the ids prompts are drawn from for a vocabulary of ``vocab_size`` (or unknown)."""
+    if vocab_size is None:
+        return UNIVERSAL_TOKEN_IDS
+    if vocab_size >= 2000:
+        return range(1000, min(vocab_size, 30000))
+    return range(min(16, vocab_size - 1), vocab_size)
+
+
 def token_ids(workload: Workload, salt: str, index: int) -> list[int]:
-    """Return the ``workload.input_len`` prompt token ids of request ``index``."""
-    return _rng(workload, salt, index).choices(TOKEN_ID_RANGE, k=workload.input_len)
+    """Return the ``workload.input_len`` prompt token ids of request ``index``.
+
+    Every id is inside the vocabulary: ``workload.vocab_size`` when set, else one every
+    tokenizer has.
+    """
+    ids = token_id_range(workload.vocab_size)
+    return _rng(workload, salt, index).choices(ids, k=workload.input_len)
 
 
 def chat_text(workload: Workload, salt: str, index: int) -> str:

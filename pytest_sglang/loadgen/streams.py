@@ -50,12 +50,14 @@ from pytest_sglang.loadgen.records import RequestRecord
 from pytest_sglang.loadgen.sse import SSEDecoder
 
 __all__ = [
+    "SERVER_TIME_KEYS",
     "ChatStreamParser",
     "CompletionsStreamParser",
     "NativeStreamParser",
     "StreamParser",
     "describe_http_error",
     "parse_body",
+    "read_server_times",
     "stream_parser",
 ]
 
@@ -170,7 +172,9 @@ class NativeStreamParser(StreamParser):
             self._counted = False
             self._tokens(1, now)
         if self.record.prompt_tokens is None:
+            # The first chunk: it carries the scheduler's queue and prefill times.
             self.record.prompt_tokens = _int_or_none(meta.get("prompt_tokens"))
+            read_server_times(self.record, meta)
         finish = meta.get("finish_reason")
         if finish is not None:
             self._final(meta, finish)
@@ -178,6 +182,7 @@ class NativeStreamParser(StreamParser):
     def _final(self, meta: dict[str, Any], finish: Any) -> None:
         self._final_seen = True
         _read_final_meta(self.record, meta, finish, self._fail)
+        read_server_times(self.record, meta)
 
     def _settle_counts(self) -> None:
         record = self.record
@@ -234,6 +239,7 @@ class _OpenAIStreamParser(StreamParser):
             meta = choice.get("meta_info")  # chat with return_meta_info: the native meta_info
             if isinstance(meta, dict) and meta.get("finish_reason") is not None:
                 record.spec_verify_ct = _int_or_none(meta.get("spec_verify_ct"))
+                read_server_times(record, meta)
         elif usage is not None:
             self._final_usage(usage)  # the separate usage chunk (``choices: []``)
         sglext = event.get("sglext")
@@ -326,6 +332,7 @@ def parse_body(endpoint: str, record: RequestRecord, body: bytes) -> None:
             record.error = message
 
         _read_final_meta(record, meta, meta.get("finish_reason"), fail)
+        read_server_times(record, meta)
         return
     usage = data.get("usage")
     if isinstance(usage, dict):
@@ -337,6 +344,32 @@ def parse_body(endpoint: str, record: RequestRecord, body: bytes) -> None:
         record.finish_reason = None if finish is None else str(finish)
         if finish == "abort":
             record.error = "the server aborted the request (finish_reason 'abort')"
+
+
+#: ``meta_info`` timings SGLang reports with ``--enable-metrics`` (0.5.23;
+#: ``srt/observability/req_time_stats.py``), kept in ``RequestRecord.server_times``.
+SERVER_TIME_KEYS = (
+    "queue_time",
+    "forward_entry_time",
+    "prefill_finished_time",
+    "response_sent_to_client_ts",
+    "request_received_ts",
+    "api_server_dispatch_finish_ts",
+    "first_token_latency",
+    "request_finished_ts",
+    "e2e_latency",
+)
+
+
+def read_server_times(record: RequestRecord, meta: dict[str, Any]) -> None:
+    """Keep ``meta``'s server timings in ``record.server_times`` (the first value of each)."""
+    times = record.server_times
+    for key in SERVER_TIME_KEYS:
+        value = meta.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if times is None:
+                times = record.server_times = {}
+            times.setdefault(key, float(value))
 
 
 def describe_http_error(status: int, body: bytes) -> str:

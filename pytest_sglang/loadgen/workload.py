@@ -21,8 +21,12 @@ model files). Instead:
 Output lengths are exact on every endpoint: ``ignore_eos: true`` and the maximum number of
 new tokens set to ``output_len``; the measurement checks the realised lengths.
 
-Token ids are drawn from ``[1000, 30000)``: inside every realistic vocabulary (all have more
-than 30000 entries) and clear of the low ids where tokenizers keep special tokens.
+Token ids never leave the served model's vocabulary: an id at or above its size crashes a
+real SGLang server. With ``vocab_size`` (learn it with ``sglang_server.vocab_size``, which
+reads the model's ``config.json`` when its directory is on this machine) they are drawn
+from ``[1000, min(vocab_size, 30000))``; without it from ids 16-255, which every tokenizer has
+(the byte tokens of byte-level BPE and SentencePiece byte-fallback vocabularies); see
+:mod:`pytest_sglang.loadgen.prompts`.
 """
 
 from __future__ import annotations
@@ -87,6 +91,10 @@ class Workload:
         ``requests_per_slot * C`` measured requests (``requests`` is then the minimum), so one
         workload can sweep 1 to 250 concurrent requests and fill every level; see
         :meth:`for_concurrency`.
+    :param vocab_size: the served model's vocabulary size, when known (e.g.
+        ``sglang_server.vocab_size``): prompt token ids are drawn from
+        ``[1000, min(vocab_size, 30000))``. ``None`` (the default): from ids 16-255, which every
+        tokenizer has. Never an id the model does not have: one crashes a real SGLang server.
     """
 
     input_len: int
@@ -99,6 +107,7 @@ class Workload:
     extra: Mapping[str, Any] = field(default_factory=dict)
     stream: bool = True
     requests_per_slot: int | None = None
+    vocab_size: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len", "requests"):
@@ -139,6 +148,16 @@ class Workload:
                 "Workload.requests_per_slot must be None or an integer >= 1, got "
                 f"{self.requests_per_slot!r}; e.g. requests_per_slot=4"
             )
+        if self.vocab_size is not None and (
+            isinstance(self.vocab_size, bool)
+            or not isinstance(self.vocab_size, int)
+            or self.vocab_size < 2
+        ):
+            raise ValueError(
+                "Workload.vocab_size must be None (unknown: ids every tokenizer has) or the "
+                f"served model's vocabulary size, an integer >= 2, got {self.vocab_size!r}; "
+                "e.g. vocab_size=sglang_server.vocab_size"
+            )
         if not isinstance(self.stream, bool):
             raise ValueError(f"Workload.stream must be True or False, got {self.stream!r}")
         object.__setattr__(self, "extra", _frozen_extra(self.extra))
@@ -152,6 +171,10 @@ class Workload:
             return self
         wanted = max(self.requests, self.requests_per_slot * concurrency)
         return dataclasses.replace(self, requests=wanted, requests_per_slot=None)
+
+    def for_vocabulary(self, vocab_size: int | None) -> Workload:
+        """Return this workload with prompt ids inside a ``vocab_size``-token vocabulary."""
+        return dataclasses.replace(self, vocab_size=vocab_size)
 
     def warmup_for(self, concurrency: int) -> int:
         """Return the warm-up request count for a run at ``concurrency`` requests in flight."""
@@ -171,8 +194,9 @@ class Workload:
             "temperature": float(self.temperature),
             "extra": json.loads(json.dumps(dict(self.extra))),
             "stream": self.stream,
-            # Only when set: the keys of workloads without it stay what they were.
+            # Only when set: the keys of workloads without them stay what they were.
             **({"requests_per_slot": self.requests_per_slot} if self.requests_per_slot else {}),
+            **({"vocab_size": self.vocab_size} if self.vocab_size is not None else {}),
         }
 
     @classmethod

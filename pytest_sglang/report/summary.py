@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_sglang.report.entries import MeasurementRow, VerdictRow
@@ -55,6 +55,16 @@ def _cells(entry: MeasurementRow) -> list[str]:
     ]
 
 
+def _title(workload: Mapping[str, Any]) -> str:
+    return (
+        f"workload: {workload['endpoint']}, input {workload['input_len']}, output "
+        f"{workload['output_len']} tokens, {workload['requests']} requests"
+        + (f" (or {workload['requests_per_slot']} per slot)"
+           if workload.get("requests_per_slot") else "")
+        + "; medians over runs, times in ms"
+    )  # fmt: skip
+
+
 def _by_workload(
     measurements: Sequence[MeasurementRow],
 ) -> list[tuple[str, list[list[str]]]]:
@@ -65,16 +75,17 @@ def _by_workload(
     tables = []
     for key, entries in groups.items():
         workload = json.loads(key)
-        title = (
-            f"workload: {workload['endpoint']}, input {workload['input_len']}, output "
-            f"{workload['output_len']} tokens, {workload['requests']} requests"
-            + (f" (or {workload['requests_per_slot']} per slot)"
-               if workload.get("requests_per_slot") else "")
-            + "; medians over runs, times in ms"
-        )  # fmt: skip
+        title = _title(workload)
         ordered = sorted(entries, key=lambda e: (e["concurrency"], e["server"]))
         tables.append((title, [_cells(entry) for entry in ordered]))
     return tables
+
+
+def _row_splits(measurements: Sequence[MeasurementRow], title: str) -> list[str]:
+    """Return the TTFT splits of the rows under the table called ``title``."""
+    rows = [e for e in measurements if _title(e["workload"]) == title]
+    ordered = sorted(rows, key=lambda e: (e["concurrency"], e["server"]))
+    return [text for text in (_run_breakdowns(e) for e in ordered) if text]
 
 
 def _tag(verdict: VerdictRow) -> str:
@@ -95,13 +106,67 @@ def render_tables(
     for title, rows in _by_workload(measurements):
         lines += [title, line([name for name, _ in COLUMNS])]
         lines += [line(row) for row in rows]
+        lines += _row_splits(measurements, title)
         lines.append("")
     for verdict in verdicts:
         lines.append(f"[{_tag(verdict)}] {verdict['test']}: {verdict['summary']}")
         if verdict["kind"] == "find_crossover" and verdict.get("table"):
             lines += [f"    {row}" for row in verdict["table"].splitlines()]
+        lines += [f"    {line}" for line in breakdown_lines(verdict.get("evidence", {}))]
         lines += [f"    warning: {w}" for w in verdict.get("warnings", [])]
     return lines
+
+
+# -- where TTFT went (issue 12) -------------------------------------------------------------------
+
+
+def breakdown_lines(evidence: Mapping[str, Any]) -> list[str]:
+    """Return the TTFT split of each server a verdict compared, from its evidence.
+
+    ``evidence["ttft_breakdown"]`` maps a server to the medians over its runs of each part's
+    p50 and p99 (:func:`pytest_sglang.measure.breakdown.breakdown_summary`).
+    """
+    found = evidence.get("ttft_breakdown")
+    if not isinstance(found, Mapping):
+        return []
+    lines = []
+    for server, summary in found.items():
+        try:
+            lines.append(f"TTFT split, {server}: {_split_text(summary)}")
+        except (KeyError, TypeError):
+            continue
+    return lines
+
+
+def _split_text(summary: Mapping[str, Any]) -> str:
+    parts = []
+    for stat in ("p50", "p99"):
+        ttft = summary["ttft"][stat] * 1000
+        pieces = " + ".join(
+            f"{name} {summary[name][stat] * 1000:.1f}" for name in ("queue", "prefill", "rest")
+        )
+        parts.append(f"{stat} {ttft:.1f} ms = {pieces}")
+    return "; ".join(parts) + " ms (queue and prefill as the server reports them)"
+
+
+def _run_breakdowns(entry: MeasurementRow) -> str | None:
+    """Return a row's TTFT split when its runs carry one (``ttft_breakdown`` per run)."""
+    splits: list[Mapping[str, Any]] = [
+        split
+        for run in entry["runs"]
+        if isinstance(split := run.get("ttft_breakdown"), Mapping) and split.get("ttft")
+    ]
+    if not splits:
+        return None
+    median: dict[str, Any] = {}
+    for name in ("ttft", "queue", "prefill", "rest"):
+        values = [s[name] for s in splits if isinstance(s.get(name), Mapping)]
+        if len(values) != len(splits):
+            return None
+        median[name] = {
+            stat: statistics.median(float(v[stat]) for v in values) for stat in ("p50", "p99")
+        }
+    return f"TTFT split, {entry['server']} @ C={entry['concurrency']}: {_split_text(median)}"
 
 
 def _md(text: object) -> str:
@@ -158,11 +223,13 @@ def render_markdown(
         out.append("|" + "|".join([" --- "] + [" ---: "] * (len(COLUMNS) - 1)) + "|")
         out += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in rows]
         out.append("")
+        out += [f"- {_md(split)}" for split in _row_splits(measurements, heading)]
         out += _xychart(rows)
     if verdicts:
         out += ["**Verdicts**", ""]
     for verdict in verdicts:
         out.append(f"- **{_tag(verdict)}** `{verdict['test']}`: {_md(verdict['summary'])}")
+        out += [f"  - {_md(line)}" for line in breakdown_lines(verdict.get("evidence", {}))]
         out += [f"  - warning: {_md(w)}" for w in verdict.get("warnings", [])]
         evidence = verdict.get("table")
         if evidence:

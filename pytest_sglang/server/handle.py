@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["LaunchInfo", "ModelCard", "ReadinessTimings", "SGLangServer", "StopReport"]
+__all__ = [
+    "LaunchInfo",
+    "ModelCard",
+    "ReadinessTimings",
+    "SGLangServer",
+    "StopReport",
+    "effective_max_running_requests",
+    "local_vocab_size",
+]
 
 
 @dataclass
@@ -151,6 +159,44 @@ class SGLangServer:
         """HTTP headers every request to this server needs (the API key, when set)."""
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
+    # -- effective configuration: where a real server puts what it resolved (issue 12) ----
+
+    @property
+    def max_running_requests(self) -> int | None:
+        """The most requests the server runs at once, as its scheduler resolved it.
+
+        ``internal_states[*].effective_max_running_requests_per_dp`` summed over the DP ranks
+        (SGLang sizes it from the KV capacity; ``/server_info``'s ``max_running_requests`` is
+        ``null`` unless given, or 48 as speculative decoding declares it); else that key when
+        it is a number; ``None`` when the server reports neither.
+        """
+        return effective_max_running_requests(self.server_info)
+
+    @property
+    def context_length(self) -> int | None:
+        """The effective context length: ``/v1/models``' ``max_model_len``.
+
+        ``/server_info``'s ``context_length`` is ``null`` unless ``--context-length`` was given.
+        """
+        return self.model.max_model_len
+
+    @property
+    def vocab_size(self) -> int | None:
+        """The served model's vocabulary size, or ``None`` when it cannot be learned here.
+
+        SGLang 0.5.23 reports it nowhere over HTTP, so this reads ``vocab_size`` (or
+        ``text_config.vocab_size``) from ``config.json`` in the model directory
+        (``/server_info``'s ``model_path``) when that directory is on this machine; a Hub
+        id or a remote server gives ``None``. Use it as ``Workload(vocab_size=...)``:
+        workloads without it draw prompt ids every tokenizer has.
+        """
+        for source in (self.model_info, self.server_info):
+            value = source.get("vocab_size")
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+        path = self.server_info.get("model_path") or self.model_info.get("model_path")
+        return local_vocab_size(path) if isinstance(path, str) else None
+
     def client(self, **kwargs: Any) -> httpx.Client:
         """Return a new httpx client bound to this server; the caller closes it."""
         import httpx
@@ -159,3 +205,36 @@ class SGLangServer:
         # Like the gate and the load generator: no proxy from the environment in between.
         kwargs.setdefault("trust_env", False)
         return httpx.Client(base_url=self.url, headers=self.headers, **kwargs)
+
+
+def effective_max_running_requests(server_info: dict[str, Any]) -> int | None:
+    """Return the scheduler's request limit from a ``/server_info`` (see ``SGLangServer``)."""
+    states = server_info.get("internal_states")
+    if isinstance(states, list) and states:
+        per_rank = [
+            state.get("effective_max_running_requests_per_dp")
+            for state in states
+            if isinstance(state, dict)
+        ]
+        if per_rank and all(isinstance(v, int) and not isinstance(v, bool) for v in per_rank):
+            return sum(int(v) for v in per_rank if v is not None)
+    value = server_info.get("max_running_requests")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def local_vocab_size(model_path: str) -> int | None:
+    """Read ``vocab_size`` from ``MODEL_PATH/config.json`` if the directory is on this machine."""
+    import json
+
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    text = config.get("text_config")
+    for source in (text if isinstance(text, dict) else {}, config):
+        value = source.get("vocab_size")
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None

@@ -1,4 +1,11 @@
-"""Identity checks: the model and configuration a server serves against expectations."""
+"""Identity checks: the model and configuration a server serves against expectations.
+
+A real SGLang server reports an argument that was not given on its command line as ``null``
+in ``/server_info`` (``context_length``, ``max_running_requests``); the value it runs with
+lives elsewhere (:data:`EFFECTIVE`). An expectation on such a key is checked against that
+effective value, and the message says so: an ``expect = { max_running_requests = 48 }``
+means the same on a real server as on the emulator.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +14,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pytest_sglang.config.values import Expectation
-from pytest_sglang.server.handle import ModelCard
+from pytest_sglang.server.handle import ModelCard, effective_max_running_requests
 
 __all__ = [
+    "EFFECTIVE",
     "MODEL_KEYS",
     "check_model_expectations",
     "check_server_info_expectations",
@@ -53,10 +61,38 @@ def check_model_expectations(
     return problems
 
 
+#: ``/server_info`` keys that are ``null`` unless given, and where the effective value is.
+EFFECTIVE = {
+    "max_running_requests": "internal_states[*].effective_max_running_requests_per_dp, "
+    "summed over DP ranks",
+    "context_length": "/v1/models max_model_len",
+}
+
+
+def effective_value(
+    key: str, server_info: dict[str, Any], models: Sequence[ModelCard] | None = None
+) -> object:
+    """Return the value the server runs with for a key :data:`EFFECTIVE` lists, or ``None``."""
+    if key == "max_running_requests":
+        return effective_max_running_requests(server_info)
+    if key == "context_length" and models:
+        return models[0].max_model_len
+    return None
+
+
 def check_server_info_expectations(
-    server_info: dict[str, Any], expectations: Iterable[Expectation], endpoint: str
+    server_info: dict[str, Any],
+    expectations: Iterable[Expectation],
+    endpoint: str,
+    *,
+    models: Sequence[ModelCard] | None = None,
 ) -> list[str]:
-    """Return one problem line per unmet ``/server_info`` key expectation."""
+    """Return one problem line per unmet ``/server_info`` key expectation.
+
+    A key that is ``null`` there but has an effective value elsewhere (:data:`EFFECTIVE`) is
+    checked against that value; ``models`` (the ``/v1/models`` cards) supply the effective
+    context length.
+    """
     problems = []
     for expectation in expectations:
         if expectation.key in MODEL_KEYS:
@@ -67,6 +103,10 @@ def check_server_info_expectations(
                 f"{expectation.source}), but {endpoint} has no such key "
                 f"(SGLang {server_info.get('version', '?')})"
             )
+        elif server_info[expectation.key] is None and expectation.key in EFFECTIVE:
+            problem = _check_effective(expectation, server_info, endpoint, models)
+            if problem:
+                problems.append(problem)
         elif not _equal(expectation.key, server_info[expectation.key], expectation.value):
             problems.append(
                 f"{expectation.key}: expected {_show(expectation.value)} (from "
@@ -74,6 +114,26 @@ def check_server_info_expectations(
                 f"{_show(server_info[expectation.key])}"
             )
     return problems
+
+
+def _check_effective(
+    expectation: Expectation,
+    server_info: dict[str, Any],
+    endpoint: str,
+    models: Sequence[ModelCard] | None,
+) -> str | None:
+    key, where = expectation.key, EFFECTIVE[expectation.key]
+    effective = effective_value(key, server_info, models)
+    head = (
+        f"{key}: expected {_show(expectation.value)} (from {expectation.source}); {endpoint} "
+        f"reports null (not set on the server's command line), "
+    )
+    if effective is None:
+        hint = ", expect max_model_len instead" if key == "context_length" else ""
+        return f"{head}and the effective value ({where}) is not available here{hint}"
+    if _equal(key, effective, expectation.value):
+        return None
+    return f"{head}the effective value is {_show(effective)} ({where})"
 
 
 #: Keys SGLang upper-cases while resolving (``--speculative-algorithm eagle3`` → ``EAGLE3``).

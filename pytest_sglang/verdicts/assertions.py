@@ -16,9 +16,11 @@ from typing import Any, Literal
 
 from pytest_sglang.errors import ComparisonRefused, Inconclusive, PerformanceAssertionError
 from pytest_sglang.measure.bench import BenchResult, Sweep
+from pytest_sglang.measure.breakdown import breakdown_summary, summary_line
 from pytest_sglang.measure.metrics import metric_spec
 from pytest_sglang.report.context import record
 from pytest_sglang.report.entries import VerdictBody, VerdictKind
+from pytest_sglang.server.handle import effective_max_running_requests
 from pytest_sglang.verdicts.decision import Comparison, Crossover, Outcome, compare, crossover
 from pytest_sglang.verdicts.specdecode import (
     CycleEstimate,
@@ -110,22 +112,64 @@ def confounders(a: BenchResult, b: BenchResult) -> list[str]:
     if model_a != model_b:
         warnings.append(f"different models: {a.server} serves {model_a!r}, {b.server} {model_b!r}")
     for key, what in (("tp_size", "tensor-parallel sizes"), ("context_length", "context lengths")):
-        if ca.get(key) != cb.get(key):
+        # null (a real server's "not given") says nothing about the effective value.
+        if ca.get(key) is not None and cb.get(key) is not None and ca.get(key) != cb.get(key):
             warnings.append(
                 f"different {what}: {a.server} {key}={ca.get(key)!r}, {b.server} {cb.get(key)!r}"
             )
-    cap_a, cap_b = ca.get("max_running_requests"), cb.get("max_running_requests")
-    if isinstance(cap_a, int) and isinstance(cap_b, int) and cap_a != cap_b:
-        level = max(a.concurrency, b.concurrency)
-        if level > min(cap_a, cap_b):
-            low = a if cap_a < cap_b else b
-            warnings.append(
-                f"at concurrency {level}, {low.server} runs at most {min(cap_a, cap_b)} requests "
-                f"at once (max_running_requests; EAGLE's implicit cap is 48) while the other "
-                f"runs up to {max(cap_a, cap_b)}: the rest queue, so the comparison measures the "
-                "cap as much as the configuration; pin --max-running-requests on both profiles"
-            )
+    warnings += _cap_confounders(a, b)
     return warnings
+
+
+# -- the request cap, from effective values (issue 12) -----------------------------------------
+
+
+def _cap(result: BenchResult) -> tuple[int | None, str]:
+    """Return the most requests ``result``'s server runs at once, and where that comes from.
+
+    A real server reports ``max_running_requests`` as ``null`` unless it was given (or
+    declared 48 by speculative decoding); the effective limit is
+    ``internal_states[*].effective_max_running_requests_per_dp`` when the configuration
+    carries it.
+    """
+    config = result.config
+    effective = effective_max_running_requests(config)
+    if effective is None:
+        return None, "max_running_requests null: not set on its command line"
+    if isinstance(config.get("internal_states"), list):
+        return effective, "the scheduler's effective limit"
+    return effective, "max_running_requests"
+
+
+def _cap_confounders(a: BenchResult, b: BenchResult) -> list[str]:
+    (cap_a, where_a), (cap_b, where_b) = _cap(a), _cap(b)
+    level = max(a.concurrency, b.concurrency)
+    if cap_a is not None and cap_b is not None:
+        if cap_a == cap_b or level <= min(cap_a, cap_b):
+            return []
+        low, low_where = (a, where_a) if cap_a < cap_b else (b, where_b)
+        return [
+            f"at concurrency {level}, {low.server} runs at most {min(cap_a, cap_b)} requests "
+            f"at once ({low_where}; EAGLE's implicit cap is 48) while the other runs up to "
+            f"{max(cap_a, cap_b)}: the rest queue, so the comparison measures the cap as much "
+            "as the configuration; pin --max-running-requests on both profiles"
+        ]
+    known = [(side, cap, where) for side, cap, where in ((a, cap_a, where_a), (b, cap_b, where_b))
+             if cap is not None]  # fmt: skip
+    if len(known) != 1:
+        return []
+    capped, cap, where = known[0]
+    other = b if capped is a else a
+    if level <= cap:
+        return []
+    return [
+        f"at concurrency {level}, {capped.server} runs at most {cap} requests at once ({where}; "
+        f"EAGLE's implicit cap is 48) while {other.server}'s /server_info reports "
+        "max_running_requests null (not set on its command line: SGLang sized its limit from "
+        "the KV cache, and that effective value is not in this result's configuration): "
+        "the rest queue, so the comparison measures the cap as much as the configuration; "
+        "pin --max-running-requests on both profiles"
+    ]
 
 
 def _check_comparable(a: BenchResult, b: BenchResult, metric: str) -> None:
@@ -174,7 +218,30 @@ def _context(a: BenchResult, b: BenchResult) -> str:
     for side in (a, b):
         config = ", ".join(f"{k}={v}" for k, v in side.config.items() if k != "version")
         lines.append(f"{side.server}: {config}")
+    lines += _breakdown_lines(a, b)
     return "\n".join(lines)
+
+
+# -- where TTFT went, from the server's own timings (issue 12) ----------------------------------
+
+
+def _breakdowns(*sides: BenchResult) -> dict[str, dict[str, Any]]:
+    """Each side's TTFT split (queue, prefill, rest), when its server reported the timings."""
+    found = {}
+    for side in sides:
+        summary = breakdown_summary(side.runs)
+        if summary is not None:
+            found[side.server] = summary
+    return found
+
+
+def _breakdown_evidence(*sides: BenchResult) -> dict[str, Any]:
+    found = _breakdowns(*sides)
+    return {"ttft_breakdown": found} if found else {}
+
+
+def _breakdown_lines(*sides: BenchResult) -> list[str]:
+    return [f"{server}: {summary_line(summary)}" for server, summary in _breakdowns(*sides).items()]
 
 
 def assert_faster(
@@ -205,7 +272,7 @@ def assert_faster(
         evidence={"a": a.label(), "b": b.label(), "workload": a.workload.as_dict(),
                   "comparison": comparison.as_dict(),
                   "schedule": "interleaved" if a.schedule == b.schedule == "interleaved"
-                  else "blocks"},
+                  else "blocks", **_breakdown_evidence(a, b)},
         warnings=confounders(a, b) + _schedule_note(a, b),
     )  # fmt: skip
     return conclude(verdict)
@@ -256,11 +323,13 @@ def _absolute(m: BenchResult, metric: str, value: float, alpha: float, at_least:
     if outcome is Outcome.INCONCLUSIVE:
         table += ("\noutcome: INCONCLUSIVE - the threshold lies between the bounds; more runs "
                   "(or less noise) would decide")  # fmt: skip
+    if metric.startswith("ttft"):
+        table += "".join(f"\n{line}" for line in _breakdown_lines(m))
     return Verdict(
         kind="assert_at_least" if at_least else "assert_at_most", outcome=outcome, metric=metric,
         summary=f"{outcome.name}: {metric} of {m.label()} {word} {value:g}", table=table,
         evidence={"result": m.label(), "values": values, "threshold": value, "lower": lower,
-                  "upper": upper, "confidence": confidence},
+                  "upper": upper, "confidence": confidence, **_breakdown_evidence(m)},
     )  # fmt: skip
 
 

@@ -78,6 +78,8 @@ _CHAT = [{"role": "user", "content": "w5 w6"}]
 _TOO_LONG = list(range(5, 5 + CONTEXT + 4))
 
 PROBES: tuple[Probe, ...] = (
+    # First: an empty prefix cache on both sides, whatever the server served before.
+    Probe("flush_cache first", "POST", "/flush_cache"),
     Probe("health", "GET", "/health"),
     Probe("health_generate", "GET", "/health_generate"),
     Probe("ready", "GET", "/ready"),
@@ -132,6 +134,9 @@ PROBES: tuple[Probe, ...] = (
     Probe("chat over context", "POST", "/v1/chat/completions",
           {"model": MODEL, "messages": [{"role": "user", "content": "w1"}],
            "max_tokens": CONTEXT + 100}),
+    Probe("chat over context stream", "POST", "/v1/chat/completions",
+          {"model": MODEL, "messages": [{"role": "user", "content": "w1"}],
+           "max_tokens": CONTEXT + 100, "stream": True}),
     Probe("chat empty messages", "POST", "/v1/chat/completions", {"model": MODEL, "messages": []}),
     Probe("chat no messages", "POST", "/v1/chat/completions", {"model": MODEL}),
     Probe("completions over context", "POST", "/v1/completions",

@@ -40,6 +40,11 @@ class PrefixCache:
             matched += 1
         return matched
 
+    def clear(self) -> None:
+        """Forget everything (``/flush_cache``)."""
+        self._root = {}
+        self.tokens = 0
+
     def insert(self, ids: Sequence[int]) -> None:
         """Remember the sequence ``ids`` (a prompt and its output)."""
         if not self.enabled:

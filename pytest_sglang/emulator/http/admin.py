@@ -40,6 +40,8 @@ def routes(ctx: EmulatorContext) -> list[BaseRoute]:
             await asyncio.sleep(0.05)
         if sched.num_running + sched.num_queued > 0:
             return _untyped(NOT_FLUSHED_NEW if ctx.is_new else FLUSHED, 400)
+        if ctx.prefix_cache is not None:
+            ctx.prefix_cache.clear()
         ctx.log.info("Cache flushed successfully!")
         return _untyped(FLUSHED, 200)
 

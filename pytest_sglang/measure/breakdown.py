@@ -1,0 +1,197 @@
+"""Where a request's time to first token went: queueing, prefill, and the rest (pure, no I/O).
+
+SGLang (0.5.23, with ``--enable-metrics``) reports in each ``/generate`` response's
+``meta_info`` how long the request waited in the scheduler's queue (``queue_time``, seconds)
+and when its prefill forward began and ended (``forward_entry_time``,
+``prefill_finished_time``: wall-clock timestamps of the server's machine, so only their
+difference is used). The load generator keeps them in ``RequestRecord.server_times``. Each
+request's client-side TTFT (request bytes on the socket to the first chunk with tokens) is
+then split into
+
+- **queue**: ``queue_time``;
+- **prefill**: ``prefill_finished_time - forward_entry_time``;
+- **rest**: ``ttft - queue - prefill``, everything else: tokenizing, handing the request to
+  the scheduler, detokenizing and sending the first chunk, the network, and the client
+  reading it. By construction ``queue + prefill + rest == ttft`` for every request.
+
+When the server also reports ``request_received_ts`` and ``response_sent_to_client_ts`` (same
+clock, so their difference is exact), **rest** is split further into **server_other** (the
+server's own time outside queue and prefill) and **transport** (``ttft`` minus the server's
+span: network and client). A **transport** share that grows with the load while the server's
+parts stay flat points at the client, not the server, as the bottleneck.
+
+A run's :class:`TtftBreakdown` holds each part's distribution over the requests that have
+all the timings (``split`` of ``requests``), its median and p99 as for every metric.
+Percentiles of parts do not add up to the percentile of the sum; the medians are close when
+the parts move together, which is why :meth:`TtftBreakdown.line` shows the TTFT median
+itself beside them.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_sglang.loadgen.records import RequestRecord
+from pytest_sglang.measure.distribution import Distribution
+
+__all__ = [
+    "PARTS",
+    "TtftBreakdown",
+    "TtftSplit",
+    "breakdown_summary",
+    "split_ttft",
+    "summary_line",
+    "ttft_breakdown",
+]
+
+#: The parts of a split, in order; ``server_other`` and ``transport`` only with the server's
+#: receive and send timestamps.
+PARTS = ("queue", "prefill", "rest", "server_other", "transport")
+
+
+@dataclass(frozen=True)
+class TtftSplit:
+    """One request's TTFT and its parts, in seconds."""
+
+    ttft: float
+    queue: float
+    prefill: float
+    rest: float
+    server_other: float | None = None
+    transport: float | None = None
+
+
+def split_ttft(record: RequestRecord) -> TtftSplit | None:
+    """Split ``record``'s TTFT, or ``None`` without a TTFT or the server's timings."""
+    ttft = record.ttft
+    times = record.server_times
+    if ttft is None or not times or record.error is not None:
+        return None
+    try:
+        queue = times["queue_time"]
+        prefill = times["prefill_finished_time"] - times["forward_entry_time"]
+    except KeyError:
+        return None
+    rest = ttft - queue - prefill
+    received = times.get("request_received_ts")
+    sent = times.get("response_sent_to_client_ts")
+    if received is None or sent is None:
+        return TtftSplit(ttft, queue, prefill, rest)
+    server = sent - received
+    return TtftSplit(ttft, queue, prefill, rest, server - queue - prefill, ttft - server)
+
+
+@dataclass(frozen=True)
+class TtftBreakdown:
+    """One run's TTFT split over its requests: a distribution per part."""
+
+    requests: int  # records with a TTFT
+    split: int  # of which the server reported the timings
+    ttft: Distribution
+    queue: Distribution
+    prefill: Distribution
+    rest: Distribution
+    server_other: Distribution | None = None
+    transport: Distribution | None = None
+    #: Per request: ``|queue + prefill + rest - ttft|``, the median (0 by construction).
+    residual_p50: float = 0.0
+
+    def part(self, name: str) -> Distribution | None:
+        """Return the distribution of part ``name`` (:data:`PARTS`) or ``ttft``."""
+        value = getattr(self, name)
+        return value if isinstance(value, Distribution) else None
+
+    def line(self, stat: str = "p50") -> str:
+        """E.g. ``TTFT p50 41.2 ms = queue 0.6 + prefill 28.4 + rest 12.2 (30%)``."""
+        ttft = float(getattr(self.ttft, stat))
+        parts = []
+        for name in ("queue", "prefill", "rest"):
+            dist = self.part(name)
+            assert dist is not None
+            parts.append(f"{name} {float(getattr(dist, stat)) * 1000:.1f}")
+        rest = float(getattr(self.rest, stat))
+        share = f" ({rest / ttft:.0%} of it)" if ttft > 0 else ""
+        text = f"TTFT {stat} {ttft * 1000:.1f} ms = " + " + ".join(parts) + f" ms; rest{share}"
+        if self.transport is not None and self.server_other is not None:
+            text += (
+                f" = server {float(getattr(self.server_other, stat)) * 1000:.1f} + "
+                f"transport/client {float(getattr(self.transport, stat)) * 1000:.1f} ms"
+            )
+        if self.split < self.requests:
+            text += f" [{self.split} of {self.requests} requests had the server's timings]"
+        return text
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON: counts, and each part's distribution (seconds)."""
+        data: dict[str, Any] = {"requests": self.requests, "split": self.split,
+                                "residual_p50": self.residual_p50}  # fmt: skip
+        for name in ("ttft", *PARTS):
+            dist = self.part(name)
+            data[name] = None if dist is None else dist.as_dict()
+        return data
+
+
+def ttft_breakdown(records: Iterable[RequestRecord]) -> TtftBreakdown | None:
+    """Split a run's (measured) records' TTFT; ``None`` when no request can be split."""
+    with_ttft = [r for r in records if r.ok and r.ttft is not None]
+    splits = [s for s in (split_ttft(r) for r in with_ttft) if s is not None]
+    if not splits:
+        return None
+
+    def dist(values: Sequence[float]) -> Distribution:
+        result = Distribution.of(values)
+        assert result is not None
+        return result
+
+    other = [s.server_other for s in splits if s.server_other is not None]
+    transport = [s.transport for s in splits if s.transport is not None]
+    complete = len(other) == len(splits)
+    return TtftBreakdown(
+        requests=len(with_ttft),
+        split=len(splits),
+        ttft=dist([s.ttft for s in splits]),
+        queue=dist([s.queue for s in splits]),
+        prefill=dist([s.prefill for s in splits]),
+        rest=dist([s.rest for s in splits]),
+        server_other=dist(other) if complete else None,
+        transport=dist(transport) if complete else None,
+        residual_p50=statistics.median(abs(s.queue + s.prefill + s.rest - s.ttft) for s in splits),
+    )
+
+
+def breakdown_summary(runs: Sequence[Any]) -> dict[str, Any] | None:
+    """Medians over runs of each part's p50 and p99 (seconds), for evidence and reports.
+
+    ``runs`` are measurements (anything with ``records``); ``None`` when no run could be
+    split (the server reported no timings).
+    """
+    breakdowns = [b for b in (ttft_breakdown(getattr(r, "records", ())) for r in runs) if b]
+    if not breakdowns:
+        return None
+    summary: dict[str, Any] = {"runs": len(breakdowns), "of_runs": len(runs)}
+    for name in ("ttft", *PARTS):
+        dists = [d for d in (b.part(name) for b in breakdowns) if d is not None]
+        if len(dists) == len(breakdowns):
+            summary[name] = {
+                "p50": statistics.median(d.p50 for d in dists),
+                "p99": statistics.median(d.p99 for d in dists),
+            }
+    summary["split"] = sum(b.split for b in breakdowns)
+    summary["requests"] = sum(b.requests for b in breakdowns)
+    return summary
+
+
+def summary_line(summary: Mapping[str, Any], stat: str = "p50") -> str:
+    """One line of :func:`breakdown_summary`, e.g. for a verdict's evidence table."""
+    ttft = summary["ttft"][stat]
+    parts = " + ".join(f"{n} {summary[n][stat] * 1000:.1f}" for n in ("queue", "prefill", "rest"))
+    text = f"TTFT {stat} {ttft * 1000:.1f} ms = {parts} ms"
+    if "transport" in summary and "server_other" in summary:
+        text += (
+            f" (rest = server {summary['server_other'][stat] * 1000:.1f} + transport/client "
+            f"{summary['transport'][stat] * 1000:.1f})"
+        )
+    return text + f"; medians over {summary['runs']} runs"

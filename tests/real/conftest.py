@@ -1,0 +1,124 @@
+"""The real-SGLang tier's fixtures: the tier, and at most one real server at a time.
+
+Tests here skip, with the reason and the setup command, where the tier is not set up (``bash
+real_sglang/setup.sh``). A real server costs ~30-60 s to start on a 2-core machine, so the
+session shares one (:meth:`RealServers.shared`) among the tests that only send it requests;
+tests that need a server of their own (a launch by the plugin, another model) call
+:meth:`RealServers.exclusive` first, which stops the shared one. A file lock in the tier's
+folder keeps a second pytest process on this machine from starting another server at the
+same time (it waits, then skips).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.real import realserver
+from tests.real.realserver import ServerRun, Tier
+
+#: Seconds a session waits for another process's real server to go away before skipping.
+LOCK_WAIT = 600.0
+
+TIER = realserver.find_tier()
+
+
+@pytest.fixture(scope="session")
+def tier() -> Tier:
+    """The set-up tier, or a skip saying how to set it up."""
+    if isinstance(TIER, str):
+        pytest.skip(TIER)
+    return TIER
+
+
+class RealServers:
+    """The session's real servers: one shared, or one exclusive test's own, never two."""
+
+    def __init__(self, tier: Tier, log_dir: Path) -> None:
+        self.tier = tier
+        self.log_dir = log_dir
+        self._shared: ServerRun | None = None
+        self._lock: contextlib.ExitStack | None = None
+        self.launches: list[ServerRun] = []
+
+    def _acquire(self) -> None:
+        if self._lock is not None:
+            return
+        stack = contextlib.ExitStack()
+        if not stack.enter_context(realserver.tier_lock(self.tier.home, LOCK_WAIT)):
+            stack.close()
+            pytest.skip(
+                f"another process held the real tier's server lock for {LOCK_WAIT:.0f}s "
+                f"({self.tier.home / '.server.lock'}): one real server at a time"
+            )
+        self._lock = stack
+
+    def shared(self) -> ServerRun:
+        """The session's shared real server (the tier's model), started on first use."""
+        if self._shared is not None and self._shared.alive():
+            return self._shared
+        self._acquire()
+        port = realserver.free_port()
+        run = realserver.start(
+            "real-shared",
+            realserver.real_command(self.tier, port),
+            port,
+            self.log_dir,
+            env=realserver.real_env(),
+        )
+        self.launches.append(run)
+        self._shared = run
+        return run
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Stop the shared server (if running) and hold the slot for the ``with`` block."""
+        self.stop_shared()
+        self._acquire()
+        yield
+
+    def start_own(self, name: str, model: Path | None = None) -> ServerRun:
+        """Start a real server of the test's own (inside :meth:`exclusive`)."""
+        port = realserver.free_port()
+        run = realserver.start(
+            name,
+            realserver.real_command(self.tier, port, model=model),
+            port,
+            self.log_dir,
+            env=realserver.real_env(),
+        )
+        self.launches.append(run)
+        return run
+
+    def stop_shared(self) -> None:
+        """Stop the shared server; the next :meth:`shared` starts a fresh one."""
+        if self._shared is not None:
+            self._shared.stop()
+            self._shared = None
+
+    def close(self) -> None:
+        """Stop everything this session started; release the lock."""
+        for run in self.launches:
+            run.stop()
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+
+@pytest.fixture(scope="session")
+def real_servers(tier: Tier, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServers]:
+    """The session's real servers (started lazily; all stopped at the end)."""
+    servers = RealServers(tier, tmp_path_factory.mktemp("real-sglang"))
+    try:
+        yield servers
+    finally:
+        servers.close()
+
+
+@pytest.fixture
+def real_server(real_servers: RealServers) -> ServerRun:
+    """The shared real SGLang 0.5.23 server (the tier's tiny model, vocabulary 32000)."""
+    return real_servers.shared()
