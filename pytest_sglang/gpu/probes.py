@@ -27,7 +27,15 @@ from typing import Any, Protocol
 from pytest_sglang.errors import GpuUnavailable
 from pytest_sglang.gpu.model import MIB, Gpu, GpuProcess, GpuSnapshot
 
-__all__ = ["FakeProbe", "GpuProbe", "GpuUnavailable", "NvmlProbe", "SmiProbe", "make_probe"]
+__all__ = [
+    "FakeProbe",
+    "GpuProbe",
+    "GpuUnavailable",
+    "NvmlProbe",
+    "SmiProbe",
+    "import_nvml",
+    "make_probe",
+]
 
 #: nvidia-smi can hang on a GPU in a bad state; never wait for it forever.
 SMI_TIMEOUT = 30.0
@@ -52,18 +60,27 @@ class GpuProbe(Protocol):
         ...
 
 
+def import_nvml() -> Any:
+    """Import ``pynvml`` (nvidia-ml-py) quietly: the deprecated ``pynvml`` package warns.
+
+    :raises GpuUnavailable: nvidia-ml-py is not installed.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        try:
+            import pynvml
+        except ImportError:
+            raise GpuUnavailable(
+                "nvidia-ml-py is not installed (pip install 'pytest-sglang[gpu]')"
+            ) from None
+    return pynvml
+
+
 class NvmlProbe:
     """GPU state from NVML on this machine."""
 
     def __init__(self) -> None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            try:
-                import pynvml
-            except ImportError:
-                raise GpuUnavailable(
-                    "nvidia-ml-py is not installed (pip install 'pytest-sglang[gpu]')"
-                ) from None
+        pynvml = import_nvml()
         self._nvml: Any = pynvml
         unavailable = tuple(
             getattr(pynvml, name)

@@ -94,18 +94,9 @@ class NvmlTelemetry:
     """Telemetry through NVML on this machine."""
 
     def __init__(self) -> None:
-        import warnings
+        from pytest_sglang.gpu.probes import import_nvml
 
-        # The deprecated ``pynvml`` package hooks the import and warns (see .probes).
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            try:
-                import pynvml
-            except ImportError:
-                raise GpuUnavailable(
-                    "nvidia-ml-py is not installed (pip install 'pytest-sglang[gpu]')"
-                ) from None
-        nvml: Any = pynvml
+        nvml: Any = import_nvml()
         self._nvml = nvml
         try:
             nvml.nvmlInit()
