@@ -143,11 +143,19 @@ def measure_point(profile: str, concurrency: int, speedup: float, requests: int)
 
 
 def server_max_running(url: str) -> int:
-    """Return the server's effective ``max_running_requests`` (from ``/server_info``)."""
+    """Return the server's effective ``max_running_requests`` (from ``/server_info``).
+
+    ``max_running_requests`` itself is null there unless given (as on SGLang 0.5.23); the
+    scheduler's limit is ``internal_states[*].effective_max_running_requests_per_dp``.
+    """
     import httpx
 
+    from pytest_sglang.server.handle import effective_max_running_requests
+
     with httpx.Client(base_url=url, trust_env=False, timeout=30) as http:
-        return int(http.get("/server_info").json()["max_running_requests"])
+        value = effective_max_running_requests(http.get("/server_info").json())
+    assert value is not None, "the server reports no request limit"
+    return value
 
 
 def simulated(profile: str, concurrency: int, requests: int) -> float:

@@ -26,11 +26,36 @@ LOCK_WAIT = 600.0
 TIER = realserver.find_tier()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, keep the tier's tests on one worker (``--dist loadgroup``).
+
+    One real server at a time: tests spread over two workers would wait for each other's.
+    """
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    here = Path(__file__).resolve().parent
+    for item in items:
+        if here in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.xdist_group("real-sglang"))
+
+
+#: Set by .ci/run: a tier that is not set up fails the tests instead of skipping them.
+REQUIRED = realserver.ENVIRON.get("PYTEST_SGLANG_REQUIRE_REAL", "") not in ("", "0")
+
+
+def unavailable(reason: str) -> None:
+    """Skip with ``reason``; fail under ``PYTEST_SGLANG_REQUIRE_REAL=1`` (CI)."""
+    if REQUIRED:
+        pytest.fail(f"{reason} (PYTEST_SGLANG_REQUIRE_REAL is set)", pytrace=False)
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
 def tier() -> Tier:
     """The set-up tier, or a skip saying how to set it up."""
     if isinstance(TIER, str):
-        pytest.skip(TIER)
+        unavailable(TIER)
+    assert isinstance(TIER, Tier)
     return TIER
 
 
@@ -50,7 +75,7 @@ class RealServers:
         stack = contextlib.ExitStack()
         if not stack.enter_context(realserver.tier_lock(self.tier.home, LOCK_WAIT)):
             stack.close()
-            pytest.skip(
+            unavailable(
                 f"another process held the real tier's server lock for {LOCK_WAIT:.0f}s "
                 f"({self.tier.home / '.server.lock'}): one real server at a time"
             )

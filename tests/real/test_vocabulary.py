@@ -23,7 +23,7 @@ from pytest_sglang.loadgen.runner import LoadGenerator
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.server.handle import local_vocab_size
 from tests.real import realserver
-from tests.real.conftest import RealServers
+from tests.real.conftest import RealServers, unavailable
 from tests.real.realserver import SETUP_COMMAND, ServerRun
 
 # ------------------------------------------------------------------ without a server
@@ -104,7 +104,7 @@ def test_small_vocabulary_server_survives_the_plugins_workloads(
 ) -> None:
     model = real_servers.tier.small_vocab_model
     if not (model / "config.json").is_file():
-        pytest.skip(f"no vocabulary-1024 model at {model}; set it up with `{SETUP_COMMAND}`")
+        unavailable(f"no vocabulary-1024 model at {model}; set it up with `{SETUP_COMMAND}`")
     with real_servers.exclusive():
         real = real_servers.start_own("real-vocab1024", model)
         try:
