@@ -22,6 +22,7 @@ import uvicorn
 
 from pytest_sglang.emulator.config.options import LaunchConfig
 from pytest_sglang.emulator.engine.arrivals import Arrivals, kernel_stamps_supported
+from pytest_sglang.emulator.engine.power import PowerMeter
 from pytest_sglang.emulator.engine.trace import TraceWriter
 from pytest_sglang.emulator.http.app import build_app
 from pytest_sglang.emulator.runtime.context import EmulatorContext, build_context
@@ -76,6 +77,12 @@ async def _run(ctx: EmulatorContext) -> int:
         )
         return 1
     await ctx.engine.start()
+    meter = getattr(ctx.engine, "power", None)
+    publishing = (
+        asyncio.create_task(ctx.gpu_holder.publish(meter))
+        if ctx.gpu_holder is not None and isinstance(meter, PowerMeter)
+        else None
+    )
     try:
         if "hang" in ctx.faults:
             _log_uvicorn_running(host, port)
@@ -83,6 +90,9 @@ async def _run(ctx: EmulatorContext) -> int:
             return 0
         return await _serve(ctx, sock, stop)
     finally:
+        if publishing is not None:
+            publishing.cancel()
+            await asyncio.gather(publishing, return_exceptions=True)
         await ctx.engine.stop()
         sock.close()
 

@@ -245,7 +245,8 @@ class FakeTelemetry:
 
     The file maps each GPU's UUID to its current ``power_w``, ``utilization``,
     ``sm_clock_mhz``, ``temperature_c``, ``throttle`` (names), the cumulative ``energy_j``
-    and error counts ``xid_errors`` and ``ecc_errors``.
+    (with ``energy_rate`` in J/s and ``written_at`` in ``time.monotonic()``, to extrapolate
+    between writes) and error counts ``xid_errors`` and ``ecc_errors``.
     """
 
     def __init__(self, directory: Path) -> None:
@@ -261,7 +262,7 @@ class FakeTelemetry:
         return [
             GpuSample(
                 at=now, uuid=uuid, utilization=gpu.get("utilization"),
-                power=gpu.get("power_w"), energy=gpu.get("energy_j"),
+                power=gpu.get("power_w"), energy=_energy_now(gpu, now),
                 sm_clock=gpu.get("sm_clock_mhz"), temperature=gpu.get("temperature_c"),
                 throttle=tuple(gpu.get("throttle", ())), xid_errors=int(gpu.get("xid_errors", 0)),
                 ecc_errors=gpu.get("ecc_errors"), pids=tuple(gpu.get("pids", ())),
@@ -272,6 +273,18 @@ class FakeTelemetry:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _energy_now(gpu: dict[str, Any], now: float) -> float | None:
+    """Return the counter at ``now``: the file's value, grown at its rate since written."""
+    energy = gpu.get("energy_j")
+    if energy is None:
+        return None
+    rate, written = gpu.get("energy_rate"), gpu.get("written_at")
+    if rate is None or written is None:
+        return float(energy)
+    # time.monotonic() is one clock for every process of a host (Linux).
+    return float(energy) + float(rate) * max(0.0, now - float(written))
 
 
 @dataclass(frozen=True)
@@ -326,8 +339,9 @@ class TelemetrySampler:
     samples: list[GpuSample] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
-    _started: float = 0.0
-    _stopped: float = 0.0
+    #: When sampling began and ended (``time.monotonic()``).
+    started_at: float = 0.0
+    stopped_at: float = 0.0
     _errors: list[str] = field(default_factory=list)
 
     def _read(self) -> None:
@@ -342,7 +356,7 @@ class TelemetrySampler:
 
     def start(self) -> None:
         """Take the first sample now and keep sampling on a daemon thread."""
-        self._started = time.monotonic()
+        self.started_at = time.monotonic()
         self._read()
         self._thread = threading.Thread(target=self._loop, name="sglang-telemetry", daemon=True)
         self._thread.start()
@@ -353,7 +367,7 @@ class TelemetrySampler:
         if self._thread is not None:
             self._thread.join()
         self._read()
-        self._stopped = time.monotonic()
+        self.stopped_at = time.monotonic()
 
     def __enter__(self) -> Self:
         self.start()
@@ -378,7 +392,7 @@ class TelemetrySampler:
                 source = "integrated power"
                 gpu_energy = _integrate(series)
             energy = None if energy is None or gpu_energy is None else energy + gpu_energy
-        duration = self._stopped - self._started
+        duration = self.stopped_at - self.started_at
         for at in sorted({s.at for s in self.samples}):
             values = [s.power for s in self.samples if s.at == at and s.power is not None]
             if values:

@@ -229,3 +229,44 @@ def test_sampling_runs_on_its_own_thread() -> None:
     with TelemetrySampler(Recorder(), interval=0.01):
         time.sleep(0.05)
     assert "sglang-telemetry" in seen
+
+
+@pytest.mark.slow
+def test_energy_per_token_matches_the_emulators_ground_truth(tmp_path: Path) -> None:
+    from pytest_sglang.emulator.engine.trace import read_trace
+    from pytest_sglang.gpu.probes import write_fake_gpus
+    from pytest_sglang.loadgen.runner import LoadGenerator
+    from pytest_sglang.loadgen.workload import Workload
+    from pytest_sglang.measure.measurement import measure
+    from pytest_sglang.testing import running_emulator
+
+    gpus = tmp_path / "gpus"
+    uuids = write_fake_gpus(gpus, 2)
+    trace = tmp_path / "trace.jsonl"
+    workload = Workload(input_len=32, output_len=64, requests=48, warmup=0)
+    with running_emulator(
+        tmp_path, "--tp-size", "2", "--emulator-engine", "batch", "--emulator-speedup", "10",
+        "--emulator-gpu-dir", str(gpus), "--emulator-trace", str(trace),
+    ) as emulator:  # fmt: skip
+        sampler = TelemetrySampler(FakeTelemetry(gpus), uuids, interval=0.1)
+        with sampler:
+            run = LoadGenerator(emulator.url).run_closed_loop(workload, 8)
+        emulator.stop()
+    _, _, summary = read_trace(trace)
+    assert summary is not None
+    log = summary["energy_log"]
+
+    def energy_at(t: float) -> float:  # the meter's total, linear between its changes
+        before = max((p for p in log if p[0] <= t), key=lambda p: p[0])
+        after = min((p for p in log if p[0] >= t), key=lambda p: p[0], default=before)
+        if after[0] == before[0]:
+            return float(before[1])
+        return before[1] + (after[1] - before[1]) * (t - before[0]) / (after[0] - before[0])
+
+    m = measure(run)
+    summary_tel = sampler.summary()
+    truth = (energy_at(sampler.stopped_at) - energy_at(sampler.started_at)) / m.output_tokens
+    measured = summary_tel.energy_per_token(m.output_tokens)
+    assert summary_tel.energy_source == "counter"
+    assert measured == pytest.approx(truth, rel=0.02)
+    assert summary_tel.mean_power is not None and summary_tel.mean_power > 2 * 100.0

@@ -58,6 +58,7 @@ from pytest_sglang.emulator.engine.perf_model import (
     SpecShape,
     SpeedNoise,
 )
+from pytest_sglang.emulator.engine.power import PowerMeter
 from pytest_sglang.emulator.engine.simple_engine import (
     NATURAL_MIN_TOKENS,
     NATURAL_SPAN,
@@ -155,12 +156,15 @@ class BatchEngine:
         tokenizer: Tokenizer,
         log: logging.Logger,
         trace: TraceWriter | None = None,
+        power: PowerMeter | None = None,
     ) -> None:
         self.config = config
         self._stats = stats
         self._tokenizer = tokenizer
         self._log = log
         self._trace = trace
+        #: The fake GPUs' power (``--emulator-gpu-dir``): busy during forwards, idle between.
+        self.power = power
         self._spec = config.spec_shape
         self.scheduler = BatchScheduler(
             config.params,
@@ -288,6 +292,8 @@ class BatchEngine:
             forward = sched.plan()
             if forward is None:
                 self._sync_stats()
+                if self.power is not None:
+                    self.power.idle()
                 idle_from = clock()
                 self._wakeup.clear()
                 await self._wakeup.wait()
@@ -319,6 +325,8 @@ class BatchEngine:
             self.model_seconds += cost
             end = start + cost / speedup
             self.busy_seconds += cost / speedup
+            if self.power is not None:
+                self.power.forward(forward.tokens)
             delay = end - clock()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -458,6 +466,10 @@ class BatchEngine:
             figures["lost_seconds"],
         )
         if self._trace is not None:
+            if self.power is not None:
+                # The ground truth of the fake GPUs' energy: (monotonic time, joules of all).
+                self.power.idle()
+                figures["energy_log"] = [[t, e] for t, e in self.power.log]
             self._trace.summary(figures)
             self._trace.close()
 

@@ -10,6 +10,7 @@ from pytest_sglang.emulator.config.faults import Faults
 from pytest_sglang.emulator.config.options import EmulatorOptions, LaunchConfig
 from pytest_sglang.emulator.config.server_args import SchedulerInfo, scheduler_info
 from pytest_sglang.emulator.engine.engine import Engine, GenerationRequest, SpecConfig
+from pytest_sglang.emulator.engine.power import PowerMeter
 from pytest_sglang.emulator.engine.prefix_cache import PrefixCache
 from pytest_sglang.emulator.engine.simple_engine import SimpleEngine, SimpleEngineConfig
 from pytest_sglang.emulator.engine.stats import ServerStats
@@ -121,10 +122,17 @@ def build_context(config: LaunchConfig) -> EmulatorContext:
             accept_length=min(config.options.accept_length, float(draft_tokens)),
         )
     perf = config.options.perf
+    holder = (
+        None
+        if config.options.gpu_dir is None
+        else GpuHolder(config.options.gpu_dir, args, server_logger())
+    )
     engine: Engine
     if perf.engine == "batch":
+        # Fake GPUs get power and energy from the batch engine's forwards.
+        power = None if holder is None else PowerMeter(len(holder.gpus), perf.speedup)
         engine = build_batch_engine(
-            config, perf, sched, stats.scheduler, tokenizer, spec, scheduler_logger()
+            config, perf, sched, stats.scheduler, tokenizer, spec, scheduler_logger(), power
         )
     else:
         engine = _simple_engine(config, sched, stats, tokenizer, spec)
@@ -139,11 +147,7 @@ def build_context(config: LaunchConfig) -> EmulatorContext:
         prefix_cache=PrefixCache(
             sched.max_total_num_tokens, enabled=not args["disable_radix_cache"]
         ),
-        gpu_holder=(
-            None
-            if config.options.gpu_dir is None
-            else GpuHolder(config.options.gpu_dir, args, server_logger())
-        ),
+        gpu_holder=holder,
     )
 
 

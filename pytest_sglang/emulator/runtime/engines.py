@@ -9,6 +9,7 @@ from pytest_sglang.emulator.config.perf_options import PerfOptions
 from pytest_sglang.emulator.config.server_args import SchedulerInfo
 from pytest_sglang.emulator.engine.batch_engine import BatchEngine, BatchEngineConfig
 from pytest_sglang.emulator.engine.engine import SpecConfig
+from pytest_sglang.emulator.engine.power import PowerMeter
 from pytest_sglang.emulator.engine.stats import SchedulerStats
 from pytest_sglang.emulator.engine.tokenizer import Tokenizer
 from pytest_sglang.emulator.engine.trace import TraceWriter
@@ -24,6 +25,7 @@ def build_batch_engine(
     tokenizer: Tokenizer,
     spec: SpecConfig | None,
     log: logging.Logger,
+    power: PowerMeter | None = None,
 ) -> BatchEngine:
     """Build the batch engine for a launch configuration."""
     args = config.server_args
@@ -50,4 +52,4 @@ def build_batch_engine(
         seed=perf.seed,
     )
     trace = None if perf.trace is None else TraceWriter(perf.trace)
-    return BatchEngine(engine_config, stats, tokenizer, log, trace)
+    return BatchEngine(engine_config, stats, tokenizer, log, trace, power)

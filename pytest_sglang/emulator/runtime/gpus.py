@@ -8,17 +8,29 @@ listed GPU, counted only while that pid lives, as a driver frees memory when a p
 Like SGLang, the emulator uses the GPUs ``CUDA_VISIBLE_DEVICES`` shows (indices or UUIDs),
 ``tp_size * pp_size`` of them (times ``dp_size`` without DP attention) from ``base_gpu_id`` on,
 and holds about ``mem_fraction_static`` of each once loaded.
+
+With the batch engine, ``telemetry.json`` in the same directory carries each GPU's power,
+utilization and cumulative energy from the power model (:mod:`..engine.power`), rewritten
+every ``TELEMETRY_INTERVAL``: what the plugin's fake telemetry reader samples.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from pytest_sglang.emulator.engine.power import PowerMeter
+
+#: How often ``telemetry.json`` is rewritten (readers extrapolate the energy in between).
+TELEMETRY_INTERVAL = 0.05
 
 
 class GpuHolder:
@@ -59,6 +71,46 @@ class GpuHolder:
     def release(self) -> None:
         """Remove the holder file (a killed process leaves it, and the probe ignores it)."""
         self._path.unlink(missing_ok=True)
+
+    def write_telemetry(self, meter: PowerMeter) -> None:
+        """Write ``telemetry.json`` for this process's GPUs from ``meter`` (see the module doc).
+
+        ``energy_j`` is the counter when written and ``energy_rate`` how fast it grows (J per
+        real second), so a reader extrapolates to its own moment of reading.
+        """
+        if not self.gpus:
+            return
+        now = time.monotonic()
+        energy, rate = meter.energy(), meter.rate()
+        utilization = 100.0 if meter.busy else 0.0
+        path = self.directory / "telemetry.json"
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = {"gpus": {}}
+        for gpu in self.gpus:
+            data["gpus"][gpu["uuid"]] = {
+                "power_w": meter.power, "utilization": utilization, "energy_j": energy,
+                "energy_rate": rate, "written_at": now, "temperature_c": 40.0 + meter.power / 20,
+                "sm_clock_mhz": 1980.0, "throttle": [], "xid_errors": 0, "ecc_errors": 0,
+                "pids": [os.getpid()],
+            }  # fmt: skip
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(data))
+        os.replace(partial, path)
+
+    async def publish(self, meter: PowerMeter, interval: float = TELEMETRY_INTERVAL) -> None:
+        """Write the telemetry every ``interval`` seconds, and when the GPUs fall idle."""
+        idle = asyncio.Event()
+        meter.on_idle = idle.set
+        try:
+            while True:
+                self.write_telemetry(meter)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(idle.wait(), interval)
+                idle.clear()
+        finally:
+            meter.on_idle = None
 
 
 def _visible(gpus: list[dict[str, Any]], setting: str | None) -> list[dict[str, Any]]:
