@@ -14,7 +14,7 @@ import pytest
 
 from pytest_sglang.config.header import header_lines
 from pytest_sglang.config.options import OPTIONS
-from pytest_sglang.config.settings import SETTINGS_KEY, resolve_settings
+from pytest_sglang.config.settings import SETTINGS_KEY, Settings, resolve_settings
 from pytest_sglang.fixtures import (
     POOL_KEY,
     _sglang_bench_session,
@@ -85,6 +85,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     settings = resolve_settings(config)
     config.stash[SETTINGS_KEY] = settings
+    _refuse_launch_under_xdist(config, settings)
     # Only the controller reports: xdist workers send their results with the test reports.
     if not hasattr(config, "workerinput"):
         from pytest_sglang.report.collector import SGLangReporter
@@ -107,6 +108,31 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_sglang.verdicts.gate import register_gate
 
     register_gate(config)
+
+
+def _refuse_launch_under_xdist(config: pytest.Config, settings: Settings) -> None:
+    """One clear startup error for launch mode under ``pytest -n N``.
+
+    Every xdist worker has its own pool: each would launch its own server on the same GPUs.
+    Refused before any test runs (in the controller), instead of every test failing alike.
+    """
+    if hasattr(config, "workerinput") or config.option.collectonly:
+        return
+    # xdist's own test for distribution (its pytest_cmdline_main ran before configure).
+    workers = len(getattr(config.option, "tx", None) or [])
+    if getattr(config.option, "dist", "no") in (None, "no") or not workers:
+        return
+    attached = {server.name for server in settings.servers}
+    launched = [name for name in settings.profiles if name not in attached]
+    if not launched:
+        return
+    raise pytest.UsageError(
+        f"launch mode cannot run under pytest-xdist (-n {workers}): every worker would "
+        f"launch its own server of {', '.join(map(repr, launched))} on the same GPUs; run "
+        "without -n, attach running servers instead (--sglang-url NAME=URL for each "
+        "profile; xdist then spreads the tests over them), or run the tests that need no "
+        "server with -p no:sglang"
+    )
 
 
 @pytest.hookimpl(wrapper=True)

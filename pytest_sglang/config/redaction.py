@@ -62,7 +62,7 @@ _ASSIGN_QUOTED = re.compile(
     rf"(?P<head>(?P<nq>['\"]?)(?P<name>{_NAME})(?P=nq)\s*[:=]\s*(?P<q>['\"]))(?P<value>[^'\"]*)"
 )
 _ASSIGN_BARE = re.compile(
-    rf"(?P<head>(?<![\w.-])(?P<name>{_NAME})=)(?P<value>(?!['\"])[^\s,;)\]}}&]+)"
+    rf"(?P<head>(?<![\w.-])(?P<name>{_NAME})=)(?P<value>(?!['\"]|[\w.]+\()[^\s,;)\]}}&]+)"
 )
 _USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<value>[^/@\s'\"]+)(?=@)")
 _AUTH = re.compile(r"(?P<head>\b(?:Bearer|Basic)\s+)(?P<value>[A-Za-z0-9._~+/=-]+)")

@@ -328,33 +328,73 @@ def failed_requests_message(result: BenchResult, allow_errors: float) -> str | N
         f"the measurement of {result.label()} ({result.url}) is broken: {failed} of {requests} "
         f"measured requests failed ({runs}); {budget}",
     ]
-    kinds: dict[str, int] = {}
-    examples: dict[str, str] = {}
-    for _, run in over:
-        for message, count in run.errors:
-            kind = _kind(message)
-            kinds[kind] = kinds.get(kind, 0) + count
-            examples.setdefault(kind, message)
-        check = next((c for c in run.checks if c.name == "no_failed_requests"), None)
-        if check is not None and not run.errors:
-            kinds.setdefault(check.detail, run.failed)
-    if kinds:
-        lines.append("  failures by kind (the server's answer quoted):")
-        ranked = sorted(kinds.items(), key=lambda item: -item[1])
-        for kind, count in ranked[:FAILURE_KINDS]:
-            example = examples.get(kind, kind)
-            if example.startswith(kind + ": "):
-                example = example[len(kind) + 2 :]
-            if len(example) > _EXAMPLE_CHARS:
-                example = example[:_EXAMPLE_CHARS] + " …"
-            lines.append(f"    {count} x {kind}: {example}")
-        if len(ranked) > FAILURE_KINDS:
-            lines.append(f"    ... and {len(ranked) - FAILURE_KINDS} other kinds")
+    lines += failure_kinds([run for _, run in over])
     lines.append(
         "  fix: find out why the server failed them (its log); if failures are expected, "
         "allow them: sglang_bench(..., allow_errors=0.05)"
     )
     return "\n".join(lines)
+
+
+def failure_kinds(runs: Sequence[Measurement]) -> list[str]:
+    """Return lines counting the failed requests of ``runs`` by kind, each with an example.
+
+    The kind is the error message's head (``HTTP 500``, ``stalled``, ``connection
+    refused``...); the example is the rest of one such message: what the server said.
+    """
+    kinds: dict[str, int] = {}
+    examples: dict[str, str] = {}
+    for run in runs:
+        for record in run.records:
+            if record.error is None:
+                continue
+            kind = _kind(record.error)
+            kinds[kind] = kinds.get(kind, 0) + 1
+            examples.setdefault(kind, record.error)
+    if not kinds:
+        return []
+    lines = ["  failures by kind (the server's answer quoted):"]
+    ranked = sorted(kinds.items(), key=lambda item: -item[1])
+    for kind, count in ranked[:FAILURE_KINDS]:
+        example = examples[kind]
+        if example.startswith(kind + ": "):
+            example = example[len(kind) + 2 :]
+        if len(example) > _EXAMPLE_CHARS:
+            example = example[:_EXAMPLE_CHARS] + " …"
+        lines.append(f"    {count} x {kind}: {example}")
+    if len(ranked) > FAILURE_KINDS:
+        lines.append(f"    ... and {len(ranked) - FAILURE_KINDS} other kinds")
+    return lines
+
+
+def impossible_counts_message(result: BenchResult) -> str | None:
+    """Return why ``result``'s token counts cannot be right (negative), or None.
+
+    A server (or a proxy) that reports negative ``completion_tokens`` or ``prompt_tokens``
+    would make a negative throughput: the measurement is broken, not slow.
+    """
+    for index, run in enumerate(result.runs):
+        bad = [
+            r
+            for r in run.records
+            if (r.output_tokens is not None and r.output_tokens < 0)
+            or (r.prompt_tokens is not None and r.prompt_tokens < 0)
+        ]
+        if bad or run.output_tokens < 0 or run.input_tokens < 0:
+            example = bad[0] if bad else None
+            detail = (
+                f" (e.g. request {example.index}: completion_tokens {example.output_tokens}, "
+                f"prompt_tokens {example.prompt_tokens})"
+                if example is not None
+                else ""
+            )
+            return (
+                f"the measurement of {result.label()} ({result.url}) is broken: run "
+                f"{index + 1}: the server reported negative token counts for {len(bad)} "
+                f"requests{detail}; its throughput ({run.output_throughput:.1f} tok/s) means "
+                "nothing: check the server (or a proxy in between) and its usage reporting"
+            )
+    return None
 
 
 def _kind(message: str) -> str:
@@ -364,6 +404,15 @@ def _kind(message: str) -> str:
 
 
 _Key = tuple[str, str, int, int]
+
+
+class _Interrupted(Exception):
+    """A run that ended the measurement (its server died, or the run gave up)."""
+
+    def __init__(self, measurement: Measurement, error: SGLangError) -> None:
+        super().__init__(str(error))
+        self.measurement = measurement
+        self.error = error
 
 
 class Bench:
@@ -533,7 +582,15 @@ class Bench:
             runs: tuple[list[Measurement], list[Measurement]] = ([], [])
             for repeat in range(repeats):
                 for side, server in enumerate(servers):
-                    runs[side].append(self._run(server, workload, level, repeat, repeats))
+                    try:
+                        runs[side].append(self._run(server, workload, level, repeat, repeats))
+                    except _Interrupted as stop:
+                        runs[side].append(stop.measurement)
+                        self._record(
+                            self._result(server, workload, level, runs[side], "interleaved"),
+                            server,
+                        )
+                        self._fail(stop.error)
             for side, server in enumerate(servers):
                 result = self._result(server, workload, level, runs[side], "interleaved")
                 self._cache[keys[side]] = result
@@ -574,12 +631,24 @@ class Bench:
             self._check_fills(workload, concurrency)
             handle = self._server(server) if isinstance(server, str) else server
             self._note_cap(handle, concurrency)
-            runs = [self._run(handle, workload, concurrency, r, repeats) for r in range(repeats)]
+            runs: list[Measurement] = []
+            try:
+                # extend keeps the runs done before an interruption.
+                runs.extend(
+                    self._run(handle, workload, concurrency, repeat, repeats)
+                    for repeat in range(repeats)
+                )
+            except _Interrupted as stop:
+                # Not cached (it is no measurement), but reported: what the runs saw.
+                runs.append(stop.measurement)
+                partial = self._result(handle, workload, concurrency, runs, "blocks")
+                self._record(partial, handle)
+                self._fail(stop.error)
             self._cache[key] = self._result(handle, workload, concurrency, runs, "blocks")
         result = self._cache[key]
         # Recorded first: the report keeps a broken measurement too, with its errors.
         self._record(result, self._handles.get(name))
-        broken = failed_requests_message(result, allow_errors)
+        broken = failed_requests_message(result, allow_errors) or impossible_counts_message(result)
         if broken is not None:
             from pytest_sglang.errors import MeasurementFailed
 
@@ -632,37 +701,64 @@ class Bench:
                                f"{rate:.0f} output tok/s")  # fmt: skip
 
         last[0] = time.monotonic()
+        from pytest_sglang.loadgen.runner import ServerStoppedAnswering
+
         generator = load_generator_for(server, progress=progress, **self._options)
-        run = generator.run_closed_loop(
-            workload.for_concurrency(concurrency), concurrency, repeat=repeat
-        )
+        stopped: ServerStoppedAnswering | None = None
+        try:
+            run = generator.run_closed_loop(
+                workload.for_concurrency(concurrency), concurrency, repeat=repeat
+            )
+        except ServerStoppedAnswering as exc:
+            stopped, run = exc, exc.run
         measurement = measure(run)
         del run, generator
-        if measurement.failed:
-            self._check_server(server, measurement)
+        if measurement.failed or stopped is not None:
+            self._check_server(server, measurement, gave_up=stopped is not None)
+        if stopped is not None:
+            from pytest_sglang.errors import MeasurementFailed
+
+            raise _Interrupted(
+                measurement,
+                MeasurementFailed(
+                    "\n".join(
+                        [
+                            f"the measurement of {server.name} @ C={concurrency} ({server.url}) "
+                            f"was stopped in run {repeat + 1}: {stopped}",
+                            *failure_kinds([measurement]),
+                            "  the server still accepts connections, but left that many "
+                            "requests in a row without an answer: read its log (a hung "
+                            "scheduler? streams that stall?)",
+                        ]
+                    )
+                ),
+            )
         return measurement
 
-    def _check_server(self, server: SGLangServer, measurement: Measurement) -> None:
+    def _check_server(
+        self, server: SGLangServer, measurement: Measurement, *, gave_up: bool = False
+    ) -> None:
         """Fail the test naming the server's death if it died under the load."""
         __tracebackhide__ = True
-        # A run whose last requests all failed looks like a death: give a dying process a
-        # moment to be reaped. Scattered failures (an error rate) do not wait.
+        # A run that gave up, or whose last requests all failed, looks like a death: give a
+        # dying process a moment to be reaped. Scattered failures (an error rate) do not.
         tail = measurement.records[-5:]
-        wait = 2.0 if tail and all(not r.ok for r in tail) else 0.0
+        wait = 2.0 if gave_up or (tail and all(not r.ok for r in tail)) else 0.0
         died = self.pool.check(server.name, during=self._during, wait=wait)
         if died is None:
             return
         self._server_failed(server.name, died)
         from pytest_sglang.errors import ServerDied
 
-        self._fail(
+        raise _Interrupted(
+            measurement,
             ServerDied(
                 f"{died}\n  the measurement ({server.name} C={measurement.concurrency}, run "
                 f"{measurement.repeat + 1}) lost {measurement.failed} of "
                 f"{measurement.requests} requests to it",
                 phase=died.phase,
                 exit_code=died.exit_code,
-            )
+            ),
         )
 
 

@@ -73,6 +73,28 @@ def _with_launch(server: ServerEntry, by_pid: dict[Any, dict[str, Any]]) -> Serv
     return cast("ServerEntry", {**server, "launch": by_pid[launch.get("pid")]})
 
 
+_RATES = ("output_throughput", "total_throughput", "request_throughput")
+
+
+def _table_rows(measurements: list[MeasurementRow]) -> list[MeasurementRow]:
+    """Return the rows the tables show: a negative rate shows as unmeasured.
+
+    A negative rate comes from a server that reported negative token counts (the test that
+    measured it failed, saying so); it is no speed. The JSON keeps the values as measured.
+    """
+    rows = []
+    for row in measurements:
+        runs = [
+            {
+                **run,
+                **{k: None for k in _RATES if isinstance(run.get(k), (int, float)) and run[k] < 0},
+            }
+            for run in row["runs"]
+        ]
+        rows.append(cast("MeasurementRow", {**row, "runs": runs}))
+    return rows
+
+
 class SGLangReporter:
     """Collects the session's results on the controller; prints and writes them."""
 
@@ -225,7 +247,8 @@ class SGLangReporter:
         from pytest_sglang.report.writing import write_atomic
 
         note = "The run was interrupted: these are the results up to then." if interrupted else None
-        text = self._redact(render_markdown(self.unique_measurements(), self.verdicts, note=note))
+        rows = _table_rows(self.unique_measurements())
+        text = self._redact(render_markdown(rows, self.verdicts, note=note))
         try:
             follows = self.markdown.is_file() and self.markdown.stat().st_size > 0
             # A blank line first, so that a previous summary's last block ends there.
@@ -251,7 +274,7 @@ class SGLangReporter:
             from pytest_sglang.report.summary import render_tables
 
             terminalreporter.section("sglang results")
-            for line in render_tables(self.unique_measurements(), self.verdicts):
+            for line in render_tables(_table_rows(self.unique_measurements()), self.verdicts):
                 terminalreporter.write_line(self._redact(line))
             if self.path is not None and self._written and not self.problems:
                 terminalreporter.write_line(f"report written to {self.path}")

@@ -328,8 +328,8 @@ class Launch:
         """Return the error describing this server's death if its process has exited.
 
         Cheap (a ``waitpid``): the pool calls it each time a test asks for the server. The
-        launch record says ``died`` with the cause from then on. ``during`` says what was
-        running (a test id), for the message.
+        launch record says ``died`` with the cause from then on. ``during`` says who found
+        out (a test id, ``teardown``), for the message.
         """
         if self._process is None or self.info.outcome not in ("ready", "died"):
             return None
@@ -343,7 +343,7 @@ class Launch:
             self.info.cause = (
                 f"exited with code {_code_text(code)} while serving"
                 + (f", {served:.1f}s after it was ready" if served is not None else "")
-                + (f" (during {during})" if during else "")
+                + (f" (found by {during})" if during else "")
             )
         message = self._with_log(
             f"SGLang server {self.profile.name!r} ({self.info.launcher}, pid {self.info.pid}) "

@@ -138,13 +138,9 @@ class ServerPool:
         :raises SGLangError: its gate or launch failed, now or earlier in the session.
         """
         if name in self._ready:
-            running = self._running
-            if running is not None and running.profile.name == name:
-                died = running.check_alive(during)
-                if died is not None:
-                    self._ready.pop(name, None)
-                    self._failed[name] = died
-                    raise died
+            died = self._died(name, during)
+            if died is not None:
+                raise died
             return self._ready[name]
         if name in self._failed:
             raise _again(self._failed[name])
@@ -246,6 +242,10 @@ class ServerPool:
         if name in self._failed:
             failed = self._failed[name]
             return failed if isinstance(failed, ServerDied) else None
+        return self._died(name, during, wait)
+
+    def _died(self, name: str, during: str, wait: float = 0.0) -> ServerDied | None:
+        """Check a ready server; mark it failed and return the error if it is dead."""
         server = self._ready.get(name)
         if server is None:
             return None
@@ -263,18 +263,22 @@ class ServerPool:
         return died
 
     def _unreachable(self, server: SGLangServer, during: str) -> ServerDied | None:
+        # A refused connection is a server gone (a loopback connect costs microseconds); a
+        # slow network is not: a timeout leaves the verdict to the test's own requests.
         parts = urlsplit(server.url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
         try:
             with socket.create_connection((parts.hostname or "", port), timeout=2.0):
                 return None
-        except OSError as exc:
+        except (ConnectionRefusedError, ConnectionResetError) as exc:
             cause = exc.strerror or type(exc).__name__
+        except OSError:
+            return None
         return ServerDied(
             self.settings.redact(
                 f"SGLang server {server.name!r} at {server.url} no longer accepts connections "
                 f"({cause})"
-                + (f", found during {during}" if during else "")
+                + (f", found by {during}" if during else "")
                 + ": it died or was stopped after passing the readiness gate; check its host "
                 "and logs (an attached server is not restarted by the plugin)"
             ),

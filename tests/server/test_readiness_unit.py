@@ -11,7 +11,7 @@ import pytest
 
 from pytest_sglang.config.values import Expectation
 from pytest_sglang.errors import IdentityMismatch, SchemaMismatch, ServerNotReady
-from pytest_sglang.server.readiness import MAX_POLL_INTERVAL, ReadinessGate
+from pytest_sglang.server.readiness import MAX_POLL_INTERVAL, QUICK_PROBE_TIMEOUT, ReadinessGate
 from tests.fake_clock import FakeClock
 
 MODELS = {
@@ -278,3 +278,62 @@ def test_ready_200_but_health_generate_503_keeps_waiting() -> None:
         sleep=clock.sleep,
     ).wait()
     assert ready.readiness.phases["health"] >= 2.0
+
+
+# -- issue 18: redirects, probe flooding, quick probes while a launch is watched -------------
+
+
+def test_a_redirect_fails_at_once_naming_the_location() -> None:
+    # An http -> https ingress answering 307: the gate waited out its whole ready timeout.
+    clock = FakeClock()
+
+    def ingress(request: httpx.Request) -> httpx.Response:
+        location = f"https://sglang.example{request.url.path}"
+        return httpx.Response(307, headers={"Location": location})
+
+    with pytest.raises(ServerNotReady) as info:
+        gate(ingress, clock, timeout=600.0).wait()  # type: ignore[arg-type]
+    assert clock.now < 1.0
+    message = str(info.value)
+    assert info.value.phase == "health"
+    assert "GET /ready answered 307 redirecting to https://sglang.example/ready" in message
+    assert "give the URL the server answers at itself" in message
+
+
+def test_polls_back_off_so_a_long_warm_up_is_not_flooded() -> None:
+    # A 60 s warm-up: at a fixed 50 ms that was 1200 probes (and log lines), now ~250.
+    clock = FakeClock()
+    server = ScriptedServer(clock, ready_at=60.0)
+    gate(server, clock, timeout=120.0).wait()
+    polls = server.paths.count("/ready")
+    assert 60.0 / MAX_POLL_INTERVAL <= polls <= 60.0 / MAX_POLL_INTERVAL + 20, polls
+
+
+def test_a_watched_probe_before_the_first_answer_is_quick() -> None:
+    # Somebody else's listener holds the port and never answers; our server died. The
+    # watch (between probes) must run within seconds, not after a 30 s probe.
+    clock = FakeClock()
+    timeouts: list[float] = []
+
+    def silent(request: httpx.Request) -> httpx.Response:
+        timeout = request.extensions["timeout"]["read"]
+        timeouts.append(timeout)
+        clock.now += timeout
+        raise httpx.ReadTimeout("no answer", request=request)
+
+    def watch(phase: str, elapsed: float) -> None:
+        if elapsed > 2.0:
+            raise ServerNotReady("the process exited", phase=phase)
+
+    with pytest.raises(ServerNotReady, match="the process exited"):
+        gate(silent, clock, timeout=600.0, watch=watch).wait()  # type: ignore[arg-type]
+    assert timeouts and max(timeouts) <= QUICK_PROBE_TIMEOUT
+    assert clock.now < 5.0
+
+
+def test_failure_messages_are_redacted() -> None:
+    clock = FakeClock()
+    server = ScriptedServer(clock, models={"bad": "api_key='sk-leak-77'"})
+    with pytest.raises(SchemaMismatch) as info:
+        gate(server, clock, api_key="sk-leak-77").wait()
+    assert "sk-leak-77" not in str(info.value)
