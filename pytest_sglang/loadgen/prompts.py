@@ -80,19 +80,33 @@ def token_id_range(vocab_size: int | None) -> range:
     return range(min(16, vocab_size - 1), vocab_size)
 
 
+def _prefix_rng(workload: Workload, salt: str, index: int) -> random.Random:
+    # One generator per group and run: a group shares it, a repeat starts cold.
+    assert workload.prefix_groups is not None
+    return random.Random(f"{workload.seed}/{salt}/prefix/{index % workload.prefix_groups}")
+
+
 def token_ids(workload: Workload, salt: str, index: int) -> list[int]:
     """Return the ``workload.input_len`` prompt token ids of request ``index``.
 
     Every id is inside the vocabulary: ``workload.vocab_size`` when set, else one every
-    tokenizer has.
+    tokenizer has. A shared-prefix workload starts with its group's ``prefix_len`` ids.
     """
     ids = token_id_range(workload.vocab_size)
-    return _rng(workload, salt, index).choices(ids, k=workload.input_len)
+    if not workload.prefix_groups:
+        return _rng(workload, salt, index).choices(ids, k=workload.input_len)
+    prefix = _prefix_rng(workload, salt, index).choices(ids, k=workload.prefix_len)
+    rest = _rng(workload, salt, index).choices(ids, k=workload.input_len - workload.prefix_len)
+    return prefix + rest
 
 
 def chat_text(workload: Workload, salt: str, index: int) -> str:
     """Return the chat message of request ``index``: ``input_len`` single-token words."""
-    return " ".join(_rng(workload, salt, index).choices(WORDS, k=workload.input_len))
+    if not workload.prefix_groups:
+        return " ".join(_rng(workload, salt, index).choices(WORDS, k=workload.input_len))
+    prefix = _prefix_rng(workload, salt, index).choices(WORDS, k=workload.prefix_len)
+    rest = _rng(workload, salt, index).choices(WORDS, k=workload.input_len - workload.prefix_len)
+    return " ".join(prefix + rest)
 
 
 def request_body(

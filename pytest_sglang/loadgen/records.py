@@ -70,6 +70,10 @@ class RequestRecord:
     #: ``response_sent_to_client_ts``... as wall-clock timestamps of the server's machine.
     #: ``None`` when the server reported none (other endpoints, metrics off, other servers).
     server_times: dict[str, float] | None = None
+    #: Prompt tokens the server found in its prefix cache (``meta_info.cached_tokens``, or
+    #: ``usage.prompt_tokens_details.cached_tokens`` with ``--enable-cache-report``); ``None``
+    #: when it did not say.
+    cached_tokens: int | None = None
 
     @property
     def ok(self) -> bool:

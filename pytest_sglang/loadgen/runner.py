@@ -89,6 +89,7 @@ __all__ = [
     "DEFAULT_MAX_CONSECUTIVE_FAILURES",
     "DEFAULT_REQUEST_TIMEOUT",
     "DEFAULT_STALL_TIMEOUT",
+    "CacheFlushFailed",
     "LoadGenerator",
     "ServerStoppedAnswering",
     "run_blocking",
@@ -165,6 +166,10 @@ class ServerStoppedAnswering(SGLangError):
         self.unsent = unsent
 
 
+class CacheFlushFailed(SGLangError):
+    """The server did not empty its prefix cache when asked (``flush_cache``)."""
+
+
 class LoadGenerator:
     """Runs workloads against one server and returns a :class:`LoadRun` per load level.
 
@@ -192,6 +197,9 @@ class LoadGenerator:
     :param connect_timeout: seconds to open a connection.
     :param progress: called with ``(done, total, output_tokens, elapsed)`` at most every
         ``progress_interval`` seconds during a run, and once at its end.
+    :param flush_cache: empty the server's prefix cache (``POST /flush_cache``) before every
+        run, so no run finds prompts an earlier one left; a server that cannot flush raises
+        :class:`CacheFlushFailed`.
     :param shard: this generator's part of a run spread over several processes (set by
         :mod:`pytest_sglang.loadgen.workers`, which is how to run one; see there).
     """
@@ -210,6 +218,7 @@ class LoadGenerator:
         connect_timeout: float = 30.0,
         progress: ProgressCallback = no_progress,
         progress_interval: float = 1.0,
+        flush_cache: bool = False,
         shard: Shard | None = None,
     ) -> None:
         for name, value in (
@@ -246,12 +255,13 @@ class LoadGenerator:
         self._progress = progress
         self._progress_interval = progress_interval
         self._shard = shard
+        self.flush_cache = flush_cache
         #: What a worker process needs to build the same generator (picklable values only).
         self.options: dict[str, Any] = {
             "url": self.url, "headers": dict(self._headers), "model": model,
             "request_timeout": request_timeout, "stall_timeout": stall_timeout,
             "first_token_timeout": first_token_timeout, "connect_timeout": connect_timeout,
-            "max_consecutive_failures": max_consecutive_failures,
+            "max_consecutive_failures": max_consecutive_failures, "flush_cache": flush_cache,
         }  # fmt: skip
 
     # -- async API -------------------------------------------------------------------------
@@ -435,6 +445,8 @@ class LoadGenerator:
         ticker.start()
         watching = asyncio.create_task(watchdog.run()) if watchdog else None
         try:
+            if self.flush_cache and (self._shard is None or self._shard.index == 0):
+                await self._flush(state)
             if warm:
                 await self._closed(workload, warm, warmup_concurrency, state, warm_bodies)
             if self._shard is not None:
@@ -479,6 +491,17 @@ class LoadGenerator:
                 unsent,
             )
         return run
+
+    async def _flush(self, state: _RunState) -> None:
+        # ?timeout: SGLang 0.5.23 waits that long for running requests to finish first (as
+        # bench_serving asks); older releases ignore it and refuse with 400 while busy.
+        response = await state.client().post("/flush_cache", params={"timeout": 60})
+        if response.status_code != 200:
+            raise CacheFlushFailed(
+                f"POST {self.url}/flush_cache answered {response.status_code}: "
+                f"{response.text[:200]!r}; the server's prefix cache could not be emptied "
+                "before the run (drop flush_cache, or let the server go idle first)"
+            )
 
     async def _closed(
         self,

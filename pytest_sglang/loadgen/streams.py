@@ -256,6 +256,7 @@ class _OpenAIStreamParser(StreamParser):
         prompt = _int_or_none(usage.get("prompt_tokens"))
         if prompt is not None:
             self.record.prompt_tokens = prompt
+        _read_cached(self.record, usage)
 
     def _settle_counts(self) -> None:
         record = self.record
@@ -338,6 +339,7 @@ def parse_body(endpoint: str, record: RequestRecord, body: bytes) -> None:
     if isinstance(usage, dict):
         record.output_tokens_server = _int_or_none(usage.get("completion_tokens"))
         record.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
+        _read_cached(record, usage)
     choices = data.get("choices")
     if choices and isinstance(choices[0], dict):
         finish = choices[0].get("finish_reason")
@@ -403,12 +405,24 @@ def _error_message(data: dict[str, Any]) -> str | None:
     return None
 
 
+def _read_cached(record: RequestRecord, usage: dict[str, Any]) -> None:
+    """Read OpenAI ``usage.prompt_tokens_details.cached_tokens`` (null without cache reports)."""
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict):
+        cached = _int_or_none(details.get("cached_tokens"))
+        if cached is not None:
+            record.cached_tokens = cached
+
+
 def _read_final_meta(
     record: RequestRecord, meta: dict[str, Any], finish: Any, fail: Callable[[str], None]
 ) -> None:
     """Read what the final native ``meta_info`` carries: counts, spec stats, finish reason."""
     record.output_tokens_server = _int_or_none(meta.get("completion_tokens"))
     record.spec_verify_ct = _int_or_none(meta.get("spec_verify_ct"))
+    cached = _int_or_none(meta.get("cached_tokens"))
+    if cached is not None:
+        record.cached_tokens = cached
     if isinstance(finish, dict):
         kind = finish.get("type")
         record.finish_reason = None if kind is None else str(kind)

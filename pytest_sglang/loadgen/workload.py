@@ -95,6 +95,12 @@ class Workload:
         ``sglang_server.vocab_size``): prompt token ids are drawn from
         ``[1000, min(vocab_size, 30000))``. ``None`` (the default): from ids 16-255, which every
         tokenizer has. Never an id the model does not have: one crashes a real SGLang server.
+    :param prefix_groups: shared-prefix workload (bench_serving's generated-shared-prefix):
+        request ``i`` belongs to group ``i % prefix_groups``, and every request of a group
+        starts with the same ``prefix_len`` tokens (then its own). The server's prefix cache
+        can serve all but each group's first request from the shared prefix:
+        :meth:`expected_cache_hit_ratio` is what that construction implies.
+    :param prefix_len: the shared prefix's tokens (``1 <= prefix_len < input_len``).
     """
 
     input_len: int
@@ -108,6 +114,8 @@ class Workload:
     stream: bool = True
     requests_per_slot: int | None = None
     vocab_size: int | None = None
+    prefix_groups: int | None = None
+    prefix_len: int = 0
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len", "requests"):
@@ -158,6 +166,18 @@ class Workload:
                 f"served model's vocabulary size, an integer >= 2, got {self.vocab_size!r}; "
                 "e.g. vocab_size=sglang_server.vocab_size"
             )
+        if self.prefix_groups is not None or self.prefix_len:
+            groups, length = self.prefix_groups, self.prefix_len
+            if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
+                raise ValueError(
+                    f"Workload.prefix_groups must be an integer >= 1 with prefix_len, got "
+                    f"{groups!r}; e.g. Workload(..., prefix_groups=8, prefix_len=512)"
+                )
+            if not isinstance(length, int) or not 1 <= length < self.input_len:
+                raise ValueError(
+                    f"Workload.prefix_len must be an integer in [1, input_len), got {length!r} "
+                    f"for input_len {self.input_len}"
+                )
         if not isinstance(self.stream, bool):
             raise ValueError(f"Workload.stream must be True or False, got {self.stream!r}")
         object.__setattr__(self, "extra", _frozen_extra(self.extra))
@@ -175,6 +195,19 @@ class Workload:
     def for_vocabulary(self, vocab_size: int | None) -> Workload:
         """Return this workload with prompt ids inside a ``vocab_size``-token vocabulary."""
         return dataclasses.replace(self, vocab_size=vocab_size)
+
+    def expected_cache_hit_ratio(self) -> float:
+        """Return the prefix-cache hit ratio the shared-prefix construction implies.
+
+        Every request but each group's first finds its group's prefix cached:
+        ``(requests - groups) / requests * prefix_len / input_len`` (0 without a shared
+        prefix). Requests of one group sent together before the first is prefilled miss too:
+        keep the concurrency below ``prefix_groups`` to see exactly this.
+        """
+        if not self.prefix_groups:
+            return 0.0
+        groups = min(self.prefix_groups, self.requests)
+        return (self.requests - groups) / self.requests * self.prefix_len / self.input_len
 
     def warmup_for(self, concurrency: int) -> int:
         """Return the warm-up request count for a run at ``concurrency`` requests in flight."""
@@ -197,6 +230,11 @@ class Workload:
             # Only when set: the keys of workloads without them stay what they were.
             **({"requests_per_slot": self.requests_per_slot} if self.requests_per_slot else {}),
             **({"vocab_size": self.vocab_size} if self.vocab_size is not None else {}),
+            **(
+                {"prefix_groups": self.prefix_groups, "prefix_len": self.prefix_len}
+                if self.prefix_groups
+                else {}
+            ),
         }
 
     @classmethod

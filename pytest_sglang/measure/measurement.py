@@ -63,6 +63,9 @@ class Measurement:
     #: The load generator's own CPU (cores) and event-loop lag during the measured requests.
     client_cpu_fraction: float | None = None
     loop_lag_p99: float | None = None
+    #: Prompt tokens served from the server's prefix cache / all prompt tokens, over the
+    #: completed requests that reported it (``None``: none did).
+    cache_hit_ratio: float | None = None
     records: tuple[RequestRecord, ...] = field(default=(), repr=False, compare=False)
     warmup_records: tuple[RequestRecord, ...] = field(default=(), repr=False, compare=False)
 
@@ -154,7 +157,7 @@ _SCALAR_FIELDS = (
     "acceptance_length",
     "realised_concurrency",
 )
-_OPTIONAL_FIELDS = ("client_cpu_fraction", "loop_lag_p99")
+_OPTIONAL_FIELDS = ("client_cpu_fraction", "loop_lag_p99", "cache_hit_ratio")
 
 
 def measure(run: LoadRun) -> Measurement:
@@ -213,6 +216,7 @@ def measure(run: LoadRun) -> Measurement:
         realised_concurrency=realised,
         client_cpu_fraction=None if run.client is None else run.client.cpu_fraction,
         loop_lag_p99=None if run.client is None else run.client.lag_p99,
+        cache_hit_ratio=_cache_hit_ratio(done),
         errors=tuple(Counter(r.error for r in records if r.error).most_common(ERROR_SAMPLES)),
         checks=run_checks(run, records, done, duration, realised, max(e2es, default=0.0)),
         records=records,
@@ -232,3 +236,10 @@ def _acceptance_length(done: Sequence[RequestRecord]) -> float | None:
         return None
     verify = sum(r.spec_verify_ct or 0 for r in spec)
     return sum(r.output_tokens_server or 0 for r in spec) / verify
+
+
+def _cache_hit_ratio(done: Sequence[RequestRecord]) -> float | None:
+    reported = [r for r in done if r.cached_tokens is not None and r.prompt_tokens]
+    if not reported:
+        return None
+    return sum(r.cached_tokens or 0 for r in reported) / sum(r.prompt_tokens or 0 for r in reported)

@@ -139,6 +139,14 @@ METRICS: Mapping[str, MetricSpec] = MappingProxyType(
                 "sum(e2e of all measured requests) / window",
             ),
             _spec(
+                "cache_hit_ratio",
+                "fraction",
+                None,
+                "scalar",
+                "prompt tokens served from the server's prefix cache / all prompt tokens, over "
+                "the completed requests that reported cached_tokens",
+            ),
+            _spec(
                 "client_cpu_fraction",
                 "cores",
                 None,

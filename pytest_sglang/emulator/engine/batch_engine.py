@@ -239,7 +239,9 @@ class BatchEngine:
             yield TokenChunk((), finish=FinishReason("length", length=limit))
             return
         handle = _Handle(request, limit, natural, received)
-        seq = SeqState(max(1, len(request.input_ids)), target, owner=handle)
+        seq = SeqState(
+            max(1, len(request.input_ids)), target, owner=handle, cached=request.cached_tokens
+        )
         handle.seq = seq
         self._handles.add(handle)
         self.scheduler.submit(seq)

@@ -44,15 +44,20 @@ WAITING, RUNNING, DONE = 0, 1, 2
 class SeqState:
     """One request inside the scheduler: prompt progress, tokens produced, verify count."""
 
-    __slots__ = ("input_len", "owner", "prefilled", "produced", "state", "target", "verify_ct")
+    __slots__ = (
+        "cached", "input_len", "owner", "prefilled", "produced", "state", "target", "verify_ct",
+    )  # fmt: skip
 
-    def __init__(self, input_len: int, target: int, owner: object = None) -> None:
+    def __init__(self, input_len: int, target: int, owner: object = None, cached: int = 0) -> None:
         if input_len < 1 or target < 1:
             raise ValueError(f"need input_len >= 1 and target >= 1, got {input_len}, {target}")
         self.input_len = input_len
         #: Tokens to generate in all (the request finishes when ``produced`` reaches it).
         self.target = target
-        self.prefilled = 0
+        #: Prompt tokens found in the prefix cache: already in the KV cache (shared, so not
+        #: this request's), never prefilled; SGLang always computes the last prompt token.
+        self.cached = max(0, min(cached, input_len - 1))
+        self.prefilled = self.cached
         self.produced = 0
         self.verify_ct = 0
         self.state = WAITING
@@ -61,8 +66,8 @@ class SeqState:
 
     @property
     def kv_tokens(self) -> int:
-        """Tokens this request holds in the KV cache."""
-        return self.prefilled + self.produced
+        """Tokens this request holds in the KV cache (its cached prefix is shared)."""
+        return self.prefilled - self.cached + self.produced
 
 
 @dataclass
@@ -177,16 +182,17 @@ class BatchScheduler:
         while self.waiting and budget > 0 and len(self.running) < self.max_running:
             seq = self.waiting[0]
             # Admit only what fits the KV cache, but never leave the server idle.
-            if seq.input_len > free_kv and self.running:
+            fresh = seq.input_len - seq.prefilled
+            if fresh > free_kv and self.running:
                 break
             self.waiting.popleft()
             seq.state = RUNNING
             self.running.append(seq)
-            take = min(seq.input_len, budget)
+            take = min(fresh, budget)
             seqs.append(seq)
             chunks.append(take)
             budget -= take
-            free_kv -= seq.input_len
+            free_kv -= fresh
         if not seqs:
             return None
         tokens = sum(chunks)

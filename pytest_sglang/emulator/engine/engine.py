@@ -39,6 +39,8 @@ class GenerationRequest:
     ignore_eos: bool = False
     temperature: float = 1.0
     log_metrics: bool = True
+    #: Prompt tokens found in the prefix cache (the batch engine does not prefill them).
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True)

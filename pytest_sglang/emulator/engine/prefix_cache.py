@@ -5,8 +5,8 @@ serves the longest cached prefix of a new prompt, always recomputing at least th
 last token; ``meta_info.cached_tokens`` is that match (``cached_tokens_details`` is set when
 it is not 0). The emulator keeps the same token-id trie, bounded by the KV capacity: when it
 would hold more tokens than that, it is emptied (SGLang evicts least-recently-used leaves;
-emptying is cruder but keeps the bound). It changes what the responses report, not the
-emulated timing.
+emptying is cruder but keeps the bound). Hits cut prefill time as in SGLang: the batch
+engine prefills only the prompt tokens after the cached prefix.
 """
 
 from __future__ import annotations

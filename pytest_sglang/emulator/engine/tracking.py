@@ -11,6 +11,7 @@ responses from it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
@@ -102,7 +103,9 @@ class RequestRun:
         pending: list[int] = []
         last_chunk_at = self.created
         self.dispatched_ts = time.time()
-        async with aclosing(self._engine.generate(self.request)) as chunks:
+        # A cached prefix is not prefilled again: the engine computes only the rest.
+        request = dataclasses.replace(self.request, cached_tokens=self.cached_tokens)
+        async with aclosing(self._engine.generate(request)) as chunks:
             async for chunk in chunks:
                 now = time.perf_counter()
                 self._absorb(chunk, now, last_chunk_at)
@@ -154,6 +157,10 @@ class RequestRun:
         count = len(chunk.token_ids)
         if count and self.first_token_at is None:
             self.first_token_at = now
+            if self._cache is not None:
+                # The prompt's KV is cached once prefilled (SGLang's cache_unfinished_req), so
+                # requests sharing its prefix hit it before this one finishes.
+                self._cache.insert(self.request.input_ids)
         elif count and self.request.log_metrics:
             self._stats.itl.observe((now - last_chunk_at) / count, times=count)
         self.output_ids.extend(chunk.token_ids)
