@@ -197,6 +197,9 @@ class LoadGenerator:
     :param connect_timeout: seconds to open a connection.
     :param progress: called with ``(done, total, output_tokens, elapsed)`` at most every
         ``progress_interval`` seconds during a run, and once at its end.
+    :param before_measured: called (on a worker thread) once the warm-up is over, right before
+        the measured requests: where a caller takes its "before" readings (``/metrics``,
+        GPU telemetry) so that they cover the measured requests only.
     :param flush_cache: empty the server's prefix cache (``POST /flush_cache``) before every
         run, so no run finds prompts an earlier one left; a server that cannot flush raises
         :class:`CacheFlushFailed`.
@@ -219,6 +222,7 @@ class LoadGenerator:
         progress: ProgressCallback = no_progress,
         progress_interval: float = 1.0,
         flush_cache: bool = False,
+        before_measured: Callable[[], object] | None = None,
         shard: Shard | None = None,
     ) -> None:
         for name, value in (
@@ -256,6 +260,7 @@ class LoadGenerator:
         self._progress_interval = progress_interval
         self._shard = shard
         self.flush_cache = flush_cache
+        self._before_measured = before_measured
         #: What a worker process needs to build the same generator (picklable values only).
         self.options: dict[str, Any] = {
             "url": self.url, "headers": dict(self._headers), "model": model,
@@ -453,6 +458,8 @@ class LoadGenerator:
                 state.client()  # built now: the first measured request must not wait for it
                 # Every process finished its warm-up: the measured requests start together.
                 state.origin = await asyncio.to_thread(self._shard.sync)
+            if state.aborted is None and self._before_measured is not None:
+                await asyncio.to_thread(self._before_measured)
             if state.aborted is None:
                 # The client's own load, over the measured requests only.
                 monitor = ClientMonitor()

@@ -19,6 +19,7 @@ instead of several kilobytes of Python objects, rebuilt as records on access.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import time
@@ -36,6 +37,7 @@ from pytest_sglang.report.entries import MeasurementBody, Schedule
 if TYPE_CHECKING:
     from pytest_sglang.errors import SGLangError
     from pytest_sglang.loadgen.runner import LoadGenerator
+    from pytest_sglang.measure.server_metrics import MetricsSnapshot
     from pytest_sglang.server.handle import SGLangServer
     from pytest_sglang.server.pool import ServerPool
 
@@ -703,7 +705,10 @@ class Bench:
         last[0] = time.monotonic()
         from pytest_sglang.loadgen.runner import ServerStoppedAnswering
 
-        generator = load_generator_for(server, progress=progress, **self._options)
+        counters = _CounterScrapes(server)
+        generator = load_generator_for(
+            server, progress=progress, before_measured=counters.before, **self._options
+        )
         stopped: ServerStoppedAnswering | None = None
         try:
             run = generator.run_closed_loop(
@@ -712,6 +717,8 @@ class Bench:
         except ServerStoppedAnswering as exc:
             stopped, run = exc, exc.run
         measurement = measure(run)
+        if stopped is None:
+            measurement = dataclasses.replace(measurement, server_counters=counters.delta())
         del run, generator
         if measurement.failed or stopped is not None:
             self._check_server(server, measurement, gave_up=stopped is not None)
@@ -760,6 +767,42 @@ class Bench:
                 exit_code=died.exit_code,
             ),
         )
+
+
+class _CounterScrapes:
+    """The server's ``/metrics`` around a run's measured requests (when it serves them)."""
+
+    def __init__(self, server: SGLangServer) -> None:
+        self.server = server
+        self._before: MetricsSnapshot | None = None
+
+    def _scrape(self) -> MetricsSnapshot | None:
+        import httpx
+
+        from pytest_sglang.measure.server_metrics import scrape
+
+        try:
+            return scrape(self.server.url, self.server.headers)
+        except (httpx.HTTPError, ValueError):
+            return None  # no metrics: the client's figures stand alone
+
+    def before(self) -> None:
+        """Take the reading before the measured requests."""
+        self._before = self._scrape()
+
+    def delta(self) -> dict[str, Any] | None:
+        """Return what the server counted since :meth:`before`, or None."""
+        from pytest_sglang.measure.server_metrics import delta
+
+        if self._before is None:
+            return None
+        after = self._scrape()
+        if after is None:
+            return None
+        try:
+            return delta(self._before, after).as_dict()
+        except ValueError:
+            return None  # restarted, or not SGLang's counters: nothing to say
 
 
 def load_generator_for(server: SGLangServer, **options: Any) -> LoadGenerator:

@@ -66,6 +66,9 @@ class Measurement:
     #: Prompt tokens served from the server's prefix cache / all prompt tokens, over the
     #: completed requests that reported it (``None``: none did).
     cache_hit_ratio: float | None = None
+    #: What the server itself counted over the measured requests (``/metrics`` deltas,
+    #: :mod:`pytest_sglang.measure.server_metrics`), when it serves metrics.
+    server_counters: dict[str, Any] | None = None
     records: tuple[RequestRecord, ...] = field(default=(), repr=False, compare=False)
     warmup_records: tuple[RequestRecord, ...] = field(default=(), repr=False, compare=False)
 
@@ -157,7 +160,7 @@ _SCALAR_FIELDS = (
     "acceptance_length",
     "realised_concurrency",
 )
-_OPTIONAL_FIELDS = ("client_cpu_fraction", "loop_lag_p99", "cache_hit_ratio")
+_OPTIONAL_FIELDS = ("client_cpu_fraction", "loop_lag_p99", "cache_hit_ratio", "server_counters")
 
 
 def measure(run: LoadRun) -> Measurement:

@@ -105,3 +105,27 @@ def test_stall_timeout_option_bounds_a_stalled_measurement(
         ["sglang: request-timeout: 600s (from default); stall-timeout: 0.5s "
          "(from --sglang-stall-timeout on the command line)"]
     )  # fmt: skip
+
+
+COUNTERS = """
+from pytest_sglang import Workload
+
+def test_counters(sglang_bench):
+    result = sglang_bench("a", Workload(input_len=8, output_len=4, requests=6, warmup=3), 2, 2)
+    for run in result.runs:
+        # The server's own counts cover the measured requests only, not the warm-up.
+        assert run.server_counters is not None
+        assert run.server_counters["requests"] == 6
+        assert run.server_counters["generation_tokens"] == 24
+"""
+
+
+def test_bench_reads_the_servers_own_counters(
+    pytester: pytest.Pytester, start_emulator: Start
+) -> None:
+    emulator = start_emulator("--enable-metrics")
+    pytester.makepyfile(COUNTERS)
+    result = pytester.runpytest(f"--sglang-url=a={emulator.url}", "--sglang-report=r.json")
+    result.assert_outcomes(passed=1)
+    report = json.loads(Path(pytester.path, "r.json").read_text())
+    assert report["measurements"][0]["runs"][0]["server_counters"]["requests"] == 6
