@@ -41,6 +41,7 @@ __all__ = [
     "SmiTelemetry",
     "TelemetryReader",
     "TelemetrySampler",
+    "make_reader",
 ]
 
 #: NVML clock-event reasons (``nvmlClocksEventReason*``) that mean the GPU was held back;
@@ -428,3 +429,15 @@ def _integrate(series: Sequence[GpuSample]) -> float | None:
     if len(points) < 2:
         return None
     return sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in itertools.pairwise(points))
+
+
+def make_reader(*, host: str | None, fake_dir: Path | None) -> TelemetryReader:
+    """Return the reader the settings ask for: fake, nvidia-smi over ssh, or NVML.
+
+    :raises GpuUnavailable: with the reason when it cannot work here.
+    """
+    if fake_dir is not None:
+        return FakeTelemetry(fake_dir)
+    if host is not None:
+        return SmiTelemetry(host)
+    return NvmlTelemetry()

@@ -36,6 +36,7 @@ from pytest_sglang.report.entries import MeasurementBody, Schedule
 
 if TYPE_CHECKING:
     from pytest_sglang.errors import SGLangError
+    from pytest_sglang.gpu.telemetry import TelemetryReader, TelemetrySampler
     from pytest_sglang.loadgen.runner import LoadGenerator
     from pytest_sglang.measure.server_metrics import MetricsSnapshot
     from pytest_sglang.server.handle import SGLangServer
@@ -455,6 +456,8 @@ class Bench:
         self._on_failure = failure
         # Servers whose cap was already pointed out (one note per server and level).
         self._noted: set[tuple[str, int]] = set() if shared is None else shared._noted
+        # GPU telemetry during runs: one reader per session, made on first use.
+        self._gpu: _GpuTelemetry = _GpuTelemetry(pool) if shared is None else shared._gpu
 
     def with_recorder(
         self,
@@ -706,8 +709,15 @@ class Bench:
         from pytest_sglang.loadgen.runner import ServerStoppedAnswering
 
         counters = _CounterScrapes(server)
+        sampler = self._gpu.sampler(server)
+
+        def before_measured() -> None:
+            counters.before()
+            if sampler is not None:
+                sampler.start()
+
         generator = load_generator_for(
-            server, progress=progress, before_measured=counters.before, **self._options
+            server, progress=progress, before_measured=before_measured, **self._options
         )
         stopped: ServerStoppedAnswering | None = None
         try:
@@ -716,9 +726,14 @@ class Bench:
             )
         except ServerStoppedAnswering as exc:
             stopped, run = exc, exc.run
+        finally:
+            if sampler is not None and sampler.started_at:
+                sampler.stop()
         measurement = measure(run)
         if stopped is None:
             measurement = dataclasses.replace(measurement, server_counters=counters.delta())
+        if sampler is not None and sampler.started_at:
+            measurement = _with_telemetry(measurement, sampler)
         del run, generator
         if measurement.failed or stopped is not None:
             self._check_server(server, measurement, gave_up=stopped is not None)
@@ -767,6 +782,51 @@ class Bench:
                 exit_code=died.exit_code,
             ),
         )
+
+
+class _GpuTelemetry:
+    """The session's GPU telemetry reader (or why there is none), made on first use."""
+
+    def __init__(self, pool: ServerPool) -> None:
+        self.pool = pool
+        self._reader: TelemetryReader | None = None
+        self._tried = False
+
+    def sampler(self, server: SGLangServer) -> TelemetrySampler | None:
+        """Return a sampler of ``server``'s GPUs for one run, or None where none is read."""
+        from pytest_sglang.errors import GpuUnavailable
+        from pytest_sglang.gpu.telemetry import TelemetrySampler, make_reader
+
+        settings = self.pool.settings
+        if not self._tried:
+            self._tried = True
+            # The emulator holds no GPU unless it simulates them in a fake directory.
+            emulated = settings.launcher.value == "emulator" and settings.gpu_fake.value is None
+            if not emulated or settings.servers:
+                try:
+                    self._reader = make_reader(
+                        host=settings.gpu_host.value, fake_dir=settings.gpu_fake.value
+                    )
+                except GpuUnavailable:
+                    self._reader = None
+        if self._reader is None:
+            return None
+        # A launched server's GPUs are known by UUID; an attached one's are all of them.
+        uuids = tuple(server.launch.gpus) if server.launch is not None else ()
+        pid = server.launch.pid if server.launch is not None else None
+        pids = frozenset({pid}) if pid else frozenset()
+        return TelemetrySampler(self._reader, uuids, allowed_pids=pids)
+
+
+def _with_telemetry(measurement: Measurement, sampler: TelemetrySampler) -> Measurement:
+    from pytest_sglang.measure.checks import telemetry_checks
+
+    summary = sampler.summary()
+    return dataclasses.replace(
+        measurement,
+        gpu_telemetry=summary.as_dict(measurement.output_tokens),
+        checks=measurement.checks + telemetry_checks(summary),
+    )
 
 
 class _CounterScrapes:

@@ -49,6 +49,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_sglang.gpu.telemetry import RunTelemetry
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.workload import Workload
 
@@ -340,3 +341,35 @@ def _check_client(run: LoadRun, done: Sequence[RequestRecord]) -> Check:
             "over processes (processes=N) or hosts"
         )
     return Check("client_bound", not bound, detail)
+
+
+def telemetry_checks(gpu: RunTelemetry) -> tuple[Check, ...]:
+    """Return the checks of what the GPUs did during a run (``pytest_sglang.gpu.telemetry``)."""
+    if gpu.samples == 0:
+        return (Check("gpu_throttled", None, "no GPU telemetry was read"),)
+    throttled = Check(
+        "gpu_throttled",
+        gpu.throttled_fraction == 0,
+        "no GPU throttled"
+        if gpu.throttled_fraction == 0
+        else f"GPUs throttled in {gpu.throttled_fraction:.0%} of the samples "
+        f"({', '.join(gpu.throttle_reasons)}): the server ran below its clocks, so its figures "
+        "are not its capacity",
+    )
+    foreign = Check(
+        "gpu_foreign_process",
+        not gpu.foreign_pids,
+        "no other process appeared on the server's GPUs"
+        if not gpu.foreign_pids
+        else f"processes {', '.join(map(str, gpu.foreign_pids))} appeared on the server's GPUs "
+        "during the run and shared them",
+    )
+    errors = gpu.new_xid_errors + gpu.new_ecc_errors
+    hardware = Check(
+        "gpu_errors",
+        errors == 0,
+        "no new XID or ECC errors"
+        if errors == 0
+        else f"{gpu.new_xid_errors} XID and {gpu.new_ecc_errors} ECC errors during the run",
+    )
+    return (throttled, foreign, hardware)

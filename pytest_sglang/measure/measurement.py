@@ -69,6 +69,9 @@ class Measurement:
     #: What the server itself counted over the measured requests (``/metrics`` deltas,
     #: :mod:`pytest_sglang.measure.server_metrics`), when it serves metrics.
     server_counters: dict[str, Any] | None = None
+    #: What the server's GPUs did during the measured requests (energy per token, power,
+    #: throttling...; :class:`~pytest_sglang.gpu.telemetry.RunTelemetry`), when readable.
+    gpu_telemetry: dict[str, Any] | None = None
     records: tuple[RequestRecord, ...] = field(default=(), repr=False, compare=False)
     warmup_records: tuple[RequestRecord, ...] = field(default=(), repr=False, compare=False)
 
@@ -160,7 +163,13 @@ _SCALAR_FIELDS = (
     "acceptance_length",
     "realised_concurrency",
 )
-_OPTIONAL_FIELDS = ("client_cpu_fraction", "loop_lag_p99", "cache_hit_ratio", "server_counters")
+_OPTIONAL_FIELDS = (
+    "client_cpu_fraction",
+    "loop_lag_p99",
+    "cache_hit_ratio",
+    "server_counters",
+    "gpu_telemetry",
+)
 
 
 def measure(run: LoadRun) -> Measurement:

@@ -129,3 +129,37 @@ def test_bench_reads_the_servers_own_counters(
     result.assert_outcomes(passed=1)
     report = json.loads(Path(pytester.path, "r.json").read_text())
     assert report["measurements"][0]["runs"][0]["server_counters"]["requests"] == 6
+
+
+TELEMETRY = """
+import pytest
+from pytest_sglang import Workload
+
+@pytest.mark.sglang_profile("fake")
+def test_energy(sglang_bench):
+    result = sglang_bench("fake", Workload(input_len=16, output_len=32, requests=16), 4, 2)
+    for run in result.runs:
+        gpu = run.gpu_telemetry
+        assert gpu is not None and gpu["energy_source"] == "counter"
+        assert gpu["energy_per_token_j"] > 0 and gpu["mean_power_w"] > 100
+        assert run.check("gpu_throttled").passed is True
+        assert run.check("gpu_foreign_process").passed is True
+"""
+
+
+def test_bench_samples_the_gpus_during_each_run(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    from pytest_sglang.gpu.probes import write_fake_gpus
+
+    gpus = tmp_path / "gpus"
+    write_fake_gpus(gpus, 2)
+    pytester.makepyprojecttoml("""
+        [tool.pytest-sglang.profiles.fake]
+        model-path = "fake/model"
+        tp = 2
+        args = ["--emulator-load-time", "0", "--emulator-warmup-time", "0",
+                "--emulator-health-probe-time", "0", "--emulator-engine", "batch",
+                "--emulator-speedup", "20"]
+    """)
+    pytester.makepyfile(TELEMETRY)
+    result = pytester.runpytest("--sglang-launcher=emulator", f"--sglang-gpu-fake={gpus}")
+    result.assert_outcomes(passed=1)
