@@ -124,13 +124,13 @@ class RealServers:
             self._shared.stop()
             self._shared = None
 
-    def close(self) -> None:
-        """Stop everything this session started; release the lock."""
-        for run in self.launches:
-            run.stop()
+    def close(self) -> list[int]:
+        """Stop everything this session started; release the lock; return pids left."""
+        left = [pid for run in self.launches for pid in run.stop().left]
         if self._lock is not None:
             self._lock.close()
             self._lock = None
+        return left
 
 
 @pytest.fixture(scope="session")
@@ -140,7 +140,9 @@ def real_servers(tier: Tier, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     try:
         yield servers
     finally:
-        servers.close()
+        left = servers.close()
+    # Teardown leaves nothing: every pid seen in the servers' process groups is gone.
+    assert not left, f"processes left after stopping the real servers: {left}"
 
 
 @pytest.fixture

@@ -96,6 +96,7 @@ def test_attach_gate_bench_metrics_report(
     (verdict,) = report["verdicts"]
     assert "real" in verdict["evidence"]["ttft_breakdown"]
     result.stdout.fnmatch_lines(["*TTFT split, real: p50 * ms = queue * + prefill * + rest *"])
+    print("\n".join(line for line in result.stdout.lines if "TTFT split" in line))  # noqa: T201
 
 
 def test_gate_names_the_effective_value_when_the_expectation_is_wrong(

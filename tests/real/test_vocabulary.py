@@ -124,7 +124,8 @@ def test_small_vocabulary_server_survives_the_plugins_workloads(
             real_exit = _wait_exit(real)
             real_log = real.log_path.read_text(errors="replace")
         finally:
-            real.stop()
+            stopped = real.stop()
+    assert not stopped.left, stopped  # the crashed server left no process behind
     port = realserver.free_port()
     emulator = realserver.start(
         "emulator", realserver.emulator_command(real.command, port), port, tmp_path
