@@ -93,19 +93,21 @@ def token_ids(workload: Workload, salt: str, index: int) -> list[int]:
     tokenizer has. A shared-prefix workload starts with its group's ``prefix_len`` ids.
     """
     ids = token_id_range(workload.vocab_size)
+    length = workload.lengths(salt, index)[0]
     if not workload.prefix_groups:
-        return _rng(workload, salt, index).choices(ids, k=workload.input_len)
+        return _rng(workload, salt, index).choices(ids, k=length)
     prefix = _prefix_rng(workload, salt, index).choices(ids, k=workload.prefix_len)
-    rest = _rng(workload, salt, index).choices(ids, k=workload.input_len - workload.prefix_len)
+    rest = _rng(workload, salt, index).choices(ids, k=length - workload.prefix_len)
     return prefix + rest
 
 
 def chat_text(workload: Workload, salt: str, index: int) -> str:
     """Return the chat message of request ``index``: ``input_len`` single-token words."""
+    length = workload.lengths(salt, index)[0]
     if not workload.prefix_groups:
-        return " ".join(_rng(workload, salt, index).choices(WORDS, k=workload.input_len))
+        return " ".join(_rng(workload, salt, index).choices(WORDS, k=length))
     prefix = _prefix_rng(workload, salt, index).choices(WORDS, k=workload.prefix_len)
-    rest = _rng(workload, salt, index).choices(WORDS, k=workload.input_len - workload.prefix_len)
+    rest = _rng(workload, salt, index).choices(WORDS, k=length - workload.prefix_len)
     return " ".join(prefix + rest)
 
 
@@ -119,7 +121,7 @@ def request_body(
     extra = dict(workload.extra)
     if workload.endpoint == "generate":
         sampling = {
-            "max_new_tokens": workload.output_len,
+            "max_new_tokens": workload.lengths(salt, index)[1],
             "ignore_eos": True,
             "temperature": workload.temperature,
             **extra.pop("sampling_params", {}),
@@ -137,7 +139,7 @@ def request_body(
         body["messages"] = [{"role": "user", "content": chat_text(workload, salt, index)}]
     # max_tokens rather than chat's newer max_completion_tokens: every SGLang release has it.
     body.update(
-        max_tokens=workload.output_len,
+        max_tokens=workload.lengths(salt, index)[1],
         ignore_eos=True,
         temperature=workload.temperature,
         stream=workload.stream,

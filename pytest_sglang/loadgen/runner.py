@@ -431,8 +431,8 @@ class LoadGenerator:
         max_concurrency: int | None = None,
         repeat: int = 0,
     ) -> LoadRun:
-        warm = _records(workload, warmup, warmup=True)
-        main = _records(workload, workload.requests, warmup=False)
+        warm = _records(workload, warmup, warmup=True, salt=salt + "/warmup")
+        main = _records(workload, workload.requests, warmup=False, salt=salt + "/measured")
         # Bodies are encoded before the run, so JSON encoding of long prompts is not on the
         # timed path between one request's end and the next one's send.
         warm_bodies = encoded_bodies(workload, salt + "/warmup", len(warm), model=self.model)
@@ -794,13 +794,15 @@ class _RetryFailed(Exception):
     """The retry on a fresh connection failed too; the message names both failures."""
 
 
-def _records(workload: Workload, count: int, *, warmup: bool) -> list[RequestRecord]:
-    return [
-        RequestRecord(
-            index=i, warmup=warmup, input_len=workload.input_len, output_len=workload.output_len
+def _records(workload: Workload, count: int, *, warmup: bool, salt: str) -> list[RequestRecord]:
+    # Each record keeps its own requested lengths (a length distribution draws them).
+    records = []
+    for i in range(count):
+        input_len, output_len = workload.lengths(salt, i)
+        records.append(
+            RequestRecord(index=i, warmup=warmup, input_len=input_len, output_len=output_len)
         )
-        for i in range(count)
-    ]
+    return records
 
 
 def _check_count(name: str, value: object) -> None:

@@ -32,10 +32,13 @@ from ``[1000, min(vocab_size, 30000))``; without it from ids 16-255, which every
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, get_args
 
@@ -101,6 +104,14 @@ class Workload:
         can serve all but each group's first request from the shared prefix:
         :meth:`expected_cache_hit_ratio` is what that construction implies.
     :param prefix_len: the shared prefix's tokens (``1 <= prefix_len < input_len``).
+    :param range_ratio: length distribution as bench_serving's ``random`` dataset: each
+        request's input and output lengths are drawn uniformly from
+        ``[max(1, int(len * range_ratio)), len]`` (seeded, the same for every server; a repeat
+        draws anew). ``None``: every request has exactly ``input_len`` and ``output_len``.
+    :param lengths_file: an empirical length distribution: a text file of ``INPUT OUTPUT``
+        token counts, one pair a line (comma or space separated, ``#`` comments), e.g. taken
+        from production logs; each request draws a pair (seeded), capped at ``input_len`` and
+        ``output_len``.
     """
 
     input_len: int
@@ -116,6 +127,8 @@ class Workload:
     vocab_size: int | None = None
     prefix_groups: int | None = None
     prefix_len: int = 0
+    range_ratio: float | None = None
+    lengths_file: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len", "requests"):
@@ -166,6 +179,19 @@ class Workload:
                 f"served model's vocabulary size, an integer >= 2, got {self.vocab_size!r}; "
                 "e.g. vocab_size=sglang_server.vocab_size"
             )
+        if self.range_ratio is not None and (
+            isinstance(self.range_ratio, bool)
+            or not isinstance(self.range_ratio, (int, float))
+            or not 0 < self.range_ratio <= 1
+        ):
+            raise ValueError(
+                f"Workload.range_ratio must be in (0, 1], got {self.range_ratio!r}; e.g. 0.5 "
+                "draws lengths from half to all of input_len and output_len"
+            )
+        if self.range_ratio is not None and self.lengths_file is not None:
+            raise ValueError("Workload: give range_ratio or lengths_file, not both")
+        if self.lengths_file is not None:
+            _length_pairs(self.lengths_file)  # read and checked now, not mid-run
         if self.prefix_groups is not None or self.prefix_len:
             groups, length = self.prefix_groups, self.prefix_len
             if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
@@ -173,11 +199,16 @@ class Workload:
                     f"Workload.prefix_groups must be an integer >= 1 with prefix_len, got "
                     f"{groups!r}; e.g. Workload(..., prefix_groups=8, prefix_len=512)"
                 )
-            if not isinstance(length, int) or not 1 <= length < self.input_len:
+            shortest = self.input_len
+            if self.range_ratio is not None:
+                shortest = max(1, int(self.input_len * self.range_ratio))
+            if not isinstance(length, int) or not 1 <= length < shortest:
                 raise ValueError(
-                    f"Workload.prefix_len must be an integer in [1, input_len), got {length!r} "
-                    f"for input_len {self.input_len}"
+                    f"Workload.prefix_len must be an integer in [1, {shortest}) (shorter than "
+                    f"the shortest prompt), got {length!r}"
                 )
+            if self.lengths_file is not None:
+                raise ValueError("Workload: a shared prefix needs fixed or range_ratio lengths")
         if not isinstance(self.stream, bool):
             raise ValueError(f"Workload.stream must be True or False, got {self.stream!r}")
         object.__setattr__(self, "extra", _frozen_extra(self.extra))
@@ -195,6 +226,20 @@ class Workload:
     def for_vocabulary(self, vocab_size: int | None) -> Workload:
         """Return this workload with prompt ids inside a ``vocab_size``-token vocabulary."""
         return dataclasses.replace(self, vocab_size=vocab_size)
+
+    def lengths(self, salt: str, index: int) -> tuple[int, int]:
+        """Return request ``index``'s (input, output) token counts in the run ``salt``."""
+        if self.range_ratio is None and self.lengths_file is None:
+            return self.input_len, self.output_len
+        rng = random.Random(f"{self.seed}/{salt}/lengths/{index}")
+        if self.lengths_file is not None:
+            pairs = _length_pairs(self.lengths_file)
+            pair_in, pair_out = pairs[rng.randrange(len(pairs))]
+            return min(pair_in, self.input_len), min(pair_out, self.output_len)
+        ratio = self.range_ratio or 1.0
+        low_in = max(1, int(self.input_len * ratio))
+        low_out = max(1, int(self.output_len * ratio))
+        return rng.randint(low_in, self.input_len), rng.randint(low_out, self.output_len)
 
     def expected_cache_hit_ratio(self) -> float:
         """Return the prefix-cache hit ratio the shared-prefix construction implies.
@@ -235,6 +280,8 @@ class Workload:
                 if self.prefix_groups
                 else {}
             ),
+            **({"range_ratio": self.range_ratio} if self.range_ratio is not None else {}),
+            **({"lengths_file": self.lengths_file} if self.lengths_file is not None else {}),
         }
 
     @classmethod
@@ -273,3 +320,29 @@ def _frozen_extra(extra: Mapping[str, Any]) -> Mapping[str, Any]:
             f"Workload(input_len=..., output_len=..., temperature=..., stream=...) instead"
         )
     return MappingProxyType(copied)
+
+
+@functools.cache
+def _length_pairs(path: str) -> tuple[tuple[int, int], ...]:
+    """Read a lengths file (see ``Workload.lengths_file``); a clear error names the line."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ValueError(f"Workload.lengths_file {path!r} cannot be read: {exc}") from None
+    pairs = []
+    for number, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].replace(",", " ").split()
+        if not text:
+            continue
+        try:
+            pair = (int(text[0]), int(text[1]))
+        except (ValueError, IndexError):
+            raise ValueError(
+                f"{path}:{number}: {line!r} is not 'INPUT OUTPUT' (two token counts)"
+            ) from None
+        if len(text) != 2 or min(pair) < 1:
+            raise ValueError(f"{path}:{number}: {line!r}: two token counts >= 1 expected")
+        pairs.append(pair)
+    if not pairs:
+        raise ValueError(f"Workload.lengths_file {path!r} holds no length pairs")
+    return tuple(pairs)

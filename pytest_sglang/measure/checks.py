@@ -182,19 +182,22 @@ def _check_output_length(workload: Workload, done: Sequence[RequestRecord]) -> C
     counted = [r for r in done if r.output_tokens is not None]
     if not counted:
         return Check("output_length", None, "no completed request reported its output length")
-    wrong = [r for r in counted if r.output_tokens != workload.output_len]
+    wrong = [r for r in counted if r.output_tokens != r.output_len]
+    asked = (
+        f"{workload.output_len} tokens"
+        if {r.output_len for r in counted} == {workload.output_len}
+        else "number of tokens"
+    )
     if not wrong:
         return Check(
-            "output_length",
-            True,
-            f"all {len(counted)} completed requests generated {workload.output_len} tokens",
+            "output_length", True, f"all {len(counted)} completed requests generated the {asked}"
         )
-    sample = ", ".join(f"request {r.index}: {r.output_tokens}" for r in wrong[:3])
+    sample = ", ".join(f"request {r.index}: {r.output_tokens} of {r.output_len}" for r in wrong[:3])
     return Check(
         "output_length",
         False,
         f"{len(wrong)} of {len(counted)} requests did not generate the requested "
-        f"{workload.output_len} tokens ({sample}); is ignore_eos honoured, does the context "
+        f"{asked} ({sample}); is ignore_eos honoured, does the context "
         f"length fit input_len + output_len?",
     )
 
@@ -241,16 +244,15 @@ def _check_input_length(workload: Workload, done: Sequence[RequestRecord]) -> Ch
             f"~{workload.input_len} words ({mean - workload.input_len:+.1f}: the chat template "
             f"and tokenization)",
         )
-    wrong = [n for n in reported if n != workload.input_len]
+    wrong = [r for r in done if r.prompt_tokens is not None and r.prompt_tokens != r.input_len]
     if not wrong:
-        return Check(
-            "input_length", True, f"every prompt was {workload.input_len} tokens on the server"
-        )
+        return Check("input_length", True, "every prompt had the requested tokens on the server")
+    sample = ", ".join(f"request {r.index}: {r.prompt_tokens} of {r.input_len}" for r in wrong[:3])
     return Check(
         "input_length",
         False,
-        f"{len(wrong)} of {len(reported)} prompts were not {workload.input_len} tokens on the "
-        f"server (mean {mean:.1f})",
+        f"{len(wrong)} of {len(reported)} prompts did not have the requested tokens on the "
+        f"server ({sample}; mean {mean:.1f})",
     )
 
 
