@@ -16,12 +16,15 @@ from typing import TypeAlias
 
 _Node: TypeAlias = dict[int, "_Node"]
 
+#: The most tokens the emulated cache remembers, whatever the KV capacity (about 17 MB of trie).
+MAX_TOKENS = 1 << 16
+
 
 class PrefixCache:
     """A trie of token ids with a token budget; ``enabled=False`` never matches."""
 
     def __init__(self, capacity: int, *, enabled: bool = True) -> None:
-        self.capacity = max(1, capacity)
+        self.capacity = max(1, min(capacity, MAX_TOKENS))
         self.enabled = enabled
         self._root: _Node = {}
         self.tokens = 0
