@@ -11,6 +11,8 @@ instead, so pytest stops before collecting anything.
 
 from __future__ import annotations
 
+from typing import Self
+
 __all__ = [
     "ComparisonRefused",
     "GpuMemoryNotReleased",
@@ -33,6 +35,25 @@ __all__ = [
 
 class SGLangError(Exception):
     """Base class of the errors raised by pytest-sglang."""
+
+    def with_message(self, message: str) -> Self:
+        """Return a copy of this error with ``message`` as its message.
+
+        The copy keeps the type and every attribute (phase, exit code, JSON path...): a
+        message gains what a later stage knows (the log tail, "not tried again") without
+        each stage rebuilding the exception by hand. ``add_note`` would not do: the fixtures
+        report ``str(error)``, which notes are not part of.
+        """
+        # Not copy.copy: it would call __init__ with the message alone, and the subclasses
+        # take keyword-only fields.
+        again = type(self).__new__(type(self))
+        again.__dict__.update(self.__dict__)
+        again.args = (message,)
+        return again
+
+    def extended(self, detail: str) -> Self:
+        """Return a copy of this error whose message ends with ``detail``."""
+        return self.with_message(f"{self}{detail}")
 
 
 class ServerNotReady(SGLangError):

@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from pytest_sglang.config.profiles import Profile
 from pytest_sglang.config.redaction import redact_argv
@@ -200,11 +199,9 @@ class Launch:
                 self.info.cause = _first_line(self.redact(str(exc))) or type(exc).__name__
             cleanup = self._stop_quietly()
             if isinstance(exc, ServerNotReady) and not isinstance(exc, ServerExited):
-                raise type(exc)(self._with_log(str(exc)) + cleanup, **_kwargs(exc)) from None
+                raise exc.with_message(self._with_log(str(exc)) + cleanup) from None
             if isinstance(exc, ServerExited) and cleanup:
-                raise ServerExited(
-                    str(exc) + cleanup, phase=exc.phase, exit_code=exc.exit_code
-                ) from None
+                raise exc.extended(cleanup) from None
             raise
         self.info.outcome = "ready"
         self._ready_at = self._clock()
@@ -420,10 +417,3 @@ def _code_text(code: int) -> str:
 def _clock_text(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
-
-
-def _kwargs(exc: ServerNotReady) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"phase": exc.phase}
-    if hasattr(exc, "json_path"):
-        kwargs["json_path"] = exc.json_path
-    return kwargs

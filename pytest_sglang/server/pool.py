@@ -325,10 +325,4 @@ def missing_launcher(profile: Profile, launcher: str) -> str | None:
 
 
 def _again(first: SGLangError) -> SGLangError:
-    note = "\n  (this server failed earlier in the session; it is not tried again)"
-    if isinstance(first, ServerNotReady):
-        again = type(first).__new__(type(first))
-        again.__dict__.update(first.__dict__)
-        again.args = (f"{first}{note}",)
-        return again
-    return type(first)(f"{first}{note}")
+    return first.extended("\n  (this server failed earlier in the session; it is not tried again)")
