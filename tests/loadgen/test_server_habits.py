@@ -35,7 +35,11 @@ def test_close_after_every_stream_is_not_a_server_failure(
         stats = server.stats()
     m = measure(run)
     assert m.failed == 0, m.errors
-    assert m.valid, [c for c in m.checks if c.passed is False]
+    # The checks this habit could break. Not the realised concurrency: a fresh connection per
+    # request makes a short run's gaps between requests, and a crowded machine lengthens
+    # them, which is the client's pace, not what this test is about.
+    for name in ("no_failed_requests", "tokens_counted", "output_length", "token_counts"):
+        assert m.check(name).passed is True, m.check(name)
     # The server's own count of the tokens it streamed equals the client's.
     assert m.output_tokens == stats["completion_tokens"] == requests * OUTPUT_LEN
     # The stale attempts never reached the server's request handling: each request once.
@@ -76,7 +80,8 @@ def test_usage_on_the_finish_chunk_counts_the_right_tokens() -> None:
         run = LoadGenerator(server.url).run_closed_loop(workload("completions", 16), 4)
         stats = server.stats()
     m = measure(run)
-    assert m.valid, [c for c in m.checks if c.passed is False]
+    for name in ("no_failed_requests", "tokens_counted", "output_length", "token_counts"):
+        assert m.check(name).passed is True, m.check(name)
     assert m.output_tokens == stats["completion_tokens"]
     itl = m.itl
     assert itl is not None and itl.p50 > 0.0001  # no giant usage "chunk" with a ~0 gap
