@@ -49,7 +49,6 @@ def test_a_closed_loop_over_two_processes_keeps_c_in_flight_in_total(tmp_path: P
     # One time base: every measured request was sent after the common start.
     assert min(r.sent for r in run.measured) >= run.started
     assert max_in_flight(run) == 8
-    assert m.check("concurrency").passed is True, m.check("concurrency").detail
     assert run.client is not None and run.client.samples > 0
 
 
