@@ -13,15 +13,20 @@ its death (``ServerDied``: exit code, log tail, hints), stops the remaining runs
 every later test that needs it.
 
 The session cache keeps every run's request records (``assert_slo`` judges them) packed in
-arrays (:class:`PackedRecords`): about 140 bytes per request and 10 per streamed chunk,
-instead of several kilobytes of Python objects, rebuilt as records on access.
+arrays (:class:`PackedRecords`): about 90 bytes per request and 5 per streamed chunk,
+instead of several kilobytes of Python objects, rebuilt as records on access; after each
+run the memory it freed goes back to the system (:func:`give_back_memory`).
+``benchmarks/soak.py`` measures what a 10,000-request run leaves behind.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import gc
 import math
 import statistics
+import sys
 import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -49,6 +54,7 @@ __all__ = [
     "PackedRecords",
     "Sweep",
     "effective_max_running_requests",
+    "give_back_memory",
     "load_generator_for",
 ]
 
@@ -152,9 +158,45 @@ _NONE_INT = -(2**62)  # stands for None in the packed integer columns
 _FLOAT_COLUMNS = ("started", "sent", "scheduled", "end")
 _INT_COLUMNS = (
     "index", "input_len", "output_len", "output_tokens_server", "output_tokens_client",
-    "prompt_tokens", "spec_verify_ct", "status", "retries",
+    "prompt_tokens", "spec_verify_ct", "status", "retries", "cached_tokens",
 )  # fmt: skip
+#: Columns of ``bool``.
+_BOOL_COLUMNS = ("warmup", "chunk_tokens_exact")
+#: Columns of ``dict[str, float] | None`` (a record's server timings).
+_FLOAT_DICT_COLUMNS = ("server_times",)
 _CHUNK_COLUMNS = ("chunk_times", "chunk_tokens")
+
+
+class _FloatDicts:
+    """A column of ``dict[str, float] | None``: key sets shared, values in one array."""
+
+    __slots__ = ("keysets", "starts", "values", "which")
+
+    def __init__(self) -> None:
+        self.keysets: list[tuple[str, ...]] = []
+        self.which = array("i")  # index into keysets, -1 for None
+        self.starts = array("q")
+        self.values = array("d")
+
+    def append(self, value: dict[str, float] | None, ids: dict[tuple[str, ...], int]) -> None:
+        self.starts.append(len(self.values))
+        if value is None:
+            self.which.append(-1)
+            return
+        keys = tuple(value)
+        if keys not in ids:
+            ids[keys] = len(self.keysets)
+            self.keysets.append(tuple(sys.intern(k) for k in keys))
+        self.which.append(ids[keys])
+        self.values.extend(value.values())
+
+    def __getitem__(self, index: int) -> dict[str, float] | None:
+        which = self.which[index]
+        if which < 0:
+            return None
+        keys = self.keysets[which]
+        start = self.starts[index]
+        return dict(zip(keys, self.values[start : start + len(keys)], strict=True))
 
 
 class PackedRecords(Sequence[RequestRecord]):
@@ -162,43 +204,73 @@ class PackedRecords(Sequence[RequestRecord]):
 
     Every field is kept: the request's own times as 64-bit floats, its chunks' arrival
     times as 32-bit offsets from its send (within a microsecond for a 10-second stream;
-    the run's metrics were computed from the exact records before packing), token counts
-    as 16-bit integers. The records of a run are packed once its measurement is computed,
-    so that the session cache keeps about 150 bytes per request and 6 per chunk instead of
-    the records' objects (about 0.5 KB and 40 bytes). Fields it does not know (added to
-    ``RequestRecord`` later) are kept as they are.
+    the run's metrics were computed from the exact records before packing), counts in the
+    narrowest integers that hold them (chunk token counts only where a chunk carried other
+    than one token), the server's timings in one array per run. The records of a run are
+    packed once its measurement is computed, so that the session cache keeps about 90
+    bytes per request and 5 per chunk instead of the records' objects (about 0.5 KB and 40
+    bytes), and no small object per request that would pin the allocator's arenas: strings
+    are interned (an error message of its own stays a string). Fields it does not know
+    (added to ``RequestRecord`` later) are kept as they are.
     """
 
-    __slots__ = ("_chunks", "_floats", "_ints", "_len", "_objects", "_times", "_tokens")
+    __slots__ = (
+        "_bools", "_chunks", "_dicts", "_floats", "_ints", "_len", "_nones", "_objects",
+        "_times", "_token_at", "_tokens",
+    )  # fmt: skip
 
     def __init__(self, records: Iterable[RequestRecord]) -> None:
         names = [f.name for f in fields(RequestRecord)]
         self._floats = {name: array("d") for name in _FLOAT_COLUMNS if name in names}
-        self._ints = {name: array("q") for name in _INT_COLUMNS if name in names}
-        packed = {*self._floats, *self._ints, *_CHUNK_COLUMNS}
+        ints = {name: array("q") for name in _INT_COLUMNS if name in names}
+        self._dicts = {name: _FloatDicts() for name in _FLOAT_DICT_COLUMNS if name in names}
+        self._bools = {name: array("b") for name in _BOOL_COLUMNS if name in names}
+        packed = {*self._floats, *ints, *self._bools, *self._dicts, *_CHUNK_COLUMNS}
         self._objects: dict[str, list[Any]] = {n: [] for n in names if n not in packed}
-        self._chunks = array("q", [0])  # offsets into the chunk columns
+        keysets: dict[tuple[str, ...], int] = {}
+        chunks = array("q", [0])  # offsets into the chunk times
+        token_at = array("q")  # offsets into the token counts; -1: every chunk carried 1
         times = array("f")
-        tokens = array("I")
+        tokens = array("q")
         count = 0
         for record in records:
             for name, column in self._floats.items():
                 value = getattr(record, name)
                 column.append(_NAN if value is None else value)
-            for name, ints in self._ints.items():
+            for name, column_ints in ints.items():
                 number = getattr(record, name)
-                ints.append(_NONE_INT if number is None else number)
+                column_ints.append(_NONE_INT if number is None else number)
+            for name, flags in self._bools.items():
+                flags.append(bool(getattr(record, name)))
+            for name, dicts in self._dicts.items():
+                dicts.append(getattr(record, name), keysets)
             for name, objects in self._objects.items():
-                objects.append(getattr(record, name))
+                value = getattr(record, name)
+                objects.append(sys.intern(value) if type(value) is str else value)
             sent = record.sent
             times.extend([t - sent for t in record.chunk_times])
-            tokens.extend(record.chunk_tokens)
-            self._chunks.append(len(times))
+            if all(n == 1 for n in record.chunk_tokens):
+                token_at.append(-1)
+            else:
+                token_at.append(len(tokens))
+                tokens.extend(record.chunk_tokens)
+            chunks.append(len(times))
             count += 1
         self._len = count
-        # Chunk token counts fit 16 bits in practice: half the memory when they do.
-        self._tokens = array("H", tokens) if not tokens or max(tokens) < 2**16 else tokens
-        self._times = times
+        # Narrow every integer column to 32 (or 16) bits where its values fit, and drop
+        # the arrays' spare capacity: what stays in the session cache is what it needs.
+        self._nones: dict[str, int] = {}
+        self._ints: dict[str, array[int]] = {}
+        for name, column_ints in ints.items():
+            self._ints[name], self._nones[name] = _narrow(column_ints)
+        self._chunks, _ = _narrow(chunks)
+        self._token_at, _ = _narrow(token_at)
+        self._tokens, _ = _narrow(tokens, unsigned=True)
+        self._times = array("f", times)
+        for dicts in self._dicts.values():
+            dicts.starts, _ = _narrow(dicts.starts)
+            dicts.which, _ = _narrow(dicts.which)
+        self._floats = {name: array("d", column) for name, column in self._floats.items()}
 
     def __len__(self) -> int:
         return self._len
@@ -222,14 +294,21 @@ class PackedRecords(Sequence[RequestRecord]):
             values[name] = None if math.isnan(value) else value
         for name, ints in self._ints.items():
             number = ints[index]
-            values[name] = None if number == _NONE_INT else number
+            values[name] = None if number == self._nones[name] else number
+        for name, flags in self._bools.items():
+            values[name] = bool(flags[index])
+        for name, dicts in self._dicts.items():
+            values[name] = dicts[index]
         for name, objects in self._objects.items():
             values[name] = objects[index]
         start, end = self._chunks[index], self._chunks[index + 1]
         sent = values["sent"]
+        at = self._token_at[index]
+        count = end - start
+        tokens = [1] * count if at < 0 else list(self._tokens[at : at + count])
         return RequestRecord(
             chunk_times=[sent + offset for offset in self._times[start:end]],
-            chunk_tokens=list(self._tokens[start:end]),
+            chunk_tokens=tokens,
             **values,
         )
 
@@ -240,11 +319,48 @@ class PackedRecords(Sequence[RequestRecord]):
         return f"PackedRecords({len(self)} records, {len(self._times)} chunks)"
 
 
+def _narrow(column: array[int], *, unsigned: bool = False) -> tuple[array[int], int]:
+    """Return ``column`` in the narrowest of 8 (``unsigned``), 16, 32 or 64 bits.
+
+    Also return its None stand-in: ``_NONE_INT`` (None) becomes the type's smallest value,
+    which no count reaches (an ``unsigned`` column holds no None).
+    """
+    values = [v for v in column if v != _NONE_INT]
+    low, high = (min(values), max(values)) if values else (0, 0)
+    if unsigned and low >= 0 and high < 2**8:
+        return array("B", column), _NONE_INT
+    for code, bits in (("h", 16), ("i", 32)):
+        smallest = -(2 ** (bits - 1))
+        if smallest < low and high < 2 ** (bits - 1):
+            return array(code, (smallest if v == _NONE_INT else v for v in column)), smallest
+    return array("q", column), _NONE_INT
+
+
 def _packed(measurement: Measurement) -> Measurement:
     """Return ``measurement`` with its records packed (see :class:`PackedRecords`)."""
+    if isinstance(measurement.records, PackedRecords):
+        return measurement
     records = cast("tuple[RequestRecord, ...]", PackedRecords(measurement.records))
     warmup = cast("tuple[RequestRecord, ...]", PackedRecords(measurement.warmup_records))
     return replace(measurement, records=records, warmup_records=warmup)
+
+
+def give_back_memory() -> None:
+    """Return the memory a finished run freed to the system.
+
+    A run's peak (every record, every event's objects) is transient, but the C allocator
+    keeps freed memory for reuse: after a 10,000-request run the process would stay at its
+    peak. A full collection, then glibc's ``malloc_trim`` (Linux), give it back; elsewhere
+    only the collection runs.
+    """
+    gc.collect()
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+        return
+    trim(0)
 
 
 def effective_max_running_requests(server_info: dict[str, Any]) -> int | None:
@@ -734,7 +850,12 @@ class Bench:
             measurement = dataclasses.replace(measurement, server_counters=counters.delta())
         if sampler is not None and sampler.started_at:
             measurement = _with_telemetry(measurement, sampler)
+        # Pack the records and give the run's peak back: the session cache keeps results.
+        measurement = _packed(measurement)
         del run, generator
+        if stopped is not None:
+            stopped.run = dataclasses.replace(stopped.run, records=())
+        give_back_memory()
         if measurement.failed or stopped is not None:
             self._check_server(server, measurement, gave_up=stopped is not None)
         if stopped is not None:
