@@ -36,6 +36,7 @@ from pytest_sglang.report.entries import (
     ServerEntry,
     ServerFailureRow,
     VerdictRow,
+    fresh_entries,
 )
 
 E = TypeVar("E", MeasurementRow, ServerEntry)
@@ -134,12 +135,11 @@ class SGLangReporter:
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Take the ``sglang`` entries this report adds to its test's ``user_properties``."""
-        props = [value for name, value in report.user_properties if name == "sglang"]
         start = self._consumed.get(report.nodeid, 0)
-        fresh = props[start:]
+        fresh = fresh_entries(report.user_properties, start)
         if not fresh:
             return
-        self._consumed[report.nodeid] = len(props)
+        self._consumed[report.nodeid] = start + len(fresh)
         for value in fresh:
             if not isinstance(value, dict):
                 continue

@@ -30,6 +30,7 @@ from pytest_sglang.report.entries import (
     MeasurementRow,
     ServerEntry,
     VerdictEntry,
+    fresh_entries,
 )
 from pytest_sglang.verdicts.baseline_options import BaselineOptions, baseline_options
 
@@ -113,12 +114,11 @@ class BaselineGate:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Take the report's new records; judge new measurements before anyone else sees it."""
-        props = [value for name, value in report.user_properties if name == "sglang"]
         start = self._consumed.get(report.nodeid, 0)
-        fresh = props[start:]
+        fresh = fresh_entries(report.user_properties, start)
         if not fresh:
             return
-        self._consumed[report.nodeid] = len(props)
+        self._consumed[report.nodeid] = start + len(fresh)
         measured: list[MeasurementRow] = []
         for value in fresh:
             if not isinstance(value, dict):
