@@ -67,7 +67,12 @@ import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-from pytest_sglang.config.defaults import DEFAULT_REQUEST_TIMEOUT, DEFAULT_STALL_TIMEOUT
+from pytest_sglang.config.defaults import (
+    DEFAULT_FIRST_TOKEN_TIMEOUT,
+    DEFAULT_MAX_CONSECUTIVE_FAILURES,
+    DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_STALL_TIMEOUT,
+)
 from pytest_sglang.errors import SGLangError
 from pytest_sglang.loadgen.progress import ProgressCallback, ProgressTicker, Tally, no_progress
 from pytest_sglang.loadgen.prompts import PATHS, encoded_bodies
@@ -94,12 +99,6 @@ __all__ = [
     "ServerStoppedAnswering",
     "run_blocking",
 ]
-
-#: Seconds a request may wait for its first token while the run receives no token at all.
-#: Measured (``benchmarks/queue_wait.py``): see :class:`LoadGenerator`.
-DEFAULT_FIRST_TOKEN_TIMEOUT = 90.0
-#: Requests in a row that ended without an answer before a run gives up on the server.
-DEFAULT_MAX_CONSECUTIVE_FAILURES = 8
 
 T = TypeVar("T")
 
@@ -260,6 +259,9 @@ class LoadGenerator:
         self._progress_interval = progress_interval
         self._shard = shard
         self.flush_cache = flush_cache
+        #: The requests a run had finished when something interrupted it (a test timeout,
+        #: Ctrl-C): what the caller may still report. None until a run is interrupted.
+        self.interrupted_run: LoadRun | None = None
         self._before_measured = before_measured
         #: What a worker process needs to build the same generator (picklable values only).
         self.options: dict[str, Any] = {
@@ -468,6 +470,15 @@ class LoadGenerator:
                     await measured(main, state, main_bodies)
                 finally:
                     client = await monitor.stop()
+        except BaseException:
+            # A test timeout or Ctrl-C (raised here, or a cancellation when it struck the
+            # event loop): keep what finished, for the report, and let it propagate.
+            self.interrupted_run = LoadRun(
+                workload=workload, mode=mode, started=started, concurrency=concurrency,
+                records=tuple(r for r in warm + main if r.end is not None), rate=rate,
+                arrival=arrival, max_concurrency=max_concurrency, repeat=repeat,
+            )  # fmt: skip
+            raise
         finally:
             await ticker.stop()
             if watching is not None:
