@@ -232,6 +232,9 @@ def _sglang_bench_session(pytestconfig: pytest.Config, sglang_servers: ServerPoo
     limits = {
         "request_timeout": settings.request_timeout.value,
         "stall_timeout": settings.stall_timeout.value,
+        "first_token_timeout": settings.first_token_timeout.value,
+        # 0 on the command line: never stop a run early for unanswered requests.
+        "max_consecutive_failures": settings.max_consecutive_failures.value or None,
     }
     return Bench(sglang_servers, progress=terminal_writer(pytestconfig), generator_options=limits)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 __all__ = [
+    "DEFAULT_FIRST_TOKEN_TIMEOUT",
+    "DEFAULT_MAX_CONSECUTIVE_FAILURES",
     "DEFAULT_READY_TIMEOUT",
     "DEFAULT_REQUEST_TIMEOUT",
     "DEFAULT_SERVER_NAME",
@@ -18,5 +20,11 @@ DEFAULT_READY_TIMEOUT = 600.0
 DEFAULT_REQUEST_TIMEOUT = 600.0
 #: A stream may go this long without a new token once its first token arrived.
 DEFAULT_STALL_TIMEOUT = 60.0
+#: A streamed request may wait this long for its first token while the whole run receives
+#: no token (a frozen server); measured against SGLang's queueing by
+#: ``benchmarks/queue_wait.py`` (see ``LoadGenerator``).
+DEFAULT_FIRST_TOKEN_TIMEOUT = 90.0
+#: Requests in a row that ended without an answer before a run gives up on the server.
+DEFAULT_MAX_CONSECUTIVE_FAILURES = 8
 #: Launchers ``--sglang-launcher`` accepts.
 LAUNCHERS = ("sglang", "emulator")

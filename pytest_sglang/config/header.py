@@ -37,6 +37,14 @@ def header_lines(settings: Settings) -> list[str]:
             f"(from {settings.request_timeout.source}); stall-timeout: "
             f"{settings.stall_timeout.value:g}s (from {settings.stall_timeout.source})"
         )
+    limits = (settings.first_token_timeout, settings.max_consecutive_failures)
+    if any(limit.source != "default" for limit in limits):
+        gives_up = settings.max_consecutive_failures.value or "never"
+        lines.append(
+            f"sglang: first-token-timeout: {settings.first_token_timeout.value:g}s (from "
+            f"{settings.first_token_timeout.source}); max-consecutive-failures: {gives_up} "
+            f"(from {settings.max_consecutive_failures.source})"
+        )
     if settings.expectations:
         described = ", ".join(e.describe() for e in settings.expectations)
         lines.append("sglang: expect: " + redact(described))

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pytest_sglang.config.defaults import (
+    DEFAULT_FIRST_TOKEN_TIMEOUT,
+    DEFAULT_MAX_CONSECUTIVE_FAILURES,
     DEFAULT_READY_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_STALL_TIMEOUT,
@@ -137,6 +139,22 @@ STALL_TIMEOUT = OptionSpec(
     f"Default: {DEFAULT_STALL_TIMEOUT:g}s",
     metavar="SECONDS",
 )
+FIRST_TOKEN_TIMEOUT = OptionSpec(
+    "first-token-timeout",
+    "Seconds a streamed request of a measurement may wait for its first token while the "
+    "whole run receives no token at all (a frozen server), before it is recorded as failed; "
+    "a request queued while others stream waits on (suffixes ms, s, m, h accepted). "
+    f"Default: {DEFAULT_FIRST_TOKEN_TIMEOUT:g}s",
+    metavar="SECONDS",
+)
+MAX_CONSECUTIVE_FAILURES = OptionSpec(
+    "max-consecutive-failures",
+    "Requests in a row of a measurement that may end without an answer (a transport "
+    "failure or a timeout; an HTTP error is an answer) before the run stops and fails "
+    "saying the server stopped answering; 0 never stops early. "
+    f"Default: {DEFAULT_MAX_CONSECUTIVE_FAILURES}",
+    metavar="N",
+)
 
 REPORT = OptionSpec(
     "report",
@@ -206,6 +224,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     GPU_FAKE,
     REQUEST_TIMEOUT,
     STALL_TIMEOUT,
+    FIRST_TOKEN_TIMEOUT,
+    MAX_CONSECUTIVE_FAILURES,
     REPORT,
     MARKDOWN,
     SAVE,

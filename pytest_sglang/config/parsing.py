@@ -19,6 +19,7 @@ __all__ = [
     "is_valid_expect_key",
     "parse_args",
     "parse_bool",
+    "parse_count",
     "parse_duration",
     "parse_expectation",
     "parse_launcher",
@@ -55,6 +56,16 @@ def parse_duration(spec: OptionSpec, raw: str, source: str) -> float:
             "give a timeout greater than zero, e.g. 600",
         )
     return seconds
+
+
+def parse_count(spec: OptionSpec, raw: str, source: str) -> int:
+    """Parse a whole number of at least zero, such as ``8`` or ``0``."""
+    text = raw.strip()
+    if not text.isdigit():
+        raise usage_error(
+            spec, source, f"{raw!r} is not a whole number", "give a count such as 8 (0: never)"
+        )
+    return int(text)
 
 
 def parse_bool(spec: OptionSpec, raw: str, source: str) -> bool:

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, TypeVar
 import pytest
 
 from pytest_sglang.config.defaults import (
+    DEFAULT_FIRST_TOKEN_TIMEOUT,
+    DEFAULT_MAX_CONSECUTIVE_FAILURES,
     DEFAULT_READY_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_STALL_TIMEOUT,
@@ -30,10 +32,12 @@ from pytest_sglang.config.options import (
     API_KEY,
     EMULATOR_ARGS,
     EXPECT,
+    FIRST_TOKEN_TIMEOUT,
     GPU_FAKE,
     GPU_HOST,
     LAUNCHER,
     MARKDOWN,
+    MAX_CONSECUTIVE_FAILURES,
     PROFILES,
     READY_TIMEOUT,
     REPORT,
@@ -46,6 +50,7 @@ from pytest_sglang.config.options import (
 from pytest_sglang.config.parsing import (
     parse_args,
     parse_bool,
+    parse_count,
     parse_duration,
     parse_expectation,
     parse_launcher,
@@ -83,6 +88,9 @@ class Settings:
     markdown: Sourced[Path | None] = Sourced(None, "default")
     request_timeout: Sourced[float] = Sourced(DEFAULT_REQUEST_TIMEOUT, "default")
     stall_timeout: Sourced[float] = Sourced(DEFAULT_STALL_TIMEOUT, "default")
+    first_token_timeout: Sourced[float] = Sourced(DEFAULT_FIRST_TOKEN_TIMEOUT, "default")
+    #: 0: a run never stops early for unanswered requests.
+    max_consecutive_failures: Sourced[int] = Sourced(DEFAULT_MAX_CONSECUTIVE_FAILURES, "default")
 
     def profile(self, name: str) -> Profile | None:
         """Return the profile called ``name``, if any."""
@@ -335,6 +343,12 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         ),
         stall_timeout=_resolve_one(
             STALL_TIMEOUT, config, env, parse_duration, DEFAULT_STALL_TIMEOUT
+        ),
+        first_token_timeout=_resolve_one(
+            FIRST_TOKEN_TIMEOUT, config, env, parse_duration, DEFAULT_FIRST_TOKEN_TIMEOUT
+        ),
+        max_consecutive_failures=_resolve_one(
+            MAX_CONSECUTIVE_FAILURES, config, env, parse_count, DEFAULT_MAX_CONSECUTIVE_FAILURES
         ),
         expectations=_resolve_expectations(config, env, servers),
     )

@@ -790,7 +790,9 @@ class _RunState:
             # rather than after their own timeouts (they were sent: their records stay).
             loop = asyncio.get_running_loop()
             for key, deadline in self.inflight.items():
-                if key != id(record):
+                # A deadline the watchdog expired in the same tick is ending already (and
+                # cannot be rescheduled): its own message stands.
+                if key != id(record) and not deadline.expired():
                     self.cancelled.add(key)
                     deadline.reschedule(loop.time())
 

@@ -34,6 +34,10 @@ How many tokens each chunk carried
     token stays exact, and only the per-token ITL percentiles are approximate. The client then
     has no count of its own (``output_tokens_client`` is ``None``).
 
+A negative ``completion_tokens`` or ``prompt_tokens`` (in a ``usage`` or a ``meta_info``) fails
+the request: no count from that server can be trusted, and a negative count would make a
+negative throughput.
+
 Token counts only ever count chunks that carried generated tokens: the chat role chunk
 (``content: ""``), the finish chunk and the usage chunk carry none, so TTFT is the time to
 the first chunk with generated tokens.
@@ -162,6 +166,10 @@ class NativeStreamParser(StreamParser):
             self._ids_last = len(ids)
             self._ids_sum += len(ids)
         cumulative = meta.get("completion_tokens")
+        bad = _negative_count(meta, "meta_info")
+        if bad is not None:
+            self._fail(bad)
+            return
         if isinstance(cumulative, int):
             new = cumulative - self._completion_tokens
             if new > 0:
@@ -216,6 +224,9 @@ class _OpenAIStreamParser(StreamParser):
             choice = choices[0]
             has_text = self._has_text(choice)
             running = None if usage is None else usage.get("completion_tokens")
+            if isinstance(running, int) and running < 0:
+                self._fail(_negative("usage.completion_tokens", running))
+                return
             # A usage is a running count only once a chunk with text carried one: a usage
             # on a text-less finish chunk of a stream without running usage is the final
             # count (llama.cpp puts it there, with no usage chunk), never a chunk of tokens.
@@ -250,6 +261,10 @@ class _OpenAIStreamParser(StreamParser):
 
     def _final_usage(self, usage: dict[str, Any]) -> None:
         # The finish chunk's usage and a later usage chunk say the same; the last one wins.
+        bad = _negative_count(usage, "usage")
+        if bad is not None:
+            self._fail(bad)
+            return
         completion = _int_or_none(usage.get("completion_tokens"))
         if completion is not None:
             self.record.output_tokens_server = completion
@@ -324,6 +339,10 @@ def parse_body(endpoint: str, record: RequestRecord, body: bytes) -> None:
     if endpoint == "generate":
         meta = data.get("meta_info")
         meta = meta if isinstance(meta, dict) else {}
+        bad = _negative_count(meta, "meta_info")
+        if bad is not None:
+            record.error = bad
+            return
         record.prompt_tokens = _int_or_none(meta.get("prompt_tokens"))
         ids = data.get("output_ids")
         if isinstance(ids, list):
@@ -337,6 +356,10 @@ def parse_body(endpoint: str, record: RequestRecord, body: bytes) -> None:
         return
     usage = data.get("usage")
     if isinstance(usage, dict):
+        bad = _negative_count(usage, "usage")
+        if bad is not None:
+            record.error = bad
+            return
         record.output_tokens_server = _int_or_none(usage.get("completion_tokens"))
         record.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
         _read_cached(record, usage)
@@ -444,6 +467,22 @@ def _spread(total: int, chunks: int) -> list[int]:
     """``total`` tokens over ``chunks`` chunks as evenly as integers allow (each >= 1)."""
     base, extra = divmod(total, chunks)
     return [base + (i >= chunks - extra) for i in range(chunks)]
+
+
+def _negative(where: str, value: int) -> str:
+    return (
+        f"the server reported a negative token count ({where} {value}): no count of it "
+        "can be trusted; check the server (or a proxy in between) and its usage reporting"
+    )
+
+
+def _negative_count(counts: dict[str, Any], where: str) -> str | None:
+    """Return why ``counts`` (a usage or meta_info) cannot be right, or None."""
+    for key in ("completion_tokens", "prompt_tokens"):
+        value = _int_or_none(counts.get(key))
+        if value is not None and value < 0:
+            return _negative(f"{where}.{key}", value)
+    return None
 
 
 def _int_or_none(value: Any) -> int | None:
