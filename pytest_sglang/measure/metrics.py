@@ -180,6 +180,7 @@ def metric_spec(name: str) -> MetricSpec:
 
     :raises KeyError: with the known names, for an unknown metric or statistic.
     """
+    __tracebackhide__ = True
     base, _, stat = name.partition(".")
     spec = METRICS.get(base)
     if spec is None:

@@ -94,6 +94,7 @@ def conclude(verdict: Verdict) -> Verdict:
 
 
 def _direction(metric: str) -> bool:
+    __tracebackhide__ = True
     spec = metric_spec(metric)
     if spec.larger_is_better is None:
         raise ComparisonRefused(
@@ -173,6 +174,7 @@ def _cap_confounders(a: BenchResult, b: BenchResult) -> list[str]:
 
 
 def _check_comparable(a: BenchResult, b: BenchResult, metric: str) -> None:
+    __tracebackhide__ = True
     if a.workload.key() != b.workload.key():
         raise ComparisonRefused(
             f"cannot compare {a.label()} with {b.label()}: the workloads differ "
@@ -199,9 +201,11 @@ def _schedule_note(a: BenchResult, b: BenchResult) -> list[str]:
 
 
 def _compare(a: BenchResult, b: BenchResult, metric: str, by: float, alpha: float) -> Comparison:
+    __tracebackhide__ = True
+    larger_is_better = _direction(metric)  # an unknown metric fails here, before any run
     try:
         return compare(
-            a.values(metric), b.values(metric), larger_is_better=_direction(metric), by=by,
+            a.values(metric), b.values(metric), larger_is_better=larger_is_better, by=by,
             alpha=alpha, label_a=a.server, label_b=b.server, metric=metric,
         )  # fmt: skip
     except ValueError as exc:
@@ -284,6 +288,7 @@ def _median_bounds(values: Sequence[float], alpha: float) -> tuple[float, float,
     The lower bound is the k-th smallest run, with k the largest order whose binomial tail
     P(Binom(n, 1/2) <= k - 1) stays within ``alpha``; the upper bound mirrors it.
     """
+    __tracebackhide__ = True
     ordered = sorted(values)
     n = len(ordered)
     k, tail = 0, 0.0
@@ -301,11 +306,13 @@ def _median_bounds(values: Sequence[float], alpha: float) -> tuple[float, float,
 
 
 def _absolute(m: BenchResult, metric: str, value: float, alpha: float, at_least: bool) -> Verdict:
+    __tracebackhide__ = True
     if not m.valid:
         raise ComparisonRefused(
             f"cannot judge {m.label()}: its runs failed validity checks:\n  "
             + "\n  ".join(m.problems())
         )
+    metric_spec(metric)  # an unknown metric fails here (a hidden frame), not in BenchResult
     values = m.values(metric)
     lower, upper, confidence = _median_bounds(values, alpha)
     word = ">=" if at_least else "<="
@@ -461,6 +468,7 @@ def estimate_break_even(spec: BenchResult, base: BenchResult) -> CycleEstimate:
 
     :raises ComparisonRefused: not comparable, or ``spec`` reports no acceptance length.
     """
+    __tracebackhide__ = True
     _check_comparable(spec, base, "tpot")
     accept = spec.median("acceptance_length")
     spec_tpot, base_tpot = spec.median("tpot"), base.median("tpot")

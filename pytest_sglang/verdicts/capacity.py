@@ -184,6 +184,7 @@ def _decide(
     alpha: float,
     max_runs: int,
 ) -> LevelDecision:
+    __tracebackhide__ = True
     records: list[RequestRecord] = []
     for repeat in range(max_runs):
         measurement = run(level, repeat)

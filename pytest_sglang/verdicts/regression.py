@@ -81,6 +81,7 @@ def _conclude(verdict: Verdict) -> Verdict:
 
 
 def _margin(metric: str, tolerance: float) -> tuple[bool, float]:
+    __tracebackhide__ = True
     larger = metric_spec(metric).larger_is_better
     if larger is None:
         raise ComparisonRefused(f"{metric!r} describes the load and cannot regress")
@@ -187,6 +188,7 @@ def regression_verdict(
     :raises ComparisonRefused: fingerprints that differ in a field that must match (the
         message lists them), different workloads, invalid runs, too few runs.
     """
+    __tracebackhide__ = True
     larger, by = _margin(metric, tolerance)
     if isinstance(stored, StoredMeasurement):
         base, stored_fp, labels, where = stored.result, stored.fingerprint, stored.labels, stored
@@ -230,6 +232,7 @@ def regression_verdict(
 
 
 def _store_for_current_test(storage: str | None) -> BaselineStore:
+    __tracebackhide__ = True
     item = CURRENT_ITEM.get()
     if storage is not None:
         base = Path(item.config.invocation_params.dir) if item is not None else Path.cwd()

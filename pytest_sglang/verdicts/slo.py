@@ -125,6 +125,7 @@ def judge_slo(
     slo: Slo, records: Sequence[RequestRecord], alpha: float = 0.05
 ) -> tuple[Outcome, list[ObjectiveDecision]]:
     """Judge ``slo`` on ``records`` (see the module docstring); pure."""
+    __tracebackhide__ = True
     if not records:
         raise ComparisonRefused("no measured requests to judge the SLO on")
     each = alpha / len(slo.objectives)
@@ -146,6 +147,7 @@ def judge_slo(
 
 
 def _records(result: BenchResult) -> list[RequestRecord]:
+    __tracebackhide__ = True
     records = [r for run in result.runs for r in run.records]
     if not records:
         raise ComparisonRefused(
