@@ -6,6 +6,7 @@ so that loading the plugin stays cheap for every pytest run in the environment.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NoReturn
 
@@ -13,6 +14,7 @@ import pytest
 
 from pytest_sglang.config.settings import SETTINGS_KEY, Settings
 from pytest_sglang.markers import expectations_of, profile_of
+from pytest_sglang.timeouts import BRIDGE_KEY
 
 if TYPE_CHECKING:
     import httpx
@@ -118,11 +120,13 @@ def sglang_servers(
     """
     from pytest_sglang.server.pool import ServerPool
 
+    bridge = pytestconfig.stash.get(BRIDGE_KEY, None)
     pool = ServerPool(
         sglang_settings,
         log_dir=tmp_path_factory.getbasetemp() / "sglang-logs",
         progress=terminal_writer(pytestconfig),
         xdist_worker=hasattr(pytestconfig, "workerinput"),
+        outside_test_timeout=bridge.suspended if bridge is not None else contextlib.nullcontext,
     )
     pytestconfig.stash[POOL_KEY] = pool
     yield pool

@@ -35,6 +35,7 @@ from pytest_sglang.markers import (
     validate_markers,
 )
 from pytest_sglang.report.context import CURRENT_ITEM
+from pytest_sglang.timeouts import BRIDGE_KEY, TimeoutBridge
 
 if TYPE_CHECKING:
     from pytest_sglang.server.handle import LaunchInfo
@@ -85,6 +86,10 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     settings = resolve_settings(config)
     config.stash[SETTINGS_KEY] = settings
+    # Launches never count against a test's pytest-timeout (see pytest_sglang.timeouts).
+    bridge = TimeoutBridge()
+    config.stash[BRIDGE_KEY] = bridge
+    config.pluginmanager.register(bridge, "sglang-timeout-bridge")
     _refuse_launch_under_xdist(config, settings)
     # Only the controller reports: xdist workers send their results with the test reports.
     if not hasattr(config, "workerinput"):

@@ -42,6 +42,7 @@ from pytest_sglang.report.entries import MeasurementBody, Schedule
 if TYPE_CHECKING:
     from pytest_sglang.errors import SGLangError
     from pytest_sglang.gpu.telemetry import TelemetryReader, TelemetrySampler
+    from pytest_sglang.loadgen.records import LoadRun
     from pytest_sglang.loadgen.runner import LoadGenerator
     from pytest_sglang.measure.server_metrics import MetricsSnapshot
     from pytest_sglang.server.handle import SGLangServer
@@ -53,6 +54,7 @@ __all__ = [
     "BenchResult",
     "PackedRecords",
     "Sweep",
+    "cut_by",
     "effective_max_running_requests",
     "give_back_memory",
     "load_generator_for",
@@ -84,6 +86,9 @@ class BenchResult:
     #: How the runs were scheduled against a compared server: "blocks" or "interleaved".
     schedule: Schedule = "blocks"
     url: str = ""
+    #: What cut the measurement short, if something did (a test timeout, Ctrl-C): its runs
+    #: are those that finished, the cut one last with the requests it had finished.
+    cut: str | None = None
 
     def values(self, metric: str) -> list[float]:
         """Return ``metric`` of every run (runs where it is unmeasurable are left out)."""
@@ -120,11 +125,14 @@ class BenchResult:
 
     def as_dict(self) -> MeasurementBody:
         """Return plain JSON types, for reports."""
-        return {
+        body: MeasurementBody = {
             "server": self.server, "url": self.url, "workload": self.workload.as_dict(),
             "concurrency": self.concurrency, "schedule": self.schedule,
             "config": dict(self.config), "runs": [run.as_dict() for run in self.runs],
         }  # fmt: skip
+        if self.cut is not None:
+            body["cut"] = self.cut
+        return body
 
 
 @dataclass(frozen=True)
@@ -574,6 +582,8 @@ class Bench:
         self._noted: set[tuple[str, int]] = set() if shared is None else shared._noted
         # GPU telemetry during runs: one reader per session, made on first use.
         self._gpu: _GpuTelemetry = _GpuTelemetry(pool) if shared is None else shared._gpu
+        # The finished part of a run a test timeout or Ctrl-C cut, until it is reported.
+        self._interrupted: LoadRun | None = None
 
     def with_recorder(
         self,
@@ -765,6 +775,10 @@ class Bench:
                 partial = self._result(handle, workload, concurrency, runs, "blocks")
                 self._record(partial, handle)
                 self._fail(stop.error)
+            except BaseException as error:
+                # A test timeout or Ctrl-C: report what was measured, then let it end the test.
+                self._record_cut(handle, workload, concurrency, runs, repeats, error)
+                raise
             self._cache[key] = self._result(handle, workload, concurrency, runs, "blocks")
         result = self._cache[key]
         # Recorded first: the report keeps a broken measurement too, with its errors.
@@ -775,6 +789,32 @@ class Bench:
 
             self._fail(MeasurementFailed(broken))
         return result
+
+    def _record_cut(
+        self,
+        server: SGLangServer,
+        workload: Workload,
+        concurrency: int,
+        runs: list[Measurement],
+        repeats: int,
+        error: BaseException,
+    ) -> None:
+        """Record the runs of a measurement something cut short, saying what (not cached)."""
+        from pytest_sglang.measure.measurement import measure
+
+        interrupted, self._interrupted = self._interrupted, None
+        finished = list(runs)
+        if interrupted is not None and interrupted.measured:
+            try:
+                finished.append(_packed(measure(interrupted)))
+            except ValueError:
+                pass  # too little to measure: the finished runs stand alone
+        if not finished:
+            return  # nothing finished: the test's own failure says what cut it
+        cut = f"{cut_by(error)}, in run {len(runs) + 1} of {repeats}"
+        result = self._result(server, workload, concurrency, finished, "blocks")
+        self._record(replace(result, cut=cut), server)
+        self._progress(f"sglang: the measurement {result.label()} was cut: {cut}")
 
     def _note_cap(self, server: SGLangServer, concurrency: int) -> None:
         """Say so when ``concurrency`` exceeds the requests the server runs at once."""
@@ -842,6 +882,9 @@ class Bench:
             )
         except ServerStoppedAnswering as exc:
             stopped, run = exc, exc.run
+        except BaseException:
+            self._interrupted = generator.interrupted_run  # for the report (_record_cut)
+            raise
         finally:
             if sampler is not None and sampler.started_at:
                 sampler.stop()
@@ -984,6 +1027,16 @@ class _CounterScrapes:
             return delta(self._before, after).as_dict()
         except ValueError:
             return None  # restarted, or not SGLang's counters: nothing to say
+
+
+def cut_by(error: BaseException) -> str:
+    """Name what cut a measurement short: pytest-timeout, Ctrl-C, or the error's kind."""
+    if isinstance(error, KeyboardInterrupt):
+        return "Ctrl-C (KeyboardInterrupt)"
+    text = " ".join(str(error).split())
+    if "pytest-timeout" in text:
+        return f"the test's pytest-timeout ({text.rstrip('.')})"
+    return f"{type(error).__name__}: {text[:200]}" if text else type(error).__name__
 
 
 def load_generator_for(server: SGLangServer, **options: Any) -> LoadGenerator:

@@ -11,7 +11,7 @@ key says which kind an entry is.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, TypeAlias, TypedDict
+from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
 
 __all__ = [
     "Entry",
@@ -84,6 +84,8 @@ class MeasurementBody(TypedDict):
     schedule: Schedule
     config: dict[str, Any]
     runs: list[dict[str, Any]]
+    #: What cut the measurement short (a test timeout, Ctrl-C), when something did.
+    cut: NotRequired[str]
 
 
 class MeasurementEntry(MeasurementBody):

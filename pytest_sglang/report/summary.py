@@ -43,7 +43,7 @@ def _cells(entry: MeasurementRow) -> list[str]:
     """One row's cells, in ``COLUMNS`` order: medians over the runs, times in ms."""
     runs = entry["runs"]
     return [
-        str(entry["server"]),
+        str(entry["server"]) + (" (cut)" if entry.get("cut") else ""),
         str(entry["concurrency"]),
         str(len(runs)),
         _fmt(_run_stat(runs, "output_throughput")),
@@ -82,10 +82,16 @@ def _by_workload(
 
 
 def _row_splits(measurements: Sequence[MeasurementRow], title: str) -> list[str]:
-    """Return the TTFT splits of the rows under the table called ``title``."""
+    """Return the notes under the table called ``title``: TTFT splits, cut measurements."""
     rows = [e for e in measurements if _title(e["workload"]) == title]
     ordered = sorted(rows, key=lambda e: (e["concurrency"], e["server"]))
-    return [text for text in (_run_breakdowns(e) for e in ordered) if text]
+    cuts = [
+        f"{e['server']} @ C={e['concurrency']} was cut by {e['cut']}: {len(e['runs'])} "
+        "run(s) shown, the cut one with the requests it finished"
+        for e in ordered
+        if e.get("cut")
+    ]
+    return [text for text in (_run_breakdowns(e) for e in ordered) if text] + cuts
 
 
 def _tag(verdict: VerdictRow) -> str:

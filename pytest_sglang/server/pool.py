@@ -15,11 +15,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import shutil
 import socket
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -53,8 +55,12 @@ class ServerPool:
         log_dir: Path | None = None,
         progress: Callable[[str], None] = lambda message: None,
         xdist_worker: bool = False,
+        outside_test_timeout: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
     ) -> None:
         self.settings = settings
+        # Launches and gates run outside the asking test's pytest-timeout (the bridge in
+        # pytest_sglang.timeouts): they are bounded by --sglang-ready-timeout instead.
+        self._outside_test_timeout = outside_test_timeout
         #: Whether this session is a pytest-xdist worker (each worker has its own pool).
         self.xdist_worker = xdist_worker
         self.log_dir = log_dir or Path.cwd() / ".sglang-logs"
@@ -153,23 +159,39 @@ class ServerPool:
                 "(see --sglang-profiles)"
             )
         try:
-            if target.url is not None:
-                server = ReadinessGate.for_target(
-                    target,
-                    target.url,
-                    timeout=self.settings.ready_timeout,
-                    api_key=self.settings.api_key.value,
-                    secrets=self.settings.secrets,
-                ).wait()
-            else:
-                server = self._launch(target)
+            with self._outside_test_timeout():
+                server = self._start(target)
         except SGLangError as exc:
             # "Not configured here" is cheap to find out again; a failed gate or launch is not.
             if not isinstance(exc, ServerUnavailable):
                 self._failed[name] = exc
             raise
+        except BaseException as exc:
+            # Interrupted (a timeout, Ctrl-C) or a bug: never launched again either; later
+            # tests that need the server fail at once, naming what stopped this one.
+            what = " ".join(str(exc).split()) or "no message"
+            self._failed[name] = ServerNotReady(
+                self.settings.redact(
+                    f"the start of SGLang server {name!r} was interrupted by "
+                    f"{type(exc).__name__} ({what[:300]}); it is not retried in this session"
+                ),
+                phase="launch",
+            )
+            raise
         self._ready[name] = server
         return server
+
+    def _start(self, target: ServerTarget) -> SGLangServer:
+        """Gate an attached server, or launch a profile's."""
+        if target.url is not None:
+            return ReadinessGate.for_target(
+                target,
+                target.url,
+                timeout=self.settings.ready_timeout,
+                api_key=self.settings.api_key.value,
+                secrets=self.settings.secrets,
+            ).wait()
+        return self._launch(target)
 
     def _launch(self, target: ServerTarget) -> SGLangServer:
         name, profile = target.name, target.profile

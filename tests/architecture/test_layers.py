@@ -25,7 +25,7 @@ STAGES: tuple[frozenset[str], ...] = (
     frozenset({"server"}),
     frozenset({"measure"}),
     frozenset({"verdicts", "markers"}),
-    frozenset({"fixtures"}),
+    frozenset({"fixtures", "timeouts"}),
     frozenset({"plugin", "testing", "__init__", "cli"}),
 )
 #: The emulator's own rooms, bottom first: it is a separate program inside the package.
