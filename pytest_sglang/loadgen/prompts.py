@@ -37,8 +37,10 @@ __all__ = [
     "TOKEN_ID_RANGE",
     "UNIVERSAL_TOKEN_IDS",
     "WORDS",
+    "chat_messages",
     "chat_text",
     "request_body",
+    "session_text",
     "token_id_range",
     "token_ids",
 ]
@@ -111,6 +113,37 @@ def chat_text(workload: Workload, salt: str, index: int) -> str:
     return " ".join(prefix + rest)
 
 
+def session_text(workload: Workload, salt: str, index: int, part: str, length: int) -> str:
+    """Return a synthetic session's text: ``length`` single-token words, seeded per request."""
+    rng = random.Random(f"{workload.seed}/{salt}/{part}/{index}")
+    return " ".join(rng.choices(WORDS, k=length))
+
+
+def chat_messages(workload: Workload, salt: str, index: int) -> list[dict[str, str]]:
+    """Return the chat messages of request ``index``: one user message, or a turn's history.
+
+    A dataset request sends its entry's messages; a multi-turn request (``turns``) its
+    session's earlier user messages and answers, then its own user message.
+    """
+    session, turn = workload.session(index)
+    if workload.dataset is not None:
+        entry = workload.entry(salt, index)
+        return entry.messages(entry.single_turn() if workload.turns is None else turn)
+    if workload.turns is None:
+        return [{"role": "user", "content": chat_text(workload, salt, index)}]
+    messages = []
+    first = session * workload.turns
+    for earlier in range(first, index + 1):
+        messages.append(
+            {"role": "user",
+             "content": session_text(workload, salt, earlier, "user", workload.input_len)}
+        )  # fmt: skip
+        if earlier < index:
+            answer = session_text(workload, salt, earlier, "answer", workload.output_len)
+            messages.append({"role": "assistant", "content": answer})
+    return messages
+
+
 def request_body(
     workload: Workload, salt: str, index: int, *, model: str = "default"
 ) -> dict[str, Any]:
@@ -119,6 +152,11 @@ def request_body(
     ``model`` is the OpenAI ``model`` field (SGLang echoes it and does not check it).
     """
     extra = dict(workload.extra)
+    text = None
+    if workload.dataset is not None and workload.endpoint != "chat":
+        # A text endpoint sends the entry's one user message as the prompt (checked at
+        # construction: no system message, no history).
+        text = chat_messages(workload, salt, index)[-1]["content"]
     if workload.endpoint == "generate":
         sampling = {
             "max_new_tokens": workload.lengths(salt, index)[1],
@@ -126,17 +164,20 @@ def request_body(
             "temperature": workload.temperature,
             **extra.pop("sampling_params", {}),
         }
+        prompt: dict[str, Any] = (
+            {"text": text} if text is not None else {"input_ids": token_ids(workload, salt, index)}
+        )
         return {
-            "input_ids": token_ids(workload, salt, index),
+            **prompt,
             "sampling_params": sampling,
             "stream": workload.stream,
             **extra,
         }
     body: dict[str, Any] = {"model": model}
     if workload.endpoint == "completions":
-        body["prompt"] = token_ids(workload, salt, index)
+        body["prompt"] = text if text is not None else token_ids(workload, salt, index)
     else:
-        body["messages"] = [{"role": "user", "content": chat_text(workload, salt, index)}]
+        body["messages"] = chat_messages(workload, salt, index)
     # max_tokens rather than chat's newer max_completion_tokens: every SGLang release has it.
     body.update(
         max_tokens=workload.lengths(salt, index)[1],

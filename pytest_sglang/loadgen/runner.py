@@ -319,6 +319,12 @@ class LoadGenerator:
         the loop fully open.
         """
         check_arrival(rate, arrival)
+        if workload.turns is not None:
+            raise ValueError(
+                "multi-turn sessions (Workload(turns=...)) run in a closed loop (C sessions "
+                "at a time, each turn after the previous answer); an open loop sends requests "
+                "on a schedule and cannot keep a session's turns in order"
+            )
         if max_concurrency is not None:
             _check_count("max_concurrency", max_concurrency)
         salt = f"open/{arrival}/{rate:g}/r{repeat}"
@@ -440,8 +446,9 @@ class LoadGenerator:
         warm_bodies = encoded_bodies(workload, salt + "/warmup", len(warm), model=self.model)
         main_bodies = encoded_bodies(workload, salt + "/measured", len(main), model=self.model)
         if self._shard is not None:  # this process sends its own requests only
-            warm = [r for r in warm if self._shard.owns(r.index)]
-            main = [r for r in main if self._shard.owns(r.index)]
+            # A multi-turn session stays on one process: ownership goes by session.
+            warm = [r for r in warm if self._shard.owns(workload.session(r.index)[0])]
+            main = [r for r in main if self._shard.owns(workload.session(r.index)[0])]
         tally = Tally(len(warm) + len(main))
         timeouts = (self.stall_timeout, self.first_token_timeout)
         watchdog = StallWatchdog(*timeouts) if any(timeouts) else None
@@ -529,17 +536,23 @@ class LoadGenerator:
         state: _RunState,
         bodies: Bodies,
     ) -> None:
-        pending = iter(records)
+        # A multi-turn session is one unit of work: its turns go one after another, each
+        # once the previous answer is complete; without turns every request is its own.
+        sessions: dict[int, list[RequestRecord]] = {}
+        for record in records:
+            sessions.setdefault(workload.session(record.index)[0], []).append(record)
+        pending = iter(sessions.values())
 
         async def worker() -> None:
-            # One shared iterator: each worker takes the next request as soon as its
+            # One shared iterator: each worker takes the next session as soon as its
             # previous one is done, which keeps exactly `concurrency` in flight.
-            for record in pending:
-                if state.aborted is not None:
-                    return
-                await self._send(workload, record, bodies[record.index], state)
+            for session in pending:
+                for record in session:
+                    if state.aborted is not None:
+                        return
+                    await self._send(workload, record, bodies[record.index], state)
 
-        await asyncio.gather(*(worker() for _ in range(min(concurrency, len(records)))))
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, len(sessions)))))
 
     async def _open(
         self,

@@ -42,6 +42,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, get_args
 
+from pytest_sglang.loadgen import datasets
+
 __all__ = ["DEFAULT_WARMUP_CAP", "ENDPOINTS", "Endpoint", "Workload"]
 
 Endpoint = Literal["generate", "completions", "chat"]
@@ -112,6 +114,25 @@ class Workload:
         token counts, one pair a line (comma or space separated, ``#`` comments), e.g. taken
         from production logs; each request draws a pair (seeded), capped at ``input_len`` and
         ``output_len``.
+    :param dataset: the path of a dataset file (JSONL of prompts or chat messages, or
+        ShareGPT's JSON; :mod:`pytest_sglang.loadgen.datasets`), read locally, never
+        downloaded. Request ``i`` of a run sends an entry drawn without replacement (seeded,
+        shuffled per run). The prompts are text: ``input_len`` is then the longest prompt
+        admitted, in tokens estimated at 4 characters a token (longer entries are left out),
+        and the server's ``prompt_tokens`` is what each record and the measurement report.
+        Every request generates ``output_len`` tokens, unless ``answer_lengths``.
+    :param answer_lengths: with ``dataset``: each request generates as many tokens as the
+        dataset's answer to it (the entry's ``output_len``, else its answer's text at 4
+        characters a token; bench_serving's ShareGPT convention), capped at ``output_len``.
+    :param turns: multi-turn sessions (``endpoint="chat"``): requests ``s * turns`` to
+        ``s * turns + turns - 1`` are the turns of session ``s``, sent one after another,
+        each with the whole history before it (the earlier user messages and their answers);
+        a closed loop at concurrency C runs C sessions at once. Without ``dataset`` a turn's
+        user message is ``input_len`` words and each answer in the history ``output_len``
+        words (the history carries these answers, not the server's: the history is known
+        before the run, as in bench_serving's multi-turn mode); with ``dataset`` the sessions
+        are its conversations with at least ``turns`` user turns. The server's prefix cache
+        can serve each turn's history: :meth:`expected_cache_hit_ratio`.
     """
 
     input_len: int
@@ -129,6 +150,9 @@ class Workload:
     prefix_len: int = 0
     range_ratio: float | None = None
     lengths_file: str | None = None
+    dataset: str | None = None
+    answer_lengths: bool = False
+    turns: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len", "requests"):
@@ -209,9 +233,72 @@ class Workload:
                 )
             if self.lengths_file is not None:
                 raise ValueError("Workload: a shared prefix needs fixed or range_ratio lengths")
+        self._check_dataset_and_turns()
         if not isinstance(self.stream, bool):
             raise ValueError(f"Workload.stream must be True or False, got {self.stream!r}")
         object.__setattr__(self, "extra", _frozen_extra(self.extra))
+
+    def _check_dataset_and_turns(self) -> None:
+        if self.turns is not None:
+            if isinstance(self.turns, bool) or not isinstance(self.turns, int) or self.turns < 1:
+                raise ValueError(
+                    f"Workload.turns must be None or an integer >= 1, got {self.turns!r}; "
+                    "e.g. Workload(..., endpoint='chat', turns=4)"
+                )
+            if self.endpoint != "chat":
+                raise ValueError(
+                    "Workload.turns: multi-turn sessions send the history as chat messages; "
+                    f"use endpoint='chat' (got {self.endpoint!r})"
+                )
+        if not isinstance(self.answer_lengths, bool):
+            raise ValueError(
+                f"Workload.answer_lengths must be True or False, got {self.answer_lengths!r}"
+            )
+        if self.answer_lengths and self.dataset is None:
+            raise ValueError("Workload.answer_lengths takes the lengths from a dataset: give one")
+        if self.dataset is None and self.turns is None:
+            return
+        other = [
+            name
+            for name in ("range_ratio", "lengths_file", "prefix_groups")
+            if getattr(self, name) is not None
+        ]
+        if other:
+            what = "a dataset" if self.dataset is not None else "multi-turn sessions"
+            raise ValueError(
+                f"Workload: {what} cannot be combined with {', '.join(other)} (the prompts "
+                "and their lengths come from the sessions or the dataset)"
+            )
+        if self.dataset is not None:
+            if not isinstance(self.dataset, str):
+                raise ValueError(
+                    f"Workload.dataset must be a file path (str), got {self.dataset!r}; "
+                    "e.g. dataset=str(path)"
+                )
+            # Read and checked now, not mid-run: a bad file fails at construction.
+            datasets.eligible_entries(
+                self.dataset, input_len=self.input_len, turns=self.turns,
+                chat=self.endpoint == "chat",
+            )  # fmt: skip
+
+    @property
+    def text_prompts(self) -> bool:
+        """Whether the prompts are text whose tokens only the server counts."""
+        return self.dataset is not None or self.turns is not None or self.endpoint == "chat"
+
+    def session(self, index: int) -> tuple[int, int]:
+        """Return request ``index``'s (session, turn); ``(index, 0)`` without ``turns``."""
+        if self.turns is None:
+            return index, 0
+        return divmod(index, self.turns)
+
+    def entry(self, salt: str, index: int) -> datasets.Entry:
+        """Return the dataset entry request ``index`` of the run ``salt`` sends from."""
+        assert self.dataset is not None
+        return datasets.pick_entry(
+            self.dataset, self.session(index)[0], input_len=self.input_len, turns=self.turns,
+            chat=self.endpoint == "chat", seed=self.seed, salt=salt,
+        )  # fmt: skip
 
     def for_concurrency(self, concurrency: int) -> Workload:
         """Return the workload a run at ``concurrency`` sends.
@@ -229,6 +316,17 @@ class Workload:
 
     def lengths(self, salt: str, index: int) -> tuple[int, int]:
         """Return request ``index``'s (input, output) token counts in the run ``salt``."""
+        if self.dataset is not None:
+            entry = self.entry(salt, index)
+            turn = entry.single_turn() if self.turns is None else self.session(index)[1]
+            output = self.output_len
+            if self.answer_lengths:
+                answered = entry.turns[turn].output_estimate()
+                output = min(output, answered) if answered is not None else output
+            return entry.prompt_estimate(turn), output
+        if self.turns is not None:
+            turn = self.session(index)[1]
+            return (turn + 1) * self.input_len + turn * self.output_len, self.output_len
         if self.range_ratio is None and self.lengths_file is None:
             return self.input_len, self.output_len
         rng = random.Random(f"{self.seed}/{salt}/lengths/{index}")
@@ -249,10 +347,24 @@ class Workload:
         prefix). Requests of one group sent together before the first is prefilled miss too:
         keep the concurrency below ``prefix_groups`` to see exactly this.
         """
+        if self.turns is not None and self.dataset is None:
+            return self._expected_session_hit_ratio()
         if not self.prefix_groups:
             return 0.0
         groups = min(self.prefix_groups, self.requests)
         return (self.requests - groups) / self.requests * self.prefix_len / self.input_len
+
+    def _expected_session_hit_ratio(self) -> float:
+        # Turn t's prompt holds t + 1 user messages and t answers; the previous turn's
+        # prompt, all of it, is cached (counted in words: the chat template adds a few
+        # tokens per message, which moves the ratio by well under a percentage point).
+        prompts = cached = 0
+        for index in range(self.requests):
+            turn = self.session(index)[1]
+            prompts += (turn + 1) * self.input_len + turn * self.output_len
+            if turn:
+                cached += turn * self.input_len + (turn - 1) * self.output_len
+        return cached / prompts
 
     def warmup_for(self, concurrency: int) -> int:
         """Return the warm-up request count for a run at ``concurrency`` requests in flight."""
@@ -282,6 +394,9 @@ class Workload:
             ),
             **({"range_ratio": self.range_ratio} if self.range_ratio is not None else {}),
             **({"lengths_file": self.lengths_file} if self.lengths_file is not None else {}),
+            **({"dataset": self.dataset} if self.dataset is not None else {}),
+            **({"answer_lengths": True} if self.answer_lengths else {}),
+            **({"turns": self.turns} if self.turns is not None else {}),
         }
 
     @classmethod
@@ -290,8 +405,15 @@ class Workload:
         return cls(**dict(data))
 
     def key(self) -> str:
-        """Return a stable text key (canonical JSON): equal workloads, equal keys, every run."""
-        return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+        """Return a stable text key (canonical JSON): equal workloads, equal keys, every run.
+
+        A dataset workload's key holds its file's SHA-256 as well: the same path with other
+        content is another workload.
+        """
+        data = self.as_dict()
+        if self.dataset is not None:
+            data["dataset_sha256"] = datasets.digest(self.dataset)
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     def __hash__(self) -> int:
         # The generated hash would hash ``extra``, a mapping; the canonical key is hashable

@@ -20,7 +20,8 @@ these fails (``docs/metrics.md``, "Validity checks"):
     the client's own count equals the server's, and the per-chunk counts add up to it.
 ``input_length``
     the server's ``prompt_tokens`` equals ``workload.input_len`` (on ``chat`` the template
-    adds tokens: reported, not judged).
+    adds tokens, and dataset and multi-turn prompts are text whose tokens only the server
+    counts: reported, not judged).
 ``concurrency`` (closed loop)
     the client kept ``concurrency`` requests in flight. Over the window the realised
     concurrency can fall short of C only in the ramp-down tail, after the last request was
@@ -236,6 +237,15 @@ def _check_input_length(workload: Workload, done: Sequence[RequestRecord]) -> Ch
     if not reported:
         return Check("input_length", None, "the server reported no prompt_tokens")
     mean = sum(reported) / len(reported)
+    if workload.dataset is not None or workload.turns is not None:
+        estimate = sum(r.input_len for r in done) / len(done)
+        return Check(
+            "input_length",
+            None,
+            f"text prompts ({'dataset' if workload.dataset else 'multi-turn sessions'}): the "
+            f"server counted {mean:.1f} prompt tokens on average (estimated {estimate:.1f}); "
+            "each record keeps the server's count",
+        )
     if workload.endpoint == "chat":
         return Check(
             "input_length",
