@@ -35,7 +35,14 @@ from pytest_sglang.loadgen.schedule import Arrival
 from pytest_sglang.loadgen.shard import Shard, owner, slot_shares
 from pytest_sglang.loadgen.workload import Workload
 
-__all__ = ["LoadWorkersFailed", "RunPlan", "run_sharded", "sharded_closed_loop"]
+__all__ = [
+    "LoadWorkersFailed",
+    "RunPlan",
+    "merge_outcomes",
+    "plan_shares",
+    "run_sharded",
+    "sharded_closed_loop",
+]
 
 #: How long the measured start is set after the last worker is ready: time for every worker
 #: to wake and reach its first send (tens of ms on a loaded 2-core machine; 0.5 s is ample).
@@ -113,7 +120,8 @@ def _worker(
         results.close()
 
 
-def _shares(plan: RunPlan, processes: int) -> tuple[int, ...]:
+def plan_shares(plan: RunPlan, processes: int) -> tuple[int, ...]:
+    """Each worker's share of the plan's slots (closed-loop concurrency or open-loop cap)."""
     if plan.mode == "closed":
         assert plan.concurrency is not None
         slots = plan.concurrency
@@ -170,7 +178,7 @@ def run_sharded(
     if processes < 1:
         raise ValueError(f"processes must be at least 1, got {processes}")
     context = multiprocessing.get_context("spawn")
-    shares = _shares(plan, processes)
+    shares = plan_shares(plan, processes)
     ready: multiprocessing.Queue[int] = context.Queue()
     go = context.Event()
     start_at: Synchronized[float] = context.Value("d", 0.0)
@@ -201,7 +209,7 @@ def run_sharded(
             if worker.is_alive():
                 worker.kill()
             worker.join(timeout=10)
-    run = _merged(plan, shares, outcomes)
+    run = merge_outcomes(plan, shares, outcomes)
     stopped = [message for kind, _, message in outcomes if kind == "stopped"]
     if stopped:
         unsent = plan.workload.requests - len(run.measured)
@@ -267,11 +275,16 @@ def _death(process: BaseProcess, index: int) -> str:
     return f"load worker {index} (pid {process.pid}) died with exit code {process.exitcode}"
 
 
-def _merged(
+def merge_outcomes(
     plan: RunPlan,
     shares: tuple[int, ...],
     outcomes: Sequence[tuple[str, LoadRun | None, str | None]],
 ) -> LoadRun:
+    """Merge the workers' ``(kind, run, message)`` outcomes into one run.
+
+    A worker that ``died`` or ended in an ``error`` has every measured request it owned and
+    did not record made a failed record carrying its message.
+    """
     records: list[RequestRecord] = []
     runs = [run for _, run, _ in outcomes if run is not None]
     for index, (kind, run, message) in enumerate(outcomes):

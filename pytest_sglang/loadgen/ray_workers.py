@@ -1,0 +1,557 @@
+"""A run spread over load-generator workers on several hosts: Ray actors (``pytest-sglang[ray]``).
+
+The same workers as :mod:`~pytest_sglang.loadgen.workers`, as Ray actors placed on a Ray
+cluster the user names (``address``; ``--sglang-ray-address`` under pytest), with the same
+guarantees:
+
+- **exact total concurrency**: a closed loop of ``C`` gives each actor its share of the ``C``
+  slots and the requests that go with them (:mod:`~pytest_sglang.loadgen.shard`), so ``C``
+  requests are in flight in total, not per actor; an open loop keeps its one arrival schedule;
+- **a common start**: every actor finishes its warm-up and waits; the coordinator (this
+  process) then names one start time, and every actor sends its first measured request then;
+- **one time base**: hosts do not share a clock. Every actor stamps its records with its own
+  ``perf_counter`` (so each request's TTFT, ITL and latency come from one clock, untouched),
+  and the coordinator measures each actor's clock offset NTP-style before the start: it asks
+  for the actor's clock ``CLOCK_ROUNDS`` times, each reading taken between two readings of its
+  own, and keeps the round with the shortest round trip: ``offset = remote - (t0 + t1) / 2``,
+  wrong by at most half that round trip (well under a millisecond on one LAN, reported in
+  :attr:`RayLoadWorkers.clocks`). The start time is sent to each actor on its own clock
+  (``start + offset``), and its records are moved onto the coordinator's clock
+  (``t - offset``) before they merge: cross-host figures (the run's duration, throughput,
+  the requests in flight) use one time base. Clock drift over a run (ppm) is ignored;
+- **loss is failure, never a hang**: an actor whose process dies or whose node is lost
+  (Ray reports it as an actor error) has its measured requests recorded as failed with a
+  message naming the worker, its node and Ray's reason; a run that outlives its timeout
+  has its late actors killed and their requests recorded as failed.
+
+Ray is imported only when a run is made: loading the plugin never loads it.
+
+Every node must have the same Python and ``pytest-sglang`` (with the ``ray`` extra) installed;
+the actors import :mod:`pytest_sglang.loadgen.runner` there and reach the server's URL from
+their node, so the URL must be one every node can reach (not ``127.0.0.1`` unless the
+load runs on the server's host). See ``docs/scaling.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Self, cast
+
+from pytest_sglang.errors import SGLangError
+from pytest_sglang.loadgen.records import LoadRun, RequestRecord
+from pytest_sglang.loadgen.runner import LoadGenerator, ServerStoppedAnswering, run_blocking
+from pytest_sglang.loadgen.saturation import ClientLoad
+from pytest_sglang.loadgen.schedule import Arrival
+from pytest_sglang.loadgen.shard import Shard
+from pytest_sglang.loadgen.workers import (
+    START_MARGIN,
+    LoadWorkersFailed,
+    RunPlan,
+    merge_outcomes,
+    plan_shares,
+)
+from pytest_sglang.loadgen.workload import Workload
+
+__all__ = [
+    "CLOCK_ROUNDS",
+    "ClockOffset",
+    "RayLoadWorkers",
+    "RayUnavailable",
+    "ray_closed_loop",
+]
+
+#: Seconds to wait for the cluster's address to take a TCP connection.
+CONNECT_TIMEOUT = 5.0
+
+#: Clock readings per actor before each run; the one with the shortest round trip is kept.
+CLOCK_ROUNDS = 8
+
+#: An actor's outcome: kind ("ok", "stopped", "error", "died"), records, client load, message.
+_Outcome = tuple[str, list[RequestRecord] | None, ClientLoad | None, str | None]
+
+
+class RayUnavailable(SGLangError):
+    """Ray is not installed, or the Ray cluster named could not be reached."""
+
+
+@dataclass(frozen=True)
+class ClockOffset:
+    """How one actor's clock relates to the coordinator's, measured before a run."""
+
+    #: The worker's index (its shard).
+    worker: int
+    #: The node the actor runs on (its IP address), its Ray node id and the actor's process.
+    node: str
+    node_id: str
+    pid: int
+    #: Seconds to add to a coordinator ``perf_counter`` reading to get the actor's.
+    offset: float
+    #: The round trip of the reading kept; the offset is wrong by at most half of it.
+    round_trip: float
+
+    @property
+    def uncertainty(self) -> float:
+        """The largest error of :attr:`offset`, in seconds (half the round trip)."""
+        return self.round_trip / 2
+
+
+def estimate_offset(samples: Sequence[tuple[float, float, float]]) -> tuple[float, float]:
+    """Return ``(offset, round_trip)`` from ``(t0, remote, t1)`` clock readings.
+
+    ``t0`` and ``t1`` are the coordinator's clock right before asking and right after the
+    answer, ``remote`` the other clock read in between. The reading with the shortest round
+    trip bounds the error best: the remote reading was taken somewhere in ``[t0, t1]``, so
+    ``remote - (t0 + t1) / 2`` is wrong by at most ``(t1 - t0) / 2``.
+    """
+    if not samples:
+        raise ValueError("no clock readings")
+    t0, remote, t1 = min(samples, key=lambda s: s[2] - s[0])
+    return remote - (t0 + t1) / 2, t1 - t0
+
+
+def shift_records(records: Sequence[RequestRecord], by: float) -> list[RequestRecord]:
+    """Return copies of ``records`` with every timestamp moved by ``by`` seconds."""
+    return [
+        dataclasses.replace(
+            record,
+            started=record.started + by,
+            sent=record.sent + by,
+            scheduled=None if record.scheduled is None else record.scheduled + by,
+            end=None if record.end is None else record.end + by,
+            chunk_times=[t + by for t in record.chunk_times],
+        )
+        for record in records
+    ]
+
+
+def import_ray() -> ModuleType:
+    """Import Ray, or raise :class:`RayUnavailable` saying how to install it."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise RayUnavailable(
+            f"Ray is not installed ({exc}): the load runs on Ray actors only with the "
+            "optional extra: pip install 'pytest-sglang[ray]' (on every node of the cluster)"
+        ) from exc
+    return ray
+
+
+def connect(address: str | None, *, source: str = "the address argument") -> ModuleType:
+    """Connect this process to the Ray cluster at ``address`` (once) and return ``ray``.
+
+    An already connected process (``ray.init`` called by the user) is used as it is. With no
+    connection and no address this refuses: starting a private single-node Ray here would
+    put every worker on this host, which is what the multi-process option is for.
+
+    :param source: where the address came from, for the message (e.g. ``--sglang-ray-address``).
+    :raises RayUnavailable: Ray is missing, or the cluster cannot be reached.
+    """
+    ray = import_ray()
+    if ray.is_initialized():
+        return ray
+    if not address:
+        raise RayUnavailable(
+            "no Ray cluster to run the load workers on: give its address (--sglang-ray-address "
+            "HOST:PORT, ini sglang_ray_address, env PYTEST_SGLANG_RAY_ADDRESS; 'auto' finds the "
+            "cluster this host belongs to), or call ray.init() first"
+        )
+    fix = (
+        "check that the head node runs (`ray status` there), that the address is its GCS "
+        "address HOST:PORT (what `ray start --head` printed, port 6379 by default) and that "
+        "this host can reach it"
+    )
+    # Ray retries an unreachable GCS for minutes: a closed port is told at once instead.
+    problem = unreachable(address)
+    if problem is not None:
+        raise RayUnavailable(
+            f"cannot connect to the Ray cluster at {address!r} (from {source}): {problem}; {fix}"
+        )
+    try:
+        ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+    except Exception as exc:  # ConnectionError, ValueError, RuntimeError: all mean unreachable
+        raise RayUnavailable(
+            f"cannot connect to the Ray cluster at {address!r} (from {source}): "
+            f"{_reason(exc)}; {fix}"
+        ) from exc
+    return ray
+
+
+def unreachable(address: str, timeout: float = CONNECT_TIMEOUT) -> str | None:
+    """Why ``address`` (``[ray://]HOST:PORT``) takes no TCP connection; ``None`` if it does.
+
+    ``"auto"`` and other forms without a port are left to Ray.
+    """
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return None
+    except OSError as exc:
+        return f"nothing answers on {host}:{port} ({exc.strerror or type(exc).__name__})"
+
+
+class _LoadActor:  # pragma: no cover - runs inside a Ray actor; covered end to end
+    """One worker: runs its shard of a plan, waiting for the coordinator's start."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Event()
+        self._go = threading.Event()
+        self._start = 0.0
+
+    def where(self) -> tuple[str, str, int]:
+        """Return this actor's node address, Ray node id and process id."""
+        import os
+
+        import ray
+
+        ip = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+        return ip, str(ray.get_runtime_context().get_node_id()), os.getpid()
+
+    def clock(self) -> float:
+        """Return this actor's ``perf_counter``."""
+        return time.perf_counter()
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait until the run's warm-up is over (the actor waits for the start)."""
+        return self._ready.wait(timeout)
+
+    def go(self, start_at: float) -> None:
+        """Start the measured requests at ``start_at`` (this actor's clock); 0 calls it off."""
+        self._start = start_at
+        self._go.set()
+
+    def run(
+        self,
+        index: int,
+        shares: tuple[int, ...],
+        plan: dict[str, Any],
+        wait_limit: float,
+    ) -> _Outcome:
+        """Run shard ``index`` of ``plan`` (see :func:`_wire`) and return its outcome."""
+        self._ready.clear()
+        self._go.clear()
+        self._start = 0.0
+
+        def sync() -> float:
+            self._ready.set()
+            if not self._go.wait(wait_limit) or self._start <= 0:
+                raise LoadWorkersFailed("the run was called off by the coordinator")
+            return self._start
+
+        options = dict(plan["options"])
+        workload = Workload.from_dict(plan["workload"])
+        generator = LoadGenerator(options.pop("url"), **options, shard=Shard(index, shares, sync))
+        try:
+            if plan["mode"] == "closed":
+                run = run_blocking(
+                    generator.closed_loop(workload, plan["concurrency"], repeat=plan["repeat"])
+                )
+            else:
+                run = run_blocking(
+                    generator.open_loop(
+                        workload,
+                        plan["rate"],
+                        arrival=cast("Arrival", plan["arrival"]),
+                        max_concurrency=plan["max_concurrency"],
+                        repeat=plan["repeat"],
+                    )
+                )
+            return ("ok", list(run.records), run.client, None)
+        except ServerStoppedAnswering as exc:
+            return ("stopped", list(exc.run.records), exc.run.client, str(exc))
+        except BaseException as exc:  # reported by the coordinator; nothing is lost silently
+            return ("error", None, None, f"{type(exc).__name__}: {exc}")
+
+
+def _wire(plan: RunPlan) -> dict[str, Any]:
+    # Plain types only: a Workload's read-only mapping does not pickle.
+    return {
+        "options": dict(plan.options),
+        "workload": plan.workload.as_dict(),
+        "mode": plan.mode,
+        "concurrency": plan.concurrency,
+        "rate": plan.rate,
+        "arrival": plan.arrival,
+        "max_concurrency": plan.max_concurrency,
+        "repeat": plan.repeat,
+    }
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {first}".rstrip(": ")
+
+
+class RayLoadWorkers:
+    """``workers`` load-generator actors on a Ray cluster, reused from run to run.
+
+    ::
+
+        with RayLoadWorkers(2, address="head-node:6379") as workers:
+            run = workers.run(RunPlan({"url": url}, workload, "closed", concurrency=256))
+
+    :param workers: how many actors (at most the concurrency of a closed loop is used).
+    :param address: the Ray cluster (``HOST:PORT`` of its head, or ``"auto"``); ``None`` uses
+        the connection this process already has (``ray.init`` called before).
+    :param source: where ``address`` came from, for messages.
+    :param num_cpus: CPUs each actor reserves on its node (1: one event loop, one core).
+    :param resources: custom Ray resources each actor asks for, to pin the workers to the
+        nodes that offer them (``ray start --resources='{"loadgen": 4}'`` on client hosts).
+    :param spread: place the actors on as many nodes as possible (Ray's ``SPREAD``
+        strategy); ``False`` lets Ray pack them.
+    """
+
+    def __init__(
+        self,
+        workers: int,
+        *,
+        address: str | None = None,
+        source: str = "the address argument",
+        num_cpus: float = 1.0,
+        resources: Mapping[str, float] | None = None,
+        spread: bool = True,
+    ) -> None:
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+        self.workers = workers
+        self._ray = connect(address, source=source)
+        self._options: dict[str, Any] = {
+            "num_cpus": num_cpus,
+            "max_concurrency": 4,  # run, wait_ready, clock and go at once
+            "max_restarts": 0,
+        }
+        if resources:
+            self._options["resources"] = dict(resources)
+        if spread:
+            self._options["scheduling_strategy"] = "SPREAD"
+        self._actor_class = self._ray.remote(_LoadActor)
+        self._actors: list[Any] = []
+        self._where: list[tuple[str, str, int]] = []
+        #: The clock offsets measured before the last run, one per actor that took part.
+        self.clocks: tuple[ClockOffset, ...] = ()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Kill the actors (the Ray connection stays: it is the process's)."""
+        for actor in self._actors:
+            try:
+                self._ray.kill(actor, no_restart=True)
+            except Exception:  # already gone with its node
+                pass
+        self._actors, self._where = [], []
+
+    def _ensure(self, count: int, timeout: float) -> None:
+        """Have ``count`` live actors, replacing any lost in an earlier run."""
+        ray = self._ray
+        while len(self._actors) < count:
+            self._actors.append(self._actor_class.options(**self._options).remote())
+            self._where.append(("?", "?", 0))
+        refs = [actor.where.remote() for actor in self._actors]
+        deadline = time.monotonic() + timeout
+        for i, ref in enumerate(refs):
+            try:
+                self._where[i] = tuple(ray.get(ref, timeout=max(1.0, deadline - time.monotonic())))
+            except ray.exceptions.GetTimeoutError:
+                self.close()
+                raise LoadWorkersFailed(
+                    f"Ray load worker {i} was not placed within {timeout:g} s: the cluster may "
+                    f"lack free resources (each worker asks for {self._asks()}, {self.workers} "
+                    "workers; see `ray status`); no request was sent"
+                ) from None
+            except ray.exceptions.RayError:  # lost since the last run: a fresh one
+                self._actors[i] = self._actor_class.options(**self._options).remote()
+                self._where[i] = tuple(ray.get(self._actors[i].where.remote(), timeout=timeout))
+
+    def _asks(self) -> str:
+        asks = {"CPU": self._options["num_cpus"], **self._options.get("resources", {})}
+        return ", ".join(f"{k} {v:g}" for k, v in asks.items())
+
+    def _clock(self, index: int) -> ClockOffset:
+        actor = self._actors[index]
+        samples = []
+        for _ in range(CLOCK_ROUNDS):
+            t0 = time.perf_counter()
+            remote = self._ray.get(actor.clock.remote(), timeout=30)
+            samples.append((t0, float(remote), time.perf_counter()))
+        offset, round_trip = estimate_offset(samples)
+        node, node_id, pid = self._where[index]
+        return ClockOffset(index, node, node_id, pid, offset, round_trip)
+
+    def run(
+        self,
+        plan: RunPlan,
+        *,
+        ready_timeout: float = 600.0,
+        run_timeout: float | None = None,
+        before_measured: Callable[[], object] | None = None,
+    ) -> LoadRun:
+        """Run ``plan`` on the actors and return one merged :class:`LoadRun`.
+
+        ``plan.options`` are :class:`LoadGenerator`'s keyword arguments plus ``url``
+        (picklable values only). Records are on this process's ``perf_counter`` clock.
+
+        :param ready_timeout: seconds for the actors to be placed and finish their warm-up.
+        :param run_timeout: seconds for the measured phase (default: the request timeout
+            times the requests, plus a minute); late actors are then killed and their
+            requests recorded as failed.
+        :param before_measured: called here once every actor is ready, right before the
+            common start (``LoadGenerator``'s ``before_measured``, on the coordinator).
+        :raises LoadWorkersFailed: an actor was not placed, or failed before the start (no
+            measured request was sent).
+        :raises ServerStoppedAnswering: an actor gave up on the server (as a single process).
+        """
+        ray = self._ray
+        shares = plan_shares(plan, self.workers)
+        count = len(shares)
+        self.clocks = ()
+        self._ensure(count, ready_timeout)
+        actors = self._actors[:count]
+        wired = _wire(plan)
+        timeout = (
+            run_timeout
+            or plan.options.get("request_timeout", 600.0) * (plan.workload.requests + 1) + 60.0
+        )
+        runs = [
+            actor.run.remote(i, shares, wired, ready_timeout + 60.0)
+            for i, actor in enumerate(actors)
+        ]
+        outcomes: list[_Outcome | None] = [None] * count
+        try:
+            self._await_ready(actors, runs, outcomes, ready_timeout)
+            self.clocks = tuple(self._clock(i) for i in range(count))
+            if before_measured is not None:
+                before_measured()
+            start = time.perf_counter() + START_MARGIN
+            ray.get(
+                [a.go.remote(start + c.offset) for a, c in zip(actors, self.clocks, strict=True)],
+                timeout=30,
+            )
+            self._collect(runs, outcomes, timeout)
+        except BaseException:
+            # Nothing may keep loading the server after a refused or interrupted run: the
+            # actors are killed (a later run makes fresh ones).
+            self.close()
+            raise
+        finished = [o for o in outcomes if o is not None]
+        corrected: list[tuple[str, LoadRun | None, str | None]] = []
+        for (kind, records, client, message), clock in zip(finished, self.clocks, strict=True):
+            run = None
+            if records is not None:
+                records = shift_records(records, -clock.offset)
+                run = LoadRun(plan.workload, plan.mode, tuple(records), start, client=client)
+            corrected.append((kind, run, message))
+        merged = merge_outcomes(plan, shares, corrected)
+        stopped = [message for kind, _, message in corrected if kind == "stopped"]
+        if stopped:
+            unsent = plan.workload.requests - len(merged.measured)
+            raise ServerStoppedAnswering(stopped[0] or "the server stopped answering", merged,
+                                         unsent)  # fmt: skip
+        return merged
+
+    def _describe(self, index: int, exc: BaseException) -> str:
+        node, _, pid = self._where[index]
+        return (
+            f"Ray load worker {index} (node {node}, pid {pid}) was lost: {_reason(exc)} "
+            "(its process was killed or its node left the cluster)"
+        )
+
+    def _await_ready(
+        self,
+        actors: Sequence[Any],
+        runs: Sequence[Any],
+        outcomes: list[_Outcome | None],
+        timeout: float,
+    ) -> None:
+        ray = self._ray
+        # Each ref watched maps to its worker and what it is: "ready" (the warm-up is over)
+        # or "run" (the run itself ended, or its actor died, before that).
+        watched: dict[Any, tuple[int, str]] = {}
+        for i, actor in enumerate(actors):
+            watched[actor.wait_ready.remote(timeout)] = (i, "ready")
+            watched[runs[i]] = (i, "run")
+        todo = set(range(len(actors)))
+        deadline = time.monotonic() + timeout
+        while todo:
+            watch = [ref for ref, (i, _) in watched.items() if i in todo]
+            done, _ = ray.wait(watch, num_returns=1, timeout=0.5)
+            for ref in done:
+                i, what = watched.pop(ref)
+                try:
+                    result = ray.get(ref)
+                except ray.exceptions.RayError as exc:
+                    raise LoadWorkersFailed(
+                        f"{self._describe(i, exc)} before its measured requests; no measured "
+                        "request was sent"
+                    ) from exc
+                if what == "run":
+                    kind, _, _, message = result
+                    outcomes[i] = result
+                    raise LoadWorkersFailed(
+                        f"Ray load worker {i} ended before its measured requests ({kind}: "
+                        f"{message}); no measured request was sent"
+                    )
+                if result:
+                    todo.discard(i)
+            if todo and time.monotonic() > deadline:
+                raise LoadWorkersFailed(
+                    f"Ray load workers {sorted(todo)} were not ready within {timeout:g} s; no "
+                    "measured request was sent"
+                )
+
+    def _collect(
+        self, runs: Sequence[Any], outcomes: list[_Outcome | None], timeout: float
+    ) -> None:
+        ray = self._ray
+        deadline = time.monotonic() + timeout
+        while any(o is None for o in outcomes):
+            pending = [runs[i] for i, o in enumerate(outcomes) if o is None]
+            done, _ = ray.wait(pending, num_returns=1, timeout=0.5)
+            for ref in done:
+                i = runs.index(ref)
+                try:
+                    kind, records, client, message = ray.get(ref)
+                    outcomes[i] = (kind, records, client, message)
+                except ray.exceptions.RayError as exc:
+                    outcomes[i] = ("died", None, None, self._describe(i, exc))
+            if time.monotonic() > deadline:
+                for i, outcome in enumerate(outcomes):
+                    if outcome is None:
+                        ray.kill(self._actors[i], no_restart=True)
+                        outcomes[i] = (
+                            "died", None, None,
+                            f"Ray load worker {i} (node {self._where[i][0]}) did not finish in "
+                            f"{timeout:g} s and was killed",
+                        )  # fmt: skip
+
+
+def ray_closed_loop(
+    generator: LoadGenerator,
+    workload: Workload,
+    concurrency: int,
+    workers: int,
+    *,
+    address: str | None = None,
+    repeat: int = 0,
+) -> LoadRun:
+    """Run ``generator``'s closed loop at ``concurrency`` on ``workers`` Ray actors.
+
+    The actors build the same generator from :attr:`LoadGenerator.options`; they are
+    created for this run and killed after it (reuse them across runs with
+    :class:`RayLoadWorkers`).
+    """
+    plan = RunPlan(generator.options, workload, "closed", concurrency=concurrency, repeat=repeat)
+    with RayLoadWorkers(workers, address=address) as pool:
+        return pool.run(plan)

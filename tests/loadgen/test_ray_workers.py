@@ -1,0 +1,220 @@
+"""Load workers as Ray actors on a local two-node Ray cluster, against the emulator (issue 16).
+
+Nothing is faked: ``ray.cluster_utils.Cluster`` starts a real head node and a second node
+(separate raylets and object stores on this host), the actors are real Ray actors, one on
+each node, and the emulator is a real HTTP server process whose trace is the ground truth.
+The cluster binds to the host's address (forcing 127.0.0.1 hangs Ray's node start); the
+load itself goes to the emulator over loopback.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'pytest-sglang[ray]'")
+cluster_utils = pytest.importorskip("ray.cluster_utils")
+
+from pytest_sglang.emulator.engine.trace import read_trace  # noqa: E402
+from pytest_sglang.loadgen.ray_workers import RayLoadWorkers  # noqa: E402
+from pytest_sglang.loadgen.records import LoadRun, RequestRecord  # noqa: E402
+from pytest_sglang.loadgen.workers import RunPlan  # noqa: E402
+from pytest_sglang.loadgen.workload import Workload  # noqa: E402
+from pytest_sglang.measure.measurement import measure  # noqa: E402
+from pytest_sglang.testing import running_emulator  # noqa: E402
+
+#: Each node's object store: the smallest Ray accepts comfortably (records are small).
+OBJECT_STORE = 100 * 2**20
+C = 8
+INPUT_LEN = 16
+
+
+def host_address() -> str:
+    """This host's own address (the one Ray would pick): not loopback."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("192.0.2.1", 9))  # no packet is sent: picks the outgoing interface
+        return str(probe.getsockname()[0])
+    except OSError:
+        return socket.gethostbyname(socket.gethostname())
+    finally:
+        probe.close()
+
+
+@pytest.fixture(scope="module")
+def two_nodes() -> Iterator[Any]:
+    """A head node and a second node, one CPU each: one load actor lands on each."""
+    ip = host_address()
+    cluster = cluster_utils.Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1,
+            "object_store_memory": OBJECT_STORE,
+            "include_dashboard": False,
+            "node_ip_address": ip,
+        },
+    )
+    try:
+        cluster.add_node(num_cpus=1, object_store_memory=OBJECT_STORE, node_ip_address=ip)
+        ray.init(address=cluster.address, logging_level="WARNING", log_to_driver=False)
+        cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def in_flight_peak(intervals: list[tuple[float, float]]) -> int:
+    """The most intervals open at once (an end before a start at the same instant)."""
+    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    level = peak = 0
+    for _, step in events:
+        level += step
+        peak = max(peak, level)
+    return peak
+
+
+def trace_of(path: Path, run: LoadRun) -> list[dict[str, Any]]:
+    """The trace lines of ``run``'s measured requests (the emulator must have stopped)."""
+    clock, lines, _ = read_trace(path)
+    shift = clock["monotonic"] - clock["wall"]  # wall -> perf_counter (one clock on Linux)
+    start = min(r.sent for r in run.measured)
+    ours = [
+        line
+        for line in lines
+        if line["http_received"] is not None
+        and line["t"]
+        and line["prompt_tokens"] == INPUT_LEN
+        and line["arrived"] + shift >= start - 0.05
+    ]
+    for line in ours:
+        line["arrived"] += shift
+        line["t"] = [t + shift for t in line["t"]]
+    return ours
+
+
+def client_intervals(records: tuple[RequestRecord, ...]) -> list[tuple[float, float]]:
+    return [(r.sent, r.end or r.sent) for r in records]
+
+
+def test_two_actors_on_two_nodes_keep_c_in_flight_in_total(
+    two_nodes: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    workload = Workload(input_len=INPUT_LEN, output_len=64, requests=240, warmup=C)
+    argv = ("--emulator-engine", "batch", "--emulator-speedup", "10", "--emulator-trace",
+            str(trace), "--max-running-requests", "64")  # fmt: skip
+    with running_emulator(tmp_path, *argv) as emulator:
+        plan = RunPlan({"url": emulator.url}, workload, "closed", concurrency=C)
+        with RayLoadWorkers(2, num_cpus=1) as workers:
+            run = workers.run(plan, ready_timeout=120)
+            clocks = workers.clocks
+        emulator.stop()  # writes the trace out
+    m = measure(run)
+    assert (m.completed, m.failed) == (240, 0), m.errors
+    assert sorted(r.index for r in run.measured) == list(range(240))
+    # One actor on each node, each with its share of the C slots.
+    assert len({clock.node_id for clock in clocks}) == 2, clocks
+    for clock in clocks:
+        # One host: the true offset is zero, so the estimate must be within its own bound.
+        assert abs(clock.offset) <= clock.uncertainty + 1e-4, clock
+        assert clock.uncertainty < 0.05, clock
+    # The server's ground truth: never more than C in flight, and C reached (C per actor
+    # would show 2C; a lost slot would never reach C).
+    lines = trace_of(trace, run)
+    assert len(lines) == 240
+    assert in_flight_peak([(line["arrived"], line["t"][-1]) for line in lines]) == C
+    # The merged records, on one time base, say the same.
+    assert in_flight_peak(client_intervals(run.measured)) == C
+    # Throughput within 2 % of the trace's.
+    tokens = sum(line["completion_tokens"] for line in lines)
+    window = max(line["t"][-1] for line in lines) - min(line["arrived"] for line in lines)
+    truth = tokens / window
+    assert m.output_throughput == pytest.approx(truth, rel=0.02), (m.output_throughput, truth)
+    request.node.user_properties.append(("throughput", (m.output_throughput, truth)))
+    request.node.user_properties.append(
+        ("offsets_us", [(c.offset * 1e6, c.uncertainty * 1e6) for c in clocks])
+    )
+
+
+def test_a_killed_actor_is_counted_as_failed_requests_with_a_message(
+    two_nodes: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    workload = Workload(input_len=INPUT_LEN, output_len=200, requests=60, warmup=0)
+    result: dict[str, Any] = {}
+    argv = ("--emulator-engine", "batch", "--emulator-speedup", "5")
+    with running_emulator(tmp_path, *argv) as emulator:
+        plan = RunPlan({"url": emulator.url}, workload, "closed", concurrency=4)
+        with RayLoadWorkers(2, num_cpus=1) as workers:
+
+            def work() -> None:
+                try:
+                    result["run"] = workers.run(plan, ready_timeout=120)
+                except BaseException as exc:  # shown by the assertion below
+                    result["error"] = exc
+
+            thread = threading.Thread(target=work, daemon=True)
+            thread.start()
+            deadline = time.monotonic() + 120
+            while not workers.clocks and time.monotonic() < deadline and thread.is_alive():
+                time.sleep(0.05)  # the clocks are read once every actor is ready
+            assert workers.clocks, result
+            time.sleep(1.5)  # into the measured requests
+            victim = workers.clocks[1]
+            killed_at = time.monotonic()
+            os.kill(victim.pid, signal.SIGKILL)
+            thread.join(timeout=120)
+            assert not thread.is_alive(), "the run hung after its worker was killed"
+            verdict_after = time.monotonic() - killed_at
+    assert "error" not in result, result.get("error")
+    m = measure(result["run"])
+    assert 0 < m.failed < 60 and m.completed + m.failed == 60, (m.completed, m.failed)
+    messages = [message for message, _ in m.errors]
+    assert any(
+        f"Ray load worker 1 (node {victim.node}, pid {victim.pid}) was lost" in message
+        for message in messages
+    ), messages
+    assert verdict_after < 30, verdict_after
+    request.node.user_properties.append(
+        ("killed", (m.failed, m.completed, verdict_after, messages[0]))
+    )
+
+
+def test_no_cluster_and_an_unreachable_address_are_clear_errors(
+    request: pytest.FixtureRequest,
+) -> None:
+    # In a fresh interpreter: this one is connected to the test cluster.
+    code = (
+        "from pytest_sglang.loadgen.ray_workers import connect, RayUnavailable\n"
+        "for address in (None, '127.0.0.1:1'):\n"
+        "    try:\n"
+        "        connect(address, source='--sglang-ray-address')\n"
+        "    except RayUnavailable as exc:\n"
+        "        print('ERROR', exc)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    errors = [line for line in done.stdout.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 2, done.stdout + done.stderr
+    assert "no Ray cluster to run the load workers on" in errors[0]
+    assert (
+        "cannot connect to the Ray cluster at '127.0.0.1:1' (from --sglang-ray-address)"
+        in (errors[1])
+    )
+    assert "ray start --head" in errors[1]
+    seconds = time.monotonic() - started
+    assert seconds < 60, seconds  # Ray alone retries an unreachable GCS for minutes
+    request.node.user_properties.append(("refused_in", seconds))
