@@ -218,3 +218,51 @@ def test_no_cluster_and_an_unreachable_address_are_clear_errors(
     seconds = time.monotonic() - started
     assert seconds < 60, seconds  # Ray alone retries an unreachable GCS for minutes
     request.node.user_properties.append(("refused_in", seconds))
+
+
+def test_a_node_leaving_mid_run_is_counted_as_failed_requests_not_a_hang(
+    two_nodes: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    workload = Workload(input_len=INPUT_LEN, output_len=200, requests=60, warmup=0)
+    result: dict[str, Any] = {}
+    node = two_nodes.list_all_nodes()[-1]  # the second node (the head stays)
+    argv = ("--emulator-engine", "batch", "--emulator-speedup", "5")
+    try:
+        with running_emulator(tmp_path, *argv) as emulator:
+            plan = RunPlan({"url": emulator.url}, workload, "closed", concurrency=4)
+            with RayLoadWorkers(2, num_cpus=1) as workers:
+
+                def work() -> None:
+                    try:
+                        result["run"] = workers.run(plan, ready_timeout=120)
+                    except BaseException as exc:  # shown by the assertion below
+                        result["error"] = exc
+
+                thread = threading.Thread(target=work, daemon=True)
+                thread.start()
+                deadline = time.monotonic() + 120
+                while not workers.clocks and time.monotonic() < deadline and thread.is_alive():
+                    time.sleep(0.05)
+                assert workers.clocks, result
+                (lost,) = [c for c in workers.clocks if c.node_id == node.node_id]
+                time.sleep(1.5)  # into the measured requests
+                removed_at = time.monotonic()
+                two_nodes.remove_node(node, allow_graceful=False)
+                thread.join(timeout=120)
+                assert not thread.is_alive(), "the run hung after a node left"
+                verdict_after = time.monotonic() - removed_at
+    finally:
+        if len(two_nodes.list_all_nodes()) < 2:  # the node left: the next test needs two
+            two_nodes.add_node(num_cpus=1, object_store_memory=OBJECT_STORE,
+                               node_ip_address=host_address())  # fmt: skip
+            two_nodes.wait_for_nodes()
+    assert "error" not in result, result.get("error")
+    m = measure(result["run"])
+    assert 0 < m.failed < 60 and m.completed + m.failed == 60, (m.completed, m.failed)
+    messages = [message for message, _ in m.errors]
+    assert any(
+        f"Ray load worker {lost.worker} (node {lost.node}, pid {lost.pid}) was lost" in message
+        for message in messages
+    ), messages
+    assert verdict_after < 60, verdict_after
+    request.node.user_properties.append(("node_lost", (m.failed, m.completed, verdict_after)))
