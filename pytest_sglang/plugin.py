@@ -94,6 +94,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # Only the controller reports: xdist workers send their results with the test reports.
     if not hasattr(config, "workerinput"):
         from pytest_sglang.report.collector import SGLangReporter
+        from pytest_sglang.report.junit import EntryLedger
+
+        # First: takes each report's entries out, for the reporters; JUnit gets concise ones.
+        config.pluginmanager.register(EntryLedger(settings.redact), "sglang-entries")
 
         def launches() -> list[dict[str, Any]]:
             pool = config.stash.get(POOL_KEY, None)

@@ -3,7 +3,8 @@
 Registered on the controller (never on a pytest-xdist worker) when a session saves
 (``--sglang-save NAME``, ``--sglang-autosave``) or compares (``--sglang-compare [REF]``). It
 reads the same ``("sglang", entry)`` records of each test report as the results collector
-(``report/collector.py``), so it works alike with and without xdist:
+(``report/collector.py``), through ``report/junit.py``'s ``report_entries``, so it works
+alike with and without xdist:
 
 * **compare**: every measurement a test reports is looked up in the store by fingerprint
   and judged (``regression_verdict``) for each ``--sglang-compare-fail`` term (or
@@ -25,13 +26,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from pytest_sglang.report.entries import (
-    Entry,
-    MeasurementRow,
-    ServerEntry,
-    VerdictEntry,
-    fresh_entries,
-)
+from pytest_sglang.report.entries import MeasurementRow, ServerEntry, VerdictEntry
+from pytest_sglang.report.junit import add_entry, report_entries
 from pytest_sglang.verdicts.baseline_options import BaselineOptions, baseline_options
 
 if TYPE_CHECKING:
@@ -68,7 +64,6 @@ class BaselineGate:
         self.outcomes: list[_Outcome] = []
         self.saved: str | None = None
         self.save_error: str | None = None
-        self._consumed: dict[str, int] = {}
         self._candidates: list[StoredMeasurement] | None = None
         self._candidates_error: str | None = None
         self._commit: dict[str, Any] | None = None
@@ -114,16 +109,11 @@ class BaselineGate:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Take the report's new records; judge new measurements before anyone else sees it."""
-        start = self._consumed.get(report.nodeid, 0)
-        fresh = fresh_entries(report.user_properties, start)
+        fresh = report_entries(report)
         if not fresh:
             return
-        self._consumed[report.nodeid] = start + len(fresh)
         measured: list[MeasurementRow] = []
-        for value in fresh:
-            if not isinstance(value, dict):
-                continue
-            entry = cast("Entry", value)
+        for entry in fresh:
             if entry["record"] == "measurement":
                 body = {k: v for k, v in entry.items() if k != "record"}
                 row = cast("MeasurementRow", {"test": report.nodeid, **body})
@@ -178,14 +168,12 @@ class BaselineGate:
                     self.outcomes.append(_Outcome(report.nodeid, label, "refused", str(exc)))
                     continue
                 entry: VerdictEntry = {"record": "verdict", **verdict.as_dict()}
-                report.user_properties.append(("sglang", entry))
+                add_entry(report, entry)
                 self.outcomes.append(
                     _Outcome(report.nodeid, label, entry["outcome"], verdict.summary)
                 )
                 if self.options.fail and entry["outcome"] == "fail":
                     failures.append(verdict.message())
-        # Our own records must not be taken for new ones on the next phase's report.
-        self._consumed[report.nodeid] = sum(1 for n, _ in report.user_properties if n == "sglang")
         if failures and not report.failed:
             terms = ", ".join(c.describe() for c in self.options.checks)
             report.outcome = "failed"
