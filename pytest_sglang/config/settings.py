@@ -35,7 +35,6 @@ from pytest_sglang.config.options import (
     FIRST_TOKEN_TIMEOUT,
     GPU_FAKE,
     GPU_HOST,
-    HEADER,
     LAUNCHER,
     MARKDOWN,
     MAX_CONSECUTIVE_FAILURES,
@@ -56,13 +55,12 @@ from pytest_sglang.config.parsing import (
     parse_expectation,
     parse_launcher,
     parse_server_url,
-    parse_header,
     usage_error,
 )
 from pytest_sglang.config.paths import output_path, output_problem
 from pytest_sglang.config.redaction import Redactor, is_secret_name, secret_flag_values
 from pytest_sglang.config.targets import ServerTarget, build_targets
-from pytest_sglang.config.values import Expectation, Header, ServerUrl, Sourced
+from pytest_sglang.config.values import Expectation, ServerUrl, Sourced
 
 if TYPE_CHECKING:
     from pytest_sglang.config.profiles import Profile
@@ -105,9 +103,7 @@ class Settings:
     @functools.cached_property
     def targets(self) -> Mapping[str, ServerTarget]:
         """Every server the session knows, by name (attached first), resolved once."""
-        return MappingProxyType(
-            build_targets(self.servers, self.profiles, self.expectations, self.headers)
-        )
+        return MappingProxyType(build_targets(self.servers, self.profiles, self.expectations))
 
     def target(self, name: str) -> ServerTarget | None:
         """Return the server called ``name`` (attached or a profile), if any."""
@@ -117,9 +113,8 @@ class Settings:
     def secrets(self) -> tuple[str, ...]:
         """The session's known secret values (``config/redaction.py`` hides them everywhere).
 
-        The API key, every ``--sglang-header`` value, the values of secret flags
-        (``--api-key``...) in the profiles' args and the emulator args, and the values of the
-        profiles' secret-named env variables.
+        The API key, the values of secret flags (``--api-key``...) in the profiles' args and
+        the emulator args, and the values of the profiles' secret-named env variables.
         """
         found: list[str] = []
         if self.api_key.value:
@@ -134,9 +129,6 @@ class Settings:
     def redact(self) -> Redactor:
         """The redaction rule with this session's secrets: ``settings.redact(text)``."""
         return Redactor(self.secrets)
-        # A header's value, and its token alone ("Bearer KEY" -> "KEY"): either may be quoted.
-        for header in self.headers:
-            found += [header.value, header.value.rpartition(" ")[2]]
 
     def __repr__(self) -> str:
         # pytest -l shows a test's locals, sglang_settings among them: never the secrets.
@@ -255,29 +247,6 @@ def _resolve_path(
     output: bool = False,
 ) -> Sourced[Path | None]:
     """Resolve a path option; a relative path is relative to where its value was written.
-def _resolve_headers(
-    config: pytest.Config,
-    environ: Mapping[str, str],
-    servers: Sequence[ServerUrl],
-    profiles: Mapping[str, Profile],
-) -> tuple[Header, ...]:
-    raw = _lookup(HEADER, config, environ)
-    if raw is None:
-        return ()
-    headers = tuple(parse_header(item, raw.source) for item in raw.value)
-    names = {s.name for s in servers} | set(profiles)
-    for header in headers:
-        if header.server is not None and header.server not in names:
-            raise usage_error(
-                HEADER,
-                raw.source,
-                f"{header.describe()!r} names server {header.server!r}, which is neither "
-                f"attached nor a profile ({', '.join(sorted(names)) or 'none configured'})",
-                "use one of those names, or drop the NAME: prefix to send it to every server",
-            )
-    return headers
-
-
 
     ``problem`` returns what is wrong with the resolved path, or None when it will do. An
     ``output`` path's last part is not resolved: a link there is judged, not followed.
@@ -350,15 +319,13 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
     return Settings(
         launcher=_resolve_one(LAUNCHER, config, env, parse_launcher, "sglang"),
         emulator_args=_resolve_one(EMULATOR_ARGS, config, env, parse_args, ()),
-        profiles=profiles,
-        headers=_resolve_headers(config, env, servers, profiles),
+        profiles=_resolve_profiles(config, env),
         gpu_host=Sourced(gpu_host.value[0], gpu_host.source)
         if gpu_host
         else Sourced(None, "default"),
         gpu_fake=_resolve_path(GPU_FAKE, config, env, _not_a_dir, "give an existing directory"),
         report=_resolve_path(
             REPORT, config, env, output_problem, _OUTPUT_FIX + "sglang-report.json", output=True
-    profiles = _resolve_profiles(config, env)
         ),
         markdown=_resolve_path(
             MARKDOWN, config, env, output_problem, _OUTPUT_FIX + "$GITHUB_STEP_SUMMARY", output=True
