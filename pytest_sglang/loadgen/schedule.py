@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass
 from typing import Literal, get_args
 
-__all__ = ["ARRIVALS", "Arrival", "arrival_offsets", "check_arrival"]
+__all__ = ["ARRIVALS", "Arrival", "OpenLoop", "arrival_offsets", "check_arrival"]
 
 Arrival = Literal["poisson", "constant"]
 ARRIVALS: tuple[str, ...] = get_args(Arrival)
@@ -41,3 +42,39 @@ def check_arrival(rate: float, arrival: str) -> None:
         raise ValueError(
             f"arrival must be one of {', '.join(map(repr, ARRIVALS))}, got {arrival!r}"
         )
+
+
+@dataclass(frozen=True)
+class OpenLoop:
+    """An open-loop load: ``rate`` requests per second, ``arrival`` gaps, an optional cap.
+
+    What ``sglang_bench(server, workload, rate=20.0, arrival="poisson", max_concurrency=64)``
+    measures instead of a closed loop; checked at construction.
+    """
+
+    rate: float
+    arrival: Arrival = "poisson"
+    max_concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        check_arrival(self.rate, self.arrival)
+        cap = self.max_concurrency
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise ValueError(
+                f"max_concurrency must be None (no cap) or an integer >= 1, got {cap!r}"
+            )
+        object.__setattr__(self, "rate", float(self.rate))
+
+    def key(self) -> str:
+        """Return a stable text key, e.g. ``open:poisson:20:cap64``."""
+        cap = "" if self.max_concurrency is None else f":cap{self.max_concurrency}"
+        return f"open:{self.arrival}:{self.rate!r}{cap}"
+
+    def describe(self) -> str:
+        """Return e.g. ``20 req/s poisson, at most 64 in flight``."""
+        cap = "" if self.max_concurrency is None else f", at most {self.max_concurrency} in flight"
+        return f"{self.rate:g} req/s {self.arrival}{cap}"
+
+    def as_dict(self) -> dict[str, object]:
+        """Return plain JSON types: ``rate``, ``arrival``, ``max_concurrency``."""
+        return {"rate": self.rate, "arrival": self.arrival, "max_concurrency": self.max_concurrency}

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, NoReturn, cast, overload
 
 from pytest_sglang.loadgen.records import RequestRecord
+from pytest_sglang.loadgen.schedule import Arrival, OpenLoop
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import Measurement
 from pytest_sglang.measure.metrics import metric_spec
@@ -89,6 +90,9 @@ class BenchResult:
     #: What cut the measurement short, if something did (a test timeout, Ctrl-C): its runs
     #: are those that finished, the cut one last with the requests it had finished.
     cut: str | None = None
+    #: An open-loop measurement's load (rate, arrivals, cap); ``None`` for a closed loop,
+    #: whose load is ``concurrency`` (an open loop's ``concurrency`` is its cap, or 0).
+    open_loop: OpenLoop | None = None
 
     def values(self, metric: str) -> list[float]:
         """Return ``metric`` of every run (runs where it is unmeasurable are left out)."""
@@ -120,7 +124,9 @@ class BenchResult:
         return sum(run.failed for run in self.runs)
 
     def label(self) -> str:
-        """Return e.g. ``eagle3 @ C=10``."""
+        """Return e.g. ``eagle3 @ C=10`` (``eagle3 @ 20 req/s poisson`` in an open loop)."""
+        if self.open_loop is not None:
+            return f"{self.server} @ {self.open_loop.describe()}"
         return f"{self.server} @ C={self.concurrency}"
 
     def as_dict(self) -> MeasurementBody:
@@ -132,6 +138,10 @@ class BenchResult:
         }  # fmt: skip
         if self.cut is not None:
             body["cut"] = self.cut
+        if self.open_loop is not None:
+            body["rate"] = self.open_loop.rate
+            body["arrival"] = self.open_loop.arrival
+            body["max_concurrency"] = self.open_loop.max_concurrency
         return body
 
 
@@ -645,6 +655,9 @@ class Bench:
         repeats: int = DEFAULT_REPEATS,
         *,
         allow_errors: float = 0.0,
+        rate: float | None = None,
+        arrival: Arrival = "poisson",
+        max_concurrency: int | None = None,
     ) -> BenchResult: ...
 
     @overload
@@ -666,13 +679,36 @@ class Bench:
         repeats: int = DEFAULT_REPEATS,
         *,
         allow_errors: float = 0.0,
+        rate: float | None = None,
+        arrival: Arrival = "poisson",
+        max_concurrency: int | None = None,
     ) -> BenchResult | Sweep:
         """Measure (or fetch from the cache); see the class docstring.
 
         ``allow_errors`` is the fraction of each run's requests that may fail (default 0):
         a run beyond it fails the test (:class:`~pytest_sglang.errors.MeasurementFailed`).
+
+        ``rate`` measures an open loop instead: requests leave at ``rate`` per second
+        (``arrival`` ``"poisson"`` or ``"constant"``) whether or not earlier ones finished,
+        with at most ``max_concurrency`` in flight when given; the result is cached with the
+        rate, arrivals and cap in its key, and its label and report rows show the rate.
         """
         __tracebackhide__ = True
+        if rate is not None or max_concurrency is not None:
+            if rate is None:
+                raise ValueError(
+                    "max_concurrency caps an open loop: give its rate too, e.g. "
+                    "sglang_bench(server, workload, rate=20.0, max_concurrency=64)"
+                )
+            if concurrency != 1:
+                raise ValueError(
+                    f"give concurrency (a closed loop) or rate (an open loop), not both (got "
+                    f"concurrency={concurrency!r}, rate={rate!r}); cap the requests an open "
+                    "loop keeps in flight with max_concurrency"
+                )
+            load = OpenLoop(rate, arrival, max_concurrency)
+            return self._measure_open(server, workload, load, _validated_repeats(repeats),
+                                      _validated_budget(allow_errors))  # fmt: skip
         levels = _validated_levels(concurrency)
         repeats = _validated_repeats(repeats)
         budget = _validated_budget(allow_errors)
@@ -816,6 +852,76 @@ class Bench:
         self._record(replace(result, cut=cut), server)
         self._progress(f"sglang: the measurement {result.label()} was cut: {cut}")
 
+    def _measure_open(
+        self,
+        server: str | SGLangServer,
+        workload: Workload,
+        load: OpenLoop,
+        repeats: int,
+        allow_errors: float,
+    ) -> BenchResult:
+        """Measure (or fetch) ``repeats`` open-loop runs at ``load``; cached by its key."""
+        __tracebackhide__ = True
+        name = server if isinstance(server, str) else server.name
+        level = load.max_concurrency or 0
+        key = (name, f"{workload.key()}|{load.key()}", level, repeats)
+        if key not in self._cache:
+            handle = self._server(server) if isinstance(server, str) else server
+            runs: list[Measurement] = []
+            try:
+                runs.extend(
+                    self._run(handle, workload, level, repeat, repeats, load=load)
+                    for repeat in range(repeats)
+                )
+            except _Interrupted as stop:
+                runs.append(stop.measurement)
+                partial = self._result(handle, workload, level, runs, "blocks", load=load)
+                self._record(partial, handle)
+                self._fail(stop.error)
+            self._cache[key] = self._result(handle, workload, level, runs, "blocks", load=load)
+        result = self._cache[key]
+        self._record(result, self._handles.get(name))
+        broken = failed_requests_message(result, allow_errors) or impossible_counts_message(result)
+        if broken is not None:
+            from pytest_sglang.errors import MeasurementFailed
+
+            self._fail(MeasurementFailed(broken))
+        return result
+
+    def run_once(
+        self,
+        server: str | SGLangServer,
+        workload: Workload,
+        *,
+        concurrency: int | None = None,
+        rate: float | None = None,
+        arrival: Arrival = "poisson",
+        max_concurrency: int | None = None,
+        repeat: int = 0,
+    ) -> Measurement:
+        """Measure one run, neither cached nor reported: what a capacity search spends.
+
+        A closed loop at ``concurrency``, or an open loop at ``rate`` (``arrival``,
+        ``max_concurrency``); ``repeat`` numbers the run (each repeat sends other prompts).
+        The server's counters and GPU telemetry are read as for ``sglang_bench``. E.g.
+        ``find_capacity(lambda r, i: sglang_bench.run_once("eagle3", w, rate=r, repeat=i),
+        [5, 10, 20, 40], "ttft.p99 <= 1s", unit="rate")``.
+        """
+        __tracebackhide__ = True
+        if (concurrency is None) == (rate is None):
+            raise ValueError("run_once measures a closed loop (concurrency=C) or an open loop "
+                             f"(rate=R): give one, got concurrency={concurrency!r}, "
+                             f"rate={rate!r}")  # fmt: skip
+        load = None if rate is None else OpenLoop(rate, arrival, max_concurrency)
+        level = concurrency if concurrency is not None else max_concurrency or 0
+        if load is None:
+            self._check_fills(workload, level)
+        handle = self._server(server) if isinstance(server, str) else server
+        try:
+            return self._run(handle, workload, level, repeat, repeat + 1, load=load)
+        except _Interrupted as stop:
+            self._fail(stop.error)
+
     def _note_cap(self, server: SGLangServer, concurrency: int) -> None:
         """Say so when ``concurrency`` exceeds the requests the server runs at once."""
         cap = effective_max_running_requests(server.server_info)
@@ -837,19 +943,29 @@ class Bench:
         concurrency: int,
         runs: list[Measurement],
         schedule: Schedule,
+        *,
+        load: OpenLoop | None = None,
     ) -> BenchResult:
         self._handles[server.name] = server
         config = {k: server.server_info[k] for k in CONFIG_KEYS if k in server.server_info}
         packed = tuple(_packed(run) for run in runs)
         return BenchResult(server.name, workload, concurrency, packed, config, schedule,
-                           server.url)  # fmt: skip
+                           server.url, open_loop=load)  # fmt: skip
 
     def _run(
-        self, server: SGLangServer, workload: Workload, concurrency: int, repeat: int, repeats: int
+        self,
+        server: SGLangServer,
+        workload: Workload,
+        concurrency: int,
+        repeat: int,
+        repeats: int,
+        *,
+        load: OpenLoop | None = None,
     ) -> Measurement:
         from pytest_sglang.measure.measurement import measure
 
-        label = f"{server.name} C={concurrency} run {repeat + 1}/{repeats}"
+        at = f"C={concurrency}" if load is None else load.describe()
+        label = f"{server.name} {at} run {repeat + 1}/{repeats}"
         last = [0.0]
 
         def progress(done: int, total: int, output_tokens: int, elapsed: float) -> None:
@@ -877,9 +993,15 @@ class Bench:
         )
         stopped: ServerStoppedAnswering | None = None
         try:
-            run = generator.run_closed_loop(
-                workload.for_concurrency(concurrency), concurrency, repeat=repeat
-            )
+            if load is None:
+                run = generator.run_closed_loop(
+                    workload.for_concurrency(concurrency), concurrency, repeat=repeat
+                )
+            else:
+                run = generator.run_open_loop(
+                    workload.for_concurrency(load.max_concurrency or 1), load.rate,
+                    arrival=load.arrival, max_concurrency=load.max_concurrency, repeat=repeat,
+                )  # fmt: skip
         except ServerStoppedAnswering as exc:
             stopped, run = exc, exc.run
         except BaseException:

@@ -47,6 +47,8 @@ def series_of(rows: Sequence[Mapping[str, Any]], *, baseline: bool = False) -> l
     """Group measurement rows (one workload) into series by server (and stored session)."""
     out: dict[str, Series] = {}
     for row in rows:
+        if row.get("rate") is not None:
+            continue  # an open loop's load is a rate, not a point on the concurrency axis
         label = str(row["server"])
         if baseline:
             label = f"{label} (baseline {row.get('session', 'stored')})"

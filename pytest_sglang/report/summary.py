@@ -44,7 +44,7 @@ def _cells(entry: MeasurementRow) -> list[str]:
     runs = entry["runs"]
     return [
         str(entry["server"]) + (" (cut)" if entry.get("cut") else ""),
-        str(entry["concurrency"]),
+        _load(entry),
         str(len(runs)),
         _fmt(_run_stat(runs, "output_throughput")),
         _fmt(_run_stat(runs, "ttft", "p50"), 1000),
@@ -53,6 +53,15 @@ def _cells(entry: MeasurementRow) -> list[str]:
         _fmt(_run_stat(runs, "acceptance_length"), digits=2),
         str(sum(int(run.get("failed", 0)) for run in runs)),
     ]
+
+
+def _load(entry: MeasurementRow) -> str:
+    """Return the load cell: the concurrency, or an open loop's rate (``20/s``, ``20/s <=64``)."""
+    rate = entry.get("rate")
+    if rate is None:
+        return str(entry["concurrency"])
+    cap = entry.get("max_concurrency")
+    return f"{rate:g}/s" + (f" <={cap}" if cap else "")
 
 
 def _title(workload: Mapping[str, Any]) -> str:
