@@ -10,7 +10,15 @@ __all__ = ["header_lines"]
 def header_lines(settings: Settings) -> list[str]:
     """Describe the effective settings for ``pytest_report_header`` (API key redacted)."""
     redact = settings.redact  # values the user gave may carry secrets: one rule for all
-    servers = redact(", ".join(f"{s.name}={s.url}" for s in settings.servers)) or "none"
+    servers = (
+        redact(
+            ", ".join(
+                f"{s.name}={'openai+' if s.kind == 'openai' else ''}{s.url}"
+                for s in settings.servers
+            )
+        )
+        or "none"
+    )
     key = "set, redacted" if settings.api_key.value else "not set"
     lines = [
         f"sglang: servers: {servers}"
@@ -45,6 +53,9 @@ def header_lines(settings: Settings) -> list[str]:
             f"{settings.first_token_timeout.source}); max-consecutive-failures: {gives_up} "
             f"(from {settings.max_consecutive_failures.source})"
         )
+    if settings.headers:
+        # Names only: every value is a secret.
+        lines.append("sglang: headers: " + ", ".join(h.describe() for h in settings.headers))
     if settings.expectations:
         described = ", ".join(e.describe() for e in settings.expectations)
         lines.append("sglang: expect: " + redact(described))

@@ -58,9 +58,20 @@ class OptionSpec:
 URL = OptionSpec(
     "url",
     "Attach to a running SGLang server: URL or NAME=URL (repeatable; NAME is what "
-    "@pytest.mark.sglang_profile(NAME) selects, 'default' when omitted). "
-    "Env PYTEST_SGLANG_URL: whitespace-separated list",
-    metavar="[NAME=]URL",
+    "@pytest.mark.sglang_profile(NAME) selects, 'default' when omitted). A URL written "
+    "openai+http://HOST:PORT declares a plain OpenAI-compatible server (vLLM, llama.cpp, "
+    "TGI...): its gate checks /health or /v1/models only, and it is measured on the OpenAI "
+    "endpoints. Env PYTEST_SGLANG_URL: whitespace-separated list",
+    metavar="[NAME=][openai+]URL",
+    repeatable=True,
+)
+HEADER = OptionSpec(
+    "header",
+    "HTTP header sent with every request to a server: [NAME:]HEADER=VALUE (repeatable; "
+    "without NAME: to every server), e.g. vllm:Authorization=Bearer KEY. Values are treated "
+    "as secrets and never printed. Env PYTEST_SGLANG_HEADER: whitespace-separated (quote "
+    "values with spaces)",
+    metavar="[NAME:]HEADER=VALUE",
     repeatable=True,
 )
 READY_TIMEOUT = OptionSpec(
@@ -213,6 +224,7 @@ COMPARE_FAIL = OptionSpec(
 
 OPTIONS: tuple[OptionSpec, ...] = (
     URL,
+    HEADER,
     READY_TIMEOUT,
     API_KEY,
     REQUIRE,

@@ -11,9 +11,9 @@ from urllib.parse import urlsplit
 import pytest
 
 from pytest_sglang.config.defaults import DEFAULT_SERVER_NAME, LAUNCHERS
-from pytest_sglang.config.options import EXPECT, OptionSpec
+from pytest_sglang.config.options import EXPECT, HEADER, OptionSpec
 from pytest_sglang.config.redaction import redact
-from pytest_sglang.config.values import NAME_RE, Expectation, ServerUrl
+from pytest_sglang.config.values import NAME_RE, Expectation, Header, ServerUrl
 
 __all__ = [
     "is_valid_expect_key",
@@ -22,6 +22,7 @@ __all__ = [
     "parse_count",
     "parse_duration",
     "parse_expectation",
+    "parse_header",
     "parse_launcher",
     "parse_server_url",
     "usage_error",
@@ -88,6 +89,9 @@ def parse_server_url(spec: OptionSpec, raw: str, source: str) -> ServerUrl:
     if not sep or "://" in name:
         name, url = DEFAULT_SERVER_NAME, raw
     name, url = name.strip(), url.strip()
+    kind = "sglang"
+    if url.startswith(_OPENAI_PREFIX):
+        kind, url = "openai", url[len(_OPENAI_PREFIX) :]
     if not NAME_RE.match(name):
         raise usage_error(
             spec,
@@ -141,7 +145,50 @@ def parse_server_url(spec: OptionSpec, raw: str, source: str) -> ServerUrl:
             f"URL {url!r} has a query or fragment",
             "give the server's base URL only, e.g. http://127.0.0.1:30000",
         )
-    return ServerUrl(name=name, url=url.rstrip("/"), source=source)
+    return ServerUrl(name=name, url=url.rstrip("/"), source=source, kind=kind)
+
+
+#: The scheme prefix that declares a plain OpenAI-compatible server: ``openai+http://h:8000``.
+_OPENAI_PREFIX = "openai+"
+#: An HTTP header name (RFC 9110 token characters).
+_HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+def parse_header(raw: str, source: str, spec: OptionSpec = HEADER) -> Header:
+    """Parse ``[NAME:]HEADER=VALUE`` (``vllm:Authorization=Bearer KEY``) into a :class:`Header`.
+
+    The value may contain ``=`` and ``:``; error messages never quote it.
+    """
+    head, sep, value = raw.partition("=")
+    server, colon, name = head.rpartition(":")
+    server_name = server.strip() if colon else None
+    name = name.strip()
+    if not sep or not name:
+        raise usage_error(
+            spec,
+            source,
+            f"{head.strip()!r}... is not HEADER=VALUE",
+            "write e.g. Authorization=Bearer KEY, or vllm:Authorization=Bearer KEY for one server",
+        )
+    if server_name is not None and not NAME_RE.match(server_name):
+        raise usage_error(
+            spec,
+            source,
+            f"server name {server_name!r} before {name!r} is not valid",
+            "use letters, digits, '_', '.' or '-' before the ':'",
+        )
+    if not _HEADER_NAME_RE.match(name):
+        raise usage_error(
+            spec,
+            source,
+            f"{name!r} is not an HTTP header name",
+            "use letters, digits and '-', e.g. Authorization or X-Api-Key",
+        )
+    if "\r" in value or "\n" in value:
+        raise usage_error(
+            spec, source, f"the value of {name!r} holds a line break", "give a one-line value"
+        )
+    return Header(name=name, value=value.strip(), source=source, server=server_name)
 
 
 def parse_expectation(raw: str, source: str, spec: OptionSpec = EXPECT) -> Expectation:

@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from pytest_sglang.config.defaults import SERVER_KINDS
 from pytest_sglang.config.parsing import is_valid_expect_key
 from pytest_sglang.config.redaction import Redactor, is_secret_name, secret_flag_values
 from pytest_sglang.config.values import Expectation, is_valid_server_name
@@ -36,7 +37,7 @@ from pytest_sglang.config.values import Expectation, is_valid_server_name
 __all__ = ["MAX_EXTENDS_DEPTH", "PROFILE_KEYS", "Profile", "load_profiles", "merge_args"]
 
 #: Every key a profile may have.
-PROFILE_KEYS = ("model-path", "tp", "args", "env", "expect", "extends", "command")
+PROFILE_KEYS = ("model-path", "tp", "args", "env", "expect", "extends", "command", "kind")
 #: How many profiles one ``extends`` chain may hold (a chain this long is a mistake, and the
 #: resolution must end in a clean error, not in Python's recursion limit).
 MAX_EXTENDS_DEPTH = 32
@@ -64,6 +65,9 @@ class Profile:
     expect: Mapping[str, object] = field(default_factory=dict)
     command: tuple[str, ...] | None = None
     source: str = ""
+    #: ``sglang`` or ``openai``: a plain OpenAI-compatible server, attached by URL under the
+    #: profile's name (the plugin launches SGLang only); ``model-path`` is optional then.
+    kind: str = "sglang"
 
     def expectations(self) -> tuple[Expectation, ...]:
         """Return the profile's ``expect`` table as readiness-gate expectations."""
@@ -77,7 +81,7 @@ class Profile:
         body = (
             f"name={self.name!r}, model_path={self.model_path!r}, tp={self.tp!r}, "
             f"args={self.args!r}, env={dict(self.env)!r}, expect={dict(self.expect)!r}, "
-            f"command={self.command!r}, source={self.source!r}"
+            f"command={self.command!r}, source={self.source!r}, kind={self.kind!r}"
         )
         return Redactor(secrets)(f"Profile({body})")
 
@@ -221,6 +225,16 @@ def _check_table(raw: Mapping[str, Any], path: Path | str, name: str) -> None:
                 "use model_id, max_model_len or a /server_info key such as tp_size "
                 "(letters, digits and '_', no spaces)",
             )
+    kind = raw.get("kind", "sglang")
+    if kind not in SERVER_KINDS:
+        raise _error(
+            path,
+            name,
+            "kind",
+            f"{kind!r} is not a server kind",
+            f'use one of {", ".join(repr(k) for k in SERVER_KINDS)}: kind = "openai" declares a '
+            "plain OpenAI-compatible server (vLLM, llama.cpp, TGI...) attached by URL",
+        )
     command = raw.get("command")
     if command is not None and (
         not isinstance(command, list)
@@ -281,7 +295,7 @@ def _resolve(
     merged: dict[str, Any] = {"args": [], "env": {}, "expect": {}}
     for link in reversed(_chain(name, tables, path)):
         raw = tables[link]
-        for key in ("model-path", "tp", "command"):
+        for key in ("model-path", "tp", "command", "kind"):
             if key in raw:
                 merged[key] = raw[key]
         merged["args"] = merge_args(
@@ -318,7 +332,7 @@ def profiles_from_tables(
     profiles = {}
     for name in tables:
         merged = _resolve(name, tables, path)
-        if "model-path" not in merged:
+        if "model-path" not in merged and merged.get("kind") != "openai":
             raise _error(
                 path,
                 name,
@@ -329,13 +343,14 @@ def profiles_from_tables(
         command = merged.get("command")
         profiles[name] = Profile(
             name=name,
-            model_path=merged["model-path"],
+            model_path=merged.get("model-path", ""),
             tp=int(merged.get("tp", 1)),
             args=tuple(merged["args"]),
             env=merged["env"],
             expect=merged["expect"],
             command=tuple(command) if command else None,
             source=str(path),
+            kind=merged.get("kind", "sglang"),
         )
     return profiles
 

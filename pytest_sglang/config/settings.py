@@ -35,6 +35,7 @@ from pytest_sglang.config.options import (
     FIRST_TOKEN_TIMEOUT,
     GPU_FAKE,
     GPU_HOST,
+    HEADER,
     LAUNCHER,
     MARKDOWN,
     MAX_CONSECUTIVE_FAILURES,
@@ -53,6 +54,7 @@ from pytest_sglang.config.parsing import (
     parse_count,
     parse_duration,
     parse_expectation,
+    parse_header,
     parse_launcher,
     parse_server_url,
     usage_error,
@@ -60,7 +62,7 @@ from pytest_sglang.config.parsing import (
 from pytest_sglang.config.paths import output_path, output_problem
 from pytest_sglang.config.redaction import Redactor, is_secret_name, secret_flag_values
 from pytest_sglang.config.targets import ServerTarget, build_targets
-from pytest_sglang.config.values import Expectation, ServerUrl, Sourced
+from pytest_sglang.config.values import Expectation, Header, ServerUrl, Sourced
 
 if TYPE_CHECKING:
     from pytest_sglang.config.profiles import Profile
@@ -91,6 +93,8 @@ class Settings:
     first_token_timeout: Sourced[float] = Sourced(DEFAULT_FIRST_TOKEN_TIMEOUT, "default")
     #: 0: a run never stops early for unanswered requests.
     max_consecutive_failures: Sourced[int] = Sourced(DEFAULT_MAX_CONSECUTIVE_FAILURES, "default")
+    #: ``--sglang-header`` values, each for one server or all (values are secrets).
+    headers: tuple[Header, ...] = ()
 
     def profile(self, name: str) -> Profile | None:
         """Return the profile called ``name``, if any."""
@@ -103,7 +107,9 @@ class Settings:
     @functools.cached_property
     def targets(self) -> Mapping[str, ServerTarget]:
         """Every server the session knows, by name (attached first), resolved once."""
-        return MappingProxyType(build_targets(self.servers, self.profiles, self.expectations))
+        return MappingProxyType(
+            build_targets(self.servers, self.profiles, self.expectations, self.headers)
+        )
 
     def target(self, name: str) -> ServerTarget | None:
         """Return the server called ``name`` (attached or a profile), if any."""
@@ -113,12 +119,16 @@ class Settings:
     def secrets(self) -> tuple[str, ...]:
         """The session's known secret values (``config/redaction.py`` hides them everywhere).
 
-        The API key, the values of secret flags (``--api-key``...) in the profiles' args and
-        the emulator args, and the values of the profiles' secret-named env variables.
+        The API key, every ``--sglang-header`` value, the values of secret flags
+        (``--api-key``...) in the profiles' args and the emulator args, and the values of the
+        profiles' secret-named env variables.
         """
         found: list[str] = []
         if self.api_key.value:
             found.append(self.api_key.value)
+        # A header's value, and its token alone ("Bearer KEY" -> "KEY"): either may be quoted.
+        for header in self.headers:
+            found += [header.value, header.value.rpartition(" ")[2]]
         found += secret_flag_values(self.emulator_args.value)
         for profile in self.profiles.values():
             found += secret_flag_values(profile.args)
@@ -237,6 +247,29 @@ def _resolve_expectations(
     return expectations
 
 
+def _resolve_headers(
+    config: pytest.Config,
+    environ: Mapping[str, str],
+    servers: Sequence[ServerUrl],
+    profiles: Mapping[str, Profile],
+) -> tuple[Header, ...]:
+    raw = _lookup(HEADER, config, environ)
+    if raw is None:
+        return ()
+    headers = tuple(parse_header(item, raw.source) for item in raw.value)
+    names = {s.name for s in servers} | set(profiles)
+    for header in headers:
+        if header.server is not None and header.server not in names:
+            raise usage_error(
+                HEADER,
+                raw.source,
+                f"{header.describe()!r} names server {header.server!r}, which is neither "
+                f"attached nor a profile ({', '.join(sorted(names)) or 'none configured'})",
+                "use one of those names, or drop the NAME: prefix to send it to every server",
+            )
+    return headers
+
+
 def _resolve_path(
     spec: OptionSpec,
     config: pytest.Config,
@@ -316,10 +349,12 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
             f"{gpu_host.value[0]!r} is not a host",
             "give [USER@]HOST, e.g. ubuntu@gpu-box",
         )
+    profiles = _resolve_profiles(config, env)
     return Settings(
         launcher=_resolve_one(LAUNCHER, config, env, parse_launcher, "sglang"),
         emulator_args=_resolve_one(EMULATOR_ARGS, config, env, parse_args, ()),
-        profiles=_resolve_profiles(config, env),
+        profiles=profiles,
+        headers=_resolve_headers(config, env, servers, profiles),
         gpu_host=Sourced(gpu_host.value[0], gpu_host.source)
         if gpu_host
         else Sourced(None, "default"),

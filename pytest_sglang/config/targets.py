@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pytest_sglang.config.values import Expectation, ServerUrl
+from pytest_sglang.config.values import Expectation, Header, ServerUrl
 
 if TYPE_CHECKING:
     # Only the type: the profile module (tomllib) loads only when profiles exist.
@@ -35,6 +35,18 @@ class ServerTarget:
     expectations: tuple[Expectation, ...]
     #: Where the URL or the profile came from, for messages.
     source: str
+    #: ``sglang``, or ``openai`` for a plain OpenAI-compatible server (from the URL's
+    #: ``openai+`` prefix, else the profile's ``kind``).
+    kind: str = "sglang"
+    #: Extra HTTP headers for this server (``--sglang-header``), in order; values secret.
+    headers: tuple[Header, ...] = ()
+
+    @property
+    def header_map(self) -> dict[str, str]:
+        """The extra headers as a mapping (a header given for this server wins)."""
+        merged = {h.name: h.value for h in self.headers if h.server is None}
+        merged.update({h.name: h.value for h in self.headers if h.server is not None})
+        return merged
 
     @property
     def attached(self) -> bool:
@@ -53,13 +65,25 @@ def _expectations(
     return own + tuple(e for e in profile.expectations() if e.key not in keys)
 
 
+def _kind(server: ServerUrl | None, profile: Profile | None) -> str:
+    # An openai+ URL declares it; otherwise the profile of the same name may.
+    if server is not None and server.kind != "sglang":
+        return server.kind
+    return profile.kind if profile is not None else "sglang"
+
+
 def build_targets(
     servers: Sequence[ServerUrl],
     profiles: Mapping[str, Profile],
     expectations: Sequence[Expectation],
+    headers: Sequence[Header] = (),
 ) -> dict[str, ServerTarget]:
     """Return every known server by name: attached ones first, then profiles to launch."""
     targets: dict[str, ServerTarget] = {}
+
+    def own(name: str) -> tuple[Header, ...]:
+        return tuple(h for h in headers if h.server in (None, name))
+
     for server in servers:
         profile = profiles.get(server.name)
         targets[server.name] = ServerTarget(
@@ -68,10 +92,18 @@ def build_targets(
             profile,
             _expectations(server.name, expectations, profile),
             server.source,
+            _kind(server, profile),
+            own(server.name),
         )
     for name, profile in profiles.items():
         if name not in targets:
             targets[name] = ServerTarget(
-                name, None, profile, _expectations(name, expectations, profile), profile.source
+                name,
+                None,
+                profile,
+                _expectations(name, expectations, profile),
+                profile.source,
+                _kind(None, profile),
+                own(name),
             )
     return targets

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-__all__ = ["Expectation", "ServerUrl", "Sourced", "is_valid_server_name"]
+__all__ = ["Expectation", "Header", "ServerUrl", "Sourced", "is_valid_server_name"]
 
 T = TypeVar("T")
 
@@ -35,6 +35,26 @@ class ServerUrl:
     name: str
     url: str
     source: str
+    #: ``sglang``, or ``openai`` for a plain OpenAI-compatible server (``openai+http://``).
+    kind: str = "sglang"
+
+
+@dataclass(frozen=True)
+class Header:
+    """One HTTP header sent to server ``server`` (or every server): ``--sglang-header``.
+
+    Its value is a secret (an ``Authorization``, an ``X-Api-Key``): never in a repr.
+    """
+
+    name: str
+    value: str = field(repr=False)
+    source: str
+    server: str | None = None
+
+    def describe(self) -> str:
+        """Return the header as the user wrote it, value masked: ``vllm:Authorization=***``."""
+        prefix = f"{self.server}:" if self.server else ""
+        return f"{prefix}{self.name}=***"
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     import httpx
 
 __all__ = [
+    "OPENAI_NOT_APPLICABLE",
     "LaunchInfo",
     "ModelCard",
     "ReadinessTimings",
@@ -66,6 +67,11 @@ class LaunchInfo:
     readiness: dict[str, float] = field(default_factory=dict)
     stop: StopReport | None = None
     release_seconds: float | None = None
+    #: The test that asked for the server (node id), when a test did.
+    requested_by: str | None = None
+    #: What that test asked it for, when the launch may have been avoidable (a measurement
+    #: no test declared), for the summary's advice on relaunches.
+    reason: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """Return plain JSON types, for reports."""
@@ -84,6 +90,8 @@ class LaunchInfo:
             "readiness": dict(self.readiness),
             "stop": self.stop.as_dict() if self.stop else None,
             "release_seconds": self.release_seconds,
+            "requested_by": self.requested_by,
+            "reason": self.reason,
         }
 
 
@@ -111,12 +119,30 @@ class ModelCard:
         )
 
 
+#: What the plugin reads from an SGLang server and a plain OpenAI-compatible one does not
+#: serve (check -> why it did not apply): the report and the verdicts name them.
+OPENAI_NOT_APPLICABLE = {
+    "server_info": "no /server_info: its configuration (model path, TP size, context length, "
+    "request cap, speculative settings) is unknown, so the verdicts cannot check it for "
+    "confounders and sglang_expect can check model_id and max_model_len only",
+    "server_counters": "no SGLang /metrics counters around the runs (requests, tokens, "
+    "prefix-cache hits, queue time)",
+    "server_timings": "no meta_info timings: TTFT is not split into queue and prefill",
+    "acceptance_length": "no spec_verify_ct: no speculative acceptance length",
+}
+
+
 @dataclass(frozen=True)
 class ReadinessTimings:
-    """Seconds spent in each readiness-gate phase, in order, and the number of probes sent."""
+    """Seconds spent in each readiness-gate phase, in order, and the number of probes sent.
+
+    ``skipped`` names the phases the gate did not run, and why (the SGLang-only phases of an
+    OpenAI-compatible server).
+    """
 
     phases: dict[str, float]
     probes: int
+    skipped: dict[str, str] = field(default_factory=dict)
 
     @property
     def total(self) -> float:
@@ -125,7 +151,14 @@ class ReadinessTimings:
 
     def as_dict(self) -> dict[str, Any]:
         """Return plain JSON types, for reports."""
-        return {"phases": dict(self.phases), "total": self.total, "probes": self.probes}
+        timings: dict[str, Any] = {
+            "phases": dict(self.phases),
+            "total": self.total,
+            "probes": self.probes,
+        }
+        if self.skipped:
+            timings["skipped"] = dict(self.skipped)
+        return timings
 
 
 @dataclass(frozen=True)
@@ -134,7 +167,9 @@ class SGLangServer:
 
     ``model`` is the served model's card from ``/v1/models``; ``server_info`` the flat
     resolved server arguments from ``/server_info`` (or ``/get_server_info`` on older
-    releases); ``version`` SGLang's version string from it.
+    releases); ``version`` SGLang's version string from it. ``kind`` is ``"openai"`` for a
+    server declared plain OpenAI-compatible: its ``server_info`` and ``model_info`` are
+    empty and :data:`OPENAI_NOT_APPLICABLE` says what that costs.
     """
 
     name: str
@@ -147,6 +182,15 @@ class SGLangServer:
     api_key: str | None = field(default=None, repr=False)
     #: Launch details (command, pid, port, log) when the plugin launched this server.
     launch: LaunchInfo | None = field(default=None, repr=False)
+    #: ``sglang``, or ``openai`` for a plain OpenAI-compatible server.
+    kind: str = "sglang"
+    #: Extra headers for every request (``--sglang-header``); values are secrets.
+    extra_headers: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def not_applicable(self) -> dict[str, str]:
+        """The checks that do not apply to this server, and why (empty for SGLang)."""
+        return dict(OPENAI_NOT_APPLICABLE) if self.kind == "openai" else {}
 
     @property
     def version(self) -> str | None:
@@ -156,8 +200,12 @@ class SGLangServer:
 
     @property
     def headers(self) -> dict[str, str]:
-        """HTTP headers every request to this server needs (the API key, when set)."""
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        """HTTP headers every request to this server needs: the API key, ``--sglang-header``.
+
+        A header given for the server wins over the API key's ``Authorization``.
+        """
+        key = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return {**key, **self.extra_headers}
 
     # -- effective configuration: where a real server puts what it resolved (issue 12) ----
 

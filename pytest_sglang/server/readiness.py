@@ -16,6 +16,18 @@ Phases, in order (``docs/architecture.md``, "The readiness gate"), each timed:
     ``/server_info`` (or ``/get_server_info`` on 0.5.5 and older) validates and shows the
     expected configuration; ``/model_info`` (or ``/get_model_info``) is read alongside.
 
+A server declared plain OpenAI-compatible (``kind="openai"``: ``openai+http://`` in
+``--sglang-url``, ``kind = "openai"`` in a profile) passes ``connect``, then ``health`` on
+``/health`` 200 (or ``/v1/models`` 200 where ``/health`` answers 404), ``models`` against
+the OpenAI model-list schema (not SGLang's additions) and ``identity`` (model id and, when
+the list carries it, ``max_model_len``); ``server_info`` is skipped and the handle says so
+(``ReadinessTimings.skipped``).
+
+Every failure message names the endpoints the failing phase tried, with their answers; a
+schema failure lists every violation (up to five) with the JSON around it; a server refused
+as "not SGLang" is named when its ``Server`` header or model list gives it away
+(:mod:`~pytest_sglang.server.engines`), with how to measure it anyway.
+
 Clock and sleep are injectable, and the HTTP transport too, so tests can script a server
 without sockets or real waiting.
 """
@@ -23,7 +35,7 @@ without sockets or real waiting.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,13 +43,15 @@ from pytest_sglang.config.redaction import Redactor
 from pytest_sglang.config.targets import ServerTarget
 from pytest_sglang.config.values import Expectation, Sourced
 from pytest_sglang.errors import IdentityMismatch, SchemaMismatch, ServerNotReady
+from pytest_sglang.server.engines import advice, recognise
 from pytest_sglang.server.handle import ModelCard, ReadinessTimings, SGLangServer
 from pytest_sglang.server.identity import (
+    MODEL_KEYS,
     check_model_expectations,
     check_server_info_expectations,
     select_card,
 )
-from pytest_sglang.server.schemas import first_violation
+from pytest_sglang.server.schemas import describe_violations, violations
 
 if TYPE_CHECKING:
     import httpx
@@ -73,6 +87,8 @@ class _Seen:
     status: int | None = None
     body: str = ""
     error: str | None = None
+    #: The response's ``Server`` header, if any (recognises engines that are not SGLang).
+    server: str | None = None
 
     def describe(self) -> str:
         where = f"{self.method} {self.path}"
@@ -91,6 +107,10 @@ class ReadinessGate:
     :param url: base URL without trailing slash.
     :param timeout: seconds for the whole gate; ``timeout_source`` says where it was set.
     :param expectations: identity checks (model id, ``max_model_len``, server-info keys).
+    :param kind: ``"sglang"`` (every phase) or ``"openai"``: a plain OpenAI-compatible
+        server, whose gate checks ``/health`` (or ``/v1/models``) and the OpenAI model list
+        and skips the SGLang-only ``server_info`` phase.
+    :param headers: extra headers for every probe (``--sglang-header``); values are secrets.
     :param transport: an httpx transport to use instead of the network (tests).
     :param watch: called with (phase, elapsed seconds) before every wait between probes:
         launch mode uses it to notice a dead process at once and to show progress; it may
@@ -112,8 +132,12 @@ class ReadinessGate:
         poll_interval: float = POLL_INTERVAL,
         watch: Callable[[str, float], None] | None = None,
         secrets: Sequence[str] = (),
+        kind: str = "sglang",
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
+        self.kind = kind
+        self.headers = dict(headers or {})
         self.url = url
         self.timeout = timeout
         self.timeout_source = timeout_source
@@ -126,10 +150,14 @@ class ReadinessGate:
         self._next_interval = poll_interval
         self._watch = watch
         # Failure messages quote responses and URLs: one redaction rule, with the key known.
-        self._redact = Redactor((*secrets, *([api_key] if api_key else [])))
+        self._redact = Redactor((*secrets, *([api_key] if api_key else []), *self.headers.values()))
         self._phases: dict[str, float] = {}
         self._probes = 0
         self._last: _Seen | None = None
+        #: Every endpoint each phase tried, with its last answer: ``{phase: {path: answer}}``.
+        self._tried: dict[str, dict[str, str]] = {}
+        #: The last ``Server`` header seen.
+        self._server_header: str | None = None
         self._start = 0.0
         self._phase_start = 0.0
 
@@ -154,6 +182,8 @@ class ReadinessGate:
             expectations=target.expectations,
             watch=watch,
             secrets=secrets,
+            kind=target.kind,
+            headers=target.header_map,
         )
 
     # -- public -------------------------------------------------------------------------
@@ -163,6 +193,7 @@ class ReadinessGate:
         import httpx
 
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        headers.update(self.headers)
         self._start = self._phase_start = self._clock()
         with httpx.Client(
             base_url=self.url,
@@ -172,6 +203,8 @@ class ReadinessGate:
             # A proxy from the environment must not sit between us and the server under test.
             trust_env=False,
         ) as client:
+            if self.kind == "openai":
+                return self._wait_openai(client)
             self._wait_healthy(client)
             cards = self._fetch_models(client)
             card = self._check_identity(cards)
@@ -185,7 +218,62 @@ class ReadinessGate:
             server_info=server_info,
             readiness=ReadinessTimings(phases=dict(self._phases), probes=self._probes),
             api_key=self.api_key,
+            extra_headers=dict(self.headers),
         )
+
+    def _wait_openai(self, client: httpx.Client) -> SGLangServer:
+        """Pass a plain OpenAI-compatible server through health, model list and identity."""
+        self._wait_openai_healthy(client)
+        cards = self._fetch_models(client, schema="openai_models")
+        card = self._check_identity(cards)
+        unchecked = [e.describe() for e in self.expectations if e.key not in MODEL_KEYS]
+        reason = "SGLang only: an OpenAI-compatible server has no /server_info"
+        if unchecked:
+            reason += f" (expectations not checked here: {', '.join(unchecked)})"
+        return SGLangServer(
+            name=self.name,
+            url=self.url,
+            model=card,
+            models=tuple(cards),
+            model_info={},
+            server_info={},
+            readiness=ReadinessTimings(
+                phases=dict(self._phases), probes=self._probes, skipped={"server_info": reason}
+            ),
+            api_key=self.api_key,
+            kind="openai",
+            extra_headers=dict(self.headers),
+        )
+
+    def _wait_openai_healthy(self, client: httpx.Client) -> None:
+        phase, path = "connect", "/health"
+        while True:
+            response = self._get(client, path)
+            if response is not None:
+                if phase == "connect":
+                    self._pass("connect")
+                    phase = "health"
+                status = response.status_code
+                if path == "/health" and status in (404, 405):
+                    path = "/v1/models"  # not every engine has /health (Ollama has none)
+                    continue
+                if status == 401:
+                    problem = self._auth_problem(path)
+                    raise ServerNotReady(self._message(phase, problem), phase=phase)
+                if status == 404:
+                    raise ServerNotReady(
+                        self._message(
+                            phase,
+                            "neither /health nor /v1/models exists (404): not an "
+                            "OpenAI-compatible server, or the URL carries a path prefix (give "
+                            "the URL without /v1)",
+                        ),
+                        phase=phase,
+                    )
+                if status == 200:
+                    break
+            self._wait_a_moment(phase)
+        self._pass("health")
 
     # -- phases -------------------------------------------------------------------------
 
@@ -208,7 +296,8 @@ class ReadinessGate:
                         self._message(
                             phase,
                             "GET /health_generate answered 404: this is not an SGLang server, "
-                            "or the URL carries a path prefix; give the server's base URL",
+                            "or the URL carries a path prefix; give the server's base URL"
+                            + self._not_sglang(client),
                         ),
                         phase=phase,
                     )
@@ -223,17 +312,22 @@ class ReadinessGate:
             self._wait_a_moment(phase)
         self._pass("health")
 
-    def _fetch_models(self, client: httpx.Client) -> list[ModelCard]:
+    def _fetch_models(self, client: httpx.Client, schema: str = "v1_models") -> list[ModelCard]:
         _, body = self._get_json_200(client, "/v1/models", phase="models")
-        violation = first_violation(body, "v1_models")
-        if violation is not None:
+        found = violations(body, schema, 1)
+        if found:
+            recognised = (
+                self._not_sglang(client, body, always=False) if schema == "v1_models" else ""
+            )
             raise SchemaMismatch(
                 self._message(
                     "models",
-                    f"GET /v1/models returned a body that breaks the model-list schema {violation}",
+                    "GET /v1/models returned a body that breaks the model-list schema: "
+                    + (describe_violations(body, schema) or str(found[0]))
+                    + recognised,
                 ),
                 phase="models",
-                json_path=violation.json_path,
+                json_path=found[0].json_path,
             )
         self._pass("models")
         return [ModelCard.from_json(card) for card in body["data"]]
@@ -264,15 +358,16 @@ class ReadinessGate:
             (info_path, server_info, "server_info"),
             (model_info_path, model_info, "model_info"),
         ):
-            violation = first_violation(body, schema)
-            if violation is not None:
+            found = violations(body, schema, 1)
+            if found:
                 raise SchemaMismatch(
                     self._message(
                         "server_info",
-                        f"GET {path} returned a body that breaks its schema {violation}",
+                        f"GET {path} returned a body that breaks its schema: "
+                        + (describe_violations(body, schema) or str(found[0])),
                     ),
                     phase="server_info",
-                    json_path=violation.json_path,
+                    json_path=found[0].json_path,
                 )
         problems = check_server_info_expectations(server_info, self.expectations, info_path)
         if problems:
@@ -308,8 +403,16 @@ class ReadinessGate:
         if response is not None:
             seen.status = response.status_code
             seen.body = response.text
+            seen.server = response.headers.get("server")
+            if seen.server:
+                self._server_header = seen.server
         seen.at = self._elapsed()
         self._last = seen
+        phase = next((p for p in _PHASES if p not in self._phases), _PHASES[-1])
+        if phase == "connect" and response is not None:
+            phase = "health"  # the first answer passes connect: it was a health probe
+        answer = str(seen.status) if seen.error is None else seen.error.split(":", 1)[0]
+        self._tried.setdefault(phase, {})[path] = answer
         if response is not None and 300 <= response.status_code < 400:
             self._refuse_redirect(path, response)
         return response
@@ -335,6 +438,7 @@ class ReadinessGate:
         self, client: httpx.Client, path: str, *, phase: str, old_path: str | None = None
     ) -> tuple[str, Any]:
         """GET ``path`` until 200 and return (path, JSON body); 404 switches to ``old_path``."""
+        first = path
         while True:
             response = self._get(client, path)
             if response is not None and response.status_code == 404 and old_path is not None:
@@ -342,8 +446,13 @@ class ReadinessGate:
                 continue
             if response is not None:
                 if response.status_code == 404:
+                    tried = f"{first} and {path}" if path != first else path
                     raise ServerNotReady(
-                        self._message(phase, f"GET {path} answered 404: not an SGLang server?"),
+                        self._message(
+                            phase,
+                            f"GET {tried} answered 404: not an SGLang server?"
+                            + self._not_sglang(client),
+                        ),
                         phase=phase,
                     )
                 if response.status_code == 401:
@@ -405,13 +514,46 @@ class ReadinessGate:
             " pass the same key with --sglang-api-key or PYTEST_SGLANG_API_KEY"
         )
 
+    def _not_sglang(
+        self, client: httpx.Client, models: object = None, *, always: bool = True
+    ) -> str:
+        """Say which engine this is, if its answers tell, and how to measure it anyway.
+
+        ``always=False``: say nothing unless the engine is recognised (a model list that
+        breaks SGLang's schema may still be SGLang's, broken).
+        """
+        if models is None:
+            # One quick look at the model list; the failure at hand stays the message.
+            import httpx
+
+            last = self._last
+            try:
+                response = client.get("/v1/models", timeout=QUICK_PROBE_TIMEOUT)
+                self._server_header = response.headers.get("server") or self._server_header
+                models = response.json() if response.status_code == 200 else None
+            except (httpx.HTTPError, ValueError):  # a best-effort hint, never a second failure
+                models = None
+            self._last = last
+        found = recognise(self._server_header, models)
+        if found is None and not always:
+            return ""
+        engine = f"\n  this looks like {found.engine}: {found.evidence}" if found else ""
+        return f"{engine}\n  fix: {advice(self.name, self.url)}"
+
     def _message(self, phase: str, problem: str) -> str:
+        what = "OpenAI-compatible server" if self.kind == "openai" else "SGLang server"
         lines = [
-            f"SGLang server {self.name!r} at {self.url} is not ready: phase {phase!r} failed "
+            f"{what} {self.name!r} at {self.url} is not ready: phase {phase!r} failed "
             f"after {self._elapsed():.2f}s: {problem}",
         ]
         if self._last is not None:
             lines.append(f"  last response: {self._last.describe()}")
+        tried = self._tried.get(phase)
+        if tried:
+            lines.append(
+                f"  endpoints tried in phase {phase!r}: "
+                + ", ".join(f"GET {path} -> {answer}" for path, answer in tried.items())
+            )
         passed = ", ".join(f"{p} {t:.2f}s" for p, t in self._phases.items())
         lines.append(f"  phases passed: {passed or 'none'}")
         hint = self._hint(phase)

@@ -22,7 +22,7 @@ __all__ = [
 ]
 
 #: The schemas shipped in ``pytest_sglang/schemas/``.
-SCHEMA_NAMES = ("v1_models", "server_info", "model_info", "report")
+SCHEMA_NAMES = ("v1_models", "openai_models", "server_info", "model_info", "report")
 
 
 #: How much of the body around a violation a message quotes.

@@ -61,7 +61,11 @@ def test_malformed_models_names_the_json_path(
     result.stdout.fnmatch_lines(
         [
             "*phase 'models' failed after*GET /v1/models returned a body that breaks the "
-            "model-list schema at $.data*",
+            "model-list schema: 2 violations of v1_models.schema.json:",
+            "  at $.data[0]: 'object' is a required property",
+            "    in: {*",
+            "  at $.data[0].max_model_len: '131072' is not of type 'integer', 'null'",
+            "*endpoints tried in phase 'models': GET /v1/models -> 200",
         ]
     )
 

@@ -1,0 +1,80 @@
+"""Well-known servers that are not SGLang, recognised from what they answer (pure, no I/O).
+
+When the readiness gate refuses a server as "not SGLang", it says which engine it met, if it
+can tell, and how to measure it anyway: declare it as a plain OpenAI-compatible server
+(``--sglang-url NAME=openai+URL``). The signatures, each read in the engine's own source:
+
+* llama.cpp's ``llama-server``: every response carries ``Server: llama.cpp``
+  (``set_default_headers({{"Server", "llama.cpp"}})`` in its server), and ``/v1/models``
+  says ``owned_by: "llamacpp"``.
+* vLLM: ``owned_by: "vllm"`` (the ``ModelCard`` default in
+  ``vllm/entrypoints/openai/protocol.py``); its ``Server`` header is uvicorn's, as SGLang's
+  is, so only the model list tells them apart (SGLang says ``owned_by: "sglang"``).
+* TensorRT-LLM's ``trtllm-serve``: ``owned_by: "tensorrt_llm"``
+  (``tensorrt_llm/serve/openai_protocol.py``).
+* Triton Inference Server's OpenAI frontend: ``owned_by: "Triton Inference Server"``
+  (``python/openai/openai_frontend/engine/triton_engine.py``).
+* Text Generation Inference: one model whose ``owned_by`` is its own id
+  (``openai_get_model_info`` in ``router/src/server.rs``).
+* Ollama: ``owned_by`` is the model name's namespace, ``library`` for its official models
+  (``ToListCompletion`` in ``openai/openai.go``); Go's HTTP server sends no ``Server``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Recognised", "advice", "recognise"]
+
+#: ``owned_by`` values an engine is known to answer for itself.
+_OWNED_BY = {
+    "vllm": "vLLM",
+    "llamacpp": "llama.cpp (llama-server)",
+    "tensorrt_llm": "TensorRT-LLM (trtllm-serve)",
+    "triton inference server": "Triton Inference Server (OpenAI frontend)",
+    "library": "Ollama",
+}
+#: ``Server`` header values (their product part, lower case) an engine is known to send.
+_SERVER_HEADER = {"llama.cpp": "llama.cpp (llama-server)"}
+
+
+@dataclass(frozen=True)
+class Recognised:
+    """An engine recognised, and what gave it away."""
+
+    engine: str
+    evidence: str
+
+
+def recognise(server_header: str | None, models: object) -> Recognised | None:
+    """Return the engine a ``Server`` header and a ``/v1/models`` body point to, or None.
+
+    ``models`` is the parsed body of ``GET /v1/models`` (anything: it may not be a list).
+    """
+    if server_header:
+        product = server_header.split("/", 1)[0].strip().lower()
+        if product in _SERVER_HEADER:
+            return Recognised(_SERVER_HEADER[product], f"its Server header is {server_header!r}")
+    cards = models.get("data") if isinstance(models, dict) else None
+    if not isinstance(cards, list) or not cards or not isinstance(cards[0], dict):
+        return None
+    card = cards[0]
+    owned_by = card.get("owned_by")
+    if not isinstance(owned_by, str):
+        return None
+    evidence = f"its /v1/models says owned_by {owned_by!r}"
+    engine = _OWNED_BY.get(owned_by.lower())
+    if engine is not None:
+        return Recognised(engine, evidence)
+    if owned_by and owned_by == card.get("id") and len(cards) == 1:
+        return Recognised("Text Generation Inference (TGI)", evidence + ", its own model id")
+    return None
+
+
+def advice(name: str, url: str) -> str:
+    """Return how to measure a server at ``url`` that is not SGLang."""
+    return (
+        "to measure it against SGLang servers, declare it as a plain OpenAI-compatible "
+        f"server: --sglang-url {name}=openai+{url} (its gate then checks /health or "
+        "/v1/models only, and workloads use the completions or chat endpoint)"
+    )
