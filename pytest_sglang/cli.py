@@ -2,7 +2,8 @@
 
 ``list`` the stored sessions, ``compare A B`` (stored sessions or JSON reports; exit 1 on a
 regression, 0 otherwise, 2 on misuse), ``report`` a stored session or JSON report as
-Markdown or HTML, ``merge`` several JSON reports (sharded CI jobs) into one.
+Markdown or HTML, ``merge`` several JSON reports (sharded CI jobs) into one, and one
+Markdown summary from them (``--markdown``).
 ``docs/baselines.md`` is the guide.
 """
 
@@ -96,12 +97,16 @@ def _key(entry: Any) -> str:
     return json.dumps(entry, sort_keys=True, default=str)
 
 
-def merge_reports(documents: Sequence[Any], *, now: datetime.datetime) -> dict[str, Any]:
+def merge_reports(
+    documents: Sequence[Any], *, now: datetime.datetime, sources: Sequence[str] = ()
+) -> dict[str, Any]:
     """Merge JSON reports of sharded jobs into one report of the same format.
 
     Measurements, verdicts and servers are concatenated (an entry present in several
     shards once); the environment is the first's, with the union of SGLang versions and
-    GPUs; ``complete`` only when every shard was, ``interrupted`` when any was.
+    GPUs, and ``merged_from``: one line per report (its source, when it was made, whether
+    it completed, its exit status, its counts); ``complete`` only when every shard was,
+    ``interrupted`` when any was.
 
     :raises ValueError: no reports, or one that is not a pytest-sglang report.
     """
@@ -121,6 +126,17 @@ def merge_reports(documents: Sequence[Any], *, now: datetime.datetime) -> dict[s
         for document in documents:
             values += [v for v in document.get("environment", {}).get(field, []) if v not in values]
         environment[field] = values
+    environment["merged_from"] = [
+        {
+            "source": sources[index] if index < len(sources) else f"report {index + 1}",
+            "created": str(document.get("created", "")),
+            "complete": bool(document.get("complete")),
+            "exit_status": document.get("exit_status"),
+            "measurements": len(document.get("measurements", [])),
+            "verdicts": len(document.get("verdicts", [])),
+        }
+        for index, document in enumerate(documents)
+    ]
     merged["environment"] = environment
     statuses = [d.get("exit_status") for d in documents if d.get("exit_status") is not None]
     merged.update(
@@ -274,7 +290,9 @@ def _cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
         except (OSError, ValueError) as exc:
             raise _Misuse(f"cannot read {path}: {exc}") from None
     try:
-        merged = merge_reports(documents, now=datetime.datetime.now(datetime.UTC))
+        merged = merge_reports(
+            documents, now=datetime.datetime.now(datetime.UTC), sources=list(args.reports)
+        )
     except ValueError as exc:
         raise _Misuse(str(exc)) from None
     problems = validate_report(merged)
@@ -286,7 +304,57 @@ def _cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
         f"{len(merged['measurements'])} measurements, {len(merged['verdicts'])} verdicts",
         file=out,
     )
+    if args.markdown:
+        text = merged_markdown(merged)
+        try:
+            if args.markdown == "-":
+                out.write(text)
+            else:
+                # Appended, as --sglang-markdown does: $GITHUB_STEP_SUMMARY collects steps;
+                # a blank line first, so that a previous summary's last block ends there.
+                path = Path(args.markdown)
+                follows = path.is_file() and path.stat().st_size > 0
+                with path.open("a", encoding="utf-8") as summary:
+                    summary.write(("\n" if follows else "") + text)
+        except OSError as exc:
+            raise _Misuse(f"cannot write the Markdown summary to {args.markdown}: {exc}") from None
+        if args.markdown != "-":
+            print(f"appended the Markdown summary to {args.markdown}", file=out)
     return OK
+
+
+def merged_markdown(merged: dict[str, Any]) -> str:
+    """Return one Markdown summary of a merged report: its shards, then every table.
+
+    The tables are those of ``--sglang-markdown``, over every shard's measurements and
+    verdicts together (a server measured on one shard is a row in the same table as a server
+    measured on another, when their workloads match).
+    """
+    from pytest_sglang.report.summary import render_markdown
+
+    shards = merged.get("environment", {}).get("merged_from", [])
+    lines = [
+        f"Merged from {len(shards)} reports:",
+        "",
+        "| report | created | complete | exit status | measurements | verdicts |",
+        "| --- | --- | --- | ---: | ---: | ---: |",
+    ]
+    for shard in shards:
+        cells = [shard.get("source"), shard.get("created"),
+                 "yes" if shard.get("complete") else "no", shard.get("exit_status"),
+                 shard.get("measurements"), shard.get("verdicts")]  # fmt: skip
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    body = render_markdown(
+        merged.get("measurements", []), merged.get("verdicts", []),
+        title="pytest-sglang results (merged)",
+    )  # fmt: skip
+    head, _, rest = body.partition("\n\n")
+    return head + "\n\n" + "\n".join(lines) + "\n\n" + rest
+
+
+def _cell(value: object) -> str:
+    text = "-" if value is None else str(value)
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -328,6 +396,11 @@ def make_parser() -> argparse.ArgumentParser:
     )
     merge.add_argument("output", help="the merged report to write")
     merge.add_argument("reports", nargs="+", help="the reports to merge")
+    merge.add_argument(
+        "--markdown", metavar="PATH",
+        help="also append one Markdown summary of the merged report to PATH (every shard's "
+        "tables; '-' for standard output), e.g. $GITHUB_STEP_SUMMARY",
+    )  # fmt: skip
     return parser
 
 

@@ -1,0 +1,99 @@
+"""Sharded CI (issue 17): one report per shard, merged into one report and one Markdown summary.
+
+Two shards of a small suite (each on its own profile, as ``-k`` or a per-runner selection
+splits a suite) run against the emulator launcher, each writing its own ``--sglang-report``;
+``pytest-sglang merge --markdown`` makes one report that validates and one summary that shows
+both shards' rows and verdicts.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from pytest_sglang.cli import main, validate_report
+from tests.faults.harness import FAST, leftovers, new_tag
+
+SUITE = """
+import pytest
+from pytest_sglang import Workload, assert_at_least
+
+W = Workload(input_len=8, output_len=4, requests=4)
+
+@pytest.mark.sglang_profile("left")
+def test_left(sglang_bench):
+    assert_at_least(sglang_bench("left", W, concurrency=2, repeats=5), "output_throughput", 0.001)
+
+@pytest.mark.sglang_profile("right")
+def test_right(sglang_bench):
+    assert_at_least(sglang_bench("right", W, concurrency=1, repeats=5), "output_throughput", 0.001)
+"""
+
+
+def test_two_shards_merge_into_one_report_and_one_summary(pytester: pytest.Pytester) -> None:
+    tag = new_tag()
+    fast = ", ".join(json.dumps(a) for a in FAST)
+    pytester.makepyprojecttoml(f"""
+        [tool.pytest-sglang.profiles.left]
+        model-path = "test-{tag}/left"
+        args = [{fast}]
+
+        [tool.pytest-sglang.profiles.right]
+        model-path = "test-{tag}/right"
+        args = [{fast}]
+    """)
+    pytester.makepyfile(test_suite=SUITE)
+    for shard, selection in (("1", "left"), ("2", "right")):
+        result = pytester.runpytest(
+            "--sglang-launcher=emulator", "-k", selection, f"--sglang-report=shard{shard}.json"
+        )
+        result.assert_outcomes(passed=1, deselected=1)
+    summary = pytester.path / "summary.md"
+    summary.write_text("# an earlier step\n")
+    out = io.StringIO()
+    status = main(
+        ["merge", str(pytester.path / "merged.json"), str(pytester.path / "shard1.json"),
+         str(pytester.path / "shard2.json"), "--markdown", str(summary)],
+        out=out,
+    )  # fmt: skip
+    assert status == 0, out.getvalue()
+    merged = json.loads((pytester.path / "merged.json").read_text())
+    assert validate_report(merged) == []
+    assert {m["server"] for m in merged["measurements"]} == {"left", "right"}
+    assert [v["outcome"] for v in merged["verdicts"]] == ["pass", "pass"]
+    assert {launch["profile"] for launch in merged["launches"]} == {"left", "right"}
+    shards = merged["environment"]["merged_from"]
+    assert [s["source"].rsplit("/", 1)[-1] for s in shards] == ["shard1.json", "shard2.json"]
+    assert [s["measurements"] for s in shards] == [1, 1]
+
+    text = summary.read_text()
+    assert text.startswith("# an earlier step\n\n## pytest-sglang results (merged)\n")
+    assert "| report | created | complete | exit status | measurements | verdicts |" in text
+    assert "shard1.json" in text and "shard2.json" in text
+    # Both shards' rows, in the one table of their shared workload, and both verdicts.
+    rows = [line for line in text.splitlines() if line.startswith(("| left ", "| right "))]
+    assert [row.split(" | ")[1] for row in rows] == ["1", "2"]  # by level: right C=1, left C=2
+    assert "`test_suite.py::test_left`" in text and "`test_suite.py::test_right`" in text
+    assert leftovers(tag, merged) == []
+
+
+def test_merge_markdown_to_stdout_and_a_bad_path(pytester: pytest.Pytester) -> None:
+    report = {
+        "format": "pytest-sglang-report", "version": 1, "complete": True,
+        "interrupted": False, "exit_status": 0, "created": "2026-01-01T00:00:00+00:00",
+        "updated": "2026-01-01T00:00:00+00:00",
+        "environment": {"plugin_version": "0", "python": "3", "pytest": "9", "platform": "x",
+                        "sglang_versions": [], "gpus": []},
+        "servers": [], "measurements": [], "verdicts": [],
+    }  # fmt: skip
+    path = pytester.path / "r.json"
+    path.write_text(json.dumps(report))
+    out = io.StringIO()
+    merged = str(pytester.path / "m.json")
+    assert main(["merge", merged, str(path), "--markdown", "-"], out=out) == 0
+    assert "No measurements or verdicts were recorded." in out.getvalue()
+    missing = pytester.path / "no" / "such" / "dir" / "s.md"
+    status = main(["merge", merged, str(path), "--markdown", str(missing)])
+    assert status == 2
