@@ -221,6 +221,9 @@ def server_entry(server: SGLangServer, settings: Settings | None = None) -> Serv
         "launch": server.launch.as_dict() if server.launch is not None else None,
         "config": {k: server.server_info[k] for k in CONFIG_KEYS if k in server.server_info},
     }
+    if server.not_applicable:
+        entry["kind"] = server.kind
+        entry["not_applicable"] = server.not_applicable
     if settings is None:
         return entry
     redacted: ServerEntry = settings.redact.json(entry)

@@ -93,6 +93,9 @@ class BenchResult:
     #: An open-loop measurement's load (rate, arrivals, cap); ``None`` for a closed loop,
     #: whose load is ``concurrency`` (an open loop's ``concurrency`` is its cap, or 0).
     open_loop: OpenLoop | None = None
+    #: The checks that did not apply to the server, and why: a plain OpenAI-compatible
+    #: server has no /server_info, counters or meta_info (``SGLangServer.not_applicable``).
+    not_applicable: dict[str, str] = field(default_factory=dict)
 
     def values(self, metric: str) -> list[float]:
         """Return ``metric`` of every run (runs where it is unmeasurable are left out)."""
@@ -138,6 +141,9 @@ class BenchResult:
         }  # fmt: skip
         if self.cut is not None:
             body["cut"] = self.cut
+        if self.not_applicable:
+            body["kind"] = "openai"
+            body["not_applicable"] = dict(self.not_applicable)
         if self.open_loop is not None:
             body["rate"] = self.open_loop.rate
             body["arrival"] = self.open_loop.arrival
@@ -950,7 +956,8 @@ class Bench:
         config = {k: server.server_info[k] for k in CONFIG_KEYS if k in server.server_info}
         packed = tuple(_packed(run) for run in runs)
         return BenchResult(server.name, workload, concurrency, packed, config, schedule,
-                           server.url, open_loop=load)  # fmt: skip
+                           server.url, open_loop=load,
+                           not_applicable=server.not_applicable)  # fmt: skip
 
     def _run(
         self,
@@ -964,6 +971,7 @@ class Bench:
     ) -> Measurement:
         from pytest_sglang.measure.measurement import measure
 
+        _check_endpoint(server, workload)
         at = f"C={concurrency}" if load is None else load.describe()
         label = f"{server.name} {at} run {repeat + 1}/{repeats}"
         last = [0.0]
@@ -1159,6 +1167,16 @@ def cut_by(error: BaseException) -> str:
     if "pytest-timeout" in text:
         return f"the test's pytest-timeout ({text.rstrip('.')})"
     return f"{type(error).__name__}: {text[:200]}" if text else type(error).__name__
+
+
+def _check_endpoint(server: SGLangServer, workload: Workload) -> None:
+    """Refuse a native ``/generate`` workload on a server declared OpenAI-compatible."""
+    if server.kind == "openai" and workload.endpoint == "generate":
+        raise ValueError(
+            f"{server.name} ({server.url}) is declared OpenAI-compatible: it has no SGLang "
+            "/generate endpoint; measure it (and the SGLang servers it is compared with) with "
+            'Workload(endpoint="completions") or Workload(endpoint="chat")'
+        )
 
 
 def load_generator_for(server: SGLangServer, **options: Any) -> LoadGenerator:

@@ -65,6 +65,10 @@ class ServerEntry(TypedDict):
     readiness: dict[str, Any]
     launch: dict[str, Any] | None
     config: dict[str, Any]
+    #: ``openai`` for a server declared plain OpenAI-compatible (absent for SGLang).
+    kind: NotRequired[str]
+    #: The checks that did not apply to it, and why (``SGLangServer.not_applicable``).
+    not_applicable: NotRequired[dict[str, str]]
 
 
 class GpusEntry(TypedDict):
@@ -86,6 +90,10 @@ class MeasurementBody(TypedDict):
     runs: list[dict[str, Any]]
     #: What cut the measurement short (a test timeout, Ctrl-C), when something did.
     cut: NotRequired[str]
+    #: ``openai`` for a server declared plain OpenAI-compatible (absent for SGLang).
+    kind: NotRequired[str]
+    #: The checks that did not apply to its server, and why.
+    not_applicable: NotRequired[dict[str, str]]
     #: An open loop's load: requests per second, arrivals, cap (``concurrency`` is the cap,
     #: or 0 without one).
     rate: NotRequired[float]

@@ -91,16 +91,25 @@ def _by_workload(
 
 
 def _row_splits(measurements: Sequence[MeasurementRow], title: str) -> list[str]:
-    """Return the notes under the table called ``title``: TTFT splits, cut measurements."""
+    """Return the notes under the table called ``title``.
+
+    TTFT splits, cut measurements, and the checks that did not apply to a server declared
+    OpenAI-compatible.
+    """
     rows = [e for e in measurements if _title(e["workload"]) == title]
     ordered = sorted(rows, key=lambda e: (e["concurrency"], e["server"]))
+    skipped = {e["server"]: e["not_applicable"] for e in ordered if e.get("not_applicable")}
+    notes = [
+        f"{server} is an OpenAI-compatible server; checks that did not apply: " + ", ".join(checks)
+        for server, checks in skipped.items()
+    ]
     cuts = [
         f"{e['server']} @ C={e['concurrency']} was cut by {e['cut']}: {len(e['runs'])} "
         "run(s) shown, the cut one with the requests it finished"
         for e in ordered
         if e.get("cut")
     ]
-    return [text for text in (_run_breakdowns(e) for e in ordered) if text] + cuts
+    return [text for text in (_run_breakdowns(e) for e in ordered) if text] + cuts + notes
 
 
 def _tag(verdict: VerdictRow) -> str:

@@ -104,8 +104,30 @@ def _direction(metric: str) -> bool:
     return spec.larger_is_better
 
 
+def _not_applicable(a: BenchResult, b: BenchResult) -> list[str]:
+    """Say which side's configuration is unknown: a server declared OpenAI-compatible."""
+    return [
+        f"{side.server} is an OpenAI-compatible server: its configuration is unknown (no "
+        "/server_info), so models, TP sizes, context lengths and request caps were not "
+        f"compared; checks that did not apply to it: {', '.join(side.not_applicable)}"
+        for side in (a, b)
+        if side.not_applicable
+    ]
+
+
+def _not_applicable_evidence(a: BenchResult, b: BenchResult) -> dict[str, Any]:
+    found = {side.server: sorted(side.not_applicable) for side in (a, b) if side.not_applicable}
+    return {"not_applicable": found} if found else {}
+
+
 def confounders(a: BenchResult, b: BenchResult) -> list[str]:
-    """Return differences between the two servers' configurations that confound a result."""
+    """Return differences between the two servers' configurations that confound a result.
+
+    A server declared OpenAI-compatible has no configuration to compare: the warning says so.
+    """
+    unknown = _not_applicable(a, b)
+    if unknown:
+        return unknown
     warnings = []
     ca, cb = a.config, b.config
     model_a = ca.get("served_model_name") or ca.get("model_path")
@@ -221,6 +243,8 @@ def _context(a: BenchResult, b: BenchResult) -> str:
     ]
     for side in (a, b):
         config = ", ".join(f"{k}={v}" for k, v in side.config.items() if k != "version")
+        if side.not_applicable:
+            config = "OpenAI-compatible server (configuration unknown: no /server_info)"
         lines.append(f"{side.server}: {config}")
     lines += _breakdown_lines(a, b)
     return "\n".join(lines)
@@ -276,7 +300,8 @@ def assert_faster(
         evidence={"a": a.label(), "b": b.label(), "workload": a.workload.as_dict(),
                   "comparison": comparison.as_dict(),
                   "schedule": "interleaved" if a.schedule == b.schedule == "interleaved"
-                  else "blocks", **_breakdown_evidence(a, b)},
+                  else "blocks", **_breakdown_evidence(a, b),
+                  **_not_applicable_evidence(a, b)},
         warnings=confounders(a, b) + _schedule_note(a, b),
     )  # fmt: skip
     return conclude(verdict)

@@ -16,6 +16,13 @@ Raw asyncio HTTP/1.1 (no framework), so each habit is exact:
 ``--stuck-usage``
     running usage that never counts up (0 on every chunk): text with no countable tokens.
 
+``--owned-by NAME``, ``--server-header VALUE``
+    what its ``/v1/models`` says owns the model, and the ``Server`` header on every response
+    (to look like vLLM, llama.cpp...). Every other GET (``/ready``, ``/health_generate``,
+    ``/server_info``: SGLang's endpoints) answers 404, as a non-SGLang server does.
+``--require-auth TOKEN``
+    answer 401 unless ``Authorization: Bearer TOKEN`` comes with the request.
+
 Frozen: stop the process (SIGSTOP); the kernel still accepts connections.
 
 ``GET /stats`` answers ``{"requests": n, "completion_tokens": n, "first_request": t,
@@ -64,6 +71,11 @@ class Server:
                 }
                 length = int(headers.get("content-length", "0"))
                 body = await reader.readexactly(length) if length else b""
+                token = self.args.require_auth
+                authorized = headers.get("authorization") == f"Bearer {token}"
+                if token and not authorized and "/stats" not in path:
+                    await self._json(writer, {"error": "unauthorized"}, status=b"401 Unauthorized")
+                    continue
                 if method == "GET" and path == "/stats":
                     stats = {
                         "requests": self.requests,
@@ -77,8 +89,17 @@ class Server:
                     self.reset()
                     await self._json(writer, {})
                     continue
-                if method == "GET" and path in ("/health", "/v1/models"):
-                    await self._json(writer, {"object": "list", "data": [{"id": "m"}]})
+                if method == "GET" and path == "/health":
+                    await self._json(writer, {"status": "ok"})
+                    continue
+                if method == "GET" and path == "/v1/models":
+                    card: dict[str, Any] = {"id": "m", "object": "model", "created": 1}
+                    if self.args.owned_by:
+                        card["owned_by"] = self.args.owned_by
+                    await self._json(writer, {"object": "list", "data": [card]})
+                    continue
+                if method == "GET":
+                    await self._json(writer, {"detail": "Not Found"}, status=b"404 Not Found")
                     continue
                 request = json.loads(body or b"{}")
                 closing = await self._stream(writer, path, request)
@@ -89,10 +110,17 @@ class Server:
         finally:
             writer.close()
 
-    async def _json(self, writer: asyncio.StreamWriter, data: dict[str, Any]) -> None:
+    def _server(self) -> bytes:
+        value = self.args.server_header
+        return f"Server: {value}\r\n".encode() if value else b""
+
+    async def _json(
+        self, writer: asyncio.StreamWriter, data: dict[str, Any], status: bytes = b"200 OK"
+    ) -> None:
         body = json.dumps(data).encode()
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+        writer.write(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\n%s"
+                     b"Content-Length: %d\r\n\r\n%s" % (status, self._server(), len(body),
+                                                        body))  # fmt: skip
         await writer.drain()
 
     async def _stream(
@@ -107,7 +135,7 @@ class Server:
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
             b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n"
-            b"Keep-Alive: timeout=5, max=100\r\n\r\n"
+            b"Keep-Alive: timeout=5, max=100\r\n" + self._server() + b"\r\n"
         )
 
         def send(event: dict[str, Any] | str) -> None:
@@ -186,6 +214,9 @@ def main() -> None:
     parser.add_argument("--stuck-usage", action="store_true")
     parser.add_argument("--cut-after", type=int, default=None)
     parser.add_argument("--token-ms", type=float, default=1.0)
+    parser.add_argument("--owned-by", default=None)
+    parser.add_argument("--server-header", default=None)
+    parser.add_argument("--require-auth", default=None)
     asyncio.run(serve(parser.parse_args()))
 
 
