@@ -6,7 +6,9 @@ tables themselves are rendered by :mod:`pytest_sglang.report.summary`.
 Measurements, verdicts and server details travel as ``("sglang", {...})`` entries of each
 test's ``user_properties``, which pytest (and pytest-xdist, from its workers) puts on every
 test report. The reporter reads them on the controller only, in
-``pytest_runtest_logreport``, so it works the same with and without xdist. The JSON is
+``pytest_runtest_logreport``, through :func:`~pytest_sglang.report.junit.report_entries`
+(the ledger there takes them out of the report first, leaving concise JUnit properties), so
+it works the same with and without xdist. The JSON is
 written atomically (temporary file, then rename: ``report/writing.py``) after every test that
 added something and at the end, so an interrupted run still leaves a valid report
 (``complete: false``).
@@ -31,13 +33,12 @@ import pytest
 from pytest_sglang.config.redaction import Redactor
 from pytest_sglang.errors import SGLangWarning
 from pytest_sglang.report.entries import (
-    Entry,
     MeasurementRow,
     ServerEntry,
     ServerFailureRow,
     VerdictRow,
-    fresh_entries,
 )
+from pytest_sglang.report.junit import report_entries
 
 E = TypeVar("E", MeasurementRow, ServerEntry)
 
@@ -119,7 +120,6 @@ class SGLangReporter:
         self.gpus: list[str] = []
         #: Outputs that could not be written: one line each (path and cause).
         self.problems: list[str] = []
-        self._consumed: dict[str, int] = {}
         self._redact = redact or Redactor()
         #: The session's launches as plain dicts (the pool's records), read at each write.
         self._launches = launches
@@ -134,17 +134,12 @@ class SGLangReporter:
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Take the ``sglang`` entries this report adds to its test's ``user_properties``."""
-        start = self._consumed.get(report.nodeid, 0)
-        fresh = fresh_entries(report.user_properties, start)
+        """File the ``sglang`` entries this report adds to its test (``report_entries``)."""
+        fresh = report_entries(report)
         if not fresh:
             return
-        self._consumed[report.nodeid] = start + len(fresh)
-        for value in fresh:
-            if not isinstance(value, dict):
-                continue
-            # What a test recorded (report.entries); xdist carried it as plain JSON types.
-            entry = cast("Entry", value)
+        # What a test recorded (report.entries); xdist carried it as plain JSON types.
+        for entry in fresh:
             if entry["record"] == "measurement":
                 body = {k: v for k, v in entry.items() if k != "record"}
                 self.measurements.append(cast("MeasurementRow", {"test": report.nodeid, **body}))

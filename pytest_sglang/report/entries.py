@@ -10,7 +10,6 @@ key says which kind an entry is.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
 
 __all__ = [
@@ -31,7 +30,6 @@ __all__ = [
     "VerdictKind",
     "VerdictOutcome",
     "VerdictRow",
-    "fresh_entries",
 ]
 
 #: The assertion that produced a verdict.
@@ -165,12 +163,3 @@ class ServerFailureRow(ServerFailureBody):
 
 #: Anything a test records for the report.
 Entry: TypeAlias = ServerEntry | GpusEntry | MeasurementEntry | VerdictEntry | ServerFailureEntry
-
-
-def fresh_entries(user_properties: Sequence[tuple[str, object]], seen: int) -> list[object]:
-    """Return the ``sglang`` values past the first ``seen`` (a test's report repeats them).
-
-    Each phase's report (setup, call, teardown) carries the test's ``user_properties`` so far;
-    a consumer takes only what is new since it last looked.
-    """
-    return [value for name, value in user_properties if name == "sglang"][seen:]
