@@ -167,6 +167,15 @@ MAX_CONSECUTIVE_FAILURES = OptionSpec(
     metavar="N",
 )
 
+INCONCLUSIVE = OptionSpec(
+    "inconclusive",
+    "What an inconclusive verdict (assert_faster, assert_at_least, assert_slo... whose runs "
+    "cannot decide) does to its test: 'fail' (raise Inconclusive), 'skip' (skip the test) or "
+    "'warn' (a warning; the test goes on); the report says inconclusive either way. "
+    "Default: fail",
+    metavar="{fail,skip,warn}",
+)
+
 REPORT = OptionSpec(
     "report",
     "Write the results (environment, servers, measurements with every run, verdicts with "
@@ -238,6 +247,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     STALL_TIMEOUT,
     FIRST_TOKEN_TIMEOUT,
     MAX_CONSECUTIVE_FAILURES,
+    INCONCLUSIVE,
     REPORT,
     MARKDOWN,
     SAVE,

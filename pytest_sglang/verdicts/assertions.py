@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pytest_sglang.errors import ComparisonRefused, Inconclusive, PerformanceAssertionError
+from pytest_sglang.errors import ComparisonRefused, PerformanceAssertionError
 from pytest_sglang.measure.bench import BenchResult, Sweep
 from pytest_sglang.measure.breakdown import breakdown_summary, summary_line
 from pytest_sglang.measure.metrics import metric_spec
@@ -22,6 +22,7 @@ from pytest_sglang.report.context import record
 from pytest_sglang.report.entries import VerdictBody, VerdictKind
 from pytest_sglang.server.handle import effective_max_running_requests
 from pytest_sglang.verdicts.decision import Comparison, Crossover, Outcome, compare, crossover
+from pytest_sglang.verdicts.policy import settle_inconclusive
 from pytest_sglang.verdicts.specdecode import (
     CycleEstimate,
     break_even_accept_length,
@@ -83,13 +84,17 @@ def record_verdict(verdict: Verdict) -> None:
 
 
 def conclude(verdict: Verdict) -> Verdict:
-    """Record ``verdict`` for the report; raise on FAIL and INCONCLUSIVE, else return it."""
+    """Record ``verdict`` for the report; raise on FAIL, else return it.
+
+    INCONCLUSIVE raises ``Inconclusive``, skips the test or warns, as
+    ``--sglang-inconclusive`` says (``verdicts/policy.py``).
+    """
     __tracebackhide__ = True
     record_verdict(verdict)
     if verdict.outcome is Outcome.FAIL:
         raise PerformanceAssertionError(verdict.message(), verdict)
     if verdict.outcome is Outcome.INCONCLUSIVE:
-        raise Inconclusive(verdict.message(), verdict)
+        settle_inconclusive(verdict)  # fail, skip or warn: --sglang-inconclusive
     return verdict
 
 

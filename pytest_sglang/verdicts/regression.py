@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from pytest_sglang.errors import ComparisonRefused, Inconclusive, PerformanceAssertionError
+from pytest_sglang.errors import ComparisonRefused, PerformanceAssertionError
 from pytest_sglang.measure.bench import BenchResult
 from pytest_sglang.measure.metrics import metric_spec
 from pytest_sglang.measure.store import (
@@ -49,6 +49,7 @@ from pytest_sglang.verdicts.baseline_options import (
     parse_compare_fail,
 )
 from pytest_sglang.verdicts.decision import Comparison, Outcome, compare
+from pytest_sglang.verdicts.policy import settle_inconclusive
 
 __all__ = [
     "DEFAULT_CHECKS",
@@ -73,7 +74,7 @@ def _conclude(verdict: Verdict) -> Verdict:
     if verdict.outcome is Outcome.FAIL:
         raise PerformanceAssertionError(verdict.message(), verdict)
     if verdict.outcome is Outcome.INCONCLUSIVE:
-        raise Inconclusive(verdict.message(), verdict)
+        settle_inconclusive(verdict)  # fail, skip or warn: --sglang-inconclusive
     return verdict
 
 
