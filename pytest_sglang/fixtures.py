@@ -242,6 +242,9 @@ def _sglang_bench_session(pytestconfig: pytest.Config, sglang_servers: ServerPoo
         "first_token_timeout": settings.first_token_timeout.value,
         # 0 on the command line: never stop a run early for unanswered requests.
         "max_consecutive_failures": settings.max_consecutive_failures.value or None,
+        # Where the load runs: taken out by the bench (docs/scaling.md).
+        "load_workers": settings.load_workers.value,
+        "ray_address": settings.ray_address.value,
     }
     return Bench(sglang_servers, progress=terminal_writer(pytestconfig), generator_options=limits)
 

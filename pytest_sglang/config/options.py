@@ -167,13 +167,21 @@ MAX_CONSECUTIVE_FAILURES = OptionSpec(
     metavar="N",
 )
 
-INCONCLUSIVE = OptionSpec(
-    "inconclusive",
-    "What an inconclusive verdict (assert_faster, assert_at_least, assert_slo... whose runs "
-    "cannot decide) does to its test: 'fail' (raise Inconclusive), 'skip' (skip the test) or "
-    "'warn' (a warning; the test goes on); the report says inconclusive either way. "
-    "Default: fail",
-    metavar="{fail,skip,warn}",
+# Past one client process (docs/scaling.md).
+LOAD_WORKERS = OptionSpec(
+    "load-workers",
+    "Load-generator processes per measurement run: N worker processes on this host (or N "
+    "Ray actors with --sglang-ray-address), each its own event loop and connections, sharing "
+    "one closed loop exactly (C in flight in total) with a common start and one merged set "
+    "of records; use it when a run is flagged client_bound. Default: 1",
+    metavar="N",
+)
+RAY_ADDRESS = OptionSpec(
+    "ray-address",
+    "Run the load-generator workers as Ray actors on the Ray cluster at ADDRESS (its head's "
+    "HOST:PORT, or 'auto' for the cluster this host belongs to), spread over its nodes; "
+    "needs pip install 'pytest-sglang[ray]' on every node. Default: none (this host only)",
+    metavar="HOST:PORT",
 )
 
 REPORT = OptionSpec(
@@ -247,7 +255,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     STALL_TIMEOUT,
     FIRST_TOKEN_TIMEOUT,
     MAX_CONSECUTIVE_FAILURES,
-    INCONCLUSIVE,
+    LOAD_WORKERS,
+    RAY_ADDRESS,
     REPORT,
     MARKDOWN,
     SAVE,

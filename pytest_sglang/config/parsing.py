@@ -24,7 +24,9 @@ __all__ = [
     "parse_expectation",
     "parse_header",
     "parse_launcher",
+    "parse_ray_address",
     "parse_server_url",
+    "parse_workers",
     "usage_error",
 ]
 
@@ -67,6 +69,34 @@ def parse_count(spec: OptionSpec, raw: str, source: str) -> int:
             spec, source, f"{raw!r} is not a whole number", "give a count such as 8 (0: never)"
         )
     return int(text)
+
+
+def parse_workers(spec: OptionSpec, raw: str, source: str) -> int:
+    """Parse a number of load-generator workers: a whole number of at least 1."""
+    text = raw.strip()
+    if not text.isdigit() or int(text) < 1:
+        raise usage_error(
+            spec, source, f"{raw!r} is not a number of workers", "give a whole number >= 1, e.g. 2"
+        )
+    return int(text)
+
+
+def parse_ray_address(spec: OptionSpec, raw: str, source: str) -> str:
+    """Parse a Ray cluster address: ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``."""
+    text = raw.strip()
+    if text == "auto":
+        return text
+    host, _, port = text.removeprefix("ray://").rpartition(":")
+    valid_port = port.isdigit() and 0 < int(port) < 65536
+    if not host or not valid_port or any(c.isspace() for c in text):
+        raise usage_error(
+            spec,
+            source,
+            f"{raw!r} is not a Ray cluster address",
+            "give the head node's HOST:PORT as `ray start --head` printed it (e.g. "
+            "10.0.0.5:6379), ray://HOST:PORT for Ray Client, or auto",
+        )
+    return text
 
 
 def parse_bool(spec: OptionSpec, raw: str, source: str) -> bool:

@@ -36,11 +36,12 @@ from pytest_sglang.config.options import (
     GPU_FAKE,
     GPU_HOST,
     HEADER,
-    INCONCLUSIVE,
     LAUNCHER,
+    LOAD_WORKERS,
     MARKDOWN,
     MAX_CONSECUTIVE_FAILURES,
     PROFILES,
+    RAY_ADDRESS,
     READY_TIMEOUT,
     REPORT,
     REQUEST_TIMEOUT,
@@ -57,7 +58,9 @@ from pytest_sglang.config.parsing import (
     parse_expectation,
     parse_header,
     parse_launcher,
+    parse_ray_address,
     parse_server_url,
+    parse_workers,
     usage_error,
 )
 from pytest_sglang.config.paths import output_path, output_problem
@@ -94,11 +97,12 @@ class Settings:
     first_token_timeout: Sourced[float] = Sourced(DEFAULT_FIRST_TOKEN_TIMEOUT, "default")
     #: 0: a run never stops early for unanswered requests.
     max_consecutive_failures: Sourced[int] = Sourced(DEFAULT_MAX_CONSECUTIVE_FAILURES, "default")
+    #: Load-generator workers per run (``--sglang-load-workers``): processes, or Ray actors.
+    load_workers: Sourced[int] = Sourced(1, "default")
+    #: The Ray cluster the workers run on (``--sglang-ray-address``); ``None``: this host.
+    ray_address: Sourced[str | None] = Sourced(None, "default")
     #: ``--sglang-header`` values, each for one server or all (values are secrets).
     headers: tuple[Header, ...] = ()
-
-    #: What an inconclusive verdict does to its test: fail, skip or warn.
-    inconclusive: Sourced[str] = Sourced("fail", "default")
 
     def profile(self, name: str) -> Profile | None:
         """Return the profile called ``name``, if any."""
@@ -389,25 +393,10 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         max_consecutive_failures=_resolve_one(
             MAX_CONSECUTIVE_FAILURES, config, env, parse_count, DEFAULT_MAX_CONSECUTIVE_FAILURES
         ),
+        load_workers=_resolve_one(LOAD_WORKERS, config, env, parse_workers, 1),
+        ray_address=_resolve_one(RAY_ADDRESS, config, env, parse_ray_address, None),
         expectations=_resolve_expectations(config, env, servers),
-        inconclusive=_resolve_one(INCONCLUSIVE, config, env, _parse_inconclusive, "fail"),
     )
-
-
-#: The choices of ``--sglang-inconclusive`` (``verdicts/policy.py`` acts on them).
-INCONCLUSIVE_CHOICES = ("fail", "skip", "warn")
-
-
-def _parse_inconclusive(spec: OptionSpec, raw: str, source: str) -> str:
-    value = raw.strip().lower()
-    if value not in INCONCLUSIVE_CHOICES:
-        raise usage_error(
-            spec,
-            source,
-            f"{raw!r} is not a choice",
-            f"use one of {', '.join(INCONCLUSIVE_CHOICES)}",
-        )
-    return value
 
 
 #: Where ``pytest_configure`` stores the resolved :class:`Settings`.

@@ -18,7 +18,7 @@ from __future__ import annotations
 import multiprocessing
 import queue
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -163,6 +163,7 @@ def run_sharded(
     *,
     ready_timeout: float = 600.0,
     run_timeout: float | None = None,
+    before_measured: Callable[[], object] | None = None,
 ) -> LoadRun:
     """Run ``plan`` on ``processes`` worker processes and merge their records.
 
@@ -173,6 +174,8 @@ def run_sharded(
     :param run_timeout: seconds for the measured phase (default: the plan's request timeout
         times the requests, plus a minute), after which workers still running are killed
         and their requests recorded as failed.
+    :param before_measured: called here once every worker finished its warm-up, right before
+        the common start (where ``sglang_bench`` reads the server's counters).
     :raises LoadWorkersFailed: a worker never became ready (no measured request was sent).
     """
     if processes < 1:
@@ -197,7 +200,7 @@ def run_sharded(
             send.close()
             pipes.append(receive)
             workers.append(process)
-        _await_ready(workers, ready, go, start_at, ready_timeout)
+        _await_ready(workers, ready, go, start_at, ready_timeout, before_measured)
         timeout = (
             run_timeout
             or plan.options.get("request_timeout", 600.0) * (plan.workload.requests + 1) + 60.0
@@ -223,6 +226,7 @@ def _await_ready(
     go: Event,
     start_at: Synchronized[float],
     timeout: float,
+    before_measured: Callable[[], object] | None = None,
 ) -> None:
     deadline = time.monotonic() + timeout
     pending = set(range(len(workers)))
@@ -242,6 +246,8 @@ def _await_ready(
                 else f"load workers {sorted(pending)} were not ready within {timeout:g} s"
             )
             raise LoadWorkersFailed(f"{why}; no measured request was sent")
+    if before_measured is not None:
+        before_measured()
     start_at.value = time.perf_counter() + START_MARGIN
     go.set()
 

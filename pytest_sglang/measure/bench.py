@@ -986,6 +986,7 @@ class Bench:
                                f"{rate:.0f} output tok/s")  # fmt: skip
 
         last[0] = time.monotonic()
+        from pytest_sglang.loadgen.placement import closed_loop_on_workers
         from pytest_sglang.loadgen.runner import ServerStoppedAnswering
 
         counters = _CounterScrapes(server)
@@ -996,15 +997,21 @@ class Bench:
             if sampler is not None:
                 sampler.start()
 
+        # Where the load runs (--sglang-load-workers, --sglang-ray-address, docs/scaling.md)
+        # is the bench's choice, not a generator option.
+        options = dict(self._options)
+        workers = int(options.pop("load_workers", 1))
+        ray_address = options.pop("ray_address", None)
         generator = load_generator_for(
-            server, progress=progress, before_measured=before_measured, **self._options
+            server, progress=progress, before_measured=before_measured, **options
         )
         stopped: ServerStoppedAnswering | None = None
         try:
             if load is None:
-                run = generator.run_closed_loop(
-                    workload.for_concurrency(concurrency), concurrency, repeat=repeat
-                )
+                run = closed_loop_on_workers(
+                    generator, workload.for_concurrency(concurrency), concurrency, repeat=repeat,
+                    workers=workers, ray_address=ray_address, before_measured=before_measured,
+                )  # fmt: skip
             else:
                 run = generator.run_open_loop(
                     workload.for_concurrency(load.max_concurrency or 1), load.rate,

@@ -190,6 +190,33 @@ def test_a_killed_actor_is_counted_as_failed_requests_with_a_message(
     )
 
 
+RAY_SUITE = """
+import ray
+from pytest_sglang import Workload
+
+def test_on_ray(sglang_bench):
+    result = sglang_bench("default", Workload(input_len=8, output_len=16, requests=24, warmup=2),
+                          concurrency=4, repeats=1)
+    (run,) = result.runs
+    assert run.failed == 0 and run.completed == 24
+    assert ray.is_initialized()  # connected to the cluster named on the command line
+"""
+
+
+def test_sglang_bench_runs_on_the_ray_cluster_it_is_given(
+    two_nodes: Any, pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    pytester.makepyfile(RAY_SUITE)
+    with running_emulator(tmp_path) as emulator:
+        # A separate process: this one is connected to the cluster already.
+        result = pytester.runpytest_subprocess(
+            f"--sglang-url={emulator.url}",
+            f"--sglang-ray-address={two_nodes.address}",
+            "--sglang-load-workers=2",
+        )
+    result.assert_outcomes(passed=1)
+
+
 def test_no_cluster_and_an_unreachable_address_are_clear_errors(
     request: pytest.FixtureRequest,
 ) -> None:

@@ -1,0 +1,50 @@
+"""Where a run's load is generated: this process, N processes on this host, or Ray actors.
+
+One entry point for callers that take the choice from options (``--sglang-load-workers``,
+``--sglang-ray-address``): :func:`closed_loop_on_workers`. Ray is imported only when a Ray
+address is given. ``docs/scaling.md`` says when more than one process is needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pytest_sglang.loadgen.records import LoadRun
+from pytest_sglang.loadgen.runner import LoadGenerator
+from pytest_sglang.loadgen.workers import RunPlan, run_sharded
+from pytest_sglang.loadgen.workload import Workload
+
+__all__ = ["closed_loop_on_workers"]
+
+
+def closed_loop_on_workers(
+    generator: LoadGenerator,
+    workload: Workload,
+    concurrency: int,
+    *,
+    workers: int = 1,
+    ray_address: str | None = None,
+    ray_source: str = "--sglang-ray-address",
+    repeat: int = 0,
+    before_measured: Callable[[], object] | None = None,
+) -> LoadRun:
+    """Run ``generator``'s closed loop where the options say: one process, N, or Ray actors.
+
+    ``workers == 1`` without ``ray_address`` is the generator's own single-process run
+    (progress callback included). ``workers > 1`` runs that many worker processes on this
+    host (:func:`run_sharded`); a ``ray_address`` runs ``workers`` Ray actors on that cluster
+    (:class:`~pytest_sglang.loadgen.ray_workers.RayLoadWorkers`, which imports Ray). Either
+    way ``concurrency`` requests are in flight in total, and ``before_measured`` (taken from
+    the call, not the generator) runs right before the common start of the measured requests.
+
+    :param ray_source: where ``ray_address`` came from, for messages.
+    """
+    if workers == 1 and ray_address is None:  # the generator's own before_measured applies
+        return generator.run_closed_loop(workload, concurrency, repeat=repeat)
+    plan = RunPlan(generator.options, workload, "closed", concurrency=concurrency, repeat=repeat)
+    if ray_address is None:
+        return run_sharded(plan, workers, before_measured=before_measured)
+    from pytest_sglang.loadgen.ray_workers import RayLoadWorkers  # imports Ray when it runs
+
+    with RayLoadWorkers(workers, address=ray_address, source=ray_source) as pool:
+        return pool.run(plan, before_measured=before_measured)

@@ -1,0 +1,87 @@
+"""--sglang-load-workers and --sglang-ray-address: sources, errors, and that sglang_bench
+really spreads its load over worker processes with them (issue 16)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_sglang.testing import running_emulator
+
+pytestmark = pytest.mark.filterwarnings("default")
+
+SHOWS = """
+def test_show(sglang_settings):
+    s = sglang_settings
+    print("WORKERS", s.load_workers.value, s.load_workers.source)
+    print("RAY", s.ray_address.value, s.ray_address.source)
+"""
+
+
+def shown(pytester: pytest.Pytester, *args: str) -> str:
+    pytester.makepyfile(test_show=SHOWS)
+    result = pytester.runpytest("-s", *args)
+    result.assert_outcomes(passed=1)
+    return result.stdout.str()
+
+
+def test_each_source(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = shown(pytester)
+    assert "WORKERS 1 default" in out and "RAY None default" in out
+    pytester.makeini("[pytest]\nsglang_load_workers = 3\nsglang_ray_address = auto\n")
+    out = shown(pytester)
+    assert "WORKERS 3 ini" in out and "RAY auto ini" in out
+    monkeypatch.setenv("PYTEST_SGLANG_RAY_ADDRESS", "ray://10.0.0.5:10001")
+    out = shown(pytester, "--sglang-load-workers=2")
+    assert "WORKERS 2 --sglang-load-workers on the command line" in out
+    assert "RAY ray://10.0.0.5:10001 environment variable PYTEST_SGLANG_RAY_ADDRESS" in out
+
+
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [
+        ("--sglang-load-workers=0", "'0' is not a number of workers"),
+        ("--sglang-load-workers=two", "'two' is not a number of workers"),
+        ("--sglang-ray-address=head-node", "'head-node' is not a Ray cluster address"),
+        ("--sglang-ray-address=head:99999", "'head:99999' is not a Ray cluster address"),
+    ],
+)
+def test_bad_values_name_the_option_and_the_fix(
+    pytester: pytest.Pytester, option: str, expected: str
+) -> None:
+    result = pytester.runpytest(option)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    flag = option.split("=")[0]
+    assert f"{flag}: {expected} (from {flag} on the command line)" in err
+    assert ("e.g. 2" if "workers" in flag else "ray start --head") in err
+
+
+SPREAD_SUITE = """
+from pytest_sglang import Workload
+from pytest_sglang.loadgen import placement
+
+def test_spread(sglang_bench, monkeypatch):
+    calls = []
+    real = placement.run_sharded
+
+    def spy(plan, processes, **kwargs):  # the real run, counted
+        calls.append(processes)
+        return real(plan, processes, **kwargs)
+
+    monkeypatch.setattr(placement, "run_sharded", spy)
+    result = sglang_bench("default", Workload(input_len=8, output_len=16, requests=24, warmup=2),
+                          concurrency=4, repeats=1)
+    (run,) = result.runs
+    assert calls == [2]
+    assert run.failed == 0 and run.completed == 24
+    assert run.server_counters is not None  # read by the coordinator around the common start
+"""
+
+
+def test_sglang_bench_runs_on_worker_processes(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    pytester.makepyfile(SPREAD_SUITE)
+    with running_emulator(tmp_path, "--enable-metrics") as emulator:  # /metrics: counters
+        result = pytester.runpytest(f"--sglang-url={emulator.url}", "--sglang-load-workers=2")
+    result.assert_outcomes(passed=1)
