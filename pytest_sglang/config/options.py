@@ -183,6 +183,14 @@ RAY_ADDRESS = OptionSpec(
     "needs pip install 'pytest-sglang[ray]' on every node. Default: none (this host only)",
     metavar="HOST:PORT",
 )
+INCONCLUSIVE = OptionSpec(
+    "inconclusive",
+    "What an inconclusive verdict (assert_faster, assert_at_least, assert_slo... whose runs "
+    "cannot decide) does to its test: 'fail' (raise Inconclusive), 'skip' (skip the test) or "
+    "'warn' (a warning; the test goes on); the report says inconclusive either way. "
+    "Default: fail",
+    metavar="{fail,skip,warn}",
+)
 
 REPORT = OptionSpec(
     "report",
@@ -257,6 +265,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     MAX_CONSECUTIVE_FAILURES,
     LOAD_WORKERS,
     RAY_ADDRESS,
+    INCONCLUSIVE,
     REPORT,
     MARKDOWN,
     SAVE,

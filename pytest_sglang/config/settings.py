@@ -36,6 +36,7 @@ from pytest_sglang.config.options import (
     GPU_FAKE,
     GPU_HOST,
     HEADER,
+    INCONCLUSIVE,
     LAUNCHER,
     LOAD_WORKERS,
     MARKDOWN,
@@ -103,6 +104,9 @@ class Settings:
     ray_address: Sourced[str | None] = Sourced(None, "default")
     #: ``--sglang-header`` values, each for one server or all (values are secrets).
     headers: tuple[Header, ...] = ()
+
+    #: What an inconclusive verdict does to its test: fail, skip or warn.
+    inconclusive: Sourced[str] = Sourced("fail", "default")
 
     def profile(self, name: str) -> Profile | None:
         """Return the profile called ``name``, if any."""
@@ -396,7 +400,24 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         load_workers=_resolve_one(LOAD_WORKERS, config, env, parse_workers, 1),
         ray_address=_resolve_one(RAY_ADDRESS, config, env, parse_ray_address, None),
         expectations=_resolve_expectations(config, env, servers),
+        inconclusive=_resolve_one(INCONCLUSIVE, config, env, _parse_inconclusive, "fail"),
     )
+
+
+#: The choices of ``--sglang-inconclusive`` (``verdicts/policy.py`` acts on them).
+INCONCLUSIVE_CHOICES = ("fail", "skip", "warn")
+
+
+def _parse_inconclusive(spec: OptionSpec, raw: str, source: str) -> str:
+    value = raw.strip().lower()
+    if value not in INCONCLUSIVE_CHOICES:
+        raise usage_error(
+            spec,
+            source,
+            f"{raw!r} is not a choice",
+            f"use one of {', '.join(INCONCLUSIVE_CHOICES)}",
+        )
+    return value
 
 
 #: Where ``pytest_configure`` stores the resolved :class:`Settings`.
