@@ -281,11 +281,6 @@ class Workload:
                 chat=self.endpoint == "chat",
             )  # fmt: skip
 
-    @property
-    def text_prompts(self) -> bool:
-        """Whether the prompts are text whose tokens only the server counts."""
-        return self.dataset is not None or self.turns is not None or self.endpoint == "chat"
-
     def session(self, index: int) -> tuple[int, int]:
         """Return request ``index``'s (session, turn); ``(index, 0)`` without ``turns``."""
         if self.turns is None:
