@@ -11,6 +11,9 @@ Modules, one job each:
 - ``schedule``: open-loop arrival schedules (pure);
 - ``progress``: the progress callback and its ticker;
 - ``watchdog``: the stall watchdog (ends streams silent after their first token);
+- ``saturation``: the client's own CPU and event-loop lag per run (``client_bound``);
+- ``shard``, ``workers``, ``ray_workers``, ``placement``: one run over several processes or
+  Ray actors (C in flight in total, one merged record set; ``docs/scaling.md``);
 - ``jsoncodec``: orjson when installed, :mod:`json` otherwise.
 
 Public names load lazily: the records and parsers do not need httpx, and importing them must

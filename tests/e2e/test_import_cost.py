@@ -8,7 +8,7 @@ import sys
 
 HEAVY = (
     "httpx", "httpx_aiohttp", "aiohttp", "orjson", "jsonschema", "pynvml", "psutil", "uvicorn",
-    "starlette", "tomllib", "pytest_sglang.emulator", "pytest_sglang.loadgen.runner",
+    "starlette", "tomllib", "pytest_sglang.emulator", "pytest_sglang.loadgen.runner", "ray",
 )  # fmt: skip
 
 PROBE = """
