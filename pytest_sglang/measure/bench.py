@@ -650,7 +650,13 @@ class Bench:
         __tracebackhide__ = True
         if self._on_failure is None:
             raise error
-        self._on_failure(str(error))
+        try:
+            self._on_failure(str(error))
+        except BaseException as failed:
+            # Called while handling the run's interruption: the failure says it all; its
+            # context would print the same message again ("During handling of...").
+            failed.__suppress_context__ = True
+            raise
 
     @overload
     def __call__(

@@ -110,3 +110,6 @@ def test_sglang_bench_runs_with_the_options(
     assert "the server stopped answering: 3 consecutive transport failures" in out
     assert "no token for 1 s" in out or "timed out waiting for the first token" in out
     assert result.duration < 30
+    # Said once, not again as the context of the test's failure.
+    assert "During handling of the above exception" not in out
+    assert out.count("the server stopped answering: 3 consecutive") == 1
