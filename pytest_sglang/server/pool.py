@@ -335,6 +335,11 @@ class ServerPool:
 
 def missing_launcher(profile: Profile, launcher: str) -> str | None:
     """Return why ``profile`` cannot be launched here (SGLang not installed...), or None."""
+    if profile.kind == "openai":
+        return (
+            'it is declared kind = "openai": the plugin launches SGLang only; start that '
+            "server yourself and attach it under the profile's name"
+        )
     if launcher == "emulator":
         return None
     if profile.command:

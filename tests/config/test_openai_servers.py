@@ -107,3 +107,15 @@ def test_a_profile_declares_its_kind(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--sglang-profiles=profiles.toml")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "'tgi' is not a server kind" in result.stderr.str()
+
+
+def test_an_openai_profile_is_never_launched(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".toml", profiles='[profiles.vllm]\nkind = "openai"\n')
+    pytester.makepyfile("def test_it(sglang_server):\n    pass\n")
+    result = pytester.runpytest("--sglang-profiles=profiles.toml", "--sglang-launcher=emulator",
+                                "-rs")  # fmt: skip
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines([
+        "*cannot launch profile 'vllm': it is declared kind = \"openai\": the plugin launches "
+        "SGLang only; start that server yourself and attach it under the profile's name*"
+    ])  # fmt: skip
