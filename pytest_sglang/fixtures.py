@@ -14,6 +14,7 @@ import pytest
 
 from pytest_sglang.config.settings import SETTINGS_KEY, Settings
 from pytest_sglang.markers import expectations_of, profile_of
+from pytest_sglang.measure.plans import PLANS_KEY
 from pytest_sglang.timeouts import BRIDGE_KEY
 
 if TYPE_CHECKING:
@@ -44,6 +45,8 @@ __all__ = [
 
 #: The session's pool, also reachable from hooks (terminal summary, unconfigure).
 POOL_KEY = pytest.StashKey["ServerPool"]()
+#: The session's bench (one cache of measurements for every test).
+BENCH_KEY = pytest.StashKey["Bench"]()
 
 _HOW_TO_ATTACH = (
     "attach one with --sglang-url=URL (or NAME=URL for @pytest.mark.sglang_profile(NAME)), "
@@ -129,6 +132,10 @@ def sglang_servers(
         outside_test_timeout=bridge.suspended if bridge is not None else contextlib.nullcontext,
     )
     pytestconfig.stash[POOL_KEY] = pool
+    if len(pytestconfig.stash.get(PLANS_KEY, ())):
+        # A launched server takes every declared measurement while it is up, whichever
+        # test launched it (even one that measures nothing): no relaunch to take them.
+        pool.on_launched = lambda server: session_bench(pytestconfig, pool).take_declared(server)
     yield pool
     pool.close()
 
@@ -233,9 +240,17 @@ def server_entry(server: SGLangServer, settings: Settings | None = None) -> Serv
 @pytest.fixture(scope="session")
 def _sglang_bench_session(pytestconfig: pytest.Config, sglang_servers: ServerPool) -> Bench:
     """The session's bench: its cache is shared by every test's ``sglang_bench``."""
+    return session_bench(pytestconfig, sglang_servers)
+
+
+def session_bench(config: pytest.Config, pool: ServerPool) -> Bench:
+    """Return the session's bench, made on first use (by a test, or by a launch)."""
     from pytest_sglang.measure.bench import Bench
 
-    settings = sglang_servers.settings
+    existing = config.stash.get(BENCH_KEY, None)
+    if existing is not None:
+        return existing
+    settings = pool.settings
     limits = {
         "request_timeout": settings.request_timeout.value,
         "stall_timeout": settings.stall_timeout.value,
@@ -246,7 +261,14 @@ def _sglang_bench_session(pytestconfig: pytest.Config, sglang_servers: ServerPoo
         "load_workers": settings.load_workers.value,
         "ray_address": settings.ray_address.value,
     }
-    return Bench(sglang_servers, progress=terminal_writer(pytestconfig), generator_options=limits)
+    bench = Bench(
+        pool,
+        progress=terminal_writer(config),
+        generator_options=limits,
+        plans=config.stash.get(PLANS_KEY, None),
+    )
+    config.stash[BENCH_KEY] = bench
+    return bench
 
 
 @pytest.fixture

@@ -142,15 +142,22 @@ def validate_markers(items: Iterable[pytest.Item]) -> None:
 def order_by_profile(items: list[pytest.Item]) -> list[pytest.Item]:
     """Group tests by their ``sglang_profile``, groups in order of first appearance.
 
-    Stable within a group, and a no-op unless two or more profiles are used: launched
-    servers share the GPUs, so interleaved profiles would cost a launch per switch.
+    The tests of no single profile (those comparing servers, or needing none) come after
+    the groups: by then every launched profile has taken its declared measurements
+    (``sglang_measure``), so they read them from the session cache instead of launching
+    a profile again. Stable within a group; a no-op unless two or more profiles are
+    used, or one and some test declares measurements. Launched servers share the GPUs,
+    so interleaved profiles would cost a launch per switch.
     """
     groups: dict[str | None, list[pytest.Item]] = {}
     for item in items:
         groups.setdefault(profile_of(item), []).append(item)
-    if len([name for name in groups if name is not None]) < 2:
+    named = len([name for name in groups if name is not None])
+    declares = any(item.get_closest_marker("sglang_measure") for item in items)
+    if named < 2 and not (named == 1 and declares):
         return items
-    return [item for group in groups.values() for item in group]
+    rest = groups.pop(None, [])
+    return [item for group in groups.values() for item in group] + rest
 
 
 def evaluate_requirements(items: list[pytest.Item], settings: Settings) -> None:

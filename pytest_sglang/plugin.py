@@ -34,6 +34,7 @@ from pytest_sglang.markers import (
     parametrize_over_servers,
     validate_markers,
 )
+from pytest_sglang.measure.plans import MEASURE_MARKER, PLANS_KEY, declared_measurements
 from pytest_sglang.report.context import CURRENT_ITEM
 from pytest_sglang.timeouts import BRIDGE_KEY, TimeoutBridge
 
@@ -80,7 +81,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl
 def pytest_configure(config: pytest.Config) -> None:
     """Register the markers and resolve the settings (validation only, no network)."""
-    for line in MARKERS:
+    for line in (*MARKERS, MEASURE_MARKER):
         config.addinivalue_line("markers", line)
     if config.option.help or config.option.version:
         return
@@ -171,12 +172,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Validate markers, group tests by server profile, evaluate ``sglang_requires``.
+    """Validate markers, group tests by profile, read declared measurements, check GPUs.
 
-    Grouping (stable within a group) lets each profile's server launch once per session.
+    Grouping (stable within a group) and the declared measurements (``sglang_measure``,
+    taken while their server is up) let each profile's server launch once per session.
     """
     validate_markers(items)
     items[:] = order_by_profile(items)
+    # After selection (-k, -m, deselection by other plugins): only what will run is declared.
+    config.stash[PLANS_KEY] = declared_measurements(items)
     settings = config.stash.get(SETTINGS_KEY, None)
     # --collect-only must touch nothing: requirements are evaluated only for a real run.
     if settings is not None and not config.option.collectonly:
@@ -209,6 +213,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             redact(launch_line(info)), red=info.outcome in ("failed", "died")
         )
+    for advice in relaunch_advice(pool.launches):
+        terminalreporter.write_line(redact(advice), yellow=True)
     if pool.flight_skip_reason:
         terminalreporter.write_line(f"  GPU checks skipped: {pool.flight_skip_reason}")
     for problem in pool.problems:
@@ -232,6 +238,27 @@ def launch_line(info: LaunchInfo) -> str:
         details.append(f"GPU memory released in {info.release_seconds:.2f}s")
     head = f"  {info.profile} [{info.launcher}] {info.outcome}"
     return f"{head}: {'; '.join(details)}" if details else head
+
+
+def relaunch_advice(launches: list[LaunchInfo]) -> list[str]:
+    """Name each launch of a profile after its first, who asked for it and how to avoid it."""
+    seen: set[str] = set()
+    lines: list[str] = []
+    for info in launches:
+        if info.profile not in seen:
+            seen.add(info.profile)
+            continue
+        asked = f"asked again by {info.requested_by}" if info.requested_by else "asked again"
+        if info.reason:
+            lines.append(f"  relaunched {info.profile!r}: {asked} for {info.reason}")
+        else:
+            lines.append(
+                f"  relaunched {info.profile!r}: {asked} after another profile replaced it; "
+                "mark the tests of one server with @pytest.mark.sglang_profile (they run "
+                "together), and declare what tests comparing servers measure with "
+                "@pytest.mark.sglang_measure"
+            )
+    return lines
 
 
 @pytest.hookimpl

@@ -37,3 +37,14 @@ def _isolate_from_developer_environment(monkeypatch: pytest.MonkeyPatch) -> None
         if name.startswith("PYTEST_SGLANG_"):
             monkeypatch.delenv(name)
     monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """pytest's pytester, whose inner sessions run in file order unless a test asks.
+
+    pytest-randomly (a test dependency: the order-independence tests use it) would shuffle
+    every inner session; ``-p randomly`` on an inner command line turns it back on.
+    """
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:randomly")
+    return pytester

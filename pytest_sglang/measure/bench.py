@@ -38,6 +38,7 @@ from pytest_sglang.loadgen.schedule import Arrival, OpenLoop
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import Measurement
 from pytest_sglang.measure.metrics import metric_spec
+from pytest_sglang.measure.plans import DEFAULT_REPEATS, MeasurementPlans
 from pytest_sglang.report.entries import MeasurementBody, Schedule
 
 if TYPE_CHECKING:
@@ -68,7 +69,6 @@ CONFIG_KEYS = (
     "speculative_eagle_topk", "speculative_num_draft_tokens", "attention_backend",
     "mem_fraction_static", "version",
 )  # fmt: skip
-DEFAULT_REPEATS = 5
 #: How many kinds of failure, and how many characters of each example, a failure names.
 FAILURE_KINDS = 5
 _EXAMPLE_CHARS = 300
@@ -580,8 +580,13 @@ class Bench:
         shared: Bench | None = None,
         server_failed: Callable[[str, SGLangError], None] = lambda name, error: None,
         during: str = "",
+        plans: MeasurementPlans | None = None,
     ) -> None:
         self.pool = pool
+        # What the selected tests declared (sglang_measure): taken when a server launches.
+        self._plans: MeasurementPlans = (
+            (plans or MeasurementPlans()) if shared is None else shared._plans
+        )
         self._server_failed = server_failed
         #: Who measures (a test id), for the message when a server dies under the load.
         self._during = during
@@ -628,12 +633,12 @@ class Bench:
             during=during,
         )
 
-    def _server(self, name: str) -> SGLangServer:
+    def _server(self, name: str, *, why: str = "") -> SGLangServer:
         from pytest_sglang.errors import ServerUnavailable, SGLangError
 
         __tracebackhide__ = True
         try:
-            return self.pool.get(name, during=self._during)
+            return self.pool.get(name, during=self._during, why=why)
         except ServerUnavailable as exc:
             if self._on_unavailable is None:
                 raise
@@ -808,26 +813,13 @@ class Bench:
         key = self._key(name, workload, concurrency, repeats)
         if key not in self._cache:
             self._check_fills(workload, concurrency)
-            handle = self._server(server) if isinstance(server, str) else server
-            self._note_cap(handle, concurrency)
-            runs: list[Measurement] = []
-            try:
-                # extend keeps the runs done before an interruption.
-                runs.extend(
-                    self._run(handle, workload, concurrency, repeat, repeats)
-                    for repeat in range(repeats)
-                )
-            except _Interrupted as stop:
-                # Not cached (it is no measurement), but reported: what the runs saw.
-                runs.append(stop.measurement)
-                partial = self._result(handle, workload, concurrency, runs, "blocks")
-                self._record(partial, handle)
-                self._fail(stop.error)
-            except BaseException as error:
-                # A test timeout or Ctrl-C: report what was measured, then let it end the test.
-                self._record_cut(handle, workload, concurrency, runs, repeats, error)
-                raise
-            self._cache[key] = self._result(handle, workload, concurrency, runs, "blocks")
+            if isinstance(server, str):
+                handle = self._server(server, why=self._undeclared(key, concurrency))
+            else:
+                handle = server
+            # Launching the server may have taken this measurement (it was declared).
+            if key not in self._cache:
+                self._fill(handle, workload, concurrency, repeats, key)
         result = self._cache[key]
         # Recorded first: the report keeps a broken measurement too, with its errors.
         self._record(result, self._handles.get(name))
@@ -837,6 +829,80 @@ class Bench:
 
             self._fail(MeasurementFailed(broken))
         return result
+
+    def _fill(
+        self,
+        handle: SGLangServer,
+        workload: Workload,
+        concurrency: int,
+        repeats: int,
+        key: _Key,
+    ) -> None:
+        """Measure ``repeats`` runs on ``handle`` into the session cache."""
+        __tracebackhide__ = True
+        self._note_cap(handle, concurrency)
+        runs: list[Measurement] = []
+        try:
+            # extend keeps the runs done before an interruption.
+            runs.extend(
+                self._run(handle, workload, concurrency, repeat, repeats)
+                for repeat in range(repeats)
+            )
+        except _Interrupted as stop:
+            # Not cached (it is no measurement), but reported: what the runs saw.
+            runs.append(stop.measurement)
+            partial = self._result(handle, workload, concurrency, runs, "blocks")
+            self._record(partial, handle)
+            self._fail(stop.error)
+        except BaseException as error:
+            # A test timeout or Ctrl-C: report what was measured, then let it end the test.
+            self._record_cut(handle, workload, concurrency, runs, repeats, error)
+            raise
+        self._cache[key] = self._result(handle, workload, concurrency, runs, "blocks")
+
+    def take_declared(self, server: SGLangServer) -> None:
+        """Take every measurement the selected tests declared for ``server``, now it is up.
+
+        The pool calls this right after it launched ``server`` (see
+        :mod:`pytest_sglang.measure.plans`); the tests that declared them read the cache.
+        A measurement that fails here is not cached: the test that asks for it measures
+        again and fails with its own message (a dead server fails it at once).
+        """
+        pending = [
+            declared
+            for declared in self._plans.for_server(server.name)
+            if self._key(server.name, declared.workload, declared.concurrency, declared.repeats)
+            not in self._cache
+        ]
+        if not pending:
+            return
+        self._progress(
+            f"sglang: {server.name!r} is up: taking the {len(pending)} measurement(s) declared "
+            f"for it ({', '.join(d.label() for d in pending)})"
+        )
+        quiet = self.with_recorder(lambda result, handle: None)
+        for declared in pending:
+            key = self._key(server.name, declared.workload, declared.concurrency, declared.repeats)
+            try:
+                quiet._check_fills(declared.workload, declared.concurrency)
+                quiet._fill(server, declared.workload, declared.concurrency, declared.repeats, key)
+            except Exception as exc:  # the declaring test measures again, and says why
+                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                self._progress(
+                    f"sglang: the declared measurement {declared.label()} failed: {first}"
+                )
+                if self.pool.check(server.name) is not None:
+                    return  # the server died: the tests that need it fail naming the death
+
+    def _undeclared(self, key: _Key, concurrency: int) -> str:
+        """Say why a launch for this measurement may be a relaunch (for the summary)."""
+        if not len(self._plans) or self._plans.declares(key):
+            return ""
+        return (
+            f"a measurement no selected test declared ({key[0]} @ C={concurrency}, "
+            f"x{key[3]}): add it to the test's @pytest.mark.sglang_measure so that it is "
+            "taken while the server is up"
+        )
 
     def _record_cut(
         self,

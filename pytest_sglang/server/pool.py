@@ -77,6 +77,9 @@ class ServerPool:
         self.problems: list[str] = []
         #: Why GPU state cannot be read here, if it cannot.
         self.gpu_skip_reason: str | None = None
+        #: Called with each server the pool launched, once it is ready (the session's
+        #: bench takes the measurements declared for it: ``Bench.take_declared``).
+        self.on_launched: Callable[[SGLangServer], None] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -134,10 +137,12 @@ class ServerPool:
                 self._gpu_names = []
         return list(self._gpu_names or [])
 
-    def get(self, name: str, *, during: str = "") -> SGLangServer:
+    def get(self, name: str, *, during: str = "", why: str = "") -> SGLangServer:
         """Return the ready server ``name``: gated (attached) or launched on first use.
 
-        ``during`` names who asks (a test id), for the message if the server died.
+        ``during`` names who asks (a test id), for the message if the server died and for
+        the launch record; ``why`` what for, when a launch for it may be avoidable (the
+        summary quotes it when a profile had to be launched again).
 
         :raises ServerUnavailable: nothing of that name is configured.
         :raises ServerDied: it passed its gate but has died since (now or earlier).
@@ -160,7 +165,7 @@ class ServerPool:
             )
         try:
             with self._outside_test_timeout():
-                server = self._start(target)
+                server = self._start(target, during=during, why=why)
         except SGLangError as exc:
             # "Not configured here" is cheap to find out again; a failed gate or launch is not.
             if not isinstance(exc, ServerUnavailable):
@@ -179,9 +184,15 @@ class ServerPool:
             )
             raise
         self._ready[name] = server
+        if server.launch is not None and self.on_launched is not None:
+            # While it is up, take what the selected tests declared for it (a relaunch
+            # costs minutes); a failure there is the declaring test's, not this caller's.
+            with self._outside_test_timeout():
+                self.on_launched(server)
+            return self.get(name, during=during)  # it may have died meanwhile
         return server
 
-    def _start(self, target: ServerTarget) -> SGLangServer:
+    def _start(self, target: ServerTarget, *, during: str, why: str) -> SGLangServer:
         """Gate an attached server, or launch a profile's."""
         if target.url is not None:
             return ReadinessGate.for_target(
@@ -191,9 +202,9 @@ class ServerPool:
                 api_key=self.settings.api_key.value,
                 secrets=self.settings.secrets,
             ).wait()
-        return self._launch(target)
+        return self._launch(target, during=during, why=why)
 
-    def _launch(self, target: ServerTarget) -> SGLangServer:
+    def _launch(self, target: ServerTarget, *, during: str, why: str) -> SGLangServer:
         name, profile = target.name, target.profile
         assert profile is not None  # a target without a URL is a profile's
         missing = missing_launcher(profile, self.settings.launcher.value)
@@ -225,6 +236,7 @@ class ServerPool:
             progress=self._progress,
             log_path=self.log_dir / f"{name}-{len(self.launches) + 1}.log",
         )
+        launch.info.requested_by, launch.info.reason = during or None, why or None
         self.launches.append(launch.info)
         if self.flight_skip_reason and len(self.launches) == 1:
             self._progress(f"sglang: GPU pre/post-flight checks skipped: {self.flight_skip_reason}")

@@ -24,8 +24,8 @@ STAGES: tuple[frozenset[str], ...] = (
     frozenset({"gpu", "loadgen", "report"}),
     frozenset({"server"}),
     frozenset({"measure"}),
-    frozenset({"verdicts", "markers"}),
-    frozenset({"fixtures", "timeouts"}),
+    frozenset({"verdicts", "markers", "timeouts"}),
+    frozenset({"fixtures"}),
     frozenset({"plugin", "testing", "__init__", "cli"}),
 )
 #: The emulator's own rooms, bottom first: it is a separate program inside the package.
