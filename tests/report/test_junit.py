@@ -127,19 +127,24 @@ SECRETS = {"profile --api-key": "sk-junit-key-4711", "profile HF_TOKEN": "hf_jun
 
 SUITE = """
 import pytest
-from pytest_sglang import Workload, assert_at_least
+from pytest_sglang import Workload, assert_faster
+from bench_data import result
 
 W = Workload(input_len=8, output_len=4, requests=4)
+# The verdicts judge synthetic runs (tests/bench_data.py): their outcome never depends on how
+# fast a crowded machine ran the emulator, whose measurements are real.
+FAST = [110.0, 111.0, 112.5, 113.0, 114.2]
+SLOW = [100.0, 101.0, 102.5, 103.0, 104.1]
 
 @pytest.mark.sglang_profile("a")
 def test_fast_enough(sglang_bench):
-    result = sglang_bench("a", W, concurrency=2, repeats=5)
-    assert_at_least(result, "output_throughput", 0.001)
+    sglang_bench("a", W, concurrency=2, repeats=5)
+    assert_faster(result("eagle3", FAST), result("baseline", SLOW))
 
 @pytest.mark.sglang_profile("a")
 def test_impossibly_fast(sglang_bench):
-    result = sglang_bench("a", W, concurrency=2, repeats=5)
-    assert_at_least(result, "output_throughput", 1e12)
+    sglang_bench("a", W, concurrency=2, repeats=5)
+    assert_faster(result("eagle3", SLOW), result("baseline", FAST))
 
 @pytest.mark.sglang_profile("a")
 def test_two_workloads(sglang_bench):
@@ -171,6 +176,7 @@ def test_junit_from_a_launch_run(pytester: pytest.Pytester) -> None:
         env = {{ HF_TOKEN = "{token}" }}
     """)
     pytester.makepyfile(test_suite=SUITE)
+    pytester.makepyfile(bench_data=Path(__file__).parents[1].joinpath("bench_data.py").read_text())
     result = pytester.runpytest(
         "--sglang-launcher=emulator", f"--sglang-api-key={SECRETS['--sglang-api-key']}",
         "--junitxml=j.xml", "--sglang-report=r.json", "-p", "no:randomly",
@@ -183,7 +189,7 @@ def test_junit_from_a_launch_run(pytester: pytest.Pytester) -> None:
 
     fast_enough = cases["test_fast_enough"]
     assert fast_enough["sglang.verdict"] == "pass"
-    assert json.loads(fast_enough["sglang.verdict.1"])["kind"] == "assert_at_least"
+    assert json.loads(fast_enough["sglang.verdict.1"])["kind"] == "assert_faster"
     assert float(fast_enough["sglang.a.c2.output_tok_s"]) > 0
     assert fast_enough["sglang.a.c2.runs"] == "5"
     server = json.loads(fast_enough["sglang.server.a"])
