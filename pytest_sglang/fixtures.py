@@ -128,7 +128,7 @@ def sglang_servers(
         sglang_settings,
         log_dir=tmp_path_factory.getbasetemp() / "sglang-logs",
         progress=terminal_writer(pytestconfig),
-        xdist_worker=hasattr(pytestconfig, "workerinput"),
+        xdist_worker=xdist_worker(pytestconfig),
         outside_test_timeout=bridge.suspended if bridge is not None else contextlib.nullcontext,
     )
     pytestconfig.stash[POOL_KEY] = pool
@@ -138,6 +138,15 @@ def sglang_servers(
         pool.on_launched = lambda server: session_bench(pytestconfig, pool).take_declared(server)
     yield pool
     pool.close()
+
+
+def xdist_worker(config: pytest.Config) -> tuple[int, int] | None:
+    """Return (index, count) when this session is a pytest-xdist worker, else None."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        return None
+    index = int(str(workerinput["workerid"]).removeprefix("gw"))
+    return index, int(workerinput["workercount"])
 
 
 @pytest.fixture

@@ -6,8 +6,10 @@ Work (network, processes) happens in fixtures, never here: ``pytest --help`` and
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Generator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -102,7 +104,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
         def launches() -> list[dict[str, Any]]:
             pool = config.stash.get(POOL_KEY, None)
-            return pool.launch_records() if pool is not None else []
+            mine = pool.launch_records() if pool is not None else []
+            return mine + [
+                record for worker in config.stash.get(WORKERS_KEY, []) for record in worker.records
+            ]
 
         config.pluginmanager.register(
             SGLangReporter(
@@ -121,10 +126,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _refuse_launch_under_xdist(config: pytest.Config, settings: Settings) -> None:
-    """One clear startup error for launch mode under ``pytest -n N``.
+    """One clear startup error when launch mode cannot share the GPUs out under ``-n N``.
 
-    Every xdist worker has its own pool: each would launch its own server on the same GPUs.
-    Refused before any test runs (in the controller), instead of every test failing alike.
+    Every xdist worker has its own pool and launches its own servers, each on an equal,
+    disjoint share of the host's GPUs (``ServerPool``). Checked once in the controller,
+    before any worker starts, instead of every test failing alike: the GPUs must be
+    readable, and at least one per worker. (A profile too big for one share fails its
+    launch in the worker, naming the share.)
     """
     if hasattr(config, "workerinput") or config.option.collectonly:
         return
@@ -134,15 +142,33 @@ def _refuse_launch_under_xdist(config: pytest.Config, settings: Settings) -> Non
         return
     attached = {server.name for server in settings.servers}
     launched = [name for name in settings.profiles if name not in attached]
-    if not launched:
-        return
-    raise pytest.UsageError(
-        f"launch mode cannot run under pytest-xdist (-n {workers}): every worker would "
-        f"launch its own server of {', '.join(map(repr, launched))} on the same GPUs; run "
-        "without -n, attach running servers instead (--sglang-url NAME=URL for each "
-        "profile; xdist then spreads the tests over them), or run the tests that need no "
-        "server with -p no:sglang"
+    if not launched or (settings.launcher.value == "emulator" and settings.gpu_fake.value is None):
+        return  # nothing to launch, or emulators that hold no GPU: nothing to share out
+    from pytest_sglang.errors import GpuUnavailable
+    from pytest_sglang.gpu.hygiene import visible_gpus
+    from pytest_sglang.gpu.probes import make_probe
+
+    fix = (
+        "run without -n, or attach running servers instead (--sglang-url NAME=URL for each "
+        "profile; xdist then spreads the tests over them)"
     )
+    try:
+        probe = make_probe(host=settings.gpu_host.value, fake_dir=settings.gpu_fake.value)
+        try:
+            gpus = visible_gpus(probe.snapshot(), os.environ)
+        finally:
+            probe.close()
+    except GpuUnavailable as exc:
+        raise pytest.UsageError(
+            f"launch mode under pytest-xdist (-n {workers}) shares the host's GPUs out between "
+            f"the workers, but GPU state cannot be read ({exc}); {fix}"
+        ) from None
+    if len(gpus) < workers:
+        raise pytest.UsageError(
+            f"launch mode under pytest-xdist (-n {workers}) gives each worker an equal share "
+            f"of the host's GPUs, but {probe.describe()} shows {len(gpus)}; use at most "
+            f"-n {max(1, len(gpus))}, or {fix}"
+        )
 
 
 @pytest.hookimpl(wrapper=True)
@@ -199,9 +225,61 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     pytest.skip(unmet)
 
 
+@dataclass(frozen=True)
+class WorkerLaunches:
+    """What a pytest-xdist worker launched: report records and summary lines."""
+
+    worker: str
+    records: list[dict[str, Any]]
+    lines: list[str]
+
+
+#: The launches of the session's pytest-xdist workers, as each worker went down.
+WORKERS_KEY = pytest.StashKey[list[WorkerLaunches]]()
+
+
+@pytest.hookimpl
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In a pytest-xdist worker: send its launches to the controller (which reports)."""
+    config = session.config
+    output = getattr(config, "workeroutput", None)
+    pool = config.stash.get(POOL_KEY, None)
+    if output is None or pool is None:
+        return
+    worker = str(getattr(config, "workerinput", {}).get("workerid", "gw?"))
+    redact = pool.settings.redact
+    output["sglang_launches"] = {
+        "worker": worker,
+        "records": [{**record, "worker": worker} for record in pool.launch_records()],
+        "lines": [redact(launch_line(info)) for info in pool.launches]
+        + [redact(advice) for advice in relaunch_advice(pool.launches)],
+    }
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """In the pytest-xdist controller: keep what a worker that went down launched."""
+    sent = getattr(node, "workeroutput", {}).get("sglang_launches")
+    if sent:
+        node.config.stash.setdefault(WORKERS_KEY, []).append(
+            WorkerLaunches(str(sent["worker"]), list(sent["records"]), list(sent["lines"]))
+        )
+
+
 @pytest.hookimpl
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Summarise the session's launches: how many, each one's timings and outcome."""
+    workers = [w for w in terminalreporter.config.stash.get(WORKERS_KEY, []) if w.records]
+    if workers:
+        terminalreporter.section("sglang launches")
+        count = sum(len(worker.records) for worker in workers)
+        terminalreporter.write_line(
+            f"{count} server launch{'es' if count != 1 else ''} in {len(workers)} "
+            "pytest-xdist worker(s), each on its own share of the GPUs:"
+        )
+        for worker in sorted(workers, key=lambda w: w.worker):
+            for line in worker.lines:
+                terminalreporter.write_line(f"  [{worker.worker}]{line}")
     pool = terminalreporter.config.stash.get(POOL_KEY, None)
     if pool is None or not pool.launches:
         return
@@ -229,6 +307,8 @@ def launch_line(info: LaunchInfo) -> str:
     if info.seconds_to_ready:
         phases = ", ".join(f"{p} {t:.2f}s" for p, t in info.readiness.items())
         details.append(f"ready in {info.seconds_to_ready:.2f}s ({phases})")
+    if info.gpus:
+        details.append(f"on GPUs {', '.join(info.gpus)}")
     if info.stop is not None:
         details.append(f"stopped in {info.stop.seconds:.2f}s")
         kill = next((sent for sent in info.stop.signals if "SIGKILL" in sent), None)

@@ -22,6 +22,8 @@ __all__ = [
     "postflight",
     "preflight",
     "server_gpus",
+    "visible_gpus",
+    "worker_gpus",
 ]
 
 #: A GPU counts as clean below this much used memory (v2 "used" of an idle GPU is ~0).
@@ -35,27 +37,46 @@ RELEASE_TIMEOUT = 60.0
 RELEASE_TOLERANCE = 256 * MIB
 
 
+def visible_gpus(snapshot: GpuSnapshot, env: Mapping[str, str]) -> tuple[str, ...]:
+    """Return the UUIDs of the GPUs a process with ``env`` sees, in CUDA's order.
+
+    ``CUDA_VISIBLE_DEVICES`` (indices in NVML order, or UUID prefixes) is honoured the way
+    CUDA parses it: up to the first invalid entry. Without it, every GPU.
+    """
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return tuple(g.uuid for g in snapshot.gpus)
+    uuids: list[str] = []
+    for entry in (e.strip() for e in visible.split(",")):
+        if entry.isdigit() and int(entry) < len(snapshot.gpus):
+            uuids.append(snapshot.gpus[int(entry)].uuid)
+            continue
+        matches = [g.uuid for g in snapshot.gpus if entry and g.uuid.startswith(entry)]
+        if len(matches) != 1:
+            break  # CUDA stops at the first invalid entry
+        uuids.append(matches[0])
+    return tuple(uuids)
+
+
+def worker_gpus(visible: Sequence[str], index: int, count: int) -> tuple[str, ...]:
+    """Return the GPUs pytest-xdist worker ``index`` of ``count`` owns: its equal share.
+
+    Contiguous shares (worker 0 the first ``len(visible) // count``...), so that a TP group
+    stays on neighbouring GPUs; what does not divide evenly is left unused.
+    """
+    share = len(visible) // count
+    return tuple(visible[index * share : (index + 1) * share])
+
+
 def server_gpus(snapshot: GpuSnapshot, tp: int, env: Mapping[str, str]) -> tuple[str, ...]:
     """Return the UUIDs of the GPUs a server with ``tp`` ranks and ``env`` will use.
 
-    ``CUDA_VISIBLE_DEVICES`` (indices in NVML order, or UUID prefixes) is honoured the way
-    CUDA parses it: up to the first invalid entry. Without it, the first ``tp`` GPUs.
+    The first ``tp`` of :func:`visible_gpus`.
 
     :raises GpuNotClean: when fewer GPUs than ``tp`` are visible.
     """
     visible = env.get("CUDA_VISIBLE_DEVICES")
-    uuids: list[str] = []
-    if visible is None:
-        uuids = [g.uuid for g in snapshot.gpus]
-    else:
-        for entry in (e.strip() for e in visible.split(",")):
-            if entry.isdigit() and int(entry) < len(snapshot.gpus):
-                uuids.append(snapshot.gpus[int(entry)].uuid)
-                continue
-            matches = [g.uuid for g in snapshot.gpus if entry and g.uuid.startswith(entry)]
-            if len(matches) != 1:
-                break  # CUDA stops at the first invalid entry
-            uuids.append(matches[0])
+    uuids = visible_gpus(snapshot, env)
     if len(uuids) < tp:
         found = ", ".join(f"{g.index}: {g.name}" for g in snapshot.gpus) or "none"
         raise GpuNotClean(

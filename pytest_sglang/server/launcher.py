@@ -145,6 +145,7 @@ class Launch:
         progress: Callable[[str], None] = lambda message: None,
         host: str = "127.0.0.1",
         clock: Callable[[], float] = time.monotonic,
+        visible_gpus: Sequence[str] | None = None,
     ) -> None:
         if target.profile is None:
             raise ValueError(f"server {target.name!r} has no profile to launch")
@@ -152,6 +153,8 @@ class Launch:
         self.profile: Profile = target.profile
         self.settings = settings
         self.gpu = gpu
+        #: The GPUs this launch may use (a pytest-xdist worker's share), or None: all.
+        self.visible_gpus = tuple(visible_gpus) if visible_gpus is not None else None
         self.host = host
         self._progress = progress
         self._clock = clock
@@ -216,6 +219,15 @@ class Launch:
     def _new_process(self, port: int) -> ServerProcess:
         """Pre-flight the GPUs and build the server's process (not started yet)."""
         env = {**server_environment(os.environ, self.profile.env), "PYTHONUNBUFFERED": "1"}
+        if self.visible_gpus is not None:
+            if "CUDA_VISIBLE_DEVICES" in self.profile.env:
+                raise ServerNotReady(
+                    f"profile {self.profile.name!r} sets CUDA_VISIBLE_DEVICES in its env, but "
+                    "under pytest-xdist each worker launches on its own share of the GPUs: "
+                    "drop it from the profile, or run without -n",
+                    phase="launch",
+                )
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.visible_gpus)
         if self.gpu is not None:
             snapshot = self.gpu.snapshot()
             self.info.gpus = server_gpus(snapshot, self.profile.tp, env)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import shutil
 import socket
 import time
@@ -37,6 +38,7 @@ from pytest_sglang.errors import (
     ServerUnavailable,
     SGLangError,
 )
+from pytest_sglang.gpu.hygiene import visible_gpus, worker_gpus
 from pytest_sglang.gpu.probes import GpuProbe, make_probe
 from pytest_sglang.server.handle import SGLangServer
 from pytest_sglang.server.launcher import Launch, LaunchInfo
@@ -54,14 +56,15 @@ class ServerPool:
         *,
         log_dir: Path | None = None,
         progress: Callable[[str], None] = lambda message: None,
-        xdist_worker: bool = False,
+        xdist_worker: tuple[int, int] | None = None,
         outside_test_timeout: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
     ) -> None:
         self.settings = settings
         # Launches and gates run outside the asking test's pytest-timeout (the bridge in
         # pytest_sglang.timeouts): they are bounded by --sglang-ready-timeout instead.
         self._outside_test_timeout = outside_test_timeout
-        #: Whether this session is a pytest-xdist worker (each worker has its own pool).
+        #: (index, count) when this session is a pytest-xdist worker (each worker has its
+        #: own pool, and owns an equal share of the host's GPUs), else None.
         self.xdist_worker = xdist_worker
         self.log_dir = log_dir or Path.cwd() / ".sglang-logs"
         self._progress = progress
@@ -214,14 +217,7 @@ class ServerPool:
                 f"--sglang-launcher=emulator, or attach a running server with "
                 f"--sglang-url {name}=URL"
             )
-        if self.xdist_worker:
-            # Every worker has its own pool: each would launch its own server on the same GPUs.
-            raise ServerNotReady(
-                f"cannot launch profile {name!r} in a pytest-xdist worker: every worker would "
-                "launch its own server on the same GPUs; run launch mode without -n, or "
-                f"attach a running server with --sglang-url {name}=URL",
-                phase="launch",
-            )
+        owned = self._owned_gpus(name, profile.tp)
         try:
             self.stop_running()  # they share the GPUs: one launched server at a time
         except SGLangError as exc:
@@ -235,6 +231,7 @@ class ServerPool:
             gpu=self._flight_probe(),
             progress=self._progress,
             log_path=self.log_dir / f"{name}-{len(self.launches) + 1}.log",
+            visible_gpus=owned,
         )
         launch.info.requested_by, launch.info.reason = during or None, why or None
         self.launches.append(launch.info)
@@ -247,6 +244,38 @@ class ServerPool:
         server = launch.start()
         self._running = launch
         return server
+
+    def _owned_gpus(self, name: str, tp: int) -> tuple[str, ...] | None:
+        """Return the GPUs this pytest-xdist worker owns (None: not a worker, or no GPUs).
+
+        Every worker has its own pool and launches its own servers: each owns an equal,
+        disjoint share of the host's GPUs (worker k of n the k-th share) and pins its
+        launches to it, so that two TP=4 servers run side by side on an 8-GPU host.
+
+        :raises ServerNotReady: the share cannot be known, or is too small for ``tp``.
+        """
+        if self.xdist_worker is None or self._emulated_gpus_only:
+            return None  # not a worker; or the emulator without fake GPUs holds none
+        index, count = self.xdist_worker
+        probe = self._flight_probe()
+        if probe is None:
+            raise ServerNotReady(
+                f"cannot launch profile {name!r} in pytest-xdist worker {index + 1} of {count}: "
+                f"GPU state cannot be read ({self.gpu_skip_reason}), so the host's GPUs "
+                "cannot be shared out between the workers; run launch mode without -n",
+                phase="launch",
+            )
+        visible = visible_gpus(probe.snapshot(), os.environ)
+        owned = worker_gpus(visible, index, count)
+        if len(owned) < tp:
+            raise ServerNotReady(
+                f"profile {name!r} needs {tp} GPUs (tp={tp}), but pytest-xdist worker "
+                f"{index + 1} of {count} owns {len(owned)} of the host's {len(visible)} "
+                f"(each worker owns an equal share): run it with fewer workers (-n "
+                f"{max(1, len(visible) // tp)}) or without -n",
+                phase="launch",
+            )
+        return owned
 
     @property
     def _emulated_gpus_only(self) -> bool:

@@ -411,11 +411,15 @@ def test_pytest_timeout_leaves_no_process(pytester: pytest.Pytester, method: str
     assert emulators(tag) == []
 
 
-def test_launch_mode_under_xdist_is_one_startup_error(pytester: pytest.Pytester) -> None:
-    # Issue 18: under -n 2 every test failed alike, 30 times the same message. Now the
+def test_launch_mode_under_xdist_without_readable_gpus_is_one_startup_error(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    # Issue 18: under -n 2 every test failed alike, 30 times the same message. Workers now
+    # share the GPUs out (tests/e2e/test_xdist_gpus.py); where GPU state cannot be read the
     # controller refuses at startup, before any worker starts or any test runs.
     pytest.importorskip("xdist")
     tag = profiles(pytester)
+    (tmp_path / "no-gpus-here").mkdir()
     pytester.makepyfile(
         "import pytest\n\n"
         + "".join(
@@ -424,13 +428,33 @@ def test_launch_mode_under_xdist_is_one_startup_error(pytester: pytest.Pytester)
         )
     )
     result = pytester.runpytest_subprocess(
-        "-n", "2", "--sglang-launcher=emulator", "-p", "no:benchmark"
-    )
+        "-n", "2", "--sglang-launcher=emulator", "-p", "no:benchmark",
+        f"--sglang-gpu-fake={tmp_path / 'no-gpus-here'}",
+    )  # fmt: skip
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     errors = result.stderr.str()
-    assert errors.count("launch mode cannot run under pytest-xdist (-n 2)") == 1, errors
-    assert "'baseline', 'eagle3'" in errors and "--sglang-url NAME=URL" in errors
+    assert errors.count("launch mode under pytest-xdist (-n 2) shares the host's GPUs out") == 1
+    assert "has no gpus.json" in errors and "--sglang-url NAME=URL" in errors
     assert "passed" not in result.stdout.str() and "failed" not in result.stdout.str()
+    assert emulators(tag) == []
+
+
+def test_emulators_without_gpus_launch_in_every_xdist_worker(pytester: pytest.Pytester) -> None:
+    # The emulator launcher without fake GPUs holds none: each worker launches its own.
+    pytest.importorskip("xdist")
+    tag = profiles(pytester)
+    pytester.makepyfile(
+        "import pytest\n\n"
+        + "".join(
+            f"@pytest.mark.sglang_profile('baseline')\ndef test_{i}(sglang_server): pass\n\n"
+            for i in range(4)
+        )
+    )
+    result = pytester.runpytest_subprocess(
+        "-n", "2", "--dist", "each", "--sglang-launcher=emulator", "-p", "no:benchmark"
+    )
+    result.assert_outcomes(passed=8)
+    assert "2 server launches in 2 pytest-xdist worker(s)" in result.stdout.str()
     assert emulators(tag) == []
 
 
