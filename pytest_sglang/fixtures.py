@@ -84,20 +84,14 @@ def failure_entry(name: str, error: SGLangError, settings: Settings) -> ServerFa
 
 
 def terminal_writer(config: pytest.Config) -> Callable[[str], None]:
-    """Return a function that writes one line to the terminal, past output capturing."""
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    capture = config.pluginmanager.get_plugin("capturemanager")
+    """Return a function that shows one progress line live, past output capturing.
 
-    def write(line: str) -> None:
-        if reporter is None:
-            return
-        if capture is not None:
-            with capture.global_and_fixture_disabled():
-                reporter.write_line(line)
-        else:
-            reporter.write_line(line)
+    On the terminal (flushed: a CI log is a pipe), or on an xdist worker's standard error
+    with the worker's id (``report/progress.py``).
+    """
+    from pytest_sglang.report.progress import progress_writer
 
-    return write
+    return progress_writer(config)
 
 
 @pytest.fixture(scope="session")
