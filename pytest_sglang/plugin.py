@@ -34,6 +34,7 @@ from pytest_sglang.markers import (
     evaluate_requirements,
     order_by_profile,
     parametrize_over_servers,
+    profile_of,
     validate_markers,
 )
 from pytest_sglang.measure.plans import MEASURE_MARKER, PLANS_KEY, declared_measurements
@@ -94,6 +95,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[BRIDGE_KEY] = bridge
     config.pluginmanager.register(bridge, "sglang-timeout-bridge")
     _refuse_launch_under_xdist(config, settings)
+    if settings.shard.value is not None:
+        from pytest_sglang.config.shards import ShardSelector
+
+        selector = ShardSelector(settings.shard.value, servers_named)
+        config.pluginmanager.register(selector, "sglang-shard")
     # Only the controller reports: xdist workers send their results with the test reports.
     if not hasattr(config, "workerinput"):
         from pytest_sglang.report.collector import SGLangReporter
@@ -169,6 +175,15 @@ def _refuse_launch_under_xdist(config: pytest.Config, settings: Settings) -> Non
             f"of the host's GPUs, but {probe.describe()} shows {len(gpus)}; use at most "
             f"-n {max(1, len(gpus))}, or {fix}"
         )
+
+
+def servers_named(item: pytest.Item) -> frozenset[str]:
+    """Return the servers pytest can see ``item`` use: its profile and declared servers."""
+    names = {str(arg) for marker in item.iter_markers("sglang_measure") for arg in marker.args}
+    profile = profile_of(item)
+    if profile is not None:
+        names.add(profile)
+    return frozenset(names)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -192,6 +192,16 @@ INCONCLUSIVE = OptionSpec(
     metavar="{fail,skip,warn}",
 )
 
+SHARD = OptionSpec(
+    "shard",
+    "Run shard K of N of the suite (1/2 on one CI runner, 2/2 on another): the tests of a "
+    "profile, and the profiles a test compares (sglang_profile, sglang_measure), all go to "
+    "one shard, so each profile is launched on one runner only; give every shard the same "
+    "test files and selection, and merge their --sglang-report files with "
+    "'pytest-sglang merge' (docs/ci.md)",
+    metavar="K/N",
+)
+
 REPORT = OptionSpec(
     "report",
     "Write the results (environment, servers, measurements with every run, verdicts with "
@@ -266,6 +276,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     LOAD_WORKERS,
     RAY_ADDRESS,
     INCONCLUSIVE,
+    SHARD,
     REPORT,
     MARKDOWN,
     SAVE,

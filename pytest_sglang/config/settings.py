@@ -47,6 +47,7 @@ from pytest_sglang.config.options import (
     REPORT,
     REQUEST_TIMEOUT,
     REQUIRE,
+    SHARD,
     STALL_TIMEOUT,
     URL,
     OptionSpec,
@@ -66,6 +67,7 @@ from pytest_sglang.config.parsing import (
 )
 from pytest_sglang.config.paths import output_path, output_problem
 from pytest_sglang.config.redaction import Redactor, is_secret_name, secret_flag_values
+from pytest_sglang.config.shards import Shard, parse_shard
 from pytest_sglang.config.targets import ServerTarget, build_targets
 from pytest_sglang.config.values import Expectation, Header, ServerUrl, Sourced
 
@@ -107,6 +109,8 @@ class Settings:
 
     #: What an inconclusive verdict does to its test: fail, skip or warn.
     inconclusive: Sourced[str] = Sourced("fail", "default")
+    #: ``--sglang-shard K/N``: this run's part of a split suite, or None for all of it.
+    shard: Sourced[Shard | None] = Sourced(None, "default")
 
     def profile(self, name: str) -> Profile | None:
         """Return the profile called ``name``, if any."""
@@ -401,7 +405,17 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         ray_address=_resolve_one(RAY_ADDRESS, config, env, parse_ray_address, None),
         expectations=_resolve_expectations(config, env, servers),
         inconclusive=_resolve_one(INCONCLUSIVE, config, env, _parse_inconclusive, "fail"),
+        shard=_resolve_one(SHARD, config, env, _parse_shard, None),
     )
+
+
+def _parse_shard(spec: OptionSpec, raw: str, source: str) -> Shard | None:
+    try:
+        return parse_shard(raw)
+    except ValueError as exc:
+        raise usage_error(
+            spec, source, str(exc), "give K/N with 1 <= K <= N, e.g. 1/2 and 2/2 on two runners"
+        ) from None
 
 
 #: The choices of ``--sglang-inconclusive`` (``verdicts/policy.py`` acts on them).

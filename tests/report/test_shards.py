@@ -1,7 +1,7 @@
 """Sharded CI (issue 17): one report per shard, merged into one report and one Markdown summary.
 
-Two shards of a small suite (each on its own profile, as ``-k`` or a per-runner selection
-splits a suite) run against the emulator launcher, each writing its own ``--sglang-report``;
+Two shards of a small suite (``--sglang-shard 1/2`` and ``2/2``: one profile each) run
+against the emulator launcher, each writing its own ``--sglang-report``;
 ``pytest-sglang merge --markdown`` makes one report that validates and one summary that shows
 both shards' rows and verdicts.
 """
@@ -53,11 +53,15 @@ def test_two_shards_merge_into_one_report_and_one_summary(pytester: pytest.Pytes
     """)
     pytester.makepyfile(test_suite=SUITE)
     pytester.makepyfile(bench_data=Path(__file__).parents[1].joinpath("bench_data.py").read_text())
-    for shard, selection in (("1", "left"), ("2", "right")):
+    for shard in ("1", "2"):
         result = pytester.runpytest(
-            "--sglang-launcher=emulator", "-k", selection, f"--sglang-report=shard{shard}.json"
-        )
+            "--sglang-launcher=emulator", f"--sglang-shard={shard}/2",
+            f"--sglang-report=shard{shard}.json",
+        )  # fmt: skip
         result.assert_outcomes(passed=1, deselected=1)
+        # Each shard launched its own profile, and only that one.
+        launched = json.loads((pytester.path / f"shard{shard}.json").read_text())["launches"]
+        assert [launch["profile"] for launch in launched] == [{"1": "left", "2": "right"}[shard]]
     summary = pytester.path / "summary.md"
     summary.write_text("# an earlier step\n")
     out = io.StringIO()

@@ -1,0 +1,145 @@
+"""``--sglang-shard K/N``: split a suite over N CI runners, whole launch groups per runner.
+
+A launched profile costs minutes of a GPU host, so a shard must never launch a profile
+another shard launches too. Tests are grouped by the servers they name where pytest can see
+them (``sglang_profile``, the server a test was parametrized with, ``sglang_measure``'s
+servers): a test naming two profiles (a comparison) ties them into one *launch group*, and
+every test of a group runs on one shard. Groups are dealt out largest first (most profiles,
+then most tests, then by name) to the shard with the fewest launches so far (then fewest
+tests, then the lowest number); tests that name no server are dealt round-robin in node-id
+order. Pure and deterministic: every runner, given the same test files and the same
+selection (``-k``, ``-m``), computes the same split, whatever the collection order.
+
+A test that measures a server it does not declare is invisible here: it goes with the
+servers it names, and may launch the undeclared one on its shard as well.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import pytest
+
+__all__ = ["Shard", "ShardSelector", "assign_shards", "parse_shard"]
+
+_SHARD_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One shard of a split suite: number ``index`` (from 1) of ``count``."""
+
+    index: int
+    count: int
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def parse_shard(raw: str) -> Shard:
+    """Parse ``K/N`` (1 <= K <= N).
+
+    :raises ValueError: with what is wrong; the caller adds where the value came from.
+    """
+    match = _SHARD_RE.match(raw)
+    if match is None:
+        raise ValueError(f"{raw!r} is not K/N")
+    index, count = int(match.group(1)), int(match.group(2))
+    if count < 1 or not 1 <= index <= count:
+        raise ValueError(f"{raw!r}: K must be between 1 and N, and N at least 1")
+    return Shard(index, count)
+
+
+def _groups(servers: Mapping[str, frozenset[str]]) -> list[tuple[frozenset[str], list[str]]]:
+    """Return the launch groups: (profiles, test ids), tying profiles a test names together."""
+    parent: dict[str, str] = {}
+
+    def root(name: str) -> str:
+        while parent.setdefault(name, name) != name:
+            parent[name] = parent[parent[name]]
+            name = parent[name]
+        return name
+
+    for names in servers.values():
+        if not names:
+            continue
+        first, *rest = sorted(names)
+        for name in rest:
+            parent[root(name)] = root(first)
+    groups: dict[str, tuple[set[str], list[str]]] = {}
+    for test, names in servers.items():
+        if names:
+            profiles, tests = groups.setdefault(root(min(names)), (set(), []))
+            profiles.update(names)
+            tests.append(test)
+    return [(frozenset(profiles), sorted(tests)) for profiles, tests in groups.values()]
+
+
+def assign_shards(servers: Mapping[str, frozenset[str]], count: int) -> dict[str, int]:
+    """Return the shard (1..``count``) of every test, given the servers each test names.
+
+    :param servers: test id -> the server names pytest can see it use (may be empty).
+    """
+    launches = [0] * count
+    tests = [0] * count
+    shard_of: dict[str, int] = {}
+    groups = sorted(_groups(servers), key=lambda g: (-len(g[0]), -len(g[1]), sorted(g[0])))
+    for profiles, members in groups:
+        best = min(range(count), key=lambda s: (launches[s], tests[s], s))
+        launches[best] += len(profiles)
+        tests[best] += len(members)
+        for test in members:
+            shard_of[test] = best + 1
+    unnamed: Sequence[str] = sorted(test for test, names in servers.items() if not names)
+    for position, test in enumerate(unnamed):
+        shard_of[test] = position % count + 1
+    return shard_of
+
+
+class ShardSelector:
+    """Deselects the tests of other shards (a plugin ``plugin.py`` registers under the option).
+
+    :param servers_of: the server names pytest can see a test use.
+    """
+
+    def __init__(self, shard: Shard, servers_of: Callable[[pytest.Item], frozenset[str]]) -> None:
+        self.shard = shard
+        self._servers_of = servers_of
+        self.kept: list[str] = []
+        self.profiles: set[str] = set()
+        self.deselected = 0
+
+    # trylast: after -k and -m; before the plugin's own (trylast, registered earlier), which
+    # reads the declared measurements of what is left.
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        """Keep this shard's tests, deselect the others (``pytest_deselected``)."""
+        servers = {item.nodeid: self._servers_of(item) for item in items}
+        shard_of = assign_shards(servers, self.shard.count)
+        kept = [item for item in items if shard_of[item.nodeid] == self.shard.index]
+        gone = [item for item in items if shard_of[item.nodeid] != self.shard.index]
+        if gone:
+            config.hook.pytest_deselected(items=gone)
+        items[:] = kept
+        self.kept = [item.nodeid for item in kept]
+        self.profiles = {name for item in kept for name in servers[item.nodeid]}
+        self.deselected = len(gone)
+
+    @pytest.hookimpl
+    def pytest_report_collectionfinish(self) -> list[str]:
+        """Say what this shard runs: its tests, its profiles, what went to other shards."""
+        profiles = ", ".join(sorted(self.profiles)) or "none"
+        line = (
+            f"sglang: shard {self.shard}: {len(self.kept)} tests (servers: {profiles}); "
+            f"{self.deselected} tests run on the other shards"
+        )
+        if not self.kept:
+            line += (
+                "; nothing falls to this shard (fewer launch groups than shards): pytest "
+                "exits with status 5"
+            )
+        return [line]
