@@ -1,0 +1,34 @@
+"""OpenLoop: the open-loop load sglang_bench takes (rate, arrivals, cap), checked and keyed."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_sglang.loadgen.schedule import OpenLoop
+
+
+def test_key_and_description_name_every_part() -> None:
+    capped = OpenLoop(20, "poisson", 64)
+    assert capped.rate == 20.0 and isinstance(capped.rate, float)
+    assert capped.describe() == "20 req/s poisson, at most 64 in flight"
+    assert OpenLoop(20.0, "constant").describe() == "20 req/s constant"
+    keys = {OpenLoop(20.0).key(), OpenLoop(20.5).key(), OpenLoop(20.0, "constant").key(),
+            capped.key()}  # fmt: skip
+    assert len(keys) == 4
+    assert OpenLoop(20).key() == OpenLoop(20.0).key()
+    assert capped.as_dict() == {"rate": 20.0, "arrival": "poisson", "max_concurrency": 64}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((0.0,), "rate must be a finite number > 0"),
+        ((float("inf"),), "rate must be a finite number > 0"),
+        ((5.0, "bursty"), "arrival must be one of 'poisson', 'constant'"),
+        ((5.0, "poisson", 0), "max_concurrency must be None"),
+        ((5.0, "poisson", True), "max_concurrency must be None"),
+    ],
+)
+def test_bad_loads_are_refused(args: tuple[object, ...], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        OpenLoop(*args)  # type: ignore[arg-type]
