@@ -70,6 +70,9 @@ def _title(workload: Mapping[str, Any]) -> str:
         f"{workload['output_len']} tokens, {workload['requests']} requests"
         + (f" (or {workload['requests_per_slot']} per slot)"
            if workload.get("requests_per_slot") else "")
+        + (f", dataset {str(workload['dataset']).rsplit('/', 1)[-1]}"
+           if workload.get("dataset") else "")
+        + (f", {workload['turns']}-turn sessions" if workload.get("turns") else "")
         + "; medians over runs, times in ms"
     )  # fmt: skip
 

@@ -154,3 +154,13 @@ def test_a_dataset_run_records_the_servers_prompt_tokens(tmp_path: Path) -> None
     assert run.check("output_length").passed is True
     check = run.check("input_length")
     assert check.passed is None and "server counted 14.6 prompt tokens" in check.detail
+
+
+def test_the_summary_names_the_dataset_and_the_turns(tmp_path: Path) -> None:
+    from pytest_sglang.report.summary import _title
+
+    path = tmp_path / "sharegpt.json"
+    path.write_text(json.dumps(SHAREGPT))
+    workload = Workload(input_len=100, output_len=8, endpoint="chat", turns=2,
+                        dataset=str(path))  # fmt: skip
+    assert ", dataset sharegpt.json, 2-turn sessions;" in _title(workload.as_dict())
