@@ -78,3 +78,27 @@ def test_later_turns_hit_the_prefix_cache(tmp_path: Path) -> None:
     expected = SESSIONS.expected_cache_hit_ratio()
     assert abs(run.cache_hit_ratio - expected) <= 0.02, (run.cache_hit_ratio, expected)
     assert run.check("concurrency").passed is not False
+
+
+@pytest.mark.slow
+def test_sharegpt_sessions_hit_the_cache_too(tmp_path: Path) -> None:
+    """Against the emulator: a dataset's conversations as sessions; later turns cached."""
+    conversations = [
+        {"conversations": [
+            {"from": "human" if i % 2 == 0 else "gpt", "value": f"conversation {c} says {i} " * 8}
+            for i in range(6)
+        ]}
+        for c in range(4)
+    ]  # fmt: skip
+    path = tmp_path / "sharegpt.json"
+    path.write_text(json.dumps(conversations))
+    workload = Workload(input_len=1000, output_len=8, requests=12, endpoint="chat", turns=3,
+                        dataset=str(path), warmup=0)  # fmt: skip
+    with running_emulator(tmp_path, "--enable-cache-report") as emulator:
+        run = measure(LoadGenerator(emulator.url).run_closed_loop(workload, 2))
+    assert run.failed == 0 and run.completed == 12
+    by_index = {r.index: r for r in run.records}
+    for index, record in by_index.items():
+        if workload.session(index)[1]:
+            assert record.cached_tokens == by_index[index - 1].prompt_tokens
+    assert run.cache_hit_ratio is not None and run.cache_hit_ratio > 0.4
