@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from pytest_sglang.cli import validate_report
 from pytest_sglang.config.redaction import Redactor
 from pytest_sglang.report.entries import Entry
 from pytest_sglang.report.junit import MAX_VALUE_CHARS, concise_properties, json_value
+from pytest_sglang.testing import EmulatorProcess
 from tests.faults.harness import FAST, leftovers, new_tag
 
 junitparser = pytest.importorskip("junitparser")
@@ -250,3 +252,48 @@ def test_junit_under_xdist_with_the_baseline_gate(synthetic: pytest.Pytester) ->
     regressions = [v for v in document["verdicts"] if v["kind"] == "assert_no_regression"]
     assert len(regressions) == 8  # each measurement each test recorded: 2 + 4 + 2
     assert len(document["measurements"]) == 6
+
+
+ATTACHED_SUITE = """
+import pytest
+from pytest_sglang import Workload, assert_faster
+from bench_data import result
+
+W = Workload(input_len=8, output_len=4, requests=4)
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_measures_both(sglang_bench, level):
+    sglang_bench("a", W, concurrency=level, repeats=2)
+    sglang_bench("b", W, concurrency=level, repeats=2)
+    assert_faster(result("a", [110.0, 111.0, 112.5, 113.0, 114.2]),
+                  result("b", [100.0, 101.0, 102.5, 103.0, 104.1]))
+"""
+
+
+def test_junit_from_attached_servers_under_xdist(
+    pytester: pytest.Pytester, start_emulator: Callable[..., EmulatorProcess]
+) -> None:
+    pytest.importorskip("xdist")
+    key = "sk-junit-xdist-2718"
+    a, b = start_emulator("--api-key", key), start_emulator("--api-key", key)
+    pytester.makepyfile(test_suite=ATTACHED_SUITE)
+    pytester.makepyfile(bench_data=Path(__file__).parents[1].joinpath("bench_data.py").read_text())
+    result = pytester.runpytest(
+        "-n", "2", f"--sglang-url=a={a.url}", f"--sglang-url=b={b.url}",
+        f"--sglang-api-key={key}", "--junitxml=j.xml", "--sglang-report=r.json",
+        "-p", "no:benchmark",
+    )  # fmt: skip
+    result.assert_outcomes(passed=2)
+    assert key not in (pytester.path / "j.xml").read_text()
+    cases = read_junit(pytester.path / "j.xml")
+    for level, name in ((1, "test_measures_both[1]"), (2, "test_measures_both[2]")):
+        props = cases[name]
+        assert props["sglang.verdict"] == "pass"
+        for server in ("a", "b"):
+            assert props[f"sglang.{server}.c{level}.runs"] == "2"
+            assert json.loads(props[f"sglang.server.{server}"])["url"].startswith("http://")
+    document = json.loads((pytester.path / "r.json").read_text())
+    assert validate_report(document) == []
+    assert sorted((m["server"], m["concurrency"]) for m in document["measurements"]) == [
+        ("a", 1), ("a", 2), ("b", 1), ("b", 2),
+    ]  # fmt: skip
