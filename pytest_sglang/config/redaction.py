@@ -23,8 +23,8 @@ What is hidden, each replaced by :data:`MASK`:
 A *secret name* contains ``SECRET``, ``PASSWORD`` or ``PASSWD``, or ``TOKEN`` or ``KEY``
 not followed by a letter (any case): ``HF_TOKEN``, ``OPENAI_API_KEY``, ``api_key``,
 ``apiKey``, ``AWS_SECRET_ACCESS_KEY``, ``DB_PASSWORD``, but not ``tokenizer_path``,
-``max_total_num_tokens`` or ``ssl_keyfile`` (their values are no secrets and help a
-reader). Pure: no I/O.
+``max_total_num_tokens``, ``ssl_keyfile`` or ``first_token_timeout`` (a limit's word after
+it: timeout, limit, count), whose values are no secrets and help a reader. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -47,7 +47,11 @@ MASK = "***"
 #: Known secrets at least this long are hidden wherever they appear as text.
 MIN_LITERAL = 4
 
-_SECRET_NAME = re.compile(r"(?:secret|password|passwd)|(?:token|key)(?![a-z])", re.IGNORECASE)
+# "first-token-timeout" names a duration: TOKEN or KEY followed by a limit's word is no secret.
+_SECRET_NAME = re.compile(
+    r"(?:secret|password|passwd)|(?:token|key)(?![a-z]|[-_](?:timeout|limit|count)\b)",
+    re.IGNORECASE,
+)
 _NAME = r"[A-Za-z_][A-Za-z0-9_.-]*"
 # --flag=value, --flag value, and a list's repr: '--flag', 'value'.
 _FLAG_EQ = re.compile(r"(?P<head>--(?P<name>[A-Za-z][A-Za-z0-9_-]*)=)(?P<value>[^\s'\",\])}]+)")

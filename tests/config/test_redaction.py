@@ -69,9 +69,15 @@ def test_messages_naming_the_options_are_not_mangled() -> None:
 
 
 def test_secret_names() -> None:
-    for name in ("HF_TOKEN", "OPENAI_API_KEY", "api_key", "apiKey", "DB_PASSWORD", "my_secret"):
+    for name in (
+        "HF_TOKEN", "OPENAI_API_KEY", "api_key", "apiKey", "DB_PASSWORD", "my_secret",
+        "--hf-token", "TOKEN_TIMEOUTS_FILE", "api_key_counter",
+    ):  # fmt: skip
         assert is_secret_name(name), name
-    for name in ("tokenizer_path", "max_total_num_tokens", "ssl_keyfile", "keyboard", "tp_size"):
+    for name in (
+        "tokenizer_path", "max_total_num_tokens", "ssl_keyfile", "keyboard", "tp_size",
+        "--sglang-first-token-timeout", "sglang_first_token_timeout", "KEY_LIMIT",
+    ):  # fmt: skip
         assert not is_secret_name(name), name
 
 
