@@ -62,10 +62,15 @@ def main() -> int:
                     f"{m.output_throughput:>8.0f} {truth:>8.0f} "
                     f"{(m.output_throughput / truth - 1) * 100:>+6.1f}% "
                     f"{m.client_cpu_fraction or 0:>5.2f} {(m.loop_lag_p99 or 0) * 1000:>6.1f}ms "
-                    f"{'yes' if check is not None and check.passed is False else 'no':>5}"
+                    f"{_verdict(check.passed if check is not None else None):>5}"
                 )
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
     return 0
+
+
+def _verdict(passed: bool | None) -> str:
+    """The client_bound check: flagged ("yes"), passed ("no") or not judged ("n/j")."""
+    return "yes" if passed is False else "no" if passed else "n/j"
 
 
 if __name__ == "__main__":
