@@ -28,6 +28,7 @@ RUNS = 10
 
 
 @pytest.mark.sglang_profile("baseline")
+@pytest.mark.sglang_measure("baseline", workload=DECODE, concurrency=1, repeats=RUNS)
 def test_single_stream_decode_did_not_regress(sglang_bench: Bench) -> None:
     result = sglang_bench("baseline", DECODE, concurrency=1, repeats=RUNS)
     # 10 % here: the emulator shares a CI runner's two cores with everything else; on a

@@ -1,9 +1,11 @@
 """The story, as tests: does EAGLE-3 pay off, and where does it stop paying off?
 
 Baseline and EAGLE-3 profiles (``pyproject.toml`` here) are measured at the eight
-concurrency levels of the story, one server at a time, each launched once. The results
-table at the end of the run shows every level; the verdicts decide with statistics over
-repeated runs and say so when they cannot.
+concurrency levels of the story, one server at a time, each launched once: every test
+declares what it measures (``@pytest.mark.sglang_measure``), so each server takes all of it
+while it is up, and the tests read the results in any order (``-k``, ``-p randomly``). The
+results table at the end of the run shows every level; the verdicts decide with statistics
+over repeated runs and say so when they cannot.
 
 Against the emulator: ``pytest examples --sglang-launcher=emulator`` (the ini file passes
 ``--emulator-speedup`` so the sweep takes a minute, with the same shape). On GPUs: ``pytest
@@ -34,14 +36,16 @@ LEVELS = [1, 2, 5, 10, 30, 70, 100, 250]
 # must beat every run of the other).
 REPEATS = 7
 
-# These tests start on the baseline server (then launch eagle3): grouping them with the
-# baseline tests lets each server launch once per session.
-pytestmark = pytest.mark.sglang_profile("baseline")
+
+def measures(*levels: int) -> pytest.MarkDecorator:
+    """Declare that a test measures both servers under CHAT at these levels."""
+    return pytest.mark.sglang_measure(
+        "baseline", "eagle3", workload=CHAT, concurrency=list(levels), repeats=REPEATS
+    )
 
 
+@measures(*LEVELS)
 def test_speculation_stops_paying_off(sglang_bench: Bench) -> None:
-    # First in the file on purpose: the sweep measures every level once, and the tests
-    # below reuse its cached results instead of relaunching the servers.
     base = sglang_bench("baseline", CHAT, concurrency=LEVELS, repeats=REPEATS)
     spec = sglang_bench("eagle3", CHAT, concurrency=LEVELS, repeats=REPEATS)
     crossover = find_crossover(spec, base)
@@ -50,12 +54,14 @@ def test_speculation_stops_paying_off(sglang_bench: Bench) -> None:
     assert crossover <= 10
 
 
+@measures(1)
 def test_eagle3_beats_baseline_single_stream(sglang_bench: Bench) -> None:
     base = sglang_bench("baseline", CHAT, concurrency=1, repeats=REPEATS)
     spec = sglang_bench("eagle3", CHAT, concurrency=1, repeats=REPEATS)
     assert_faster(spec, base)
 
 
+@measures(250)
 def test_baseline_beats_eagle3_under_load(sglang_bench: Bench) -> None:
     base = sglang_bench("baseline", CHAT, concurrency=250, repeats=REPEATS)
     spec = sglang_bench("eagle3", CHAT, concurrency=250, repeats=REPEATS)
@@ -63,6 +69,7 @@ def test_baseline_beats_eagle3_under_load(sglang_bench: Bench) -> None:
     assert_faster(base, spec)
 
 
+@measures(1)
 def test_acceptance_beats_break_even_at_c1(sglang_bench: Bench) -> None:
     base = sglang_bench("baseline", CHAT, concurrency=1, repeats=REPEATS)
     spec = sglang_bench("eagle3", CHAT, concurrency=1, repeats=REPEATS)
