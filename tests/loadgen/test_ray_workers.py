@@ -33,6 +33,9 @@ from pytest_sglang.loadgen.workload import Workload  # noqa: E402
 from pytest_sglang.measure.measurement import measure  # noqa: E402
 from pytest_sglang.testing import running_emulator  # noqa: E402
 
+#: Under pytest-xdist with --dist loadgroup, one worker runs the module: one cluster at a time.
+pytestmark = pytest.mark.xdist_group("ray-cluster")
+
 #: Each node's object store: the smallest Ray accepts comfortably (records are small).
 OBJECT_STORE = 100 * 2**20
 C = 8
