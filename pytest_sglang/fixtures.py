@@ -131,7 +131,10 @@ def sglang_servers(
         # test launched it (even one that measures nothing): no relaunch to take them.
         pool.on_launched = lambda server: session_bench(pytestconfig, pool).take_declared(server)
     yield pool
-    pool.close()
+    # The last test's teardown runs this: stopping a server and waiting for its GPU memory
+    # (up to a minute on TP=8) is the session's time, not that test's pytest-timeout.
+    with bridge.suspended() if bridge is not None else contextlib.nullcontext():
+        pool.close()
 
 
 def xdist_worker(config: pytest.Config) -> tuple[int, int] | None:

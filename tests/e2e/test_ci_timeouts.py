@@ -12,6 +12,8 @@ import uuid
 
 import pytest
 
+from tests.server.test_launch import emulators
+
 QUICK = (
     '"--emulator-warmup-time", "0", "--emulator-health-probe-time", "0", '
     '"--emulator-decode-ms", "1"'
@@ -144,3 +146,24 @@ def test_an_interrupted_launch_is_not_launched_again(pytester: pytest.Pytester) 
     result.stdout.fnmatch_lines(
         ["*the start of SGLang server 'slow' was interrupted by Interrupted*on purpose*"]
     )
+
+
+def test_stopping_the_last_server_is_not_the_last_tests_time(pytester: pytest.Pytester) -> None:
+    # A server that ignores SIGTERM takes the 15 s grace period to stop, in the last test's
+    # teardown: the test's 5 s timeout must not strike there (and leave it running).
+    tag = _project(pytester, timeout=5, method="signal", load_time=0)
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.sglang_profile("slow")
+        def test_only(sglang_server):
+            pass
+    """)
+    result = pytester.runpytest_subprocess(
+        "--sglang-launcher=emulator", "--sglang-emulator-args=--emulator-fault ignore-sigterm"
+    )
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert "Timeout" not in out
+    assert "forced: SIGKILL" in out, out
+    assert emulators(tag) == []
