@@ -28,6 +28,7 @@ cluster_utils = pytest.importorskip("ray.cluster_utils")
 from pytest_sglang.emulator.engine.trace import read_trace  # noqa: E402
 from pytest_sglang.loadgen.ray_workers import RayLoadWorkers  # noqa: E402
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord  # noqa: E402
+from pytest_sglang.loadgen.schedule import arrival_offsets  # noqa: E402
 from pytest_sglang.loadgen.workers import RunPlan  # noqa: E402
 from pytest_sglang.loadgen.workload import Workload  # noqa: E402
 from pytest_sglang.measure.measurement import measure  # noqa: E402
@@ -148,6 +149,24 @@ def test_two_actors_on_two_nodes_keep_c_in_flight_in_total(
     request.node.user_properties.append(
         ("offsets_us", [(c.offset * 1e6, c.uncertainty * 1e6) for c in clocks])
     )
+
+
+def test_an_open_loop_over_two_nodes_keeps_one_schedule(two_nodes: Any, tmp_path: Path) -> None:
+    workload = Workload(input_len=INPUT_LEN, output_len=8, requests=40, warmup=0)
+    with running_emulator(tmp_path) as emulator:
+        plan = RunPlan({"url": emulator.url}, workload, "open", rate=40.0, arrival="poisson")
+        with RayLoadWorkers(2, num_cpus=1) as workers:
+            run = workers.run(plan, ready_timeout=120)
+    m = measure(run)
+    assert m.failed == 0 and m.completed == 40, m.errors
+    # Each actor sent its own requests at their offsets on its own clock; moved onto ours,
+    # they are one Poisson schedule from one origin.
+    offsets = arrival_offsets(40, 40.0, "poisson", f"{workload.seed}/open/poisson/40/r0/arrivals")
+    scheduled = {r.index: r.scheduled for r in run.measured}
+    origin = min(s for s in scheduled.values() if s is not None) - offsets[0]
+    for index, offset in enumerate(offsets):
+        assert scheduled[index] == pytest.approx(origin + offset, abs=1e-6)
+    assert m.check("schedule").passed is True, m.check("schedule").detail
 
 
 def test_a_killed_actor_is_counted_as_failed_requests_with_a_message(
