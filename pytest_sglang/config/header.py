@@ -53,6 +53,16 @@ def header_lines(settings: Settings) -> list[str]:
             f"{settings.first_token_timeout.source}); max-consecutive-failures: {gives_up} "
             f"(from {settings.max_consecutive_failures.source})"
         )
+    workers, ray = settings.load_workers, settings.ray_address
+    if ray.value is not None:
+        lines.append(
+            f"sglang: load: {workers.value} Ray actor{'s' if workers.value > 1 else ''} on the "
+            f"cluster at {ray.value} (from {ray.source})"
+        )
+    elif workers.value > 1:
+        lines.append(
+            f"sglang: load: {workers.value} processes on this host (from {workers.source})"
+        )
     if settings.headers:
         # Names only: every value is a secret.
         lines.append("sglang: headers: " + ", ".join(h.describe() for h in settings.headers))

@@ -36,6 +36,13 @@ def test_each_source(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch)
     out = shown(pytester, "--sglang-load-workers=2")
     assert "WORKERS 2 --sglang-load-workers on the command line" in out
     assert "RAY ray://10.0.0.5:10001 environment variable PYTEST_SGLANG_RAY_ADDRESS" in out
+    assert "sglang: load: 2 Ray actors on the cluster at ray://10.0.0.5:10001 (from " in out
+
+
+def test_the_header_says_where_the_load_runs(pytester: pytest.Pytester) -> None:
+    assert "sglang: load:" not in shown(pytester)  # one process: the default, not shown
+    out = shown(pytester, "--sglang-load-workers=3")
+    assert "sglang: load: 3 processes on this host (from --sglang-load-workers on the " in out
 
 
 @pytest.mark.parametrize(
