@@ -104,8 +104,9 @@ def merge_reports(
 
     Measurements, verdicts and servers are concatenated (an entry present in several
     shards once); the environment is the first's, with the union of SGLang versions and
-    GPUs, and ``merged_from``: one line per report (its source, when it was made, whether
-    it completed, its exit status, its counts); ``complete`` only when every shard was,
+    GPUs (``shard`` dropped), and ``merged_from``: one line per report (its source, its
+    ``--sglang-shard``, when it was made, whether it completed, its exit status, its
+    counts); ``complete`` only when every shard was,
     ``interrupted`` when any was.
 
     :raises ValueError: no reports, or one that is not a pytest-sglang report.
@@ -126,9 +127,11 @@ def merge_reports(
         for document in documents:
             values += [v for v in document.get("environment", {}).get(field, []) if v not in values]
         environment[field] = values
+    environment.pop("shard", None)  # the first shard's: says nothing of the merge
     environment["merged_from"] = [
         {
             "source": sources[index] if index < len(sources) else f"report {index + 1}",
+            "shard": document.get("environment", {}).get("shard"),
             "created": str(document.get("created", "")),
             "complete": bool(document.get("complete")),
             "exit_status": document.get("exit_status"),
@@ -336,11 +339,11 @@ def merged_markdown(merged: dict[str, Any]) -> str:
     lines = [
         f"Merged from {len(shards)} reports:",
         "",
-        "| report | created | complete | exit status | measurements | verdicts |",
-        "| --- | --- | --- | ---: | ---: | ---: |",
+        "| report | shard | created | complete | exit status | measurements | verdicts |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: |",
     ]
     for shard in shards:
-        cells = [shard.get("source"), shard.get("created"),
+        cells = [shard.get("source"), shard.get("shard"), shard.get("created"),
                  "yes" if shard.get("complete") else "no", shard.get("exit_status"),
                  shard.get("measurements"), shard.get("verdicts")]  # fmt: skip
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")

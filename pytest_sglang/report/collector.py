@@ -182,6 +182,7 @@ class SGLangReporter:
                 "plugin_version": plugin_version(), "python": sys.version.split()[0],
                 "pytest": pytest.__version__, "platform": platform.platform(),
                 "sglang_versions": versions, "gpus": self.gpus,
+                **self._shard(),
             },
             "servers": servers, "measurements": measurements,
             "verdicts": self.verdicts,
@@ -189,6 +190,15 @@ class SGLangReporter:
         }  # fmt: skip
         redacted: dict[str, Any] = self._redact.json(document)
         return redacted
+
+    def _shard(self) -> dict[str, str]:
+        """``{"shard": "K/N"}`` under ``--sglang-shard``: which part of a split suite this is."""
+        from pytest_sglang.config.settings import SETTINGS_KEY
+
+        settings = self.config.stash.get(SETTINGS_KEY, None)
+        shard = getattr(settings, "shard", None)
+        value = getattr(shard, "value", None)
+        return {"shard": str(value)} if value is not None else {}
 
     def write(self, *, complete: bool, interrupted: bool = False,
               exit_status: int | None = None) -> None:  # fmt: skip

@@ -60,8 +60,10 @@ def test_two_shards_merge_into_one_report_and_one_summary(pytester: pytest.Pytes
         )  # fmt: skip
         result.assert_outcomes(passed=1, deselected=1)
         # Each shard launched its own profile, and only that one.
-        launched = json.loads((pytester.path / f"shard{shard}.json").read_text())["launches"]
-        assert [launch["profile"] for launch in launched] == [{"1": "left", "2": "right"}[shard]]
+        document = json.loads((pytester.path / f"shard{shard}.json").read_text())
+        assert document["environment"]["shard"] == f"{shard}/2"
+        launched = [launch["profile"] for launch in document["launches"]]
+        assert launched == [{"1": "left", "2": "right"}[shard]]
     summary = pytester.path / "summary.md"
     summary.write_text("# an earlier step\n")
     out = io.StringIO()
@@ -79,10 +81,11 @@ def test_two_shards_merge_into_one_report_and_one_summary(pytester: pytest.Pytes
     shards = merged["environment"]["merged_from"]
     assert [s["source"].rsplit("/", 1)[-1] for s in shards] == ["shard1.json", "shard2.json"]
     assert [s["measurements"] for s in shards] == [1, 1]
+    assert [s["shard"] for s in shards] == ["1/2", "2/2"] and "shard" not in merged["environment"]
 
     text = summary.read_text()
     assert text.startswith("# an earlier step\n\n## pytest-sglang results (merged)\n")
-    assert "| report | created | complete | exit status | measurements | verdicts |" in text
+    assert "| report | shard | created | complete | exit status | measurements | verdicts |" in text
     assert "shard1.json" in text and "shard2.json" in text
     # Both shards' rows, in the one table of their shared workload, and both verdicts.
     rows = [line for line in text.splitlines() if line.startswith(("| left ", "| right "))]
