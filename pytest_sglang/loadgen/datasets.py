@@ -231,6 +231,12 @@ def _turns(pairs: list[tuple[str, str]], origin: str, *, verbatim: bool) -> Entr
         if role == "system" and not turns:
             system.append(content)
         elif role == "user":
+            if verbatim and turns and turns[-1].answer is None:
+                raise _fail(
+                    origin,
+                    "two user messages in a row",
+                    "alternate user and assistant messages (join the two user messages)",
+                )
             turns.append(Turn(content))
         elif role == "assistant" and turns and turns[-1].answer is None:
             turns[-1] = Turn(turns[-1].user, content)

@@ -114,6 +114,8 @@ def test_input_len_leaves_out_longer_prompts(tmp_path: Path) -> None:
          '{"role": "assistant", "content": "b"}]}\n',
          r"bad\.jsonl:1: the last message is the assistant's; end with the user message"),
         ('{"messages": [{"role": "tool", "content": "a"}]}\n', r"message 1 has role 'tool'"),
+        ('{"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}\n',
+         r"bad\.jsonl:1: two user messages in a row; alternate user and assistant"),
         ('{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}\n',
          r"message 1's content is list .*\(images and other content parts are not supported"),
         ('[{"conversations": [{"from": "robot", "value": "a"}]}]',
