@@ -31,6 +31,7 @@ from ``[1000, min(vocab_size, 30000))``; without it from ids 16-255, which every
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import json
@@ -48,6 +49,11 @@ __all__ = ["DEFAULT_WARMUP_CAP", "ENDPOINTS", "Endpoint", "Workload"]
 
 Endpoint = Literal["generate", "completions", "chat"]
 ENDPOINTS: tuple[str, ...] = get_args(Endpoint)
+
+#: Set while :meth:`Workload.from_dict` rebuilds a workload: its dataset file is not read.
+_REBUILDING: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "pytest_sglang_rebuilding", default=False
+)
 
 #: Warm-up requests run by default: one per concurrency slot, at most this many.
 DEFAULT_WARMUP_CAP = 8
@@ -269,7 +275,7 @@ class Workload:
                 f"Workload: {what} cannot be combined with {', '.join(other)} (the prompts "
                 "and their lengths come from the sessions or the dataset)"
             )
-        if self.dataset is not None:
+        if self.dataset is not None and not _REBUILDING.get():
             if not isinstance(self.dataset, str):
                 raise ValueError(
                     f"Workload.dataset must be a file path (str), got {self.dataset!r}; "
@@ -396,8 +402,16 @@ class Workload:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Workload:
-        """Rebuild a workload from :meth:`as_dict` output."""
-        return cls(**dict(data))
+        """Rebuild a workload from :meth:`as_dict` output.
+
+        A dataset file is not read again: a stored report or baseline describes a workload
+        that ran, perhaps on another machine; sending it again reads (and checks) the file.
+        """
+        token = _REBUILDING.set(True)
+        try:
+            return cls(**dict(data))
+        finally:
+            _REBUILDING.reset(token)
 
     def key(self) -> str:
         """Return a stable text key (canonical JSON): equal workloads, equal keys, every run.

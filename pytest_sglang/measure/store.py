@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from pytest_sglang.loadgen.schedule import OpenLoop
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.bench import BenchResult
 from pytest_sglang.measure.measurement import Measurement
@@ -185,7 +186,13 @@ def fingerprint_of(
         "concurrency": int(row["concurrency"]),
     }
     fields.update({k: config[k] for k in PERFORMANCE_FLAGS if k in config})
+    if row.get("rate") is not None:  # an open loop: its load is the rate (only then a key)
+        fields["open_loop"] = _open_loop(row).as_dict()
     return Fingerprint(fields)
+
+
+def _open_loop(row: Mapping[str, Any]) -> OpenLoop:
+    return OpenLoop(float(row["rate"]), row.get("arrival", "poisson"), row.get("max_concurrency"))
 
 
 def result_of(row: Mapping[str, Any]) -> BenchResult:
@@ -198,6 +205,7 @@ def result_of(row: Mapping[str, Any]) -> BenchResult:
         config=dict(row.get("config") or {}),
         schedule=row.get("schedule", "blocks"),
         url=str(row.get("url", "")),
+        open_loop=_open_loop(row) if row.get("rate") is not None else None,
     )
 
 

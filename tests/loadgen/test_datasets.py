@@ -166,3 +166,13 @@ def test_the_summary_names_the_dataset_and_the_turns(tmp_path: Path) -> None:
     workload = Workload(input_len=100, output_len=8, endpoint="chat", turns=2,
                         dataset=str(path))  # fmt: skip
     assert ", dataset sharegpt.json, 2-turn sessions;" in _title(workload.as_dict())
+
+
+def test_a_stored_dataset_workload_rebuilds_without_its_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "gone.jsonl", [{"prompt": "x"}])
+    workload = Workload(input_len=8, output_len=4, dataset=path)
+    Path(path).unlink()
+    # A report or baseline written elsewhere: rebuilt as it ran, the file not read.
+    assert Workload.from_dict(workload.as_dict()).as_dict() == workload.as_dict()
+    with pytest.raises(DatasetError, match=r"other\.jsonl' cannot be read"):
+        Workload(input_len=8, output_len=4, dataset=str(tmp_path / "other.jsonl"))

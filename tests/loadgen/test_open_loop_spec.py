@@ -32,3 +32,20 @@ def test_key_and_description_name_every_part() -> None:
 def test_bad_loads_are_refused(args: tuple[object, ...], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         OpenLoop(*args)  # type: ignore[arg-type]
+
+
+def test_stored_open_loop_rows_keep_the_rate_in_their_fingerprint() -> None:
+    from pytest_sglang.measure.store import fingerprint_of, result_of
+
+    row = {"server": "a", "workload": {"input_len": 8, "output_len": 4, "requests": 10,
+           "endpoint": "generate"}, "concurrency": 0, "schedule": "blocks", "config": {},
+           "runs": []}  # fmt: skip
+    closed = fingerprint_of(row).fields
+    assert "open_loop" not in closed  # closed loops keep the fingerprint they had
+    slow = fingerprint_of({**row, "rate": 5.0, "arrival": "poisson", "max_concurrency": None})
+    fast = fingerprint_of({**row, "rate": 10.0, "arrival": "poisson", "max_concurrency": None})
+    assert slow != fast
+    assert slow.fields["open_loop"] == {"rate": 5.0, "arrival": "poisson", "max_concurrency": None}
+    rebuilt = result_of({**row, "rate": 5.0, "arrival": "constant", "max_concurrency": 4})
+    assert rebuilt.open_loop == OpenLoop(5.0, "constant", 4)
+    assert result_of(row).open_loop is None
