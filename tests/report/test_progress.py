@@ -60,7 +60,10 @@ def _run_until_seen(cwd: Path, args: list[str], wanted: str) -> tuple[int, str]:
     return code, "".join(lines)
 
 
-def test_a_slow_launch_reports_progress_to_a_pipe(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize("xdist", [False, True], ids=["one process", "xdist worker"])
+def test_a_slow_launch_reports_progress_to_a_pipe(pytester: pytest.Pytester, xdist: bool) -> None:
+    if xdist:
+        pytest.importorskip("xdist")
     tag = new_tag()
     # The launcher's first progress line comes 5 s into a launch: this server loads for 7.
     args = ["--emulator-load-time", "7", "--emulator-warmup-time", "0",
@@ -80,13 +83,17 @@ def test_up(sglang_server):
     wait_for_the_reader()
 """
     )
+    # Under -n 2 the emulator, which holds no GPU, is launched by the worker that runs the test.
+    workers = ["-n", "2", "-p", "no:benchmark"] if xdist else []
     code, out = _run_until_seen(
         pytester.path,
-        ["--sglang-launcher=emulator", "--sglang-report=r.json"],
+        ["--sglang-launcher=emulator", "--sglang-report=r.json", *workers],
         "sglang: launching 'slow' (emulator): phase",
     )
     assert code == 0, out
     assert "1 passed" in out
+    said = [line for line in out.splitlines() if "sglang: launching 'slow'" in line]
+    assert said and all(line.startswith(("[gw0] ", "[gw1] ")) == xdist for line in said), said
     document = json.loads((pytester.path / "r.json").read_text())
     assert leftovers(tag, document) == []
 
