@@ -63,6 +63,13 @@ def header_lines(settings: Settings) -> list[str]:
         lines.append(
             f"sglang: load: {workers.value} processes on this host (from {workers.source})"
         )
+    ci = [
+        f"{name}: {option.value} (from {option.source})"
+        for name, option in (("inconclusive", settings.inconclusive), ("shard", settings.shard))
+        if option.source != "default"
+    ]
+    if ci:
+        lines.append("sglang: " + "; ".join(ci))
     if settings.headers:
         # Names only: every value is a secret.
         lines.append("sglang: headers: " + ", ".join(h.describe() for h in settings.headers))

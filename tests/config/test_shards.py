@@ -97,7 +97,9 @@ def test_shards_of_a_suite_cover_it_once(pytester: pytest.Pytester) -> None:
     assert not set.intersection(*seen)
     result = pytester.runpytest("--sglang-shard=1/2", "-p", "no:randomly", "--co")
     result.stdout.fnmatch_lines([
-        "sglang: shard 1/2: 3 tests (servers: b, c); 2 tests run on the other shards"
+        "sglang: shard: 1/2 (from --sglang-shard on the command line)",
+        "*",
+        "sglang: shard 1/2: 3 tests (servers: b, c); 2 tests run on the other shards",
     ])  # fmt: skip
 
 

@@ -78,7 +78,9 @@ def test_ini_and_environment_and_a_bad_value(
     suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     suite.makeini("[pytest]\nsglang_inconclusive = skip\n")
-    suite.runpytest().assert_outcomes(skipped=1)
+    result = suite.runpytest()
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["sglang: inconclusive: skip (from ini option *"])
     monkeypatch.setenv("PYTEST_SGLANG_INCONCLUSIVE", "warn")
     suite.runpytest("-W", "default::UserWarning").assert_outcomes(passed=1, warnings=1)
     result = suite.runpytest("--sglang-inconclusive=ignore")
