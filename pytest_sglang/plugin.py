@@ -213,19 +213,27 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Validate markers, group tests by profile, read declared measurements, check GPUs.
+    """Validate markers, group tests by server profile, evaluate ``sglang_requires``.
 
     Grouping (stable within a group) and the declared measurements (``sglang_measure``,
     taken while their server is up) let each profile's server launch once per session.
     """
     validate_markers(items)
     items[:] = order_by_profile(items)
-    # After selection (-k, -m, deselection by other plugins): only what will run is declared.
-    config.stash[PLANS_KEY] = declared_measurements(items)
     settings = config.stash.get(SETTINGS_KEY, None)
     # --collect-only must touch nothing: requirements are evaluated only for a real run.
     if settings is not None and not config.option.collectonly:
         evaluate_requirements(items, settings)
+
+
+@pytest.hookimpl
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Read the measurements the tests that will run declare (``sglang_measure``).
+
+    After every selection (``-k``, ``-m``, ``--sglang-shard``, other plugins'
+    deselection), whatever the order the collection hooks ran in.
+    """
+    session.config.stash[PLANS_KEY] = declared_measurements(session.items)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -111,8 +111,8 @@ class ShardSelector:
         self.profiles: set[str] = set()
         self.deselected = 0
 
-    # trylast: after -k and -m; before the plugin's own (trylast, registered earlier), which
-    # reads the declared measurements of what is left.
+    # trylast: after -k and -m. The declared measurements are read from what is left, at
+    # pytest_collection_finish, whatever order the collection hooks ran in.
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
