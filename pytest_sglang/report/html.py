@@ -93,6 +93,15 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[object]], numeric: int
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
+def _load(row: Mapping[str, Any]) -> str:
+    """Return the load cell: the concurrency, or an open loop's rate (``20/s <=64``)."""
+    rate = row.get("rate")
+    if rate is None:
+        return str(row["concurrency"])
+    cap = row.get("max_concurrency")
+    return f"{rate:g}/s" + (f" <={cap}" if cap else "")
+
+
 def _median(runs: Sequence[Mapping[str, Any]], metric: str, scale: float = 1.0) -> str:
     base, _, stat = metric.partition(".")
     values = []
@@ -249,7 +258,7 @@ def render_html(
             parts.append(f'<figure class="plot">{svg}<figcaption class="muted">{_e(caption)}'
                          "</figcaption></figure>")  # fmt: skip
         table_rows = [
-            (r["server"], r["concurrency"], len(r["runs"]),
+            (r["server"], _load(r), len(r["runs"]),
              _median(r["runs"], "output_throughput"), _median(r["runs"], "ttft.p50", 1000),
              _median(r["runs"], "ttft.p99", 1000), _median(r["runs"], "itl.p50", 1000),
              sum(int(run.get("failed", 0)) for run in r["runs"]))

@@ -74,3 +74,8 @@ def test_open_loop_bench(pytester: pytest.Pytester, start_emulator: Start) -> No
         for m in report["measurements"]
     )
     assert loads == [(20.0, "constant", None, 0), (40.0, "constant", 4, 4)]
+    from pytest_sglang.report.html import render_html
+
+    # The HTML report's load column too; and its concurrency plots leave open loops out.
+    page = render_html(report)
+    assert ">20/s</td>" in page and ">40/s &lt;=4</td>" in page
