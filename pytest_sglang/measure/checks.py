@@ -27,7 +27,8 @@ these fails (``docs/metrics.md``, "Validity checks"):
     concurrency can fall short of C only in the ramp-down tail, after the last request was
     sent, which lasts at most the longest request: the floor is
     ``C * (1 - max e2e / window)``, less 5 % for the client's own gaps between one
-    response and the next request.
+    response and the next request. With multi-turn sessions a slot holds a whole session:
+    the tail is the longest session, and fewer sessions than slots cannot fill them.
 ``schedule`` (open loop)
     requests left on time: the largest delay between scheduled and actual send is at most
     50 ms plus 10 % of the mean gap between arrivals (a capped or overloaded client lags).
@@ -104,9 +105,12 @@ def run_checks(
         _check_input_length(run.workload, done),
     ]
     if run.mode == "closed" and run.concurrency is not None:
-        checks.append(
-            _check_concurrency(run.concurrency, len(records), realised, longest, duration)
-        )
+        units, tail, unit = len(records), longest, "request"
+        if run.workload.turns is not None:
+            # A slot holds a whole session: the ramp-down tail is the longest session.
+            spans = _session_spans(run.workload, records)
+            units, tail, unit = len(spans), max(spans, default=longest), "session"
+        checks.append(_check_concurrency(run.concurrency, units, realised, tail, duration, unit))
     if run.mode == "open" and run.rate:
         checks.append(_check_schedule(run.rate, records))
     checks.append(_check_chunk_counts(done, run.workload.stream))
@@ -266,8 +270,25 @@ def _check_input_length(workload: Workload, done: Sequence[RequestRecord]) -> Ch
     )
 
 
+def _session_spans(workload: Workload, records: Sequence[RequestRecord]) -> list[float]:
+    """Return each multi-turn session's span: its first send to its last end (seconds)."""
+    bounds: dict[int, tuple[float, float]] = {}
+    for r in records:
+        if r.end is None:
+            continue
+        session = workload.session(r.index)[0]
+        first, last = bounds.get(session, (r.sent, r.end))
+        bounds[session] = (min(first, r.sent), max(last, r.end))
+    return [last - first for first, last in bounds.values()]
+
+
 def _check_concurrency(
-    concurrency: int, requests: int, realised: float, longest: float, duration: float
+    concurrency: int,
+    requests: int,
+    realised: float,
+    longest: float,
+    duration: float,
+    unit: str = "request",
 ) -> Check:
     if duration <= 0:
         return Check("concurrency", None, "the run had no duration")
@@ -277,7 +298,7 @@ def _check_concurrency(
     ceiling = target * 1.001 + 1e-9
     detail = (
         f"realised {realised:.2f} for {concurrency} requested; allowed "
-        f"[{floor:.2f}, {target}] (ramp-down tail of at most the longest request, "
+        f"[{floor:.2f}, {target}] (ramp-down tail of at most the longest {unit}, "
         f"{longest:.3g} s of {duration:.3g} s)"
     )
     return Check("concurrency", floor <= realised <= ceiling, detail)

@@ -102,3 +102,27 @@ def test_sharegpt_sessions_hit_the_cache_too(tmp_path: Path) -> None:
         if workload.session(index)[1]:
             assert record.cached_tokens == by_index[index - 1].prompt_tokens
     assert run.cache_hit_ratio is not None and run.cache_hit_ratio > 0.4
+
+
+def test_the_concurrency_check_counts_sessions_not_requests() -> None:
+    """A slot holds a session: its ramp-down tail is the longest session, not request."""
+    from pytest_sglang.loadgen.records import LoadRun, RequestRecord
+
+    workload = Workload(input_len=4, output_len=1, requests=6, endpoint="chat", turns=3,
+                        warmup=0)  # fmt: skip
+    # Session 0: three turns of 1 s; session 1: three of 0.1 s, done long before.
+    times = [(0.0, 1.0), (1.0, 2.0), (2.0, 3.0), (0.0, 0.1), (0.1, 0.2), (0.2, 0.3)]
+
+    def record(index: int, sent: float, end: float) -> RequestRecord:
+        return RequestRecord(
+            index=index, warmup=False, input_len=4, output_len=1, started=sent, sent=sent,
+            end=end, chunk_times=[end], chunk_tokens=[1], output_tokens_server=1,
+            output_tokens_client=1,
+        )  # fmt: skip
+
+    records = tuple(record(i, sent, end) for i, (sent, end) in enumerate(times))
+    run = measure(LoadRun(workload, "closed", records, started=0.0, concurrency=2))
+    check = run.check("concurrency")
+    # Realised 1.1 of 2: below a per-request floor (1.27), inside the per-session one.
+    assert run.realised_concurrency == pytest.approx(1.1)
+    assert check.passed is True and "longest session" in check.detail
