@@ -1,7 +1,7 @@
-"""Two sessions against the emulator: save a baseline, then catch a 10 % slower decode step.
+"""Two sessions against the emulator: save a baseline, then catch a 20 % slower decode step.
 
 Session 1 saves a baseline of the emulator; session 2 against an emulator whose decode step
-is 10 % slower (``--emulator-step-base-ms``) fails with a regression verdict naming metric,
+is 20 % slower (``--emulator-step-base-ms``) fails with a regression verdict naming metric,
 ratio and bound; session 2 against an identical emulator passes (or is inconclusive). Then
 ``pytest-sglang compare`` on the stored sessions, ``pytest-benchmark list/compare`` on the
 store, and ``pytest-sglang merge`` of the sessions' reports.
@@ -33,8 +33,10 @@ def test_decode_throughput(sglang_bench):
     result = sglang_bench("default", W, concurrency=1, repeats=5)
     assert result.valid, result.problems()
 """
-#: The emulator's default decode step at C=1 is 9.52 + 1.254 ms; +10 % is 11.85 ms.
-SLOWER = ("--emulator-step-base-ms", "10.6")
+#: The emulator's default decode step at C=1 is 9.52 + 1.254 ms; +20 % is 12.93 ms. (At +10 %
+#: the measured ratio, diluted by prefill and the client, is about 0.94: too close to the 5 %
+#: bound for two sessions minutes apart on a shared machine to decide every time.)
+SLOWER = ("--emulator-step-base-ms", "11.68")
 FAST = ("--emulator-engine", "batch", "--emulator-speedup", "4")
 FAIL = "--sglang-compare-fail=output_throughput:5%"
 
@@ -84,7 +86,7 @@ def test_session_one_saves_a_baseline(sessions: Sessions) -> None:
     assert (sessions.path / ".benchmarks" / "sglang" / "0001_released.json").is_file()
 
 
-def test_a_ten_percent_slower_decode_step_fails_with_a_regression_verdict(
+def test_a_twenty_percent_slower_decode_step_fails_with_a_regression_verdict(
     sessions: Sessions,
 ) -> None:
     out = sessions.slower.stdout
@@ -92,12 +94,12 @@ def test_a_ten_percent_slower_decode_step_fails_with_a_regression_verdict(
     assert "1 failed" in out
     assert "performance regression against the stored baseline" in out
     # The verdict names the metric, the ratio and the bound.
-    assert "on output_throughput: REGRESSION: now/stored = 0.9" in out
+    assert "on output_throughput: REGRESSION: now/stored = 0." in out
     assert "< bound 0.9500 (5% tolerance)" in out
     report = json.loads((sessions.path / "slower.json").read_text())
     (verdict,) = [v for v in report["verdicts"] if v["kind"] == "assert_no_regression"]
     assert verdict["outcome"] == "fail"
-    assert 0.85 < verdict["evidence"]["ratio_now_stored"] < 0.95
+    assert 0.75 < verdict["evidence"]["ratio_now_stored"] < 0.95
     assert verdict["evidence"]["stored_session"] == "sglang/0001_released"
 
 
