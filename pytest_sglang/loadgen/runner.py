@@ -316,21 +316,18 @@ class LoadGenerator:
         ``arrival`` is ``"poisson"`` (exponential gaps from a generator seeded by the
         workload's seed) or ``"constant"``. ``max_concurrency`` caps the requests in flight
         (requests then wait for a slot, and their records show the delay); ``None`` leaves
-        the loop fully open.
+        the loop fully open. With multi-turn sessions (``Workload(turns=...)``) ``rate`` is
+        sessions per second: each session's first turn leaves on the schedule, each later
+        turn once the previous answer is complete.
         """
         check_arrival(rate, arrival)
-        if workload.turns is not None:
-            raise ValueError(
-                "multi-turn sessions (Workload(turns=...)) run in a closed loop (C sessions "
-                "at a time, each turn after the previous answer); an open loop sends requests "
-                "on a schedule and cannot keep a session's turns in order"
-            )
         if max_concurrency is not None:
             _check_count("max_concurrency", max_concurrency)
         salt = f"open/{arrival}/{rate:g}/r{repeat}"
-        offsets = arrival_offsets(
-            workload.requests, rate, arrival, f"{workload.seed}/{salt}/arrivals"
-        )
+        # Multi-turn: sessions arrive on the schedule (rate is sessions per second), and each
+        # later turn follows its previous answer.
+        arrivals = workload.session(workload.requests - 1)[0] + 1
+        offsets = arrival_offsets(arrivals, rate, arrival, f"{workload.seed}/{salt}/arrivals")
         warmup = workload.warmup_for(max_concurrency or DEFAULT_WARMUP_CAP)
         # Fully open: every request may be in flight at once, so the pool must not queue them.
         slots = max_concurrency or max(workload.requests, warmup)
@@ -339,9 +336,8 @@ class LoadGenerator:
             cap = slots = self._shard.slots
 
         async def measured(records: list[RequestRecord], state: _RunState, bodies: Bodies) -> None:
-            # The shared schedule: each record keeps its own arrival offset.
-            own = [offsets[record.index] for record in records]
-            await self._open(workload, records, own, cap, state, bodies)
+            # The shared schedule: each request (or session) keeps its own arrival offset.
+            await self._open(workload, records, offsets, cap, state, bodies)
 
         return await self._run(
             workload,
@@ -573,17 +569,31 @@ class LoadGenerator:
                 if state.aborted is None:
                     await self._send(workload, record, body, state)
 
+        async def session(turns: list[RequestRecord]) -> None:
+            # A multi-turn session's turns, each once the previous answer is complete.
+            for record in turns:
+                if state.aborted is not None:
+                    return
+                await send(record, bodies[record.index])
+
+        # Arrival units: a request, or a multi-turn session (its first turn is scheduled).
+        units: dict[int, list[RequestRecord]] = {}
+        for record in records:
+            units.setdefault(workload.session(record.index)[0], []).append(record)
         tasks: list[asyncio.Task[None]] = []
         origin = time.perf_counter() if state.origin is None else state.origin
-        for record, offset in zip(records, offsets, strict=True):
-            due = origin + offset
+        for unit, turns in units.items():
+            due = origin + offsets[unit]
             delay = due - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             if state.aborted is not None:
                 break
-            record.scheduled = due
-            tasks.append(asyncio.create_task(send(record, bodies[record.index])))
+            turns[0].scheduled = due
+            if len(turns) == 1:
+                tasks.append(asyncio.create_task(send(turns[0], bodies[turns[0].index])))
+            else:
+                tasks.append(asyncio.create_task(session(turns)))
         await asyncio.gather(*tasks)
 
     async def _send(

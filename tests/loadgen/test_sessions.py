@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -40,8 +41,6 @@ def test_bad_sessions_are_refused() -> None:
     with pytest.raises(ValueError, match="cannot be combined with prefix_groups"):
         Workload(input_len=8, output_len=4, endpoint="chat", turns=2, prefix_groups=2,
                  prefix_len=4)  # fmt: skip
-    with pytest.raises(ValueError, match="run in a closed loop"):
-        LoadGenerator("http://127.0.0.1:9").run_open_loop(SESSIONS, 5.0)
 
 
 def test_sharegpt_sessions_use_the_conversation(tmp_path: Path) -> None:
@@ -126,3 +125,25 @@ def test_the_concurrency_check_counts_sessions_not_requests() -> None:
     # Realised 1.1 of 2: below a per-request floor (1.27), inside the per-session one.
     assert run.realised_concurrency == pytest.approx(1.1)
     assert check.passed is True and "longest session" in check.detail
+
+
+@pytest.mark.slow
+def test_sessions_arrive_on_an_open_loop_schedule(tmp_path: Path) -> None:
+    """Open loop: sessions start on the schedule, each later turn after its answer."""
+    flags = ("--emulator-engine", "batch", "--emulator-speedup", "8", "--enable-cache-report")
+    with running_emulator(tmp_path, *flags) as emulator:
+        generator = LoadGenerator(emulator.url, flush_cache=True)
+        run = measure(generator.run_open_loop(SESSIONS, 20.0, arrival="constant"))
+    assert run.failed == 0 and run.completed == 32
+    by_index = {r.index: r for r in run.records}
+    firsts = sorted(r.scheduled for r in run.records if r.scheduled is not None)
+    assert len(firsts) == 8  # one arrival per session, 1/20 s apart
+    assert [round(b - a, 6) for a, b in itertools.pairwise(firsts)] == [0.05] * 7
+    for index, record in by_index.items():
+        if SESSIONS.session(index)[1]:
+            previous = by_index[index - 1]
+            assert record.scheduled is None
+            assert previous.end is not None and record.sent >= previous.end
+            assert record.cached_tokens == previous.prompt_tokens
+    assert run.cache_hit_ratio is not None
+    assert abs(run.cache_hit_ratio - SESSIONS.expected_cache_hit_ratio()) <= 0.02
