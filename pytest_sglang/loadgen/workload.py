@@ -133,7 +133,8 @@ class Workload:
     :param turns: multi-turn sessions (``endpoint="chat"``): requests ``s * turns`` to
         ``s * turns + turns - 1`` are the turns of session ``s``, sent one after another,
         each with the whole history before it (the earlier user messages and their answers);
-        a closed loop at concurrency C runs C sessions at once. Without ``dataset`` a turn's
+        a closed loop at concurrency C runs C sessions at once, an open loop starts sessions
+        at its rate (sessions per second). Without ``dataset`` a turn's
         user message is ``input_len`` words and each answer in the history ``output_len``
         words (the history carries these answers, not the server's: the history is known
         before the run, as in bench_serving's multi-turn mode); with ``dataset`` the sessions
