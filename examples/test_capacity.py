@@ -5,8 +5,9 @@ The story's question, as a release engineer asks it: at the service level we pro
 does each server carry, and up to which load should we serve with EAGLE-3?
 
 Both answers come from the story's own sweep (``test_story.py``: same workload, levels and
-repeats), which the session has measured once and cached: the capacity search spends runs of
-that sweep where its decision is close, so this file adds almost no time to the suite.
+repeats, declared with its ``measures``), which each server takes once while it is up: the
+capacity search spends runs of that sweep where its decision is close, so this file adds
+almost no time to the suite.
 
 The SLO is written in the real server's time. The emulator runs its performance model
 ``--emulator-speedup`` times faster (``pyproject.toml`` here: 20), so under
@@ -17,7 +18,7 @@ arguments); a real server, launched or attached, is held to them as written.
 from __future__ import annotations
 
 import pytest
-from test_story import CHAT, LEVELS, REPEATS
+from test_story import CHAT, LEVELS, REPEATS, measures
 
 from pytest_sglang import (
     Bench,
@@ -29,9 +30,6 @@ from pytest_sglang import (
     find_capacity,
     find_crossover,
 )
-
-# Launch order: the story's tests start on the baseline; these join them.
-pytestmark = pytest.mark.sglang_profile("baseline")
 
 #: The service level, in the real server's seconds.
 TPOT_P90 = 0.030
@@ -72,6 +70,7 @@ def capacity(sweep: Sweep, slo: Slo) -> CapacityVerdict:
     return _SEARCHED[sweep.server]
 
 
+@measures(*LEVELS)
 def test_capacity_at_the_slo(sglang_bench: Bench, sglang_settings: Settings) -> None:
     slo = service_level(sglang_settings)
     base = sglang_bench("baseline", CHAT, concurrency=LEVELS, repeats=REPEATS)
@@ -86,6 +85,7 @@ def test_capacity_at_the_slo(sglang_bench: Bench, sglang_settings: Settings) -> 
     assert base_capacity.level >= spec_capacity.level
 
 
+@measures(*LEVELS)
 def test_recommendation(
     sglang_bench: Bench, sglang_settings: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
