@@ -183,6 +183,7 @@ RAY_ADDRESS = OptionSpec(
     "needs pip install 'pytest-sglang[ray]' on every node. Default: none (this host only)",
     metavar="HOST:PORT",
 )
+
 INCONCLUSIVE = OptionSpec(
     "inconclusive",
     "What an inconclusive verdict (assert_faster, assert_at_least, assert_slo... whose runs "
