@@ -820,9 +820,13 @@ class Bench:
             # Launching the server may have taken this measurement (it was declared).
             if key not in self._cache:
                 self._fill(handle, workload, concurrency, repeats, key)
-        result = self._cache[key]
+        return self._judged(self._cache[key], allow_errors)
+
+    def _judged(self, result: BenchResult, allow_errors: float) -> BenchResult:
+        """Record ``result`` for the test, then fail it if too many requests failed."""
+        __tracebackhide__ = True
         # Recorded first: the report keeps a broken measurement too, with its errors.
-        self._record(result, self._handles.get(name))
+        self._record(result, self._handles.get(result.server))
         broken = failed_requests_message(result, allow_errors) or impossible_counts_message(result)
         if broken is not None:
             from pytest_sglang.errors import MeasurementFailed
@@ -837,28 +841,35 @@ class Bench:
         concurrency: int,
         repeats: int,
         key: _Key,
+        *,
+        load: OpenLoop | None = None,
     ) -> None:
-        """Measure ``repeats`` runs on ``handle`` into the session cache."""
+        """Measure ``repeats`` runs on ``handle`` into the session cache.
+
+        A closed loop at ``concurrency``, or the open loop ``load`` (``concurrency`` is then
+        its cap, 0 for none).
+        """
         __tracebackhide__ = True
-        self._note_cap(handle, concurrency)
+        if load is None:
+            self._note_cap(handle, concurrency)
         runs: list[Measurement] = []
         try:
             # extend keeps the runs done before an interruption.
             runs.extend(
-                self._run(handle, workload, concurrency, repeat, repeats)
+                self._run(handle, workload, concurrency, repeat, repeats, load=load)
                 for repeat in range(repeats)
             )
         except _Interrupted as stop:
             # Not cached (it is no measurement), but reported: what the runs saw.
             runs.append(stop.measurement)
-            partial = self._result(handle, workload, concurrency, runs, "blocks")
+            partial = self._result(handle, workload, concurrency, runs, "blocks", load=load)
             self._record(partial, handle)
             self._fail(stop.error)
         except BaseException as error:
             # A test timeout or Ctrl-C: report what was measured, then let it end the test.
-            self._record_cut(handle, workload, concurrency, runs, repeats, error)
+            self._record_cut(handle, workload, concurrency, runs, repeats, error, load=load)
             raise
-        self._cache[key] = self._result(handle, workload, concurrency, runs, "blocks")
+        self._cache[key] = self._result(handle, workload, concurrency, runs, "blocks", load=load)
 
     def take_declared(self, server: SGLangServer) -> None:
         """Take every measurement the selected tests declared for ``server``, now it is up.
@@ -912,6 +923,8 @@ class Bench:
         runs: list[Measurement],
         repeats: int,
         error: BaseException,
+        *,
+        load: OpenLoop | None = None,
     ) -> None:
         """Record the runs of a measurement something cut short, saying what (not cached)."""
         from pytest_sglang.measure.measurement import measure
@@ -926,7 +939,7 @@ class Bench:
         if not finished:
             return  # nothing finished: the test's own failure says what cut it
         cut = f"{cut_by(error)}, in run {len(runs) + 1} of {repeats}"
-        result = self._result(server, workload, concurrency, finished, "blocks")
+        result = self._result(server, workload, concurrency, finished, "blocks", load=load)
         self._record(replace(result, cut=cut), server)
         self._progress(f"sglang: the measurement {result.label()} was cut: {cut}")
 
@@ -945,26 +958,8 @@ class Bench:
         key = (name, f"{workload.key()}|{load.key()}", level, repeats)
         if key not in self._cache:
             handle = self._server(server) if isinstance(server, str) else server
-            runs: list[Measurement] = []
-            try:
-                runs.extend(
-                    self._run(handle, workload, level, repeat, repeats, load=load)
-                    for repeat in range(repeats)
-                )
-            except _Interrupted as stop:
-                runs.append(stop.measurement)
-                partial = self._result(handle, workload, level, runs, "blocks", load=load)
-                self._record(partial, handle)
-                self._fail(stop.error)
-            self._cache[key] = self._result(handle, workload, level, runs, "blocks", load=load)
-        result = self._cache[key]
-        self._record(result, self._handles.get(name))
-        broken = failed_requests_message(result, allow_errors) or impossible_counts_message(result)
-        if broken is not None:
-            from pytest_sglang.errors import MeasurementFailed
-
-            self._fail(MeasurementFailed(broken))
-        return result
+            self._fill(handle, workload, level, repeats, key, load=load)
+        return self._judged(self._cache[key], allow_errors)
 
     def run_once(
         self,
