@@ -2,10 +2,15 @@
 
 * An attached server (``--sglang-url NAME=URL``) passes the readiness gate once per session.
 * A profile's server is launched on first use. Launched servers share the GPUs, so at most
-  one runs at a time: asking for another profile stops the running one first (collection
-  orders tests by profile, so each is launched once). The session's end stops the last one.
-* A server whose gate or launch failed is not tried again: later tests that need it fail at
-  once with the original cause (labgrid's "broken" state), instead of another 10-minute load.
+  one runs at a time: asking for another profile stops the running one first. Each is
+  launched once: collection orders tests by profile, and once up a server takes every
+  measurement the selected tests declared for it (:attr:`ServerPool.on_launched`). The
+  session's end stops the last one. Gates, launches and that work run outside the asking
+  test's pytest-timeout (``outside_test_timeout``).
+* In a pytest-xdist worker, launches are pinned to the worker's equal share of the GPUs.
+* A server whose gate or launch failed (or was interrupted) is not tried again: later tests
+  that need it fail at once with the original cause (labgrid's "broken" state), instead of
+  another 10-minute load.
 * A server that dies while serving (its process exited; an attached one stops accepting
   connections) is found when a test next asks for it, and by a measurement whose requests
   failed (:meth:`ServerPool.check`): that test fails naming the death (exit code, log tail,
