@@ -892,8 +892,9 @@ class Bench:
             f"for it ({', '.join(d.label() for d in pending)})"
         )
         quiet = self.with_recorder(lambda result, handle: None)
-        for declared in pending:
+        for number, declared in enumerate(pending, 1):
             key = self._key(server.name, declared.workload, declared.concurrency, declared.repeats)
+            started = time.monotonic()
             try:
                 quiet._check_fills(declared.workload, declared.concurrency)
                 quiet._fill(server, declared.workload, declared.concurrency, declared.repeats, key)
@@ -904,6 +905,12 @@ class Bench:
                 )
                 if self.pool.check(server.name) is not None:
                     return  # the server died: the tests that need it fail naming the death
+                continue
+            # A sweep of declared measurements takes minutes: a line each, for CI logs.
+            self._progress(
+                f"sglang: declared measurement {number}/{len(pending)} of {server.name!r} "
+                f"done: {declared.label()} in {time.monotonic() - started:.0f}s"
+            )
 
     def _undeclared(self, key: _Key, concurrency: int) -> str:
         """Say why a launch for this measurement may be a relaunch (for the summary)."""

@@ -103,6 +103,9 @@ def test_two_profiles_two_launches_in_any_order(pytester: pytest.Pytester, order
     if order == "file":
         # The tests of one profile run first; the comparisons read the cache after them.
         assert _order(out)[-2:] == ["test_at_c1", "test_at_c8"], _order(out)
+        # Each declared measurement says when it is done (a CI log sees the sweep move).
+        for server in ("eagle3", "baseline"):
+            assert f"declared measurement 2/2 of '{server}' done: {server} @ C=8 (x2)" in out
 
 
 def test_random_seeds_do_shuffle_the_tests(pytester: pytest.Pytester) -> None:
