@@ -1,8 +1,9 @@
 """Where a run's load is generated: this process, N processes on this host, or Ray actors.
 
-One entry point for callers that take the choice from options (``--sglang-load-workers``,
-``--sglang-ray-address``): :func:`closed_loop_on_workers`. Ray is imported only when a Ray
-address is given. ``docs/scaling.md`` says when more than one process is needed.
+Entry points for callers that take the choice from options (``--sglang-load-workers``,
+``--sglang-ray-address``): :func:`closed_loop_on_workers` and :func:`open_loop_on_workers`.
+Ray is imported only when a Ray address is given. ``docs/scaling.md`` says when more than
+one process is needed.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from collections.abc import Callable
 
 from pytest_sglang.loadgen.records import LoadRun
 from pytest_sglang.loadgen.runner import LoadGenerator
+from pytest_sglang.loadgen.schedule import Arrival
 from pytest_sglang.loadgen.workers import RunPlan, run_sharded
 from pytest_sglang.loadgen.workload import Workload
 
-__all__ = ["closed_loop_on_workers"]
+__all__ = ["closed_loop_on_workers", "open_loop_on_workers"]
 
 
 def closed_loop_on_workers(
@@ -42,6 +44,45 @@ def closed_loop_on_workers(
     if workers == 1 and ray_address is None:  # the generator's own before_measured applies
         return generator.run_closed_loop(workload, concurrency, repeat=repeat)
     plan = RunPlan(generator.options, workload, "closed", concurrency=concurrency, repeat=repeat)
+    return _on_workers(plan, workers, ray_address, ray_source, before_measured)
+
+
+def open_loop_on_workers(
+    generator: LoadGenerator,
+    workload: Workload,
+    rate: float,
+    *,
+    arrival: Arrival = "poisson",
+    max_concurrency: int | None = None,
+    workers: int = 1,
+    ray_address: str | None = None,
+    ray_source: str = "--sglang-ray-address",
+    repeat: int = 0,
+    before_measured: Callable[[], object] | None = None,
+) -> LoadRun:
+    """Run ``generator``'s open loop where the options say, as :func:`closed_loop_on_workers`.
+
+    Several workers share one arrival schedule (``rate`` in total, the Poisson schedule not
+    distorted) and one cap (``max_concurrency`` in flight in total).
+    """
+    if workers == 1 and ray_address is None:
+        return generator.run_open_loop(
+            workload, rate, arrival=arrival, max_concurrency=max_concurrency, repeat=repeat
+        )
+    plan = RunPlan(
+        generator.options, workload, "open", rate=rate, arrival=arrival,
+        max_concurrency=max_concurrency, repeat=repeat,
+    )  # fmt: skip
+    return _on_workers(plan, workers, ray_address, ray_source, before_measured)
+
+
+def _on_workers(
+    plan: RunPlan,
+    workers: int,
+    ray_address: str | None,
+    ray_source: str,
+    before_measured: Callable[[], object] | None,
+) -> LoadRun:
     if ray_address is None:
         return run_sharded(plan, workers, before_measured=before_measured)
     from pytest_sglang.loadgen.ray_workers import RayLoadWorkers  # imports Ray when it runs

@@ -1060,7 +1060,7 @@ class Bench:
                                f"{rate:.0f} output tok/s")  # fmt: skip
 
         last[0] = time.monotonic()
-        from pytest_sglang.loadgen.placement import closed_loop_on_workers
+        from pytest_sglang.loadgen.placement import closed_loop_on_workers, open_loop_on_workers
         from pytest_sglang.loadgen.runner import ServerStoppedAnswering
 
         counters = _CounterScrapes(server)
@@ -1087,9 +1087,10 @@ class Bench:
                     workers=workers, ray_address=ray_address, before_measured=before_measured,
                 )  # fmt: skip
             else:
-                run = generator.run_open_loop(
-                    workload.for_concurrency(load.max_concurrency or 1), load.rate,
+                run = open_loop_on_workers(
+                    generator, workload.for_concurrency(load.max_concurrency or 1), load.rate,
                     arrival=load.arrival, max_concurrency=load.max_concurrency, repeat=repeat,
+                    workers=workers, ray_address=ray_address, before_measured=before_measured,
                 )  # fmt: skip
         except ServerStoppedAnswering as exc:
             stopped, run = exc, exc.run

@@ -92,3 +92,38 @@ def test_sglang_bench_runs_on_worker_processes(pytester: pytest.Pytester, tmp_pa
     with running_emulator(tmp_path, "--enable-metrics") as emulator:  # /metrics: counters
         result = pytester.runpytest(f"--sglang-url={emulator.url}", "--sglang-load-workers=2")
     result.assert_outcomes(passed=1)
+
+
+OPEN_SPREAD_SUITE = """
+from pytest_sglang import Workload
+from pytest_sglang.loadgen import placement
+
+def test_open_spread(sglang_bench, monkeypatch):
+    plans = []
+    real = placement.run_sharded
+
+    def spy(plan, processes, **kwargs):  # the real run, counted
+        plans.append((plan.mode, plan.rate, plan.max_concurrency, processes))
+        return real(plan, processes, **kwargs)
+
+    monkeypatch.setattr(placement, "run_sharded", spy)
+    result = sglang_bench("default", Workload(input_len=8, output_len=16, requests=30, warmup=2),
+                          rate=30.0, arrival="constant", max_concurrency=8, repeats=1)
+    (run,) = result.runs
+    # One schedule shared by both processes: 30 requests/s in total, not per process.
+    assert plans == [("open", 30.0, 8, 2)]
+    assert run.failed == 0 and run.completed == 30
+    assert run.valid, [c.detail for c in run.checks if c.passed is False]
+    # A schedule per process would send 60/s; a slow machine stretches the tail, not the sends.
+    assert 15.0 < run.request_throughput < 40.0, run.request_throughput
+    assert run.server_counters is not None
+"""
+
+
+def test_sglang_bench_open_loop_runs_on_worker_processes(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    pytester.makepyfile(OPEN_SPREAD_SUITE)
+    with running_emulator(tmp_path, "--enable-metrics") as emulator:
+        result = pytester.runpytest(f"--sglang-url={emulator.url}", "--sglang-load-workers=2")
+    result.assert_outcomes(passed=1)
