@@ -90,6 +90,7 @@ def test_two_profiles_two_launches_in_any_order(pytester: pytest.Pytester, order
     if order == "reverse":
         pytester.makeconftest(REVERSED)
     elif order.startswith("randomly"):
+        pytest.importorskip("pytest_randomly")
         args += ["-p", "randomly", f"--randomly-seed={order.split('-')[1]}"]
     result = pytester.runpytest_subprocess(*args)
     result.assert_outcomes(passed=4)
@@ -110,6 +111,7 @@ def test_two_profiles_two_launches_in_any_order(pytester: pytest.Pytester, order
 
 def test_random_seeds_do_shuffle_the_tests(pytester: pytest.Pytester) -> None:
     # The randomly cases above prove something only if the seeds change the order.
+    pytest.importorskip("pytest_randomly")
     pytester.makepyfile(test_many="\n".join(f"def test_{i}(): pass" for i in range(12)) + "\n")
     orders = {
         tuple(_order(pytester.runpytest("-v", "-p", "randomly", f"--randomly-seed={s}")
