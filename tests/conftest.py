@@ -17,6 +17,31 @@ import pytest
 from pytest_sglang.testing import EmulatorProcess, running_emulator
 
 
+def _import_everything_once() -> None:
+    """Import every module of the package (and the plotting stack) before any test runs.
+
+    The same trap as httpcore's above, for our own lazily imported modules: a module first
+    imported inside an in-process pytester run is dropped from ``sys.modules`` afterwards,
+    and imported again later as a second copy. Objects of the first copy then escape the
+    second's ``except`` clauses (a ``ServerStoppedAnswering`` caught as something else) and
+    ``isinstance`` checks (matplotlib's, in the HTML report), depending on test order.
+    """
+    import importlib
+    import pkgutil
+
+    import pytest_sglang
+
+    for info in pkgutil.walk_packages(pytest_sglang.__path__, "pytest_sglang."):
+        if not info.name.endswith("__main__"):  # that one runs the emulator's command line
+            importlib.import_module(info.name)
+    with contextlib.suppress(ImportError):  # the report extra
+        importlib.import_module("matplotlib.pyplot")
+        importlib.import_module("matplotlib.figure")
+
+
+_import_everything_once()
+
+
 @pytest.fixture
 def start_emulator(tmp_path: Path) -> Iterator[Callable[..., EmulatorProcess]]:
     """Start emulators as real processes; every one is stopped at teardown."""
