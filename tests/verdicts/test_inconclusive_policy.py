@@ -51,7 +51,9 @@ def _outputs(pytester: pytest.Pytester) -> tuple[dict[str, Any], dict[str, str]]
         ((), {"failed": 1}, pytest.ExitCode.TESTS_FAILED),
         (("--sglang-inconclusive=fail",), {"failed": 1}, pytest.ExitCode.TESTS_FAILED),
         (("--sglang-inconclusive=skip",), {"skipped": 1}, pytest.ExitCode.OK),
-        (("--sglang-inconclusive=warn",), {"passed": 1, "warnings": 1}, pytest.ExitCode.OK),
+        # The SGLangWarning is matched in the output below: the warnings count would also
+        # hold pytest's own (PytestAssertRewriteWarning, depending on what ran before).
+        (("--sglang-inconclusive=warn",), {"passed": 1}, pytest.ExitCode.OK),
     ],
 )
 def test_the_choice_decides_the_outcome_and_the_report_says_inconclusive(
@@ -82,7 +84,9 @@ def test_ini_and_environment_and_a_bad_value(
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["sglang: inconclusive: skip (from ini option *"])
     monkeypatch.setenv("PYTEST_SGLANG_INCONCLUSIVE", "warn")
-    suite.runpytest("-W", "default::UserWarning").assert_outcomes(passed=1, warnings=1)
+    result = suite.runpytest("-W", "default::UserWarning")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*SGLangWarning: inconclusive (--sglang-inconclusive=warn)*"])
     result = suite.runpytest("--sglang-inconclusive=ignore")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([
