@@ -46,8 +46,6 @@ class TimeoutBridge:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._armed: _Armed | None = None
-        #: Seconds of launches kept off test timers, per test node id (for the report).
-        self.suspended_seconds: dict[str, float] = {}
 
     @pytest.hookimpl(optionalhook=True, tryfirst=True)
     def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> None:
@@ -78,10 +76,6 @@ class TimeoutBridge:
         try:
             yield
         finally:
-            nodeid = armed.item.nodeid
-            self.suspended_seconds[nodeid] = (
-                self.suspended_seconds.get(nodeid, 0.0) + self._clock() - began
-            )
             settings = armed.settings._replace(timeout=max(left, MIN_REARM_SECONDS))
             hook.pytest_timeout_set_timer(item=armed.item, settings=settings)
 
