@@ -194,10 +194,12 @@ def parse_header(raw: str, source: str, spec: OptionSpec = HEADER) -> Header:
     server_name = server.strip() if colon else None
     name = name.strip()
     if not sep or not name:
+        # Without '=' the text may be "Authorization: Bearer KEY": it is not quoted.
         raise usage_error(
             spec,
             source,
-            f"{head.strip()!r}... is not HEADER=VALUE",
+            "no '=' between a header name and its value: not HEADER=VALUE (the text is not "
+            "shown: it may hold the secret)",
             "write e.g. Authorization=Bearer KEY, or vllm:Authorization=Bearer KEY for one server",
         )
     if server_name is not None and not NAME_RE.match(server_name):
@@ -208,10 +210,13 @@ def parse_header(raw: str, source: str, spec: OptionSpec = HEADER) -> Header:
             "use letters, digits, '_', '.' or '-' before the ':'",
         )
     if not _HEADER_NAME_RE.match(name):
+        # A name with spaces may be "Authorization: Bearer KEY" written before an '=': shown
+        # only when it is one word.
+        shown = repr(name) if len(name.split()) == 1 else "the text before '='"
         raise usage_error(
             spec,
             source,
-            f"{name!r} is not an HTTP header name",
+            f"{shown} is not an HTTP header name",
             "use letters, digits and '-', e.g. Authorization or X-Api-Key",
         )
     if "\r" in value or "\n" in value:

@@ -47,8 +47,11 @@ def test_headers_parse_per_server_or_for_all() -> None:
 @pytest.mark.parametrize(
     ("raw", "problem"),
     [
-        ("Authorization", "is not HEADER=VALUE"),
-        ("bad name=1", "'bad name' is not an HTTP header name"),
+        ("Authorization", "not HEADER=VALUE"),
+        # "Name: value" by mistake: a value without "Bearer" escapes the redaction rule.
+        (f"vllm:X-Api-Key: {SECRET}", "not HEADER=VALUE"),
+        ("bad/name=1", "'bad/name' is not an HTTP header name"),
+        (f"Api Key {SECRET}=1", "the text before '=' is not an HTTP header name"),
         ("-x:Auth=1", "server name '-x' before 'Auth' is not valid"),
     ],
 )
@@ -56,6 +59,7 @@ def test_bad_headers_say_what_and_how(raw: str, problem: str) -> None:
     with pytest.raises(pytest.UsageError) as info:
         parse_header(raw, "cli")
     assert problem in str(info.value) and str(info.value).startswith(HEADER.cli)
+    assert SECRET not in str(info.value)  # "Name: value" written by mistake is not echoed
 
 
 def test_targets_get_their_own_headers_and_the_shared_ones() -> None:
