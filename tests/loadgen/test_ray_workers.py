@@ -169,6 +169,39 @@ def test_an_open_loop_over_two_nodes_keeps_one_schedule(two_nodes: Any, tmp_path
     assert m.check("schedule").passed is True, m.check("schedule").detail
 
 
+def _run_in_background(
+    workers: RayLoadWorkers, plan: RunPlan, result: dict[str, Any]
+) -> threading.Thread:
+    """Start ``workers.run(plan)`` in a thread; return once every actor is ready.
+
+    The run's outcome lands in ``result["run"]`` (or ``result["error"]``).
+    """
+
+    def work() -> None:
+        try:
+            result["run"] = workers.run(plan, ready_timeout=120)
+        except BaseException as exc:  # shown by the caller's assertions
+            result["error"] = exc
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not workers.clocks and time.monotonic() < deadline and thread.is_alive():
+        time.sleep(0.05)  # the clocks are read once every actor is ready
+    assert workers.clocks, result
+    return thread
+
+
+def _lost_worker_run(result: dict[str, Any], worker: str) -> tuple[Any, list[str]]:
+    """Check a 60-request run that lost ``worker`` mid-way; return it and its messages."""
+    assert "error" not in result, result.get("error")
+    m = measure(result["run"])
+    assert 0 < m.failed < 60 and m.completed + m.failed == 60, (m.completed, m.failed)
+    messages = [message for message, _ in m.errors]
+    assert any(f"{worker} was lost" in message for message in messages), messages
+    return m, messages
+
+
 def test_a_killed_actor_is_counted_as_failed_requests_with_a_message(
     two_nodes: Any, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -178,19 +211,7 @@ def test_a_killed_actor_is_counted_as_failed_requests_with_a_message(
     with running_emulator(tmp_path, *argv) as emulator:
         plan = RunPlan({"url": emulator.url}, workload, "closed", concurrency=4)
         with RayLoadWorkers(2, num_cpus=1) as workers:
-
-            def work() -> None:
-                try:
-                    result["run"] = workers.run(plan, ready_timeout=120)
-                except BaseException as exc:  # shown by the assertion below
-                    result["error"] = exc
-
-            thread = threading.Thread(target=work, daemon=True)
-            thread.start()
-            deadline = time.monotonic() + 120
-            while not workers.clocks and time.monotonic() < deadline and thread.is_alive():
-                time.sleep(0.05)  # the clocks are read once every actor is ready
-            assert workers.clocks, result
+            thread = _run_in_background(workers, plan, result)
             time.sleep(1.5)  # into the measured requests
             victim = workers.clocks[1]
             killed_at = time.monotonic()
@@ -198,14 +219,9 @@ def test_a_killed_actor_is_counted_as_failed_requests_with_a_message(
             thread.join(timeout=120)
             assert not thread.is_alive(), "the run hung after its worker was killed"
             verdict_after = time.monotonic() - killed_at
-    assert "error" not in result, result.get("error")
-    m = measure(result["run"])
-    assert 0 < m.failed < 60 and m.completed + m.failed == 60, (m.completed, m.failed)
-    messages = [message for message, _ in m.errors]
-    assert any(
-        f"Ray load worker 1 (node {victim.node}, pid {victim.pid}) was lost" in message
-        for message in messages
-    ), messages
+    m, messages = _lost_worker_run(
+        result, f"Ray load worker 1 (node {victim.node}, pid {victim.pid})"
+    )
     assert verdict_after < 30, verdict_after
     request.node.user_properties.append(
         ("killed", (m.failed, m.completed, verdict_after, messages[0]))
@@ -280,19 +296,7 @@ def test_a_node_leaving_mid_run_is_counted_as_failed_requests_not_a_hang(
         with running_emulator(tmp_path, *argv) as emulator:
             plan = RunPlan({"url": emulator.url}, workload, "closed", concurrency=4)
             with RayLoadWorkers(2, num_cpus=1) as workers:
-
-                def work() -> None:
-                    try:
-                        result["run"] = workers.run(plan, ready_timeout=120)
-                    except BaseException as exc:  # shown by the assertion below
-                        result["error"] = exc
-
-                thread = threading.Thread(target=work, daemon=True)
-                thread.start()
-                deadline = time.monotonic() + 120
-                while not workers.clocks and time.monotonic() < deadline and thread.is_alive():
-                    time.sleep(0.05)
-                assert workers.clocks, result
+                thread = _run_in_background(workers, plan, result)
                 (lost,) = [c for c in workers.clocks if c.node_id == node.node_id]
                 time.sleep(1.5)  # into the measured requests
                 removed_at = time.monotonic()
@@ -305,13 +309,8 @@ def test_a_node_leaving_mid_run_is_counted_as_failed_requests_not_a_hang(
             two_nodes.add_node(num_cpus=1, object_store_memory=OBJECT_STORE,
                                node_ip_address=host_address())  # fmt: skip
             two_nodes.wait_for_nodes()
-    assert "error" not in result, result.get("error")
-    m = measure(result["run"])
-    assert 0 < m.failed < 60 and m.completed + m.failed == 60, (m.completed, m.failed)
-    messages = [message for message, _ in m.errors]
-    assert any(
-        f"Ray load worker {lost.worker} (node {lost.node}, pid {lost.pid}) was lost" in message
-        for message in messages
-    ), messages
+    m, _ = _lost_worker_run(
+        result, f"Ray load worker {lost.worker} (node {lost.node}, pid {lost.pid})"
+    )
     assert verdict_after < 60, verdict_after
     request.node.user_properties.append(("node_lost", (m.failed, m.completed, verdict_after)))
