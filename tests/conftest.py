@@ -70,6 +70,11 @@ def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pyte
 
     pytest-randomly (a test dependency: the order-independence tests use it) would shuffle
     every inner session; ``-p randomly`` on an inner command line turns it back on.
+    pytest also words its short summary differently on a CI machine (``CI`` or
+    ``BUILD_NUMBER`` set: failure messages are not cut to the terminal's width), so those
+    are unset: the inner output is the same here and in CI.
     """
     monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:randomly")
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("BUILD_NUMBER", raising=False)
     return pytester
