@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from pytest_sglang.loadgen.progress import ProgressCallback
 from pytest_sglang.loadgen.records import LoadRun
 from pytest_sglang.loadgen.runner import LoadGenerator
 from pytest_sglang.loadgen.schedule import Arrival
@@ -32,8 +33,9 @@ def closed_loop_on_workers(
 ) -> LoadRun:
     """Run ``generator``'s closed loop where the options say: one process, N, or Ray actors.
 
-    ``workers == 1`` without ``ray_address`` is the generator's own single-process run
-    (progress callback included). ``workers > 1`` runs that many worker processes on this
+    ``workers == 1`` without ``ray_address`` is the generator's own single-process run.
+    Either way the generator's progress callback hears the run's progress (summed over the
+    workers). ``workers > 1`` runs that many worker processes on this
     host (:func:`run_sharded`); a ``ray_address`` runs ``workers`` Ray actors on that cluster
     (:class:`~pytest_sglang.loadgen.ray_workers.RayLoadWorkers`, which imports Ray). Either
     way ``concurrency`` requests are in flight in total, and ``before_measured`` (taken from
@@ -44,7 +46,7 @@ def closed_loop_on_workers(
     if workers == 1 and ray_address is None:  # the generator's own before_measured applies
         return generator.run_closed_loop(workload, concurrency, repeat=repeat)
     plan = RunPlan(generator.options, workload, "closed", concurrency=concurrency, repeat=repeat)
-    return _on_workers(plan, workers, ray_address, ray_source, before_measured)
+    return _on_workers(plan, workers, ray_address, ray_source, before_measured, generator.progress)
 
 
 def open_loop_on_workers(
@@ -73,7 +75,7 @@ def open_loop_on_workers(
         generator.options, workload, "open", rate=rate, arrival=arrival,
         max_concurrency=max_concurrency, repeat=repeat,
     )  # fmt: skip
-    return _on_workers(plan, workers, ray_address, ray_source, before_measured)
+    return _on_workers(plan, workers, ray_address, ray_source, before_measured, generator.progress)
 
 
 def _on_workers(
@@ -82,10 +84,11 @@ def _on_workers(
     ray_address: str | None,
     ray_source: str,
     before_measured: Callable[[], object] | None,
+    progress: ProgressCallback,
 ) -> LoadRun:
     if ray_address is None:
-        return run_sharded(plan, workers, before_measured=before_measured)
+        return run_sharded(plan, workers, before_measured=before_measured, progress=progress)
     from pytest_sglang.loadgen.ray_workers import RayLoadWorkers  # imports Ray when it runs
 
     with RayLoadWorkers(workers, address=ray_address, source=ray_source) as pool:
-        return pool.run(plan, before_measured=before_measured)
+        return pool.run(plan, before_measured=before_measured, progress=progress)

@@ -21,8 +21,11 @@ guarantees:
   the requests in flight) use one time base. Clock drift over a run (ppm) is ignored;
 - **loss is failure, never a hang**: an actor whose process dies or whose node is lost
   (Ray reports it as an actor error) has its measured requests recorded as failed with a
-  message naming the worker, its node and Ray's reason; a run that outlives its timeout
-  has its late actors killed and their requests recorded as failed.
+  message naming the worker, its node and Ray's reason, except those it had finished and
+  handed over before (the coordinator polls every actor for its finished records and its
+  progress every ``PROGRESS_INTERVAL``, :mod:`~pytest_sglang.loadgen.relay`, and reports
+  one progress line summed over them); a run that outlives its timeout has its late actors
+  killed and their requests recorded as failed.
 
 Ray is imported only when a run is made: loading the plugin never loads it.
 
@@ -44,12 +47,15 @@ from types import ModuleType
 from typing import Any, Self, cast
 
 from pytest_sglang.errors import SGLangError
+from pytest_sglang.loadgen.progress import ProgressCallback
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
+from pytest_sglang.loadgen.relay import Counts, ProgressSum, Relay
 from pytest_sglang.loadgen.runner import LoadGenerator, ServerStoppedAnswering, run_blocking
 from pytest_sglang.loadgen.saturation import ClientLoad
 from pytest_sglang.loadgen.schedule import Arrival
 from pytest_sglang.loadgen.shard import Shard
 from pytest_sglang.loadgen.workers import (
+    PROGRESS_INTERVAL,
     START_MARGIN,
     LoadWorkersFailed,
     RunPlan,
@@ -204,6 +210,7 @@ class _LoadActor:  # pragma: no cover - runs inside a Ray actor; covered end to 
         self._ready = threading.Event()
         self._go = threading.Event()
         self._start = 0.0
+        self._relay = Relay()
 
     def where(self) -> tuple[str, str, int]:
         """Return this actor's node address, Ray node id and process id."""
@@ -222,6 +229,10 @@ class _LoadActor:  # pragma: no cover - runs inside a Ray actor; covered end to 
         """Wait until the run's warm-up is over (the actor waits for the start)."""
         return self._ready.wait(timeout)
 
+    def poll(self) -> tuple[Counts, list[RequestRecord]] | None:
+        """Return the progress and the measured records finished since the last poll."""
+        return self._relay.take()
+
     def go(self, start_at: float) -> None:
         """Start the measured requests at ``start_at`` (this actor's clock); 0 calls it off."""
         self._start = start_at
@@ -238,6 +249,7 @@ class _LoadActor:  # pragma: no cover - runs inside a Ray actor; covered end to 
         self._ready.clear()
         self._go.clear()
         self._start = 0.0
+        relay = self._relay = Relay()
 
         def sync() -> float:
             self._ready.set()
@@ -247,7 +259,10 @@ class _LoadActor:  # pragma: no cover - runs inside a Ray actor; covered end to 
 
         options = dict(plan["options"])
         workload = Workload.from_dict(plan["workload"])
-        generator = LoadGenerator(options.pop("url"), **options, shard=Shard(index, shares, sync))
+        generator = LoadGenerator(
+            options.pop("url"), **options, progress=relay.progress,
+            progress_interval=PROGRESS_INTERVAL, shard=Shard(index, shares, sync, relay.finished),
+        )  # fmt: skip
         try:
             if plan["mode"] == "closed":
                 run = run_blocking(
@@ -267,7 +282,9 @@ class _LoadActor:  # pragma: no cover - runs inside a Ray actor; covered end to 
         except ServerStoppedAnswering as exc:
             return ("stopped", list(exc.run.records), exc.run.client, str(exc))
         except BaseException as exc:  # reported by the coordinator; nothing is lost silently
-            return ("error", None, None, f"{type(exc).__name__}: {exc}")
+            kept = generator.interrupted_run  # what had finished (the rest fail)
+            records = None if kept is None else list(kept.records)
+            return ("error", records, None, f"{type(exc).__name__}: {exc}")
 
 
 def _wire(plan: RunPlan) -> dict[str, Any]:
@@ -397,6 +414,7 @@ class RayLoadWorkers:
         ready_timeout: float = 600.0,
         run_timeout: float | None = None,
         before_measured: Callable[[], object] | None = None,
+        progress: ProgressCallback | None = None,
     ) -> LoadRun:
         """Run ``plan`` on the actors and return one merged :class:`LoadRun`.
 
@@ -409,6 +427,8 @@ class RayLoadWorkers:
             requests recorded as failed.
         :param before_measured: called here once every actor is ready, right before the
             common start (``LoadGenerator``'s ``before_measured``, on the coordinator).
+        :param progress: called here with the actors' summed progress (requests done and
+            tokens received, warm-up included) at most every ``PROGRESS_INTERVAL`` seconds.
         :raises LoadWorkersFailed: an actor was not placed, or failed before the start (no
             measured request was sent).
         :raises ServerStoppedAnswering: an actor gave up on the server (as a single process).
@@ -439,7 +459,9 @@ class RayLoadWorkers:
                 [a.go.remote(start + c.offset) for a, c in zip(actors, self.clocks, strict=True)],
                 timeout=30,
             )
-            self._collect(runs, outcomes, timeout)
+            heard = ProgressSum(count, progress, PROGRESS_INTERVAL)
+            self._collect(runs, outcomes, timeout, heard)
+            heard.report()
         except BaseException:
             # Nothing may keep loading the server after a refused or interrupted run: the
             # actors are killed (a later run makes fresh ones).
@@ -447,10 +469,15 @@ class RayLoadWorkers:
             raise
         finished = [o for o in outcomes if o is not None]
         corrected: list[tuple[str, LoadRun | None, str | None]] = []
-        for (kind, records, client, message), clock in zip(finished, self.clocks, strict=True):
+        for i, ((kind, records, client, message), clock) in enumerate(
+            zip(finished, self.clocks, strict=True)
+        ):
             run = None
-            if records is not None:
+            if kind == "died":  # what it handed over before: on this clock already
+                records = heard.received(i) or None
+            elif records is not None:
                 records = shift_records(records, -clock.offset)
+            if records is not None:
                 run = LoadRun(plan.workload, plan.mode, tuple(records), start, client=client)
             corrected.append((kind, run, message))
         merged = merge_outcomes(plan, shares, corrected)
@@ -512,14 +539,29 @@ class RayLoadWorkers:
                 )
 
     def _collect(
-        self, runs: Sequence[Any], outcomes: list[_Outcome | None], timeout: float
+        self,
+        runs: Sequence[Any],
+        outcomes: list[_Outcome | None],
+        timeout: float,
+        heard: ProgressSum,
     ) -> None:
         ray = self._ray
         deadline = time.monotonic() + timeout
+        # Each actor's poll in flight (one at a time), and when to ask it next.
+        polls: dict[Any, int] = {}
+        next_poll = [time.monotonic() + PROGRESS_INTERVAL] * len(runs)
         while any(o is None for o in outcomes):
+            now = time.monotonic()
+            for i, outcome in enumerate(outcomes):
+                if outcome is None and i not in polls.values() and now >= next_poll[i]:
+                    polls[self._actors[i].poll.remote()] = i
+                    next_poll[i] = now + PROGRESS_INTERVAL
             pending = [runs[i] for i, o in enumerate(outcomes) if o is None]
-            done, _ = ray.wait(pending, num_returns=1, timeout=0.5)
+            done, _ = ray.wait([*pending, *polls], num_returns=1, timeout=0.5)
             for ref in done:
+                if ref in polls:
+                    self._take_poll(ref, polls.pop(ref), heard)
+                    continue
                 i = runs.index(ref)
                 try:
                     kind, records, client, message = ray.get(ref)
@@ -535,6 +577,18 @@ class RayLoadWorkers:
                             f"Ray load worker {i} (node {self._where[i][0]}) did not finish in "
                             f"{timeout:g} s and was killed",
                         )  # fmt: skip
+
+    def _take_poll(self, ref: Any, index: int, heard: ProgressSum) -> None:
+        # A batch of finished records and progress, moved onto this process's clock.
+        try:
+            batch = self._ray.get(ref)
+        except self._ray.exceptions.RayError:  # the actor is gone: its run ref says so
+            return
+        if batch is None:
+            return
+        (done, total, tokens, started), records = batch
+        offset = self.clocks[index].offset
+        heard.add(index, (done, total, tokens, started - offset), shift_records(records, -offset))
 
 
 def ray_closed_loop(

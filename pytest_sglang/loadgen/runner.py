@@ -271,6 +271,11 @@ class LoadGenerator:
             "max_consecutive_failures": max_consecutive_failures, "flush_cache": flush_cache,
         }  # fmt: skip
 
+    @property
+    def progress(self) -> ProgressCallback:
+        """The progress callback (what a run spread over workers reports to, summed)."""
+        return self._progress
+
     # -- async API -------------------------------------------------------------------------
 
     async def closed_loop(
@@ -652,6 +657,9 @@ class LoadGenerator:
                 tally.tokens += record.output_tokens or 0  # streams count as chunks arrive
             tally.done += 1
             state.settle(record, unanswered)
+            shard = self._shard
+            if shard is not None and shard.finished is not None and not record.warmup:
+                shard.finished(record)  # to the coordinator, in case this worker is lost
 
     async def _attempts(
         self,

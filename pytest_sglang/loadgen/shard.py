@@ -7,12 +7,16 @@ keeps one arrival schedule: each request keeps its own offset and is sent by the
 that owns it, so the schedule (Poisson or constant) is not distorted. ``sync`` blocks until
 every process has finished its warm-up and returns the common start of the measured
 requests, on ``perf_counter``'s clock, which is the same for every process of a host.
+``finished``, if given, receives each measured request as it ends (for the coordinator:
+:mod:`~pytest_sglang.loadgen.relay`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from pytest_sglang.loadgen.records import RequestRecord
 
 __all__ = ["Shard", "owner", "slot_shares"]
 
@@ -40,6 +44,7 @@ class Shard:
     index: int
     shares: tuple[int, ...]
     sync: Callable[[], float]
+    finished: Callable[[RequestRecord], None] | None = None
 
     @property
     def slots(self) -> int:

@@ -8,8 +8,11 @@ closed loop (``C`` in flight in total) or one open-loop schedule. They warm up, 
 ready, and start their measured requests together at a common ``perf_counter`` time (the
 same clock in every process of a host); their records merge into one :class:`LoadRun`.
 
-A worker that dies (crash, kill) is noticed by its exit: its measured requests are recorded
-as failed with the exit code, never waited for. A worker that does not report ready within
+While the run goes on, each worker sends its finished measured requests and its progress
+counts every ``PROGRESS_INTERVAL`` (:mod:`~pytest_sglang.loadgen.relay`): the coordinator
+reports one progress line summed over the workers, and a worker that dies (crash, kill),
+noticed by its exit and never waited for, loses only the requests it had not yet sent back:
+those are recorded as failed with its exit code. A worker that does not report ready within
 ``ready_timeout`` is killed, and the run refused (no measured request is sent by anyone).
 """
 
@@ -20,7 +23,7 @@ import queue
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from multiprocessing.reduction import ForkingPickler
 from multiprocessing.sharedctypes import Synchronized
@@ -28,7 +31,9 @@ from multiprocessing.synchronize import Event
 from typing import Any, Literal, cast
 
 from pytest_sglang.errors import SGLangError
+from pytest_sglang.loadgen.progress import ProgressCallback
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
+from pytest_sglang.loadgen.relay import ProgressSum, Relay, Sender
 from pytest_sglang.loadgen.runner import LoadGenerator, ServerStoppedAnswering, run_blocking
 from pytest_sglang.loadgen.saturation import ClientLoad
 from pytest_sglang.loadgen.schedule import Arrival
@@ -47,6 +52,9 @@ __all__ = [
 #: How long the measured start is set after the last worker is ready: time for every worker
 #: to wake and reach its first send (tens of ms on a loaded 2-core machine; 0.5 s is ample).
 START_MARGIN = 0.5
+
+#: Seconds between a worker's batches of progress and finished records.
+PROGRESS_INTERVAL = 1.0
 
 
 def _reduce_workload(workload: Workload) -> tuple[Any, tuple[dict[str, Any]]]:
@@ -93,7 +101,13 @@ def _worker(
         return float(start_at.value)
 
     options = dict(plan.options)
-    generator = LoadGenerator(options.pop("url"), **options, shard=Shard(index, shares, sync))
+    relay = Relay()
+    sender = Sender(relay, results.send, PROGRESS_INTERVAL)
+    generator = LoadGenerator(
+        options.pop("url"), **options, progress=relay.progress,
+        progress_interval=PROGRESS_INTERVAL, shard=Shard(index, shares, sync, relay.finished),
+    )  # fmt: skip
+    outcome: tuple[str, LoadRun | None, str | None]
     try:
         if plan.mode == "closed":
             assert plan.concurrency is not None
@@ -111,13 +125,15 @@ def _worker(
                     repeat=plan.repeat,
                 )
             )
-        results.send(("ok", run, None))
+        outcome = ("ok", run, None)
     except ServerStoppedAnswering as exc:
-        results.send(("stopped", exc.run, str(exc)))
+        outcome = ("stopped", exc.run, str(exc))
     except BaseException as exc:  # the coordinator reports it; nothing is lost silently
-        results.send(("error", None, f"{type(exc).__name__}: {exc}"))
-    finally:
-        results.close()
+        # What had finished is kept (the rest of this worker's requests fail).
+        outcome = ("error", generator.interrupted_run, f"{type(exc).__name__}: {exc}")
+    sender.stop()  # every batch before the outcome
+    results.send(outcome)
+    results.close()
 
 
 def plan_shares(plan: RunPlan, processes: int) -> tuple[int, ...]:
@@ -164,6 +180,7 @@ def run_sharded(
     ready_timeout: float = 600.0,
     run_timeout: float | None = None,
     before_measured: Callable[[], object] | None = None,
+    progress: ProgressCallback | None = None,
 ) -> LoadRun:
     """Run ``plan`` on ``processes`` worker processes and merge their records.
 
@@ -176,6 +193,8 @@ def run_sharded(
         and their requests recorded as failed.
     :param before_measured: called here once every worker finished its warm-up, right before
         the common start (where ``sglang_bench`` reads the server's counters).
+    :param progress: called here with the workers' summed progress (requests done and
+        tokens received, warm-up included) at most every ``PROGRESS_INTERVAL`` seconds.
     :raises LoadWorkersFailed: a worker never became ready (no measured request was sent).
     """
     if processes < 1:
@@ -205,7 +224,15 @@ def run_sharded(
             run_timeout
             or plan.options.get("request_timeout", 600.0) * (plan.workload.requests + 1) + 60.0
         )
-        outcomes = _collect(workers, pipes, timeout)
+        heard = ProgressSum(len(shares), progress, PROGRESS_INTERVAL)
+        outcomes = _collect(workers, pipes, timeout, heard)
+        heard.report()
+        # A lost worker's requests that it had sent back before its end are kept.
+        outcomes = [
+            (kind, _partial(plan, heard.received(i)), message) if kind == "died" else
+            (kind, run, message)
+            for i, (kind, run, message) in enumerate(outcomes)
+        ]  # fmt: skip
     finally:
         go.set()  # a worker still waiting is released (to call the run off)
         for worker in workers:
@@ -253,27 +280,39 @@ def _await_ready(
 
 
 def _collect(
-    workers: Sequence[BaseProcess], pipes: Sequence[Connection], timeout: float
+    workers: Sequence[BaseProcess],
+    pipes: Sequence[Connection],
+    timeout: float,
+    heard: ProgressSum,
 ) -> list[tuple[str, LoadRun | None, str | None]]:
     outcomes: list[tuple[str, LoadRun | None, str | None] | None] = [None] * len(workers)
     deadline = time.monotonic() + timeout
     while any(o is None for o in outcomes):
-        for i, pipe in enumerate(pipes):
-            if outcomes[i] is not None:
-                continue
-            if pipe.poll(0.05):
-                try:
-                    outcomes[i] = pipe.recv()
-                except EOFError:  # it died while sending, or before
-                    outcomes[i] = ("died", None, _death(workers[i], i))
-            elif not workers[i].is_alive() and not pipe.poll(0):
+        waiting = {pipes[i]: i for i, o in enumerate(outcomes) if o is None}
+        for pipe in cast("list[Connection]", wait(list(waiting), timeout=0.2)):
+            i = waiting[pipe]
+            try:
+                message = pipe.recv()
+            except EOFError:  # it died while sending, or before
                 outcomes[i] = ("died", None, _death(workers[i], i))
+                continue
+            if message[0] == "progress":
+                heard.add(i, message[1], message[2])
+            else:
+                outcomes[i] = message
         if time.monotonic() > deadline:
             for i, outcome in enumerate(outcomes):
                 if outcome is None:
                     workers[i].kill()
                     outcomes[i] = ("died", None, f"load worker {i} did not finish in {timeout:g} s")
     return [o for o in outcomes if o is not None]
+
+
+def _partial(plan: RunPlan, records: Sequence[RequestRecord]) -> LoadRun | None:
+    if not records:
+        return None
+    started = min(r.started for r in records)
+    return LoadRun(plan.workload, plan.mode, tuple(records), started)
 
 
 def _death(process: BaseProcess, index: int) -> str:

@@ -174,12 +174,16 @@ def _run_in_background(
 ) -> threading.Thread:
     """Start ``workers.run(plan)`` in a thread; return once every actor is ready.
 
-    The run's outcome lands in ``result["run"]`` (or ``result["error"]``).
+    The run's outcome lands in ``result["run"]`` (or ``result["error"]``), its progress
+    (requests done) in ``result["done"]``.
     """
+
+    def progress(done: int, total: int, output_tokens: int, elapsed: float) -> None:
+        result["done"] = done  # summed over the actors, warm-up included
 
     def work() -> None:
         try:
-            result["run"] = workers.run(plan, ready_timeout=120)
+            result["run"] = workers.run(plan, ready_timeout=120, progress=progress)
         except BaseException as exc:  # shown by the caller's assertions
             result["error"] = exc
 
@@ -212,7 +216,10 @@ def test_a_killed_actor_is_counted_as_failed_requests_with_a_message(
         plan = RunPlan({"url": emulator.url}, workload, "closed", concurrency=4)
         with RayLoadWorkers(2, num_cpus=1) as workers:
             thread = _run_in_background(workers, plan, result)
-            time.sleep(1.5)  # into the measured requests
+            deadline = time.monotonic() + 60
+            while result.get("done", 0) < 12 and time.monotonic() < deadline:
+                time.sleep(0.05)  # into the measured requests, some handed over already
+            assert result.get("done", 0) >= 12, result
             victim = workers.clocks[1]
             killed_at = time.monotonic()
             os.kill(victim.pid, signal.SIGKILL)
@@ -223,6 +230,9 @@ def test_a_killed_actor_is_counted_as_failed_requests_with_a_message(
         result, f"Ray load worker 1 (node {victim.node}, pid {victim.pid})"
     )
     assert verdict_after < 30, verdict_after
+    # The killed actor owned 30 requests; those it had finished and handed over stay
+    # completed (both actors had finished several when it was killed).
+    assert m.failed < 30, (m.completed, m.failed)
     request.node.user_properties.append(
         ("killed", (m.failed, m.completed, verdict_after, messages[0]))
     )

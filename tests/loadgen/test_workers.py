@@ -102,3 +102,44 @@ def test_a_killed_worker_is_counted_as_failed_requests_not_a_hang(tmp_path: Path
     m = measure(result["run"])
     assert 0 < m.failed < 40 and m.completed + m.failed == 40
     assert any("died with exit code -9" in message for message, _ in m.errors), m.errors
+
+
+def test_the_workers_progress_is_reported_summed_over_them(tmp_path: Path) -> None:
+    workload = Workload(input_len=8, output_len=100, requests=24, warmup=2)
+    seen: list[tuple[int, int, int, float]] = []
+    with running_emulator(tmp_path, "--emulator-decode-ms", "5") as emulator:
+        plan = RunPlan({"url": emulator.url}, workload, "closed", concurrency=4)
+        run = run_sharded(plan, 2, progress=lambda d, t, o, e: seen.append((d, t, o, e)))
+    assert measure(run).completed == 24
+    # Lines while it ran (each request takes ~0.5 s; batches come every second), then one
+    # at the end with everything: warm-up and measured requests, every token.
+    assert len(seen) >= 2
+    done, total, tokens, elapsed = seen[-1]
+    warmed = [r for r in run.records if r.warmup]
+    assert warmed and (done, total) == (24 + len(warmed), 24 + len(warmed))
+    assert tokens == sum(r.output_tokens or 0 for r in run.records) == (24 + len(warmed)) * 100
+    assert elapsed > 0
+    assert [c[0] for c in seen] == sorted(c[0] for c in seen)
+
+
+def test_a_killed_worker_keeps_the_requests_it_had_finished(tmp_path: Path) -> None:
+    workload = Workload(input_len=8, output_len=100, requests=40, warmup=0)
+    killed: list[int] = []
+
+    def kill_one_once_going(done: int, total: int, output_tokens: int, elapsed: float) -> None:
+        # Both workers run 2 slots at ~0.5 s a request: by 12 done, each sent back several.
+        if done >= 12 and not killed:
+            victim = _workers_of_this_process()[0]
+            killed.append(victim.pid)
+            os.kill(victim.pid, signal.SIGKILL)
+
+    with running_emulator(tmp_path, "--emulator-decode-ms", "5") as emulator:
+        plan = RunPlan({"url": emulator.url}, workload, "closed", concurrency=4)
+        run = run_sharded(plan, 2, progress=kill_one_once_going)
+    assert killed
+    m = measure(run)
+    assert m.completed + m.failed == 40
+    # The lost worker owned 20 requests: those it finished and sent back stay completed;
+    # only the rest (in flight or not yet sent back, and never sent) are failed.
+    assert 0 < m.failed < 20, (m.completed, m.failed)
+    assert any("died with exit code -9" in message for message, _ in m.errors), m.errors

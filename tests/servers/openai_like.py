@@ -15,6 +15,10 @@ Raw asyncio HTTP/1.1 (no framework), so each habit is exact:
     drop the connection after N tokens of every stream (a server failure mid-response).
 ``--stuck-usage``
     running usage that never counts up (0 on every chunk): text with no countable tokens.
+``--token-ms MS``
+    the pace of every stream (default 1 ms a token); ``0``: unpaced, each response written
+    whole in one write from a copy rendered once, so the server costs next to no CPU (to
+    saturate a client on the same cores).
 
 ``--owned-by NAME``, ``--server-header VALUE``
     what its ``/v1/models`` says owns the model, and the ``Server`` header on every response
@@ -39,6 +43,7 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["main"]
@@ -49,6 +54,7 @@ class Server:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
+        self._rendered: dict[tuple[bool, int], bytes] = {}
         self.reset()
 
     def reset(self) -> None:
@@ -132,16 +138,54 @@ class Server:
         self.requests += 1
         if self.first_request is None:
             self.first_request = time.perf_counter()
-        writer.write(
+        head = (
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
             b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n"
             b"Keep-Alive: timeout=5, max=100\r\n" + self._server() + b"\r\n"
         )
+        if not args.token_ms and args.cut_after is None:
+            # Unpaced: the whole response in one write, rendered once per shape, so the
+            # server costs next to no CPU and a client on the same cores is the bottleneck.
+            key = (chat, tokens)
+            body = self._rendered.get(key)
+            if body is None:
+                body = self._rendered[key] = b"".join(c for c, _ in self._chunks(chat, tokens))
+            writer.write(head + body)
+            self.completion_tokens += tokens
+            self.last_token = time.perf_counter()
+            await writer.drain()
+        else:
+            writer.write(head)
+            sent = 0
+            for data, is_token in self._chunks(chat, tokens):
+                writer.write(data)
+                if not is_token:
+                    continue
+                sent += 1
+                self.completion_tokens += 1
+                self.last_token = time.perf_counter()
+                await writer.drain()
+                if args.cut_after is not None and sent >= args.cut_after:
+                    writer.transport.abort()
+                    return True
+                if args.token_ms:
+                    await asyncio.sleep(args.token_ms / 1000)
+            await writer.drain()
+        if args.close_after_stream:
+            # Close a moment after the last byte: the client has released the connection to
+            # its pool and, in a closed loop, already written the next request into it.
+            await asyncio.sleep(args.close_delay_ms / 1000)
+            return True
+        return False
 
-        def send(event: dict[str, Any] | str) -> None:
+    def _chunks(self, chat: bool, tokens: int) -> Iterator[tuple[bytes, bool]]:
+        """The response body's HTTP chunks, each with whether it carries a generated token."""
+        args = self.args
+
+        def encode(event: dict[str, Any] | str) -> bytes:
             payload = event if isinstance(event, str) else json.dumps(event)
             data = f"data: {payload}\n\n".encode()
-            writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+            return b"%x\r\n%s\r\n" % (len(data), data)
 
         def chunk(
             text: str | None, finish: str | None, usage: dict[str, Any] | None
@@ -162,36 +206,23 @@ class Server:
 
         running = args.usage == "running"
         if chat:
-            send(chunk("", None, usage(0) if running else None))  # role chunk
+            yield encode(chunk("", None, usage(0) if running else None)), False  # role chunk
         for i in range(tokens):
             count = 0 if args.stuck_usage else i + 1
-            send(chunk(f" w{i}", None, usage(count) if running or args.stuck_usage else None))
-            self.completion_tokens += 1
-            self.last_token = time.perf_counter()
-            await writer.drain()
-            if args.cut_after is not None and i + 1 >= args.cut_after:
-                writer.transport.abort()
-                return True
-            if args.token_ms:
-                await asyncio.sleep(args.token_ms / 1000)
+            event = chunk(f" w{i}", None, usage(count) if running or args.stuck_usage else None)
+            yield encode(event), True
         final = usage(0 if args.stuck_usage else tokens)
         if args.usage == "finish":
             event = chunk("" if not chat else None, "length", final)
             event["timings"] = {"predicted_n": tokens, "predicted_ms": 1.0}
-            send(event)
+            yield encode(event), False
         else:
-            send(chunk(None if chat else "", "length", final if running else None))
+            yield encode(chunk(None if chat else "", "length", final if running else None)), False
             if args.usage in ("chunk", "running"):
-                send({"id": "x", "object": "x", "model": "m", "choices": [], "usage": final})
-        send("[DONE]")
-        writer.write(b"0\r\n\r\n")
-        await writer.drain()
-        if args.close_after_stream:
-            # Close a moment after the last byte: the client has released the connection to
-            # its pool and, in a closed loop, already written the next request into it.
-            await asyncio.sleep(args.close_delay_ms / 1000)
-            return True
-        return False
+                tail = {"id": "x", "object": "x", "model": "m", "choices": [], "usage": final}
+                yield encode(tail), False
+        yield encode("[DONE]"), False
+        yield b"0\r\n\r\n", False
 
 
 async def serve(args: argparse.Namespace) -> None:
