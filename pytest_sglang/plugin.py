@@ -18,6 +18,7 @@ from pytest_sglang.config.header import header_lines
 from pytest_sglang.config.options import OPTIONS
 from pytest_sglang.config.settings import SETTINGS_KEY, Settings, resolve_settings
 from pytest_sglang.fixtures import (
+    BENCH_KEY,
     POOL_KEY,
     _sglang_bench_session,
     sglang_bench,
@@ -367,6 +368,13 @@ def relaunch_advice(launches: list[LaunchInfo]) -> list[str]:
 @pytest.hookimpl
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Stop anything still running (Ctrl-C, internal errors): no server outlives pytest."""
+    bench = config.stash.get(BENCH_KEY, None)
+    if bench is not None:  # the Ray load-worker actors it kept, if any
+        try:
+            bench.close()
+        except Exception as exc:
+            message = bench.pool.settings.redact(f"sglang: stopping the Ray load workers: {exc}")
+            print(message, file=sys.stderr)  # noqa: T201
     pool = config.stash.get(POOL_KEY, None)
     if pool is not None:
         try:

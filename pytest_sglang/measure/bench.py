@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, NoReturn, cast, overload
 
+from pytest_sglang.loadgen.ray_pools import RayPools
 from pytest_sglang.loadgen.records import RequestRecord
 from pytest_sglang.loadgen.schedule import Arrival, OpenLoop
 from pytest_sglang.loadgen.workload import Workload
@@ -605,6 +606,12 @@ class Bench:
         self._gpu: _GpuTelemetry = _GpuTelemetry(pool) if shared is None else shared._gpu
         # The finished part of a run a test timeout or Ctrl-C cut, until it is reported.
         self._interrupted: LoadRun | None = None
+        # Ray load workers (--sglang-ray-address), kept from run to run for the session.
+        self._ray_pools: RayPools = RayPools() if shared is None else shared._ray_pools
+
+    def close(self) -> None:
+        """Release what the bench keeps between runs (the Ray load-worker actors)."""
+        self._ray_pools.close()
 
     def with_recorder(
         self,
@@ -1085,12 +1092,14 @@ class Bench:
                 run = closed_loop_on_workers(
                     generator, workload.for_concurrency(concurrency), concurrency, repeat=repeat,
                     workers=workers, ray_address=ray_address, before_measured=before_measured,
+                    ray_pools=self._ray_pools,
                 )  # fmt: skip
             else:
                 run = open_loop_on_workers(
                     generator, workload.for_concurrency(load.max_concurrency or 1), load.rate,
                     arrival=load.arrival, max_concurrency=load.max_concurrency, repeat=repeat,
                     workers=workers, ray_address=ray_address, before_measured=before_measured,
+                    ray_pools=self._ray_pools,
                 )  # fmt: skip
         except ServerStoppedAnswering as exc:
             stopped, run = exc, exc.run

@@ -20,12 +20,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'pytest-sglang[ray]'")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 from pytest_sglang.emulator.engine.trace import read_trace  # noqa: E402
+from pytest_sglang.loadgen.ray_pools import RayPools  # noqa: E402
 from pytest_sglang.loadgen.ray_workers import RayLoadWorkers  # noqa: E402
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord  # noqa: E402
 from pytest_sglang.loadgen.schedule import arrival_offsets  # noqa: E402
@@ -236,6 +238,27 @@ def test_a_killed_actor_is_counted_as_failed_requests_with_a_message(
     request.node.user_properties.append(
         ("killed", (m.failed, m.completed, verdict_after, messages[0]))
     )
+
+
+def test_ray_pools_keep_the_actors_from_run_to_run(two_nodes: Any, tmp_path: Path) -> None:
+    workload = Workload(input_len=INPUT_LEN, output_len=8, requests=8, warmup=0)
+    pools = RayPools()
+    with running_emulator(tmp_path) as emulator:
+        plan = RunPlan({"url": emulator.url}, workload, "closed", concurrency=2)
+        try:
+            first = pools.get(two_nodes.address, 2, "the test")
+            assert measure(first.run(plan)).completed == 8
+            pids = [clock.pid for clock in first.clocks]
+            again = pools.get(two_nodes.address, 2, "the test")
+            assert again is first
+            assert measure(again.run(plan)).completed == 8
+            assert [clock.pid for clock in again.clocks] == pids  # the same actor processes
+        finally:
+            pools.close()
+    deadline = time.monotonic() + 30
+    while any(psutil.pid_exists(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(psutil.pid_exists(pid) for pid in pids), "an actor outlived close()"
 
 
 RAY_SUITE = """
