@@ -1,28 +1,32 @@
 """Benchmark: when is the load generator itself the bottleneck, and do more processes help?
 
-Against a fast streaming server of the test suite (``tests/servers/openai_like.py``: raw
-asyncio, each stream paced at ``--token-ms`` per token, so the offered load is
-``C * 1000 / token_ms`` tokens per second), closed loops at rising concurrency, each with one
-and with two load-generator processes, interleaved. For each: the client's throughput, the
-server's own (tokens / first request -> last token, from its ``/stats``), their difference,
-and the client's CPU (cores) and event-loop lag p99. Where the client falls behind the
-server, its loop lag and CPU show it: that is what the ``client_bound`` validity check's
-thresholds are set from.
+Against a fast streaming server of the test suite (``tests/servers/openai_like.py``, raw
+asyncio), closed loops at each concurrency level, each with one and with two load-generator
+processes, interleaved, ``--pairs`` times. By default the server is unpaced (``--token-ms
+0``: each response written whole from a copy rendered once, so the server costs next to no
+CPU and the client is the bottleneck); ``--token-ms 1`` paces every stream at a token per
+millisecond (offered load ``C * 1000`` tokens per second). For each run: the client's
+throughput, the server's own (tokens / first request -> last token, from its ``/stats``),
+their difference, the client's CPU (cores; the busiest process of two) and event-loop lag
+p99, and the ``client_bound`` validity check: flagged ("yes"), passed ("no"), or not judged
+("n/j": the loop was late while its CPU stayed under the limit). Then, per level, the
+medians and how many pairs two processes won.
 
-    python benchmarks/client_saturation.py [--levels 8 32 64 128] [--token-ms 1]
+    python benchmarks/client_saturation.py [--levels 64 128] [--pairs 5] [--token-ms 0]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test servers live in tests/
 
 from pytest_sglang.loadgen.runner import LoadGenerator
-from pytest_sglang.loadgen.workers import sharded_closed_loop
+from pytest_sglang.loadgen.workers import RunPlan, run_sharded
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import measure
 from tests.servers.process import running_server
@@ -30,47 +34,79 @@ from tests.servers.process import running_server
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--levels", type=int, nargs="+", default=[8, 32, 64, 128])
+    parser.add_argument("--levels", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--token-ms", type=float, default=1.0)
-    parser.add_argument("--output-len", type=int, default=128)
-    parser.add_argument("--requests-per-slot", type=int, default=4)
+    parser.add_argument("--tokens-per-write", type=int, default=32)
+    parser.add_argument("--output-len", type=int, default=256)
+    parser.add_argument("--requests-per-slot", type=int, default=8)
     args = parser.parse_args()
-    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start")
-    print(f"{'C':>5} {'proc':>4} {'offered':>8} {'client':>8} {'server':>8} {'diff':>7} "
+    pace = (
+        "unpaced"
+        if not args.token_ms
+        else f"{args.token_ms:g} ms a token, {args.tokens_per_write} tokens a write "
+        f"(offered C * {1000 / args.token_ms:.0f} tok/s)"
+    )
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start; "
+          f"server {pace}")  # fmt: skip
+    print(f"{'C':>5} {'pair':>4} {'proc':>4} {'client':>8} {'server':>8} {'diff':>7} "
           f"{'cpu':>5} {'lag p99':>8} {'bound':>5}")  # fmt: skip
-    with running_server("openai_like", "--token-ms", str(args.token_ms)) as server:
+    # (level, processes) -> [(client tok/s, diff %, flagged)]
+    seen: dict[tuple[int, int], list[tuple[float, float, bool | None]]] = {}
+    pacing = ("--token-ms", str(args.token_ms), "--tokens-per-write", str(args.tokens_per_write))
+    with running_server("openai_like", *pacing) as server:
         for level in args.levels:
             workload = Workload(
                 input_len=8, output_len=args.output_len, endpoint="completions",
-                requests=level * args.requests_per_slot, warmup=0,
+                requests=level * args.requests_per_slot, warmup=level,
             )  # fmt: skip
-            for processes in (1, 2):
-                server.reset_stats()
-                generator = LoadGenerator(server.url)
-                run = (
-                    generator.run_closed_loop(workload, level)
-                    if processes == 1
-                    else sharded_closed_loop(generator, workload, level, processes)
-                )
-                stats = server.stats()
-                m = measure(run)
-                window = stats["last_token"] - stats["first_request"]
-                truth = stats["completion_tokens"] / window
-                check = next((c for c in m.checks if c.name == "client_bound"), None)
-                print(
-                    f"{level:>5} {processes:>4} {level * 1000 / args.token_ms:>8.0f} "
-                    f"{m.output_throughput:>8.0f} {truth:>8.0f} "
-                    f"{(m.output_throughput / truth - 1) * 100:>+6.1f}% "
-                    f"{m.client_cpu_fraction or 0:>5.2f} {(m.loop_lag_p99 or 0) * 1000:>6.1f}ms "
-                    f"{_verdict(check.passed if check is not None else None):>5}"
-                )
+            for pair in range(args.pairs):
+                # Alternate which goes first: a drift in the machine's load hits both alike.
+                for processes in (1, 2) if pair % 2 == 0 else (2, 1):
+                    # The server's counts start with the measured requests (after the warm-up).
+                    generator = LoadGenerator(server.url, before_measured=server.reset_stats)
+                    plan = RunPlan(generator.options, workload, "closed", concurrency=level)
+                    run = (
+                        generator.run_closed_loop(workload, level)
+                        if processes == 1
+                        else run_sharded(plan, processes, before_measured=server.reset_stats)
+                    )
+                    stats = server.stats()
+                    m = measure(run)
+                    window = stats["last_token"] - stats["first_request"]
+                    truth = stats["completion_tokens"] / window
+                    check = next((c for c in m.checks if c.name == "client_bound"), None)
+                    flagged = None if check is None or check.passed is None else not check.passed
+                    diff = (m.output_throughput / truth - 1) * 100
+                    seen.setdefault((level, processes), []).append(
+                        (m.output_throughput, diff, flagged)
+                    )
+                    print(
+                        f"{level:>5} {pair + 1:>4} {processes:>4} {m.output_throughput:>8.0f} "
+                        f"{truth:>8.0f} {diff:>+6.1f}% {m.client_cpu_fraction or 0:>5.2f} "
+                        f"{(m.loop_lag_p99 or 0) * 1000:>6.1f}ms {_verdict(flagged):>5}",
+                        flush=True,
+                    )
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
+    print("\nper level: median client tok/s (1 process | 2 processes), ratio 2/1, pairs 2 won, "
+          "flagged client-bound, largest |client - server| among runs not flagged")  # fmt: skip
+    for level in args.levels:
+        one, two = seen[(level, 1)], seen[(level, 2)]
+        won = sum(b[0] > a[0] for a, b in zip(one, two, strict=True))
+        ratio = statistics.median(b[0] / a[0] for a, b in zip(one, two, strict=True))
+        calm = [abs(d) for _, d, f in one + two if not f]
+        print(
+            f"C={level}: {statistics.median(t for t, _, _ in one):.0f} | "
+            f"{statistics.median(t for t, _, _ in two):.0f} tok/s, median ratio {ratio:.2f}, "
+            f"2 processes won {won}/{len(one)}, flagged {sum(f is True for *_, f in one)}/"
+            f"{len(one)} (1 process) and {sum(f is True for *_, f in two)}/{len(two)} "
+            f"(2), worst |diff| not flagged {max(calm, default=0):.1f}%"
+        )
     return 0
 
 
-def _verdict(passed: bool | None) -> str:
-    """The client_bound check: flagged ("yes"), passed ("no") or not judged ("n/j")."""
-    return "yes" if passed is False else "no" if passed else "n/j"
+def _verdict(flagged: bool | None) -> str:
+    return "n/j" if flagged is None else "yes" if flagged else "no"
 
 
 if __name__ == "__main__":

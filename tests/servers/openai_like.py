@@ -15,10 +15,12 @@ Raw asyncio HTTP/1.1 (no framework), so each habit is exact:
     drop the connection after N tokens of every stream (a server failure mid-response).
 ``--stuck-usage``
     running usage that never counts up (0 on every chunk): text with no countable tokens.
-``--token-ms MS``
-    the pace of every stream (default 1 ms a token); ``0``: unpaced, each response written
-    whole in one write from a copy rendered once, so the server costs next to no CPU (to
-    saturate a client on the same cores).
+``--token-ms MS``, ``--tokens-per-write K``
+    the pace of every stream (default 1 ms a token) and how many tokens go in one write
+    (default 1), ``K`` tokens every ``K * MS``: the same rate for far fewer writes and
+    timers. ``--token-ms 0``: unpaced, every response's tokens in one write. Responses are
+    rendered once per shape, so a server with ``K`` of 16 or more, or unpaced, costs little
+    CPU (a fast server for saturating a client on the same cores).
 
 ``--owned-by NAME``, ``--server-header VALUE``
     what its ``/v1/models`` says owns the model, and the ``Server`` header on every response
@@ -54,7 +56,7 @@ class Server:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self._rendered: dict[tuple[bool, int], bytes] = {}
+        self._rendered: dict[tuple[bool, int, int], list[tuple[bytes, int]]] = {}
         self.reset()
 
     def reset(self) -> None:
@@ -143,40 +145,57 @@ class Server:
             b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n"
             b"Keep-Alive: timeout=5, max=100\r\n" + self._server() + b"\r\n"
         )
+        # Cut streams go a token a write; unpaced ones, all tokens in one.
+        per_write = 1 if args.cut_after is not None else args.tokens_per_write
         if not args.token_ms and args.cut_after is None:
-            # Unpaced: the whole response in one write, rendered once per shape, so the
-            # server costs next to no CPU and a client on the same cores is the bottleneck.
-            key = (chat, tokens)
-            body = self._rendered.get(key)
-            if body is None:
-                body = self._rendered[key] = b"".join(c for c, _ in self._chunks(chat, tokens))
-            writer.write(head + body)
-            self.completion_tokens += tokens
+            per_write = tokens
+        key = (chat, tokens, per_write)
+        groups = self._rendered.get(key)
+        if groups is None:
+            groups = self._rendered[key] = self._groups(chat, tokens, per_write)
+        writer.write(head)
+        sent = 0
+        for data, count in groups:
+            if count and sent and args.token_ms:  # the pace: the first tokens come at once
+                await asyncio.sleep(args.token_ms * count / 1000)
+            writer.write(data)
+            if not count:
+                continue  # the closing chunks follow the last token at once, as SGLang's do
+            sent += count
+            self.completion_tokens += count
             self.last_token = time.perf_counter()
             await writer.drain()
-        else:
-            writer.write(head)
-            sent = 0
-            for data, is_token in self._chunks(chat, tokens):
-                writer.write(data)
-                if not is_token:
-                    continue
-                sent += 1
-                self.completion_tokens += 1
-                self.last_token = time.perf_counter()
-                await writer.drain()
-                if args.cut_after is not None and sent >= args.cut_after:
-                    writer.transport.abort()
-                    return True
-                if args.token_ms:
-                    await asyncio.sleep(args.token_ms / 1000)
-            await writer.drain()
+            if args.cut_after is not None and sent >= args.cut_after:
+                writer.transport.abort()
+                return True
+        await writer.drain()
         if args.close_after_stream:
             # Close a moment after the last byte: the client has released the connection to
             # its pool and, in a closed loop, already written the next request into it.
             await asyncio.sleep(args.close_delay_ms / 1000)
             return True
         return False
+
+    def _groups(self, chat: bool, tokens: int, per_write: int) -> list[tuple[bytes, int]]:
+        """The body as writes: ``per_write`` tokens each (the role chunk with the first),
+        then the closing chunks alone; each with the tokens it carries. Rendered once per
+        shape, so the server's CPU goes to writing, not to encoding JSON."""
+        chunks = list(self._chunks(chat, tokens))
+        last = max((i for i, (_, is_token) in enumerate(chunks) if is_token), default=-1)
+        groups: list[tuple[bytes, int]] = []
+        pending: list[bytes] = []
+        count = 0
+        for data, is_token in chunks[: last + 1]:
+            pending.append(data)
+            count += is_token
+            if count == per_write:
+                groups.append((b"".join(pending), count))
+                pending, count = [], 0
+        if pending:
+            groups.append((b"".join(pending), count))
+        if chunks[last + 1 :]:
+            groups.append((b"".join(data for data, _ in chunks[last + 1 :]), 0))
+        return groups
 
     def _chunks(self, chat: bool, tokens: int) -> Iterator[tuple[bytes, bool]]:
         """The response body's HTTP chunks, each with whether it carries a generated token."""
@@ -245,6 +264,7 @@ def main() -> None:
     parser.add_argument("--stuck-usage", action="store_true")
     parser.add_argument("--cut-after", type=int, default=None)
     parser.add_argument("--token-ms", type=float, default=1.0)
+    parser.add_argument("--tokens-per-write", type=int, default=1)
     parser.add_argument("--owned-by", default=None)
     parser.add_argument("--server-header", default=None)
     parser.add_argument("--require-auth", default=None)
