@@ -459,7 +459,7 @@ class RayLoadWorkers:
                 [a.go.remote(start + c.offset) for a, c in zip(actors, self.clocks, strict=True)],
                 timeout=30,
             )
-            heard = ProgressSum(count, progress, PROGRESS_INTERVAL)
+            heard = ProgressSum(progress, PROGRESS_INTERVAL)
             self._collect(runs, outcomes, timeout, heard)
             heard.report()
         except BaseException:

@@ -99,7 +99,6 @@ class Sender:
 class ProgressSum:
     """The coordinator's view: each worker's latest counts and the records it has sent."""
 
-    workers: int
     callback: ProgressCallback | None = None
     interval: float = 1.0
     counts: dict[int, Counts] = field(default_factory=dict)

@@ -102,11 +102,11 @@ def _worker(
 
     options = dict(plan.options)
     relay = Relay()
-    sender = Sender(relay, results.send, PROGRESS_INTERVAL)
     generator = LoadGenerator(
         options.pop("url"), **options, progress=relay.progress,
         progress_interval=PROGRESS_INTERVAL, shard=Shard(index, shares, sync, relay.finished),
     )  # fmt: skip
+    sender = Sender(relay, results.send, PROGRESS_INTERVAL)
     outcome: tuple[str, LoadRun | None, str | None]
     try:
         if plan.mode == "closed":
@@ -224,7 +224,7 @@ def run_sharded(
             run_timeout
             or plan.options.get("request_timeout", 600.0) * (plan.workload.requests + 1) + 60.0
         )
-        heard = ProgressSum(len(shares), progress, PROGRESS_INTERVAL)
+        heard = ProgressSum(progress, PROGRESS_INTERVAL)
         outcomes = _collect(workers, pipes, timeout, heard)
         heard.report()
         # A lost worker's requests that it had sent back before its end are kept.
