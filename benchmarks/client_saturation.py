@@ -2,17 +2,23 @@
 
 Against a fast streaming server of the test suite (``tests/servers/openai_like.py``, raw
 asyncio), closed loops at each concurrency level, each with one and with two load-generator
-processes, interleaved, ``--pairs`` times. By default the server is unpaced (``--token-ms
-0``: each response written whole from a copy rendered once, so the server costs next to no
-CPU and the client is the bottleneck); ``--token-ms 1`` paces every stream at a token per
-millisecond (offered load ``C * 1000`` tokens per second). For each run: the client's
-throughput, the server's own (tokens / first request -> last token, from its ``/stats``),
-their difference, the client's CPU (cores; the busiest process of two) and event-loop lag
-p99, and the ``client_bound`` validity check: flagged ("yes"), passed ("no"), or not judged
-("n/j": the loop was late while its CPU stayed under the limit). Then, per level, the
-medians and how many pairs two processes won.
+processes, interleaved (the order alternates every pair), ``--pairs`` times. The server
+paces every stream at ``--token-ms`` a token, ``--tokens-per-write`` tokens a write (the
+offered load is ``C * 1000 / token_ms`` tokens per second; writing 32 tokens at a time from
+responses rendered once keeps the server's own CPU low, so the client is what saturates on
+the same cores); ``--token-ms 0`` is unpaced. For each run: the client's throughput, the
+server's own (tokens from the first measured request to the last token written, from its
+``/stats``), their difference, the client's CPU (cores; the busiest process of two) and
+event-loop lag p99, and the ``client_bound`` validity check: flagged ("yes"), passed
+("no"), or not judged ("n/j": the loop was late while its CPU stayed under the limit, i.e.
+other processes held the cores). Then, per level, the medians and how many pairs two
+processes won.
 
-    python benchmarks/client_saturation.py [--levels 64 128] [--pairs 5] [--token-ms 0]
+On the 2-core development machine (quiet, the server on the same cores), C=192 offers more
+than one process can read (about 150,000 tokens/s) and less than two can: one process is
+flagged, two are not and are faster.
+
+    python benchmarks/client_saturation.py [--levels 64 192] [--pairs 5] [--token-ms 1]
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from tests.servers.process import running_server
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--levels", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--levels", type=int, nargs="+", default=[64, 192])
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--token-ms", type=float, default=1.0)
     parser.add_argument("--tokens-per-write", type=int, default=32)
