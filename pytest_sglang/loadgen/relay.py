@@ -9,8 +9,9 @@ it had in flight and not yet sent, not the ones it had finished; and the coordin
 one progress line summed over the workers.
 
 The event loop's part is one locked ``append`` per finished request and a tuple assignment
-per progress tick; pickling and sending happen off the loop, about 2 ms for 200 records of
-256 tokens each (``benchmarks/client_efficiency.py`` measures the worker path).
+per progress tick. Pickling and sending happen on another thread: pickling 200 records of
+256 tokens each took about 2 ms on the development machine, under 0.1 % of what the client
+spends receiving those 51,200 tokens (0.054 CPU-seconds per 1000).
 """
 
 from __future__ import annotations
