@@ -58,10 +58,9 @@ import asyncio
 import contextvars
 import errno
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import SimpleNamespace
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import aiohttp
 import httpx
@@ -74,6 +73,7 @@ from pytest_sglang.config.defaults import (
     DEFAULT_STALL_TIMEOUT,
 )
 from pytest_sglang.errors import SGLangError
+from pytest_sglang.loadgen.blocking import run_blocking
 from pytest_sglang.loadgen.progress import ProgressCallback, ProgressTicker, Tally, no_progress
 from pytest_sglang.loadgen.prompts import PATHS, encoded_bodies
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
@@ -100,7 +100,6 @@ __all__ = [
     "run_blocking",
 ]
 
-T = TypeVar("T")
 
 #: Encoded request bodies of one phase, by request index.
 Bodies = list[bytes]
@@ -736,23 +735,6 @@ class LoadGenerator:
             now = time.perf_counter()
             parser.finish(now)
             record.end = parser.done_at if parser.done_at is not None else now
-
-
-def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run ``coroutine`` to completion on a new event loop and return its result.
-
-    From a thread that is already running an event loop (an ``async def`` test under
-    pytest-asyncio or anyio calling ``sglang_bench``) :func:`asyncio.run` refuses: the
-    coroutine then runs on its own loop in a worker thread while the caller waits. The
-    caller's loop is blocked meanwhile, as by any blocking call; await the async API
-    (:meth:`LoadGenerator.closed_loop`...) to keep it running.
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    with ThreadPoolExecutor(1, thread_name_prefix="pytest-sglang-loadgen") as worker:
-        return worker.submit(asyncio.run, coroutine).result()
 
 
 class _RunState:
