@@ -49,7 +49,7 @@ def _run_here(coroutine: Coroutine[Any, Any, T]) -> T:
     handler = signal.getsignal(signal.SIGALRM)
     if threading.current_thread() is not threading.main_thread() or not callable(handler):
         return asyncio.run(coroutine)
-    alarm = handler
+    alarm = handler  # narrowed to a callable, for the closure
     raised: list[BaseException] = []
     main: list[asyncio.Task[T]] = []
 

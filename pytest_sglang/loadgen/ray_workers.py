@@ -61,6 +61,7 @@ from pytest_sglang.loadgen.workers import (
     RunPlan,
     merge_outcomes,
     plan_shares,
+    worker_generator,
 )
 from pytest_sglang.loadgen.workload import Workload
 
@@ -257,12 +258,8 @@ class _LoadActor:  # pragma: no cover - runs inside a Ray actor; covered end to 
                 raise LoadWorkersFailed("the run was called off by the coordinator")
             return self._start
 
-        options = dict(plan["options"])
         workload = Workload.from_dict(plan["workload"])
-        generator = LoadGenerator(
-            options.pop("url"), **options, progress=relay.progress,
-            progress_interval=PROGRESS_INTERVAL, shard=Shard(index, shares, sync, relay.finished),
-        )  # fmt: skip
+        generator = worker_generator(plan["options"], Shard(index, shares, sync), relay)
         try:
             if plan["mode"] == "closed":
                 run = run_blocking(

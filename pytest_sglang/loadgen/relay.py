@@ -5,8 +5,8 @@ A worker process or Ray actor keeps its records until its run ends; one that die
 finished measured requests and its progress counts as they happen, and the coordinator takes
 them in batches (a worker process's sender thread pushes them down its pipe every
 ``interval``; the coordinator polls a Ray actor). A lost worker then costs only the requests
-it had in flight and not yet sent, not the ones it had finished; and the coordinator shows
-one progress line summed over the workers.
+it had in flight, had finished but not yet handed over, or had not sent, not the ones it had
+handed over; and the coordinator shows one progress line summed over the workers.
 
 The event loop's part is one locked ``append`` per finished request and a tuple assignment
 per progress tick. Pickling and sending happen on another thread: pickling 200 records of

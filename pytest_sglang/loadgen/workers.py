@@ -47,6 +47,7 @@ __all__ = [
     "plan_shares",
     "run_sharded",
     "sharded_closed_loop",
+    "worker_generator",
 ]
 
 #: How long the measured start is set after the last worker is ready: time for every worker
@@ -100,12 +101,8 @@ def _worker(
             raise LoadWorkersFailed("the run was called off: another worker is gone")
         return float(start_at.value)
 
-    options = dict(plan.options)
     relay = Relay()
-    generator = LoadGenerator(
-        options.pop("url"), **options, progress=relay.progress,
-        progress_interval=PROGRESS_INTERVAL, shard=Shard(index, shares, sync, relay.finished),
-    )  # fmt: skip
+    generator = worker_generator(plan.options, Shard(index, shares, sync), relay)
     sender = Sender(relay, results.send, PROGRESS_INTERVAL)
     outcome: tuple[str, LoadRun | None, str | None]
     try:
@@ -134,6 +131,18 @@ def _worker(
     sender.stop()  # every batch before the outcome
     results.send(outcome)
     results.close()
+
+
+def worker_generator(options: dict[str, Any], shard: Shard, relay: Relay) -> LoadGenerator:
+    """Return a worker's generator, built from the coordinator's options (``url`` included).
+
+    It runs ``shard``, and hands its progress and finished records to ``relay``.
+    """
+    options = dict(options)
+    return LoadGenerator(
+        options.pop("url"), **options, progress=relay.progress,
+        progress_interval=PROGRESS_INTERVAL, shard=replace(shard, finished=relay.finished),
+    )  # fmt: skip
 
 
 def plan_shares(plan: RunPlan, processes: int) -> tuple[int, ...]:

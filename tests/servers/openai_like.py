@@ -177,9 +177,12 @@ class Server:
         return False
 
     def _groups(self, chat: bool, tokens: int, per_write: int) -> list[tuple[bytes, int]]:
-        """The body as writes: ``per_write`` tokens each (the role chunk with the first),
-        then the closing chunks alone; each with the tokens it carries. Rendered once per
-        shape, so the server's CPU goes to writing, not to encoding JSON."""
+        """Return the body as writes, each with the tokens it carries.
+
+        ``per_write`` tokens a write (the role chunk goes with the first), then the closing
+        chunks alone. Rendered once per shape, so the server's CPU goes to writing, not to
+        encoding JSON.
+        """
         chunks = list(self._chunks(chat, tokens))
         last = max((i for i, (_, is_token) in enumerate(chunks) if is_token), default=-1)
         groups: list[tuple[bytes, int]] = []
