@@ -582,7 +582,7 @@ class BaselineStore:
         :raises OSError: with what failed, naming the folder or the host (never a password).
         """
         if self.path is None:
-            self._check_elasticsearch(timeout)
+            self.check_reachable(timeout=timeout)
             return
         folder = self.folder
         for above in (folder, *folder.parents):
@@ -605,7 +605,16 @@ class BaselineStore:
         finally:
             Path(probe).unlink(missing_ok=True)
 
-    def _check_elasticsearch(self, timeout: float) -> None:
+    def check_reachable(self, *, timeout: float = 10.0) -> None:
+        """Check that an Elasticsearch storage answers and its client is installed.
+
+        One of its hosts must accept a TCP connection within ``timeout`` seconds. A file
+        storage is always reachable.
+
+        :raises OSError: naming the hosts tried (never a password).
+        """
+        if self.path is not None:
+            return
         import socket
         from urllib.parse import urlsplit
 

@@ -251,13 +251,13 @@ class BaselineGate:
             if self.outcomes
             else "no measurement was taken"
         )
-        self.nothing_compared = f"the gate compared nothing: {why}"
         if self.options.nothing_compared_ok:
+            self.nothing_compared = f"nothing was compared (allowed by nothing-compared:ok): {why}"
             return
-        self.nothing_compared += (
-            "; a regression gate (--sglang-compare-fail) that compared nothing has not passed: "
-            "save a comparable baseline first, or add the term nothing-compared:ok to let "
-            "such a session pass"
+        self.nothing_compared = (
+            f"the gate compared nothing: {why}; a regression gate (--sglang-compare-fail) that "
+            "compared nothing has not passed: save a comparable baseline first, or add the "
+            "term nothing-compared:ok to let such a session pass"
         )
         if session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -316,11 +316,9 @@ class BaselineGate:
             missing = sum(1 for o in self.outcomes if o.outcome == "none")
             if missing:
                 tr.write_line(f"  {missing} measurement(s) had no stored counterpart")
-            if self.nothing_compared and self.options.nothing_compared_ok:
-                tr.write_line(f"  nothing was compared (allowed by nothing-compared:ok): "
-                              f"{self.nothing_compared}")  # fmt: skip
-            elif self.nothing_compared:
-                tr.write_line(f"  {self.nothing_compared}", red=True)
+            if self.nothing_compared:
+                tr.write_line(f"  {self.nothing_compared}",
+                              red=not self.options.nothing_compared_ok)  # fmt: skip
         if self.saved:
             tr.write_line(f"saved {len(self.unique_rows())} measurement(s) to {self.saved}")
         if self.save_error:
@@ -360,11 +358,12 @@ def _check_storage(gate: BaselineGate) -> None:
             options.store().check_writable()
         except OSError as exc:
             raise pytest.UsageError(
-                f"{flag}: the session could not be saved: {exc}; fix the storage or give "
-                "another (--sglang-storage)"
+                f"{flag}: the session could not be saved there: {exc}; fix the storage or "
+                "give another (--sglang-storage)"
             ) from None
     if options.compare:
         try:
+            options.store().check_reachable()
             gate.candidates()
-        except DamagedSession as exc:
+        except (DamagedSession, OSError) as exc:
             raise pytest.UsageError(f"{COMPARE.cli}={options.compare}: {exc}") from None

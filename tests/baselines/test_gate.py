@@ -79,7 +79,9 @@ def test_nothing_compared_is_allowed_when_asked_for(suite: pytest.Pytester) -> N
     result = suite.runpytest("-p", "sglang", f"--sglang-storage={store.uri}", "--sglang-compare",
                              f"{FAIL},nothing-compared:ok")  # fmt: skip
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    result.stdout.fnmatch_lines(["*nothing was compared (allowed by nothing-compared:ok)*"])
+    result.stdout.fnmatch_lines(
+        ["*nothing was compared (allowed by nothing-compared:ok): 1 measurement(s) refused*"]
+    )
 
 
 def test_compare_fail_with_a_counterpart_passes(suite: pytest.Pytester) -> None:
@@ -131,14 +133,17 @@ def test_an_unwritable_storage_folder(suite: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["*--sglang-autosave*cannot write to*/proc/pytest-sglang-store*"])
 
 
-def test_an_elasticsearch_that_does_not_answer(suite: pytest.Pytester) -> None:
+@pytest.mark.parametrize("option", ["--sglang-save=x", "--sglang-compare"])
+def test_an_elasticsearch_that_does_not_answer(suite: pytest.Pytester, option: str) -> None:
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    uri = f"elasticsearch+http://127.0.0.1:{port}/benchmarks/sglang?project_name=p"
-    result = suite.runpytest("-p", "sglang", f"--sglang-storage={uri}", "--sglang-save=x")
+    uri = f"elasticsearch+http://user:pw@127.0.0.1:{port}/benchmarks/sglang?project_name=p"
+    result = suite.runpytest("-p", "sglang", f"--sglang-storage={uri}", option)
     _runs_nothing(result)
-    result.stderr.fnmatch_lines([f"*--sglang-save*127.0.0.1:{port}*does not answer*"])
+    flag = option.split("=")[0]
+    result.stderr.fnmatch_lines([f"*{flag}*127.0.0.1:{port}*does not answer*"])
+    assert "pw" not in result.stderr.str()  # the URL's password is never shown
 
 
 LOSE_THE_FOLDER = """
