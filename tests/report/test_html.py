@@ -220,17 +220,20 @@ def test_a_report_built_from_a_json_report_counts_each_verdict_once(tmp_path: Pa
     import json
 
     from pytest_sglang.cli import compare_measurements, main
+    from pytest_sglang.config.redaction import Redactor
     from pytest_sglang.measure.store import report_measurements
 
     store = _store_with_baseline(tmp_path)
     fresh = [_row("baseline", c, 80.0 * c**0.8, BASE_CONFIG) for c in LEVELS]
     # The session that wrote the report judged itself against "released" (its gate).
     stored = list(store.find("released").measurements)
-    _, verdicts, _ = compare_measurements(stored, report_measurements({"measurements": fresh},
-                                                                      "now"))  # fmt: skip
+    now = {**document(), "measurements": fresh}
+    _, verdicts, _ = compare_measurements(stored, report_measurements(now, "now"))
     assert len(verdicts) == len(LEVELS)
     report = tmp_path / "now.json"
-    report.write_text(json.dumps({**document(), "measurements": fresh, "verdicts": verdicts}))
+    # As the session's reporter writes it: through the redaction rule.
+    written = Redactor().json({**now, "verdicts": verdicts})
+    report.write_text(json.dumps(written))
     out = tmp_path / "q.html"
     status = main(["--storage", store.uri, "report", str(report), "--baseline", "released",
                    "-o", str(out)], io.StringIO())  # fmt: skip
