@@ -142,30 +142,24 @@ def _regressed_levels(
 ) -> list[tuple[str, int]]:
     """Return the (server, concurrency) of ``rows`` that a regression verdict failed.
 
-    A verdict's fingerprint holds the workload a run at its concurrency sent (with
-    ``requests_per_slot`` resolved into ``requests``: ``Workload.for_concurrency``), so each
-    row is looked up under the same key.
+    Looked up by the workload as the measurement holds it (the verdict's
+    ``evidence.workload``), not by the fingerprint's, in which ``requests_per_slot`` is
+    already resolved into the requests a run at that concurrency sent.
     """
-    from pytest_sglang.loadgen.workload import Workload
 
-    def key(workload: Mapping[str, Any], concurrency: int) -> str:
-        return json.dumps([workload, concurrency], sort_keys=True)
+    def key(server: object, workload: object, concurrency: object) -> str:
+        return json.dumps([str(server), workload, concurrency], sort_keys=True)
 
-    levels = {}
-    for row in rows:
-        if row.get("rate") is not None:
-            continue
-        concurrency = int(row["concurrency"])
-        sent = Workload.from_dict(row["workload"]).for_concurrency(concurrency).as_dict()
-        levels[(str(row["server"]), key(sent, concurrency))] = concurrency
+    levels = {key(r["server"], r["workload"], r["concurrency"]): int(r["concurrency"])
+              for r in rows if r.get("rate") is None}  # fmt: skip
     out = []
     for verdict in verdicts:
         if verdict.get("kind") != "assert_no_regression" or verdict.get("outcome") != "fail":
             continue
         evidence = verdict.get("evidence", {})
-        fingerprint = evidence.get("fingerprint", {})
         server = str(evidence.get("a", "")).split(" @ ")[0]
-        found = (server, key(fingerprint.get("workload", {}), fingerprint.get("concurrency")))
+        concurrency = evidence.get("fingerprint", {}).get("concurrency")
+        found = key(server, evidence.get("workload"), concurrency)
         if found in levels:
             out.append((server, levels[found]))
     return out
