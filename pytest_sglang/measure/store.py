@@ -626,9 +626,14 @@ class BaselineStore:
         tried = []
         for host in hosts:
             url = urlsplit(host if "://" in host else f"http://{host}")
-            where = f"{url.hostname}:{url.port or 9200}"
             try:
-                socket.create_connection((url.hostname, url.port or 9200), timeout).close()
+                port = url.port or 9200
+            except ValueError:
+                tried.append(f"{url.hostname} (not a port number)")
+                continue
+            where = f"{url.hostname}:{port}"
+            try:
+                socket.create_connection((url.hostname, port), timeout).close()
             except OSError as exc:
                 tried.append(f"{where} ({exc.strerror or exc})")
                 continue
