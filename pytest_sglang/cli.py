@@ -1,10 +1,15 @@
 """``pytest-sglang``: the store and the reports from the command line.
 
-``list`` the stored sessions, ``compare A B`` (stored sessions or JSON reports; exit 1 on a
-regression, 0 otherwise, 2 on misuse), ``report`` a stored session or JSON report as
+``list`` the stored sessions, ``compare A B`` (stored sessions or JSON reports), ``report`` a
+stored session or JSON report as
 Markdown or HTML, ``merge`` several JSON reports (sharded CI jobs) into one, and one
 Markdown summary from them (``--markdown``).
 ``docs/baselines.md`` is the guide.
+
+Exit statuses, the same for every command: 0 done (no regression), 1 a regression
+(``compare``), 2 a command line that cannot be carried out (unknown session, bad term,
+nothing comparable), 3 a stored session or report that is damaged (named, with what is
+wrong: cut short, not JSON, a malformed record).
 """
 
 from __future__ import annotations
@@ -21,17 +26,24 @@ from pytest_sglang.errors import ComparisonRefused
 from pytest_sglang.measure.store import (
     DEFAULT_STORAGE,
     BaselineStore,
+    DamagedSession,
     StoredMeasurement,
     find_counterpart,
+    read_document,
     report_measurements,
 )
-from pytest_sglang.verdicts.baseline_options import DEFAULT_CHECKS, parse_compare_fail
+from pytest_sglang.verdicts.baseline_options import (
+    DEFAULT_CHECKS,
+    NOTHING_COMPARED_OK,
+    allows_nothing_compared,
+    parse_compare_fail,
+)
 from pytest_sglang.verdicts.regression import regression_verdict
 
 __all__ = ["main"]
 
-#: Exit statuses of ``compare``.
-OK, REGRESSION, MISUSE = 0, 1, 2
+#: Exit statuses (the module docstring says when each is given).
+OK, REGRESSION, MISUSE, DATA = 0, 1, 2, 3
 
 
 class _Misuse(Exception):
@@ -42,7 +54,7 @@ def _load(ref: str, store: BaselineStore) -> tuple[str, list[StoredMeasurement],
     """Return (name, measurements, report document) for a stored session or a JSON report."""
     path = Path(ref)
     if path.suffix == ".json" and path.is_file():
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = read_document(path)
         if document.get("format") == "pytest-sglang-report":
             return str(path), report_measurements(document, str(path)), document
     try:
@@ -52,8 +64,18 @@ def _load(ref: str, store: BaselineStore) -> tuple[str, list[StoredMeasurement],
     return session.id, list(session.measurements), session_document(session.id, session)
 
 
+#: What a report of a stored session saved without its verdicts says in their place.
+NO_STORED_VERDICTS = (
+    "This stored session was saved without its verdicts (by a pytest-sglang before they were "
+    "stored); --baseline A judges its measurements against A."
+)
+
+
 def session_document(name: str, session: Any) -> dict[str, Any]:
-    """Return a stored session as a results report (the JSON report's format)."""
+    """Return a stored session as a results report (the JSON report's format).
+
+    Its verdicts are those saved with it (none in a session saved before they were).
+    """
     document = session.document
     machine = dict(document.get("machine_info", {}))
     sglang = machine.get("sglang", {})
@@ -74,7 +96,9 @@ def session_document(name: str, session: Any) -> dict[str, Any]:
         "servers": [
             {k: v for k, v in s.items() if k != "record"} for s in sglang.get("servers", [])
         ],
-        "measurements": rows, "verdicts": [],
+        "measurements": rows, "verdicts": list(sglang.get("verdicts", [])),
+        # Not of the report format: whether the session was saved with its verdicts.
+        "verdicts_stored": "verdicts" in sglang,
     }  # fmt: skip
 
 
@@ -167,17 +191,27 @@ def merge_reports(
 
 def _cmd_list(args: argparse.Namespace, out: TextIO) -> int:
     store = BaselineStore(args.storage)
-    sessions = store.sessions()
+    sessions = store.sessions(damaged=True)
     if not sessions:
         print(f"no stored sessions in {store}", file=out)
         return OK
     for session in sessions:
+        if session.problem is not None:
+            print(f"{session.id}  DAMAGED: {session.problem}", file=out)
+            continue
         labels = session.labels
         what = ", ".join(
             f"{k} {labels[k]}" for k in ("sglang_version", "commit") if labels.get(k)
         )  # fmt: skip
         print(f"{session.id}  {session.datetime[:19]}  {len(session.measurements)} "
               f"measurement(s)  {what}", file=out)  # fmt: skip
+    damaged = [s for s in sessions if s.problem is not None]
+    if damaged:
+        sys.stderr.write(
+            f"pytest-sglang list: {len(damaged)} damaged session file(s): repair them, or move "
+            f"them out of {store.folder} to use the others\n"
+        )
+        return DATA
     return OK
 
 
@@ -189,9 +223,11 @@ def compare_measurements(
 ) -> tuple[list[str], list[dict[str, Any]], int]:
     """Judge every candidate measurement against its baseline counterpart.
 
+    Nothing comparable is status 2 unless ``terms`` hold ``nothing-compared:ok``.
+
     :returns: (lines to print, verdict bodies, exit status).
     """
-    checks = parse_compare_fail(terms) if terms else DEFAULT_CHECKS
+    checks = parse_compare_fail(terms) or DEFAULT_CHECKS
     lines: list[str] = []
     verdicts: list[dict[str, Any]] = []
     status = OK
@@ -228,7 +264,9 @@ def compare_measurements(
             lines += [f"    warning: {w}" for w in verdict.warnings]
             if body["outcome"] == "fail":
                 status = REGRESSION
-    if judged == 0:
+    if judged == 0 and allows_nothing_compared(terms):
+        lines.append(f"nothing was compared (allowed by {NOTHING_COMPARED_OK})")
+    elif judged == 0:
         lines.append("nothing was compared: no measurement has a counterpart of its fingerprint")
         status = max(status, MISUSE)
     return lines, verdicts, status
@@ -239,7 +277,9 @@ def _cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
     base_name, baseline, _ = _load(args.baseline, store)
     cand_name, candidate, _ = _load(args.candidate, store)
     try:
-        lines, _, status = compare_measurements(baseline, candidate, args.fail or (), args.alpha)
+        lines, verdicts, status = compare_measurements(
+            baseline, candidate, args.fail or (), args.alpha
+        )
     except ValueError as exc:
         raise _Misuse(str(exc)) from None
     terms = ", ".join(args.fail or [c.describe() for c in DEFAULT_CHECKS])
@@ -247,6 +287,8 @@ def _cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
     for line in lines:
         print(line, file=out)
     verdict = {OK: "no regression", REGRESSION: "REGRESSION", MISUSE: "nothing compared"}
+    if not verdicts:
+        verdict[OK] = f"nothing compared (allowed by {NOTHING_COMPARED_OK})"
     print(f"result: {verdict[status]}", file=out)
     return status
 
@@ -259,9 +301,15 @@ def _cmd_report(args: argparse.Namespace, out: TextIO) -> int:
         _, stored, _ = _load(args.baseline, store)
         candidates = report_measurements(document, args.source)
         _, verdicts, _ = compare_measurements(stored, candidates, args.fail or ())
+        # A verdict the report holds already (its session's gate against the same baseline)
+        # is judged again here: the fresh one replaces it, so that it is counted once.
+        again = {_judged(v) for v in verdicts}
         document = dict(document)
-        document["verdicts"] = list(document.get("verdicts", [])) + verdicts
+        document["verdicts"] = [
+            v for v in document.get("verdicts", []) if _judged(v) not in again
+        ] + verdicts
         baselines = [dict(m.row, session=m.session) for m in stored]
+    unstored = document.get("verdicts_stored") is False and not document.get("verdicts")
     fmt = args.format or ("html" if str(args.output).endswith(".html") else "markdown")
     if fmt == "html":
         try:
@@ -271,7 +319,9 @@ def _cmd_report(args: argparse.Namespace, out: TextIO) -> int:
                 f"the HTML report needs the plotting extra: pip install 'pytest-sglang[report]' "
                 f"({exc})"
             ) from None
-        text = render_html(document, baselines=baselines)
+        text = render_html(
+            document, baselines=baselines, no_verdicts=NO_STORED_VERDICTS if unstored else None
+        )
     else:
         from pytest_sglang.report.summary import render_markdown
 
@@ -283,6 +333,16 @@ def _cmd_report(args: argparse.Namespace, out: TextIO) -> int:
         Path(args.output).write_text(text, encoding="utf-8")
         print(f"wrote {args.output}", file=out)
     return OK
+
+
+def _judged(verdict: Any) -> str | None:
+    """Return what a regression verdict judged (measurement, metric, stored session), or None."""
+    if not isinstance(verdict, dict) or verdict.get("kind") != "assert_no_regression":
+        return None
+    evidence = verdict.get("evidence") or {}
+    # The fingerprint itself: a JSON report masks "fingerprint_key" (its name looks secret).
+    return json.dumps([verdict.get("metric"), evidence.get("fingerprint"),
+                       evidence.get("stored_session")], sort_keys=True)  # fmt: skip
 
 
 def _cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
@@ -377,7 +437,8 @@ def make_parser() -> argparse.ArgumentParser:
         description="Compare every measurement of B with its counterpart of the same "
         "fingerprint in A. A and B are stored sessions (latest, a number, a save name, a "
         "saved file) or --sglang-report JSON files. Exit 1 on a regression, 0 otherwise, "
-        "2 on misuse or when nothing could be compared.",
+        f"2 on misuse or when nothing could be compared (unless --fail {NOTHING_COMPARED_OK}), "
+        "3 when a stored session or report is damaged.",
     )  # fmt: skip
     compare.add_argument("baseline", metavar="A", help="the baseline (stored)")
     compare.add_argument("candidate", metavar="B", help="the candidate (now)")
@@ -418,6 +479,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except _Misuse as exc:
         sys.stderr.write(f"pytest-sglang {args.command}: {exc}\n")
         return MISUSE
+    except DamagedSession as exc:
+        sys.stderr.write(f"pytest-sglang {args.command}: {exc}\n")
+        return DATA
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -253,7 +253,8 @@ COMPARE_FAIL = OptionSpec(
     "Fail the tests whose measurements regressed against the stored ones by more than PCT "
     "percent (repeatable; e.g. output_throughput:3, ttft_p99:10; a trailing percent sign is "
     "allowed): a non-inferiority verdict on whole runs (exact Mann-Whitney, Hodges-Lehmann "
-    "bound). Needs --sglang-compare",
+    "bound); a session that compared nothing fails too, unless a term is nothing-compared:ok. "
+    "Needs --sglang-compare",
     metavar="METRIC:PCT",
     repeatable=True,
 )

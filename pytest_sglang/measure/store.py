@@ -13,7 +13,10 @@ entry's ``options`` so that it survives both storages.
 A **fingerprint** is what must match for a comparison to mean anything: model, tensor and
 data parallelism, GPU model and count, workload, concurrency and the server flags that change
 performance. **Labels** say what is being compared (SGLang version, commit, the save name) and
-never prevent a comparison. File saves are atomic and safe against concurrent writers: the
+never prevent a comparison. A session file that cannot be read (cut short by a full disk or
+a killed job, or not of this format) is a :class:`DamagedSession` naming the file and what is
+wrong: never skipped, so an older session is never silently taken for the latest.
+File saves are atomic and safe against concurrent writers: the
 file is written and synced under a temporary name, then hard-linked to the first free number
 (a link never replaces an existing file), so two CI jobs saving at once both land.
 """
@@ -32,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from pytest_sglang.errors import SGLangError
 from pytest_sglang.loadgen.schedule import OpenLoop
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.bench import BenchResult
@@ -44,6 +48,7 @@ __all__ = [
     "MACHINE_ID",
     "SAVED_METRICS",
     "BaselineStore",
+    "DamagedSession",
     "FieldDifference",
     "Fingerprint",
     "StoredMeasurement",
@@ -93,6 +98,48 @@ SAVED_METRICS: tuple[tuple[str, str], ...] = (
 
 _SAVE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 _NUMBERED = re.compile(r"^(\d{4})_(.+)\.json$")
+
+
+class DamagedSession(SGLangError):
+    """A stored session (or report) that cannot be read: the message names the file and why."""
+
+    def __init__(self, path: Path | str, problem: str, *, folder: Path | None = None) -> None:
+        fix = (
+            f"repair it, or move it out of {folder} to use the others"
+            if folder is not None
+            else "repair it, or give another file"
+        )
+        super().__init__(f"{path} is damaged: {problem}; {fix}")
+        self.path = Path(path)
+        self.problem = problem
+
+
+def read_document(path: Path, *, folder: Path | None = None) -> dict[str, Any]:
+    """Return the JSON object a session or report file holds (``folder``: the store's).
+
+    :raises DamagedSession: unreadable, cut short (not valid JSON) or not a JSON object.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DamagedSession(
+            path, f"not UTF-8 text ({exc.reason} at byte {exc.start})", folder=folder
+        ) from None
+    except OSError as exc:
+        raise DamagedSession(
+            path, f"cannot be read ({exc.strerror or exc})", folder=folder
+        ) from None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        early = exc.pos >= len(text.rstrip()) - 1  # the text ended where more was due
+        hint = f" (it ends after {len(text.encode())} bytes: cut short?)" if early else ""
+        raise DamagedSession(path, f"not valid JSON: {exc}{hint}", folder=folder) from None
+    if not isinstance(document, dict):
+        raise DamagedSession(
+            path, f"holds a JSON {type(document).__name__}, not an object", folder=folder
+        )
+    return document
 
 
 @dataclass(frozen=True)
@@ -248,6 +295,8 @@ class StoredSession:
     measurements: tuple[StoredMeasurement, ...]
     path: Path | None = None
     document: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: What is wrong with a damaged session (``sessions(damaged=True)`` only); else None.
+    problem: str | None = None
 
     @property
     def number(self) -> int | None:
@@ -347,15 +396,30 @@ def benchmark_entries(
 
 
 def _measurements_of(document: Mapping[str, Any], session: str) -> list[StoredMeasurement]:
+    """Return the session's measurements.
+
+    :raises ValueError: a record of ours that lacks what it must hold (says which).
+    """
     out = []
-    for bench in document.get("benchmarks", []):
-        record = (bench.get("options") or {}).get("sglang")
+    benchmarks = document.get("benchmarks", [])
+    if not isinstance(benchmarks, list):
+        raise ValueError("'benchmarks' is not a list")
+    for index, bench in enumerate(benchmarks):
+        options = bench.get("options") if isinstance(bench, dict) else None
+        record = options.get("sglang") if isinstance(options, dict) else None
         if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
             continue
-        row = cast("MeasurementRow", record["measurement"])
-        out.append(
-            StoredMeasurement(row, Fingerprint(record["fingerprint"]), session, record["labels"])
-        )
+        missing = [k for k in ("measurement", "fingerprint", "labels")
+                   if not isinstance(record.get(k), dict)]  # fmt: skip
+        if not missing:
+            row = record["measurement"]
+            missing = [k for k in ("server", "workload", "concurrency", "runs") if k not in row]
+            missing = [f"measurement.{k}" for k in missing]
+        if missing:
+            raise ValueError(f"benchmarks[{index}].options.sglang lacks {', '.join(missing)}")
+        out.append(StoredMeasurement(cast("MeasurementRow", record["measurement"]),
+                                     Fingerprint(record["fingerprint"]), session,
+                                     record["labels"]))  # fmt: skip
     return out
 
 
@@ -396,8 +460,13 @@ def build_document(
     *,
     commit: Mapping[str, Any] | None = None,
     machine: Mapping[str, Any] | None = None,
+    verdicts: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """Return one session as a pytest-benchmark document (what a file holds)."""
+    """Return one session as a pytest-benchmark document (what a file holds).
+
+    ``verdicts`` (the session's verdict rows) ride along in ``machine_info.sglang``, so that
+    a report rendered from the stored session shows them.
+    """
     from pytest_benchmark import __version__ as benchmark_version
 
     commit = dict(commit if commit is not None else commit_info())
@@ -407,7 +476,7 @@ def build_document(
     machine["sglang"] = {
         "gpus": list(gpus), "plugin_version": labels["plugin_version"],
         "sglang_versions": sorted({str(s["version"]) for s in servers if s.get("version")}),
-        "servers": [dict(s) for s in servers],
+        "servers": [dict(s) for s in servers], "verdicts": [dict(v) for v in verdicts],
     }  # fmt: skip
     benchmarks = []
     for row in rows:
@@ -420,6 +489,11 @@ def build_document(
         "datetime": when,
         "version": benchmark_version,
     }
+
+
+def document_text(document: Mapping[str, Any]) -> str:
+    """Return a session document as the text of its file."""
+    return json.dumps(document, indent=1, allow_nan=False, default=str) + "\n"
 
 
 @contextlib.contextmanager
@@ -492,11 +566,86 @@ class BaselineStore:
                 self.uri,
                 logger=Logger(Logger.QUIET),  # type: ignore[no-untyped-call]
                 default_machine_id=MACHINE_ID,
-                netrc=None,
+                netrc="",  # pytest-benchmark's "no netrc file" (None is a TypeError there)
             )
         return self._elastic
 
     # -- writing ----------------------------------------------------------------------------
+
+    def check_writable(self, *, timeout: float = 10.0) -> None:
+        """Check now, before a session measures for hours, that a save would land.
+
+        The file storage: the machine folder is created if missing and a probe file is
+        written, synced and removed there. Elasticsearch: one of its hosts accepts a TCP
+        connection within ``timeout`` seconds, and its client package is installed.
+
+        :raises OSError: with what failed, naming the folder or the host (never a password).
+        """
+        if self.path is None:
+            self.check_reachable(timeout=timeout)
+            return
+        folder = self.folder
+        for above in (folder, *folder.parents):
+            if above.exists():
+                if not above.is_dir():
+                    raise OSError(f"cannot write to {folder}: {above} is a file, not a folder")
+                break
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".probe-", suffix=".partial", dir=folder)
+        except OSError as exc:
+            raise OSError(f"cannot write to {folder}: {exc.strerror or exc}") from None
+        try:
+            with os.fdopen(fd, "wb") as file:
+                file.write(b"\0" * 65536)  # about what a session of a few sweeps takes
+                file.flush()
+                os.fsync(file.fileno())
+        except OSError as exc:
+            raise OSError(f"cannot write to {folder}: {exc.strerror or exc}") from None
+        finally:
+            Path(probe).unlink(missing_ok=True)
+
+    def check_reachable(self, *, timeout: float = 10.0) -> None:
+        """Check that an Elasticsearch storage answers and its client is installed.
+
+        One of its hosts must accept a TCP connection within ``timeout`` seconds. A file
+        storage is always reachable.
+
+        :raises OSError: naming the hosts tried (never a password).
+        """
+        if self.path is not None:
+            return
+        import socket
+        from urllib.parse import urlsplit
+
+        from pytest_benchmark.utils import parse_elasticsearch_storage
+
+        hosts, *_ = parse_elasticsearch_storage(  # type: ignore[no-untyped-call]
+            self.uri[len("elasticsearch+") :], netrc_file=""
+        )
+        tried = []
+        for host in hosts:
+            url = urlsplit(host if "://" in host else f"http://{host}")
+            try:
+                port = url.port or 9200
+            except ValueError:
+                tried.append(f"{url.hostname} (not a port number)")
+                continue
+            where = f"{url.hostname}:{port}"
+            try:
+                socket.create_connection((url.hostname, port), timeout).close()
+            except OSError as exc:
+                tried.append(f"{where} ({exc.strerror or exc})")
+                continue
+            break
+        else:
+            raise OSError(
+                f"Elasticsearch at {', '.join(tried)} does not answer within {timeout:g} s"
+            )
+        import importlib.util
+
+        if importlib.util.find_spec("elasticsearch") is None:
+            raise OSError("the Elasticsearch storage needs its client: pip install elasticsearch")
 
     def save(
         self,
@@ -507,13 +656,20 @@ class BaselineStore:
         *,
         commit: Mapping[str, Any] | None = None,
         machine: Mapping[str, Any] | None = None,
+        verdicts: Sequence[Mapping[str, Any]] = (),
     ) -> str:
-        """Save one session's measurements under ``name``; return where it landed."""
+        """Save one session's measurements (and verdicts) under ``name``; return where."""
         if not _SAVE_NAME.match(name):
             raise ValueError(
                 f"cannot save under {name!r}: use letters, digits, '_', '.', '+' and '-'"
             )
-        document = build_document(name, rows, servers, gpus, commit=commit, machine=machine)
+        document = build_document(
+            name, rows, servers, gpus, commit=commit, machine=machine, verdicts=verdicts
+        )
+        return self.save_document(name, document)
+
+    def save_document(self, name: str, document: Mapping[str, Any]) -> str:
+        """Save a document of :func:`build_document` under ``name``; return where it landed."""
         if self.path is None:
             self._elasticsearch().save(document, name)
             return f"{self.uri} ({MACHINE_ID}_{name})"
@@ -526,7 +682,7 @@ class BaselineStore:
     def _save_file(self, name: str, document: Mapping[str, Any]) -> Path:
         folder = self.folder
         folder.mkdir(parents=True, exist_ok=True)
-        payload = json.dumps(document, indent=1, allow_nan=False, default=str).encode() + b"\n"
+        payload = document_text(document).encode()
         # Written in full and synced under a name no reader globs (not *.json) ...
         fd, tmp = tempfile.mkstemp(prefix=".saving-", suffix=".partial", dir=folder)
         try:
@@ -553,8 +709,14 @@ class BaselineStore:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def sessions(self) -> list[StoredSession]:
-        """Return every stored session that has pytest-sglang measurements, oldest first."""
+    def sessions(self, *, damaged: bool = False) -> list[StoredSession]:
+        """Return every stored session that has pytest-sglang measurements, oldest first.
+
+        :param damaged: also return the damaged ones (``problem`` says what is wrong), in
+            their place, instead of raising.
+        :raises DamagedSession: a session file in the store cannot be read, is cut short or
+            holds a malformed record (never skipped: it may be the latest).
+        """
         if self.path is None:
             loaded = list(self._elasticsearch().load())
             return [self._session(str(key), data, None) for key, data in loaded]
@@ -562,18 +724,30 @@ class BaselineStore:
             return []
         out = []
         for path in sorted(self.folder.glob("[0-9][0-9][0-9][0-9]_*.json")):
+            sid = f"{MACHINE_ID}/{path.stem}"
             try:
-                document = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue  # not ours or unreadable: pytest-benchmark skips it too
-            session = self._session(f"{MACHINE_ID}/{path.stem}", document, path)
+                session = self._session(
+                    sid, read_document(path, folder=self.folder), path, folder=self.folder
+                )
+            except DamagedSession as exc:
+                if not damaged:
+                    raise
+                match = _NUMBERED.match(path.name)
+                name = match.group(2) if match else path.stem
+                out.append(StoredSession(sid, name, "", {}, (), path, problem=exc.problem))
+                continue
             if session.measurements:
                 out.append(session)
         return out
 
     @staticmethod
-    def _session(sid: str, document: Mapping[str, Any], path: Path | None) -> StoredSession:
-        measurements = _measurements_of(document, sid)
+    def _session(
+        sid: str, document: Mapping[str, Any], path: Path | None, *, folder: Path | None = None
+    ) -> StoredSession:
+        try:
+            measurements = _measurements_of(document, sid)
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise DamagedSession(path or sid, str(exc), folder=folder) from None
         labels = dict(measurements[0].labels) if measurements else {}
         match = _NUMBERED.match(path.name) if path is not None else None
         name = match.group(2) if match else str(labels.get("name", sid))
@@ -589,12 +763,12 @@ class BaselineStore:
         name), an id (``sglang/0003_nightly``) or a file path.
 
         :raises LookupError: with the sessions there are.
+        :raises DamagedSession: the file, or a session file in the store, is damaged.
         """
         path = Path(ref)
         if ref.endswith(".json") and (path.is_file() or (self.base / path).is_file()):
             full = path if path.is_file() else self.base / path
-            document = json.loads(full.read_text(encoding="utf-8"))
-            return self._session(str(full), document, full)
+            return self._session(str(full), read_document(full), full)
         sessions = self.sessions()
         if not sessions:
             raise LookupError(f"no stored sessions in {self}")

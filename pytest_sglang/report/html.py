@@ -138,19 +138,31 @@ def _groups(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, An
 
 
 def _regressed_levels(
-    verdicts: Sequence[Mapping[str, Any]], workload_key: str
+    verdicts: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]
 ) -> list[tuple[str, int]]:
-    levels = []
+    """Return the (server, concurrency) of ``rows`` that a regression verdict failed.
+
+    Looked up by the workload as the measurement holds it (the verdict's
+    ``evidence.workload``), not by the fingerprint's, in which ``requests_per_slot`` is
+    already resolved into the requests a run at that concurrency sent.
+    """
+
+    def key(server: object, workload: object, concurrency: object) -> str:
+        return json.dumps([str(server), workload, concurrency], sort_keys=True)
+
+    levels = {key(r["server"], r["workload"], r["concurrency"]): int(r["concurrency"])
+              for r in rows if r.get("rate") is None}  # fmt: skip
+    out = []
     for verdict in verdicts:
         if verdict.get("kind") != "assert_no_regression" or verdict.get("outcome") != "fail":
             continue
-        fingerprint = verdict.get("evidence", {}).get("fingerprint", {})
-        workload = fingerprint.get("workload", {})
-        key = json.dumps({k: v for k, v in workload.items() if k != "requests"}, sort_keys=True)
-        if key == workload_key and isinstance(fingerprint.get("concurrency"), int):
-            server = str(verdict.get("evidence", {}).get("a", "")).split(" @ ")[0]
-            levels.append((server, fingerprint["concurrency"]))
-    return levels
+        evidence = verdict.get("evidence", {})
+        server = str(evidence.get("a", "")).split(" @ ")[0]
+        concurrency = evidence.get("fingerprint", {}).get("concurrency")
+        found = key(server, evidence.get("workload"), concurrency)
+        if found in levels:
+            out.append((server, levels[found]))
+    return out
 
 
 def _crossovers(verdicts: Sequence[Mapping[str, Any]]) -> list[tuple[str, int]]:
@@ -186,12 +198,15 @@ def render_html(
     *,
     baselines: Sequence[Mapping[str, Any]] = (),
     title: str = "pytest-sglang qualification report",
+    no_verdicts: str | None = None,
 ) -> str:
     """Return the report as one self-contained HTML page.
 
     :param document: a results report (``schemas/report.schema.json``).
     :param baselines: stored measurement rows (with a ``session`` key) drawn dashed on the
         same axes as the measurements of the same workload.
+    :param no_verdicts: what to say when there are no verdicts, where "No verdicts were
+        recorded" would not be true (a stored session saved without them).
     """
     from pytest_sglang.report.plots import render_workload_plots, series_of
 
@@ -252,7 +267,7 @@ def render_html(
         series = series_of(rows) + series_of(base_groups.get(key, []), baseline=True)
         plots = render_workload_plots(
             series, title=_workload_title(workload), crossovers=crossovers,
-            regressions=_regressed_levels(verdicts, key),
+            regressions=_regressed_levels(verdicts, rows),
         )  # fmt: skip
         for caption, svg in plots:
             parts.append(f'<figure class="plot">{svg}<figcaption class="muted">{_e(caption)}'
@@ -269,7 +284,7 @@ def render_html(
         parts.append('<p class="muted">medians over runs; ± half the range of the runs</p>')
     parts.append("<h2>Verdicts</h2>")
     if not verdicts:
-        parts.append('<p class="muted">No verdicts were recorded.</p>')
+        parts.append(f'<p class="muted">{_e(no_verdicts or "No verdicts were recorded.")}</p>')
     parts += [_verdict_html(v) for v in verdicts]
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

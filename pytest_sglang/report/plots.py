@@ -7,8 +7,9 @@ fetch at view time) and a fixed hash salt, so the same data gives the same bytes
 Per workload: output throughput, TTFT p50 and p99 and ITL p50 against concurrency, and output
 throughput against TPOT p50 (the Pareto view: what the server delivers against what each user
 waits per token). Every point is the median over runs with a bar from the slowest to the
-fastest run; stored baselines are drawn dashed on the same axes; a crossover is a vertical
-line, and a regressed point is ringed in red.
+fastest run; stored baselines are drawn dashed on the same axes, each in its server's colour
+(a second stored session of one server dotted, a third dash-dotted), so no two lines look
+alike; a crossover is a vertical line, and a regressed point is ringed in red.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Series", "render_workload_plots", "series_of"]
+__all__ = ["Series", "render_workload_plots", "series_of", "series_styles"]
 
 
 @dataclass
@@ -70,6 +71,47 @@ def _stats(values: Sequence[float], scale: float) -> tuple[float, float, float] 
     )
 
 
+#: Line styles of stored baselines: the first session of a server dashed, then dotted...
+_BASELINE_STYLES = ("--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)))
+
+
+def _server(label: str) -> str:
+    return label.split(" (baseline ")[0]
+
+
+#: matplotlib's tab10 colours without its red, which marks regressions and crossovers.
+_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+            "#bcbd22", "#7f7f7f")  # fmt: skip
+
+
+def series_styles(series: Sequence[Series]) -> list[tuple[str, Any]]:
+    """Return each series' (colour, line style): no two series look alike.
+
+    A measured server gets the next colour and a solid line; a stored baseline the colour
+    of its server (the next free one if the server was not measured) and the next dashed
+    style among that server's baselines.
+    """
+    colours = _COLOURS
+    by_server: dict[str, str] = {}
+    for s in series:
+        if not s.baseline:
+            by_server.setdefault(s.label, colours[len(by_server) % len(colours)])
+    for s in series:
+        if s.baseline:
+            by_server.setdefault(_server(s.label), colours[len(by_server) % len(colours)])
+    used: dict[str, int] = {}
+    out: list[tuple[str, Any]] = []
+    for s in series:
+        colour = by_server[_server(s.label) if s.baseline else s.label]
+        if not s.baseline:
+            out.append((colour, "-"))
+            continue
+        index = used.get(colour, 0)
+        used[colour] = index + 1
+        out.append((colour, _BASELINE_STYLES[index % len(_BASELINE_STYLES)]))
+    return out
+
+
 PANELS = (
     ("output_throughput", "output throughput (tok/s)", 1.0),
     ("ttft", "TTFT p50 and p99 (ms)", 1000.0),
@@ -93,7 +135,7 @@ def render_workload_plots(
 
     plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "pytest-sglang",
                          "font.size": 9})  # fmt: skip
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    styles = series_styles(series)
     plots: list[tuple[str, str]] = []
 
     def svg(figure: Figure) -> str:
@@ -104,9 +146,7 @@ def render_workload_plots(
         return text[text.index("<svg") :]
 
     figure, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for index, s in enumerate(series):
-        colour = "#777777" if s.baseline else colours[index % len(colours)]
-        style = "--" if s.baseline else "-"
+    for s, (colour, style) in zip(series, styles, strict=True):
         levels = sorted(s.points)
         for ax, (metric, ylabel, scale) in zip(axes, PANELS, strict=True):
             metrics = ["ttft.p50", "ttft.p99"] if metric == "ttft" else [metric]
@@ -119,7 +159,7 @@ def render_workload_plots(
                 err = [[st[0] - st[1] for _, st in pts], [st[2] - st[0] for _, st in pts]]
                 marker = "s" if m.endswith("p99") else "o"
                 name = s.label + (f" {m.split('.')[1]}" if metric == "ttft" else "")
-                ax.errorbar(xs, med, yerr=err, fmt=style, marker=marker, color=colour,
+                ax.errorbar(xs, med, yerr=err, linestyle=style, marker=marker, color=colour,
                             capsize=3, markersize=4, label=name, linewidth=1.3)  # fmt: skip
                 if metric == "output_throughput" and not s.baseline:
                     hit = {c for name, c in regressions if name == s.label}
@@ -141,12 +181,12 @@ def render_workload_plots(
             ax.legend(fontsize=7)
     figure.suptitle(title, fontsize=10)
     plots.append(("Throughput, TTFT and ITL against concurrency (median over runs, bars: "
-                  "slowest to fastest run; dashed: stored baseline)", svg(figure)))  # fmt: skip
+                  "slowest to fastest run; dashed or dotted: a stored baseline, in its server's "
+                  "colour)", svg(figure)))  # fmt: skip
 
     figure, ax = plt.subplots(figsize=(6, 4))
     drawn = False
-    for index, s in enumerate(series):
-        colour = "#777777" if s.baseline else colours[index % len(colours)]
+    for s, (colour, style) in zip(series, styles, strict=True):
         pareto: list[tuple[float, float, int]] = []
         for c in sorted(s.points):
             tpot = s.points[c].get("tpot.p50") or s.points[c].get("itl.p50") or []
@@ -156,7 +196,7 @@ def render_workload_plots(
         if not pareto:
             continue
         drawn = True
-        ax.plot([p[0] for p in pareto], [p[1] for p in pareto], "--" if s.baseline else "-",
+        ax.plot([p[0] for p in pareto], [p[1] for p in pareto], linestyle=style,
                 marker="o", color=colour, label=s.label, markersize=4)  # fmt: skip
         for x, y, c in pareto:
             ax.annotate(f"C={c}", (x, y), textcoords="offset points", xytext=(4, 3),

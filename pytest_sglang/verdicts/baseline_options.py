@@ -25,8 +25,10 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_CHECKS",
     "DEFAULT_STORAGE",
+    "NOTHING_COMPARED_OK",
     "BaselineOptions",
     "RegressionCheck",
+    "allows_nothing_compared",
     "baseline_options",
     "parse_compare_fail",
 ]
@@ -50,6 +52,10 @@ class RegressionCheck:
 #: What ``--sglang-compare`` judges when no ``--sglang-compare-fail`` is given.
 DEFAULT_CHECKS = (RegressionCheck("output_throughput", 0.03),)
 
+#: The ``compare-fail`` term that lets a gate pass which compared nothing (a first session,
+#: nothing stored yet): without it, a gate with nothing comparable fails.
+NOTHING_COMPARED_OK = "nothing-compared:ok"
+
 _TERM = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*:\s*([0-9]*\.?[0-9]+)\s*%?\s*$")
 
 
@@ -70,20 +76,34 @@ def _metric_name(text: str) -> str:
         raise
 
 
+def _terms(values: Sequence[str]) -> list[str]:
+    return [t.strip() for value in values for t in value.split(",") if t.strip()]
+
+
+def allows_nothing_compared(values: Sequence[str]) -> bool:
+    """Whether the terms hold :data:`NOTHING_COMPARED_OK` (a gate may compare nothing)."""
+    return NOTHING_COMPARED_OK in _terms(values)
+
+
 def parse_compare_fail(values: Sequence[str]) -> tuple[RegressionCheck, ...]:
     """Parse ``METRIC:PCT%`` terms (each value may hold several, comma-separated).
+
+    :data:`NOTHING_COMPARED_OK` is accepted and left out (:func:`allows_nothing_compared`).
 
     :raises ValueError: naming the term and what is accepted.
     """
     checks = []
     for value in values:
         for term in (t for t in value.split(",") if t.strip()):
+            if term.strip() == NOTHING_COMPARED_OK:
+                continue
             match = _TERM.match(term)
             if match is None:
                 raise ValueError(
                     f"cannot parse {term.strip()!r}: expected METRIC:PCT (percent), e.g. "
                     "output_throughput:3% or ttft_p99:10 (a relative change; pytest-benchmark's "
-                    "absolute 'min:0.001' form does not apply to throughputs)"
+                    "absolute 'min:0.001' form does not apply to throughputs), or "
+                    f"{NOTHING_COMPARED_OK}"
                 )
             name, pct = match.groups()
             try:
@@ -136,6 +156,8 @@ class BaselineOptions:
     #: Whether the checks came from ``--sglang-compare-fail`` (failures fail tests).
     fail: bool
     base: Path
+    #: Whether a failing gate may compare nothing (the :data:`NOTHING_COMPARED_OK` term).
+    nothing_compared_ok: bool = False
 
     @property
     def active(self) -> bool:
@@ -166,7 +188,8 @@ def baseline_options(config: pytest.Config) -> BaselineOptions:
         checks = parse_compare_fail(list(terms or []))
     except ValueError as exc:
         raise pytest.UsageError(f"{COMPARE_FAIL.cli} from {terms_source}: {exc}") from None
-    if checks and not compare_ref:
+    allowed = allows_nothing_compared(list(terms or []))
+    if (checks or allowed) and not compare_ref:
         raise pytest.UsageError(
             f"{COMPARE_FAIL.cli} needs {COMPARE.cli} (latest, a saved session, or a report): "
             "there is nothing to compare with otherwise"
@@ -178,6 +201,7 @@ def baseline_options(config: pytest.Config) -> BaselineOptions:
         save=str(save) if save else None, autosave=bool(autosave),
         storage=str(storage or DEFAULT_STORAGE), compare=str(compare_ref) if compare_ref else None,
         checks=checks or DEFAULT_CHECKS, fail=bool(checks), base=base,
+        nothing_compared_ok=allowed,
     )  # fmt: skip
     uri = options.storage
     if "://" in uri and not uri.startswith(("file://", "elasticsearch+http")):

@@ -12,9 +12,16 @@ alike with and without xdist:
   report, the Markdown and the HTML report show them; with ``--sglang-compare-fail`` a
   regression turns the test report into a failure, before the terminal and the exit status
   see it. Measurements without a stored counterpart, and those refused for a fingerprint
-  that differs, are listed at the end.
-* **save**: at the end of the session the measurements (each once) are saved as one stored
-  session, atomically.
+  that differs, are listed at the end. With ``--sglang-compare-fail`` a session that
+  compared nothing (every measurement refused or without a counterpart, or none taken) has
+  not passed: its exit status is 1, unless the terms hold ``nothing-compared:ok``.
+* **save**: at the end of the session the measurements (each once) and the verdicts are
+  saved as one stored session, atomically.
+
+Both are checked when the session starts, before any server is launched (a usage error,
+exit status 4): the storage must take a probe file (or Elasticsearch answer), and the
+stored sessions a comparison reads must be whole. A save that still fails at the end
+writes the session next to the JSON report (or in the working directory) and says where.
 """
 
 from __future__ import annotations
@@ -62,7 +69,11 @@ class BaselineGate:
         self.servers: list[ServerEntry] = []
         self.gpus: list[str] = []
         self.outcomes: list[_Outcome] = []
+        #: Every verdict row of the session (the tests' and the gate's), saved with it.
+        self.verdicts: list[dict[str, Any]] = []
         self.saved: str | None = None
+        #: Why the gate passed nothing, when it compared nothing (``--sglang-compare-fail``).
+        self.nothing_compared: str | None = None
         self.save_error: str | None = None
         self._candidates: list[StoredMeasurement] | None = None
         self._candidates_error: str | None = None
@@ -71,11 +82,14 @@ class BaselineGate:
     # -- the stored side ----------------------------------------------------------------------
 
     def candidates(self) -> list[StoredMeasurement]:
-        """Return the stored measurements ``--sglang-compare`` refers to (read once)."""
+        """Return the stored measurements ``--sglang-compare`` refers to (read once).
+
+        :raises DamagedSession: a stored session (or the report) it reads is damaged.
+        """
         if self._candidates is None:
             from pathlib import Path
 
-            from pytest_sglang.measure.store import report_measurements
+            from pytest_sglang.measure.store import read_document, report_measurements
 
             ref = self.options.compare or "latest"
             store = self.options.store()
@@ -83,7 +97,7 @@ class BaselineGate:
             try:
                 path = Path(ref) if Path(ref).is_absolute() else self.options.base / ref
                 if ref.endswith(".json") and path.is_file():
-                    document = json.loads(path.read_text(encoding="utf-8"))
+                    document = read_document(path)
                     if document.get("format") == "pytest-sglang-report":
                         self._candidates = report_measurements(document, str(path))
                         return self._candidates
@@ -123,6 +137,9 @@ class BaselineGate:
                 self.servers.append(entry)
             elif entry["record"] == "gpus":
                 self.gpus = list(entry["names"])
+            elif entry["record"] == "verdict":
+                body = {k: v for k, v in entry.items() if k != "record"}
+                self.verdicts.append({"test": report.nodeid, **body})
         if self.options.compare and measured:
             self._judge(report, measured)
 
@@ -169,6 +186,7 @@ class BaselineGate:
                     continue
                 entry: VerdictEntry = {"record": "verdict", **verdict.as_dict()}
                 add_entry(report, entry)
+                self.verdicts.append({"test": report.nodeid, **verdict.as_dict()})
                 self.outcomes.append(
                     _Outcome(report.nodeid, label, entry["outcome"], verdict.summary)
                 )
@@ -193,31 +211,94 @@ class BaselineGate:
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        """Save the session's measurements, when asked to."""
-        if not (self.options.save or self.options.autosave) or self.config.option.collectonly:
+        """Fail a gate that compared nothing; save the session's measurements, when asked to."""
+        if self.config.option.collectonly:
+            return
+        self._check_something_compared(session)
+        if not (self.options.save or self.options.autosave):
             return
         rows = self.unique_rows()
         if not rows:
             self.save_error = "not saving anything: no measurements were taken"
             return
-        from pytest_sglang.measure.store import autosave_name
+        from pytest_sglang.measure.store import autosave_name, build_document
 
         name = self.options.save or autosave_name(self.commit())
         servers = list({f"{s['name']} {s['url']}": s for s in self.servers}.values())
+        store = self.options.store()
+        document = build_document(name, rows, servers, self.gpus, commit=self.commit(),
+                                  verdicts=self.verdicts)  # fmt: skip
         try:
-            self.saved = self.options.store().save(
-                name, rows, servers, self.gpus, commit=self.commit()
-            )
+            self.saved = store.save_document(name, document)
         except Exception as exc:  # a lost save must be loud: it is the next session's baseline
-            self.save_error = f"saving the baseline failed: {type(exc).__name__}: {exc}"
+            self.save_error = (
+                f"saving the baseline to {store} failed: {type(exc).__name__}: {exc}"
+                + self._keep(name, document)
+            )
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _check_something_compared(self, session: pytest.Session) -> None:
+        """Fail the session of a gate (``--sglang-compare-fail``) that compared nothing."""
+        if not (self.options.compare and self.options.fail):
+            return
+        if any(o.outcome in ("pass", "fail", "inconclusive") for o in self.outcomes):
+            return
+        refused = sum(1 for o in self.outcomes if o.outcome == "refused")
+        missing = sum(1 for o in self.outcomes if o.outcome == "none")
+        why = (
+            f"{refused} measurement(s) refused, {missing} without a stored counterpart"
+            if self.outcomes
+            else "no measurement was taken"
+        )
+        if self.options.nothing_compared_ok:
+            self.nothing_compared = f"nothing was compared (allowed by nothing-compared:ok): {why}"
+            return
+        self.nothing_compared = (
+            f"the gate compared nothing: {why}; a regression gate (--sglang-compare-fail) that "
+            "compared nothing has not passed: save a comparable baseline first, or add the "
+            "term nothing-compared:ok to let such a session pass"
+        )
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _keep(self, name: str, document: Mapping[str, Any]) -> str:
+        """Write the session that could not be saved somewhere else; return what to say."""
+        import tempfile
+        from pathlib import Path
+
+        from pytest_sglang.config.settings import SETTINGS_KEY
+        from pytest_sglang.measure.store import document_text
+        from pytest_sglang.report.writing import write_atomic
+
+        settings = self.config.stash.get(SETTINGS_KEY, None)
+        report = getattr(getattr(settings, "report", None), "value", None)
+        folders = [Path(report).parent] if report is not None else []
+        folders += [Path(self.config.invocation_params.dir), Path(tempfile.gettempdir())]
+        problems = []
+        for folder in folders:
+            path = folder / f"sglang-unsaved_{name}.json"
+            number = 1
+            while path.exists():
+                number += 1
+                path = folder / f"sglang-unsaved_{name}-{number}.json"
+            try:
+                write_atomic(path, document_text(document))
+            except OSError as exc:
+                problems.append(f"{folder}: {exc.strerror or exc}")
+                continue
+            return (
+                f"; the session was written to {path} instead: compare with it "
+                f"(--sglang-compare={path}), or move it into the store as NNNN_{name}.json"
+            )
+        return "; it could not be written elsewhere either (" + "; ".join(problems) + ")"
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         """Say what was compared, what had no counterpart, and where the session was saved."""
         tr = terminalreporter
-        if not (self.outcomes or self.saved or self.save_error or self.options.compare):
+        if not (self.outcomes or self.saved or self.save_error or self.options.compare
+                or self.nothing_compared):  # fmt: skip
             return
         tr.section("sglang baselines")
         store = self.options.store()
@@ -235,6 +316,9 @@ class BaselineGate:
             missing = sum(1 for o in self.outcomes if o.outcome == "none")
             if missing:
                 tr.write_line(f"  {missing} measurement(s) had no stored counterpart")
+            if self.nothing_compared:
+                tr.write_line(f"  {self.nothing_compared}",
+                              red=not self.options.nothing_compared_ok)  # fmt: skip
         if self.saved:
             tr.write_line(f"saved {len(self.unique_rows())} measurement(s) to {self.saved}")
         if self.save_error:
@@ -244,7 +328,11 @@ class BaselineGate:
 def register_gate(config: pytest.Config) -> BaselineGate | None:
     """Register the gate on the controller when the session saves or compares.
 
-    :raises pytest.UsageError: on bad baseline options.
+    Checks, before any test runs, that the storage takes a save and that the stored
+    sessions a comparison reads are whole.
+
+    :raises pytest.UsageError: on bad baseline options, an unwritable storage or a damaged
+        stored session.
     """
     if hasattr(config, "workerinput"):
         return None
@@ -252,5 +340,30 @@ def register_gate(config: pytest.Config) -> BaselineGate | None:
     if not options.active:
         return None
     gate = BaselineGate(config, options)
+    if not config.option.collectonly:
+        _check_storage(gate)
     config.pluginmanager.register(gate, GATE_NAME)
     return gate
+
+
+def _check_storage(gate: BaselineGate) -> None:
+    """Refuse now what would fail after hours: an unwritable store, a damaged baseline."""
+    from pytest_sglang.config.options import AUTOSAVE, COMPARE, SAVE
+    from pytest_sglang.measure.store import DamagedSession
+
+    options = gate.options
+    if options.save or options.autosave:
+        flag = SAVE.cli if options.save else AUTOSAVE.cli
+        try:
+            options.store().check_writable()
+        except OSError as exc:
+            raise pytest.UsageError(
+                f"{flag}: the session could not be saved there: {exc}; fix the storage or "
+                "give another (--sglang-storage)"
+            ) from None
+    if options.compare:
+        try:
+            options.store().check_reachable()
+            gate.candidates()
+        except (DamagedSession, OSError) as exc:
+            raise pytest.UsageError(f"{COMPARE.cli}={options.compare}: {exc}") from None

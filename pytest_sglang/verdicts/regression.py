@@ -35,6 +35,7 @@ from pytest_sglang.measure.metrics import metric_spec
 from pytest_sglang.measure.store import (
     DEFAULT_STORAGE,
     BaselineStore,
+    DamagedSession,
     Fingerprint,
     StoredMeasurement,
     fingerprint_of,
@@ -263,7 +264,7 @@ def assert_no_regression(
         message names the metric, the ratio now/stored and the bound.
     :raises Inconclusive: the runs cannot decide; says what would.
     :raises ComparisonRefused: the fingerprints differ in a field that must match (listed),
-        different workloads, invalid or too few runs.
+        different workloads, invalid or too few runs, a damaged stored session (named).
     :raises pytest.skip.Exception: no stored measurement with this fingerprint yet.
     """
     __tracebackhide__ = True
@@ -273,6 +274,8 @@ def assert_no_regression(
         fingerprint = fingerprint_of(result.as_dict())
         try:
             match, near = store.counterparts(fingerprint, baseline)
+        except DamagedSession as exc:  # never skipped: it may be the latest
+            raise ComparisonRefused(str(exc)) from None
         except LookupError as exc:
             if baseline == "latest":
                 pytest.skip(f"no stored baseline to compare {result.label()} with: {exc}")

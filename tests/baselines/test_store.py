@@ -15,6 +15,7 @@ from pytest_sglang.measure.store import (
     DEFAULT_STORAGE,
     MACHINE_ID,
     BaselineStore,
+    DamagedSession,
     fingerprint_of,
     report_measurements,
     result_of,
@@ -180,3 +181,55 @@ def test_two_processes_saving_at_once_both_land_intact(tmp_path: Path) -> None:
         assert document["benchmarks"]
     names = {s.name for s in BaselineStore(str(tmp_path)).sessions()}
     assert names == {f"job-{t}-{i}" for t in "ab" for i in range(count)}
+
+
+# -- a damaged session is an error, never skipped ----------------------------------------
+
+
+def _truncate(path: Path) -> None:
+    text = path.read_text()
+    path.write_text(text[: len(text) // 2])
+
+
+def test_a_truncated_session_is_an_error_that_names_the_file(tmp_path: Path) -> None:
+    store = BaselineStore(str(tmp_path))
+    store.save("older", [row([100.0, 101.0, 99.0])], commit=COMMIT, machine=MACHINE)
+    latest = Path(store.save("latest", [row([90.0, 91.0, 89.0])], commit=COMMIT, machine=MACHINE))
+    _truncate(latest)
+    fp = fingerprint_of(row([1, 2, 3]))
+    for read in (store.sessions, lambda: store.find("latest"), lambda: store.counterparts(fp),
+                 lambda: store.find("older"), lambda: store.find(str(latest))):  # fmt: skip
+        with pytest.raises(DamagedSession) as info:
+            read()
+        assert str(latest) in str(info.value) and "not valid JSON" in str(info.value)
+        assert "cut short?" in str(info.value)
+        assert "repair it" in str(info.value)  # says how to fix it
+    with pytest.raises(DamagedSession, match=f"move it out of {store.folder} to use the others"):
+        store.sessions()
+    # Listing shows it, marked, beside the healthy ones.
+    listed = store.sessions(damaged=True)
+    assert [(s.id, s.problem is not None) for s in listed] == [
+        ("sglang/0001_older", False), ("sglang/0002_latest", True),
+    ]  # fmt: skip
+
+
+def test_a_session_whose_record_is_malformed_is_damaged(tmp_path: Path) -> None:
+    store = BaselineStore(str(tmp_path))
+    path = Path(store.save("one", [row([100.0, 101.0, 99.0])], commit=COMMIT, machine=MACHINE))
+    document = json.loads(path.read_text())
+    del document["benchmarks"][0]["options"]["sglang"]["measurement"]
+    path.write_text(json.dumps(document))
+    with pytest.raises(DamagedSession, match=r"0001_one\.json.*measurement"):
+        store.sessions()
+
+
+def test_assert_no_regression_refuses_a_damaged_store(tmp_path: Path) -> None:
+    from pytest_sglang.errors import ComparisonRefused
+    from pytest_sglang.verdicts.regression import assert_no_regression
+
+    store = BaselineStore(str(tmp_path))
+    _truncate(Path(store.save("one", [row([100.0, 101.0, 99.0])], commit=COMMIT,
+                              machine=MACHINE)))  # fmt: skip
+    fresh = result("baseline", [100.0, 101.0, 99.0], config=BASE_CONFIG)
+    with pytest.raises(ComparisonRefused, match=r"0001_one\.json"):
+        assert_no_regression(fresh, storage=str(tmp_path))

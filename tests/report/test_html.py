@@ -64,6 +64,13 @@ def baselines() -> list[dict[str, Any]]:
             for c in LEVELS]  # fmt: skip
 
 
+def both_baselines() -> list[dict[str, Any]]:
+    return baselines() + [
+        {**_row("eagle3", c, 99.0 * c**0.6, SPEC_CONFIG), "session": "sglang/0001_0.5.23"}
+        for c in LEVELS
+    ]
+
+
 def test_the_report_is_self_contained_and_complete() -> None:
     page = render_html(document(), baselines=baselines())
     assert page.count("<svg") == 2  # one workload: the concurrency panels and the Pareto view
@@ -110,12 +117,20 @@ def _console(stderr: str) -> list[str]:
 
 def test_the_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     page = tmp_path / "report.html"
-    page.write_text(render_html(document(), baselines=baselines()))
+    page.write_text(render_html(document(), baselines=both_baselines()))
     dom = _browse(page, tmp_path, "--dump-dom")
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert 'data-plots-rendered="2"' in dom.stdout  # both plots laid out with their marks
     assert 'data-errors=""' in dom.stdout
     assert _console(dom.stderr) == []
+    # The laid-out page: the regressed point ringed, each baseline in its server's colour.
+    plots = dom.stdout.split("<svg")[1]
+    assert ">regression</text>" in plots
+    for label in ("baseline (baseline sglang/0001_0.5.23)", "eagle3 (baseline sglang/0001_0.5.23)"):
+        assert f">{label}</text>" in plots
+    dashed = set(re.findall(r"stroke-dasharray: [0-9.,]+; stroke-dashoffset: 0; stroke: (#\w+)",
+                            plots))  # fmt: skip
+    assert {"#1f77b4", "#ff7f0e"} <= dashed  # the stored lines of baseline and of eagle3
     shot = tmp_path / "report.png"
     done = _browse(page, tmp_path, f"--screenshot={shot}")
     assert done.returncode == 0 and shot.stat().st_size > 20_000
@@ -142,3 +157,122 @@ def test_the_markdown_summary_draws_throughput_against_concurrency() -> None:
     assert 'x-axis "concurrency" [1, 2, 5, 10]' in chart
     assert chart.count("    line [") == 2
     assert "_Lines in order: 1. baseline, 2. eagle3._" in text
+
+
+# -- issue 23, item 9 -----------------------------------------------------------------------
+
+
+def test_every_line_has_its_own_style_baselines_too() -> None:
+    from pytest_sglang.report.plots import series_of, series_styles
+
+    measurements = document()["measurements"]
+    stored = both_baselines()
+    series = series_of(measurements) + series_of(stored, baseline=True)
+    styles = series_styles(series)
+    assert len(set(styles)) == len(series) == 4  # no two lines look alike
+    by_label = dict(zip([s.label for s in series], styles, strict=True))
+    fresh, base = by_label["baseline"], by_label["baseline (baseline sglang/0001_0.5.23)"]
+    assert base[0] == fresh[0] and base[1] != fresh[1]  # its server's colour, dashed
+    assert by_label["eagle3 (baseline sglang/0001_0.5.23)"][1] == base[1]
+    page = render_html(document(), baselines=stored)
+    first = page.split("<svg")[1]
+    for colour, _ in styles:
+        assert f"stroke: {colour}" in first
+
+
+def _slot_rows(server: str, scale: float, config: dict[str, Any]) -> list[dict[str, Any]]:
+    from pytest_sglang.loadgen.workload import Workload
+
+    per_slot = Workload(input_len=32, output_len=4, requests=2, requests_per_slot=2, warmup=0)
+    return [{"test": "t.py::test_sweep",
+             **result(server, [scale * c * (1 + 0.01 * k) for k in range(-2, 3)], config=config,
+                      concurrency=c, workload=per_slot, tpot=0.01 * c).as_dict()}
+            for c in LEVELS]  # fmt: skip
+
+
+def test_regressed_points_are_ringed_with_requests_per_slot() -> None:
+    from pytest_sglang.cli import compare_measurements
+    from pytest_sglang.measure.store import report_measurements
+
+    fresh = _slot_rows("baseline", 80.0, BASE_CONFIG)
+    stored = _slot_rows("baseline", 100.0, BASE_CONFIG)
+    as_stored = report_measurements({"measurements": stored}, "stored.json")
+    as_fresh = report_measurements({"measurements": fresh}, "now.json")
+    _, verdicts, _ = compare_measurements(as_stored, as_fresh)
+    assert {v["outcome"] for v in verdicts} == {"fail"}
+    page = render_html({**document(), "measurements": fresh, "verdicts": verdicts},
+                       baselines=stored)  # fmt: skip
+    concurrency_panels = page.split("<svg")[1]
+    assert ">regression<" in concurrency_panels or "<!-- regression -->" in concurrency_panels
+
+
+def _store_with_baseline(tmp_path: Path) -> Any:
+    from pytest_sglang.measure.store import BaselineStore
+
+    store = BaselineStore(f"file://{tmp_path / 'store'}")
+    rows = [_row("baseline", c, 100.0 * c**0.8, BASE_CONFIG) for c in LEVELS]
+    store.save("released", rows, commit={"id": "abc"}, machine={})
+    return store
+
+
+def test_a_report_built_from_a_json_report_counts_each_verdict_once(tmp_path: Path) -> None:
+    import io
+    import json
+
+    from pytest_sglang.cli import compare_measurements, main
+    from pytest_sglang.config.redaction import Redactor
+    from pytest_sglang.measure.store import report_measurements
+
+    store = _store_with_baseline(tmp_path)
+    fresh = [_row("baseline", c, 80.0 * c**0.8, BASE_CONFIG) for c in LEVELS]
+    # The session that wrote the report judged itself against "released" (its gate).
+    stored = list(store.find("released").measurements)
+    now = {**document(), "measurements": fresh}
+    _, verdicts, _ = compare_measurements(stored, report_measurements(now, "now"))
+    assert len(verdicts) == len(LEVELS)
+    report = tmp_path / "now.json"
+    # As the session's reporter writes it: through the redaction rule.
+    written = Redactor().json({**now, "verdicts": verdicts})
+    report.write_text(json.dumps(written))
+    out = tmp_path / "q.html"
+    status = main(["--storage", store.uri, "report", str(report), "--baseline", "released",
+                   "-o", str(out)], io.StringIO())  # fmt: skip
+    assert status == 0
+    page = out.read_text()
+    assert page.count('<div class="verdict fail">') == len(LEVELS)
+    assert f"<b>{len(LEVELS)} verdict(s) failed</b>" in page
+
+
+def test_a_report_from_a_stored_session_shows_its_verdicts(tmp_path: Path) -> None:
+    import io
+    import json
+
+    from pytest_sglang.cli import main
+
+    store = _store_with_baseline(tmp_path)
+    verdict = {
+        "test": "tests/test_perf.py::test_crossover",
+        "kind": "find_crossover",
+        "outcome": "finding",
+        "metric": "output_throughput",
+        "summary": "crossover at 5",
+        "warnings": [],
+        "table": "level 5",
+        "evidence": {"spec": "eagle3", "base": "baseline", "crossover": {"level": 5}},
+    }
+    rows = [_row("baseline", c, 100.0 * c**0.8, BASE_CONFIG) for c in LEVELS]
+    store.save("judged", rows, commit={"id": "abc"}, machine={}, verdicts=[verdict])
+    out = tmp_path / "q.html"
+    assert main(["--storage", store.uri, "report", "judged", "-o", str(out)], io.StringIO()) == 0
+    page = out.read_text()
+    assert "crossover at 5" in page and "No verdicts" not in page
+    # A session saved before verdicts were stored says so, not "No verdicts".
+    older = store.find("released").path
+    saved = json.loads(older.read_text())
+    del saved["machine_info"]["sglang"]["verdicts"]
+    older.write_text(json.dumps(saved))
+    assert main(["--storage", store.uri, "report", "released", "-o", str(out)],
+                io.StringIO()) == 0  # fmt: skip
+    page = out.read_text()
+    assert "No verdicts were recorded" not in page
+    assert "saved without its verdicts" in page

@@ -1,0 +1,90 @@
+"""``pytest-sglang`` on stores with damaged sessions, and its exit codes."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from pytest_sglang.cli import DATA, MISUSE, OK, REGRESSION, main
+from pytest_sglang.measure.store import BaselineStore
+from tests.bench_data import BASE_CONFIG, result
+
+COMMIT = {"id": "abc123", "dirty": False}
+MACHINE = {"node": "host"}
+
+
+def _save(store: BaselineStore, name: str, values: list[float], **config: object) -> Path:
+    body = result("baseline", values, config={**BASE_CONFIG, **config}).as_dict()
+    row = {"test": "t::t", **body}
+    return Path(store.save(name, [row], commit=COMMIT, machine=MACHINE))  # type: ignore[list-item]
+
+
+def _cli(store: BaselineStore, *args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    return main(["--storage", store.uri, *args], out), out.getvalue()
+
+
+@pytest.fixture
+def damaged(tmp_path: Path) -> tuple[BaselineStore, Path]:
+    store = BaselineStore(f"file://{tmp_path / 'store'}")
+    _save(store, "older", [100.0, 100.5, 99.5, 100.2, 99.8])
+    latest = _save(store, "latest", [100.0, 100.5, 99.5, 100.2, 99.8])
+    text = latest.read_text()
+    latest.write_text(text[: len(text) // 3])
+    return store, latest
+
+
+def test_exit_codes_are_distinct() -> None:
+    assert len({OK, REGRESSION, MISUSE, DATA}) == 4
+
+
+def test_list_shows_a_damaged_session_and_exits_with_the_data_code(
+    damaged: tuple[BaselineStore, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    store, _ = damaged
+    status, out = _cli(store, "list")
+    assert status == DATA
+    lines = out.splitlines()
+    assert lines[0].startswith("sglang/0001_older")
+    assert lines[1].startswith("sglang/0002_latest") and "DAMAGED" in lines[1]
+    assert "not valid JSON" in lines[1]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("compare", "older", "latest"), ("compare", "1", "1"), ("report", "latest"),
+     ("report", "latest", "--baseline", "older"), ("report", "{path}")],
+)  # fmt: skip
+def test_compare_and_report_on_a_damaged_session_name_it(
+    damaged: tuple[BaselineStore, Path], capsys: pytest.CaptureFixture[str], args: tuple[str, ...]
+) -> None:
+    store, latest = damaged
+    status, _ = _cli(store, *(a.format(path=latest) for a in args))
+    err = capsys.readouterr().err
+    assert status == DATA, err
+    assert str(latest) in err and "not valid JSON" in err
+    assert "Traceback" not in err
+
+
+def test_a_damaged_json_report_is_a_data_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "r.json"
+    report.write_text('{"format": "pytest-sglang-report", "measurements": [')
+    store = BaselineStore(f"file://{tmp_path / 'store'}")
+    status, _ = _cli(store, "report", str(report))
+    err = capsys.readouterr().err
+    assert status == DATA and str(report) in err and "not valid JSON" in err
+
+
+def test_compare_with_nothing_comparable_is_allowed_when_asked_for(tmp_path: Path) -> None:
+    store = BaselineStore(f"file://{tmp_path / 'store'}")
+    _save(store, "tp4", [100.0, 100.5, 99.5, 100.2, 99.8], tp_size=4)
+    _save(store, "tp8", [100.0, 100.5, 99.5, 100.2, 99.8])
+    status, out = _cli(store, "compare", "tp4", "tp8")
+    assert status == MISUSE and "nothing was compared" in out
+    status, out = _cli(store, "compare", "tp4", "tp8", "--fail",
+                       "output_throughput:3%,nothing-compared:ok")  # fmt: skip
+    assert status == OK, out
