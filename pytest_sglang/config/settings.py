@@ -65,7 +65,7 @@ from pytest_sglang.config.parsing import (
     parse_workers,
     usage_error,
 )
-from pytest_sglang.config.paths import output_path, output_problem
+from pytest_sglang.config.paths import OUTPUT_FIX, output_path, output_problem
 from pytest_sglang.config.redaction import Redactor, is_secret_name, secret_flag_values
 from pytest_sglang.config.shards import Shard, parse_shard
 from pytest_sglang.config.targets import ServerTarget, build_targets
@@ -314,7 +314,7 @@ def _resolve_path(
     return Sourced(path, raw.source)
 
 
-_OUTPUT_FIX = "give the path of a regular file, new or existing, in a writable directory, e.g. "
+_OUTPUT_FIX = OUTPUT_FIX + ", e.g. "
 
 
 def _not_a_file(path: Path) -> str | None:

@@ -14,8 +14,8 @@ A **fingerprint** is what must match for a comparison to mean anything: model, t
 data parallelism, GPU model and count, workload, concurrency and the server flags that change
 performance. **Labels** say what is being compared (SGLang version, commit, the save name) and
 never prevent a comparison. File saves are atomic and safe against concurrent writers: the
-file is written and synced under a temporary name, then hard-linked to the first free number
-(a link never replaces an existing file), so two CI jobs saving at once both land.
+file is written by the one atomic writer (``report/writing.py``), hard-linked to the first
+free number (a link never replaces an existing file), so two CI jobs saving at once both land.
 """
 
 from __future__ import annotations
@@ -24,9 +24,7 @@ import contextlib
 import datetime
 import hashlib
 import json
-import os
 import re
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +35,7 @@ from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.bench import BenchResult
 from pytest_sglang.measure.measurement import Measurement
 from pytest_sglang.report.entries import MeasurementRow, ServerEntry
+from pytest_sglang.report.writing import write_atomic
 
 __all__ = [
     "DEFAULT_STORAGE",
@@ -438,19 +437,6 @@ def _folder_lock(folder: Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 class BaselineStore:
     """Saved sessions under one pytest-benchmark storage URI.
 
@@ -527,29 +513,18 @@ class BaselineStore:
         folder = self.folder
         folder.mkdir(parents=True, exist_ok=True)
         payload = json.dumps(document, indent=1, allow_nan=False, default=str).encode() + b"\n"
-        # Written in full and synced under a name no reader globs (not *.json) ...
-        fd, tmp = tempfile.mkstemp(prefix=".saving-", suffix=".partial", dir=folder)
-        try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(payload)
-                file.flush()
-                os.fsync(file.fileno())
-            os.chmod(tmp, 0o644)
-            # ... then linked to the first free number, under an exclusive lock on the
-            # folder so that two writers never take the same number (with different names,
-            # their files would not collide); link() never replaces a file either way.
-            with _folder_lock(folder):
-                for _ in range(10_000):
-                    target = folder / f"{self._next_number():04d}_{name}.json"
-                    try:
-                        os.link(tmp, target)
-                    except FileExistsError:
-                        continue
-                    _fsync_dir(folder)
-                    return target
-            raise OSError(f"could not find a free file name in {folder}")
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        # Linked to the first free number by the one atomic writer, under an exclusive lock
+        # on the folder so that two writers never take the same number (with different
+        # names, their files would not collide); an exclusive write never replaces a file.
+        with _folder_lock(folder):
+            for _ in range(10_000):
+                target = folder / f"{self._next_number():04d}_{name}.json"
+                try:
+                    write_atomic(target, payload, exclusive=True)
+                except FileExistsError:
+                    continue
+                return target
+        raise OSError(f"could not find a free file name in {folder}")
 
     # -- reading ----------------------------------------------------------------------------
 
