@@ -355,14 +355,13 @@ ROWS = [
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[row.id for row in ROWS])
-def test_hostile_input(
-    row: Row, tmp_path: Path, record_property: Callable[[str, object], None]
-) -> None:
+def test_hostile_input(row: Row, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """Each bad input ends in its exit code and message, in time, with no secret shown."""
     verdict = row.run(tmp_path)
-    # In the JUnit XML (--junitxml): the figures the issue's note reports, row by row.
-    record_property("exit_code", verdict.rc)
-    record_property("time_to_verdict_s", round(verdict.seconds, 2))
+    # The figures, row by row: JUnit XML properties under -o junit_family=xunit1.
+    request.node.user_properties += [
+        ("exit_code", verdict.rc), ("time_to_verdict_s", round(verdict.seconds, 2))
+    ]  # fmt: skip
     assert verdict.rc == row.exit, verdict.output
     assert re.search(row.message, verdict.output, re.DOTALL), verdict.output
     assert "Traceback" not in verdict.output and "INTERNALERROR" not in verdict.output
