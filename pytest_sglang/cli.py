@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from pytest_sglang.config.paths import OUTPUT_FIX, output_path, output_problem
 from pytest_sglang.errors import ComparisonRefused
 from pytest_sglang.measure.store import (
     DEFAULT_STORAGE,
@@ -48,6 +49,30 @@ OK, REGRESSION, MISUSE, DATA = 0, 1, 2, 3
 
 class _Misuse(Exception):
     """A command line that cannot be carried out; exit status 2."""
+
+
+def _output(option: str, value: str) -> Path:
+    """Return an output path, judged as ``--sglang-report``'s is (``config/paths.py``).
+
+    :raises _Misuse: naming the option and why its path is refused (a link, a directory...).
+    """
+    path = output_path(Path.cwd(), value)
+    problem = output_problem(path)
+    if problem is not None:
+        raise _Misuse(f"{option} {value!r} {problem}; {OUTPUT_FIX}")
+    return path
+
+
+def _write(path: Path, value: str, text: str, *, append: bool = False) -> None:
+    """Write ``text`` through the one atomic writer; a failure leaves the old file as it was."""
+    from pytest_sglang.report.writing import write_atomic
+
+    try:
+        write_atomic(path, text, append=append)
+    except OSError as exc:
+        raise _Misuse(
+            f"cannot write {value}: {exc.strerror or exc}; {value} was left as it was"
+        ) from None
 
 
 def _load(ref: str, store: BaselineStore) -> tuple[str, list[StoredMeasurement], dict[str, Any]]:
@@ -294,6 +319,8 @@ def _cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_report(args: argparse.Namespace, out: TextIO) -> int:
+    to_file = args.output not in (None, "-")
+    target = _output("-o", args.output) if to_file else None
     store = BaselineStore(args.storage)
     _, _, document = _load(args.source, store)
     baselines: list[dict[str, Any]] = []
@@ -327,10 +354,10 @@ def _cmd_report(args: argparse.Namespace, out: TextIO) -> int:
 
         text = render_markdown(document.get("measurements", []), document.get("verdicts", []),
                                title=f"pytest-sglang results: {args.source}")  # fmt: skip
-    if args.output in (None, "-"):
+    if target is None:
         out.write(text)
     else:
-        Path(args.output).write_text(text, encoding="utf-8")
+        _write(target, args.output, text)
         print(f"wrote {args.output}", file=out)
     return OK
 
@@ -346,6 +373,13 @@ def _judged(verdict: Any) -> str | None:
 
 
 def _cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
+    target = _output("the merged report", args.output)
+    summary = None if args.markdown in (None, "-") else _output("--markdown", args.markdown)
+    if summary is not None and summary == target:
+        raise _Misuse(
+            f"--markdown {args.markdown!r} is the merged report's own path: the two would "
+            "corrupt each other; give each its own path"
+        )
     documents = []
     for path in args.reports:
         try:
@@ -361,7 +395,7 @@ def _cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
     problems = validate_report(merged)
     if problems:
         raise _Misuse("the merged report does not validate:\n  " + "\n  ".join(problems))
-    Path(args.output).write_text(json.dumps(merged, indent=1) + "\n", encoding="utf-8")
+    _write(target, args.output, json.dumps(merged, indent=1) + "\n")
     print(
         f"merged {len(documents)} reports into {args.output}: "
         f"{len(merged['measurements'])} measurements, {len(merged['verdicts'])} verdicts",
@@ -369,19 +403,13 @@ def _cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
     )
     if args.markdown:
         text = merged_markdown(merged)
-        try:
-            if args.markdown == "-":
-                out.write(text)
-            else:
-                # Appended, as --sglang-markdown does: $GITHUB_STEP_SUMMARY collects steps;
-                # a blank line first, so that a previous summary's last block ends there.
-                path = Path(args.markdown)
-                follows = path.is_file() and path.stat().st_size > 0
-                with path.open("a", encoding="utf-8") as summary:
-                    summary.write(("\n" if follows else "") + text)
-        except OSError as exc:
-            raise _Misuse(f"cannot write the Markdown summary to {args.markdown}: {exc}") from None
-        if args.markdown != "-":
+        if summary is None:
+            out.write(text)
+        else:
+            # Appended, as --sglang-markdown does: $GITHUB_STEP_SUMMARY collects steps;
+            # a blank line first, so that a previous summary's last block ends there.
+            follows = summary.is_file() and summary.stat().st_size > 0
+            _write(summary, args.markdown, ("\n" if follows else "") + text, append=True)
             print(f"appended the Markdown summary to {args.markdown}", file=out)
     return OK
 

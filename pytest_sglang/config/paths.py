@@ -1,4 +1,7 @@
-"""Output paths (``--sglang-report``, ``--sglang-markdown``): checked once, before any test.
+"""Output paths: checked once, before any test or any work.
+
+The rule is the same for ``--sglang-report``, ``--sglang-markdown`` and the output paths of
+``pytest-sglang report -o`` and ``merge``.
 
 A report must never be the reason a run fails or loses data, so its path is judged at
 startup (a :class:`pytest.UsageError` names the path and why) and the write itself is
@@ -16,7 +19,10 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["describe_kind", "output_path", "output_problem"]
+__all__ = ["OUTPUT_FIX", "describe_kind", "output_path", "output_problem"]
+
+#: How to fix a refused output path (an example follows it in messages).
+OUTPUT_FIX = "give the path of a regular file, new or existing, in a writable directory"
 
 
 def output_path(base: Path, value: str) -> Path:

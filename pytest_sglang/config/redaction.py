@@ -4,7 +4,9 @@ Every output of the plugin passes through :func:`redact` (text) or :func:`redact
 (report documents): the terminal (header, progress, summaries), failure messages and the
 server-log tails in them, the JSON report, the Markdown summary, the report entries that
 JUnit XML carries as properties, and the ``repr`` of the objects a test's locals show under
-``pytest -l``. It lives in the lowest stage so that every stage can use it.
+``pytest -l``; values a server hands back are redacted where they are held (``/server_info``,
+parsed by the readiness gate), and a launched server's log as it is written
+(``server/logpump.py``). It lives in the lowest stage so that every stage can use it.
 
 What is hidden, each replaced by :data:`MASK`:
 

@@ -65,7 +65,7 @@ from pytest_sglang.config.parsing import (
     parse_workers,
     usage_error,
 )
-from pytest_sglang.config.paths import output_path, output_problem
+from pytest_sglang.config.paths import OUTPUT_FIX, output_path, output_problem
 from pytest_sglang.config.redaction import Redactor, is_secret_name, secret_flag_values
 from pytest_sglang.config.shards import Shard, parse_shard
 from pytest_sglang.config.targets import ServerTarget, build_targets
@@ -314,15 +314,29 @@ def _resolve_path(
     return Sourced(path, raw.source)
 
 
-_OUTPUT_FIX = "give the path of a regular file, new or existing, in a writable directory, e.g. "
+_OUTPUT_FIX = OUTPUT_FIX + ", e.g. "
 
 
 def _not_a_file(path: Path) -> str | None:
     return None if path.is_file() else "is not a file"
 
 
-def _not_a_dir(path: Path) -> str | None:
-    return None if path.is_dir() else "is not a directory"
+_FAKE_GPUS_FIX = "give a directory whose gpus.json lists the fake GPUs (or none yet)"
+
+
+def _not_a_fake_gpu_dir(path: Path) -> str | None:
+    """Why ``path`` is no fake-GPU directory: not a directory, or a malformed gpus.json."""
+    if not path.is_dir():
+        return "is not a directory"
+    if not (path / "gpus.json").exists():
+        return None  # the probe says so when GPU state is read (a skip, as on a GPU-less host)
+    from pytest_sglang.gpu.probes import read_fake_gpus
+
+    try:
+        read_fake_gpus(path / "gpus.json")
+    except ValueError as exc:
+        return f"has a gpus.json that cannot be used: {exc}"
+    return None
 
 
 def _resolve_profiles(config: pytest.Config, environ: Mapping[str, str]) -> dict[str, Profile]:
@@ -366,21 +380,26 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
             "give [USER@]HOST, e.g. ubuntu@gpu-box",
         )
     profiles = _resolve_profiles(config, env)
+    headers = _resolve_headers(config, env, servers, profiles)
+    _check_one_authorization(api_key, headers)
+    report = _resolve_path(
+        REPORT, config, env, output_problem, _OUTPUT_FIX + "sglang-report.json", output=True
+    )
+    markdown = _resolve_path(
+        MARKDOWN, config, env, output_problem, _OUTPUT_FIX + "$GITHUB_STEP_SUMMARY", output=True
+    )
+    _check_distinct_outputs(config, ((REPORT, report), (MARKDOWN, markdown)))
     return Settings(
         launcher=_resolve_one(LAUNCHER, config, env, parse_launcher, "sglang"),
         emulator_args=_resolve_one(EMULATOR_ARGS, config, env, parse_args, ()),
         profiles=profiles,
-        headers=_resolve_headers(config, env, servers, profiles),
+        headers=headers,
         gpu_host=Sourced(gpu_host.value[0], gpu_host.source)
         if gpu_host
         else Sourced(None, "default"),
-        gpu_fake=_resolve_path(GPU_FAKE, config, env, _not_a_dir, "give an existing directory"),
-        report=_resolve_path(
-            REPORT, config, env, output_problem, _OUTPUT_FIX + "sglang-report.json", output=True
-        ),
-        markdown=_resolve_path(
-            MARKDOWN, config, env, output_problem, _OUTPUT_FIX + "$GITHUB_STEP_SUMMARY", output=True
-        ),
+        gpu_fake=_resolve_path(GPU_FAKE, config, env, _not_a_fake_gpu_dir, _FAKE_GPUS_FIX),
+        report=report,
+        markdown=markdown,
         servers=servers,
         ready_timeout=_resolve_one(
             READY_TIMEOUT, config, env, parse_duration, DEFAULT_READY_TIMEOUT
@@ -407,6 +426,62 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         inconclusive=_resolve_one(INCONCLUSIVE, config, env, _parse_inconclusive, "fail"),
         shard=_resolve_one(SHARD, config, env, _parse_shard, None),
     )
+
+
+def _check_one_authorization(api_key: _Raw | None, headers: Sequence[Header]) -> None:
+    """One source for a server's ``Authorization``: ``--sglang-api-key`` or a header, not both.
+
+    The key goes to every server; an ``Authorization`` header given as well would replace it
+    for its servers, and a 401 would then blame a key that was never sent.
+    """
+    if api_key is None:
+        return
+    for header in headers:
+        if header.name.lower() == "authorization":
+            servers = f"server {header.server!r}" if header.server else "every server"
+            raise usage_error(
+                HEADER,
+                header.source,
+                f"{header.describe()!r} and {API_KEY.cli} (from {api_key.source}) both set "
+                f"the Authorization header of {servers}",
+                f"give the key one way: {API_KEY.cli} KEY (sent to every server), or {HEADER.cli} "
+                f"NAME:Authorization=... for each server and no {API_KEY.cli}",
+            )
+
+
+def _check_distinct_outputs(
+    config: pytest.Config, outputs: Sequence[tuple[OptionSpec, Sourced[Path | None]]]
+) -> None:
+    """Refuse two outputs that name one file (``--junitxml`` too): each would corrupt the other.
+
+    Paths are compared resolved (links, ``..``), and by inode when both exist.
+    """
+    seen: list[tuple[str, str, Path]] = []
+    xmlpath = getattr(config.option, "xmlpath", None)
+    if xmlpath:
+        junit = Path(config.invocation_params.dir, xmlpath)
+        seen.append(("--junitxml", repr(str(xmlpath)), Path(os.path.realpath(junit))))
+    for spec, sourced in outputs:
+        if sourced.value is None:
+            continue
+        path = Path(os.path.realpath(sourced.value))
+        for name, shown, other in seen:
+            if other == path or _same_file(other, path):
+                raise usage_error(
+                    spec,
+                    sourced.source,
+                    f"{str(sourced.value)!r} is the same file as {name} ({shown}): two outputs "
+                    "written to one file corrupt each other",
+                    "give each output its own path",
+                )
+        seen.append((spec.cli, f"from {sourced.source}", path))
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _parse_shard(spec: OptionSpec, raw: str, source: str) -> Shard | None:

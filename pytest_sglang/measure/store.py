@@ -16,9 +16,9 @@ performance. **Labels** say what is being compared (SGLang version, commit, the 
 never prevent a comparison. A session file that cannot be read (cut short by a full disk or
 a killed job, or not of this format) is a :class:`DamagedSession` naming the file and what is
 wrong: never skipped, so an older session is never silently taken for the latest.
-File saves are atomic and safe against concurrent writers: the
-file is written and synced under a temporary name, then hard-linked to the first free number
-(a link never replaces an existing file), so two CI jobs saving at once both land.
+File saves are atomic and safe against concurrent writers: the file is written by the one
+atomic writer (``report/writing.py``), hard-linked to the first free number (a link never
+replaces an existing file), so two CI jobs saving at once both land.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.bench import BenchResult
 from pytest_sglang.measure.measurement import Measurement
 from pytest_sglang.report.entries import MeasurementRow, ServerEntry
+from pytest_sglang.report.writing import write_atomic
 
 __all__ = [
     "DEFAULT_STORAGE",
@@ -512,19 +513,6 @@ def _folder_lock(folder: Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 class BaselineStore:
     """Saved sessions under one pytest-benchmark storage URI.
 
@@ -683,29 +671,18 @@ class BaselineStore:
         folder = self.folder
         folder.mkdir(parents=True, exist_ok=True)
         payload = document_text(document).encode()
-        # Written in full and synced under a name no reader globs (not *.json) ...
-        fd, tmp = tempfile.mkstemp(prefix=".saving-", suffix=".partial", dir=folder)
-        try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(payload)
-                file.flush()
-                os.fsync(file.fileno())
-            os.chmod(tmp, 0o644)
-            # ... then linked to the first free number, under an exclusive lock on the
-            # folder so that two writers never take the same number (with different names,
-            # their files would not collide); link() never replaces a file either way.
-            with _folder_lock(folder):
-                for _ in range(10_000):
-                    target = folder / f"{self._next_number():04d}_{name}.json"
-                    try:
-                        os.link(tmp, target)
-                    except FileExistsError:
-                        continue
-                    _fsync_dir(folder)
-                    return target
-            raise OSError(f"could not find a free file name in {folder}")
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        # Linked to the first free number by the one atomic writer, under an exclusive lock
+        # on the folder so that two writers never take the same number (with different
+        # names, their files would not collide); an exclusive write never replaces a file.
+        with _folder_lock(folder):
+            for _ in range(10_000):
+                target = folder / f"{self._next_number():04d}_{name}.json"
+                try:
+                    write_atomic(target, payload, exclusive=True)
+                except FileExistsError:
+                    continue
+                return target
+        raise OSError(f"could not find a free file name in {folder}")
 
     # -- reading ----------------------------------------------------------------------------
 

@@ -1,4 +1,9 @@
-"""Safe output writes: a new file in the target's directory, renamed over the target.
+"""The one atomic writer: every file we keep is a new file in its folder, renamed into place.
+
+The JSON report, the Markdown summary, ``pytest-sglang report`` and ``merge``, and the stored
+baselines (``measure/store.py``, which links a new file under a free name instead of replacing
+one) all write through :func:`write_atomic`. A full disk or a killed process leaves the old
+file as it was, never a truncated one.
 
 A reader never sees a half-written report, and a write never goes *through* what stands at
 the path: ``os.replace`` swaps the directory entry itself, so a symbolic link there is
@@ -68,12 +73,16 @@ def _read_regular(path: Path) -> bytes:
         return file.read()
 
 
-def write_atomic(path: Path, data: str | bytes, *, append: bool = False) -> None:
+def write_atomic(
+    path: Path, data: str | bytes, *, append: bool = False, exclusive: bool = False
+) -> None:
     """Write ``data`` to ``path`` through a new file renamed over it (see the module doc).
 
-    ``append`` keeps the existing content before ``data``.
+    ``append`` keeps the existing content before ``data``. ``exclusive`` never replaces: the
+    new file is hard-linked to ``path``, which must not exist yet.
 
     :raises UnsafeTarget: something other than a regular file stands at ``path``.
+    :raises FileExistsError: ``exclusive`` and ``path`` exists.
     :raises OSError: the write failed (no space, no permission...); the target is untouched.
     """
     payload = data.encode("utf-8") if isinstance(data, str) else data
@@ -94,8 +103,27 @@ def write_atomic(path: Path, data: str | bytes, *, append: bool = False) -> None
             file.flush()
             os.fsync(file.fileno())
             os.fchmod(file.fileno(), mode)
-        os.replace(tmp, path)
+        if exclusive:
+            os.link(tmp, path)
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the rename durable (a crash right after it must not bring the old file back)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

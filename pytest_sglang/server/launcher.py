@@ -177,10 +177,12 @@ class Launch:
         # The command and environment carry the profile's secrets (--api-key, HF_TOKEN):
         # they are built inside _new_process, never held in this frame, whose locals
         # pytest -l would print with a failure.
-        port = self._free_port()
-        self._process = self._new_process(port)
         started = self._clock()
         try:
+            # Everything before the process runs may fail too (a port, the GPU pre-flight,
+            # the command itself): the launch record then says so, with the command.
+            port = self._free_port()
+            self._process = self._new_process(port)
             try:
                 self._process.start()
             except OSError as exc:
@@ -200,6 +202,10 @@ class Launch:
             self.info.outcome = "failed"
             if self.info.cause is None:
                 self.info.cause = _first_line(self.redact(str(exc))) or type(exc).__name__
+            if self._process is None:  # failed before the process existed: nothing to stop
+                if isinstance(exc, SGLangError) and self.info.command:
+                    raise exc.extended(f"\n  command: {' '.join(self.info.command)}") from None
+                raise
             cleanup = self._stop_quietly()
             if isinstance(exc, ServerNotReady) and not isinstance(exc, ServerExited):
                 raise exc.with_message(self._with_log(str(exc)) + cleanup) from None
@@ -216,8 +222,28 @@ class Launch:
         )
         return server
 
+    def refuse(self, reason: str) -> str:
+        """Record that the launch cannot even be tried (``reason``); return the command line.
+
+        The record says ``failed`` with the reason, and the command it would have run (with
+        ``PORT`` for the port, secrets redacted), as a failure after the start would.
+        """
+        argv = build_command(self.profile, self.settings.launcher.value, self.host, 0)
+        argv[argv.index("--port") + 1] = "PORT"
+        self.info.command = self.redact.argv(argv)
+        self.info.outcome, self.info.cause = "failed", self.redact(reason)
+        return " ".join(self.info.command)
+
     def _new_process(self, port: int) -> ServerProcess:
         """Pre-flight the GPUs and build the server's process (not started yet)."""
+        argv = build_command(self.profile, self.settings.launcher.value, self.host, port)
+        if self.settings.launcher.value == "emulator":
+            argv += list(self.settings.emulator_args.value)
+        if isinstance(self.gpu, FakeProbe) and self.settings.launcher.value == "emulator":
+            # The emulator simulates GPU holders in the fake probe's directory.
+            argv += ["--emulator-gpu-dir", str(self.gpu.directory)]
+        # Recorded first: a pre-flight failure is reported with the command it stopped.
+        self.info.command, self.info.port = self.redact.argv(argv), port
         env = {**server_environment(os.environ, self.profile.env), "PYTHONUNBUFFERED": "1"}
         if self.visible_gpus is not None:
             if "CUDA_VISIBLE_DEVICES" in self.profile.env:
@@ -235,14 +261,9 @@ class Launch:
             # Pin the server to the checked GPUs by UUID: indices differ between NVML and
             # CUDA's default order, UUIDs do not.
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self.info.gpus)
-        argv = build_command(self.profile, self.settings.launcher.value, self.host, port)
-        if self.settings.launcher.value == "emulator":
-            argv += list(self.settings.emulator_args.value)
-        if isinstance(self.gpu, FakeProbe) and self.settings.launcher.value == "emulator":
-            # The emulator simulates GPU holders in the fake probe's directory.
-            argv += ["--emulator-gpu-dir", str(self.gpu.directory)]
-        self.info.command, self.info.port = self.redact.argv(argv), port
-        return ServerProcess(argv, env=env, log_path=self.info.log_path)
+        return ServerProcess(
+            argv, env=env, log_path=self.info.log_path, secrets=self.settings.secrets
+        )
 
     def _free_port(self) -> int:
         # The OS hands out a free port, but another process may take it before the server

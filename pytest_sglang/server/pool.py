@@ -217,10 +217,15 @@ class ServerPool:
         assert profile is not None  # a target without a URL is a profile's
         missing = missing_launcher(profile, self.settings.launcher.value)
         if missing is not None:
+            log_path = self.log_dir / f"{name}-{len(self.launches) + 1}.log"  # not created
+            refused = Launch(target, self.settings, log_path=log_path, gpu=None)
+            refused.info.requested_by, refused.info.reason = during or None, why or None
+            self.launches.append(refused.info)
+            command = refused.refuse(missing)
             raise ServerUnavailable(
                 f"cannot launch profile {name!r}: {missing}; install it, dry-run with "
                 f"--sglang-launcher=emulator, or attach a running server with "
-                f"--sglang-url {name}=URL"
+                f"--sglang-url {name}=URL\n  command: {command}"
             )
         owned = self._owned_gpus(name, profile.tp)
         try:
@@ -389,8 +394,11 @@ def missing_launcher(profile: Profile, launcher: str) -> str | None:
     if launcher == "emulator":
         return None
     if profile.command:
-        if shutil.which(profile.command[0]) is None:
-            return f"its command {profile.command[0]!r} is not on PATH"
+        program = profile.command[0]
+        if os.sep in program and os.path.isfile(program) and not os.access(program, os.X_OK):
+            return f"its command {program!r} is not executable (permission denied: chmod +x it)"
+        if shutil.which(program) is None:
+            return f"its command {program!r} is not on PATH"
         return None
     if importlib.util.find_spec("sglang") is None:
         return "SGLang is not installed in this Python (python -m sglang.launch_server)"

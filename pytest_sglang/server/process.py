@@ -11,6 +11,7 @@ A reaper process watches pytest and runs the same teardown if pytest dies withou
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -23,6 +24,7 @@ from pathlib import Path
 import psutil
 
 from pytest_sglang.server.handle import StopReport
+from pytest_sglang.server.logpump import SECRETS_ENV
 
 __all__ = ["LAUNCH_ID_ENV", "ServerProcess", "StopReport", "find_ours", "kill_ours"]
 
@@ -105,13 +107,23 @@ def _pgid(proc: psutil.Process) -> int | None:
 class ServerProcess:
     """Start a server command in its own session with a log file; stop it completely."""
 
-    def __init__(self, argv: Sequence[str], *, env: Mapping[str, str], log_path: Path) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        log_path: Path,
+        secrets: Sequence[str] = (),
+    ) -> None:
         self.argv = list(argv)
         self.env = dict(env)
         self.log_path = log_path
+        #: Hidden in the log (``server/logpump.py``), with every secret-looking value.
+        self.secrets = tuple(secrets)
         self.launch_id = uuid.uuid4().hex
         self._popen: subprocess.Popen[bytes] | None = None
         self._reaper: subprocess.Popen[bytes] | None = None
+        self._pump: subprocess.Popen[bytes] | None = None
         self.stop_report: StopReport | None = None
 
     @property
@@ -121,17 +133,41 @@ class ServerProcess:
         return self._popen.pid
 
     def start(self) -> None:
-        """Start the server (own session, stdout+stderr to the log) and its reaper."""
+        """Start the server (own session, stdout+stderr to the log, redacted) and its reaper.
+
+        The server writes into a pipe to the log pump (``server/logpump.py``), which keeps
+        the log without the secrets the server prints (its arguments, the API key).
+        """
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self._popen = subprocess.Popen(
-                self.argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**self.env, LAUNCH_ID_ENV: self.launch_id},
+        self.log_path.touch()  # the log exists (and is writable) before anything runs
+        read_end, write_end = os.pipe()
+        try:
+            self._pump = subprocess.Popen(
+                [sys.executable, "-m", "pytest_sglang.server.logpump", str(self.log_path)],
+                stdin=read_end,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env={**os.environ, SECRETS_ENV: json.dumps(self.secrets)},
                 start_new_session=True,
             )
+            try:
+                self._popen = subprocess.Popen(
+                    self.argv,
+                    stdout=write_end,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env={**self.env, LAUNCH_ID_ENV: self.launch_id},
+                    start_new_session=True,
+                )
+            except BaseException:
+                os.close(write_end)
+                write_end = -1
+                self._end_pump()
+                raise
+        finally:
+            os.close(read_end)
+            if write_end >= 0:
+                os.close(write_end)
         # The reaper waits for EOF on its stdin: the pipe closes when this process ends in
         # any way, and then the reaper stops the server. Its own session keeps Ctrl-C away.
         self._reaper = subprocess.Popen(
@@ -152,8 +188,25 @@ class ServerProcess:
         """Return the exit code if the server process has exited, else None."""
         return self._popen.poll() if self._popen is not None else None
 
+    def _end_pump(self, timeout: float = 10.0) -> None:
+        """Wait for the log pump to copy the last lines (it ends at EOF); stop it if it hangs."""
+        if self._pump is None or self._pump.poll() is not None:
+            return
+        try:
+            self._pump.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:  # a process of ours still holds the pipe open
+            self._pump.kill()
+            self._pump.wait()
+
     def log_tail(self, lines: int = 30) -> list[str]:
-        """Return the last ``lines`` lines of the server log."""
+        """Return the last ``lines`` lines of the server log.
+
+        Once the server has exited, its last words are waited for (the log pump copies them
+        within moments), so that a death's message shows what the server said last.
+        """
+        if self.poll() is not None and self._pump is not None and self._pump.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._pump.wait(timeout=2.0)
         try:
             with self.log_path.open("rb") as log:
                 log.seek(0, os.SEEK_END)
@@ -186,6 +239,7 @@ class ServerProcess:
             return self.stop_report
         exclude = [self._reaper.pid] if self._reaper is not None else []
         report = kill_ours(self.launch_id, self._popen.pid, grace, exclude)
+        self._end_pump()
         try:
             code = self._popen.wait(timeout=5)
         except subprocess.TimeoutExpired:

@@ -351,6 +351,8 @@ class ReadinessGate:
         info_path, server_info = self._get_json_200(
             client, "/server_info", phase="server_info", old_path="/get_server_info"
         )
+        # Held redacted from here on: api_key, admin_api_key never reach a repr (pytest -l).
+        server_info = self._redact.json(server_info)
         model_info_path, model_info = self._get_json_200(
             client, "/model_info", phase="server_info", old_path="/get_model_info"
         )

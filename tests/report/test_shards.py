@@ -109,6 +109,6 @@ def test_merge_markdown_to_stdout_and_a_bad_path(pytester: pytest.Pytester) -> N
     merged = str(pytester.path / "m.json")
     assert main(["merge", merged, str(path), "--markdown", "-"], out=out) == 0
     assert "No measurements or verdicts were recorded." in out.getvalue()
-    missing = pytester.path / "no" / "such" / "dir" / "s.md"
-    status = main(["merge", merged, str(path), "--markdown", str(missing)])
+    under_a_file = path / "s.md"  # its folder would be the report file: refused up front
+    status = main(["merge", merged, str(path), "--markdown", str(under_a_file)])
     assert status == 2

@@ -43,6 +43,13 @@ def parse_args(argv: Sequence[str]) -> LaunchConfig:
     gpu_dir = values["emulator_gpu_dir"]
     if gpu_dir is not None and not (gpu_dir / "gpus.json").is_file():
         parser.error(f"argument --emulator-gpu-dir: no gpus.json in {gpu_dir}")
+    if gpu_dir is not None:
+        from pytest_sglang.gpu.probes import read_fake_gpus
+
+        try:
+            read_fake_gpus(gpu_dir / "gpus.json")
+        except ValueError as exc:
+            parser.error(f"argument --emulator-gpu-dir: {exc}")
     raw_decode_ms = values["emulator_decode_ms"]
     decode_ms = DEFAULT_DECODE_MS if raw_decode_ms is None else float(raw_decode_ms)
     prefill_ms = values["emulator_prefill_ms"]

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sglang.emulator.engine.power import PowerMeter
+from pytest_sglang.gpu.probes import read_fake_gpus
 
 #: How often ``telemetry.json`` is rewritten (readers extrapolate the energy in between).
 TELEMETRY_INTERVAL = 0.05
@@ -40,8 +41,8 @@ class GpuHolder:
         self.directory = directory
         self._path = directory / f"holder-{os.getpid()}.json"
         self._log = log
-        spec = json.loads((directory / "gpus.json").read_text())
-        visible = _visible(spec["gpus"], os.environ.get("CUDA_VISIBLE_DEVICES"))
+        gpus = read_fake_gpus(directory / "gpus.json")  # checked at parse time already
+        visible = _visible(gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
         dp = 1 if args.get("enable_dp_attention") else max(1, int(args.get("dp_size") or 1))
         count = max(1, int(args.get("tp_size") or 1)) * max(1, int(args.get("pp_size") or 1)) * dp
         start, step = int(args.get("base_gpu_id") or 0), max(1, int(args.get("gpu_id_step") or 1))

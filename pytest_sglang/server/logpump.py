@@ -1,0 +1,75 @@
+"""Copy a launched server's output into its log file, secrets hidden: ``python -m`` this.
+
+A server prints its arguments when it starts (SGLang: ``server_args=ServerArgs(...,
+api_key='...')``), and the log is a CI artifact (``docs/ci.md``). So the server's stdout and
+stderr are a pipe to this process, which appends each line to the log with the session's
+known secrets and every secret-looking value (``config/redaction.py``) replaced by ``***``,
+every other byte as the server wrote it. A line ends at a newline or a carriage return (a
+progress bar); one longer than :data:`MAX_LINE` is written in pieces.
+
+A process of its own, not a thread of pytest: a test process busy generating load must never
+make the server block on a full pipe. It carries no launch id, so the teardown's signals do
+not cut it short: it ends at the pipe's end of file, when the server and every child that
+shares its output are gone (``server/process.py`` waits for that, and stops it otherwise).
+The secrets come in the environment variable :data:`SECRETS_ENV` (a JSON list), not on the
+command line, which every user of the host can read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Callable
+
+from pytest_sglang.config.redaction import Redactor
+
+__all__ = ["MAX_LINE", "SECRETS_ENV", "pump", "redact_bytes"]
+
+#: The environment variable that carries the secrets to hide (a JSON list of strings).
+SECRETS_ENV = "PYTEST_SGLANG_LOG_SECRETS"
+#: A line without an end longer than this is written as it is (and redacted) in pieces.
+MAX_LINE = 64 * 1024
+_LINE_END = re.compile(rb"(?<=[\n\r])")
+
+
+def redact_bytes(data: bytes, redact: Callable[[str], str]) -> bytes:
+    """Return ``data`` redacted, each byte that is no secret unchanged (even invalid UTF-8)."""
+    text = data.decode("utf-8", "surrogateescape")
+    hidden = redact(text)
+    return data if hidden == text else hidden.encode("utf-8", "surrogateescape")
+
+
+def pump(source: int, sink: int, redact: Callable[[str], str]) -> None:
+    """Copy ``source`` to ``sink`` (file descriptors) line by line, redacted, until EOF."""
+    pending = b""
+    while chunk := os.read(source, 65536):
+        *lines, pending = _LINE_END.split(pending + chunk)
+        if len(pending) > MAX_LINE:
+            lines.append(pending)
+            pending = b""
+        _write_all(sink, b"".join(redact_bytes(line, redact) for line in lines))
+    _write_all(sink, redact_bytes(pending, redact))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def main(argv: list[str]) -> int:
+    """``python -m pytest_sglang.server.logpump LOG``: standard input to LOG, appended."""
+    secrets = json.loads(os.environ.get(SECRETS_ENV, "[]"))
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+    sink = os.open(argv[0], flags, 0o644)
+    try:
+        pump(sys.stdin.fileno(), sink, Redactor(secrets))
+    finally:
+        os.close(sink)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - run as a process by server/process.py
+    sys.exit(main(sys.argv[1:]))
