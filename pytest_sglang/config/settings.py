@@ -330,7 +330,7 @@ def _not_a_fake_gpu_dir(path: Path) -> str | None:
         return "is not a directory"
     if not (path / "gpus.json").exists():
         return None  # the probe says so when GPU state is read (a skip, as on a GPU-less host)
-    from pytest_sglang.gpu.probes import read_fake_gpus
+    from pytest_sglang.config.fake_gpus import read_fake_gpus
 
     try:
         read_fake_gpus(path / "gpus.json")

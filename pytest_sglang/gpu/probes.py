@@ -24,6 +24,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Protocol
 
+from pytest_sglang.config.fake_gpus import read_fake_gpus
 from pytest_sglang.errors import GpuUnavailable
 from pytest_sglang.gpu.model import MIB, Gpu, GpuProcess, GpuSnapshot
 
@@ -35,11 +36,8 @@ __all__ = [
     "SmiProbe",
     "import_nvml",
     "make_probe",
-    "read_fake_gpus",
 ]
 
-#: How a fake-GPU file is written (``write_fake_gpus`` makes one), for messages.
-FAKE_GPUS_FORMAT = '{"gpus": [{"uuid": "GPU-0", "name": "NVIDIA H200", "total_mib": 143771}]}'
 #: nvidia-smi can hang on a GPU in a bad state; never wait for it forever.
 SMI_TIMEOUT = 30.0
 
@@ -261,46 +259,6 @@ def _pid_alive(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return True
-
-
-def read_fake_gpus(path: Path) -> list[dict[str, Any]]:
-    """Return the GPUs a fake-GPU file (``gpus.json``) lists, each checked.
-
-    The one reader of the format, for the fake probe and the emulator alike.
-
-    :raises ValueError: naming the file and the key that is wrong, and the format.
-    """
-    try:
-        spec = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{path}: not UTF-8 text; write it as {FAKE_GPUS_FORMAT}") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(
-            f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
-            f"write it as {FAKE_GPUS_FORMAT}"
-        ) from None
-    gpus = spec.get("gpus") if isinstance(spec, dict) else None
-    if not isinstance(gpus, list):
-        raise ValueError(f"{path}: no 'gpus' list; write it as {FAKE_GPUS_FORMAT}")
-    for index, gpu in enumerate(gpus):
-        where = f"{path}: gpus[{index}]"
-        if not isinstance(gpu, dict):
-            raise ValueError(f"{where} is not an object; write it as {FAKE_GPUS_FORMAT}")
-        for key in ("uuid", "name", "total_mib"):
-            if key not in gpu:
-                raise ValueError(f"{where} has no {key!r}; write it as {FAKE_GPUS_FORMAT}")
-        for key in ("uuid", "name"):
-            if not isinstance(gpu[key], str):
-                raise ValueError(f"{where}[{key!r}] must be a string, got {gpu[key]!r}")
-        for key in ("total_mib", "base_used_mib"):
-            value = gpu.get(key, 0)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(
-                    f"{where}[{key!r}] must be a whole number of MiB (0 or more), got {value!r}"
-                )
-    return gpus
 
 
 class FakeProbe:

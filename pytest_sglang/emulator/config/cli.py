@@ -44,10 +44,10 @@ def parse_args(argv: Sequence[str]) -> LaunchConfig:
     if gpu_dir is not None and not (gpu_dir / "gpus.json").is_file():
         parser.error(f"argument --emulator-gpu-dir: no gpus.json in {gpu_dir}")
     if gpu_dir is not None:
-        from pytest_sglang.gpu.probes import read_fake_gpus
+        from pytest_sglang.emulator.config.gpu_file import read_gpus
 
         try:
-            read_fake_gpus(gpu_dir / "gpus.json")
+            read_gpus(gpu_dir / "gpus.json")
         except ValueError as exc:
             parser.error(f"argument --emulator-gpu-dir: {exc}")
     raw_decode_ms = values["emulator_decode_ms"]

@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pytest_sglang.emulator.config.gpu_file import read_gpus
 from pytest_sglang.emulator.engine.power import PowerMeter
-from pytest_sglang.gpu.probes import read_fake_gpus
 
 #: How often ``telemetry.json`` is rewritten (readers extrapolate the energy in between).
 TELEMETRY_INTERVAL = 0.05
@@ -41,7 +41,7 @@ class GpuHolder:
         self.directory = directory
         self._path = directory / f"holder-{os.getpid()}.json"
         self._log = log
-        gpus = read_fake_gpus(directory / "gpus.json")  # checked at parse time already
+        gpus = read_gpus(directory / "gpus.json")  # checked at parse time already
         visible = _visible(gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
         dp = 1 if args.get("enable_dp_attention") else max(1, int(args.get("dp_size") or 1))
         count = max(1, int(args.get("tp_size") or 1)) * max(1, int(args.get("pp_size") or 1)) * dp
