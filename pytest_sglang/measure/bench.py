@@ -7,7 +7,10 @@ of a sample for the verdicts. A :class:`Sweep` holds one result per concurrency 
 
 A measurement never passes silently broken: a run whose requests failed fails the test that
 took it (``MeasurementFailed``: how many, which kinds, what the server said) unless the call
-allowed errors (``allow_errors=0.05``: up to 5 % of each run's requests may fail). A run with
+allowed errors (``allow_errors=0.05``: up to 5 % of each run's requests may fail). So does a
+run whose validity check failed (``measure/checks.py``: the server's token counts disagree with
+what it streamed, the concurrency was not realised...), unless the call allowed that check
+(``allow_checks=["token_counts"]``). A run with
 failures also asks the pool whether the server died; a dead server fails the test naming
 its death (``ServerDied``: exit code, log tail, hints), stops the remaining runs, and fails
 every later test that needs it.
@@ -437,7 +440,37 @@ def _validated_repeats(repeats: object) -> int:
     return repeats
 
 
-def _validated_budget(allow_errors: object) -> float:
+@dataclass(frozen=True)
+class _Budget:
+    """What a call allows: a fraction of each run's requests failing, and named checks."""
+
+    errors: float
+    checks: frozenset[str] = frozenset()
+
+
+def _validated_budget(allow_errors: object, allow_checks: Iterable[str] = ()) -> _Budget:
+    return _Budget(_validated_errors(allow_errors), _validated_checks(allow_checks))
+
+
+def _validated_checks(allow_checks: object) -> frozenset[str]:
+    from pytest_sglang.measure.checks import CHECK_NAMES
+
+    if isinstance(allow_checks, str) or not isinstance(allow_checks, Iterable):
+        raise TypeError(
+            f"allow_checks is a list of validity check names, got {allow_checks!r}; write "
+            'e.g. allow_checks=["token_counts"]'
+        )
+    names = frozenset(allow_checks)
+    for name in sorted(names, key=str):
+        if name not in CHECK_NAMES:
+            raise ValueError(
+                f"allow_checks: no validity check {name!r}; the checks are "
+                f"{', '.join(CHECK_NAMES)} (docs/metrics.md, 'Validity checks')"
+            )
+    return names
+
+
+def _validated_errors(allow_errors: object) -> float:
     if isinstance(allow_errors, bool) or not isinstance(allow_errors, (int, float)):
         raise TypeError(
             f"allow_errors is the fraction of a run's requests that may fail, got "
@@ -478,6 +511,39 @@ def failed_requests_message(result: BenchResult, allow_errors: float) -> str | N
         "allow them: sglang_bench(..., allow_errors=0.05)"
     )
     return "\n".join(lines)
+
+
+def failed_checks_message(result: BenchResult, allowed: frozenset[str]) -> str | None:
+    """Return why ``result``'s runs are invalid (None when every failed check is allowed).
+
+    ``no_failed_requests`` is judged by the error budget (:func:`failed_requests_message`);
+    every other check that failed, and is not in ``allowed``, breaks the measurement.
+    """
+    failed: dict[str, list[int]] = {}
+    lines = []
+    for index, run in enumerate(result.runs):
+        for check in run.checks:
+            if check.passed is False and check.name not in allowed | _BUDGETED:
+                failed.setdefault(check.name, []).append(index)
+                lines.append(f"  run {index + 1}: {check.name}: {check.detail}")
+    if not failed:
+        return None
+    names = ", ".join(f'"{name}"' for name in failed)
+    return "\n".join(
+        [
+            f"the measurement of {result.label()} ({result.url}) is invalid: a validity "
+            f"check failed ({', '.join(failed)}), so its figures are not what the workload "
+            "asked for",
+            *lines,
+            "  fix: find out why (docs/metrics.md, 'Validity checks'); if the server is known "
+            f"to fail it and the figures still serve, allow it: sglang_bench(..., "
+            f"allow_checks=[{names}])",
+        ]
+    )
+
+
+#: Checks a budget of its own governs (``allow_errors``).
+_BUDGETED = frozenset({"no_failed_requests"})
 
 
 def failure_kinds(runs: Sequence[Measurement]) -> list[str]:
@@ -679,6 +745,7 @@ class Bench:
         repeats: int = DEFAULT_REPEATS,
         *,
         allow_errors: float = 0.0,
+        allow_checks: Iterable[str] = (),
         rate: float | None = None,
         arrival: Arrival = "poisson",
         max_concurrency: int | None = None,
@@ -693,6 +760,7 @@ class Bench:
         repeats: int = DEFAULT_REPEATS,
         *,
         allow_errors: float = 0.0,
+        allow_checks: Iterable[str] = (),
     ) -> Sweep: ...
 
     def __call__(
@@ -703,6 +771,7 @@ class Bench:
         repeats: int = DEFAULT_REPEATS,
         *,
         allow_errors: float = 0.0,
+        allow_checks: Iterable[str] = (),
         rate: float | None = None,
         arrival: Arrival = "poisson",
         max_concurrency: int | None = None,
@@ -711,6 +780,9 @@ class Bench:
 
         ``allow_errors`` is the fraction of each run's requests that may fail (default 0):
         a run beyond it fails the test (:class:`~pytest_sglang.errors.MeasurementFailed`).
+        So does a run whose validity check failed, unless ``allow_checks`` names the check
+        (e.g. ``["token_counts"]`` for a server known to over-count); the result still says
+        the check failed (``valid`` is False, the table marks the row).
 
         ``rate`` measures an open loop instead: requests leave at ``rate`` per second
         (``arrival`` ``"poisson"`` or ``"constant"``) whether or not earlier ones finished,
@@ -732,10 +804,10 @@ class Bench:
                 )
             load = OpenLoop(rate, arrival, max_concurrency)
             return self._measure_open(server, workload, load, _validated_repeats(repeats),
-                                      _validated_budget(allow_errors))  # fmt: skip
+                                      _validated_budget(allow_errors, allow_checks))  # fmt: skip
         levels = _validated_levels(concurrency)
         repeats = _validated_repeats(repeats)
-        budget = _validated_budget(allow_errors)
+        budget = _validated_budget(allow_errors, allow_checks)
         points = tuple(
             self._measure(server, workload, level, repeats, budget) for level in sorted(levels)
         )
@@ -753,17 +825,19 @@ class Bench:
         repeats: int = DEFAULT_REPEATS,
         *,
         allow_errors: float = 0.0,
+        allow_checks: Iterable[str] = (),
     ) -> tuple[BenchResult, BenchResult]:
         """Measure two servers under the same workload and concurrency.
 
         Runs are interleaved A B A B when both can be served at once (two attached URLs), so
         that drift cancels; in blocks otherwise (launched profiles share the GPUs). The
-        schedule is recorded in both results. ``allow_errors`` as for a single call.
+        schedule is recorded in both results. ``allow_errors``, ``allow_checks`` as for a single
+        call.
         """
         __tracebackhide__ = True
         (level,) = _validated_levels(concurrency)
         repeats = _validated_repeats(repeats)
-        budget = _validated_budget(allow_errors)
+        budget = _validated_budget(allow_errors, allow_checks)
         attached = {s.name for s in self.pool.settings.servers}
         keys = [self._key(name, workload, level, repeats) for name in (a, b)]
         fresh = not any(key in self._cache for key in keys)
@@ -785,8 +859,10 @@ class Bench:
             for side, server in enumerate(servers):
                 result = self._result(server, workload, level, runs[side], "interleaved")
                 self._cache[keys[side]] = result
-        first = self(a, workload, level, repeats, allow_errors=budget)
-        second = self(b, workload, level, repeats, allow_errors=budget)
+        first = self(a, workload, level, repeats, allow_errors=budget.errors,
+                     allow_checks=budget.checks)  # fmt: skip
+        second = self(b, workload, level, repeats, allow_errors=budget.errors,
+                      allow_checks=budget.checks)  # fmt: skip
         assert isinstance(first, BenchResult) and isinstance(second, BenchResult)
         return first, second
 
@@ -813,7 +889,7 @@ class Bench:
         workload: Workload,
         concurrency: int,
         repeats: int,
-        allow_errors: float,
+        budget: _Budget,
     ) -> BenchResult:
         __tracebackhide__ = True
         name = server if isinstance(server, str) else server.name
@@ -827,14 +903,22 @@ class Bench:
             # Launching the server may have taken this measurement (it was declared).
             if key not in self._cache:
                 self._fill(handle, workload, concurrency, repeats, key)
-        return self._judged(self._cache[key], allow_errors)
+        return self._judged(self._cache[key], budget)
 
-    def _judged(self, result: BenchResult, allow_errors: float) -> BenchResult:
-        """Record ``result`` for the test, then fail it if too many requests failed."""
+    def _judged(self, result: BenchResult, budget: _Budget) -> BenchResult:
+        """Record ``result`` for the test, then fail it if it is broken or invalid.
+
+        Broken: more failed requests than the budget allows, or impossible counts; invalid:
+        a validity check failed that the call did not allow.
+        """
         __tracebackhide__ = True
         # Recorded first: the report keeps a broken measurement too, with its errors.
         self._record(result, self._handles.get(result.server))
-        broken = failed_requests_message(result, allow_errors) or impossible_counts_message(result)
+        broken = (
+            failed_requests_message(result, budget.errors)
+            or impossible_counts_message(result)
+            or failed_checks_message(result, budget.checks)
+        )
         if broken is not None:
             from pytest_sglang.errors import MeasurementFailed
 
@@ -963,7 +1047,7 @@ class Bench:
         workload: Workload,
         load: OpenLoop,
         repeats: int,
-        allow_errors: float,
+        budget: _Budget,
     ) -> BenchResult:
         """Measure (or fetch) ``repeats`` open-loop runs at ``load``; cached by its key."""
         __tracebackhide__ = True
@@ -973,7 +1057,7 @@ class Bench:
         if key not in self._cache:
             handle = self._server(server) if isinstance(server, str) else server
             self._fill(handle, workload, level, repeats, key, load=load)
-        return self._judged(self._cache[key], allow_errors)
+        return self._judged(self._cache[key], budget)
 
     def run_once(
         self,

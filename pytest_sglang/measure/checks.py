@@ -28,7 +28,9 @@ these fails (``docs/metrics.md``, "Validity checks"):
     sent, which lasts at most the longest request: the floor is
     ``C * (1 - max e2e / window)``, less 5 % for the client's own gaps between one
     response and the next request. With multi-turn sessions a slot holds a whole session:
-    the tail is the longest session, and fewer sessions than slots cannot fill them.
+    the tail is the longest session, and fewer sessions than slots cannot fill them. Not
+    judged (``None``) below the floor when requests failed: their short lives turned slots
+    over faster than served requests do, and ``no_failed_requests`` judges them.
 ``schedule`` (open loop)
     requests left on time: the largest delay between scheduled and actual send is at most
     50 ms plus 10 % of the mean gap between arrivals (a capped or overloaded client lags).
@@ -42,7 +44,9 @@ these fails (``docs/metrics.md``, "Validity checks"):
     whether every chunk's token count came from the server; ``None`` (not judged) where
     some were spread evenly (the per-token ITL percentiles are then approximate).
 
-A check's ``passed`` is ``True``, ``False``, or ``None`` when it could not be judged.
+A check's ``passed`` is ``True``, ``False``, or ``None`` when it could not be judged. A run
+with a failed check fails the measurement that took it (``measure/bench.py``), unless the
+call allowed that check (``sglang_bench(..., allow_checks=["token_counts"])``).
 """
 
 from __future__ import annotations
@@ -55,7 +59,14 @@ from pytest_sglang.gpu.telemetry import RunTelemetry
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.workload import Workload
 
-__all__ = ["Check", "error_kind", "run_checks"]
+__all__ = ["CHECK_NAMES", "Check", "error_kind", "run_checks"]
+
+#: Every check a run can carry (``sglang_bench(..., allow_checks=[...])`` names them).
+CHECK_NAMES = (
+    "no_failed_requests", "tokens_counted", "output_length", "token_counts", "input_length",
+    "concurrency", "schedule", "chunk_token_counts", "client_bound", "connection_retries",
+    "gpu_throttled", "gpu_foreign_process", "gpu_errors",
+)  # fmt: skip
 
 #: Slack below the concurrency floor for the client's own gaps between requests.
 CONCURRENCY_SLACK = 0.05
@@ -110,7 +121,18 @@ def run_checks(
             # A slot holds a whole session: the ramp-down tail is the longest session.
             spans = _session_spans(run.workload, records)
             units, tail, unit = len(spans), max(spans, default=longest), "session"
-        checks.append(_check_concurrency(run.concurrency, units, realised, tail, duration, unit))
+        concurrency = _check_concurrency(run.concurrency, units, realised, tail, duration, unit)
+        failed = len(records) - len(done)
+        if failed and concurrency.passed is False:
+            # A failed request's short life is no served request: the failures are judged by
+            # ``no_failed_requests`` (and the call's error budget), not twice.
+            concurrency = Check(
+                "concurrency",
+                None,
+                f"{concurrency.detail}; not judged: {failed} failed requests turned their "
+                "slots over faster than served ones",
+            )
+        checks.append(concurrency)
     if run.mode == "open" and run.rate:
         checks.append(_check_schedule(run.rate, records))
     checks.append(_check_chunk_counts(done, run.workload.stream))
