@@ -1358,9 +1358,11 @@ def load_generator_for(server: SGLangServer, **options: Any) -> LoadGenerator:
     """Return a load generator for a server that passed the readiness gate.
 
     The load generator knows URLs and headers, not servers: this hands it the server's base
-    URL, its headers (the API key) and its served model id. ``options`` are the other
+    URL, its headers (the API key), its served model id and what is known of its connection
+    habits (learned once per server and session). ``options`` are the other
     keyword arguments of :class:`~pytest_sglang.loadgen.runner.LoadGenerator`.
     """
     from pytest_sglang.loadgen.runner import LoadGenerator
 
+    options.setdefault("connections", server.connections)
     return LoadGenerator(server.url, headers=server.headers, model=server.model.id, **options)
