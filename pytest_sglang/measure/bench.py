@@ -9,8 +9,9 @@ A measurement never passes silently broken: a run whose requests failed fails th
 took it (``MeasurementFailed``: how many, which kinds, what the server said) unless the call
 allowed errors (``allow_errors=0.05``: up to 5 % of each run's requests may fail). So does a
 run whose validity check failed (``measure/checks.py``: the server's token counts disagree with
-what it streamed, the concurrency was not realised...), unless the call allowed that check
-(``allow_checks=["token_counts"]``). A run with
+what it streamed, the outputs were not of the requested length...), unless the call allowed
+that check (``allow_checks=["token_counts"]``); the checks of the load the client applied
+(concurrency, schedule, client) make the run invalid for the verdicts only. A run with
 failures also asks the pool whether the server died; a dead server fails the test naming
 its death (``ServerDied``: exit code, log tail, hints), stops the remaining runs, and fails
 every later test that needs it.
@@ -44,6 +45,7 @@ from pytest_sglang.measure.measurement import Measurement
 from pytest_sglang.measure.metrics import metric_spec
 from pytest_sglang.measure.plans import DEFAULT_REPEATS, MeasurementPlans
 from pytest_sglang.report.entries import MeasurementBody, Schedule
+from pytest_sglang.report.progress import RunLine
 
 if TYPE_CHECKING:
     from pytest_sglang.errors import SGLangError
@@ -516,14 +518,17 @@ def failed_requests_message(result: BenchResult, allow_errors: float) -> str | N
 def failed_checks_message(result: BenchResult, allowed: frozenset[str]) -> str | None:
     """Return why ``result``'s runs are invalid (None when every failed check is allowed).
 
-    ``no_failed_requests`` is judged by the error budget (:func:`failed_requests_message`);
-    every other check that failed, and is not in ``allowed``, breaks the measurement.
+    ``no_failed_requests`` is judged by the error budget (:func:`failed_requests_message`)
+    and the checks of the load the client applied (``LOAD_CHECKS``) by the verdicts; every
+    other check that failed, and is not in ``allowed``, breaks the measurement.
     """
+    from pytest_sglang.measure.checks import LOAD_CHECKS
+
     failed: dict[str, list[int]] = {}
     lines = []
     for index, run in enumerate(result.runs):
         for check in run.checks:
-            if check.passed is False and check.name not in allowed | _BUDGETED:
+            if check.passed is False and check.name not in allowed | _BUDGETED | LOAD_CHECKS:
                 failed.setdefault(check.name, []).append(index)
                 lines.append(f"  run {index + 1}: {check.name}: {check.detail}")
     if not failed:
@@ -648,8 +653,15 @@ class Bench:
         server_failed: Callable[[str, SGLangError], None] = lambda name, error: None,
         during: str = "",
         plans: MeasurementPlans | None = None,
+        run_line: RunLine | None = None,
     ) -> None:
         self.pool = pool
+        #: Each run's live progress line (``report/progress.py``); a view shares its origin's.
+        self._run_line: RunLine = (
+            (run_line or RunLine(None, lambda write: write()))
+            if shared is None
+            else shared._run_line
+        )
         # What the selected tests declared (sglang_measure): taken when a server launches.
         self._plans: MeasurementPlans = (
             (plans or MeasurementPlans()) if shared is None else shared._plans
@@ -1141,14 +1153,19 @@ class Bench:
         label = f"{server.name} {at} run {repeat + 1}/{repeats}"
         last = [0.0]
 
+        live = self._run_line
+        line = [""]
+
         def progress(done: int, total: int, output_tokens: int, elapsed: float) -> None:
-            # The generator calls at most once a second; a line every 10 s is enough here.
+            # The generator's ticker calls at most once a second, reading its counters: the
+            # run's line in place on a terminal; elsewhere a line every 10 s, for CI logs.
+            rate = output_tokens / elapsed if elapsed > 0 else 0.0
+            line[0] = f"sglang: measuring {label}: {done}/{total} requests, {rate:.0f} output tok/s"
+            live.show(line[0])
             now = time.monotonic()
-            if now - last[0] >= 10.0:
+            if now - last[0] >= 10.0 and not live.in_place and not live.quiet:
                 last[0] = now
-                rate = output_tokens / elapsed if elapsed > 0 else 0.0
-                self._progress(f"sglang: measuring {label}: {done}/{total} requests, "
-                               f"{rate:.0f} output tok/s")  # fmt: skip
+                self._progress(line[0])
 
         last[0] = time.monotonic()
         from pytest_sglang.loadgen.placement import closed_loop_on_workers, open_loop_on_workers
@@ -1193,6 +1210,8 @@ class Bench:
         finally:
             if sampler is not None and sampler.started_at:
                 sampler.stop()
+        if line[0]:
+            live.end(line[0])
         measurement = measure(run)
         if stopped is None:
             measurement = dataclasses.replace(measurement, server_counters=counters.delta())

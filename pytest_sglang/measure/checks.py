@@ -49,7 +49,8 @@ these fails (``docs/metrics.md``, "Validity checks"):
 
 A check's ``passed`` is ``True``, ``False``, or ``None`` when it could not be judged. A run
 with a failed check fails the measurement that took it (``measure/bench.py``), unless the
-call allowed that check (``sglang_bench(..., allow_checks=["token_counts"])``).
+call allowed that check (``sglang_bench(..., allow_checks=["token_counts"])``) or it is one
+of the :data:`LOAD_CHECKS` (the load the client applied: reported, refused by verdicts).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ from pytest_sglang.gpu.telemetry import RunTelemetry
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.workload import Workload
 
-__all__ = ["CHECK_NAMES", "Check", "error_kind", "run_checks"]
+__all__ = ["CHECK_NAMES", "LOAD_CHECKS", "Check", "error_kind", "run_checks"]
 
 #: Every check a run can carry (``sglang_bench(..., allow_checks=[...])`` names them).
 CHECK_NAMES = (
@@ -72,6 +73,10 @@ CHECK_NAMES = (
     "concurrency", "schedule", "chunk_token_counts", "client_bound", "connection_retries",
     "gpu_throttled", "gpu_foreign_process", "gpu_errors",
 )  # fmt: skip
+#: Checks of the load the client applied, which a busy machine running the client can miss
+#: on a short run: a failure makes the run invalid (the table marks it, the verdicts refuse
+#: it) but does not fail a measurement by itself, as the other checks do.
+LOAD_CHECKS = frozenset({"concurrency", "schedule", "client_bound"})
 
 #: Slack below the concurrency floor for the client's own gaps between requests.
 CONCURRENCY_SLACK = 0.05

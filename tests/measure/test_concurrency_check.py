@@ -1,9 +1,14 @@
-"""The concurrency check says whose a shortfall was: the server's or the client's (issue 23)."""
+"""The concurrency check says whose a shortfall was, the server's or the client's, and a
+shortfall alone marks a run without failing its measurement (issue 23)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.workload import Workload
+from pytest_sglang.measure.bench import BenchResult, failed_checks_message
+from pytest_sglang.measure.checks import Check
 from pytest_sglang.measure.measurement import measure
 
 C = 4
@@ -52,3 +57,18 @@ def test_a_realised_concurrency_says_nothing_more() -> None:
     check = measure(closed_loop(before=0.0, gap=0.0)).check("concurrency")
     assert check.passed is True
     assert "held" not in check.detail
+
+
+def test_a_load_shortfall_alone_marks_the_run_without_failing_the_measurement() -> None:
+    run = measure(closed_loop(before=0.03, gap=0.0))
+    result = BenchResult("srv", W, C, (run,))
+    assert not result.valid  # the verdicts refuse it
+    assert failed_checks_message(result, frozenset()) is None
+    # A check of what was measured fails it.
+    wrong = replace(run, checks=(*run.checks, Check("token_counts", False, "3 disagree")))
+    message = failed_checks_message(BenchResult("srv", W, C, (wrong,)), frozenset()) or ""
+    assert "a validity check failed (token_counts)" in message
+    assert "run 1: token_counts: 3 disagree" in message
+    assert "concurrency" not in message.splitlines()[0]
+    allowed = frozenset({"token_counts"})
+    assert failed_checks_message(BenchResult("srv", W, C, (wrong,)), allowed) is None
