@@ -12,9 +12,13 @@ server's own count of what it streamed (``GET /stats``):
 - ``finish``: the final ``usage`` rides on the finish chunk, with no usage chunk (llama.cpp):
   same expectations;
 - ``stuck``: text arrives but the running usage never counts up: the run must be invalid
-  (``tokens_counted`` fails).
+  (``tokens_counted`` fails);
+- ``early``: the server closes 1 ms after each stream (llama.cpp's habit), many short runs
+  at C=1 with one generator's connection habits shared, as ``sglang_bench`` shares the
+  server handle's: expected 0 failed and 0 retried measured requests in every run (the
+  first run's warm-up learns the habit).
 
-    python benchmarks/server_habits.py [--output-len 64] [--token-ms 5]
+    python benchmarks/server_habits.py [--output-len 64] [--token-ms 5] [--early-runs 30]
 
 Exits non-zero when a figure misses its bound.
 """
@@ -27,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pytest_sglang.loadgen.habits import ConnectionHabits
 from pytest_sglang.loadgen.runner import LoadGenerator
 from pytest_sglang.loadgen.workload import Endpoint, Workload
 from pytest_sglang.measure.measurement import measure
@@ -79,11 +84,31 @@ def stuck(token_ms: float) -> bool:
     return ok
 
 
+def early(endpoint: Endpoint, runs: int) -> bool:
+    """Runs of 40 requests at C=1 against a server closing 1 ms after each stream."""
+    workload = Workload(input_len=8, output_len=16, requests=40, endpoint=endpoint)
+    habits = ConnectionHabits()
+    failed = retried = 0
+    with running_server("openai_like", "--close-after-stream", "--close-delay-ms", "1",
+                        "--token-ms", "1") as server:  # fmt: skip
+        for repeat in range(runs):
+            run = LoadGenerator(server.url, connections=habits).run_closed_loop(
+                workload, 1, repeat=repeat
+            )
+            failed += sum(1 for r in run.measured if not r.ok)
+            retried += sum(r.retries for r in run.measured)
+    ok = failed == 0 and retried == 0 and habits.closes_after_response is True
+    print(f"early  {endpoint:11} C=1   {runs} runs x 40  failed {failed}  retried {retried}  "
+          f"learned: {habits.evidence}  {'PASS' if ok else 'FAIL'}")  # fmt: skip
+    return ok
+
+
 def main() -> None:
     """Run every row and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--token-ms", type=float, default=5.0)
+    parser.add_argument("--early-runs", type=int, default=30)
     args = parser.parse_args()
     results = [
         run_one(habit, endpoint, level, args.output_len, args.token_ms)
@@ -92,6 +117,7 @@ def main() -> None:
         for level in (1, 8, 32)
     ]
     results.append(stuck(args.token_ms))
+    results += [early(endpoint, args.early_runs) for endpoint in ("completions", "chat")]
     print(f"{sum(results)} of {len(results)} rows pass")
     sys.exit(0 if all(results) else 1)
 

@@ -267,9 +267,12 @@ def session_bench(config: pytest.Config, pool: ServerPool) -> Bench:
         "load_workers": settings.load_workers.value,
         "ray_address": settings.ray_address.value,
     }
+    from pytest_sglang.report.progress import run_line
+
     bench = Bench(
         pool,
         progress=terminal_writer(config),
+        run_line=run_line(config),
         generator_options=limits,
         plans=config.stash.get(PLANS_KEY, None),
     )

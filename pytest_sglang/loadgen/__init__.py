@@ -10,6 +10,7 @@ Modules, one job each:
 - ``prompts``: request bodies of exact lengths (pure, deterministic);
 - ``schedule``: open-loop arrival schedules (pure);
 - ``progress``: the progress callback and its ticker;
+- ``habits``: a server's connection habits, learned once per server and session;
 - ``watchdog``: the stall watchdog (ends streams silent after their first token);
 - ``saturation``: the client's own CPU and event-loop lag per run (``client_bound``);
 - ``shard``, ``workers``, ``ray_workers``, ``placement``: one run over several processes or

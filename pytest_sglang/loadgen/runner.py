@@ -40,7 +40,13 @@ response while still advertising keep-alive (llama.cpp's server, proxies, server
 before the close arrives, and the write fails. That is the client's problem, not a server
 failure. A failure after response bytes arrived, or on a fresh connection, is never retried:
 it is the server's. After the first such retry, or a response that says
-``Connection: close``, the run stops reusing connections (a fresh one per request).
+``Connection: close``, the run stops reusing connections (a fresh one per request), and so
+does every later run of every generator that shares the server's
+:class:`~pytest_sglang.loadgen.habits.ConnectionHabits` (``connections=``; the bench passes
+the server handle's). While the habit is not known, a run probes it once its warm-up is
+over: a copy of the warm-up's last request, sent at once on the pooled client, as the first
+measured request would be, so that the measured requests never race the server's close. A
+run without a warm-up learns it from its first retry instead (the retry is not counted).
 
 Send time: a record's ``sent`` is when aiohttp handed the request's bytes to the socket (its
 ``on_request_chunk_sent`` trace signal, which fires right before the write), not when the
@@ -74,6 +80,7 @@ from pytest_sglang.config.defaults import (
 )
 from pytest_sglang.errors import SGLangError
 from pytest_sglang.loadgen.blocking import run_blocking
+from pytest_sglang.loadgen.habits import ConnectionHabits
 from pytest_sglang.loadgen.progress import ProgressCallback, ProgressTicker, Tally, no_progress
 from pytest_sglang.loadgen.prompts import PATHS, encoded_bodies
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
@@ -108,11 +115,13 @@ Bodies = list[bytes]
 class _Attempt:
     """One attempt to send a request: its record, and whether it got a pooled connection."""
 
-    __slots__ = ("close", "record", "reused")
+    __slots__ = ("close", "created", "record", "reused")
 
     def __init__(self, record: RequestRecord) -> None:
         self.record = record
         self.reused = False
+        #: The pool opened a new connection for it.
+        self.created = False
         #: The response said ``Connection: close``.
         self.close = False
 
@@ -144,10 +153,20 @@ async def _mark_reused(
         attempt.reused = True
 
 
+async def _mark_created(
+    session: aiohttp.ClientSession, context: SimpleNamespace, params: object
+) -> None:
+    """Mark the attempt: the pool opened a new connection for it."""
+    attempt = _SENDING.get()
+    if attempt is not None:
+        attempt.created = True
+
+
 def _wire_trace() -> aiohttp.TraceConfig:
     trace = aiohttp.TraceConfig()
     trace.on_request_chunk_sent.append(_stamp_bytes_written)
     trace.on_connection_reuseconn.append(_mark_reused)
+    trace.on_connection_create_end.append(_mark_created)
     return trace
 
 
@@ -203,6 +222,8 @@ class LoadGenerator:
         :class:`CacheFlushFailed`.
     :param shard: this generator's part of a run spread over several processes (set by
         :mod:`pytest_sglang.loadgen.workers`, which is how to run one; see there).
+    :param connections: what is known of the server's connection habits, shared by every
+        generator for that server (the server handle's); a new, unknown one by default.
     """
 
     def __init__(
@@ -222,6 +243,7 @@ class LoadGenerator:
         flush_cache: bool = False,
         before_measured: Callable[[], object] | None = None,
         shard: Shard | None = None,
+        connections: ConnectionHabits | None = None,
     ) -> None:
         for name, value in (
             ("request_timeout", request_timeout),
@@ -257,6 +279,7 @@ class LoadGenerator:
         self._progress = progress
         self._progress_interval = progress_interval
         self._shard = shard
+        self.connections = ConnectionHabits() if connections is None else connections
         self.flush_cache = flush_cache
         #: The requests a run had finished when something interrupted it (a test timeout,
         #: Ctrl-C): what the caller may still report. None until a run is interrupted.
@@ -268,6 +291,7 @@ class LoadGenerator:
             "request_timeout": request_timeout, "stall_timeout": stall_timeout,
             "first_token_timeout": first_token_timeout, "connect_timeout": connect_timeout,
             "max_consecutive_failures": max_consecutive_failures, "flush_cache": flush_cache,
+            "connections": self.connections,
         }  # fmt: skip
 
     @property
@@ -463,6 +487,8 @@ class LoadGenerator:
                 await self._flush(state)
             if warm:
                 await self._closed(workload, warm, warmup_concurrency, state, warm_bodies)
+                if self.connections.closes_after_response is None and all(r.ok for r in warm):
+                    await self._probe(workload, warm[-1], state, warm_bodies[warm[-1].index])
             if self._shard is not None:
                 state.client()  # built now: the first measured request must not wait for it
                 # Every process finished its warm-up: the measured requests start together.
@@ -553,6 +579,25 @@ class LoadGenerator:
                     await self._send(workload, record, bodies[record.index], state)
 
         await asyncio.gather(*(worker() for _ in range(min(concurrency, len(sessions)))))
+
+    async def _probe(
+        self, workload: Workload, last: RequestRecord, state: _RunState, body: bytes
+    ) -> None:
+        """Learn the server's connection habit once its warm-up is over.
+
+        A copy of the warm-up's last request (kept in no record, counted in no progress),
+        sent at once on the pooled client as the first measured request would be: it either
+        reuses a warm-up connection (the server keeps them), fails on one before any
+        response byte and is sent again (``_attempts``), or gets a new one because the
+        server had closed them all (both: the server closes after a response).
+        """
+        copy = RequestRecord(index=last.index, warmup=True, input_len=last.input_len,
+                             output_len=last.output_len)  # fmt: skip
+        tally, state.tally, state.probing = state.tally, Tally(1), True
+        try:
+            await self._send(workload, copy, body, state)
+        finally:
+            state.tally, state.probing = tally, False
 
     async def _open(
         self,
@@ -670,10 +715,19 @@ class LoadGenerator:
     ) -> None:
         """Send the request; once more on a fresh connection if a reused one was dead."""
         attempt = _Attempt(record)
+        habits = self.connections
         try:
             await self._exchange(state.client(), workload, attempt, body, parser)
             if attempt.close:
+                habits.closes("a response said Connection: close")
                 state.stop_reuse()
+            elif attempt.reused:
+                habits.keeps("a pooled connection served a second request")
+            elif attempt.created and state.probing:
+                habits.closes(
+                    "the server had closed the connection of the request before (the "
+                    "warm-up's probe needed a new one)"
+                )
         except Exception as exc:
             # Only a failure before any response byte, on a connection an earlier request
             # had used: the server closed it while it idled in the pool. Anything else (a
@@ -687,6 +741,7 @@ class LoadGenerator:
                 raise
             first = _describe(exc)
             record.retries += 1
+            habits.closes(f"a reused connection failed before any response byte: {first}")
             state.stale_connection()
             try:
                 await self._exchange(state.client(fresh=True), workload, _Attempt(record), body,
@@ -754,7 +809,9 @@ class _RunState:
         self._pooled: httpx.AsyncClient | None = None
         self._fresh: httpx.AsyncClient | None = None
         #: False once the server was seen closing connections: a fresh one per request.
-        self.reuse = True
+        self.reuse = generator.connections.reuse
+        #: The warm-up's probe is sending its second request (see ``LoadGenerator._probe``).
+        self.probing = False
         #: Requests in a row that ended without an answer.
         self.streak = 0
         self._last_error: str | None = None
@@ -769,7 +826,7 @@ class _RunState:
 
     def client(self, *, fresh: bool = False) -> httpx.AsyncClient:
         """Return the pooled client, or the one that opens a fresh connection per request."""
-        if fresh or not self.reuse:
+        if fresh or not self.reuse or not self._generator.connections.reuse:
             if self._fresh is None:
                 self._fresh = self._generator.client(self._connections, reuse=False)
             return self._fresh

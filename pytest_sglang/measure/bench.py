@@ -7,7 +7,11 @@ of a sample for the verdicts. A :class:`Sweep` holds one result per concurrency 
 
 A measurement never passes silently broken: a run whose requests failed fails the test that
 took it (``MeasurementFailed``: how many, which kinds, what the server said) unless the call
-allowed errors (``allow_errors=0.05``: up to 5 % of each run's requests may fail). A run with
+allowed errors (``allow_errors=0.05``: up to 5 % of each run's requests may fail). So does a
+run whose validity check failed (``measure/checks.py``: the server's token counts disagree with
+what it streamed, the outputs were not of the requested length...), unless the call allowed
+that check (``allow_checks=["token_counts"]``); the checks of the load the client applied
+(concurrency, schedule, client) make the run invalid for the verdicts only. A run with
 failures also asks the pool whether the server died; a dead server fails the test naming
 its death (``ServerDied``: exit code, log tail, hints), stops the remaining runs, and fails
 every later test that needs it.
@@ -41,6 +45,7 @@ from pytest_sglang.measure.measurement import Measurement
 from pytest_sglang.measure.metrics import metric_spec
 from pytest_sglang.measure.plans import DEFAULT_REPEATS, MeasurementPlans
 from pytest_sglang.report.entries import MeasurementBody, Schedule
+from pytest_sglang.report.progress import RunLine
 
 if TYPE_CHECKING:
     from pytest_sglang.errors import SGLangError
@@ -437,7 +442,37 @@ def _validated_repeats(repeats: object) -> int:
     return repeats
 
 
-def _validated_budget(allow_errors: object) -> float:
+@dataclass(frozen=True)
+class _Budget:
+    """What a call allows: a fraction of each run's requests failing, and named checks."""
+
+    errors: float
+    checks: frozenset[str] = frozenset()
+
+
+def _validated_budget(allow_errors: object, allow_checks: Iterable[str] = ()) -> _Budget:
+    return _Budget(_validated_errors(allow_errors), _validated_checks(allow_checks))
+
+
+def _validated_checks(allow_checks: object) -> frozenset[str]:
+    from pytest_sglang.measure.checks import CHECK_NAMES
+
+    if isinstance(allow_checks, str) or not isinstance(allow_checks, Iterable):
+        raise TypeError(
+            f"allow_checks is a list of validity check names, got {allow_checks!r}; write "
+            'e.g. allow_checks=["token_counts"]'
+        )
+    names = frozenset(allow_checks)
+    for name in sorted(names, key=str):
+        if name not in CHECK_NAMES:
+            raise ValueError(
+                f"allow_checks: no validity check {name!r}; the checks are "
+                f"{', '.join(CHECK_NAMES)} (docs/metrics.md, 'Validity checks')"
+            )
+    return names
+
+
+def _validated_errors(allow_errors: object) -> float:
     if isinstance(allow_errors, bool) or not isinstance(allow_errors, (int, float)):
         raise TypeError(
             f"allow_errors is the fraction of a run's requests that may fail, got "
@@ -478,6 +513,42 @@ def failed_requests_message(result: BenchResult, allow_errors: float) -> str | N
         "allow them: sglang_bench(..., allow_errors=0.05)"
     )
     return "\n".join(lines)
+
+
+def failed_checks_message(result: BenchResult, allowed: frozenset[str]) -> str | None:
+    """Return why ``result``'s runs are invalid (None when every failed check is allowed).
+
+    ``no_failed_requests`` is judged by the error budget (:func:`failed_requests_message`)
+    and the checks of the load the client applied (``LOAD_CHECKS``) by the verdicts; every
+    other check that failed, and is not in ``allowed``, breaks the measurement.
+    """
+    from pytest_sglang.measure.checks import LOAD_CHECKS
+
+    failed: dict[str, list[int]] = {}
+    lines = []
+    for index, run in enumerate(result.runs):
+        for check in run.checks:
+            if check.passed is False and check.name not in allowed | _BUDGETED | LOAD_CHECKS:
+                failed.setdefault(check.name, []).append(index)
+                lines.append(f"  run {index + 1}: {check.name}: {check.detail}")
+    if not failed:
+        return None
+    names = ", ".join(f'"{name}"' for name in failed)
+    return "\n".join(
+        [
+            f"the measurement of {result.label()} ({result.url}) is invalid: a validity "
+            f"check failed ({', '.join(failed)}), so its figures are not what the workload "
+            "asked for",
+            *lines,
+            "  fix: find out why (docs/metrics.md, 'Validity checks'); if the server is known "
+            f"to fail it and the figures still serve, allow it: sglang_bench(..., "
+            f"allow_checks=[{names}])",
+        ]
+    )
+
+
+#: Checks a budget of its own governs (``allow_errors``).
+_BUDGETED = frozenset({"no_failed_requests"})
 
 
 def failure_kinds(runs: Sequence[Measurement]) -> list[str]:
@@ -582,8 +653,15 @@ class Bench:
         server_failed: Callable[[str, SGLangError], None] = lambda name, error: None,
         during: str = "",
         plans: MeasurementPlans | None = None,
+        run_line: RunLine | None = None,
     ) -> None:
         self.pool = pool
+        #: Each run's live progress line (``report/progress.py``); a view shares its origin's.
+        self._run_line: RunLine = (
+            (run_line or RunLine(None, lambda write: write()))
+            if shared is None
+            else shared._run_line
+        )
         # What the selected tests declared (sglang_measure): taken when a server launches.
         self._plans: MeasurementPlans = (
             (plans or MeasurementPlans()) if shared is None else shared._plans
@@ -679,6 +757,7 @@ class Bench:
         repeats: int = DEFAULT_REPEATS,
         *,
         allow_errors: float = 0.0,
+        allow_checks: Iterable[str] = (),
         rate: float | None = None,
         arrival: Arrival = "poisson",
         max_concurrency: int | None = None,
@@ -693,6 +772,7 @@ class Bench:
         repeats: int = DEFAULT_REPEATS,
         *,
         allow_errors: float = 0.0,
+        allow_checks: Iterable[str] = (),
     ) -> Sweep: ...
 
     def __call__(
@@ -703,6 +783,7 @@ class Bench:
         repeats: int = DEFAULT_REPEATS,
         *,
         allow_errors: float = 0.0,
+        allow_checks: Iterable[str] = (),
         rate: float | None = None,
         arrival: Arrival = "poisson",
         max_concurrency: int | None = None,
@@ -711,6 +792,9 @@ class Bench:
 
         ``allow_errors`` is the fraction of each run's requests that may fail (default 0):
         a run beyond it fails the test (:class:`~pytest_sglang.errors.MeasurementFailed`).
+        So does a run whose validity check failed, unless ``allow_checks`` names the check
+        (e.g. ``["token_counts"]`` for a server known to over-count); the result still says
+        the check failed (``valid`` is False, the table marks the row).
 
         ``rate`` measures an open loop instead: requests leave at ``rate`` per second
         (``arrival`` ``"poisson"`` or ``"constant"``) whether or not earlier ones finished,
@@ -732,10 +816,10 @@ class Bench:
                 )
             load = OpenLoop(rate, arrival, max_concurrency)
             return self._measure_open(server, workload, load, _validated_repeats(repeats),
-                                      _validated_budget(allow_errors))  # fmt: skip
+                                      _validated_budget(allow_errors, allow_checks))  # fmt: skip
         levels = _validated_levels(concurrency)
         repeats = _validated_repeats(repeats)
-        budget = _validated_budget(allow_errors)
+        budget = _validated_budget(allow_errors, allow_checks)
         points = tuple(
             self._measure(server, workload, level, repeats, budget) for level in sorted(levels)
         )
@@ -753,17 +837,19 @@ class Bench:
         repeats: int = DEFAULT_REPEATS,
         *,
         allow_errors: float = 0.0,
+        allow_checks: Iterable[str] = (),
     ) -> tuple[BenchResult, BenchResult]:
         """Measure two servers under the same workload and concurrency.
 
         Runs are interleaved A B A B when both can be served at once (two attached URLs), so
         that drift cancels; in blocks otherwise (launched profiles share the GPUs). The
-        schedule is recorded in both results. ``allow_errors`` as for a single call.
+        schedule is recorded in both results. ``allow_errors``, ``allow_checks`` as for a single
+        call.
         """
         __tracebackhide__ = True
         (level,) = _validated_levels(concurrency)
         repeats = _validated_repeats(repeats)
-        budget = _validated_budget(allow_errors)
+        budget = _validated_budget(allow_errors, allow_checks)
         attached = {s.name for s in self.pool.settings.servers}
         keys = [self._key(name, workload, level, repeats) for name in (a, b)]
         fresh = not any(key in self._cache for key in keys)
@@ -785,8 +871,10 @@ class Bench:
             for side, server in enumerate(servers):
                 result = self._result(server, workload, level, runs[side], "interleaved")
                 self._cache[keys[side]] = result
-        first = self(a, workload, level, repeats, allow_errors=budget)
-        second = self(b, workload, level, repeats, allow_errors=budget)
+        first = self(a, workload, level, repeats, allow_errors=budget.errors,
+                     allow_checks=budget.checks)  # fmt: skip
+        second = self(b, workload, level, repeats, allow_errors=budget.errors,
+                      allow_checks=budget.checks)  # fmt: skip
         assert isinstance(first, BenchResult) and isinstance(second, BenchResult)
         return first, second
 
@@ -813,7 +901,7 @@ class Bench:
         workload: Workload,
         concurrency: int,
         repeats: int,
-        allow_errors: float,
+        budget: _Budget,
     ) -> BenchResult:
         __tracebackhide__ = True
         name = server if isinstance(server, str) else server.name
@@ -827,14 +915,22 @@ class Bench:
             # Launching the server may have taken this measurement (it was declared).
             if key not in self._cache:
                 self._fill(handle, workload, concurrency, repeats, key)
-        return self._judged(self._cache[key], allow_errors)
+        return self._judged(self._cache[key], budget)
 
-    def _judged(self, result: BenchResult, allow_errors: float) -> BenchResult:
-        """Record ``result`` for the test, then fail it if too many requests failed."""
+    def _judged(self, result: BenchResult, budget: _Budget) -> BenchResult:
+        """Record ``result`` for the test, then fail it if it is broken or invalid.
+
+        Broken: more failed requests than the budget allows, or impossible counts; invalid:
+        a validity check failed that the call did not allow.
+        """
         __tracebackhide__ = True
         # Recorded first: the report keeps a broken measurement too, with its errors.
         self._record(result, self._handles.get(result.server))
-        broken = failed_requests_message(result, allow_errors) or impossible_counts_message(result)
+        broken = (
+            failed_requests_message(result, budget.errors)
+            or impossible_counts_message(result)
+            or failed_checks_message(result, budget.checks)
+        )
         if broken is not None:
             from pytest_sglang.errors import MeasurementFailed
 
@@ -963,7 +1059,7 @@ class Bench:
         workload: Workload,
         load: OpenLoop,
         repeats: int,
-        allow_errors: float,
+        budget: _Budget,
     ) -> BenchResult:
         """Measure (or fetch) ``repeats`` open-loop runs at ``load``; cached by its key."""
         __tracebackhide__ = True
@@ -973,7 +1069,7 @@ class Bench:
         if key not in self._cache:
             handle = self._server(server) if isinstance(server, str) else server
             self._fill(handle, workload, level, repeats, key, load=load)
-        return self._judged(self._cache[key], allow_errors)
+        return self._judged(self._cache[key], budget)
 
     def run_once(
         self,
@@ -1057,14 +1153,19 @@ class Bench:
         label = f"{server.name} {at} run {repeat + 1}/{repeats}"
         last = [0.0]
 
+        live = self._run_line
+        line = [""]
+
         def progress(done: int, total: int, output_tokens: int, elapsed: float) -> None:
-            # The generator calls at most once a second; a line every 10 s is enough here.
+            # The generator's ticker calls at most once a second, reading its counters: the
+            # run's line in place on a terminal; elsewhere a line every 10 s, for CI logs.
+            rate = output_tokens / elapsed if elapsed > 0 else 0.0
+            line[0] = f"sglang: measuring {label}: {done}/{total} requests, {rate:.0f} output tok/s"
+            live.show(line[0])
             now = time.monotonic()
-            if now - last[0] >= 10.0:
+            if now - last[0] >= 10.0 and not live.in_place and not live.quiet:
                 last[0] = now
-                rate = output_tokens / elapsed if elapsed > 0 else 0.0
-                self._progress(f"sglang: measuring {label}: {done}/{total} requests, "
-                               f"{rate:.0f} output tok/s")  # fmt: skip
+                self._progress(line[0])
 
         last[0] = time.monotonic()
         from pytest_sglang.loadgen.placement import closed_loop_on_workers, open_loop_on_workers
@@ -1109,6 +1210,8 @@ class Bench:
         finally:
             if sampler is not None and sampler.started_at:
                 sampler.stop()
+        if line[0]:
+            live.end(line[0])
         measurement = measure(run)
         if stopped is None:
             measurement = dataclasses.replace(measurement, server_counters=counters.delta())
@@ -1274,9 +1377,11 @@ def load_generator_for(server: SGLangServer, **options: Any) -> LoadGenerator:
     """Return a load generator for a server that passed the readiness gate.
 
     The load generator knows URLs and headers, not servers: this hands it the server's base
-    URL, its headers (the API key) and its served model id. ``options`` are the other
+    URL, its headers (the API key), its served model id and what is known of its connection
+    habits (learned once per server and session). ``options`` are the other
     keyword arguments of :class:`~pytest_sglang.loadgen.runner.LoadGenerator`.
     """
     from pytest_sglang.loadgen.runner import LoadGenerator
 
+    options.setdefault("connections", server.connections)
     return LoadGenerator(server.url, headers=server.headers, model=server.model.id, **options)

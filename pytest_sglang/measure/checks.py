@@ -28,7 +28,12 @@ these fails (``docs/metrics.md``, "Validity checks"):
     sent, which lasts at most the longest request: the floor is
     ``C * (1 - max e2e / window)``, less 5 % for the client's own gaps between one
     response and the next request. With multi-turn sessions a slot holds a whole session:
-    the tail is the longest session, and fewer sessions than slots cannot fill them.
+    the tail is the longest session, and fewer sessions than slots cannot fill them. A
+    failure says whose the shortfall was: the server's (the client held C requests, but each
+    spent time before its bytes left: opening a connection, a fresh one per request where
+    the server closes them, and sending) or the client's (its gaps between requests). Not
+    judged (``None``) below the floor when requests failed: their short lives turned slots
+    over faster than served requests do, and ``no_failed_requests`` judges them.
 ``schedule`` (open loop)
     requests left on time: the largest delay between scheduled and actual send is at most
     50 ms plus 10 % of the mean gap between arrivals (a capped or overloaded client lags).
@@ -42,11 +47,16 @@ these fails (``docs/metrics.md``, "Validity checks"):
     whether every chunk's token count came from the server; ``None`` (not judged) where
     some were spread evenly (the per-token ITL percentiles are then approximate).
 
-A check's ``passed`` is ``True``, ``False``, or ``None`` when it could not be judged.
+A check's ``passed`` is ``True``, ``False``, or ``None`` when it could not be judged. A run
+with a failed check fails the measurement that took it (``measure/bench.py``), unless the
+call allowed that check (``sglang_bench(..., allow_checks=["token_counts"])``) or it is one
+of the :data:`LOAD_CHECKS` (the load the client applied: reported, refused by verdicts).
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,7 +65,18 @@ from pytest_sglang.gpu.telemetry import RunTelemetry
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.workload import Workload
 
-__all__ = ["Check", "error_kind", "run_checks"]
+__all__ = ["CHECK_NAMES", "LOAD_CHECKS", "Check", "error_kind", "run_checks"]
+
+#: Every check a run can carry (``sglang_bench(..., allow_checks=[...])`` names them).
+CHECK_NAMES = (
+    "no_failed_requests", "tokens_counted", "output_length", "token_counts", "input_length",
+    "concurrency", "schedule", "chunk_token_counts", "client_bound", "connection_retries",
+    "gpu_throttled", "gpu_foreign_process", "gpu_errors",
+)  # fmt: skip
+#: Checks of the load the client applied, which a busy machine running the client can miss
+#: on a short run: a failure makes the run invalid (the table marks it, the verdicts refuse
+#: it) but does not fail a measurement by itself, as the other checks do.
+LOAD_CHECKS = frozenset({"concurrency", "schedule", "client_bound"})
 
 #: Slack below the concurrency floor for the client's own gaps between requests.
 CONCURRENCY_SLACK = 0.05
@@ -110,7 +131,20 @@ def run_checks(
             # A slot holds a whole session: the ramp-down tail is the longest session.
             spans = _session_spans(run.workload, records)
             units, tail, unit = len(spans), max(spans, default=longest), "session"
-        checks.append(_check_concurrency(run.concurrency, units, realised, tail, duration, unit))
+        concurrency = _check_concurrency(
+            run.concurrency, units, realised, tail, duration, unit, records
+        )
+        failed = len(records) - len(done)
+        if failed and concurrency.passed is False:
+            # A failed request's short life is no served request: the failures are judged by
+            # ``no_failed_requests`` (and the call's error budget), not twice.
+            concurrency = Check(
+                "concurrency",
+                None,
+                f"{concurrency.detail}; not judged: {failed} failed requests turned their "
+                "slots over faster than served ones",
+            )
+        checks.append(concurrency)
     if run.mode == "open" and run.rate:
         checks.append(_check_schedule(run.rate, records))
     checks.append(_check_chunk_counts(done, run.workload.stream))
@@ -289,6 +323,7 @@ def _check_concurrency(
     longest: float,
     duration: float,
     unit: str = "request",
+    records: Sequence[RequestRecord] = (),
 ) -> Check:
     if duration <= 0:
         return Check("concurrency", None, "the run had no duration")
@@ -301,7 +336,38 @@ def _check_concurrency(
         f"[{floor:.2f}, {target}] (ramp-down tail of at most the longest {unit}, "
         f"{longest:.3g} s of {duration:.3g} s)"
     )
-    return Check("concurrency", floor <= realised <= ceiling, detail)
+    passed = floor <= realised <= ceiling
+    if realised < floor:
+        detail += _shortfall(floor, records)
+    return Check("concurrency", passed, detail)
+
+
+def _shortfall(floor: float, records: Sequence[RequestRecord]) -> str:
+    """Say whether a concurrency below its floor was the server's or the client's.
+
+    ``realised`` counts a request from when its bytes left (``sent``): what the server had
+    in flight. The client held its slot from when it began the request (``started``): the
+    difference is the time before the bytes left, opening a connection (a fresh one per
+    request where the server closes them after each response) and the client's own sending.
+    """
+    timed = [r for r in records if r.end is not None]
+    begin = min((r.started for r in timed), default=0.0)
+    window = max((r.end or 0.0 for r in timed), default=0.0) - begin
+    if window <= 0:
+        return ""
+    held = math.fsum((r.end or 0.0) - r.started for r in timed) / window
+    before = statistics.median(r.sent - r.started for r in timed)
+    if held >= floor:
+        return (
+            f"; true for the server, not a counting artefact: the client held {held:.2f} "
+            f"requests open, but each spent {before * 1000:.1f} ms (median) before its bytes "
+            "left, opening a connection (a fresh one per request where the server closes "
+            "them after each response) and sending"
+        )
+    return (
+        f"; the client itself held only {held:.2f} requests open: its own gaps between one "
+        "response and the next request (a busy or slow client)"
+    )
 
 
 def _check_schedule(rate: float, records: Sequence[RequestRecord]) -> Check:

@@ -11,22 +11,31 @@ is where those lines go:
 * on a pytest-xdist worker, whose terminal output nobody reads: the worker's standard error,
   which xdist leaves connected to the controller's, on a line of its own, prefixed with the
   worker's id (``[gw1] sglang: ...``), capturing suspended around it as well.
+
+A run's own progress (server, load, run i of n, requests done, output tok/s so far) is one
+line, :class:`RunLine`: on a terminal it is rewritten in place about once a second, as
+pytest-xdist's status line is, and stays as the run's last word; where the output is not a
+terminal (a CI log) only that last word is written, once per run, next to the measurement's
+occasional lines; under ``-q``, and on an xdist worker, it says nothing.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pytest
 
-__all__ = ["progress_writer"]
+if TYPE_CHECKING:
+    from _pytest.terminal import TerminalReporter
+
+__all__ = ["RunLine", "progress_writer", "run_line"]
 
 
-def progress_writer(config: pytest.Config) -> Callable[[str], None]:
-    """Return a function that shows one progress line live, past output capturing."""
+def _uncaptured(config: pytest.Config) -> Callable[[Callable[[], None]], None]:
+    """Return a function that calls a write with output capturing suspended around it."""
     capture = config.pluginmanager.get_plugin("capturemanager")
-    workerinput = getattr(config, "workerinput", None)
 
     def uncaptured(write: Callable[[], None]) -> None:
         if capture is not None:
@@ -34,6 +43,14 @@ def progress_writer(config: pytest.Config) -> Callable[[str], None]:
                 write()
         else:
             write()
+
+    return uncaptured
+
+
+def progress_writer(config: pytest.Config) -> Callable[[str], None]:
+    """Return a function that shows one progress line live, past output capturing."""
+    workerinput = getattr(config, "workerinput", None)
+    uncaptured = _uncaptured(config)
 
     if workerinput is not None:
         prefix = f"[{workerinput.get('workerid', 'worker')}] "
@@ -59,6 +76,77 @@ def progress_writer(config: pytest.Config) -> Callable[[str], None]:
         uncaptured(write)
 
     return to_terminal
+
+
+class RunLine:
+    """One measured run's progress line: rewritten in place on a terminal, else its end.
+
+    ``show`` is called with the run's line about once a second (the load generator's
+    progress ticker reads its counters; nothing is written per request), ``end`` once with
+    its final figures. ``reporter`` is pytest's terminal reporter (``None``: say nothing).
+    """
+
+    def __init__(
+        self,
+        reporter: TerminalReporter | None,
+        uncaptured: Callable[[Callable[[], None]], None],
+        *,
+        quiet: bool = False,
+    ) -> None:
+        self._reporter = reporter
+        #: ``-q``: no progress at all, the measurement's occasional lines neither.
+        self.quiet = quiet
+        self._uncaptured = uncaptured
+        #: Whether the line is rewritten in place (a terminal): no occasional lines needed.
+        self.in_place = reporter is not None and bool(reporter.isatty())
+        #: A run's line is on the terminal and not finished: rewrite it, no new line.
+        self._open = False
+
+    def show(self, line: str) -> None:
+        """Show the run's line so far (on a terminal; elsewhere nothing)."""
+        if self.in_place:
+            self._rewrite(line)
+
+    def end(self, line: str) -> None:
+        """Leave the run's last line: rewritten in place, or written once."""
+        reporter = self._reporter
+        if reporter is None:
+            return
+        if self.in_place:
+            self._rewrite(line)
+            self._open = False
+            return
+
+        def write() -> None:
+            reporter.write_line(line)
+            reporter.flush()
+
+        self._uncaptured(write)
+
+    def _rewrite(self, line: str) -> None:
+        reporter = self._reporter
+        assert reporter is not None
+
+        def write() -> None:
+            # A run's first line leaves the one pytest is writing ("test_x.py ."); pytest's
+            # own marker for "this line is taken" (-2) makes its next output start a new one.
+            if not self._open:
+                reporter.ensure_newline()
+                self._open = True
+            reporter.rewrite(line, erase=True)
+            reporter.currentfspath = -2
+            reporter.flush()
+
+        self._uncaptured(write)
+
+
+def run_line(config: pytest.Config) -> RunLine:
+    """Return the session's :class:`RunLine`: silent under ``-q`` and on xdist workers."""
+    reporter: TerminalReporter | None = config.pluginmanager.get_plugin("terminalreporter")
+    quiet = config.get_verbosity() < 0
+    if quiet or getattr(config, "workerinput", None) is not None:
+        reporter = None
+    return RunLine(reporter, _uncaptured(config), quiet=quiet)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -43,7 +43,9 @@ def _cells(entry: MeasurementRow) -> list[str]:
     """One row's cells, in ``COLUMNS`` order: medians over the runs, times in ms."""
     runs = entry["runs"]
     return [
-        str(entry["server"]) + (" (cut)" if entry.get("cut") else ""),
+        str(entry["server"])
+        + (" (cut)" if entry.get("cut") else "")
+        + (" (invalid)" if _failed_checks(entry) else ""),
         _load(entry),
         str(len(runs)),
         _fmt(_run_stat(runs, "output_throughput")),
@@ -53,6 +55,16 @@ def _cells(entry: MeasurementRow) -> list[str]:
         _fmt(_run_stat(runs, "acceptance_length"), digits=2),
         str(sum(int(run.get("failed", 0)) for run in runs)),
     ]
+
+
+def _failed_checks(entry: MeasurementRow) -> dict[str, int]:
+    """Return the validity checks that failed in the entry's runs: name -> runs."""
+    failed: dict[str, int] = {}
+    for run in entry["runs"]:
+        for check in run.get("checks", ()):
+            if check.get("passed") is False:
+                failed[check["name"]] = failed.get(check["name"], 0) + 1
+    return failed
 
 
 def _load(entry: MeasurementRow) -> str:
@@ -96,7 +108,8 @@ def _by_workload(
 def _row_splits(measurements: Sequence[MeasurementRow], title: str) -> list[str]:
     """Return the notes under the table called ``title``.
 
-    TTFT splits, cut measurements, and the checks that did not apply to a server declared
+    TTFT splits, failed validity checks, cut measurements, and the checks that did not apply
+    to a server declared
     OpenAI-compatible.
     """
     rows = [e for e in measurements if _title(e["workload"]) == title]
@@ -112,7 +125,14 @@ def _row_splits(measurements: Sequence[MeasurementRow], title: str) -> list[str]
         for e in ordered
         if e.get("cut")
     ]
-    return [text for text in (_run_breakdowns(e) for e in ordered) if text] + cuts + notes
+    invalid = [
+        f"{e['server']} @ C={_load(e)}: validity check failed: "
+        + ", ".join(f"{name} ({n} of {len(e['runs'])} runs)" for name, n in failed.items())
+        for e in ordered
+        if (failed := _failed_checks(e))
+    ]
+    breakdowns = [text for text in (_run_breakdowns(e) for e in ordered) if text]
+    return breakdowns + invalid + cuts + notes
 
 
 def _tag(verdict: VerdictRow) -> str:

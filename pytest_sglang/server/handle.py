@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_sglang.loadgen.habits import ConnectionHabits
+
 if TYPE_CHECKING:
     import httpx
 
@@ -186,6 +188,10 @@ class SGLangServer:
     kind: str = "sglang"
     #: Extra headers for every request (``--sglang-header``); values are secrets.
     extra_headers: dict[str, str] = field(default_factory=dict, repr=False)
+    #: How it treats the client's connections, learned by the first run's warm-up and kept
+    #: for every later run of the session (``loadgen/habits.py``).
+    connections: ConnectionHabits = field(default_factory=ConnectionHabits, repr=False,
+                                          compare=False)  # fmt: skip
 
     @property
     def not_applicable(self) -> dict[str, str]:

@@ -3,12 +3,14 @@ closing after every stream, usage on the finish chunk, cut streams, frozen, abse
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 
 import pytest
 
+from pytest_sglang.loadgen.habits import ConnectionHabits
 from pytest_sglang.loadgen.runner import LoadGenerator, ServerStoppedAnswering
 from pytest_sglang.loadgen.workload import Endpoint, Workload
 from pytest_sglang.measure.measurement import measure
@@ -49,6 +51,41 @@ def test_close_after_every_stream_is_not_a_server_failure(
     # each, and reuse stopped: at most one wave of retries.
     assert 1 <= retried <= concurrency, [r.error for r in run.records]
     assert m.check("connection_retries").detail.startswith(f"{retried} of {requests}")
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_a_servers_close_habit_is_learned_in_the_warm_up_and_kept_for_every_run(
+    endpoint: Endpoint,
+) -> None:
+    # The server closes 20 ms after each stream: a pooled client reuses the connection
+    # before that (a closed loop sends the next request at once), and its write goes into a
+    # socket the server no longer reads. Without the habit known, every run's first
+    # measured request met the warm-up's dead connection.
+    habits = ConnectionHabits()
+    load = Workload(input_len=8, output_len=OUTPUT_LEN, requests=6, warmup=1, endpoint=endpoint)
+    with running_server("openai_like", "--close-after-stream", "--token-ms", "2") as server:
+        generator = LoadGenerator(server.url, connections=habits)
+        runs = [generator.run_closed_loop(load, 1, repeat=i) for i in range(3)]
+        # Another generator for the same server (the next measurement) shares what was learned.
+        later = LoadGenerator(server.url, connections=habits).run_closed_loop(load, 2, repeat=9)
+    assert habits.closes_after_response is True, habits
+    for run in [*runs, later]:
+        assert [(r.error, r.retries) for r in run.measured] == [(None, 0)] * 6
+    # The warm-up's probe learned it: later runs never reused a connection.
+    assert all(r.retries == 0 for run in [*runs[1:], later] for r in run.records)
+
+
+def test_a_server_that_keeps_connections_is_probed_once_and_reused() -> None:
+    habits = ConnectionHabits()
+    load = Workload(input_len=8, output_len=4, requests=4, warmup=1, endpoint="completions")
+    with running_server("openai_like") as server:
+        generator = LoadGenerator(server.url, connections=habits)
+        generator.run_closed_loop(load, 1)
+        assert habits.closes_after_response is False, habits
+        generator.run_closed_loop(load, 1, repeat=1)
+        stats = server.stats()
+    # Run 1: its warm-up request, the probe's copy of it, 4 measured; run 2: no probe.
+    assert stats["requests"] == (1 + 1 + 4) + (1 + 4)
 
 
 def test_a_stream_cut_after_bytes_arrived_is_never_retried() -> None:
@@ -119,3 +156,35 @@ def test_a_frozen_server_ends_the_run_with_a_clear_message() -> None:
     assert caught.value.unsent == 40 - sent
     assert f"{40 - sent} of 40 requests not sent ({sent} sent)" in message
     assert elapsed < 10
+
+
+HABIT_SUITE = """
+from pytest_sglang import Workload
+
+W = Workload(input_len=8, output_len=16, requests=8, warmup=1, endpoint="completions")
+
+def test_runs(sglang_bench):
+    sglang_bench("closer", W, concurrency=1, repeats=3)
+
+def test_another_measurement(sglang_bench):
+    sglang_bench("closer", W, concurrency=2, repeats=2)
+"""
+
+
+def test_the_bench_learns_a_servers_habit_once_per_session(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(HABIT_SUITE)
+    with running_server("openai_like", "--close-after-stream", "--token-ms", "2") as server:
+        result = pytester.runpytest(
+            f"--sglang-url=closer=openai+{server.url}", "--sglang-report=r.json"
+        )
+    result.assert_outcomes(passed=2)
+    report = json.loads((pytester.path / "r.json").read_text())
+    details = [
+        check["detail"]
+        for measurement in report["measurements"]
+        for run in measurement["runs"]
+        for check in run["checks"]
+        if check["name"] == "connection_retries"
+    ]
+    # No measured request of any run met a connection the server had closed.
+    assert details == ["no request needed a fresh connection"] * 5

@@ -15,6 +15,10 @@ Raw asyncio HTTP/1.1 (no framework), so each habit is exact:
     drop the connection after N tokens of every stream (a server failure mid-response).
 ``--stuck-usage``
     running usage that never counts up (0 on every chunk): text with no countable tokens.
+``--overclaim N``
+    stream N tokens fewer than asked for while the final ``usage`` claims all of them (a
+    running count, ``--usage running``, counts what was streamed): a server whose final
+    count is larger than what it streamed.
 ``--token-ms MS``, ``--tokens-per-write K``
     the pace of every stream (default 1 ms a token) and how many tokens go in one write
     (default 1), ``K`` tokens every ``K * MS``: the same rate for far fewer writes and
@@ -227,19 +231,22 @@ class Server:
             return {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n}
 
         running = args.usage == "running"
+        claimed, tokens = tokens, max(tokens - args.overclaim, 0)
         if chat:
             yield encode(chunk("", None, usage(0) if running else None)), False  # role chunk
         for i in range(tokens):
             count = 0 if args.stuck_usage else i + 1
             event = chunk(f" w{i}", None, usage(count) if running or args.stuck_usage else None)
             yield encode(event), True
-        final = usage(0 if args.stuck_usage else tokens)
+        final = usage(0 if args.stuck_usage else claimed)
+        streamed = usage(0 if args.stuck_usage else tokens)  # the running count's last
         if args.usage == "finish":
             event = chunk("" if not chat else None, "length", final)
-            event["timings"] = {"predicted_n": tokens, "predicted_ms": 1.0}
+            event["timings"] = {"predicted_n": claimed, "predicted_ms": 1.0}
             yield encode(event), False
         else:
-            yield encode(chunk(None if chat else "", "length", final if running else None)), False
+            finish = chunk(None if chat else "", "length", streamed if running else None)
+            yield encode(finish), False
             if args.usage in ("chunk", "running"):
                 tail = {"id": "x", "object": "x", "model": "m", "choices": [], "usage": final}
                 yield encode(tail), False
@@ -265,6 +272,7 @@ def main() -> None:
     parser.add_argument("--close-delay-ms", type=float, default=20.0)
     parser.add_argument("--usage", choices=("chunk", "finish", "none", "running"), default="chunk")
     parser.add_argument("--stuck-usage", action="store_true")
+    parser.add_argument("--overclaim", type=int, default=0)
     parser.add_argument("--cut-after", type=int, default=None)
     parser.add_argument("--token-ms", type=float, default=1.0)
     parser.add_argument("--tokens-per-write", type=int, default=1)
