@@ -9,7 +9,7 @@ prompt, which output position, the two token ids and the text around them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_sglang.errors import MeasurementFailed
@@ -39,6 +39,19 @@ def _client(server: SGLangServer | str, timeout: float) -> tuple[httpx.Client, s
         label = f"{url.scheme}://{url.host}" + (f":{url.port}" if url.port else "")
         return httpx.Client(base_url=url, timeout=timeout, trust_env=False), label, {}
     return server.client(timeout=timeout), server.name, server.server_info
+
+
+def _outputs(
+    server: SGLangServer | str | Callable[[], SGLangServer | str],
+    prompts: Sequence[Prompt],
+    max_new_tokens: int,
+    timeout: float,
+) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
+    """Return the server's label, its ``/server_info`` (if known) and one answer per prompt."""
+    __tracebackhide__ = True
+    http, label, info = _client(server() if callable(server) else server, timeout)
+    with http:
+        return label, info, [_generate(http, label, prompt, max_new_tokens) for prompt in prompts]
 
 
 def _generate(
@@ -75,8 +88,8 @@ def _around(a: str, b: str) -> tuple[str, str]:
 
 
 def assert_greedy_equivalent(
-    spec: SGLangServer | str,
-    base: SGLangServer | str,
+    spec: SGLangServer | str | Callable[[], SGLangServer | str],
+    base: SGLangServer | str | Callable[[], SGLangServer | str],
     prompts: Sequence[Prompt],
     *,
     max_new_tokens: int = 32,
@@ -86,10 +99,11 @@ def assert_greedy_equivalent(
 
     Each prompt (text, or a list of token ids the model has) goes to both servers as a native
     ``/generate`` request with ``temperature 0`` and ``max_new_tokens``; the output ids must be
-    identical.
-    ``spec`` and ``base`` are server fixtures or base URLs, so the check runs against the
-    emulator, a launched server or any URL. Compare servers with the same attention backend
-    and dtype: bf16 near-ties otherwise flip (a warning says when ``/server_info`` differs).
+    identical. ``spec`` and ``base`` are server fixtures, base URLs, or callables returning one,
+    called when that side's turn comes (``lambda: sglang_servers.get("eagle3")``): launch mode
+    runs one launched server at a time, so ``spec`` is queried in full before ``base`` is
+    asked for. Compare servers with the same attention backend and dtype: bf16 near-ties
+    otherwise flip (a warning says when ``/server_info`` differs).
 
     :raises PerformanceAssertionError: a prompt's outputs differ; the message names the first
         divergence (prompt, position, both token ids, the text around it) and each prompt's.
@@ -98,18 +112,10 @@ def assert_greedy_equivalent(
     __tracebackhide__ = True
     if not prompts:
         raise ValueError("assert_greedy_equivalent needs at least one prompt")
-    sides = [_client(server, timeout) for server in (spec, base)]
-    try:
-        answers = [
-            [_generate(http, label, prompt, max_new_tokens) for prompt in prompts]
-            for http, label, _ in sides
-        ]
-    finally:
-        for http, _, _ in sides:
-            http.close()
-    (_, spec_label, spec_info), (_, base_label, base_info) = sides
+    spec_label, spec_info, spec_answers = _outputs(spec, prompts, max_new_tokens, timeout)
+    base_label, base_info, base_answers = _outputs(base, prompts, max_new_tokens, timeout)
     rows, divergences = [], []
-    for index, (a, b) in enumerate(zip(*answers, strict=True)):
+    for index, (a, b) in enumerate(zip(spec_answers, base_answers, strict=True)):
         ids_a, ids_b = a["output_ids"], b["output_ids"]
         at = next((i for i, (x, y) in enumerate(zip(ids_a, ids_b, strict=False)) if x != y), None)
         if at is None and len(ids_a) != len(ids_b):
