@@ -128,6 +128,15 @@ def test_ema_moves_steps_down_and_probes_up_after_warm_up() -> None:
     assert (slot.steps, slot.ema) == (1, ema)
 
 
+def test_bucket_changes_are_reported() -> None:
+    changes: list[tuple[int, int, float]] = []
+    adaptive = AdaptiveSteps(3, load_config(None), on_change=lambda *c: changes.append(c))
+    for _ in range(15):
+        adaptive.observe([0, 0], 40)  # bucket "32" starts at 1; no accepted drafts: down to 0
+    assert [(old, new) for old, new, _ in changes] == [(1, 0)]
+    assert changes[0][2] == 0.0
+
+
 def test_high_acceptance_climbs_the_candidates() -> None:
     slot = StepSlot(3, {"candidate_steps": [1, 3, 5, 7]})
     for _ in range(15):

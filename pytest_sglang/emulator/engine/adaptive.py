@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 __all__ = ["DEFAULT_CONFIG", "AdaptiveSteps", "StepSlot", "candidate_union", "load_config"]
@@ -135,14 +135,19 @@ class StepSlot:
 
 
 class AdaptiveSteps:
-    """Routes a batch to its bucket's :class:`StepSlot` (``graph_sizes``: CUDA-graph batches)."""
+    """Routes a batch to its bucket's :class:`StepSlot` (``graph_sizes``: CUDA-graph batches).
+
+    ``on_change(old, new, ema)`` is called when a bucket re-decides its steps (SGLang logs it).
+    """
 
     def __init__(
         self,
         initial_steps: int,
         buckets: Mapping[int, Mapping[str, Any]],
         graph_sizes: Sequence[int] | None = None,
+        on_change: Callable[[int, int, float], None] | None = None,
     ) -> None:
+        self._on_change = on_change
         self._sizes = sorted(buckets)
         self._slots = {bs: StepSlot(initial_steps, buckets[bs]) for bs in self._sizes}
         self._graph = sorted(graph_sizes) if graph_sizes else None
@@ -161,4 +166,9 @@ class AdaptiveSteps:
 
     def observe(self, accepted_drafts: Sequence[int], batch: int) -> bool:
         """Feed a verify's accepted drafts per request; return whether its bucket re-decided."""
-        return self.slot(batch).update(accepted_drafts)
+        slot = self.slot(batch)
+        old = slot.steps
+        changed = slot.update(accepted_drafts)
+        if changed and self._on_change is not None:
+            self._on_change(old, slot.steps, slot.ema)
+        return changed

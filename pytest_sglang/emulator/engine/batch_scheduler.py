@@ -172,11 +172,11 @@ class BatchScheduler:
             return Forward("decode", list(batch), size, decode_ms(self.params, size))
         if self.adaptive is not None:
             steps = self.adaptive.steps_for(size)
-            if steps != spec.num_steps:
-                length = sum(self._rate**i for i in range(steps + 1))
-                spec = SpecShape(max(1, steps), spec.topk, steps + 1, length)
             if steps == 0:
                 return Forward("verify", list(batch), size, decode_ms(self.params, size), [], 1)
+            if steps != spec.num_steps:
+                length = sum(self._rate**i for i in range(steps + 1))
+                spec = SpecShape(steps, spec.topk, steps + 1, length)
         tokens = spec.num_draft_tokens
         cost = cycle_ms(self.params, size, spec)
         return Forward("verify", list(batch), size * tokens, cost, [], tokens)

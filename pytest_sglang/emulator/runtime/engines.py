@@ -41,7 +41,14 @@ def build_batch_engine(
     if spec is not None and args.get("speculative_adaptive"):
         sizes = None if args.get("disable_cuda_graph") else decode_graph_sizes(args)[1]
         buckets = load_config(args.get("speculative_adaptive_config"))
-        adaptive = AdaptiveSteps(int(args["speculative_num_steps"]), buckets, sizes)
+        adaptive = AdaptiveSteps(
+            int(args["speculative_num_steps"]),
+            buckets,
+            sizes,
+            lambda old, new, ema: log.info(
+                "Adaptive spec params updated: steps %d -> %d (ema_accept_len=%.2f)", old, new, ema
+            ),
+        )
         first = adaptive.slot(1)
         log.info(
             "AdaptiveSpeculativeParams initialized: steps=%d, candidate_steps=%s",
