@@ -58,12 +58,12 @@ def _generate(
     http: httpx.Client, label: str, prompt: Prompt, max_new_tokens: int
 ) -> dict[str, Any]:
     __tracebackhide__ = True
+    import httpx
+
     body: dict[str, Any] = (
         {"text": prompt} if isinstance(prompt, str) else {"input_ids": list(prompt)}
     )
     body["sampling_params"] = {"temperature": 0, "max_new_tokens": max_new_tokens}
-    import httpx
-
     try:
         response = http.post("/generate", json=body)
     except httpx.HTTPError as exc:
@@ -72,9 +72,14 @@ def _generate(
         raise MeasurementFailed(
             f"greedy request to {label} failed: HTTP {response.status_code} {response.text[:300]}"
         )
-    answer = response.json()
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = None
     if not isinstance(answer, dict) or not isinstance(answer.get("output_ids"), list):
-        raise MeasurementFailed(f"{label}'s /generate answer has no output_ids: {answer!r:.300}")
+        raise MeasurementFailed(
+            f"{label}'s /generate answer has no output_ids: {response.text[:300]}"
+        )
     return answer
 
 
