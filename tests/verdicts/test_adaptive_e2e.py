@@ -40,14 +40,14 @@ from pytest_sglang import (
 )
 from pytest_sglang.verdicts.adaptive import recommend_adaptive_config
 
-W = Workload(input_len=32, output_len=64, requests=16, requests_per_slot=4, stream=False)
+W = Workload(input_len=32, output_len=48, requests=16, requests_per_slot=4, stream=False)
 LEVELS = [1, 16]
 SERVERS = ("baseline", "eagle3", "adaptive")
 
 
-@pytest.mark.sglang_measure(*SERVERS, workload=W, concurrency=LEVELS, repeats=4)
+@pytest.mark.sglang_measure(*SERVERS, workload=W, concurrency=LEVELS, repeats=3)
 def test_adaptive_against_baseline_and_fixed(sglang_bench):
-    base, spec, adaptive = (sglang_bench(s, W, concurrency=LEVELS, repeats=4) for s in SERVERS)
+    base, spec, adaptive = (sglang_bench(s, W, concurrency=LEVELS, repeats=3) for s in SERVERS)
     with pytest.raises(PerformanceAssertionError) as info:
         assert_adaptive(adaptive, base, spec, by=0.9)
     summary = str(info.value).splitlines()[0]
