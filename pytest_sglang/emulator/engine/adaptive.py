@@ -138,6 +138,8 @@ class AdaptiveSteps:
     """Routes a batch to its bucket's :class:`StepSlot` (``graph_sizes``: CUDA-graph batches).
 
     ``on_change(old, new, ema)`` is called when a bucket re-decides its steps (SGLang logs it).
+    ``zero_step_extend``: at 0 steps the draft model still extends over the batch (SGLang's
+    default; ``SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1`` skips it).
     """
 
     def __init__(
@@ -146,8 +148,10 @@ class AdaptiveSteps:
         buckets: Mapping[int, Mapping[str, Any]],
         graph_sizes: Sequence[int] | None = None,
         on_change: Callable[[int, int, float], None] | None = None,
+        zero_step_extend: bool = True,
     ) -> None:
         self._on_change = on_change
+        self.zero_step_extend = zero_step_extend
         self._sizes = sorted(buckets)
         self._slots = {bs: StepSlot(initial_steps, buckets[bs]) for bs in self._sizes}
         self._graph = sorted(graph_sizes) if graph_sizes else None

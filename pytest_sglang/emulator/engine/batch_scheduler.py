@@ -14,7 +14,8 @@ call of :meth:`BatchScheduler.plan` picks the next forward, as SGLang's
    1 to ``num_draft_tokens`` tokens drawn around the mean acceptance length). Under adaptive
    speculation (``adaptive``) the batch size picks the draft steps ``s`` of each verify: the
    drafts are accepted with the same per-position rate, so the mean is ``1 + a + ... + a**s``,
-   and ``s = 0`` is a plain decode step that counts as a verify.
+   and ``s = 0`` is a decode step that counts as a verify (plus the draft model's extend over
+   the batch, which SGLang runs by default).
 
 :meth:`BatchScheduler.complete` applies the forward's outcome and returns the tokens each
 request gained. The asyncio engine (``batch_engine``) sleeps for each forward's cost between
@@ -36,6 +37,7 @@ from pytest_sglang.emulator.engine.perf_model import (
     acceptance_rate,
     cycle_ms,
     decode_ms,
+    draft_ms,
     draw_accepted,
     prefill_ms,
 )
@@ -173,7 +175,9 @@ class BatchScheduler:
         if self.adaptive is not None:
             steps = self.adaptive.steps_for(size)
             if steps == 0:
-                return Forward("verify", list(batch), size, decode_ms(self.params, size), [], 1)
+                cost = decode_ms(self.params, size)
+                cost += draft_ms(self.params, size) if self.adaptive.zero_step_extend else 0.0
+                return Forward("verify", list(batch), size, cost, [], 1)
             if steps != spec.num_steps:
                 length = sum(self._rate**i for i in range(steps + 1))
                 spec = SpecShape(steps, spec.topk, steps + 1, length)

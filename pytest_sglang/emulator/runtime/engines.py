@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 from pytest_sglang.emulator.config.options import LaunchConfig
 from pytest_sglang.emulator.config.perf_options import PerfOptions
@@ -48,6 +49,8 @@ def build_batch_engine(
             lambda old, new, ema: log.info(
                 "Adaptive spec params updated: steps %d -> %d (ema_accept_len=%.2f)", old, new, ema
             ),
+            zero_step_extend=os.environ.get("SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND", "").lower()
+            not in ("true", "1", "yes", "y"),
         )
         first = adaptive.slot(1)
         log.info(
