@@ -116,6 +116,9 @@ if TYPE_CHECKING:
     from pytest_sglang.server.pool import (
         ServerPool as ServerPool,
     )
+    from pytest_sglang.verdicts.adaptive import (
+        assert_adaptive as assert_adaptive,
+    )
     from pytest_sglang.verdicts.assertions import (
         CrossoverVerdict as CrossoverVerdict,
     )
@@ -142,6 +145,9 @@ if TYPE_CHECKING:
     )
     from pytest_sglang.verdicts.capacity import (
         find_capacity as find_capacity,
+    )
+    from pytest_sglang.verdicts.greedy import (
+        assert_greedy_equivalent as assert_greedy_equivalent,
     )
     from pytest_sglang.verdicts.regression import (
         assert_no_regression as assert_no_regression,
@@ -194,6 +200,8 @@ _EXPORTS: dict[str, str] = {
     "estimate_break_even": "pytest_sglang.verdicts.assertions",
     "find_crossover": "pytest_sglang.verdicts.assertions",
     "break_even_accept_length": "pytest_sglang.verdicts.specdecode",
+    "assert_greedy_equivalent": "pytest_sglang.verdicts.greedy",
+    "assert_adaptive": "pytest_sglang.verdicts.adaptive",
     "Slo": "pytest_sglang.measure.slo",
     "assert_slo": "pytest_sglang.verdicts.slo",
     "CapacityVerdict": "pytest_sglang.verdicts.capacity",

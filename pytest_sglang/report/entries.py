@@ -41,6 +41,8 @@ VerdictKind: TypeAlias = Literal[
     "assert_slo",
     "find_capacity",
     "assert_no_regression",
+    "assert_greedy_equivalent",
+    "assert_adaptive",
 ]
 #: A verdict's outcome; ``finding`` is a result reported rather than judged (a crossover).
 VerdictOutcome: TypeAlias = Literal["pass", "fail", "inconclusive", "finding"]

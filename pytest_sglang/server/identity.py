@@ -108,12 +108,22 @@ def check_server_info_expectations(
             if problem:
                 problems.append(problem)
         elif not _equal(expectation.key, server_info[expectation.key], expectation.value):
+            adaptive_off = expectation.key == "speculative_adaptive" and expectation.value is True
             problems.append(
                 f"{expectation.key}: expected {_show(expectation.value)} (from "
                 f"{expectation.source}), {endpoint} reports "
-                f"{_show(server_info[expectation.key])}"
+                f"{_show(server_info[expectation.key])}" + (_ADAPTIVE_OFF if adaptive_off else "")
             )
     return problems
+
+
+#: Why ``speculative_adaptive`` reads false on a server launched with ``--speculative-adaptive``.
+_ADAPTIVE_OFF = (
+    ": SGLang turned adaptive speculation off at start-up and runs static speculation. It "
+    "supports only --speculative-algorithm EAGLE or EAGLE3 with --speculative-eagle-topk 1, "
+    "without attention DP, multi-layer EAGLE, two-batch overlap or pdmux; its log says "
+    "'speculative_adaptive disabled: <reason>'"
+)
 
 
 def _check_effective(

@@ -147,6 +147,26 @@ def test_wrong_server_info_value(pytester: pytest.Pytester, start_emulator: Star
     )
 
 
+@pytest.mark.parametrize(("topk", "outcome"), [("1", "passed"), ("2", "errors")])
+def test_expect_adaptive_speculation_on(
+    pytester: pytest.Pytester, start_emulator: Start, topk: str, outcome: str
+) -> None:
+    draft_tokens = "4" if topk == "1" else "6"
+    emulator = start_emulator(
+        "--speculative-algorithm", "EAGLE3", "--speculative-adaptive", "--speculative-num-steps",
+        "3", "--speculative-eagle-topk", topk, "--speculative-num-draft-tokens", draft_tokens,
+    )  # fmt: skip
+    result = run(pytester, emulator, "--sglang-expect=speculative_adaptive=true")
+    result.assert_outcomes(**{outcome: 1})
+    if outcome == "errors":
+        result.stdout.fnmatch_lines(
+            [
+                "*speculative_adaptive: expected true*reports false: SGLang turned adaptive "
+                "speculation off at start-up*--speculative-eagle-topk 1*"
+            ]
+        )
+
+
 def test_matching_expectations_pass(pytester: pytest.Pytester, start_emulator: Start) -> None:
     emulator = start_emulator(
         "--tp", "2", "--speculative-algorithm", "EAGLE3", "--context-length", "65536"

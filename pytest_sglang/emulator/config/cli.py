@@ -173,6 +173,14 @@ def _add_sglang_flags(group: argparse._ArgumentGroup, version: str) -> None:
     flag("--speculative-num-steps", type=int, help="Draft steps per verify.")
     flag("--speculative-eagle-topk", type=int, help="Draft top-k.")
     flag("--speculative-num-draft-tokens", type=int, help="Draft tokens per verify.")
+    if new:
+        flag(
+            "--speculative-adaptive",
+            action="store_true",
+            help="Pick the draft steps per batch size (EAGLE/EAGLE3 at top-k 1; otherwise "
+            "turned off with a warning).",
+        )
+        flag("--speculative-adaptive-config", help="JSON file of the adaptive step buckets.")
     flag(
         "--max-running-requests",
         type=int,

@@ -57,6 +57,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """Parse an integer >= 0 (for values such as a token position)."""
+    value = int(text)
+    if value < 0:
+        raise ValueError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
 def probability(text: str) -> float:
     """Parse a probability in [0, 1] (for values such as an error rate)."""
     value = float(text)
@@ -193,6 +201,15 @@ register(
         "[DONE], the connection stays open until the client gives up.",
         parse_value=positive_int,
         default=4,
+    )
+)
+register(
+    FaultSpec(
+        "spec-diverge",
+        "under speculative decoding, generated tokens from output position VALUE on differ "
+        "from what the same server without speculation returns (a wrong verify).",
+        parse_value=non_negative_int,
+        default=0,
     )
 )
 register(

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_sglang.emulator.config.model import ModelProfile
+from pytest_sglang.emulator.engine.adaptive import candidate_union, load_config
 
 NEW_VERSION = "0.5.23"
 OLD_VERSION = "0.5.5"
@@ -171,6 +172,8 @@ _DEFAULTS: dict[str, Any] = {
     "speculative_accept_threshold_acc": 1.0,
     "speculative_token_map": None,
     "speculative_attention_mode": "prefill",
+    "speculative_adaptive": False,
+    "speculative_adaptive_config": None,
     "ep_size": 1,
     "moe_a2a_backend": "none",
     "moe_runner_backend": "auto",
@@ -213,6 +216,8 @@ _NEW_ONLY = frozenset(
         "cuda_graph_bs_decode",
         "enforce_disable_flashinfer_allreduce_fusion",
         "flashinfer_allreduce_fusion_backend",
+        "speculative_adaptive",
+        "speculative_adaptive_config",
     }
 )
 _OLD_ONLY = frozenset({"cuda_graph_max_bs", "cuda_graph_bs"})
@@ -280,12 +285,15 @@ def resolve(given: Mapping[str, Any], version: str, model: ModelProfile) -> Reso
 
 def _resolve_speculative(args: dict[str, Any], model: ModelProfile, warnings: list[str]) -> None:
     algorithm = args["speculative_algorithm"]
+    if algorithm is not None:
+        algorithm = str(algorithm).upper()
+        if algorithm == "NEXTN":
+            algorithm = "EAGLE"  # NEXTN is an alias of EAGLE.
+        args["speculative_algorithm"] = algorithm
+    if args.get("speculative_adaptive"):
+        _resolve_adaptive(args, warnings)
     if algorithm is None:
         return
-    algorithm = str(algorithm).upper()
-    if algorithm == "NEXTN":
-        algorithm = "EAGLE"  # NEXTN is an alias of EAGLE.
-    args["speculative_algorithm"] = algorithm
     if algorithm in SPEC_CAPPED_ALGORITHMS and args["max_running_requests"] is None:
         args["max_running_requests"] = SPEC_MAX_RUNNING_REQUESTS
         warnings.append(SPEC_MAX_RUNNING_WARNING)
@@ -318,6 +326,54 @@ def _resolve_speculative(args: dict[str, Any], model: ModelProfile, warnings: li
                 "speculative_eagle_topk == 1"
             )
         args["speculative_num_draft_tokens"] = steps + 1
+
+
+def _adaptive_unsupported(args: Mapping[str, Any]) -> str | None:
+    """SGLang's ``adaptive_unsupported_reason``: why adaptive speculation cannot run."""
+    algorithm, topk = args["speculative_algorithm"], args["speculative_eagle_topk"]
+    if algorithm not in ("EAGLE", "EAGLE3"):
+        return f"speculative_algorithm={algorithm} (only EAGLE/EAGLE3 are supported)"
+    if topk is not None and topk != 1:
+        return f"speculative_eagle_topk={topk} (only topk=1 is supported)"
+    if args["enable_dp_attention"] and int(args["dp_size"]) > 1:
+        return (
+            "attention DP is not supported (adaptive tier decisions are not synchronized "
+            "across DP ranks)"
+        )
+    for flag, why in (
+        ("enable_multi_layer_eagle", "MultiLayerEagleWorkerV2 does not implement adaptive"),
+        ("enable_two_batch_overlap", "adaptive state swap would discard the TboAttnBackend "
+         "wrapper"),
+        ("enable_pdmux", "adaptive state swap does not update decode_attn_backend_group"),
+    ):  # fmt: skip
+        if args.get(flag):
+            return f"{flag}=True is not supported ({why})"
+    return None
+
+
+def _resolve_adaptive(args: dict[str, Any], warnings: list[str]) -> None:
+    """``--speculative-adaptive``: off with a warning where unsupported, else steps checked."""
+    reason = _adaptive_unsupported(args)
+    if reason is not None:
+        warnings.append(
+            f"speculative_adaptive disabled: {reason}. Falling back to static speculative params."
+        )
+        args["speculative_adaptive"] = False
+        return
+    try:
+        candidates = candidate_union(load_config(args["speculative_adaptive_config"]))
+    except ValueError as exc:
+        raise ServerArgsError(str(exc)) from None
+    if args["speculative_eagle_topk"] is None:
+        args["speculative_eagle_topk"] = 1
+    if args["speculative_num_steps"] is None:
+        args["speculative_num_steps"] = candidates[len(candidates) // 2]
+    if args["speculative_num_steps"] not in candidates:
+        raise ServerArgsError(
+            f"ValueError: --speculative-num-steps={args['speculative_num_steps']} is not in the "
+            f"adaptive config candidate_steps {candidates}. Pass one of those values."
+        )
+    args["speculative_num_draft_tokens"] = args["speculative_num_steps"] + 1
 
 
 def _resolve_cuda_graph(args: dict[str, Any], version: str) -> None:

@@ -38,6 +38,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_sglang.emulator.engine.adaptive import AdaptiveSteps
 from pytest_sglang.emulator.engine.batch_scheduler import (
     DONE,
     BatchScheduler,
@@ -89,6 +90,8 @@ class BatchEngineConfig:
     cuda_graph: bool = True
     speculative: SpecConfig | None = None
     topk: int = 1
+    #: ``--speculative-adaptive``: the step choice per batch size (stateful, one per engine).
+    adaptive: AdaptiveSteps | None = field(default=None, compare=False)
     speedup: float = 1.0
     noise: float = 0.0
     noise_interval: float = 0.5
@@ -173,6 +176,7 @@ class BatchEngine:
             prefill_budget=max(1, config.prefill_budget),
             spec=self._spec,
             rng=random.Random(f"{config.seed}/accept"),
+            adaptive=config.adaptive,
         )
         self._noise = SpeedNoise(config.noise, config.seed, config.noise_interval)
         self._speedup = config.speedup
@@ -409,12 +413,10 @@ class BatchEngine:
         if forward.kind == "prefill":
             return
         if forward.kind == "verify":
-            spec = self._spec
-            assert spec is not None
             stats.window_verify += requests
             stats.window_spec_tokens += emitted
             stats.window_correct += correct
-            stats.window_proposed += requests * (spec.num_draft_tokens - 1)
+            stats.window_proposed += requests * (forward.draft_tokens - 1)
             stats.verify_calls_total += requests
         stats.window_iterations += 1
         if stats.window_iterations >= self.config.decode_log_interval:

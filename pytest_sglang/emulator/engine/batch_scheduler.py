@@ -11,7 +11,11 @@ call of :meth:`BatchScheduler.plan` picks the next forward, as SGLang's
    not modelled (SGLang's default; EAGLE disables them anyway);
 2. otherwise a **decode** step of every request whose prompt is fully prefilled (one token
    each), or under speculation a **verify** cycle (draft steps + verify; each request commits
-   1 to ``num_draft_tokens`` tokens drawn around the mean acceptance length).
+   1 to ``num_draft_tokens`` tokens drawn around the mean acceptance length). Under adaptive
+   speculation (``adaptive``) the batch size picks the draft steps ``s`` of each verify: the
+   drafts are accepted with the same per-position rate, so the mean is ``1 + a + ... + a**s``,
+   and ``s = 0`` is a decode step that counts as a verify (plus the draft model's extend over
+   the batch, which SGLang runs by default).
 
 :meth:`BatchScheduler.complete` applies the forward's outcome and returns the tokens each
 request gained. The asyncio engine (``batch_engine``) sleeps for each forward's cost between
@@ -26,12 +30,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
+from pytest_sglang.emulator.engine.adaptive import AdaptiveSteps
 from pytest_sglang.emulator.engine.perf_model import (
     PerfParams,
     SpecShape,
     acceptance_rate,
     cycle_ms,
     decode_ms,
+    draft_ms,
     draw_accepted,
     prefill_ms,
 )
@@ -83,6 +89,8 @@ class Forward:
     tokens: int
     cost_ms: float
     chunks: list[int] = field(default_factory=list)
+    #: Tokens per request a verify checks (drafts + 1); 0 for a prefill or decode.
+    draft_tokens: int = 0
 
 
 class Emission(NamedTuple):
@@ -105,6 +113,7 @@ class BatchScheduler:
         prefill_budget: int = 8192,
         spec: SpecShape | None = None,
         rng: random.Random | None = None,
+        adaptive: AdaptiveSteps | None = None,
     ) -> None:
         if max_running < 1 or max_total_tokens < 1 or prefill_budget < 1:
             raise ValueError("max_running, max_total_tokens and prefill_budget must be >= 1")
@@ -113,6 +122,7 @@ class BatchScheduler:
         self.max_total_tokens = max_total_tokens
         self.prefill_budget = prefill_budget
         self.spec = spec
+        self.adaptive = adaptive
         self._rng = rng if rng is not None else random.Random(0)
         self._rate = (
             0.0 if spec is None else acceptance_rate(spec.accept_length, spec.num_draft_tokens)
@@ -159,14 +169,21 @@ class BatchScheduler:
         if not batch:
             return None
         size = len(batch)
-        if self.spec is None:
+        spec = self.spec
+        if spec is None:
             return Forward("decode", list(batch), size, decode_ms(self.params, size))
-        return Forward(
-            "verify",
-            list(batch),
-            size * self.spec.num_draft_tokens,
-            cycle_ms(self.params, size, self.spec),
-        )
+        if self.adaptive is not None:
+            steps = self.adaptive.steps_for(size)
+            if steps == 0:
+                cost = decode_ms(self.params, size)
+                cost += draft_ms(self.params, size) if self.adaptive.zero_step_extend else 0.0
+                return Forward("verify", list(batch), size, cost, [], 1)
+            if steps != spec.num_steps:
+                length = sum(self._rate**i for i in range(steps + 1))
+                spec = SpecShape(steps, spec.topk, steps + 1, length)
+        tokens = spec.num_draft_tokens
+        cost = cycle_ms(self.params, size, spec)
+        return Forward("verify", list(batch), size * tokens, cost, [], tokens)
 
     def _plan_prefill(self) -> Forward | None:
         budget = self.prefill_budget
@@ -225,14 +242,15 @@ class BatchScheduler:
                 else:
                     self.decoding.append(seq)
             return emissions
-        spec = self.spec
+        drafts = []
         for seq in forward.seqs:
             if seq.state != RUNNING:
                 continue
-            if spec is None:
+            if forward.kind == "decode":
                 count, accepted = 1, -1
             else:
-                drawn = draw_accepted(self._rng, self._rate, spec.num_draft_tokens)
+                drawn = draw_accepted(self._rng, self._rate, forward.draft_tokens)
+                drafts.append(drawn - 1)
                 count = min(drawn, seq.target - seq.produced)
                 accepted = count - 1
                 seq.verify_ct += 1
@@ -244,6 +262,8 @@ class BatchScheduler:
                 finished = True
         if finished:
             self.decoding = [s for s in self.decoding if s.state == RUNNING]
+        if self.adaptive is not None and drafts:
+            self.adaptive.observe(drafts, len(forward.seqs))
         return emissions
 
     def _retire(self, seq: SeqState) -> None:
@@ -284,6 +304,7 @@ def simulate_closed_loop(
     prefill_budget: int = 8192,
     max_total_tokens: int = 1 << 30,
     seed: int | str = 0,
+    adaptive: AdaptiveSteps | None = None,
 ) -> SimResult:
     """Run a closed loop of ``concurrency`` clients in virtual time, clients costing nothing.
 
@@ -299,6 +320,7 @@ def simulate_closed_loop(
         prefill_budget=prefill_budget,
         spec=spec,
         rng=rng,
+        adaptive=adaptive,
     )
     now = 0.0
     sent_at: dict[int, float] = {}

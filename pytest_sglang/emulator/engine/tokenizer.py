@@ -7,7 +7,9 @@ Approximations, documented because clients may cross-check token counts:
 - a chat prompt adds a fixed template overhead (see ``chat_prompt_ids``);
 - generated text cycles through a fixed sentence, one word per token, each token decoding to
   ``" word"``; where in the sentence a reply starts depends on the prompt, so different prompts
-  get different (but reproducible) text. The EOS token decodes to nothing.
+  get different (but reproducible) text. The EOS token decodes to nothing. Greedy output
+  therefore does not depend on speculation, as on a correct server; ``diverge_at`` (the
+  ``spec-diverge`` fault) shifts the words from that output position on.
 
 Every id the tokenizer produces is inside the vocabulary (``vocab_size``, from the model's
 ``config.json`` when the model path is local): prompt words hash into the upper half of it,
@@ -36,8 +38,9 @@ CHAT_REPLY_OVERHEAD = 4
 class Tokenizer:
     """Encode prompts and decode generated ids; see the module docstring for the rules."""
 
-    def __init__(self, vocab_size: int, eos_token_id: int) -> None:
+    def __init__(self, vocab_size: int, eos_token_id: int, diverge_at: int | None = None) -> None:
         self.vocab_size = vocab_size
+        self.diverge_at = diverge_at
         self.eos_token_id = eos_token_id
         # Large vocabularies keep the historical layout; small ones are scaled to fit.
         self._output_base = min(_OUTPUT_BASE, max(1, vocab_size // 4))
@@ -74,7 +77,11 @@ class Tokenizer:
         offset = prompt_offset(prompt_ids)
         size = len(_SENTENCE)
         base = self._output_base
-        return [base + (offset + i) % size for i in range(start, start + count)]
+        at = self.diverge_at
+        return [
+            base + (offset + i + (at is not None and i >= at)) % size
+            for i in range(start, start + count)
+        ]
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of generated ``ids`` (prompt ids and EOS decode to nothing)."""

@@ -111,7 +111,7 @@ def build_context(config: LaunchConfig) -> EmulatorContext:
     args = config.server_args
     sched = scheduler_info(args, config.context_length)
     stats = ServerStats()
-    tokenizer = Tokenizer(config.model.vocab_size, config.model.eos_token_id)
+    faults = config.options.faults
     spec = None
     if config.speculative_algorithm is not None:
         draft_tokens = int(args["speculative_num_draft_tokens"] or 2)
@@ -121,6 +121,12 @@ def build_context(config: LaunchConfig) -> EmulatorContext:
             num_draft_tokens=draft_tokens,
             accept_length=min(config.options.accept_length, float(draft_tokens)),
         )
+    diverge = faults.value("spec-diverge") if spec and "spec-diverge" in faults else None
+    tokenizer = Tokenizer(
+        config.model.vocab_size,
+        config.model.eos_token_id,
+        None if diverge is None else int(diverge),
+    )
     perf = config.options.perf
     holder = (
         None

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import os
 
 from pytest_sglang.emulator.config.options import LaunchConfig
 from pytest_sglang.emulator.config.perf_options import PerfOptions
-from pytest_sglang.emulator.config.server_args import SchedulerInfo
+from pytest_sglang.emulator.config.server_args import SchedulerInfo, decode_graph_sizes
+from pytest_sglang.emulator.engine.adaptive import AdaptiveSteps, load_config
 from pytest_sglang.emulator.engine.batch_engine import BatchEngine, BatchEngineConfig
 from pytest_sglang.emulator.engine.engine import SpecConfig
 from pytest_sglang.emulator.engine.power import PowerMeter
@@ -36,6 +38,26 @@ def build_batch_engine(
         else int(args.get("max_prefill_tokens") or 16384)
     )
     topk = args.get("speculative_eagle_topk")
+    adaptive = None
+    if spec is not None and args.get("speculative_adaptive"):
+        sizes = None if args.get("disable_cuda_graph") else decode_graph_sizes(args)[1]
+        buckets = load_config(args.get("speculative_adaptive_config"))
+        adaptive = AdaptiveSteps(
+            int(args["speculative_num_steps"]),
+            buckets,
+            sizes,
+            lambda old, new, ema: log.info(
+                "Adaptive spec params updated: steps %d -> %d (ema_accept_len=%.2f)", old, new, ema
+            ),
+            zero_step_extend=os.environ.get("SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND", "").lower()
+            not in ("true", "1", "yes", "y"),
+        )
+        first = adaptive.slot(1)
+        log.info(
+            "AdaptiveSpeculativeParams initialized: steps=%d, candidate_steps=%s",
+            first.steps,
+            first.candidates,
+        )
     engine_config = BatchEngineConfig(
         max_running_requests=sched.max_running_requests,
         max_total_num_tokens=sched.max_total_num_tokens,
@@ -46,6 +68,7 @@ def build_batch_engine(
         cuda_graph=not args.get("disable_cuda_graph"),
         speculative=spec,
         topk=int(topk) if topk else 1,
+        adaptive=adaptive,
         speedup=perf.speedup,
         noise=perf.noise,
         noise_interval=perf.noise_interval,

@@ -1,0 +1,203 @@
+"""Adaptive speculation: qualify an adaptive server, and recommend its bucket config.
+
+SGLang 0.5.23's ``--speculative-adaptive`` picks the draft steps per batch size from
+``--speculative-adaptive-config`` (JSON keyed by batch size; 0 steps means no drafting). Two
+tools build on the sweeps the plugin measures:
+
+- :func:`assert_adaptive`: at every concurrency level the adaptive server must not be
+  significantly slower than the better of the baseline and fixed speculation there;
+- :func:`recommend_adaptive_config`: from a baseline sweep and fixed-speculation sweeps at a
+  few step counts, the config whose buckets run, at each measured level, the step count that
+  measured best (speculation only where it significantly beat the baseline), with the evidence.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_sglang.errors import ComparisonRefused
+from pytest_sglang.measure.bench import BenchResult, Sweep
+from pytest_sglang.verdicts.assertions import (
+    Verdict,
+    _check_comparable,
+    _compare,
+    _direction,
+    conclude,
+    confounders,
+)
+from pytest_sglang.verdicts.decision import Comparison, Outcome
+
+__all__ = ["AdaptiveRecommendation", "assert_adaptive", "recommend_adaptive_config"]
+
+
+def _same_levels(sweeps: Mapping[str, Sweep]) -> tuple[int, ...]:
+    __tracebackhide__ = True
+    levels = {sweep.levels for sweep in sweeps.values()}
+    if len(levels) != 1:
+        found = ", ".join(f"{name} {sweep.levels}" for name, sweep in sweeps.items())
+        raise ComparisonRefused(
+            f"the sweeps cover different levels: {found}; sweep all over one list"
+        )
+    return next(iter(levels))
+
+
+def _median(point: BenchResult, metric: str) -> float:
+    value = point.median(metric)
+    return float("nan") if value is None else value
+
+
+def assert_adaptive(
+    adaptive: Sweep,
+    base: Sweep,
+    fixed: Sweep,
+    metric: str = "output_throughput",
+    by: float = 1.0,
+    alpha: float = 0.05,
+) -> Verdict:
+    """Assert that ``adaptive`` is, at every level, not significantly slower than the best.
+
+    At each concurrency level the better of ``base`` and ``fixed`` (by median ``metric``) is
+    the reference; the level fails when the adaptive server's runs are significantly worse
+    than ``by`` times it (the FAIL of :func:`~pytest_sglang.assert_faster`'s rule with the
+    adaptive server as candidate; ``by=0.95`` tolerates 5 %). The table shows each level's
+    medians, the reference, the ratio with its bounds, and by how much each failing level is
+    slower. Too few runs to ever decide are refused, so a pass is not vacuous by design.
+
+    :raises PerformanceAssertionError: some level is significantly slower.
+    :raises ComparisonRefused: sweeps over different levels or workloads, or invalid runs.
+    """
+    __tracebackhide__ = True
+    larger = _direction(metric)
+    levels = _same_levels({"adaptive": adaptive, "base": base, "fixed": fixed})
+    rows, slower, evidence, warnings = [], [], [], []
+    for level, a, b, f in zip(levels, adaptive, base, fixed, strict=True):
+        for other in (b, f):
+            _check_comparable(a, other, metric)
+        mb, mf = _median(b, metric), _median(f, metric)
+        best = b if (mb >= mf) == larger else f
+        comparison = _compare(a, best, metric, by, alpha)
+        warnings += [f"C={level}: {w}" for w in confounders(a, b)]
+        if comparison.outcome is Outcome.FAIL:
+            slower.append((level, comparison))
+            note = (f"SLOWER by {1 - comparison.ratio:.1%} (at least "
+                    f"{1 - comparison.upper_bound:.1%})")  # fmt: skip
+        elif comparison.outcome is Outcome.PASS:
+            note = "faster"
+        else:
+            note = "not slower"
+        rows.append(f"{level:>6}  {mb:>10.4g}  {mf:>10.4g}  {_median(a, metric):>10.4g}  "
+                    f"{best.server:>12}  {comparison.ratio:>7.4f}  {comparison.lower_bound:>7.4f}"
+                    f"  {comparison.upper_bound:>7.4f}  {note}")  # fmt: skip
+        evidence.append({"level": level, "reference": best.server, **comparison.as_dict()})
+    header = (f"{metric}: median per level; ratio = {adaptive.server}/best (Hodges-Lehmann, "
+              f"one-sided bounds at alpha {alpha:g}), failing below {by:g}\n"
+              f"{'C':>6}  {base.server:>10.10}  {fixed.server:>10.10}  "
+              f"{adaptive.server:>10.10}  {'best':>12}  {'ratio':>7}  {'lower':>7}  "
+              f"{'upper':>7}")  # fmt: skip
+    if slower:
+        where = ", ".join(f"C={level} ({1 - c.ratio:.1%})" for level, c in slower)
+        summary = f"FAIL: {adaptive.server} is significantly slower than the best of " \
+                  f"{base.server} and {fixed.server} at {where}"  # fmt: skip
+    else:
+        summary = (f"PASS: {adaptive.server} is not significantly slower than the best of "
+                   f"{base.server} and {fixed.server} at any of C={list(levels)}")  # fmt: skip
+    verdict = Verdict(
+        kind="assert_adaptive", outcome=Outcome.FAIL if slower else Outcome.PASS,
+        metric=metric, summary=summary, table="\n".join([header, *rows]),
+        evidence={"adaptive": adaptive.server, "base": base.server, "fixed": fixed.server,
+                  "levels": evidence},
+        warnings=warnings,
+    )  # fmt: skip
+    return conclude(verdict)
+
+
+@dataclass(frozen=True)
+class AdaptiveRecommendation:
+    """A recommended ``--speculative-adaptive-config`` and the evidence per level.
+
+    ``config`` is the JSON object to write (:meth:`json`); ``levels`` one dict per measured
+    level: each step count's median, the chosen step count and the comparison behind it.
+    """
+
+    config: dict[str, dict[str, Any]]
+    levels: list[dict[str, Any]] = field(default_factory=list)
+    metric: str = "output_throughput"
+
+    @property
+    def num_steps(self) -> int:
+        """The ``--speculative-num-steps`` to launch with: the most steps any bucket chose."""
+        return int(max(max(entry["candidate_steps"]) for entry in self.config.values()))
+
+    def json(self) -> str:
+        """Return the config as JSON text, for ``--speculative-adaptive-config``."""
+        return json.dumps(self.config, indent=2) + "\n"
+
+    def table(self) -> str:
+        """Return the evidence per level as text."""
+        steps = sorted(self.levels[0]["medians"]) if self.levels else []
+        lines = [f"{self.metric} median per level and draft steps (0 = baseline)",
+                 f"{'C':>6}  " + "  ".join(f"{f'steps {s}':>10}" for s in steps)
+                 + "  chosen  why"]  # fmt: skip
+        for row in self.levels:
+            cells = "  ".join(f"{row['medians'][s]:>10.4g}" for s in steps)
+            lines.append(f"{row['level']:>6}  {cells}  {row['steps']:>6}  {row['why']}")
+        return "\n".join([*lines, "config: " + json.dumps(self.config)])
+
+
+def recommend_adaptive_config(
+    base: Sweep,
+    fixed: Mapping[int, Sweep],
+    metric: str = "output_throughput",
+    alpha: float = 0.05,
+) -> AdaptiveRecommendation:
+    """Recommend the adaptive buckets from a baseline sweep and fixed-speculation sweeps.
+
+    ``fixed`` maps a step count (``--speculative-num-steps``, top-k 1) to its sweep over the
+    same levels as ``base``. At each level the step count with the best median is chosen
+    when it is significantly better than the baseline (:func:`~pytest_sglang.assert_faster`'s
+    PASS), else 0 (no drafting). Each level becomes a bucket keyed by its concurrency (the
+    batch size there), consecutive levels with the same choice merge, and the first bucket
+    is ``"1"``; each bucket pins its choice (``candidate_steps`` of one value: widen it by
+    hand to let SGLang's EMA move). Launch with ``--speculative-adaptive
+    --speculative-adaptive-config PATH`` and ``--speculative-num-steps`` set to
+    :attr:`AdaptiveRecommendation.num_steps`.
+
+    :raises ComparisonRefused: different levels or workloads, invalid runs, too few runs.
+    """
+    __tracebackhide__ = True
+    if not fixed or any(steps < 1 for steps in fixed):
+        raise ComparisonRefused("recommend_adaptive_config needs sweeps at step counts >= 1")
+    larger = _direction(metric)
+    levels = _same_levels({"base": base, **{f"steps {s}": sw for s, sw in fixed.items()}})
+    rows: list[dict[str, Any]] = []
+    for index, level in enumerate(levels):
+        point = base.points[index]
+        medians = {0: _median(point, metric)}
+        comparisons: dict[int, Comparison] = {}
+        for steps, sweep in sorted(fixed.items()):
+            _check_comparable(sweep.points[index], point, metric)
+            medians[steps] = _median(sweep.points[index], metric)
+            comparisons[steps] = _compare(sweep.points[index], point, metric, 1.0, alpha)
+        best = max(fixed, key=lambda s: medians[s] if larger else -medians[s])
+        chosen = comparisons[best]
+        if chosen.outcome is Outcome.PASS:
+            steps, why = (
+                best,
+                f"{chosen.ratio:.3f}x baseline (lower bound {chosen.lower_bound:.3f})",
+            )
+        else:
+            steps, why = 0, (f"best speculation (steps {best}) {chosen.ratio:.3f}x baseline, "
+                             f"not significantly faster ({chosen.outcome.name})")  # fmt: skip
+        rows.append({"level": level, "medians": medians, "steps": steps, "why": why,
+                     "comparison": chosen.as_dict()})  # fmt: skip
+    config: dict[str, dict[str, Any]] = {}
+    previous = None
+    for row in rows:
+        if row["steps"] != previous:
+            key = "1" if not config else str(row["level"])
+            config[key] = {"candidate_steps": [row["steps"]]}
+            previous = row["steps"]
+    return AdaptiveRecommendation(config=config, levels=rows, metric=metric)

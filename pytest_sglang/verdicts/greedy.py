@@ -1,0 +1,178 @@
+"""Greedy equivalence: a speculative server must return its baseline's greedy tokens.
+
+Speculative decoding changes how tokens are found, never which: with greedy sampling
+(temperature 0) a correct EAGLE, STANDALONE or NGRAM server returns exactly the token ids its
+target model alone returns. :func:`assert_greedy_equivalent` sends the same prompts, one at a
+time, to both servers through native ``/generate`` and reports the first divergence: which
+prompt, which output position, the two token ids and the text around them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pytest_sglang.errors import MeasurementFailed
+from pytest_sglang.verdicts.assertions import Verdict, conclude
+from pytest_sglang.verdicts.decision import Outcome
+
+if TYPE_CHECKING:
+    import httpx
+
+    from pytest_sglang.server.handle import SGLangServer
+
+__all__ = ["assert_greedy_equivalent"]
+
+Prompt = str | Sequence[int]
+_AROUND = 40  # characters of text shown on each side of a divergence
+
+#: ``/server_info`` keys that should match for a token-exact comparison: a different attention
+#: backend or dtype changes numerics, and a near-tie then flips the greedy choice.
+_NUMERICS = ("attention_backend", "decode_attention_backend", "dtype", "kv_cache_dtype", "tp_size")
+
+
+def _client(server: SGLangServer | str, timeout: float) -> tuple[httpx.Client, str, dict[str, Any]]:
+    import httpx
+
+    if isinstance(server, str):
+        url = httpx.URL(server)
+        label = f"{url.scheme}://{url.host}" + (f":{url.port}" if url.port else "")
+        return httpx.Client(base_url=url, timeout=timeout, trust_env=False), label, {}
+    return server.client(timeout=timeout), server.name, server.server_info
+
+
+def _outputs(
+    server: SGLangServer | str | Callable[[], SGLangServer | str],
+    prompts: Sequence[Prompt],
+    max_new_tokens: int,
+    timeout: float,
+) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
+    """Return the server's label, its ``/server_info`` (if known) and one answer per prompt."""
+    __tracebackhide__ = True
+    http, label, info = _client(server() if callable(server) else server, timeout)
+    with http:
+        return label, info, [_generate(http, label, prompt, max_new_tokens) for prompt in prompts]
+
+
+def _generate(
+    http: httpx.Client, label: str, prompt: Prompt, max_new_tokens: int
+) -> dict[str, Any]:
+    __tracebackhide__ = True
+    import httpx
+
+    body: dict[str, Any] = (
+        {"text": prompt} if isinstance(prompt, str) else {"input_ids": list(prompt)}
+    )
+    body["sampling_params"] = {"temperature": 0, "max_new_tokens": max_new_tokens}
+    try:
+        response = http.post("/generate", json=body)
+    except httpx.HTTPError as exc:
+        raise MeasurementFailed(f"greedy request to {label} failed: {exc!r}") from None
+    if response.status_code != 200:
+        raise MeasurementFailed(
+            f"greedy request to {label} failed: HTTP {response.status_code} {response.text[:300]}"
+        )
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict) or not isinstance(answer.get("output_ids"), list):
+        raise MeasurementFailed(
+            f"{label}'s /generate answer has no output_ids: {response.text[:300]}"
+        )
+    return answer
+
+
+def _around(a: str, b: str) -> tuple[str, str]:
+    """Return the two texts around their first differing character, ``|`` marking it."""
+    at = next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+    lo = max(0, at - _AROUND)
+    return tuple(f"{t[lo:at]}|{t[at : at + _AROUND]}" for t in (a, b))  # type: ignore[return-value]
+
+
+def assert_greedy_equivalent(
+    spec: SGLangServer | str | Callable[[], SGLangServer | str],
+    base: SGLangServer | str | Callable[[], SGLangServer | str],
+    prompts: Sequence[Prompt],
+    *,
+    max_new_tokens: int = 32,
+    timeout: float = 120.0,
+) -> Verdict:
+    """Assert that ``spec`` returns ``base``'s greedy output ids for every prompt.
+
+    Each prompt (text, or a list of token ids the model has) goes to both servers as a native
+    ``/generate`` request with ``temperature 0`` and ``max_new_tokens``; the output ids must be
+    identical. ``spec`` and ``base`` are server fixtures, base URLs, or callables returning one,
+    called when that side's turn comes (``lambda: sglang_servers.get("eagle3")``): launch mode
+    runs one launched server at a time, so ``spec`` is queried in full before ``base`` is
+    asked for. Compare servers with the same attention backend and dtype: bf16 near-ties
+    otherwise flip (a warning says when ``/server_info`` differs).
+
+    :raises PerformanceAssertionError: a prompt's outputs differ; the message names the first
+        divergence (prompt, position, both token ids, the text around it) and each prompt's.
+    :raises MeasurementFailed: a request failed or its answer had no ``output_ids``.
+    """
+    __tracebackhide__ = True
+    if not prompts:
+        raise ValueError("assert_greedy_equivalent needs at least one prompt")
+    spec_label, spec_info, spec_answers = _outputs(spec, prompts, max_new_tokens, timeout)
+    base_label, base_info, base_answers = _outputs(base, prompts, max_new_tokens, timeout)
+    rows, divergences = [], []
+    for index, (a, b) in enumerate(zip(spec_answers, base_answers, strict=True)):
+        ids_a, ids_b = a["output_ids"], b["output_ids"]
+        at = next((i for i, (x, y) in enumerate(zip(ids_a, ids_b, strict=False)) if x != y), None)
+        if at is None and len(ids_a) != len(ids_b):
+            at = min(len(ids_a), len(ids_b))
+        if at is None:
+            rows.append(f"{index:>6} {len(ids_a):>6} identical")
+            continue
+        tokens = [ids[at] if at < len(ids) else None for ids in (ids_a, ids_b)]
+        text_a, text_b = _around(str(a.get("text", "")), str(b.get("text", "")))
+        divergences.append({"request": index, "position": at, "spec_token": tokens[0],
+                            "base_token": tokens[1], "spec_text": text_a,
+                            "base_text": text_b})  # fmt: skip
+        rows.append(f"{index:>6} {len(ids_a):>6} differs at output token {at}: "
+                    f"{tokens[0]} vs {tokens[1]}")  # fmt: skip
+    header = (
+        f"{'prompt':>6} {'tokens':>6} {spec_label} vs {base_label} (greedy, {max_new_tokens} new)"
+    )
+    table = "\n".join([header, *rows])
+    if divergences:
+        first = divergences[0]
+        summary = (
+            f"FAIL: {spec_label} diverges from {base_label} on {len(divergences)} of "
+            f"{len(prompts)} prompts; first: prompt {first['request']}, output token "
+            f"{first['position']}: {first['spec_token']} vs {first['base_token']}"
+        )
+        table += f"\n{spec_label}: ...{first['spec_text']}\n{base_label}: ...{first['base_text']}"
+    else:
+        summary = (
+            f"PASS: {spec_label} returned {base_label}'s greedy output ids for all "
+            f"{len(prompts)} prompts"
+        )
+    warnings = [
+        f"{key} differs: {spec_label} {spec_info[key]!r}, {base_label} {base_info[key]!r} "
+        "(numerics differ; near-ties may flip greedy tokens)"
+        for key in _NUMERICS
+        if key in spec_info and key in base_info and spec_info[key] != base_info[key]
+    ]
+    if spec_info and not spec_info.get("speculative_algorithm"):
+        warnings.append(f"{spec_label} runs no speculative decoding (speculative_algorithm null)")
+    verdict = Verdict(
+        kind="assert_greedy_equivalent",
+        outcome=Outcome.FAIL if divergences else Outcome.PASS,
+        metric="output_ids",
+        summary=summary,
+        table=table,
+        evidence={
+            "spec": spec_label,
+            "base": base_label,
+            "prompts": len(prompts),
+            "max_new_tokens": max_new_tokens,
+            "divergences": divergences,
+        },
+        warnings=warnings,
+    )
+    return conclude(verdict)
