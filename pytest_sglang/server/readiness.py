@@ -28,14 +28,26 @@ schema failure lists every violation (up to five) with the JSON around it; a ser
 as "not SGLang" is named when its ``Server`` header or model list gives it away
 (:mod:`~pytest_sglang.server.engines`), with how to measure it anyway.
 
+The ready timeout is one hard deadline over everything the gate does: each probe runs on
+a private event loop under :func:`asyncio.timeout` (the time left, at most the probe's own
+bound), so a server that dribbles its answer a byte at a time cannot stretch it; a body is
+read up to :data:`~pytest_sglang.loadgen.jsoncodec.MAX_BODY_BYTES` and parsed with
+:func:`~pytest_sglang.loadgen.jsoncodec.loads_body` (bounded size and depth). A TLS
+handshake that fails (``https://`` to a plain HTTP port), or a plain request that a TLS
+server drops (``http://`` to an HTTPS port, confirmed by one handshake), fails the gate at
+once, saying so: waiting does not change the scheme a server speaks.
+
 Clock and sleep are injectable, and the HTTP transport too, so tests can script a server
 without sockets or real waiting.
 """
 
 from __future__ import annotations
 
+import asyncio
+import ssl
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +55,7 @@ from pytest_sglang.config.redaction import Redactor
 from pytest_sglang.config.targets import ServerTarget
 from pytest_sglang.config.values import Expectation, Sourced
 from pytest_sglang.errors import IdentityMismatch, SchemaMismatch, ServerNotReady
+from pytest_sglang.loadgen.jsoncodec import MAX_BODY_BYTES, UnsafeBody, loads_body
 from pytest_sglang.server.engines import advice, recognise
 from pytest_sglang.server.handle import ModelCard, ReadinessTimings, SGLangServer
 from pytest_sglang.server.identity import (
@@ -74,6 +87,10 @@ PROBE_TIMEOUT = 30.0
 #: and never answers: the watch must not wait 30 s to notice our process is gone.
 QUICK_PROBE_TIMEOUT = 2.0
 _BODY_SNIPPET = 300
+#: OpenSSL's reasons when the peer of a TLS handshake answered bytes that are no TLS record
+#: (an HTTP answer to the ClientHello).
+_NOT_TLS = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
+            "UNKNOWN_PROTOCOL", "HTTP_REQUEST")  # fmt: skip
 _PHASES = ("connect", "health", "models", "identity", "server_info")
 
 
@@ -111,7 +128,7 @@ class ReadinessGate:
         server, whose gate checks ``/health`` (or ``/v1/models``) and the OpenAI model list
         and skips the SGLang-only ``server_info`` phase.
     :param headers: extra headers for every probe (``--sglang-header``); values are secrets.
-    :param transport: an httpx transport to use instead of the network (tests).
+    :param transport: an httpx (async) transport to use instead of the network (tests).
     :param watch: called with (phase, elapsed seconds) before every wait between probes:
         launch mode uses it to notice a dead process at once and to show progress; it may
         raise to abort the gate.
@@ -126,7 +143,7 @@ class ReadinessGate:
         timeout_source: str = "default",
         api_key: str | None = None,
         expectations: Sequence[Expectation] = (),
-        transport: httpx.BaseTransport | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         poll_interval: float = POLL_INTERVAL,
@@ -160,6 +177,11 @@ class ReadinessGate:
         self._server_header: str | None = None
         self._start = 0.0
         self._phase_start = 0.0
+        #: The event loop every probe runs on, while :meth:`wait` runs.
+        self._runner: asyncio.Runner | None = None
+        #: Whether the latest probe opened a TCP connection (the port accepts connections).
+        self._connected = False
+        self._tls_checked = False
 
     @classmethod
     def for_target(
@@ -189,26 +211,44 @@ class ReadinessGate:
     # -- public -------------------------------------------------------------------------
 
     def wait(self) -> SGLangServer:
-        """Run every phase in order; raise :class:`ServerNotReady` (or a subclass) on failure."""
+        """Run every phase in order; raise :class:`ServerNotReady` (or a subclass) on failure.
+
+        Called from a thread that runs an event loop (an ``async def`` test asking for a
+        server), the gate runs on a worker thread with its own loop while the caller waits.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._wait()
+        with ThreadPoolExecutor(1, thread_name_prefix="pytest-sglang-gate") as worker:
+            return worker.submit(self._wait).result()
+
+    def _wait(self) -> SGLangServer:
         import httpx
 
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         headers.update(self.headers)
         self._start = self._phase_start = self._clock()
-        with httpx.Client(
-            base_url=self.url,
-            headers=headers,
-            transport=self._transport,
-            follow_redirects=False,
-            # A proxy from the environment must not sit between us and the server under test.
-            trust_env=False,
-        ) as client:
-            if self.kind == "openai":
-                return self._wait_openai(client)
-            self._wait_healthy(client)
-            cards = self._fetch_models(client)
-            card = self._check_identity(cards)
-            server_info, model_info = self._fetch_server_info(client)
+        with asyncio.Runner() as runner:
+            self._runner = runner
+            client = httpx.AsyncClient(
+                base_url=self.url,
+                headers=headers,
+                transport=self._transport,
+                follow_redirects=False,
+                # A proxy from the environment must not sit between us and the server.
+                trust_env=False,
+            )
+            try:
+                if self.kind == "openai":
+                    return self._wait_openai(client)
+                self._wait_healthy(client)
+                cards = self._fetch_models(client)
+                card = self._check_identity(cards)
+                server_info, model_info = self._fetch_server_info(client)
+            finally:
+                runner.run(client.aclose())
+                self._runner = None
         return SGLangServer(
             name=self.name,
             url=self.url,
@@ -221,7 +261,7 @@ class ReadinessGate:
             extra_headers=dict(self.headers),
         )
 
-    def _wait_openai(self, client: httpx.Client) -> SGLangServer:
+    def _wait_openai(self, client: httpx.AsyncClient) -> SGLangServer:
         """Pass a plain OpenAI-compatible server through health, model list and identity."""
         self._wait_openai_healthy(client)
         cards = self._fetch_models(client, schema="openai_models")
@@ -245,7 +285,7 @@ class ReadinessGate:
             extra_headers=dict(self.headers),
         )
 
-    def _wait_openai_healthy(self, client: httpx.Client) -> None:
+    def _wait_openai_healthy(self, client: httpx.AsyncClient) -> None:
         phase, path = "connect", "/health"
         while True:
             response = self._get(client, path)
@@ -277,7 +317,7 @@ class ReadinessGate:
 
     # -- phases -------------------------------------------------------------------------
 
-    def _wait_healthy(self, client: httpx.Client) -> None:
+    def _wait_healthy(self, client: httpx.AsyncClient) -> None:
         phase = "connect"
         use_ready = True  # /ready exists from 0.5.23 on; fall back on 404
         while True:
@@ -312,7 +352,9 @@ class ReadinessGate:
             self._wait_a_moment(phase)
         self._pass("health")
 
-    def _fetch_models(self, client: httpx.Client, schema: str = "v1_models") -> list[ModelCard]:
+    def _fetch_models(
+        self, client: httpx.AsyncClient, schema: str = "v1_models"
+    ) -> list[ModelCard]:
         _, body = self._get_json_200(client, "/v1/models", phase="models")
         found = violations(body, schema, 1)
         if found:
@@ -345,7 +387,9 @@ class ReadinessGate:
         self._pass("identity")
         return select_card(cards, self.expectations)
 
-    def _fetch_server_info(self, client: httpx.Client) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _fetch_server_info(
+        self, client: httpx.AsyncClient
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         # 0.5.23 renamed the endpoints; the old names still answer there but log a warning
         # on every call, so try the new name first.
         info_path, server_info = self._get_json_200(
@@ -384,22 +428,75 @@ class ReadinessGate:
 
     # -- HTTP helpers -------------------------------------------------------------------
 
-    def _get(self, client: httpx.Client, path: str) -> httpx.Response | None:
+    def _request(self, client: httpx.AsyncClient, path: str, limit: float) -> httpx.Response:
+        """GET ``path``, the whole answer within ``limit`` seconds, whatever the server sends.
+
+        :raises TimeoutError: no complete answer in time (a dribbling server included).
+        :raises UnsafeBody: a body over ``MAX_BODY_BYTES``.
+        """
+        import httpx
+
+        self._connected = False
+
+        async def trace(event: str, info: dict[str, Any]) -> None:
+            if event == "connection.connect_tcp.complete":
+                self._connected = True
+
+        async def fetch() -> httpx.Response:
+            async with asyncio.timeout(limit):
+                request = client.build_request(
+                    "GET", path, timeout=limit, extensions={"trace": trace}
+                )
+                response = await client.send(request, stream=True)
+                try:
+                    body = bytearray()
+                    async for chunk in response.aiter_bytes():  # decoded: no gzip bomb
+                        body += chunk
+                        if len(body) > MAX_BODY_BYTES:
+                            raise UnsafeBody(f"a body of more than {MAX_BODY_BYTES} bytes")
+                finally:
+                    await response.aclose()
+            # The answer as read, its body already decoded (hence no Content-Encoding).
+            headers = [(k, v) for k, v in response.headers.multi_items() if k != "content-encoding"]
+            return httpx.Response(
+                response.status_code, headers=headers, content=bytes(body), request=request
+            )
+
+        return self._run(fetch())
+
+    def _run(self, coroutine: Coroutine[Any, Any, httpx.Response]) -> httpx.Response:
+        assert self._runner is not None, "probes run inside wait()"
+        return self._runner.run(coroutine)
+
+    def _get(self, client: httpx.AsyncClient, path: str) -> httpx.Response | None:
         """GET ``path``; return None on a transport error (refused, reset, timed out)."""
         import httpx
 
         remaining = max(self.timeout - self._elapsed(), 0.05)
         self._probes += 1
         quick = path == "/ready" or (self._watch is not None and "connect" not in self._phases)
-        probe_timeout = min(remaining, QUICK_PROBE_TIMEOUT if quick else PROBE_TIMEOUT)
+        bound = QUICK_PROBE_TIMEOUT if quick else PROBE_TIMEOUT
+        probe_timeout = min(remaining, bound)
         seen = _Seen("GET", path, at=0.0)
         response: httpx.Response | None = None
+        failed: httpx.TransportError | None = None
+        unsafe: UnsafeBody | None = None
         try:
-            response = client.get(path, timeout=probe_timeout)
-        except httpx.TimeoutException as exc:
-            seen.error = f"no answer within {probe_timeout:.1f}s ({type(exc).__name__})"
+            response = self._request(client, path, probe_timeout)
+        except (TimeoutError, httpx.TimeoutException) as exc:
+            reached = self._connected or isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout)
+            if probe_timeout < bound and self._last is not None and not reached:
+                # Cut short by the gate's own deadline before it reached the server: it says
+                # nothing new, and the failure message keeps what the server last said.
+                return None
+            # A whole answer: a server dribbling bytes gets no more time than a silent one.
+            seen.error = f"no answer within {probe_timeout:.1f}s"
+        except UnsafeBody as exc:
+            seen.error = f"{exc}"
+            unsafe = exc
         except httpx.TransportError as exc:
             seen.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            failed = exc
         if response is not None:
             seen.status = response.status_code
             seen.body = response.text
@@ -413,9 +510,65 @@ class ReadinessGate:
             phase = "health"  # the first answer passes connect: it was a health probe
         answer = str(seen.status) if seen.error is None else seen.error.split(":", 1)[0]
         self._tried.setdefault(phase, {})[path] = answer
+        if failed is not None:
+            self._refuse_wrong_scheme(failed)
+        if unsafe is not None:  # a server that sends that will not send less next time
+            raise ServerNotReady(self._message(phase, f"GET {path} returned {unsafe}"), phase=phase)
         if response is not None and 300 <= response.status_code < 400:
             self._refuse_redirect(path, response)
         return response
+
+    def _refuse_wrong_scheme(self, exc: Exception) -> None:
+        """Fail at once when the server speaks another scheme than the URL says."""
+        import httpx
+
+        url = httpx.URL(self.url)
+        where = f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, ssl.SSLError):
+            cause = cause.__cause__ or cause.__context__
+        if isinstance(cause, ssl.SSLError) and url.scheme == "https":
+            reason = str(cause.reason or cause)
+            if reason in _NOT_TLS:
+                fix = f"the server speaks plain HTTP there; use {url.copy_with(scheme='http')}"
+            elif reason == "CERTIFICATE_VERIFY_FAILED":
+                fix = (
+                    "the server's certificate is not trusted here (self-signed, or another "
+                    "host's); give it a certificate from a CA in certifi's bundle, or reach "
+                    "the server over http:// where the network is trusted"
+                )
+            else:
+                fix = "check that this port serves TLS, and the server's TLS configuration"
+            problem = f"the TLS handshake with {where} failed ({cause}): {fix}"
+            raise ServerNotReady(self._message("connect", problem), phase="connect")
+        dropped = isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError)
+        if url.scheme == "http" and dropped and not self._tls_checked:
+            self._tls_checked = True  # one handshake settles it; a flaky server is no TLS one
+            if self._speaks_tls(url.host, url.port or 80):
+                problem = (
+                    f"the server at {where} speaks TLS (HTTPS), not plain HTTP; use "
+                    f"{url.copy_with(scheme='https')}"
+                )
+                raise ServerNotReady(self._message("connect", problem), phase="connect")
+
+    def _speaks_tls(self, host: str, port: int) -> bool:
+        """Whether a TLS handshake with ``host:port`` completes (the certificate unchecked)."""
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        limit = min(QUICK_PROBE_TIMEOUT, max(self.timeout - self._elapsed(), 0.05))
+
+        async def handshake() -> bool:
+            try:
+                async with asyncio.timeout(limit):
+                    _, writer = await asyncio.open_connection(host, port, ssl=context)
+            except (OSError, TimeoutError):  # ssl.SSLError is an OSError
+                return False
+            writer.close()
+            return True
+
+        assert self._runner is not None
+        return self._runner.run(handshake())
 
     def _refuse_redirect(self, path: str, response: httpx.Response) -> None:
         # An http -> https ingress, a login page, a trailing-slash rule: following it would
@@ -435,7 +588,7 @@ class ReadinessGate:
         )
 
     def _get_json_200(
-        self, client: httpx.Client, path: str, *, phase: str, old_path: str | None = None
+        self, client: httpx.AsyncClient, path: str, *, phase: str, old_path: str | None = None
     ) -> tuple[str, Any]:
         """GET ``path`` until 200 and return (path, JSON body); 404 switches to ``old_path``."""
         first = path
@@ -461,7 +614,13 @@ class ReadinessGate:
                     )
                 if response.status_code == 200:
                     try:
-                        return path, response.json()
+                        return path, loads_body(response.content)
+                    except UnsafeBody as exc:
+                        raise SchemaMismatch(
+                            self._message(phase, f"GET {path} returned {exc}"),
+                            phase=phase,
+                            json_path="$",
+                        ) from None
                     except ValueError:
                         raise SchemaMismatch(
                             self._message(
@@ -515,7 +674,7 @@ class ReadinessGate:
         )
 
     def _not_sglang(
-        self, client: httpx.Client, models: object = None, *, always: bool = True
+        self, client: httpx.AsyncClient, models: object = None, *, always: bool = True
     ) -> str:
         """Say which engine this is, if its answers tell, and how to measure it anyway.
 
@@ -527,11 +686,12 @@ class ReadinessGate:
             import httpx
 
             last = self._last
+            limit = min(QUICK_PROBE_TIMEOUT, max(self.timeout - self._elapsed(), 0.05))
             try:
-                response = client.get("/v1/models", timeout=QUICK_PROBE_TIMEOUT)
+                response = self._request(client, "/v1/models", limit)
                 self._server_header = response.headers.get("server") or self._server_header
-                models = response.json() if response.status_code == 200 else None
-            except (httpx.HTTPError, ValueError):  # a best-effort hint, never a second failure
+                models = loads_body(response.content) if response.status_code == 200 else None
+            except (httpx.HTTPError, ValueError, TimeoutError):  # a best-effort hint only
                 models = None
             self._last = last
         found = recognise(self._server_header, models)
@@ -566,8 +726,8 @@ class ReadinessGate:
         if phase == "connect" and last is not None and last.error is not None:
             if "no answer" in last.error:
                 return (
-                    "the port accepts connections but nothing answers: a hung or "
-                    "zombie server? check its process and logs"
+                    "the port accepts connections but nothing answers (in full, in time): "
+                    "a hung, zombie or dribbling server? check its process and logs"
                 )
             return (
                 "nothing answers at this URL: is the server running (a large model can "

@@ -337,3 +337,27 @@ def test_failure_messages_are_redacted() -> None:
     with pytest.raises(SchemaMismatch) as info:
         gate(server, clock, api_key="sk-leak-77").wait()
     assert "sk-leak-77" not in str(info.value)
+
+
+def test_a_body_over_the_size_limit_fails_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 24: every body read is bounded; a server sending too much will not send less.
+    import pytest_sglang.server.readiness as readiness
+
+    monkeypatch.setattr(readiness, "MAX_BODY_BYTES", 1000)
+    clock = FakeClock()
+    models = {**MODELS, "padding": "x" * 2000}
+    with pytest.raises(ServerNotReady, match="GET /v1/models returned a body of more than 1000"):
+        gate(ScriptedServer(clock, models=models), clock).wait()
+    assert clock.now < 1.0
+
+
+def test_the_gate_runs_from_a_thread_that_runs_an_event_loop() -> None:
+    # An async test asking for a server: the gate's own loop cannot run on the caller's.
+    import asyncio
+
+    clock = FakeClock()
+
+    async def caller() -> str:
+        return gate(ScriptedServer(clock), clock).wait().model.id
+
+    assert asyncio.run(caller()) == "org/model"
