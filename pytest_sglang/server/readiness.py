@@ -510,7 +510,7 @@ class ReadinessGate:
             phase = "health"  # the first answer passes connect: it was a health probe
         answer = str(seen.status) if seen.error is None else seen.error.split(":", 1)[0]
         self._tried.setdefault(phase, {})[path] = answer
-        if failed is not None:
+        if failed is not None or (response is not None and response.status_code == 400):
             self._refuse_wrong_scheme(failed)
         if unsafe is not None:  # a server that sends that will not send less next time
             raise ServerNotReady(self._message(phase, f"GET {path} returned {unsafe}"), phase=phase)
@@ -518,8 +518,13 @@ class ReadinessGate:
             self._refuse_redirect(path, response)
         return response
 
-    def _refuse_wrong_scheme(self, exc: Exception) -> None:
-        """Fail at once when the server speaks another scheme than the URL says."""
+    def _refuse_wrong_scheme(self, exc: Exception | None) -> None:
+        """Fail at once when the server speaks another scheme than the URL says.
+
+        ``exc`` is the probe's transport error, or None for a 400 answer (nginx answers a
+        plain request on its HTTPS port with 400 "The plain HTTP request was sent to HTTPS
+        port"; a TLS server without such a page drops the connection).
+        """
         import httpx
 
         url = httpx.URL(self.url)
@@ -541,7 +546,7 @@ class ReadinessGate:
                 fix = "check that this port serves TLS, and the server's TLS configuration"
             problem = f"the TLS handshake with {where} failed ({cause}): {fix}"
             raise ServerNotReady(self._message("connect", problem), phase="connect")
-        dropped = isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError)
+        dropped = exc is None or isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError)
         if url.scheme == "http" and dropped and not self._tls_checked:
             self._tls_checked = True  # one handshake settles it; a flaky server is no TLS one
             if self._speaks_tls(url.host, url.port or 80):

@@ -361,3 +361,33 @@ def test_the_gate_runs_from_a_thread_that_runs_an_event_loop() -> None:
         return gate(ScriptedServer(clock), clock).wait().model.id
 
     assert asyncio.run(caller()) == "org/model"
+
+
+@pytest.mark.parametrize("answer", ["400", "dropped"])
+def test_http_to_a_tls_port_fails_at_once(answer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 24: nginx answers a plain request on its HTTPS port with 400, a bare TLS server
+    # drops it; one TLS handshake (here: stubbed) settles which scheme the port speaks.
+    clock = FakeClock()
+    handshakes: list[tuple[str, int]] = []
+
+    def speaks_tls(self: ReadinessGate, host: str, port: int) -> bool:
+        handshakes.append((host, port))
+        return True
+
+    def nginx(request: httpx.Request) -> httpx.Response:
+        if answer == "dropped":
+            raise httpx.RemoteProtocolError("Server disconnected", request=request)
+        return httpx.Response(400, text="The plain HTTP request was sent to HTTPS port")
+
+    monkeypatch.setattr(ReadinessGate, "_speaks_tls", speaks_tls)
+    with pytest.raises(ServerNotReady, match=r"speaks TLS \(HTTPS\), not plain HTTP; use https://"):
+        ReadinessGate(
+            "default",
+            "http://gpu:8443",
+            timeout=60,
+            transport=httpx.MockTransport(nginx),
+            clock=clock,
+            sleep=clock.sleep,
+        ).wait()
+    assert handshakes == [("gpu", 8443)]
+    assert clock.now < 1.0
