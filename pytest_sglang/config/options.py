@@ -144,10 +144,10 @@ REQUEST_TIMEOUT = OptionSpec(
 )
 STALL_TIMEOUT = OptionSpec(
     "stall-timeout",
-    "Seconds a streamed request of a measurement may go without a new event, once its first "
-    "event arrived (whatever phase: between tokens, after the finish chunk without [DONE]), "
-    "before it is recorded as failed (stalled); the wait for the first event may be a queue "
-    "(see --sglang-first-token-timeout). "
+    "Seconds a streamed request of a measurement may go without a new token, once its first "
+    "event arrived (whatever phase: after a role chunk, between tokens, after the finish "
+    "chunk without [DONE]), before it is recorded as failed (stalled); the wait for the "
+    "first event may be a queue (see --sglang-first-token-timeout). "
     f"Default: {DEFAULT_STALL_TIMEOUT:g}s",
     metavar="SECONDS",
 )

@@ -82,9 +82,10 @@ class StreamParser:
         self._final_seen = False
         self._events = 0
         self._head = b""
-        #: Arrival of the latest SSE event (``perf_counter``): the stall watchdog measures a
-        #: stream's silence from it, whatever the event carried.
-        self.last_event: float | None = None
+        #: Arrival of the first SSE event (``perf_counter``): a stream that has sent one is
+        #: past the server's queue, and the stall watchdog measures its silence from it
+        #: until a token comes.
+        self.first_event: float | None = None
 
     def feed(self, chunk: bytes, now: float) -> None:
         """Parse ``chunk`` of the body, which arrived at ``now`` (``perf_counter``)."""
@@ -115,8 +116,9 @@ class StreamParser:
     def _payload(self, payload: bytes, now: float) -> None:
         if self.done_at is not None:
             return
+        if not self._events:
+            self.first_event = now
         self._events += 1
-        self.last_event = now
         if payload == _DONE:
             self.done_at = now
             return

@@ -2,12 +2,14 @@
 
 A per-read timeout would put a timer on every chunk of every stream, on the hot path the
 client-efficiency benchmark measures. Instead one task wakes a few times per timeout, looks at
-the latest event of each request in flight, and expires the deadline (an
+the progress of each request in flight, and expires the deadline (an
 :func:`asyncio.timeout`) of those that waited too long:
 
-- a stall: a stream silent for longer than ``stall_timeout`` after its latest event, whatever
-  phase it is in (between tokens, after a role chunk that carried none, after the finish
-  chunk when ``[DONE]`` never comes): a stream that has sent an event is past the queue;
+- a stall: a stream without progress for longer than ``stall_timeout``, whatever phase it
+  is in: after its latest token (between tokens, after the finish chunk when ``[DONE]``
+  never comes), or after its first event while it has sent no token (a role chunk: a
+  stream that has sent an event is past the queue). Events without tokens (heartbeats,
+  empty deltas) are no progress;
 - no first token: a request that has received no event yet and waited
   ``first_token_timeout`` while the whole run received no token either. Before its first
   event a request may be waiting in the server's queue, at high concurrency for as long as
@@ -63,7 +65,7 @@ class StallWatchdog:
     ) -> None:
         """Watch ``record`` until :meth:`forget`; ``deadline`` is expired if it stalls.
 
-        ``parser``, the stream's, tells when its latest event came (token or not).
+        ``parser``, the stream's, tells when its first event came (token or not).
         """
         self._watched[id(record)] = (record, deadline, parser)
 
@@ -97,9 +99,10 @@ class StallWatchdog:
         for key, (record, deadline, parser) in watched:
             if key in self._expired:
                 continue
-            last = parser.last_event if parser is not None else None
-            if record.chunk_times and (last is None or record.chunk_times[-1] > last):
-                last = record.chunk_times[-1]
+            if record.chunk_times:
+                last: float | None = record.chunk_times[-1]
+            else:
+                last = parser.first_event if parser is not None else None
             if last is not None:
                 if stall and now - last > stall:
                     self._expire(key, "stall", deadline, loop)
