@@ -28,14 +28,13 @@ schema failure lists every violation (up to five) with the JSON around it; a ser
 as "not SGLang" is named when its ``Server`` header or model list gives it away
 (:mod:`~pytest_sglang.server.engines`), with how to measure it anyway.
 
-The ready timeout is one hard deadline over everything the gate does: each probe runs on
-a private event loop under :func:`asyncio.timeout` (the time left, at most the probe's own
-bound), so a server that dribbles its answer a byte at a time cannot stretch it; a body is
-read up to :data:`~pytest_sglang.loadgen.jsoncodec.MAX_BODY_BYTES` and parsed with
-:func:`~pytest_sglang.loadgen.jsoncodec.loads_body` (bounded size and depth). A TLS
-handshake that fails (``https://`` to a plain HTTP port), or a plain request that a TLS
-server drops (``http://`` to an HTTPS port, confirmed by one handshake), fails the gate at
-once, saying so: waiting does not change the scheme a server speaks.
+The ready timeout is one hard deadline over everything the gate does: each probe
+(:mod:`~pytest_sglang.server.probing`) gets the time left, at most its own bound, for its
+whole answer, so a server that dribbles its answer a byte at a time cannot stretch it;
+bodies are parsed with :func:`~pytest_sglang.loadgen.jsoncodec.loads_body` (bounded size
+and depth). A TLS handshake that fails (``https://`` to a plain HTTP port), or a plain
+request that a TLS server drops or refuses (``http://`` to an HTTPS port, confirmed by one
+handshake), fails the gate at once, saying so: waiting does not change a port's scheme.
 
 Clock and sleep are injectable, and the HTTP transport too, so tests can script a server
 without sockets or real waiting.
@@ -44,9 +43,8 @@ without sockets or real waiting.
 from __future__ import annotations
 
 import asyncio
-import ssl
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -55,7 +53,7 @@ from pytest_sglang.config.redaction import Redactor
 from pytest_sglang.config.targets import ServerTarget
 from pytest_sglang.config.values import Expectation, Sourced
 from pytest_sglang.errors import IdentityMismatch, SchemaMismatch, ServerNotReady
-from pytest_sglang.loadgen.jsoncodec import MAX_BODY_BYTES, UnsafeBody, loads_body
+from pytest_sglang.loadgen.jsoncodec import UnsafeBody, loads_body
 from pytest_sglang.server.engines import advice, recognise
 from pytest_sglang.server.handle import ModelCard, ReadinessTimings, SGLangServer
 from pytest_sglang.server.identity import (
@@ -64,6 +62,7 @@ from pytest_sglang.server.identity import (
     check_server_info_expectations,
     select_card,
 )
+from pytest_sglang.server.probing import Prober, tls_failure
 from pytest_sglang.server.schemas import describe_violations, violations
 
 if TYPE_CHECKING:
@@ -87,10 +86,6 @@ PROBE_TIMEOUT = 30.0
 #: and never answers: the watch must not wait 30 s to notice our process is gone.
 QUICK_PROBE_TIMEOUT = 2.0
 _BODY_SNIPPET = 300
-#: OpenSSL's reasons when the peer of a TLS handshake answered bytes that are no TLS record
-#: (an HTTP answer to the ClientHello).
-_NOT_TLS = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
-            "UNKNOWN_PROTOCOL", "HTTP_REQUEST")  # fmt: skip
 _PHASES = ("connect", "health", "models", "identity", "server_info")
 
 
@@ -177,10 +172,8 @@ class ReadinessGate:
         self._server_header: str | None = None
         self._start = 0.0
         self._phase_start = 0.0
-        #: The event loop every probe runs on, while :meth:`wait` runs.
-        self._runner: asyncio.Runner | None = None
-        #: Whether the latest probe opened a TCP connection (the port accepts connections).
-        self._connected = False
+        #: Runs every probe on the gate's own event loop, while :meth:`wait` runs.
+        self._prober: Prober | None = None
         self._tls_checked = False
 
     @classmethod
@@ -230,7 +223,7 @@ class ReadinessGate:
         headers.update(self.headers)
         self._start = self._phase_start = self._clock()
         with asyncio.Runner() as runner:
-            self._runner = runner
+            self._prober = Prober(runner)
             client = httpx.AsyncClient(
                 base_url=self.url,
                 headers=headers,
@@ -248,7 +241,7 @@ class ReadinessGate:
                 server_info, model_info = self._fetch_server_info(client)
             finally:
                 runner.run(client.aclose())
-                self._runner = None
+                self._prober = None
         return SGLangServer(
             name=self.name,
             url=self.url,
@@ -429,44 +422,8 @@ class ReadinessGate:
     # -- HTTP helpers -------------------------------------------------------------------
 
     def _request(self, client: httpx.AsyncClient, path: str, limit: float) -> httpx.Response:
-        """GET ``path``, the whole answer within ``limit`` seconds, whatever the server sends.
-
-        :raises TimeoutError: no complete answer in time (a dribbling server included).
-        :raises UnsafeBody: a body over ``MAX_BODY_BYTES``.
-        """
-        import httpx
-
-        self._connected = False
-
-        async def trace(event: str, info: dict[str, Any]) -> None:
-            if event == "connection.connect_tcp.complete":
-                self._connected = True
-
-        async def fetch() -> httpx.Response:
-            async with asyncio.timeout(limit):
-                request = client.build_request(
-                    "GET", path, timeout=limit, extensions={"trace": trace}
-                )
-                response = await client.send(request, stream=True)
-                try:
-                    body = bytearray()
-                    async for chunk in response.aiter_bytes():  # decoded: no gzip bomb
-                        body += chunk
-                        if len(body) > MAX_BODY_BYTES:
-                            raise UnsafeBody(f"a body of more than {MAX_BODY_BYTES} bytes")
-                finally:
-                    await response.aclose()
-            # The answer as read, its body already decoded (hence no Content-Encoding).
-            headers = [(k, v) for k, v in response.headers.multi_items() if k != "content-encoding"]
-            return httpx.Response(
-                response.status_code, headers=headers, content=bytes(body), request=request
-            )
-
-        return self._run(fetch())
-
-    def _run(self, coroutine: Coroutine[Any, Any, httpx.Response]) -> httpx.Response:
-        assert self._runner is not None, "probes run inside wait()"
-        return self._runner.run(coroutine)
+        assert self._prober is not None, "probes run inside wait()"
+        return self._prober.get(client, path, limit)
 
     def _get(self, client: httpx.AsyncClient, path: str) -> httpx.Response | None:
         """GET ``path``; return None on a transport error (refused, reset, timed out)."""
@@ -484,7 +441,8 @@ class ReadinessGate:
         try:
             response = self._request(client, path, probe_timeout)
         except (TimeoutError, httpx.TimeoutException) as exc:
-            reached = self._connected or isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout)
+            connected = self._prober is not None and self._prober.connected
+            reached = connected or isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout)
             if probe_timeout < bound and self._last is not None and not reached:
                 # Cut short by the gate's own deadline before it reached the server: it says
                 # nothing new, and the failure message keeps what the server last said.
@@ -528,52 +486,19 @@ class ReadinessGate:
         import httpx
 
         url = httpx.URL(self.url)
-        where = f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
-        cause: BaseException | None = exc
-        while cause is not None and not isinstance(cause, ssl.SSLError):
-            cause = cause.__cause__ or cause.__context__
-        if isinstance(cause, ssl.SSLError) and url.scheme == "https":
-            reason = str(cause.reason or cause)
-            if reason in _NOT_TLS:
-                fix = f"the server speaks plain HTTP there; use {url.copy_with(scheme='http')}"
-            elif reason == "CERTIFICATE_VERIFY_FAILED":
-                fix = (
-                    "the server's certificate is not trusted here (self-signed, or another "
-                    "host's); give it a certificate from a CA in certifi's bundle, or reach "
-                    "the server over http:// where the network is trusted"
-                )
-            else:
-                fix = "check that this port serves TLS, and the server's TLS configuration"
-            problem = f"the TLS handshake with {where} failed ({cause}): {fix}"
-            raise ServerNotReady(self._message("connect", problem), phase="connect")
+        problem = tls_failure(exc, url) if exc is not None else None
         dropped = exc is None or isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError)
-        if url.scheme == "http" and dropped and not self._tls_checked:
+        if problem is None and url.scheme == "http" and dropped and not self._tls_checked:
+            assert self._prober is not None
             self._tls_checked = True  # one handshake settles it; a flaky server is no TLS one
-            if self._speaks_tls(url.host, url.port or 80):
+            limit = min(QUICK_PROBE_TIMEOUT, max(self.timeout - self._elapsed(), 0.05))
+            if self._prober.speaks_tls(url.host, url.port or 80, limit):
                 problem = (
-                    f"the server at {where} speaks TLS (HTTPS), not plain HTTP; use "
-                    f"{url.copy_with(scheme='https')}"
+                    f"the server at {url.host}:{url.port or 80} speaks TLS (HTTPS), not plain "
+                    f"HTTP; use {url.copy_with(scheme='https')}"
                 )
-                raise ServerNotReady(self._message("connect", problem), phase="connect")
-
-    def _speaks_tls(self, host: str, port: int) -> bool:
-        """Whether a TLS handshake with ``host:port`` completes (the certificate unchecked)."""
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        limit = min(QUICK_PROBE_TIMEOUT, max(self.timeout - self._elapsed(), 0.05))
-
-        async def handshake() -> bool:
-            try:
-                async with asyncio.timeout(limit):
-                    _, writer = await asyncio.open_connection(host, port, ssl=context)
-            except (OSError, TimeoutError):  # ssl.SSLError is an OSError
-                return False
-            writer.close()
-            return True
-
-        assert self._runner is not None
-        return self._runner.run(handshake())
+        if problem is not None:
+            raise ServerNotReady(self._message("connect", problem), phase="connect")
 
     def _refuse_redirect(self, path: str, response: httpx.Response) -> None:
         # An http -> https ingress, a login page, a trailing-slash rule: following it would

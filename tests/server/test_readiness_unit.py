@@ -11,6 +11,7 @@ import pytest
 
 from pytest_sglang.config.values import Expectation
 from pytest_sglang.errors import IdentityMismatch, SchemaMismatch, ServerNotReady
+from pytest_sglang.server.probing import Prober
 from pytest_sglang.server.readiness import MAX_POLL_INTERVAL, QUICK_PROBE_TIMEOUT, ReadinessGate
 from tests.fake_clock import FakeClock
 
@@ -341,9 +342,9 @@ def test_failure_messages_are_redacted() -> None:
 
 def test_a_body_over_the_size_limit_fails_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     # Issue 24: every body read is bounded; a server sending too much will not send less.
-    import pytest_sglang.server.readiness as readiness
+    import pytest_sglang.server.probing as probing
 
-    monkeypatch.setattr(readiness, "MAX_BODY_BYTES", 1000)
+    monkeypatch.setattr(probing, "MAX_BODY_BYTES", 1000)
     clock = FakeClock()
     models = {**MODELS, "padding": "x" * 2000}
     with pytest.raises(ServerNotReady, match="GET /v1/models returned a body of more than 1000"):
@@ -370,7 +371,7 @@ def test_http_to_a_tls_port_fails_at_once(answer: str, monkeypatch: pytest.Monke
     clock = FakeClock()
     handshakes: list[tuple[str, int]] = []
 
-    def speaks_tls(self: ReadinessGate, host: str, port: int) -> bool:
+    def speaks_tls(self: Prober, host: str, port: int, limit: float) -> bool:
         handshakes.append((host, port))
         return True
 
@@ -379,7 +380,7 @@ def test_http_to_a_tls_port_fails_at_once(answer: str, monkeypatch: pytest.Monke
             raise httpx.RemoteProtocolError("Server disconnected", request=request)
         return httpx.Response(400, text="The plain HTTP request was sent to HTTPS port")
 
-    monkeypatch.setattr(ReadinessGate, "_speaks_tls", speaks_tls)
+    monkeypatch.setattr(Prober, "speaks_tls", speaks_tls)
     with pytest.raises(ServerNotReady, match=r"speaks TLS \(HTTPS\), not plain HTTP; use https://"):
         ReadinessGate(
             "default",
