@@ -145,8 +145,9 @@ REQUEST_TIMEOUT = OptionSpec(
 STALL_TIMEOUT = OptionSpec(
     "stall-timeout",
     "Seconds a streamed request of a measurement may go without a new token, once its first "
-    "token arrived, before it is recorded as failed (stalled); the wait for the first token "
-    "may be a queue and counts against --sglang-request-timeout only. "
+    "event arrived (whatever phase: after a role chunk, between tokens, after the finish "
+    "chunk without [DONE]), before it is recorded as failed (stalled); the wait for the "
+    "first event may be a queue (see --sglang-first-token-timeout). "
     f"Default: {DEFAULT_STALL_TIMEOUT:g}s",
     metavar="SECONDS",
 )

@@ -129,7 +129,17 @@ def parse_server_url(spec: OptionSpec, raw: str, source: str) -> ServerUrl:
             f"server name {name!r} in {raw!r} is not valid",
             "use letters, digits, '_', '.' or '-', e.g. eagle3=http://gpu-host:30000",
         )
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # "Invalid IPv6 URL": an unclosed or stray bracket
+        raise usage_error(
+            spec,
+            source,
+            f"URL {url!r} is not a valid URL ({exc})",
+            "write an IPv6 address in closed brackets, e.g. http://[::1]:30000"
+            if "IPv6" in str(exc)
+            else "write it as http://HOST:PORT, e.g. http://127.0.0.1:30000",
+        ) from None
     if parts.scheme not in {"http", "https"}:
         example = f"http://{url}" if "://" not in url else "http://127.0.0.1:30000"
         raise usage_error(
@@ -156,6 +166,7 @@ def parse_server_url(spec: OptionSpec, raw: str, source: str) -> ServerUrl:
             f"URL {url!r} has an invalid port",
             "give a port between 1 and 65535, e.g. http://127.0.0.1:30000",
         ) from None
+    _check_usable(spec, source, url)
     if parts.username is not None or parts.password is not None:
         # Refused rather than turned into auth: SGLang reads a Bearer key, and a password in
         # a URL ends up in every message, report and JUnit file that names the server.
@@ -182,6 +193,24 @@ def parse_server_url(spec: OptionSpec, raw: str, source: str) -> ServerUrl:
 _OPENAI_PREFIX = "openai+"
 #: An HTTP header name (RFC 9110 token characters).
 _HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+def _check_usable(spec: OptionSpec, source: str, url: str) -> None:
+    """Refuse a URL the HTTP client would refuse in every test (a host that is no IDNA name)."""
+    import httpx  # only when a URL is given; every probe and request goes through it
+
+    try:
+        httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        what = "has a host name that" if "host" in str(exc).lower() else "is a URL that"
+        raise usage_error(
+            spec,
+            source,
+            f"URL {url!r} {what} cannot be used ({exc})",
+            "write the host as an IP address or a DNS name (letters, digits, '-' and '.'; "
+            "a non-ASCII name must be a valid internationalised domain name), "
+            "e.g. http://gpu-host:30000",
+        ) from None
 
 
 def parse_header(raw: str, source: str, spec: OptionSpec = HEADER) -> Header:

@@ -367,6 +367,12 @@ def _read_toml(path: Path, option: str) -> dict[str, Any]:
         ) from None
     except tomllib.TOMLDecodeError as exc:
         raise pytest.UsageError(f"{path}: not valid TOML: {exc}; fix the syntax") from None
+    except UnicodeDecodeError as exc:
+        # TOML is UTF-8 by definition; an editor that saved Latin-1 or UTF-16 is the usual cause.
+        raise pytest.UsageError(
+            f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+            f"{exc.start}); a TOML file must be UTF-8: save it as UTF-8"
+        ) from None
 
 
 def load_profiles(pyproject: Path | None, profiles_file: Path | None) -> dict[str, Profile]:

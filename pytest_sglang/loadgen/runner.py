@@ -21,7 +21,7 @@ Each run sends its warm-up requests first (closed loop, excluded from the metric
 them, then the measured ones. Every request sent gets a record: HTTP errors, transport
 errors, malformed or incomplete streams and timeouts are failed records, never dropped.
 A request is bounded by ``request_timeout`` seconds in all (a stream that trickles ends
-there), a stream by ``stall_timeout`` seconds without a new token once its first token
+there), a stream by ``stall_timeout`` seconds without a new token once its first event
 has arrived, and the wait for the first token by ``first_token_timeout`` seconds during which
 the whole run received no token (:mod:`~pytest_sglang.loadgen.watchdog`: a queued request
 waits while others stream; on a frozen server nobody gets a token).
@@ -195,7 +195,7 @@ class LoadGenerator:
     :param headers: extra headers for every request.
     :param model: the OpenAI ``model`` field (SGLang echoes it; the served name is polite).
     :param request_timeout: seconds a request may take in all before it is recorded as failed.
-    :param stall_timeout: seconds a stream may go without a new token, once its first token
+    :param stall_timeout: seconds a stream may go without a new token, once its first event
         arrived, before the request is recorded as failed (stalled); ``None`` leaves only
         ``request_timeout``.
     :param first_token_timeout: seconds a streamed request may wait for its first token while
@@ -660,7 +660,7 @@ class LoadGenerator:
             async with asyncio.timeout(self.request_timeout) as deadline:
                 state.inflight[id(record)] = deadline
                 if watchdog is not None and parser is not None:
-                    watchdog.watch(record, deadline)
+                    watchdog.watch(record, deadline, parser)
                 await self._attempts(workload, record, body, parser, state)
         except TimeoutError:
             unanswered = True

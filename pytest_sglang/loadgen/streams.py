@@ -48,7 +48,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pytest_sglang.loadgen.jsoncodec import loads
+from pytest_sglang.loadgen.jsoncodec import UnsafeBody, loads, loads_body
 from pytest_sglang.loadgen.progress import Tally
 from pytest_sglang.loadgen.records import RequestRecord
 from pytest_sglang.loadgen.sse import SSEDecoder
@@ -82,6 +82,10 @@ class StreamParser:
         self._final_seen = False
         self._events = 0
         self._head = b""
+        #: Arrival of the first SSE event (``perf_counter``): a stream that has sent one is
+        #: past the server's queue, and the stall watchdog measures its silence from it
+        #: until a token comes.
+        self.first_event: float | None = None
 
     def feed(self, chunk: bytes, now: float) -> None:
         """Parse ``chunk`` of the body, which arrived at ``now`` (``perf_counter``)."""
@@ -112,6 +116,8 @@ class StreamParser:
     def _payload(self, payload: bytes, now: float) -> None:
         if self.done_at is not None:
             return
+        if not self._events:
+            self.first_event = now
         self._events += 1
         if payload == _DONE:
             self.done_at = now
@@ -323,7 +329,10 @@ def stream_parser(endpoint: str, record: RequestRecord, tally: Tally | None = No
 def parse_body(endpoint: str, record: RequestRecord, body: bytes) -> None:
     """Fill ``record`` from a complete non-streamed response body (status 200)."""
     try:
-        data = loads(body)
+        data = loads_body(body)
+    except UnsafeBody as exc:
+        record.error = f"unusable JSON response: {exc}"
+        return
     except ValueError:
         record.error = f"malformed JSON response: {_quote(body)}"
         return
@@ -401,8 +410,8 @@ def describe_http_error(status: int, body: bytes) -> str:
     """Return a one-line message for an HTTP error response (any of SGLang's envelopes)."""
     message: str | None = None
     try:
-        data = loads(body)
-    except ValueError:
+        data = loads_body(body)
+    except ValueError:  # UnsafeBody included: the raw text is quoted instead
         data = None
     if isinstance(data, dict):
         message = _error_message(data)

@@ -1,18 +1,22 @@
-"""The watchdog: ends streams that stopped sending tokens, at no cost per token.
+"""The watchdog: ends streams that stopped sending, at no cost per token.
 
 A per-read timeout would put a timer on every chunk of every stream, on the hot path the
 client-efficiency benchmark measures. Instead one task wakes a few times per timeout, looks at
-the last token chunk of each request in flight, and expires the deadline (an
+the progress of each request in flight, and expires the deadline (an
 :func:`asyncio.timeout`) of those that waited too long:
 
-- a stall: a stream silent for longer than ``stall_timeout`` after its first token;
-- no first token: a request that waited ``first_token_timeout`` for its first token while the
-  whole run received no token either. Before its first token a request may be waiting in the
-  server's queue, at high concurrency for as long as it takes earlier requests to finish: a
-  queue moves, so tokens keep arriving for the others. A frozen server sends nothing to
-  anyone. Counting the run's silence rather than the request's age lets the timeout be short
-  without ever cutting a queued request of a working server
-  (``benchmarks/queue_wait.py`` measures both; see ``LoadGenerator``).
+- a stall: a stream without progress for longer than ``stall_timeout``, whatever phase it
+  is in: after its latest token (between tokens, after the finish chunk when ``[DONE]``
+  never comes), or after its first event while it has sent no token (a role chunk: a
+  stream that has sent an event is past the queue). Events without tokens (heartbeats,
+  empty deltas) are no progress;
+- no first token: a request that has received no event yet and waited
+  ``first_token_timeout`` while the whole run received no token either. Before its first
+  event a request may be waiting in the server's queue, at high concurrency for as long as
+  it takes earlier requests to finish: a queue moves, so tokens keep arriving for the
+  others. A frozen server sends nothing to anyone. Counting the run's silence rather than
+  the request's age lets the timeout be short without ever cutting a queued request of a
+  working server (``benchmarks/queue_wait.py`` measures both; see ``LoadGenerator``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import time
 from typing import Literal
 
 from pytest_sglang.loadgen.records import RequestRecord
+from pytest_sglang.loadgen.streams import StreamParser
 
 __all__ = ["StallWatchdog"]
 
@@ -50,14 +55,19 @@ class StallWatchdog:
         limits = [t for t in (stall_timeout, first_token_timeout) if t]
         self.interval = min([_MAX_CHECK_INTERVAL, *(t / _CHECKS_PER_TIMEOUT for t in limits)])
         # Keyed by id(): records are mutable dataclasses, compared by value, not hashable.
-        self._watched: dict[int, tuple[RequestRecord, asyncio.Timeout]] = {}
+        self._watched: dict[int, tuple[RequestRecord, asyncio.Timeout, StreamParser | None]] = {}
         self._expired: dict[int, Expiry] = {}
         #: The latest token chunk of any request of the run (``perf_counter``).
         self.last_token = float("-inf")
 
-    def watch(self, record: RequestRecord, deadline: asyncio.Timeout) -> None:
-        """Watch ``record`` until :meth:`forget`; ``deadline`` is expired if it stalls."""
-        self._watched[id(record)] = (record, deadline)
+    def watch(
+        self, record: RequestRecord, deadline: asyncio.Timeout, parser: StreamParser | None = None
+    ) -> None:
+        """Watch ``record`` until :meth:`forget`; ``deadline`` is expired if it stalls.
+
+        ``parser``, the stream's, tells when its first event came (token or not).
+        """
+        self._watched[id(record)] = (record, deadline, parser)
 
     def forget(self, record: RequestRecord) -> None:
         """Stop watching ``record`` (its request ended)."""
@@ -81,16 +91,20 @@ class StallWatchdog:
         loop = asyncio.get_running_loop()
         watched = list(self._watched.items())
         latest = self.last_token
-        for _, (record, _) in watched:
+        for _, (record, _, _) in watched:
             if record.chunk_times and record.chunk_times[-1] > latest:
                 latest = record.chunk_times[-1]
         self.last_token = latest
         stall, first = self.stall_timeout, self.first_token_timeout
-        for key, (record, deadline) in watched:
+        for key, (record, deadline, parser) in watched:
             if key in self._expired:
                 continue
             if record.chunk_times:
-                if stall and now - record.chunk_times[-1] > stall:
+                last: float | None = record.chunk_times[-1]
+            else:
+                last = parser.first_event if parser is not None else None
+            if last is not None:
+                if stall and now - last > stall:
                     self._expire(key, "stall", deadline, loop)
             elif first and now - max(record.sent, latest) > first:
                 self._expire(key, "first_token", deadline, loop)

@@ -28,14 +28,24 @@ schema failure lists every violation (up to five) with the JSON around it; a ser
 as "not SGLang" is named when its ``Server`` header or model list gives it away
 (:mod:`~pytest_sglang.server.engines`), with how to measure it anyway.
 
+The ready timeout is one hard deadline over everything the gate does: each probe
+(:mod:`~pytest_sglang.server.probing`) gets the time left, at most its own bound, for its
+whole answer, so a server that dribbles its answer a byte at a time cannot stretch it;
+bodies are parsed with :func:`~pytest_sglang.loadgen.jsoncodec.loads_body` (bounded size
+and depth). A TLS handshake that fails (``https://`` to a plain HTTP port), or a plain
+request that a TLS server drops or refuses (``http://`` to an HTTPS port, confirmed by one
+handshake), fails the gate at once, saying so: waiting does not change a port's scheme.
+
 Clock and sleep are injectable, and the HTTP transport too, so tests can script a server
 without sockets or real waiting.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +53,7 @@ from pytest_sglang.config.redaction import Redactor
 from pytest_sglang.config.targets import ServerTarget
 from pytest_sglang.config.values import Expectation, Sourced
 from pytest_sglang.errors import IdentityMismatch, SchemaMismatch, ServerNotReady
+from pytest_sglang.loadgen.jsoncodec import UnsafeBody, loads_body
 from pytest_sglang.server.engines import advice, recognise
 from pytest_sglang.server.handle import ModelCard, ReadinessTimings, SGLangServer
 from pytest_sglang.server.identity import (
@@ -51,6 +62,7 @@ from pytest_sglang.server.identity import (
     check_server_info_expectations,
     select_card,
 )
+from pytest_sglang.server.probing import Prober, tls_failure
 from pytest_sglang.server.schemas import describe_violations, violations
 
 if TYPE_CHECKING:
@@ -111,7 +123,7 @@ class ReadinessGate:
         server, whose gate checks ``/health`` (or ``/v1/models``) and the OpenAI model list
         and skips the SGLang-only ``server_info`` phase.
     :param headers: extra headers for every probe (``--sglang-header``); values are secrets.
-    :param transport: an httpx transport to use instead of the network (tests).
+    :param transport: an httpx (async) transport to use instead of the network (tests).
     :param watch: called with (phase, elapsed seconds) before every wait between probes:
         launch mode uses it to notice a dead process at once and to show progress; it may
         raise to abort the gate.
@@ -126,7 +138,7 @@ class ReadinessGate:
         timeout_source: str = "default",
         api_key: str | None = None,
         expectations: Sequence[Expectation] = (),
-        transport: httpx.BaseTransport | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         poll_interval: float = POLL_INTERVAL,
@@ -160,6 +172,9 @@ class ReadinessGate:
         self._server_header: str | None = None
         self._start = 0.0
         self._phase_start = 0.0
+        #: Runs every probe on the gate's own event loop, while :meth:`wait` runs.
+        self._prober: Prober | None = None
+        self._tls_checked = False
 
     @classmethod
     def for_target(
@@ -189,26 +204,44 @@ class ReadinessGate:
     # -- public -------------------------------------------------------------------------
 
     def wait(self) -> SGLangServer:
-        """Run every phase in order; raise :class:`ServerNotReady` (or a subclass) on failure."""
+        """Run every phase in order; raise :class:`ServerNotReady` (or a subclass) on failure.
+
+        Called from a thread that runs an event loop (an ``async def`` test asking for a
+        server), the gate runs on a worker thread with its own loop while the caller waits.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._wait()
+        with ThreadPoolExecutor(1, thread_name_prefix="pytest-sglang-gate") as worker:
+            return worker.submit(self._wait).result()
+
+    def _wait(self) -> SGLangServer:
         import httpx
 
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         headers.update(self.headers)
         self._start = self._phase_start = self._clock()
-        with httpx.Client(
-            base_url=self.url,
-            headers=headers,
-            transport=self._transport,
-            follow_redirects=False,
-            # A proxy from the environment must not sit between us and the server under test.
-            trust_env=False,
-        ) as client:
-            if self.kind == "openai":
-                return self._wait_openai(client)
-            self._wait_healthy(client)
-            cards = self._fetch_models(client)
-            card = self._check_identity(cards)
-            server_info, model_info = self._fetch_server_info(client)
+        with asyncio.Runner() as runner:
+            self._prober = Prober(runner)
+            client = httpx.AsyncClient(
+                base_url=self.url,
+                headers=headers,
+                transport=self._transport,
+                follow_redirects=False,
+                # A proxy from the environment must not sit between us and the server.
+                trust_env=False,
+            )
+            try:
+                if self.kind == "openai":
+                    return self._wait_openai(client)
+                self._wait_healthy(client)
+                cards = self._fetch_models(client)
+                card = self._check_identity(cards)
+                server_info, model_info = self._fetch_server_info(client)
+            finally:
+                runner.run(client.aclose())
+                self._prober = None
         return SGLangServer(
             name=self.name,
             url=self.url,
@@ -221,7 +254,7 @@ class ReadinessGate:
             extra_headers=dict(self.headers),
         )
 
-    def _wait_openai(self, client: httpx.Client) -> SGLangServer:
+    def _wait_openai(self, client: httpx.AsyncClient) -> SGLangServer:
         """Pass a plain OpenAI-compatible server through health, model list and identity."""
         self._wait_openai_healthy(client)
         cards = self._fetch_models(client, schema="openai_models")
@@ -245,7 +278,7 @@ class ReadinessGate:
             extra_headers=dict(self.headers),
         )
 
-    def _wait_openai_healthy(self, client: httpx.Client) -> None:
+    def _wait_openai_healthy(self, client: httpx.AsyncClient) -> None:
         phase, path = "connect", "/health"
         while True:
             response = self._get(client, path)
@@ -277,7 +310,7 @@ class ReadinessGate:
 
     # -- phases -------------------------------------------------------------------------
 
-    def _wait_healthy(self, client: httpx.Client) -> None:
+    def _wait_healthy(self, client: httpx.AsyncClient) -> None:
         phase = "connect"
         use_ready = True  # /ready exists from 0.5.23 on; fall back on 404
         while True:
@@ -312,7 +345,9 @@ class ReadinessGate:
             self._wait_a_moment(phase)
         self._pass("health")
 
-    def _fetch_models(self, client: httpx.Client, schema: str = "v1_models") -> list[ModelCard]:
+    def _fetch_models(
+        self, client: httpx.AsyncClient, schema: str = "v1_models"
+    ) -> list[ModelCard]:
         _, body = self._get_json_200(client, "/v1/models", phase="models")
         found = violations(body, schema, 1)
         if found:
@@ -345,7 +380,9 @@ class ReadinessGate:
         self._pass("identity")
         return select_card(cards, self.expectations)
 
-    def _fetch_server_info(self, client: httpx.Client) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _fetch_server_info(
+        self, client: httpx.AsyncClient
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         # 0.5.23 renamed the endpoints; the old names still answer there but log a warning
         # on every call, so try the new name first.
         info_path, server_info = self._get_json_200(
@@ -386,22 +423,40 @@ class ReadinessGate:
 
     # -- HTTP helpers -------------------------------------------------------------------
 
-    def _get(self, client: httpx.Client, path: str) -> httpx.Response | None:
+    def _request(self, client: httpx.AsyncClient, path: str, limit: float) -> httpx.Response:
+        assert self._prober is not None, "probes run inside wait()"
+        return self._prober.get(client, path, limit)
+
+    def _get(self, client: httpx.AsyncClient, path: str) -> httpx.Response | None:
         """GET ``path``; return None on a transport error (refused, reset, timed out)."""
         import httpx
 
         remaining = max(self.timeout - self._elapsed(), 0.05)
         self._probes += 1
         quick = path == "/ready" or (self._watch is not None and "connect" not in self._phases)
-        probe_timeout = min(remaining, QUICK_PROBE_TIMEOUT if quick else PROBE_TIMEOUT)
+        bound = QUICK_PROBE_TIMEOUT if quick else PROBE_TIMEOUT
+        probe_timeout = min(remaining, bound)
         seen = _Seen("GET", path, at=0.0)
         response: httpx.Response | None = None
+        failed: httpx.TransportError | None = None
+        unsafe: UnsafeBody | None = None
         try:
-            response = client.get(path, timeout=probe_timeout)
-        except httpx.TimeoutException as exc:
-            seen.error = f"no answer within {probe_timeout:.1f}s ({type(exc).__name__})"
+            response = self._request(client, path, probe_timeout)
+        except (TimeoutError, httpx.TimeoutException) as exc:
+            connected = self._prober is not None and self._prober.connected
+            reached = connected or isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout)
+            if probe_timeout < bound and self._last is not None and not reached:
+                # Cut short by the gate's own deadline before it reached the server: it says
+                # nothing new, and the failure message keeps what the server last said.
+                return None
+            # A whole answer: a server dribbling bytes gets no more time than a silent one.
+            seen.error = f"no answer within {probe_timeout:.1f}s"
+        except UnsafeBody as exc:
+            seen.error = f"{exc}"
+            unsafe = exc
         except httpx.TransportError as exc:
             seen.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            failed = exc
         if response is not None:
             seen.status = response.status_code
             seen.body = response.text
@@ -415,9 +470,37 @@ class ReadinessGate:
             phase = "health"  # the first answer passes connect: it was a health probe
         answer = str(seen.status) if seen.error is None else seen.error.split(":", 1)[0]
         self._tried.setdefault(phase, {})[path] = answer
+        if failed is not None or (response is not None and response.status_code == 400):
+            self._refuse_wrong_scheme(failed)
+        if unsafe is not None:  # a server that sends that will not send less next time
+            raise ServerNotReady(self._message(phase, f"GET {path} returned {unsafe}"), phase=phase)
         if response is not None and 300 <= response.status_code < 400:
             self._refuse_redirect(path, response)
         return response
+
+    def _refuse_wrong_scheme(self, exc: Exception | None) -> None:
+        """Fail at once when the server speaks another scheme than the URL says.
+
+        ``exc`` is the probe's transport error, or None for a 400 answer (nginx answers a
+        plain request on its HTTPS port with 400 "The plain HTTP request was sent to HTTPS
+        port"; a TLS server without such a page drops the connection).
+        """
+        import httpx
+
+        url = httpx.URL(self.url)
+        problem = tls_failure(exc, url) if exc is not None else None
+        dropped = exc is None or isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError)
+        if problem is None and url.scheme == "http" and dropped and not self._tls_checked:
+            assert self._prober is not None
+            self._tls_checked = True  # one handshake settles it; a flaky server is no TLS one
+            limit = min(QUICK_PROBE_TIMEOUT, max(self.timeout - self._elapsed(), 0.05))
+            if self._prober.speaks_tls(url.host, url.port or 80, limit):
+                problem = (
+                    f"the server at {url.host}:{url.port or 80} speaks TLS (HTTPS), not plain "
+                    f"HTTP; use {url.copy_with(scheme='https')}"
+                )
+        if problem is not None:
+            raise ServerNotReady(self._message("connect", problem), phase="connect")
 
     def _refuse_redirect(self, path: str, response: httpx.Response) -> None:
         # An http -> https ingress, a login page, a trailing-slash rule: following it would
@@ -437,7 +520,7 @@ class ReadinessGate:
         )
 
     def _get_json_200(
-        self, client: httpx.Client, path: str, *, phase: str, old_path: str | None = None
+        self, client: httpx.AsyncClient, path: str, *, phase: str, old_path: str | None = None
     ) -> tuple[str, Any]:
         """GET ``path`` until 200 and return (path, JSON body); 404 switches to ``old_path``."""
         first = path
@@ -463,7 +546,13 @@ class ReadinessGate:
                     )
                 if response.status_code == 200:
                     try:
-                        return path, response.json()
+                        return path, loads_body(response.content)
+                    except UnsafeBody as exc:
+                        raise SchemaMismatch(
+                            self._message(phase, f"GET {path} returned {exc}"),
+                            phase=phase,
+                            json_path="$",
+                        ) from None
                     except ValueError:
                         raise SchemaMismatch(
                             self._message(
@@ -517,7 +606,7 @@ class ReadinessGate:
         )
 
     def _not_sglang(
-        self, client: httpx.Client, models: object = None, *, always: bool = True
+        self, client: httpx.AsyncClient, models: object = None, *, always: bool = True
     ) -> str:
         """Say which engine this is, if its answers tell, and how to measure it anyway.
 
@@ -529,11 +618,12 @@ class ReadinessGate:
             import httpx
 
             last = self._last
+            limit = min(QUICK_PROBE_TIMEOUT, max(self.timeout - self._elapsed(), 0.05))
             try:
-                response = client.get("/v1/models", timeout=QUICK_PROBE_TIMEOUT)
+                response = self._request(client, "/v1/models", limit)
                 self._server_header = response.headers.get("server") or self._server_header
-                models = response.json() if response.status_code == 200 else None
-            except (httpx.HTTPError, ValueError):  # a best-effort hint, never a second failure
+                models = loads_body(response.content) if response.status_code == 200 else None
+            except (httpx.HTTPError, ValueError, TimeoutError):  # a best-effort hint only
                 models = None
             self._last = last
         found = recognise(self._server_header, models)
@@ -568,8 +658,8 @@ class ReadinessGate:
         if phase == "connect" and last is not None and last.error is not None:
             if "no answer" in last.error:
                 return (
-                    "the port accepts connections but nothing answers: a hung or "
-                    "zombie server? check its process and logs"
+                    "the port accepts connections but nothing answers (in full, in time): "
+                    "a hung, zombie or dribbling server? check its process and logs"
                 )
             return (
                 "nothing answers at this URL: is the server running (a large model can "

@@ -11,6 +11,7 @@ import pytest
 
 from pytest_sglang.config.values import Expectation
 from pytest_sglang.errors import IdentityMismatch, SchemaMismatch, ServerNotReady
+from pytest_sglang.server.probing import Prober
 from pytest_sglang.server.readiness import MAX_POLL_INTERVAL, QUICK_PROBE_TIMEOUT, ReadinessGate
 from tests.fake_clock import FakeClock
 
@@ -337,3 +338,57 @@ def test_failure_messages_are_redacted() -> None:
     with pytest.raises(SchemaMismatch) as info:
         gate(server, clock, api_key="sk-leak-77").wait()
     assert "sk-leak-77" not in str(info.value)
+
+
+def test_a_body_over_the_size_limit_fails_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 24: every body read is bounded; a server sending too much will not send less.
+    import pytest_sglang.server.probing as probing
+
+    monkeypatch.setattr(probing, "MAX_BODY_BYTES", 1000)
+    clock = FakeClock()
+    models = {**MODELS, "padding": "x" * 2000}
+    with pytest.raises(ServerNotReady, match="GET /v1/models returned a body of more than 1000"):
+        gate(ScriptedServer(clock, models=models), clock).wait()
+    assert clock.now < 1.0
+
+
+def test_the_gate_runs_from_a_thread_that_runs_an_event_loop() -> None:
+    # An async test asking for a server: the gate's own loop cannot run on the caller's.
+    import asyncio
+
+    clock = FakeClock()
+
+    async def caller() -> str:
+        return gate(ScriptedServer(clock), clock).wait().model.id
+
+    assert asyncio.run(caller()) == "org/model"
+
+
+@pytest.mark.parametrize("answer", ["400", "dropped"])
+def test_http_to_a_tls_port_fails_at_once(answer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 24: nginx answers a plain request on its HTTPS port with 400, a bare TLS server
+    # drops it; one TLS handshake (here: stubbed) settles which scheme the port speaks.
+    clock = FakeClock()
+    handshakes: list[tuple[str, int]] = []
+
+    def speaks_tls(self: Prober, host: str, port: int, limit: float) -> bool:
+        handshakes.append((host, port))
+        return True
+
+    def nginx(request: httpx.Request) -> httpx.Response:
+        if answer == "dropped":
+            raise httpx.RemoteProtocolError("Server disconnected", request=request)
+        return httpx.Response(400, text="The plain HTTP request was sent to HTTPS port")
+
+    monkeypatch.setattr(Prober, "speaks_tls", speaks_tls)
+    with pytest.raises(ServerNotReady, match=r"speaks TLS \(HTTPS\), not plain HTTP; use https://"):
+        ReadinessGate(
+            "default",
+            "http://gpu:8443",
+            timeout=60,
+            transport=httpx.MockTransport(nginx),
+            clock=clock,
+            sleep=clock.sleep,
+        ).wait()
+    assert handshakes == [("gpu", 8443)]
+    assert clock.now < 1.0

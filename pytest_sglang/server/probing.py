@@ -1,0 +1,113 @@
+"""The readiness gate's probes: a whole answer within a hard limit, and which scheme a port speaks.
+
+Each probe runs on the gate's own event loop under :func:`asyncio.timeout`: the limit bounds
+the whole answer, not each read, so a server that dribbles bytes gets no more time than a
+silent one. A body is read up to :data:`~pytest_sglang.loadgen.jsoncodec.MAX_BODY_BYTES`
+(decoded, so a compressed body cannot expand past it either).
+
+A port that speaks another scheme than the URL says never turns ready by waiting: a failed
+TLS handshake is named with the fix (:func:`tls_failure`), and a plain request that a TLS
+server drops or refuses is confirmed by one handshake (:meth:`Prober.speaks_tls`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from typing import TYPE_CHECKING, Any
+
+from pytest_sglang.loadgen.jsoncodec import MAX_BODY_BYTES, UnsafeBody
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["Prober", "tls_failure"]
+
+#: OpenSSL's reasons when the peer of a TLS handshake answered bytes that are no TLS record
+#: (an HTTP answer to the ClientHello).
+_NOT_TLS = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
+            "UNKNOWN_PROTOCOL", "HTTP_REQUEST")  # fmt: skip
+
+
+class Prober:
+    """Runs probes on ``runner``'s event loop, from the gate's blocking code."""
+
+    def __init__(self, runner: asyncio.Runner) -> None:
+        self._runner = runner
+        #: Whether the latest :meth:`get` opened a TCP connection (the port accepts them).
+        self.connected = False
+
+    def get(self, client: httpx.AsyncClient, path: str, limit: float) -> httpx.Response:
+        """GET ``path``, the whole answer within ``limit`` seconds, whatever the server sends.
+
+        :raises TimeoutError: no complete answer in time (a dribbling server included).
+        :raises UnsafeBody: a body over ``MAX_BODY_BYTES``.
+        :raises httpx.TransportError: refused, reset, a failed TLS handshake...
+        """
+        self.connected = False
+        return self._runner.run(self._fetch(client, path, limit))
+
+    async def _fetch(self, client: httpx.AsyncClient, path: str, limit: float) -> httpx.Response:
+        import httpx
+
+        async def trace(event: str, info: dict[str, Any]) -> None:
+            if event == "connection.connect_tcp.complete":
+                self.connected = True
+
+        async with asyncio.timeout(limit):
+            request = client.build_request("GET", path, timeout=limit, extensions={"trace": trace})
+            response = await client.send(request, stream=True)
+            try:
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > MAX_BODY_BYTES:
+                        raise UnsafeBody(f"a body of more than {MAX_BODY_BYTES} bytes")
+            finally:
+                await response.aclose()
+        # The answer as read, its body already decoded (hence no Content-Encoding).
+        headers = [(k, v) for k, v in response.headers.multi_items() if k != "content-encoding"]
+        return httpx.Response(
+            response.status_code, headers=headers, content=bytes(body), request=request
+        )
+
+    def speaks_tls(self, host: str, port: int, limit: float) -> bool:
+        """Whether a TLS handshake with ``host:port`` completes within ``limit`` seconds.
+
+        The certificate is not checked: the question is only which scheme the port speaks.
+        """
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+
+        async def handshake() -> bool:
+            try:
+                async with asyncio.timeout(limit):
+                    _, writer = await asyncio.open_connection(host, port, ssl=context)
+            except (OSError, TimeoutError):  # ssl.SSLError is an OSError
+                return False
+            writer.close()
+            return True
+
+        return self._runner.run(handshake())
+
+
+def tls_failure(exc: BaseException, url: httpx.URL) -> str | None:
+    """Say what a failed TLS handshake with an ``https://`` URL means, and the fix; else None."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, ssl.SSLError):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None or url.scheme != "https":
+        return None
+    reason = str(getattr(cause, "reason", None) or cause)
+    if reason in _NOT_TLS:
+        fix = f"the server speaks plain HTTP there; use {url.copy_with(scheme='http')}"
+    elif reason == "CERTIFICATE_VERIFY_FAILED":
+        fix = (
+            "the server's certificate is not trusted here (self-signed, or another host's); "
+            "give it a certificate from a CA in certifi's bundle, or reach the server over "
+            "http:// where the network is trusted"
+        )
+    else:
+        fix = "check that this port serves TLS, and the server's TLS configuration"
+    return f"the TLS handshake with {url.host}:{url.port or 443} failed ({cause}): {fix}"
