@@ -396,13 +396,19 @@ def build_document(
     *,
     commit: Mapping[str, Any] | None = None,
     machine: Mapping[str, Any] | None = None,
+    interrupted: bool = False,
 ) -> dict[str, Any]:
-    """Return one session as a pytest-benchmark document (what a file holds)."""
+    """Return one session as a pytest-benchmark document (what a file holds).
+
+    An ``interrupted`` session (Ctrl-C, SIGTERM) says so in every measurement's labels.
+    """
     from pytest_benchmark import __version__ as benchmark_version
 
     commit = dict(commit if commit is not None else commit_info())
     when = datetime.datetime.now(datetime.UTC).isoformat()
     labels = session_labels(name, servers, commit, when)
+    if interrupted:
+        labels["interrupted"] = True
     machine = dict(machine if machine is not None else machine_info())
     machine["sglang"] = {
         "gpus": list(gpus), "plugin_version": labels["plugin_version"],
@@ -507,13 +513,15 @@ class BaselineStore:
         *,
         commit: Mapping[str, Any] | None = None,
         machine: Mapping[str, Any] | None = None,
+        interrupted: bool = False,
     ) -> str:
         """Save one session's measurements under ``name``; return where it landed."""
         if not _SAVE_NAME.match(name):
             raise ValueError(
                 f"cannot save under {name!r}: use letters, digits, '_', '.', '+' and '-'"
             )
-        document = build_document(name, rows, servers, gpus, commit=commit, machine=machine)
+        document = build_document(name, rows, servers, gpus, commit=commit, machine=machine,
+                                  interrupted=interrupted)  # fmt: skip
         if self.path is None:
             self._elasticsearch().save(document, name)
             return f"{self.uri} ({MACHINE_ID}_{name})"

@@ -197,7 +197,11 @@ class Launch:
             self.info.pid = self._process.pid
             server = self._gate(port)
         except BaseException as exc:
-            self.info.outcome = "failed"
+            if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, SIGTERM: stopped, not failed
+                self.info.outcome = "stopped"
+                self.info.cause = f"interrupted while starting ({type(exc).__name__})"
+            else:
+                self.info.outcome = "failed"
             if self.info.cause is None:
                 self.info.cause = _first_line(self.redact(str(exc))) or type(exc).__name__
             cleanup = self._stop_quietly()
@@ -390,6 +394,11 @@ class Launch:
                     "stopped, but check the server's shutdown"
                 )
             )
+
+    def hurry(self) -> None:
+        """Kill the server's processes at once, no grace period (a second Ctrl-C)."""
+        if self._process is not None:
+            self._process.kill_now()
 
     @property
     def forced(self) -> str | None:

@@ -206,8 +206,9 @@ class BaselineGate:
         servers = list({f"{s['name']} {s['url']}": s for s in self.servers}.values())
         try:
             self.saved = self.options.store().save(
-                name, rows, servers, self.gpus, commit=self.commit()
-            )
+                name, rows, servers, self.gpus, commit=self.commit(),
+                interrupted=exitstatus == pytest.ExitCode.INTERRUPTED,
+            )  # fmt: skip
         except Exception as exc:  # a lost save must be loud: it is the next session's baseline
             self.save_error = f"saving the baseline failed: {type(exc).__name__}: {exc}"
             if session.exitstatus == pytest.ExitCode.OK:
