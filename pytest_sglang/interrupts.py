@@ -159,14 +159,16 @@ class SessionInterrupts:
         """Send the reports of the phase that was cut (and a teardown's, to close it)."""
         if "sglang_servers" not in getattr(item, "fixturenames", ()):
             return  # not one of ours: pytest's own handling stands
-        item.user_properties.extend(self._unreported())
         when = next((phase for phase in _PHASES if phase not in self._reported), None)
         if when is None:
             return  # every phase was reported: the interrupt came after
-        message = (
-            f"interrupted by {self._cause} during this test's {when}: it has no verdict; "
-            "the runs it finished are in the outputs (a cut measurement says in which run)"
-        )
+        item.user_properties.extend(self._unreported())
+        message = f"interrupted by {self._cause} during this test's {when}"
+        if when != "teardown":
+            message += (
+                ": it has no verdict; the runs it finished are in the outputs (a cut "
+                "measurement says in which run)"
+            )
         reports: list[tuple[str, str, str | None]] = [(when, "failed", message)]
         if when != "teardown":  # JUnit writes a test's properties with its teardown
             reports.append(("teardown", "passed", None))

@@ -395,6 +395,11 @@ class Launch:
                 )
             )
 
+    @property
+    def finished(self) -> bool:
+        """Whether nothing of this launch can be running: never started, or fully stopped."""
+        return self._process is None or self._process.stop_report is not None
+
     def hurry(self) -> None:
         """Kill the server's processes at once, no grace period (a second Ctrl-C)."""
         if self._process is not None:

@@ -251,7 +251,7 @@ class ServerPool:
         try:
             return launch.start()
         except BaseException:
-            if launch.info.stop is not None:  # the failed start stopped it already
+            if launch.finished:  # the failed start stopped it already (or started nothing)
                 self._running = None
             raise
 
@@ -371,7 +371,9 @@ class ServerPool:
             try:
                 launch.stop()  # still ``_running`` meanwhile: ``hurry`` may cut the stop short
             finally:
-                self._running = None
+                # A stop that Ctrl-C cut short left it ours to stop (``close``, at the end).
+                if launch.finished:
+                    self._running = None
                 if launch.forced is not None:
                     self.problems.append(launch.forced)
 

@@ -14,11 +14,14 @@ import json
 import signal
 import subprocess
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
 
+from pytest_sglang.testing import EmulatorProcess
 from tests.faults.harness import new_tag, wait_for, write_profile
 from tests.faults.test_process_faults import finish, start_pytest
 
@@ -37,6 +40,13 @@ W = Workload(input_len=8, output_len=40, requests=4, warmup=0)
 @pytest.mark.sglang_measure("srv", workload=W, concurrency=[1, 2], repeats=1)
 def test_sweep(sglang_bench):
     sglang_bench("srv", W, [1, 2], repeats=1)
+"""
+PAIR = """
+from pytest_sglang import Workload
+
+def test_pair(sglang_bench):
+    sglang_bench.pair("a", "b", Workload(input_len=8, output_len=40, requests=4, warmup=0), 1,
+                      repeats=3)
 """
 #: Each token takes 10 ms: a request about 0.4 s, so the signal lands inside run 2.
 SLOW_DECODE = ("--emulator-decode-ms", "10")
@@ -170,3 +180,51 @@ def test_a_second_ctrl_c_ends_quietly_and_still_stops_the_server(
     assert measurement["runs"][0]["completed"] == 4
     stop = _assert_launch_stopped(document)
     assert any("interrupted again" in sent for sent in stop["signals"]), stop
+
+
+def test_an_interrupt_in_an_interleaved_pair_keeps_both_sides_finished_runs(
+    pytester: pytest.Pytester, start_emulator: Callable[..., EmulatorProcess]
+) -> None:
+    # Two attached servers, runs interleaved A B A B: the interrupt lands in A's run 2.
+    a, b = (start_emulator(*SLOW_DECODE) for _ in range(2))
+    pytester.makepyfile(test_inner=PAIR)
+    basetemp = pytester.path / "basetemp"
+    process = start_pytest(
+        pytester.path, f"--basetemp={basetemp}", "--sglang-report=r.json",
+        f"--sglang-url=a={a.url}", f"--sglang-url=b={b.url}",
+    )  # fmt: skip
+    try:
+        _signal_at(process, a.log_path, RUN_2_REQUEST_2, signal.SIGINT)
+        output, _ = process.communicate(timeout=90)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == pytest.ExitCode.INTERRUPTED, output[-4000:]
+    measurements = {m["server"]: m for m in _report(pytester)["measurements"]}
+    assert set(measurements) == {"a", "b"}, output[-4000:]
+    assert all(m["schedule"] == "interleaved" for m in measurements.values())
+    assert "in run 2 of 3" in measurements["a"]["cut"] and measurements["a"]["finished_runs"] == 1
+    assert measurements["b"]["finished_runs"] == 1 and len(measurements["b"]["runs"]) == 1
+    assert measurements["b"]["runs"][0]["completed"] == 4
+
+
+def test_sigterm_is_ours_for_the_session_only(pytester: pytest.Pytester) -> None:
+    # An in-process session: the handler of the process that ran it is back afterwards.
+    def before(signum: int, frame: FrameType | None) -> None:
+        raise AssertionError("not called")
+
+    pytester.makepyfile(
+        test_inner="""
+        import signal
+
+        def test_handler():
+            assert signal.getsignal(signal.SIGTERM).__qualname__ == "SessionInterrupts._on_sigterm"
+    """
+    )
+    previous = signal.signal(signal.SIGTERM, before)
+    try:
+        result = pytester.runpytest()
+        assert signal.getsignal(signal.SIGTERM) is before
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    result.assert_outcomes(passed=1)
