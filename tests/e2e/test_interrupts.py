@@ -48,8 +48,9 @@ def test_pair(sglang_bench):
     sglang_bench.pair("a", "b", Workload(input_len=8, output_len=40, requests=4, warmup=0), 1,
                       repeats=3)
 """
-#: Each token takes 10 ms: a request about 0.4 s, so the signal lands inside run 2.
-SLOW_DECODE = ("--emulator-decode-ms", "10")
+#: Each token takes 20 ms: a request about 0.8 s, so the signal lands inside run 2 even when
+#: the machine is slow to deliver it (run 2 has two more requests to go).
+SLOW_DECODE = ("--emulator-decode-ms", "20")
 #: The POST that starts the second request of run 2 (4 per run, no warm-up).
 RUN_2_REQUEST_2 = 6
 
