@@ -7,6 +7,7 @@ so that loading the plugin stays cheap for every pytest run in the environment.
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NoReturn
 
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "POOL_KEY",
+    "hurry_started",
+    "measurement_properties",
     "sglang_bench",
     "sglang_client",
     "sglang_gpu",
@@ -41,6 +44,8 @@ __all__ = [
     "sglang_servers",
     "sglang_settings",
     "sglang_target",
+    "stop_started",
+    "unreported_properties",
 ]
 
 #: The session's pool, also reachable from hooks (terminal summary, unconfigure).
@@ -295,12 +300,7 @@ def sglang_bench(request: pytest.FixtureRequest, _sglang_bench_session: Bench) -
     settings = _sglang_bench_session.pool.settings
 
     def record(result: BenchResult, server: SGLangServer | None) -> None:
-        entry: MeasurementEntry = settings.redact.json(
-            {"record": "measurement", **result.as_dict()}
-        )
-        request.node.user_properties.append(("sglang", entry))
-        if server is not None:
-            request.node.user_properties.append(("sglang", server_entry(server, settings)))
+        request.node.user_properties.extend(measurement_properties(result, server, settings))
 
     def server_failed(name: str, error: SGLangError) -> None:
         request.node.user_properties.append(("sglang", failure_entry(name, error, settings)))
@@ -314,6 +314,20 @@ def sglang_bench(request: pytest.FixtureRequest, _sglang_bench_session: Bench) -
         server_failed=server_failed,
         during=request.node.nodeid,
     )
+
+
+def measurement_properties(
+    result: BenchResult, server: SGLangServer | None, settings: Settings
+) -> list[tuple[str, object]]:
+    """Return the ``user_properties`` that record ``result`` (and its server) for the report.
+
+    Redacted, as every entry: they also travel in JUnit XML.
+    """
+    entry: MeasurementEntry = settings.redact.json({"record": "measurement", **result.as_dict()})
+    properties: list[tuple[str, object]] = [("sglang", entry)]
+    if server is not None:
+        properties.append(("sglang", server_entry(server, settings)))
+    return properties
 
 
 @pytest.fixture
@@ -347,3 +361,48 @@ def sglang_gpu(sglang_servers: ServerPool, sglang_settings: Settings) -> GpuStat
     if probe is None:
         pytest.skip(f"GPU state unavailable: {sglang_servers.gpu_skip_reason}")
     return GpuState(probe)
+
+
+def stop_started(config: pytest.Config) -> None:
+    """Stop what the session started and still runs: Ray load workers, the launched server.
+
+    Idempotent; problems are printed to standard error (the terminal reporter may be gone),
+    never raised: it runs at the end of an interrupted session, and at exit.
+    """
+    bench = config.stash.get(BENCH_KEY, None)
+    if bench is not None:  # the Ray load-worker actors it kept, if any
+        try:
+            bench.close()
+        except Exception as exc:
+            message = bench.pool.settings.redact(f"sglang: stopping the Ray load workers: {exc}")
+            print(message, file=sys.stderr)  # noqa: T201
+    pool = config.stash.get(POOL_KEY, None)
+    if pool is not None:
+        try:
+            pool.close()
+        except Exception as exc:  # at the end, say it: nothing else will
+            print(pool.settings.redact(f"sglang: teardown: {exc}"), file=sys.stderr)  # noqa: T201
+
+
+def hurry_started(config: pytest.Config) -> None:
+    """Kill the session's launched server at once, no grace period (safe in a signal handler)."""
+    pool = config.stash.get(POOL_KEY, None)
+    if pool is not None:
+        pool.hurry()
+
+
+def unreported_properties(config: pytest.Config) -> list[tuple[str, object]]:
+    """Return, once, ``user_properties`` for the measurements no test has recorded.
+
+    Those taken for tests that have not run (declared ones) and those cut while being
+    taken so (``Bench.take_unreported``): an interrupted test carries them to the reports.
+    """
+    bench = config.stash.get(BENCH_KEY, None)
+    if bench is None:
+        return []
+    settings = bench.pool.settings
+    return [
+        prop
+        for result, server in bench.take_unreported()
+        for prop in measurement_properties(result, server, settings)
+    ]

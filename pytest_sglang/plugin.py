@@ -7,7 +7,6 @@ Work (network, processes) happens in fixtures, never here: ``pytest --help`` and
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,9 +17,9 @@ from pytest_sglang.config.header import header_lines
 from pytest_sglang.config.options import OPTIONS
 from pytest_sglang.config.settings import SETTINGS_KEY, Settings, resolve_settings
 from pytest_sglang.fixtures import (
-    BENCH_KEY,
     POOL_KEY,
     _sglang_bench_session,
+    hurry_started,
     sglang_bench,
     sglang_client,
     sglang_gpu,
@@ -28,7 +27,10 @@ from pytest_sglang.fixtures import (
     sglang_servers,
     sglang_settings,
     sglang_target,
+    stop_started,
+    unreported_properties,
 )
+from pytest_sglang.interrupts import SessionInterrupts
 from pytest_sglang.markers import (
     MARKERS,
     UNMET_KEY,
@@ -40,6 +42,7 @@ from pytest_sglang.markers import (
 )
 from pytest_sglang.measure.plans import MEASURE_MARKER, PLANS_KEY, declared_measurements
 from pytest_sglang.report.context import CURRENT_ITEM
+from pytest_sglang.server.handle import KILLED_AT_ONCE
 from pytest_sglang.timeouts import BRIDGE_KEY, TimeoutBridge
 
 if TYPE_CHECKING:
@@ -95,6 +98,13 @@ def pytest_configure(config: pytest.Config) -> None:
     bridge = TimeoutBridge()
     config.stash[BRIDGE_KEY] = bridge
     config.pluginmanager.register(bridge, "sglang-timeout-bridge")
+    # SIGTERM as Ctrl-C; an interrupted session reports what it measured and stops its servers.
+    interrupts = SessionInterrupts(
+        stop=lambda: stop_started(config),
+        hurry=lambda: hurry_started(config),
+        unreported=lambda: unreported_properties(config),
+    )
+    config.pluginmanager.register(interrupts, "sglang-interrupts")
     _refuse_launch_under_xdist(config, settings)
     if settings.shard.value is not None:
         from pytest_sglang.config.shards import ShardSelector
@@ -338,6 +348,8 @@ def launch_line(info: LaunchInfo) -> str:
         kill = next((sent for sent in info.stop.signals if "SIGKILL" in sent), None)
         if kill is not None and info.outcome != "died":
             details.append(f"forced: {kill}, SIGTERM was not enough")
+        if KILLED_AT_ONCE in info.stop.signals:
+            details.append(KILLED_AT_ONCE)
     if info.release_seconds is not None:
         details.append(f"GPU memory released in {info.release_seconds:.2f}s")
     head = f"  {info.profile} [{info.launcher}] {info.outcome}"
@@ -367,18 +379,5 @@ def relaunch_advice(launches: list[LaunchInfo]) -> list[str]:
 
 @pytest.hookimpl
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Stop anything still running (Ctrl-C, internal errors): no server outlives pytest."""
-    bench = config.stash.get(BENCH_KEY, None)
-    if bench is not None:  # the Ray load-worker actors it kept, if any
-        try:
-            bench.close()
-        except Exception as exc:
-            message = bench.pool.settings.redact(f"sglang: stopping the Ray load workers: {exc}")
-            print(message, file=sys.stderr)  # noqa: T201
-    pool = config.stash.get(POOL_KEY, None)
-    if pool is not None:
-        try:
-            pool.close()
-        except Exception as exc:  # at exit, say it: nothing else will
-            # The terminal reporter may be gone (Ctrl-C): stderr still reaches the user.
-            print(f"sglang: teardown at exit: {exc}", file=sys.stderr)  # noqa: T201
+    """Stop anything still running (internal errors, ``-x``): no server outlives pytest."""
+    stop_started(config)

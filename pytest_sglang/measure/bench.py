@@ -96,6 +96,8 @@ class BenchResult:
     #: What cut the measurement short, if something did (a test timeout, Ctrl-C): its runs
     #: are those that finished, the cut one last with the requests it had finished.
     cut: str | None = None
+    #: How many of ``runs`` are whole when the measurement was cut (the rest is the cut run).
+    finished_runs: int | None = None
     #: An open-loop measurement's load (rate, arrivals, cap); ``None`` for a closed loop,
     #: whose load is ``concurrency`` (an open loop's ``concurrency`` is its cap, or 0).
     open_loop: OpenLoop | None = None
@@ -147,6 +149,8 @@ class BenchResult:
         }  # fmt: skip
         if self.cut is not None:
             body["cut"] = self.cut
+        if self.finished_runs is not None:
+            body["finished_runs"] = self.finished_runs
         if self.not_applicable:
             body["kind"] = "openai"
             body["not_applicable"] = dict(self.not_applicable)
@@ -684,12 +688,35 @@ class Bench:
         self._gpu: _GpuTelemetry = _GpuTelemetry(pool) if shared is None else shared._gpu
         # The finished part of a run a test timeout or Ctrl-C cut, until it is reported.
         self._interrupted: LoadRun | None = None
+        # The results handed to a test's recorder (by id; the cache keeps them alive), and
+        # the cut measurements no test recorded: what an interrupted session still reports.
+        self._recorded: set[int] = set() if shared is None else shared._recorded
+        self._unrecorded_cuts: list[tuple[BenchResult, SGLangServer]] = (
+            [] if shared is None else shared._unrecorded_cuts
+        )
         # Ray load workers (--sglang-ray-address), kept from run to run for the session.
         self._ray_pools: RayPools = RayPools() if shared is None else shared._ray_pools
 
     def close(self) -> None:
         """Release what the bench keeps between runs (the Ray load-worker actors)."""
         self._ray_pools.close()
+
+    def take_unreported(self) -> list[tuple[BenchResult, SGLangServer | None]]:
+        """Return, once, the measurements taken that no test has recorded, with their server.
+
+        Those taken for tests that have not run yet (declared ones, taken at a launch), and
+        those cut while being taken so: what an interrupted session reports for the test
+        that was running, so that no finished run is lost.
+        """
+        taken = [
+            (result, self._handles.get(result.server))
+            for result in self._cache.values()
+            if id(result) not in self._recorded
+        ]
+        taken += self._unrecorded_cuts
+        self._unrecorded_cuts.clear()
+        self._recorded.update(id(result) for result, _ in taken)
+        return taken
 
     def with_recorder(
         self,
@@ -868,6 +895,13 @@ class Bench:
                             server,
                         )
                         self._fail(stop.error)
+                    except BaseException as error:
+                        # A test timeout or Ctrl-C: both sides' finished runs are reported,
+                        # the cut run with the side it was measuring.
+                        for each in (side, 1 - side):
+                            self._record_cut(servers[each], workload, level, runs[each],
+                                             repeats, error, schedule="interleaved")  # fmt: skip
+                        raise
             for side, server in enumerate(servers):
                 result = self._result(server, workload, level, runs[side], "interleaved")
                 self._cache[keys[side]] = result
@@ -926,6 +960,7 @@ class Bench:
         __tracebackhide__ = True
         # Recorded first: the report keeps a broken measurement too, with its errors.
         self._record(result, self._handles.get(result.server))
+        self._recorded.add(id(result))
         broken = (
             failed_requests_message(result, budget.errors)
             or impossible_counts_message(result)
@@ -994,7 +1029,12 @@ class Bench:
             f"sglang: {server.name!r} is up: taking the {len(pending)} measurement(s) declared "
             f"for it ({', '.join(d.label() for d in pending)})"
         )
-        quiet = self.with_recorder(lambda result, handle: None)
+
+        def keep_cut(result: BenchResult, handle: SGLangServer | None) -> None:
+            if result.cut is not None and handle is not None:  # Ctrl-C: reported at the end
+                self._unrecorded_cuts.append((result, handle))
+
+        quiet = self.with_recorder(keep_cut)
         for number, declared in enumerate(pending, 1):
             key = self._key(server.name, declared.workload, declared.concurrency, declared.repeats)
             started = time.monotonic()
@@ -1035,6 +1075,7 @@ class Bench:
         error: BaseException,
         *,
         load: OpenLoop | None = None,
+        schedule: Schedule = "blocks",
     ) -> None:
         """Record the runs of a measurement something cut short, saying what (not cached)."""
         from pytest_sglang.measure.measurement import measure
@@ -1049,8 +1090,8 @@ class Bench:
         if not finished:
             return  # nothing finished: the test's own failure says what cut it
         cut = f"{cut_by(error)}, in run {len(runs) + 1} of {repeats}"
-        result = self._result(server, workload, concurrency, finished, "blocks", load=load)
-        self._record(replace(result, cut=cut), server)
+        result = self._result(server, workload, concurrency, finished, schedule, load=load)
+        self._record(replace(result, cut=cut, finished_runs=len(runs)), server)
         self._progress(f"sglang: the measurement {result.label()} was cut: {cut}")
 
     def _measure_open(
@@ -1355,8 +1396,8 @@ class _CounterScrapes:
 
 def cut_by(error: BaseException) -> str:
     """Name what cut a measurement short: pytest-timeout, Ctrl-C, or the error's kind."""
-    if isinstance(error, KeyboardInterrupt):
-        return "Ctrl-C (KeyboardInterrupt)"
+    if isinstance(error, KeyboardInterrupt):  # the session handles SIGTERM as Ctrl-C
+        return "an interrupt (KeyboardInterrupt: Ctrl-C or SIGTERM)"
     text = " ".join(str(error).split())
     if "pytest-timeout" in text:
         return f"the test's pytest-timeout ({text.rstrip('.')})"

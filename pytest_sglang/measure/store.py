@@ -462,17 +462,21 @@ def build_document(
     commit: Mapping[str, Any] | None = None,
     machine: Mapping[str, Any] | None = None,
     verdicts: Sequence[Mapping[str, Any]] = (),
+    interrupted: bool = False,
 ) -> dict[str, Any]:
     """Return one session as a pytest-benchmark document (what a file holds).
 
     ``verdicts`` (the session's verdict rows) ride along in ``machine_info.sglang``, so that
-    a report rendered from the stored session shows them.
+    a report rendered from the stored session shows them. An ``interrupted`` session (Ctrl-C,
+    SIGTERM) says so in every measurement's labels.
     """
     from pytest_benchmark import __version__ as benchmark_version
 
     commit = dict(commit if commit is not None else commit_info())
     when = datetime.datetime.now(datetime.UTC).isoformat()
     labels = session_labels(name, servers, commit, when)
+    if interrupted:
+        labels["interrupted"] = True
     machine = dict(machine if machine is not None else machine_info())
     machine["sglang"] = {
         "gpus": list(gpus), "plugin_version": labels["plugin_version"],
@@ -645,6 +649,7 @@ class BaselineStore:
         commit: Mapping[str, Any] | None = None,
         machine: Mapping[str, Any] | None = None,
         verdicts: Sequence[Mapping[str, Any]] = (),
+        interrupted: bool = False,
     ) -> str:
         """Save one session's measurements (and verdicts) under ``name``; return where."""
         if not _SAVE_NAME.match(name):
@@ -652,7 +657,14 @@ class BaselineStore:
                 f"cannot save under {name!r}: use letters, digits, '_', '.', '+' and '-'"
             )
         document = build_document(
-            name, rows, servers, gpus, commit=commit, machine=machine, verdicts=verdicts
+            name,
+            rows,
+            servers,
+            gpus,
+            commit=commit,
+            machine=machine,
+            verdicts=verdicts,
+            interrupted=interrupted,
         )
         return self.save_document(name, document)
 

@@ -90,6 +90,8 @@ class MeasurementBody(TypedDict):
     runs: list[dict[str, Any]]
     #: What cut the measurement short (a test timeout, Ctrl-C), when something did.
     cut: NotRequired[str]
+    #: How many of ``runs`` are whole, when it was cut (the last one is then the cut run).
+    finished_runs: NotRequired[int]
     #: ``openai`` for a server declared plain OpenAI-compatible (absent for SGLang).
     kind: NotRequired[str]
     #: The checks that did not apply to its server, and why.

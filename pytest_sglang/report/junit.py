@@ -20,8 +20,9 @@ The concise properties (docs/ci.md, "JUnit XML"), every value at most
 * ``sglang.verdict.N`` (N from 1): one verdict as JSON: kind, outcome, metric, summary and,
   for a comparison, its ratio, bound and p-value;
 * ``sglang.SERVER.cC.output_tok_s``, ``.ttft_p50_ms``, ``.itl_p50_ms``, ``.runs``,
-  ``.errors``: each measurement's medians over its runs (``.wK`` after the server when the
-  test measured several workloads), and ``sglang.workload`` (``sglang.workload.wK``) as JSON;
+  ``.errors`` (and ``.cut``: what cut it short, in which run): each measurement's medians
+  over its runs (``.wK`` after the server when the test measured several workloads), and
+  ``sglang.workload`` (``sglang.workload.wK``) as JSON;
 * ``sglang.server.NAME``: the server a test used as JSON (URL, model, version);
 * ``sglang.server_failure.NAME``: a server the test could not have, as JSON (error, phase,
   exit code, the message's first line);
@@ -301,6 +302,8 @@ def _measurement_properties(entries: Sequence[Entry], redact: Redactor) -> list[
             "errors": sum(int(run.get("failed", 0) or 0) for run in runs),
         }
         props += [(f"{base}.{key}", value) for key, value in figures.items() if value is not None]
+        if row.get("cut"):  # a timeout or an interrupt cut it: what, and in which run
+            props.append((f"{base}.cut", str(row["cut"])))
     return props
 
 

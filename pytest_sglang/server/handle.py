@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import httpx
 
 __all__ = [
+    "KILLED_AT_ONCE",
     "OPENAI_NOT_APPLICABLE",
     "LaunchInfo",
     "ModelCard",
@@ -27,6 +28,10 @@ __all__ = [
 ]
 
 
+#: What a stop record says of a launch killed at once by a second Ctrl-C.
+KILLED_AT_ONCE = "killed at once: interrupted again (no grace period)"
+
+
 @dataclass
 class StopReport:
     """What teardown did: exit code, signals sent, stragglers found and killed."""
@@ -35,6 +40,8 @@ class StopReport:
     signals: list[str] = field(default_factory=list)
     stragglers: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: When the stop ended (ISO 8601, UTC).
+    stopped_at: str | None = None
     #: Exit codes psutil collected while waiting (it reaps our own children).
     reaped: dict[int, int | None] = field(default_factory=dict, repr=False)
 
@@ -45,6 +52,7 @@ class StopReport:
             "signals": list(self.signals),
             "stragglers": list(self.stragglers),
             "seconds": self.seconds,
+            "stopped_at": self.stopped_at,
         }
 
 

@@ -199,7 +199,11 @@ class Launch:
             self.info.pid = self._process.pid
             server = self._gate(port)
         except BaseException as exc:
-            self.info.outcome = "failed"
+            if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, SIGTERM: stopped, not failed
+                self.info.outcome = "stopped"
+                self.info.cause = f"interrupted while starting ({type(exc).__name__})"
+            else:
+                self.info.outcome = "failed"
             if self.info.cause is None:
                 self.info.cause = _first_line(self.redact(str(exc))) or type(exc).__name__
             if self._process is None:  # failed before the process existed: nothing to stop
@@ -411,6 +415,16 @@ class Launch:
                     "stopped, but check the server's shutdown"
                 )
             )
+
+    @property
+    def finished(self) -> bool:
+        """Whether nothing of this launch can be running: never started, or fully stopped."""
+        return self._process is None or self._process.stop_report is not None
+
+    def hurry(self) -> None:
+        """Kill the server's processes at once, no grace period (a second Ctrl-C)."""
+        if self._process is not None:
+            self._process.kill_now()
 
     @property
     def forced(self) -> str | None:

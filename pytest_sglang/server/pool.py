@@ -251,9 +251,14 @@ class ServerPool:
             f"sglang: launching {name!r} with the {self.settings.launcher.value} launcher "
             f"(log {launch.info.log_path})"
         )
-        server = launch.start()
+        # Running from its first moment: a start cut short (Ctrl-C) is still ours to stop.
         self._running = launch
-        return server
+        try:
+            return launch.start()
+        except BaseException:
+            if launch.finished:  # the failed start stopped it already (or started nothing)
+                self._running = None
+            raise
 
     def _owned_gpus(self, name: str, tp: int) -> tuple[str, ...] | None:
         """Return the GPUs this pytest-xdist worker owns (None: not a worker, or no GPUs).
@@ -365,14 +370,27 @@ class ServerPool:
 
     def stop_running(self) -> None:
         """Stop the launched server that is running, if any (its errors propagate)."""
-        launch, self._running = self._running, None
+        launch = self._running
         if launch is not None:
             self._ready.pop(launch.profile.name, None)
             try:
-                launch.stop()
+                launch.stop()  # still ``_running`` meanwhile: ``hurry`` may cut the stop short
             finally:
+                # A stop that Ctrl-C cut short left it ours to stop (``close``, at the end).
+                if launch.finished:
+                    self._running = None
                 if launch.forced is not None:
                     self.problems.append(launch.forced)
+
+    def hurry(self) -> None:
+        """Kill the launched server now, without its grace period (a second Ctrl-C).
+
+        Safe in a signal handler: a stop under way then finds its processes gone, and its
+        record says they were killed at once.
+        """
+        launch = self._running
+        if launch is not None:
+            launch.hurry()
 
     def close(self) -> None:
         """Stop everything the pool started and release the GPU probe."""

@@ -11,6 +11,7 @@ A reaper process watches pytest and runs the same teardown if pytest dies withou
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import signal
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-from pytest_sglang.server.handle import StopReport
+from pytest_sglang.server.handle import KILLED_AT_ONCE, StopReport
 from pytest_sglang.server.logpump import SECRETS_ENV
 
 __all__ = ["LAUNCH_ID_ENV", "ServerProcess", "StopReport", "find_ours", "kill_ours"]
@@ -125,6 +126,7 @@ class ServerProcess:
         self._reaper: subprocess.Popen[bytes] | None = None
         self._pump: subprocess.Popen[bytes] | None = None
         self.stop_report: StopReport | None = None
+        self._killed_at_once = False
 
     @property
     def pid(self) -> int:
@@ -240,6 +242,8 @@ class ServerProcess:
         exclude = [self._reaper.pid] if self._reaper is not None else []
         report = kill_ours(self.launch_id, self._popen.pid, grace, exclude)
         self._end_pump()
+        if self._killed_at_once:
+            report.signals.append(KILLED_AT_ONCE)
         try:
             code = self._popen.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -257,5 +261,25 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self._reaper.kill()
                 self._reaper.wait()
+        report.stopped_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
         self.stop_report = report
         return report
+
+    def kill_now(self) -> None:
+        """Kill every process of this launch at once, with no grace period (a second Ctrl-C).
+
+        Safe in a signal handler; a :meth:`stop` under way then finds them gone, and its
+        report says they were killed. Only processes of ours are signalled: the group while
+        its leader, our child, is not reaped (its id cannot have been reused), then every
+        process carrying our launch id.
+        """
+        if self._popen is None or self.stop_report is not None:
+            return
+        self._killed_at_once = True
+        if self._popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._popen.pid, signal.SIGKILL)
+        exclude = [self._reaper.pid] if self._reaper is not None else []
+        for proc in find_ours(self.launch_id, exclude):
+            with contextlib.suppress(psutil.Error):
+                proc.kill()

@@ -226,8 +226,9 @@ class BaselineGate:
         name = self.options.save or autosave_name(self.commit())
         servers = list({f"{s['name']} {s['url']}": s for s in self.servers}.values())
         store = self.options.store()
+        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
         document = build_document(name, rows, servers, self.gpus, commit=self.commit(),
-                                  verdicts=self.verdicts)  # fmt: skip
+                                  verdicts=self.verdicts, interrupted=interrupted)  # fmt: skip
         try:
             self.saved = store.save_document(name, document)
         except Exception as exc:  # a lost save must be loud: it is the next session's baseline

@@ -10,6 +10,7 @@ server up. ``docs/faults.md`` lists them with the others.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -85,8 +86,13 @@ def test_sigint_during_warmup_stops_the_server(pytester: pytest.Pytester) -> Non
     finally:
         output = finish(process, tag)
     assert process.returncode == pytest.ExitCode.INTERRUPTED, output[-4000:]
-    report = (pytester.path / "r.json").read_text()
-    assert '"interrupted": true' in report
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["interrupted"] is True
+    # Stopped, not failed: the launch was cut short, and its stop is on record.
+    (launch,) = report["launches"]
+    assert launch["outcome"] == "stopped", launch
+    assert launch["cause"] == "interrupted while starting (KeyboardInterrupt)", launch
+    assert launch["stop"]["stopped_at"], launch
 
 
 def test_sigkill_of_pytest_during_warmup_is_cleaned_up_by_the_reaper(
