@@ -96,6 +96,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[BRIDGE_KEY] = bridge
     config.pluginmanager.register(bridge, "sglang-timeout-bridge")
     _refuse_launch_under_xdist(config, settings)
+    # Under -n N: the tests of one launch group run on one worker (config/xdist_groups.py).
+    from pytest_sglang.config.xdist_groups import configure_xdist
+
+    configure_xdist(config, settings, servers_named)
     if settings.shard.value is not None:
         from pytest_sglang.config.shards import ShardSelector
 
