@@ -161,7 +161,7 @@ def _refuse_launch_under_xdist(config: pytest.Config, settings: Settings) -> Non
 
     fix = (
         "run without -n, or attach running servers instead (--sglang-url NAME=URL for each "
-        "profile; xdist then spreads the tests over them)"
+        "profile; each launch group still runs on one worker)"
     )
     try:
         probe = make_probe(host=settings.gpu_host.value, fake_dir=settings.gpu_fake.value)
