@@ -120,15 +120,19 @@ def sglang_servers(
     its readiness gate, or a profile's server launched on first use (one launched server at
     a time; the session's end stops it and checks its GPU memory is released).
     """
+    from pytest_sglang.config.xdist_groups import shared_folder
     from pytest_sglang.server.pool import ServerPool
 
     bridge = pytestconfig.stash.get(BRIDGE_KEY, None)
+    basetemp = tmp_path_factory.getbasetemp()
     pool = ServerPool(
         sglang_settings,
-        log_dir=tmp_path_factory.getbasetemp() / "sglang-logs",
+        log_dir=basetemp / "sglang-logs",
         progress=terminal_writer(pytestconfig),
         xdist_worker=xdist_worker(pytestconfig),
         outside_test_timeout=bridge.suspended if bridge is not None else contextlib.nullcontext,
+        # One measurement of a server at a time, across the session's xdist workers too.
+        lock_dir=(shared_folder(pytestconfig) or basetemp) / "sglang-locks",
     )
     pytestconfig.stash[POOL_KEY] = pool
     if len(pytestconfig.stash.get(PLANS_KEY, ())):

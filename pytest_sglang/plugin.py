@@ -106,6 +106,10 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.pluginmanager.register(interrupts, "sglang-interrupts")
     _refuse_launch_under_xdist(config, settings)
+    # Under -n N: the tests of one launch group run on one worker (config/xdist_groups.py).
+    from pytest_sglang.config.xdist_groups import configure_xdist
+
+    configure_xdist(config, settings, servers_named)
     if settings.shard.value is not None:
         from pytest_sglang.config.shards import ShardSelector
 
@@ -167,7 +171,7 @@ def _refuse_launch_under_xdist(config: pytest.Config, settings: Settings) -> Non
 
     fix = (
         "run without -n, or attach running servers instead (--sglang-url NAME=URL for each "
-        "profile; xdist then spreads the tests over them)"
+        "profile; each launch group still runs on one worker)"
     )
     try:
         probe = make_probe(host=settings.gpu_host.value, fake_dir=settings.gpu_fake.value)

@@ -26,6 +26,7 @@ from pytest_sglang.config.defaults import (
     DEFAULT_MAX_CONSECUTIVE_FAILURES,
     DEFAULT_READY_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_SERVER_NAME,
     DEFAULT_STALL_TIMEOUT,
 )
 from pytest_sglang.config.options import (
@@ -130,6 +131,21 @@ class Settings:
     def target(self, name: str) -> ServerTarget | None:
         """Return the server called ``name`` (attached or a profile), if any."""
         return self.targets.get(name)
+
+    def default_server(self) -> str | None:
+        """Return the server a test that names none gets, or None when that is ambiguous.
+
+        The one called ``default``; else the only attached server; else, with none
+        attached, the only profile.
+        """
+        attached = tuple(s.name for s in self.servers)
+        if DEFAULT_SERVER_NAME in self.targets:
+            return DEFAULT_SERVER_NAME
+        if len(attached) == 1:
+            return attached[0]
+        if not attached and len(self.profiles) == 1:
+            return next(iter(self.profiles))
+        return None
 
     @functools.cached_property
     def secrets(self) -> tuple[str, ...]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import pytest
 
-__all__ = ["Shard", "ShardSelector", "assign_shards", "parse_shard"]
+__all__ = ["Shard", "ShardSelector", "assign_shards", "launch_groups", "parse_shard"]
 
 _SHARD_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 
@@ -52,7 +52,7 @@ def parse_shard(raw: str) -> Shard:
     return Shard(index, count)
 
 
-def _groups(servers: Mapping[str, frozenset[str]]) -> list[tuple[frozenset[str], list[str]]]:
+def launch_groups(servers: Mapping[str, frozenset[str]]) -> list[tuple[frozenset[str], list[str]]]:
     """Return the launch groups: (profiles, test ids), tying profiles a test names together."""
     parent: dict[str, str] = {}
 
@@ -85,7 +85,7 @@ def assign_shards(servers: Mapping[str, frozenset[str]], count: int) -> dict[str
     launches = [0] * count
     tests = [0] * count
     shard_of: dict[str, int] = {}
-    groups = sorted(_groups(servers), key=lambda g: (-len(g[0]), -len(g[1]), sorted(g[0])))
+    groups = sorted(launch_groups(servers), key=lambda g: (-len(g[0]), -len(g[1]), sorted(g[0])))
     for profiles, members in groups:
         best = min(range(count), key=lambda s: (launches[s], tests[s], s))
         launches[best] += len(profiles)

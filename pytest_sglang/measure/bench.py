@@ -871,8 +871,23 @@ class Bench:
         Runs are interleaved A B A B when both can be served at once (two attached URLs), so
         that drift cancels; in blocks otherwise (launched profiles share the GPUs). The
         schedule is recorded in both results. ``allow_errors``, ``allow_checks`` as for a single
-        call.
+        call. Both servers are held for the whole comparison (an attached one from the start,
+        a launched one once up): no other pytest-xdist worker measures either meanwhile.
         """
+        __tracebackhide__ = True
+        with self.pool.measuring(a, b, during=self._during):
+            return self._pair(a, b, workload, concurrency, repeats, allow_errors, allow_checks)
+
+    def _pair(
+        self,
+        a: str,
+        b: str,
+        workload: Workload,
+        concurrency: int,
+        repeats: int,
+        allow_errors: float,
+        allow_checks: Iterable[str],
+    ) -> tuple[BenchResult, BenchResult]:
         __tracebackhide__ = True
         (level,) = _validated_levels(concurrency)
         repeats = _validated_repeats(repeats)
@@ -993,10 +1008,11 @@ class Bench:
         runs: list[Measurement] = []
         try:
             # extend keeps the runs done before an interruption.
-            runs.extend(
-                self._run(handle, workload, concurrency, repeat, repeats, load=load)
-                for repeat in range(repeats)
-            )
+            with self.pool.measuring(handle, during=self._during):
+                runs.extend(
+                    self._run(handle, workload, concurrency, repeat, repeats, load=load)
+                    for repeat in range(repeats)
+                )
         except _Interrupted as stop:
             # Not cached (it is no measurement), but reported: what the runs saw.
             runs.append(stop.measurement)
@@ -1142,7 +1158,8 @@ class Bench:
             self._check_fills(workload, level)
         handle = self._server(server) if isinstance(server, str) else server
         try:
-            return self._run(handle, workload, level, repeat, repeat + 1, load=load)
+            with self.pool.measuring(handle, during=self._during):
+                return self._run(handle, workload, level, repeat, repeat + 1, load=load)
         except _Interrupted as stop:
             self._fail(stop.error)
 

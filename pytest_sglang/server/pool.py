@@ -8,6 +8,8 @@
   session's end stops the last one. Gates, launches and that work run outside the asking
   test's pytest-timeout (``outside_test_timeout``).
 * In a pytest-xdist worker, launches are pinned to the worker's equal share of the GPUs.
+* One measurement of a server at a time, across the session's workers too
+  (:meth:`ServerPool.measuring`, ``server/locks.py``); an attached server's gate waits too.
 * A server whose gate or launch failed (or was interrupted) is not tried again: later tests
   that need it fail at once with the original cause (labgrid's "broken" state), instead of
   another 10-minute load.
@@ -32,7 +34,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pytest_sglang.config.defaults import DEFAULT_SERVER_NAME
 from pytest_sglang.config.profiles import Profile
 from pytest_sglang.config.settings import Settings
 from pytest_sglang.config.targets import ServerTarget
@@ -47,6 +48,7 @@ from pytest_sglang.gpu.hygiene import visible_gpus, worker_gpus
 from pytest_sglang.gpu.probes import GpuProbe, make_probe
 from pytest_sglang.server.handle import SGLangServer
 from pytest_sglang.server.launcher import Launch, LaunchInfo
+from pytest_sglang.server.locks import ServerLocks
 from pytest_sglang.server.readiness import ReadinessGate
 
 __all__ = ["ServerPool"]
@@ -63,6 +65,7 @@ class ServerPool:
         progress: Callable[[str], None] = lambda message: None,
         xdist_worker: tuple[int, int] | None = None,
         outside_test_timeout: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+        lock_dir: Path | None = None,
     ) -> None:
         self.settings = settings
         # Launches and gates run outside the asking test's pytest-timeout (the bridge in
@@ -73,6 +76,10 @@ class ServerPool:
         self.xdist_worker = xdist_worker
         self.log_dir = log_dir or Path.cwd() / ".sglang-logs"
         self._progress = progress
+        #: One measurement of a server at a time: shared by the session's workers through
+        #: ``lock_dir`` (None: this process alone).
+        worker = f"pytest-xdist worker gw{xdist_worker[0]}, " if xdist_worker else ""
+        self.locks = ServerLocks(lock_dir, owner=f"{worker}pid {os.getpid()}", progress=self._say)
         self._ready: dict[str, SGLangServer] = {}
         self._failed: dict[str, SGLangError] = {}
         self._running: Launch | None = None
@@ -100,17 +107,33 @@ class ServerPool:
 
         :raises ServerUnavailable: when that is ambiguous.
         """
-        attached = tuple(s.name for s in self.settings.servers)
-        if DEFAULT_SERVER_NAME in self.names:
-            return DEFAULT_SERVER_NAME
-        if len(attached) == 1:
-            return attached[0]
-        if not attached and len(self.settings.profiles) == 1:
-            return next(iter(self.settings.profiles))
+        name = self.settings.default_server()
+        if name is not None:
+            return name
         raise ServerUnavailable(
             f"several SGLang servers are configured ({', '.join(self.names)}) and this test does "
             "not say which one it needs; mark it with @pytest.mark.sglang_profile(NAME)"
         )
+
+    def measuring(
+        self, *servers: str | SGLangServer, during: str = ""
+    ) -> AbstractContextManager[None]:
+        """Hold ``servers`` for a measurement: no other measures them meanwhile, in any worker.
+
+        A name holds an attached server (its URL is known before its gate); a profile's
+        server is held once it is up, by its handle. ``during`` names who measures.
+        """
+        urls: list[str] = []
+        for server in servers:
+            url = server.url if not isinstance(server, str) else None
+            if isinstance(server, str) and (target := self.settings.target(server)) is not None:
+                url = target.url
+            if url is not None:
+                urls.append(url)
+        return self.locks.hold(*urls, during=during)
+
+    def _say(self, message: str) -> None:
+        self._progress(self.settings.redact(message))
 
     def gpu_probe(self) -> GpuProbe | None:
         """Return the session's GPU probe, or None (reason in ``gpu_skip_reason``).
@@ -203,13 +226,14 @@ class ServerPool:
     def _start(self, target: ServerTarget, *, during: str, why: str) -> SGLangServer:
         """Gate an attached server, or launch a profile's."""
         if target.url is not None:
-            return ReadinessGate.for_target(
-                target,
-                target.url,
-                timeout=self.settings.ready_timeout,
-                api_key=self.settings.api_key.value,
-                secrets=self.settings.secrets,
-            ).wait()
+            with self.locks.hold(target.url, during=during):  # its probes disturb a run
+                return ReadinessGate.for_target(
+                    target,
+                    target.url,
+                    timeout=self.settings.ready_timeout,
+                    api_key=self.settings.api_key.value,
+                    secrets=self.settings.secrets,
+                ).wait()
         return self._launch(target, during=during, why=why)
 
     def _launch(self, target: ServerTarget, *, during: str, why: str) -> SGLangServer:

@@ -1,0 +1,163 @@
+"""pytest-xdist: the tests of one launch group run on one worker.
+
+Under ``-n N`` each worker is a session of its own: its own pool, its own launches, its own
+cache of measurements. Tests that need the same server must therefore run on one worker,
+or two workers would launch the same profile (and repeat its declared sweep) or measure the
+same attached server at the same time. Each worker, once it has collected (after ``-k``,
+``-m``, ``--sglang-shard``), writes the *launch group* of every test (the servers it names,
+tied together by the tests that compare them, as for ``--sglang-shard``; a test that names
+none but uses a server goes with the default server; ``xdist_group`` marks tie tests too)
+to a folder the controller made for the session's workers; the controller schedules whole
+groups (``xdist_scheduling.py``, under ``-n N`` alone and ``--dist load``/``loadgroup``).
+``loadscope``, ``loadfile`` and ``worksteal`` would split groups: a usage error; ``each``
+(every worker runs every test, on its own share of the GPUs) stays as it is. What
+collection cannot see (a server named only in the call) is guarded by the per-server lock
+(``server/locks.py``), whose files live in the same shared folder.
+
+Not xdist's own ``loadgroup`` naming: it renames test ids (``test_a@group``), and with
+pytest 9.2 it no longer groups at all (pytest-xdist issue #1386).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_sglang.config.settings import Settings
+from pytest_sglang.config.shards import launch_groups
+
+__all__ = ["configure_xdist", "read_groups", "shared_folder"]
+
+#: The ``workerinput`` key of the folder the session's workers share (groups, locks).
+_SHARED = "sglang_shared"
+#: Distribution modes that would spread the tests of one server over several workers.
+_SPLITTING = ("loadscope", "loadfile", "worksteal")
+#: Fixtures that give a test the default server when it names none.
+_SERVER_FIXTURES = frozenset({"sglang_server", "sglang_bench", "sglang_servers"})
+
+
+def configure_xdist(
+    config: pytest.Config,
+    settings: Settings,
+    servers_of: Callable[[pytest.Item], frozenset[str]],
+) -> None:
+    """In the controller, schedule by launch group; in a worker, write the groups.
+
+    :param servers_of: the server names pytest can see a test use.
+    :raises pytest.UsageError: a distribution mode that splits launch groups.
+    """
+    folder = shared_folder(config)
+    if folder is not None:
+        worker = str(getattr(config, "workerinput", {}).get("workerid", "gw"))
+        groups = _WorkerGroups(folder / f"groups-{worker}.json", settings, servers_of)
+        config.pluginmanager.register(groups, "sglang-xdist-groups")
+        return
+    dist = getattr(config.option, "dist", "no")
+    distributing = dist not in (None, "no") and getattr(config.option, "tx", None)
+    if hasattr(config, "workerinput") or not distributing:
+        return
+    if not settings.servers and not settings.profiles:
+        return  # no server: nothing to keep together
+    if dist in _SPLITTING:
+        raise pytest.UsageError(
+            f"--dist {dist} would spread the tests of one SGLang server over several "
+            "pytest-xdist workers (each would launch it, or measure it while another does); "
+            "use -n N alone (or --dist load): the tests of each launch group then run on "
+            "one worker"
+        )
+    config.pluginmanager.register(_Controller(grouped=dist != "each"), "sglang-xdist")
+
+
+def shared_folder(config: pytest.Config) -> Path | None:
+    """Return the folder the session's pytest-xdist workers share, in a worker; else None."""
+    folder = getattr(config, "workerinput", {}).get(_SHARED)
+    return Path(folder) if folder else None
+
+
+def read_groups(folder: Path) -> dict[str, str]:
+    """Return the launch group of every test the workers wrote (test id -> group)."""
+    groups: dict[str, str] = {}
+    for path in sorted(folder.glob("groups-*.json")):
+        groups.update(json.loads(path.read_text(encoding="utf-8")))
+    return groups
+
+
+class _Controller:
+    """In the controller: the shared folder, and the scheduler that reads the groups."""
+
+    def __init__(self, *, grouped: bool) -> None:
+        self._grouped = grouped
+        self.folder: Path | None = None
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """Tell each worker, as it starts, where the session's workers share files."""
+        if self.folder is None:
+            self.folder = Path(tempfile.mkdtemp(prefix="pytest-sglang-xdist-"))
+        node.workerinput[_SHARED] = str(self.folder)
+
+    @pytest.hookimpl(optionalhook=True, tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        """Schedule whole launch groups (instead of xdist's test-by-test ``load``)."""
+        if not self._grouped or self.folder is None:
+            return None
+        from pytest_sglang.config.xdist_scheduling import LaunchGroupScheduling
+
+        folder = self.folder
+        return LaunchGroupScheduling(config, log, lambda: read_groups(folder))
+
+    @pytest.hookimpl
+    def pytest_unconfigure(self) -> None:
+        """Remove the shared folder (the groups and lock files)."""
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class _WorkerGroups:
+    """In a worker: writes the launch group of every test it collected."""
+
+    def __init__(
+        self, path: Path, settings: Settings, servers_of: Callable[[pytest.Item], frozenset[str]]
+    ) -> None:
+        self._path = path
+        self._servers_of = servers_of
+        self._default = settings.default_server()
+
+    def servers(self, item: pytest.Item) -> frozenset[str]:
+        """Return what ties ``item`` to other tests: its servers and ``xdist_group`` marks.
+
+        A test that names no server but uses one has the default server, if there is one.
+        """
+        names = set(self._servers_of(item))
+        if not names and self._default is not None:
+            if _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+                names.add(self._default)
+        for mark in item.iter_markers("xdist_group"):
+            names.add(f"xdist_group={mark.args[0] if mark.args else mark.kwargs.get('name')}")
+        return frozenset(names)
+
+    # First: xdist's own hook sends the collection, after which the controller schedules.
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Write ``{test id: launch group}`` for the controller's scheduler."""
+        servers = {item.nodeid: self.servers(item) for item in session.items}
+        groups = {
+            test: "sglang:" + "+".join(sorted(names))
+            for names, tests in launch_groups(servers)
+            for test in tests
+        }
+        _write_json(self._path, groups)
+
+
+def _write_json(path: Path, data: object) -> None:
+    """Write ``data`` whole or not at all (the controller may read at any moment)."""
+    partial = path.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_text(json.dumps(data), encoding="utf-8")
+    os.replace(partial, path)
