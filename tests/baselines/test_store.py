@@ -180,3 +180,23 @@ def test_two_processes_saving_at_once_both_land_intact(tmp_path: Path) -> None:
         assert document["benchmarks"]
     names = {s.name for s in BaselineStore(str(tmp_path)).sessions()}
     assert names == {f"job-{t}-{i}" for t in "ab" for i in range(count)}
+
+
+@pytest.mark.parametrize(
+    ("commit", "shown"),
+    [("unversioned", "unversioned"), ("1a2b3c4d5e6f7a8b9c0d", "1a2b3c4d5e"), (None, None)],
+)
+def test_a_stored_label_cuts_only_a_commit_hash(commit: str | None, shown: str | None) -> None:
+    from typing import cast
+
+    from pytest_sglang.measure.store import Fingerprint, StoredMeasurement
+
+    row = cast("MeasurementRow", {"server": "baseline", "concurrency": 4})
+    labels = {"sglang_version": "0.5.23", "commit": commit}
+    stored = StoredMeasurement(row, cast("Fingerprint", None), "sglang/0001_x", labels)
+    label = stored.label()
+    assert label.startswith("baseline @ C=4 from sglang/0001_x (SGLang 0.5.23")
+    if shown is None:
+        assert label.endswith("(SGLang 0.5.23)")
+    else:
+        assert label.endswith(f", {shown})")

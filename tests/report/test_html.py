@@ -142,3 +142,11 @@ def test_the_markdown_summary_draws_throughput_against_concurrency() -> None:
     assert 'x-axis "concurrency" [1, 2, 5, 10]' in chart
     assert chart.count("    line [") == 2
     assert "_Lines in order: 1. baseline, 2. eagle3._" in text
+
+
+def test_server_ready_times_are_rounded() -> None:
+    page_doc = document()
+    page_doc["servers"][0]["readiness"] = {"total": 4.846183736}
+    page = render_html(page_doc)
+    assert "4.846183736" not in page
+    assert "<td>4.8</td>" in page or ">4.8<" in page
