@@ -350,10 +350,11 @@ def _cmd_report(args: argparse.Namespace, out: TextIO) -> int:
             document, baselines=baselines, no_verdicts=NO_STORED_VERDICTS if unstored else None
         )
     else:
-        from pytest_sglang.report.summary import render_markdown
+        from pytest_sglang.report.summary import emulated_speedups, render_markdown
 
         text = render_markdown(document.get("measurements", []), document.get("verdicts", []),
-                               title=f"pytest-sglang results: {args.source}")  # fmt: skip
+                               title=f"pytest-sglang results: {args.source}",
+                               emulated=emulated_speedups(document.get("servers", [])))  # fmt: skip
     if target is None:
         out.write(text)
     else:
@@ -421,7 +422,7 @@ def merged_markdown(merged: dict[str, Any]) -> str:
     verdicts together (a server measured on one shard is a row in the same table as a server
     measured on another, when their workloads match).
     """
-    from pytest_sglang.report.summary import render_markdown
+    from pytest_sglang.report.summary import emulated_speedups, render_markdown
 
     shards = merged.get("environment", {}).get("merged_from", [])
     lines = [
@@ -438,6 +439,7 @@ def merged_markdown(merged: dict[str, Any]) -> str:
     body = render_markdown(
         merged.get("measurements", []), merged.get("verdicts", []),
         title="pytest-sglang results (merged)",
+        emulated=emulated_speedups(merged.get("servers", [])),
     )  # fmt: skip
     head, _, rest = body.partition("\n\n")
     return head + "\n\n" + "\n".join(lines) + "\n\n" + rest

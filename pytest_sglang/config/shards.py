@@ -137,9 +137,21 @@ class ShardSelector:
             f"sglang: shard {self.shard}: {len(self.kept)} tests (servers: {profiles}); "
             f"{self.deselected} tests run on the other shards"
         )
-        if not self.kept:
-            line += (
-                "; nothing falls to this shard (fewer launch groups than shards): pytest "
-                "exits with status 5"
-            )
+        if not self.kept and self.deselected:
+            line += "; nothing falls to this shard (fewer launch groups than shards)"
         return [line]
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Exit 0, not 5, when the split alone left this shard without tests.
+
+        A CI job fails on pytest's "no tests collected" (5); a shard that other shards' launch
+        groups emptied has done all it was given. A suite with no tests at all still exits 5.
+        """
+        if session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and self.deselected:
+            session.exitstatus = pytest.ExitCode.OK
+            reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_line(
+                    f"sglang: shard {self.shard} had no tests to run: exit status 0, not 5"
+                )

@@ -277,9 +277,11 @@ class StoredMeasurement:
         """Return e.g. ``baseline @ C=4 from sglang/0002_nightly (SGLang 0.5.23, 1a2b3c4)``."""
         version = self.labels.get("sglang_version")
         commit = self.labels.get("commit")
-        what = ", ".join(
-            x for x in (f"SGLang {version}" if version else "", str(commit or "")[:10]) if x
-        )
+        # A commit hash is cut to 10 digits as git shows it; "unversioned" is no hash.
+        commit_text = str(commit or "")
+        if re.fullmatch(r"[0-9a-f]{11,40}", commit_text):
+            commit_text = commit_text[:10]
+        what = ", ".join(x for x in (f"SGLang {version}" if version else "", commit_text) if x)
         return f"{self.row['server']} @ C={self.row['concurrency']} from {self.session}" + (
             f" ({what})" if what else ""
         )

@@ -248,12 +248,13 @@ class SGLangReporter:
         """
         if self.markdown is None or self.config.option.collectonly:
             return
-        from pytest_sglang.report.summary import render_markdown
+        from pytest_sglang.report.summary import emulated_speedups, render_markdown
         from pytest_sglang.report.writing import write_atomic
 
         note = "The run was interrupted: these are the results up to then." if interrupted else None
         rows = _table_rows(self.unique_measurements())
-        text = self._redact(render_markdown(rows, self.verdicts, note=note))
+        emulated = emulated_speedups(self.servers)
+        text = self._redact(render_markdown(rows, self.verdicts, note=note, emulated=emulated))
         try:
             follows = self.markdown.is_file() and self.markdown.stat().st_size > 0
             # A blank line first, so that a previous summary's last block ends there.
@@ -276,10 +277,12 @@ class SGLangReporter:
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         """Print the results tables and verdicts, and any output that could not be written."""
         if self.measurements or self.verdicts:
-            from pytest_sglang.report.summary import render_tables
+            from pytest_sglang.report.summary import emulated_speedups, render_tables
 
             terminalreporter.section("sglang results")
-            for line in render_tables(_table_rows(self.unique_measurements()), self.verdicts):
+            rows = _table_rows(self.unique_measurements())
+            emulated = emulated_speedups(self.servers)
+            for line in render_tables(rows, self.verdicts, emulated=emulated):
                 terminalreporter.write_line(self._redact(line))
             if self.path is not None and self._written and not self.problems:
                 terminalreporter.write_line(f"report written to {self.path}")

@@ -81,6 +81,11 @@ def redact_command(command: Sequence[str]) -> list[str]:
     return out
 
 
+def _seconds(value: object) -> str:
+    """Return a duration in seconds to one decimal, or nothing when it is not a number."""
+    return f"{value:.1f}" if isinstance(value, (int, float)) else ""
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]], numeric: int = 0) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
     body = []
@@ -245,7 +250,7 @@ def render_html(
             readiness = server.get("readiness") or {}
             server_rows.append((server.get("name"), server.get("url"), server.get("version"),
                          server.get("model"), command or "(attached)",
-                         readiness.get("total", "")))  # fmt: skip
+                         _seconds(readiness.get("total"))))  # fmt: skip
         parts += ["<h2>Servers</h2>",
                   _table(("name", "url", "SGLang", "model", "launch command (secrets redacted)",
                           "ready in (s)"), server_rows)]  # fmt: skip

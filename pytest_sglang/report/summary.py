@@ -13,9 +13,9 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_sglang.report.entries import MeasurementRow, VerdictRow
+from pytest_sglang.report.entries import MeasurementRow, ServerEntry, VerdictRow
 
-__all__ = ["render_markdown", "render_tables"]
+__all__ = ["emulated_speedups", "render_markdown", "render_tables"]
 
 #: Column titles and their widths in the terminal table.
 COLUMNS = (
@@ -89,6 +89,47 @@ def _title(workload: Mapping[str, Any]) -> str:
     )  # fmt: skip
 
 
+def emulated_speedups(servers: Sequence[ServerEntry]) -> dict[str, float]:
+    """Return the launched emulators by server name, with their ``--emulator-speedup``.
+
+    An emulator's tok/s are its performance model's, divided by the speed-up: the tables say
+    so, so that nobody reads them as a GPU's figures.
+    """
+    found: dict[str, float] = {}
+    for server in servers:
+        launch = server.get("launch") or {}
+        if launch.get("launcher") != "emulator":
+            continue
+        speedup = 1.0
+        command = [str(arg) for arg in launch.get("command", [])]
+        for index, arg in enumerate(command):
+            value = None
+            if arg == "--emulator-speedup" and index + 1 < len(command):
+                value = command[index + 1]
+            elif arg.startswith("--emulator-speedup="):
+                value = arg.partition("=")[2]
+            if value is not None:
+                try:
+                    speedup = float(value)
+                except ValueError:
+                    continue
+        found[server["name"]] = speedup
+    return found
+
+
+def _emulated_note(rows: Sequence[MeasurementRow], emulated: Mapping[str, float]) -> str:
+    """Return the title's note on the emulated servers among ``rows`` (empty if none)."""
+    names = sorted({str(row["server"]) for row in rows if row["server"] in emulated})
+    if not names:
+        return ""
+    notes = []
+    for speedup in sorted({emulated[name] for name in names}):
+        which = ", ".join(name for name in names if emulated[name] == speedup)
+        speed = "in real time" if speedup == 1 else f"at {speedup:g}x the modelled GPU's speed"
+        notes.append(f"emulated {speed}: {which}")
+    return "; " + "; ".join(notes)
+
+
 def _by_workload(
     measurements: Sequence[MeasurementRow],
 ) -> list[tuple[str, list[list[str]]]]:
@@ -105,6 +146,11 @@ def _by_workload(
     return tables
 
 
+def _rows_titled(measurements: Sequence[MeasurementRow], title: str) -> list[MeasurementRow]:
+    """Return the measurements of the table called ``title``."""
+    return [e for e in measurements if _title(e["workload"]) == title]
+
+
 def _row_splits(measurements: Sequence[MeasurementRow], title: str) -> list[str]:
     """Return the notes under the table called ``title``.
 
@@ -112,8 +158,9 @@ def _row_splits(measurements: Sequence[MeasurementRow], title: str) -> list[str]
     to a server declared
     OpenAI-compatible.
     """
-    rows = [e for e in measurements if _title(e["workload"]) == title]
-    ordered = sorted(rows, key=lambda e: (e["concurrency"], e["server"]))
+    ordered = sorted(
+        _rows_titled(measurements, title), key=lambda e: (e["concurrency"], e["server"])
+    )
     skipped = {e["server"]: e["not_applicable"] for e in ordered if e.get("not_applicable")}
     notes = [
         f"{server} is an OpenAI-compatible server; checks that did not apply: " + ", ".join(checks)
@@ -141,9 +188,16 @@ def _tag(verdict: VerdictRow) -> str:
 
 
 def render_tables(
-    measurements: Sequence[MeasurementRow], verdicts: Sequence[VerdictRow]
+    measurements: Sequence[MeasurementRow],
+    verdicts: Sequence[VerdictRow],
+    *,
+    emulated: Mapping[str, float] | None = None,
 ) -> list[str]:
-    """Return the terminal summary: one table per workload, then the verdicts."""
+    """Return the terminal summary: one table per workload, then the verdicts.
+
+    :param emulated: the emulated servers and their speed-ups (:func:`emulated_speedups`),
+        named in each table's title line.
+    """
     lines: list[str] = []
 
     def line(cells: list[str]) -> str:
@@ -151,7 +205,8 @@ def render_tables(
         return " ".join([f"{first[0]:<{first[1]}}", *(f"{c:>{w}}" for c, w in rest)])
 
     for title, rows in _by_workload(measurements):
-        lines += [title, line([name for name, _ in COLUMNS])]
+        note = _emulated_note(_rows_titled(measurements, title), emulated or {})
+        lines += [title + note, line([name for name, _ in COLUMNS])]
         lines += [line(row) for row in rows]
         lines += _row_splits(measurements, title)
         lines.append("")
@@ -257,15 +312,20 @@ def render_markdown(
     *,
     title: str = "pytest-sglang results",
     note: str | None = None,
+    emulated: Mapping[str, float] | None = None,
 ) -> str:
-    """Return the summary as GitHub-flavoured Markdown (tables, verdicts, evidence folded)."""
+    """Return the summary as GitHub-flavoured Markdown (tables, verdicts, evidence folded).
+
+    :param emulated: as :func:`render_tables`.
+    """
     out = [f"## {_md(title)}", ""]
     if note:
         out += [f"_{_md(note)}_", ""]
     if not measurements and not verdicts:
         out += ["No measurements or verdicts were recorded.", ""]
     for heading, rows in _by_workload(measurements):
-        out += [f"**{_md(heading[0].upper() + heading[1:])}**", ""]
+        heading_note = _emulated_note(_rows_titled(measurements, heading), emulated or {})
+        out += [f"**{_md(heading[0].upper() + heading[1:] + heading_note)}**", ""]
         out.append("| " + " | ".join(name for name, _ in COLUMNS) + " |")
         out.append("|" + "|".join([" --- "] + [" ---: "] * (len(COLUMNS) - 1)) + "|")
         out += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in rows]

@@ -233,3 +233,23 @@ def test_assert_no_regression_refuses_a_damaged_store(tmp_path: Path) -> None:
     fresh = result("baseline", [100.0, 101.0, 99.0], config=BASE_CONFIG)
     with pytest.raises(ComparisonRefused, match=r"0001_one\.json"):
         assert_no_regression(fresh, storage=str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("commit", "shown"),
+    [("unversioned", "unversioned"), ("1a2b3c4d5e6f7a8b9c0d", "1a2b3c4d5e"), (None, None)],
+)
+def test_a_stored_label_cuts_only_a_commit_hash(commit: str | None, shown: str | None) -> None:
+    from typing import cast
+
+    from pytest_sglang.measure.store import Fingerprint, StoredMeasurement
+
+    row = cast("MeasurementRow", {"server": "baseline", "concurrency": 4})
+    labels = {"sglang_version": "0.5.23", "commit": commit}
+    stored = StoredMeasurement(row, cast("Fingerprint", None), "sglang/0001_x", labels)
+    label = stored.label()
+    assert label.startswith("baseline @ C=4 from sglang/0001_x (SGLang 0.5.23")
+    if shown is None:
+        assert label.endswith("(SGLang 0.5.23)")
+    else:
+        assert label.endswith(f", {shown})")

@@ -20,7 +20,7 @@ def story(pytester: pytest.Pytester) -> pytest.Pytester:
     ("emulator_args", "outcome"),
     [
         # Acceptance length 1.2: speculation costs more than it saves; the verdict fails.
-        ("--emulator-speedup 20 --emulator-accept-length 1.2", "PerformanceAssertionError"),
+        ("--emulator-speedup 100 --emulator-accept-length 1.2", "PerformanceAssertionError"),
         # Run-to-run noise far above the difference making the runs inconclusive is checked
         # on synthetic runs in test_verdicts.py: end to end, both emulators draw the same
         # seeded noise path, which cancels between the blocks and makes the outcome a

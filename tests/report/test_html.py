@@ -276,3 +276,11 @@ def test_a_report_from_a_stored_session_shows_its_verdicts(tmp_path: Path) -> No
     page = out.read_text()
     assert "No verdicts were recorded" not in page
     assert "saved without its verdicts" in page
+
+
+def test_server_ready_times_are_rounded() -> None:
+    page_doc = document()
+    page_doc["servers"][0]["readiness"] = {"total": 4.846183736}
+    page = render_html(page_doc)
+    assert "4.846183736" not in page
+    assert "<td>4.8</td>" in page or ">4.8<" in page

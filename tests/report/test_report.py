@@ -181,3 +181,41 @@ def test_markdown_escapes_table_breakers() -> None:
     assert "- **PASS** `t.py::test[a|b]`: a\\|b \\\\ c" in text
     assert "  - warning: x\\|y" in text
     assert render_markdown([], []).endswith("No measurements or verdicts were recorded.\n")
+
+
+def test_the_table_title_says_when_tok_s_are_an_emulators() -> None:
+    from pytest_sglang.report.summary import emulated_speedups, render_markdown, render_tables
+    from tests.bench_data import result
+
+    def server(name: str, launcher: str, args: list[str]) -> dict[str, Any]:
+        command = ["python", "-m", "pytest_sglang.emulator", "--port", "1", *args]
+        return {"record": "server", "name": name, "url": "http://h:1", "version": "0.5.23",
+                "model": "m", "readiness": {}, "config": {},
+                "launch": {"launcher": launcher, "command": command}}  # fmt: skip
+
+    servers = [server("baseline", "emulator", ["--emulator-speedup", "20"]),
+               server("eagle3", "emulator", ["--emulator-speedup=20"]),
+               server("real", "sglang", [])]  # fmt: skip
+    speedups = emulated_speedups(servers)  # type: ignore[arg-type]
+    assert speedups == {"baseline": 20.0, "eagle3": 20.0}
+    rows = [
+        {"test": "t", **result(name, [100.0, 101.0]).as_dict()} for name in ("baseline", "eagle3")
+    ]
+    lines = render_tables(rows, [], emulated=speedups)  # type: ignore[arg-type]
+    assert lines[0].endswith(
+        "; medians over runs, times in ms; "
+        "emulated at 20x the modelled GPU's speed: baseline, eagle3"
+    )
+    assert "emulated at 20x the modelled GPU's speed: baseline, eagle3" in render_markdown(
+        rows,  # type: ignore[arg-type]
+        [],
+        emulated=speedups,
+    )
+    real = [{"test": "t", **result("real", [100.0]).as_dict()}]
+    assert "emulated" not in render_tables(real, [], emulated=speedups)[0]  # type: ignore[arg-type]
+    # Without the flag the emulator runs its model in real time: still not a GPU's figures.
+    plain = emulated_speedups([server("baseline", "emulator", [])])  # type: ignore[list-item]
+    assert plain == {"baseline": 1.0}
+    assert render_tables(rows[:1], [], emulated=plain)[0].endswith(  # type: ignore[arg-type]
+        "; emulated in real time: baseline"
+    )
