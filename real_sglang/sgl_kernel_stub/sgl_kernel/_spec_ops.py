@@ -1,7 +1,8 @@
 """Pure-torch versions of the ``sgl_kernel`` CPU ops of speculative decoding.
 
 The ops SGLang 0.5.23's speculative decoding reaches on a CPU (NGRAM, STANDALONE,
-EAGLE/EAGLE3), written from the semantics of SGLang's own Triton/torch kernels of the same names (paths relative to the wheel's ``sglang/``):
+EAGLE/EAGLE3), written from the semantics of SGLang's own Triton/torch kernels of the
+same names (paths relative to the wheel's ``sglang/``):
 
 - cache locations: ``kernels/ops/speculative/cache_locs.py``
   (``assign_draft_cache_locs_contiguous``, ``assign_extend_cache_locs``,
