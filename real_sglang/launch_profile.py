@@ -8,6 +8,8 @@ machine (see real_sglang/README.md for why each flag and variable is there)::
     python3 real_sglang/launch_profile.py --port 30222 --format json
     python3 real_sglang/launch_profile.py --format toml   # a [profiles.real-tiny] table
                                                           # for --sglang-profiles PATH
+    python3 real_sglang/launch_profile.py --format spec-toml  # baseline / eagle3 /
+                                             # eagle3-adaptive on the planted pair
 
 Paths come from ``PYTEST_SGLANG_REAL_PYTHON`` and ``PYTEST_SGLANG_REAL_MODEL`` when set,
 otherwise from the default cache of ``setup.sh``
@@ -58,6 +60,36 @@ SERVER_ARGS: tuple[str, ...] = (
 )  # fmt: skip
 
 
+#: The plain flags with SGLang's ``intel_amx`` attention backend per phase instead of
+#: ``torch_native``: speculative decoding's draft backends exist for ``intel_amx`` (not for
+#: ``torch_native``), and ``--attention-backend intel_amx`` itself is rewritten to
+#: ``torch_native`` on a CPU without AMX, while the per-phase flags are kept. The backend
+#: calls the sgl_kernel stand-in's attention ops. Speculative servers and the baseline they
+#: are compared with both use these (the two attention paths differ on bf16 near-ties).
+_AT = SERVER_ARGS.index("--attention-backend")
+AMX_ARGS: tuple[str, ...] = (
+    *SERVER_ARGS[:_AT],
+    "--prefill-attention-backend", "intel_amx",
+    "--decode-attention-backend", "intel_amx",
+    *SERVER_ARGS[_AT + 2 :],
+)  # fmt: skip
+
+#: EAGLE3 as the issue's trials ran it: 3 draft steps, top-k 1, 4 draft tokens.
+EAGLE3_STEPS = 3
+
+
+def eagle3_args(draft: str | os.PathLike[str], *, adaptive: bool = False) -> tuple[str, ...]:
+    """Return the EAGLE3 flags for ``draft`` (``--speculative-adaptive`` when ``adaptive``)."""
+    args = (
+        "--speculative-algorithm", "EAGLE3",
+        "--speculative-draft-model-path", str(draft),
+        "--speculative-num-steps", str(EAGLE3_STEPS),
+        "--speculative-eagle-topk", "1",
+        "--speculative-num-draft-tokens", str(EAGLE3_STEPS + 1),
+    )  # fmt: skip
+    return (*args, "--speculative-adaptive") if adaptive else args
+
+
 def real_home(environ: Mapping[str, str] = os.environ) -> Path:
     """Return the tier's cache folder (``PYTEST_SGLANG_REAL_HOME`` or the default)."""
     home = environ.get("PYTEST_SGLANG_REAL_HOME")
@@ -76,6 +108,16 @@ def real_model(environ: Mapping[str, str] = os.environ) -> Path:
     """Return the tiny model's folder (``PYTEST_SGLANG_REAL_MODEL`` or the default)."""
     value = environ.get("PYTEST_SGLANG_REAL_MODEL")
     return Path(value) if value else real_home(environ) / "model"
+
+
+def spec_models(environ: Mapping[str, str] = os.environ) -> Path:
+    """Return the speculative pair's folder (``target/``, ``eagle3/``, ``plant.json``).
+
+    ``PYTEST_SGLANG_REAL_SPEC_MODELS`` or ``<real home>/spec``; ``setup.sh`` builds it with
+    ``make_spec_models.py``.
+    """
+    value = environ.get("PYTEST_SGLANG_REAL_SPEC_MODELS")
+    return Path(value) if value else real_home(environ) / "spec"
 
 
 def missing(environ: Mapping[str, str] = os.environ) -> str | None:
@@ -149,11 +191,50 @@ def profile_toml(
     )
 
 
+def spec_profiles_toml(
+    python: str | os.PathLike[str] | None = None,
+    models: str | os.PathLike[str] | None = None,
+) -> str:
+    """Return ``baseline``, ``eagle3`` and ``eagle3-adaptive`` profiles on the planted pair.
+
+    The names are the example story's (``examples/test_story.py``). All three use the
+    ``intel_amx`` backend (:data:`AMX_ARGS`); the readiness gate checks that EAGLE3 is on and,
+    for the adaptive one, that SGLang kept adaptive speculation on (it silently falls back to
+    static speculation where unsupported).
+    """
+    folder = Path(models or spec_models())
+    command = f'[{_toml_str(str(python or real_python()))}, "-m", "sglang.launch_server"]'
+    env = ", ".join(f"{k} = {_toml_str(v)}" for k, v in SERVER_ENV.items())
+    expect = {"served_model_name": SERVED_MODEL_NAME, "max_model_len": 4096}
+    tables = []
+    for name, extra, more in (
+        ("baseline", (), {}),
+        ("eagle3", eagle3_args(folder / "eagle3"), {"speculative_algorithm": "EAGLE3"}),
+        (
+            "eagle3-adaptive",
+            eagle3_args(folder / "eagle3", adaptive=True),
+            {"speculative_algorithm": "EAGLE3", "speculative_adaptive": True},
+        ),
+    ):
+        args = ", ".join(_toml_str(a) for a in (*AMX_ARGS, *extra))
+        shown = ", ".join(f"{k} = {json.dumps(v)}" for k, v in {**expect, **more}.items())
+        tables.append(
+            f"[profiles.{name}]\n"
+            f"command = {command}\n"
+            f"model-path = {_toml_str(str(folder / 'target'))}\n"
+            f"tp = 1\n"
+            f"args = [{args}]\n"
+            f"env = {{ {env} }}\n"
+            f"expect = {{ {shown} }}\n"
+        )
+    return "\n".join(tables)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default=DEFAULT_HOST)
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
-    parser.add_argument("--format", choices=("shell", "json", "toml"), default="shell")
+    parser.add_argument("--format", choices=("shell", "json", "toml", "spec-toml"), default="shell")
     parser.add_argument("--model", help="model folder (default: the tier's tiny model)")
     args = parser.parse_args(argv)
     argv_ = launch_command(model=args.model, host=args.host, port=args.port)
@@ -161,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"command": argv_, "env": dict(SERVER_ENV)}, indent=2))
     elif args.format == "toml":
         print(profile_toml(), end="")
+    elif args.format == "spec-toml":
+        print(spec_profiles_toml(), end="")
     else:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in SERVER_ENV.items())
         print(f"env {env} {shlex.join(argv_)}")

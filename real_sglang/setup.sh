@@ -182,8 +182,25 @@ else
     echo "$SMALL_HASH" >"$SMALL_MARKER"
 fi
 
+# ---------------------------------------------------------------- the speculative pair
+# A planted target and its EAGLE3 draft (make_spec_models.py): greedy next token = a fixed
+# permutation of the current one, the draft right on a fraction 0.8 of the words.
+SPEC=$REAL_HOME/spec
+SPEC_ARGS=(--accept-rate 0.8)
+SPEC_HASH=$({ echo "$VENV_HASH"; cat "$HERE/make_tiny_model.py" "$HERE/make_spec_models.py"; printf '%s\n' "${SPEC_ARGS[@]}"; } | sha)
+SPEC_MARKER=$SPEC/.pytest-sglang-model.sha256
+if [[ $FORCE == 0 && -f $SPEC_MARKER && $(cat "$SPEC_MARKER") == "$SPEC_HASH" ]]; then
+    log "speculative pair: cached ($SPEC)"
+else
+    log "speculative pair: building ${SPEC_ARGS[*]} into $SPEC (~15 s)"
+    rm -rf "$SPEC"
+    HF_HUB_DISABLE_PROGRESS_BARS=1 "$VENV/bin/python" "$HERE/make_spec_models.py" "${SPEC_ARGS[@]}" --out "$SPEC"
+    echo "$SPEC_HASH" >"$SPEC_MARKER"
+fi
+
 log "done"
 echo "PYTEST_SGLANG_REAL_PYTHON=$VENV/bin/python"
 echo "PYTEST_SGLANG_REAL_MODEL=$MODEL"
 echo "small-vocabulary model (1024): $SMALL"
+echo "speculative pair (target, eagle3): $SPEC"
 echo "total: $(elapsed) s"

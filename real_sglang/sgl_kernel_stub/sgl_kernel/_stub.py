@@ -1,18 +1,22 @@
-"""Helpers of the sgl_kernel stand-in: the not-implemented callables and the call log."""
+"""Helpers of the sgl_kernel stand-in: the call log."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, TypeVar
 
-#: When set, every process that imports the stand-in appends ``IMPORT <pid>``, and every
-#: call appends ``CALL <name> <pid>`` (before raising), to this file. real_sglang/smoke.py
-#: sets it to check that the server's processes imported the stand-in and never called it.
+#: When set, every process that imports the stand-in appends ``IMPORT <pid>``, and the first
+#: call of each op in a process appends ``CALL <name> <pid>``, to this file. real_sglang/smoke.py
+#: sets it to check that a plain server's processes imported the stand-in and never called it;
+#: the speculative tests read it to see which ops a server reached.
 LOG_ENV = "PYTEST_SGLANG_SGL_KERNEL_LOG"
 
-#: Names of the stand-ins called in this process (each call, in order).
+#: Names of the stand-in's ops called in this process (the first call of each, in order).
 CALLS: list[str] = []
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def record(event: str) -> None:
@@ -23,21 +27,15 @@ def record(event: str) -> None:
             log.write(f"{event} {os.getpid()}\n")
 
 
-def not_implemented(qualname: str) -> Callable[..., NoReturn]:
-    """Return a callable named ``qualname`` that raises NotImplementedError when called."""
-    name = qualname.rsplit(".", 1)[-1]
+def logged(qualname: str, op: F) -> F:
+    """``op``, recording its first call in this process (:data:`CALLS`, the call log)."""
 
-    def stand_in(*args: Any, **kwargs: Any) -> NoReturn:
-        CALLS.append(qualname)
-        record(f"CALL {qualname}")
-        raise NotImplementedError(
-            f"{qualname} was called, but this sgl_kernel is pytest-sglang's import-time "
-            "stand-in (real_sglang/sgl_kernel_stub): the real kernel has no CPU build on "
-            "PyPI. This code path cannot run in the real-SGLang CPU tier."
-        )
+    @functools.wraps(op)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if qualname not in CALLS:
+            CALLS.append(qualname)
+            record(f"CALL {qualname}")
+        return op(*args, **kwargs)
 
-    stand_in.__name__ = name
-    stand_in.__qualname__ = name
-    stand_in.__module__ = qualname.rsplit(".", 1)[0]
-    stand_in.__doc__ = f"Stand-in for {qualname}: raises NotImplementedError when called."
-    return stand_in
+    wrapper.__module__ = qualname.rsplit(".", 1)[0]
+    return wrapper  # type: ignore[return-value]
