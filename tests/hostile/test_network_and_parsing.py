@@ -268,11 +268,12 @@ ROWS = (
 )  # fmt: skip
 
 
-def _children() -> list[str]:
+def _children(before: frozenset[int] = frozenset()) -> list[str]:
+    """Our live child processes, less those in ``before`` (other tests' session servers)."""
     found = []
     for child in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):
-            if child.status() != psutil.STATUS_ZOMBIE:
+            if child.pid not in before and child.status() != psutil.STATUS_ZOMBIE:
                 found.append(f"pid {child.pid}: {' '.join(child.cmdline())[:160]}")
     return found
 
@@ -280,6 +281,7 @@ def _children() -> list[str]:
 @pytest.mark.parametrize("row", ROWS, ids=[row.id for row in ROWS])
 def test_hostile_input(row: Row, pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_inner=row.suite)
+    before = frozenset(child.pid for child in psutil.Process().children(recursive=True))
     with contextlib.ExitStack() as stack:
         args = row.arrange(pytester, stack)
         started = time.monotonic()
@@ -293,4 +295,4 @@ def test_hostile_input(row: Row, pytester: pytest.Pytester) -> None:
     assert re.search(row.message, output), output
     assert result.ret == row.code, output
     assert elapsed < row.within, (elapsed, output)
-    assert wait_for(lambda: not _children(), 10.0), _children()
+    assert wait_for(lambda: not _children(before), 10.0), _children(before)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from pytest_sglang.loadgen.habits import ConnectionHabits
 from pytest_sglang.loadgen.runner import LoadGenerator
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.bench import load_generator_for
@@ -50,6 +51,7 @@ def test_load_generator_for_a_server_takes_url_headers_and_model() -> None:
         url="http://h:1/",
         headers={"Authorization": "Bearer sk-x"},
         model=SimpleNamespace(id="org/model"),
+        connections=ConnectionHabits(),
     )
     generator = load_generator_for(server, request_timeout=5)  # type: ignore[arg-type]
     assert (generator.url, generator.model, generator.request_timeout) == (
