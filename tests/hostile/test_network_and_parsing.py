@@ -123,7 +123,10 @@ def hostile_server(route: Route, tls: ssl.SSLContext | None = None) -> Iterator[
     that are no HTTP request: ``400 Bad Request``, and the connection closed.
     """
 
+    writers: list[Writer] = []
+
     async def connection(reader: asyncio.StreamReader, writer: Writer) -> None:
+        writers.append(writer)
         try:
             # Cancelled too: at shutdown, a connection held open (a stall) ends quietly.
             quiet = (OSError, asyncio.IncompleteReadError, ssl.SSLError, asyncio.CancelledError)
@@ -143,10 +146,18 @@ def hostile_server(route: Route, tls: ssl.SSLContext | None = None) -> Iterator[
 
     async def shutdown() -> None:
         server.close()
-        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        # Connections accepted just before the close start their tasks a turn later: cancel
+        # until none is left. A TLS connection's close waits for the peer's close_notify:
+        # abort every transport, and let them finish (connection_lost) on the next turns, so
+        # that no socket is left for the garbage collector to warn about.
+        for _ in range(5):
+            await asyncio.sleep(0)
+            tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for writer in writers:
+                writer.transport.abort()
         await server.wait_closed()
 
     loop = asyncio.new_event_loop()
