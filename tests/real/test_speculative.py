@@ -7,8 +7,8 @@ readiness checks (EAGLE3 on; adaptive speculation kept on). The inner session se
 same greedy requests to each and writes what came back; this test checks that the outputs
 are token-identical and that the accept length SGLang reports is the planted one.
 
-Greedy equivalence is compared here with :func:`first_divergence` (the public helper for it is
-being added to the plugin separately; this test switches to it once merged).
+Greedy equivalence is the plugin's :func:`pytest_sglang.assert_greedy_equivalent`, run in the
+inner session against the launched servers.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import random
 import httpx
 import pytest
 
-from pytest_sglang import Workload, assert_faster, estimate_break_even
+from pytest_sglang import Workload, assert_faster, assert_greedy_equivalent, estimate_break_even
 
 #: Prompts of 8-60 word ids (the planted target's vocabulary is 4096: ids 5-4095 are words).
 RNG = random.Random(7)
@@ -65,20 +65,34 @@ def greedy(url, ids):
 
 @measures()
 def test_serve_greedy(sglang_servers):
-    # Each launch also takes the declared measurements below while its server is up.
+    # Three launches (one server runs at a time, and each takes the declared measurements
+    # below while it is up): adaptive EAGLE3 against static EAGLE3, then EAGLE3 against the
+    # baseline, each with the public verdict (static EAGLE3 is the adaptive one's reference
+    # so that no server is launched twice; equality is transitive).
     results = {}
-    for name in ("baseline", "eagle3", "eagle3-adaptive"):
+    verdicts = []
+    for name, reference in (("eagle3-adaptive", "eagle3"), ("eagle3", "baseline")):
         server = sglang_servers.get(name)
-        info = httpx.get(server.url + "/server_info", timeout=30, trust_env=False).json()
-        results[name] = {
-            "server_info": {k: info.get(k) for k in (
-                "speculative_algorithm", "speculative_adaptive", "speculative_num_steps",
-                "speculative_eagle_topk", "speculative_num_draft_tokens",
-                "prefill_attention_backend", "decode_attention_backend")},
-            "answers": [greedy(server.url, ids) for ids in PROMPTS],
-        }
+        results[name] = observe(server)
+        verdict = assert_greedy_equivalent(
+            server, lambda: sglang_servers.get(reference), PROMPTS, max_new_tokens=TOKENS
+        )
+        verdicts.append(str(verdict.summary))
+    results["baseline"] = observe(sglang_servers.get("baseline"))
+    record("greedy", "\\n".join(verdicts))
     with open("results.json", "w") as out:
         json.dump(results, out)
+
+
+def observe(server):
+    info = httpx.get(server.url + "/server_info", timeout=30, trust_env=False).json()
+    return {
+        "server_info": {k: info.get(k) for k in (
+            "speculative_algorithm", "speculative_adaptive", "speculative_num_steps",
+            "speculative_eagle_topk", "speculative_num_draft_tokens",
+            "prefill_attention_backend", "decode_attention_backend")},
+        "answers": [greedy(server.url, ids) for ids in PROMPTS],
+    }
 
 
 def record(name, text):
@@ -105,31 +119,11 @@ def test_acceptance_beats_break_even_at_c1(sglang_bench):
 """
 
 
-def first_divergence(
-    base: list[list[int]], spec: list[list[int]]
-) -> tuple[int, int, int | None, int | None] | None:
-    """Return (request, position, baseline token, speculative token) of the first difference
-    between two lists of greedy outputs, or None when they are identical."""
-    for request, (a, b) in enumerate(zip(base, spec, strict=True)):
-        for position in range(max(len(a), len(b))):
-            x = a[position] if position < len(a) else None
-            y = b[position] if position < len(b) else None
-            if x != y:
-                return request, position, x, y
-    return None
-
-
 def accept_length(answers: list[dict[str, Any]]) -> float:
     """Tokens per verify cycle over all answers (SGLang's ``spec_verify_ct`` in meta_info)."""
     tokens = sum(a["meta_info"]["completion_tokens"] for a in answers)
     cycles = sum(a["meta_info"]["spec_verify_ct"] for a in answers)
     return tokens / cycles
-
-
-def test_first_divergence_names_request_position_tokens() -> None:
-    assert first_divergence([[1, 2], [3, 4, 5]], [[1, 2], [3, 4, 5]]) is None
-    assert first_divergence([[1, 2], [3, 4, 5]], [[1, 2], [3, 9, 5]]) == (1, 1, 4, 9)
-    assert first_divergence([[1, 2]], [[1, 2, 3]]) == (0, 2, None, 3)
 
 
 @pytest.fixture(scope="module")
@@ -198,12 +192,11 @@ def served(suite: SuiteRun) -> dict[str, Any]:
     return results
 
 
-def test_eagle3_greedy_outputs_equal_baseline(served: dict[str, Any]) -> None:
-    base = [a["output_ids"] for a in served["baseline"]["answers"]]
-    for name in ("eagle3", "eagle3-adaptive"):
-        spec = [a["output_ids"] for a in served[name]["answers"]]
-        assert all(len(ids) == 32 for ids in spec), [len(ids) for ids in spec]
-        assert first_divergence(base, spec) is None, (name, first_divergence(base, spec))
+def test_eagle3_greedy_outputs_equal_baseline(suite: SuiteRun) -> None:
+    # assert_greedy_equivalent (inner test_serve_greedy): adaptive EAGLE3 = EAGLE3 = baseline,
+    # token for token; a divergence fails it with the prompt, position and both tokens.
+    assert suite.outcome("test_serve_greedy") == "PASSED", suite.output[-6000:]
+    assert suite.written("greedy").count("PASS: ") == 2, suite.written("greedy")
 
 
 def test_accept_length_is_the_planted_one(served: dict[str, Any], spec_pair: Path) -> None:
