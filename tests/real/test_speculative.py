@@ -34,23 +34,27 @@ import random
 import httpx
 import pytest
 
-from pytest_sglang import Workload, assert_faster, assert_greedy_equivalent, estimate_break_even
+from pytest_sglang import (
+    Workload, assert_faster, assert_greedy_equivalent, estimate_break_even, find_crossover,
+)
 
 #: Prompts of 8-60 word ids (the planted target's vocabulary is 4096: ids 5-4095 are words).
 RNG = random.Random(7)
 PROMPTS = [[RNG.randrange(5, 4096) for _ in range(RNG.randrange(8, 60))] for _ in range(6)]
 TOKENS = 32
 
-# The story's C=1 verdicts, scaled to two CPU cores: short prompts, 32 exact output tokens,
-# STORY_REQUESTS requests per run, REPEATS runs per side. (Its second half, speculation
-# stops paying by some concurrency, does not hold for this pair: see real_sglang/README.md.)
+# The story, scaled to two CPU cores: short prompts, 32 exact output tokens, at least
+# STORY_REQUESTS requests per run (one per slot), REPEATS runs per side, LEVELS concurrencies.
+# Every test declares all of it, so each server takes it while it is up (see
+# real_sglang/README.md for why EAGLE3 pays at C=1 and stops paying by C=8 on this pair).
 STORY = Workload(input_len=16, output_len=32, requests=STORY_REQUESTS, requests_per_slot=1)
+LEVELS = STORY_LEVELS
 REPEATS = STORY_REPEATS
 
 
 def measures():
     return pytest.mark.sglang_measure(
-        "baseline", "eagle3", workload=STORY, concurrency=[1], repeats=REPEATS
+        "baseline", "eagle3", workload=STORY, concurrency=LEVELS, repeats=REPEATS
     )
 
 
@@ -109,6 +113,24 @@ def test_eagle3_beats_baseline_single_stream(sglang_bench):
 
 
 @measures()
+def test_speculation_stops_paying_off(sglang_bench):
+    base = sglang_bench("baseline", STORY, concurrency=LEVELS, repeats=REPEATS)
+    spec = sglang_bench("eagle3", STORY, concurrency=LEVELS, repeats=REPEATS)
+    crossover = find_crossover(spec, base)
+    record("crossover", crossover.table())
+    # Speculation pays at the lowest level and has stopped paying by the next one.
+    assert LEVELS[0] < crossover <= LEVELS[1]
+
+
+@measures()
+def test_baseline_beats_eagle3_under_load(sglang_bench):
+    base = sglang_bench("baseline", STORY, concurrency=LEVELS[-1], repeats=REPEATS)
+    spec = sglang_bench("eagle3", STORY, concurrency=LEVELS[-1], repeats=REPEATS)
+    verdict = assert_faster(base, spec)
+    record("under_load", str(verdict.summary))
+
+
+@measures()
 def test_acceptance_beats_break_even_at_c1(sglang_bench):
     base = sglang_bench("baseline", STORY, concurrency=1, repeats=REPEATS)
     spec = sglang_bench("eagle3", STORY, concurrency=1, repeats=REPEATS)
@@ -135,10 +157,12 @@ def spec_pair() -> Path:
     return spec
 
 
-#: The story's runs per side and requests per run (at C=1), chosen so that the verdicts are
-#: decided on two loaded cores (see real_sglang/README.md) within the tier's CI budget.
+#: The story's runs per side, requests per run (at least one per slot) and concurrency levels,
+#: chosen so that the verdicts are decided on two loaded cores (see real_sglang/README.md)
+#: within the tier's CI budget.
 STORY_REPEATS = 5
 STORY_REQUESTS = 4
+STORY_LEVELS = [1, 8, 16]
 
 
 @dataclass(frozen=True)
@@ -171,8 +195,10 @@ def suite(
     (folder / "spec.toml").write_text(
         launch_profile.spec_profiles_toml(python=real_servers.tier.python, models=spec_pair)
     )
-    code = SUITE.replace("STORY_REPEATS", str(STORY_REPEATS)).replace(
-        "STORY_REQUESTS", str(STORY_REQUESTS)
+    code = (
+        SUITE.replace("STORY_REPEATS", str(STORY_REPEATS))
+        .replace("STORY_REQUESTS", str(STORY_REQUESTS))
+        .replace("STORY_LEVELS", str(STORY_LEVELS))
     )
     (folder / "test_spec_suite.py").write_text(code)
     with real_servers.exclusive():
@@ -224,6 +250,8 @@ def test_adaptive_server_reports_adaptive_on(served: dict[str, Any]) -> None:
     [
         ("test_eagle3_beats_baseline_single_stream", "faster_c1"),
         ("test_acceptance_beats_break_even_at_c1", "break_even"),
+        ("test_speculation_stops_paying_off", "crossover"),
+        ("test_baseline_beats_eagle3_under_load", "under_load"),
     ],
 )
 def test_story_verdict_on_real_sglang(suite: SuiteRun, test: str, record: str) -> None:
