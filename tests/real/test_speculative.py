@@ -3,12 +3,12 @@
 The plugin launches ``baseline``, ``eagle3`` and ``eagle3-adaptive`` profiles
 (``real_sglang/launch_profile.py spec_profiles_toml``) on the planted target/draft pair that
 ``setup.sh`` builds (``make_spec_models.py``), one server at a time, each gated by its
-readiness checks (EAGLE3 on; adaptive speculation kept on). The inner session sends the
-same greedy requests to each and writes what came back; this test checks that the outputs
-are token-identical and that the accept length SGLang reports is the planted one.
-
-Greedy equivalence is the plugin's :func:`pytest_sglang.assert_greedy_equivalent`, run in the
-inner session against the launched servers.
+readiness checks (EAGLE3 on; adaptive speculation kept on). The inner session checks greedy
+equivalence with the plugin's :func:`pytest_sglang.assert_greedy_equivalent` (adaptive EAGLE3
+against EAGLE3, EAGLE3 against the baseline), writes what the servers answered (the accept
+length SGLang reports must be the planted one), and runs the story's verdicts on the
+measurements the baseline and EAGLE3 servers take while they are up: EAGLE3 faster and above
+break-even at C=1, the crossover by C=8, the baseline faster at C=8.
 """
 
 from __future__ import annotations
