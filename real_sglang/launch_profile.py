@@ -125,11 +125,12 @@ def real_model(environ: Mapping[str, str] = os.environ) -> Path:
 def spec_models(environ: Mapping[str, str] = os.environ) -> Path:
     """Return the speculative pair's folder (``target/``, ``eagle3/``, ``plant.json``).
 
-    ``PYTEST_SGLANG_REAL_SPEC_MODELS`` or ``<real home>/spec``; ``setup.sh`` builds it with
-    ``make_spec_models.py``.
+    ``PYTEST_SGLANG_REAL_SPEC_MODELS`` or ``<real home>/spec-wide``, which ``setup.sh`` builds
+    with ``make_spec_models.py`` (named for the wide target, so that a checkout that builds
+    another pair does not overwrite it).
     """
     value = environ.get("PYTEST_SGLANG_REAL_SPEC_MODELS")
-    return Path(value) if value else real_home(environ) / "spec"
+    return Path(value) if value else real_home(environ) / "spec-wide"
 
 
 def missing(environ: Mapping[str, str] = os.environ) -> str | None:
