@@ -74,6 +74,18 @@ AMX_ARGS: tuple[str, ...] = (
     *SERVER_ARGS[_AT + 2 :],
 )  # fmt: skip
 
+#: The speculative profiles' flags (baseline and EAGLE3 alike): :data:`AMX_ARGS` with room for
+#: the wide planted target's weights (SGLang refuses to start it with 0.05: the weights would
+#: leave no KV cache; ``--max-total-tokens`` still caps the cache).
+_MF = AMX_ARGS.index("--mem-fraction-static")
+SPEC_ARGS: tuple[str, ...] = (*AMX_ARGS[: _MF + 1], "0.15", *AMX_ARGS[_MF + 2 :])
+
+#: The speculative profiles' environment: :data:`SERVER_ENV` with one OpenMP thread. With two
+#: threads on two shared cores, a thread that loses its core stalls every parallel region:
+#: a 1-token decode step then took 3x as long, varying run to run (baseline at C=1: 15.3,
+#: 11.8, 36.6 tok/s with two threads; 44.5, 42.7, 44.4 with one).
+SPEC_ENV: Mapping[str, str] = {**SERVER_ENV, "OMP_NUM_THREADS": "1"}
+
 #: EAGLE3 as the issue's trials ran it: 3 draft steps, top-k 1, 4 draft tokens.
 EAGLE3_STEPS = 3
 
@@ -113,11 +125,12 @@ def real_model(environ: Mapping[str, str] = os.environ) -> Path:
 def spec_models(environ: Mapping[str, str] = os.environ) -> Path:
     """Return the speculative pair's folder (``target/``, ``eagle3/``, ``plant.json``).
 
-    ``PYTEST_SGLANG_REAL_SPEC_MODELS`` or ``<real home>/spec``; ``setup.sh`` builds it with
-    ``make_spec_models.py``.
+    ``PYTEST_SGLANG_REAL_SPEC_MODELS`` or ``<real home>/spec-wide``, which ``setup.sh`` builds
+    with ``make_spec_models.py`` (named for the wide target, so that a checkout that builds
+    another pair does not overwrite it).
     """
     value = environ.get("PYTEST_SGLANG_REAL_SPEC_MODELS")
-    return Path(value) if value else real_home(environ) / "spec"
+    return Path(value) if value else real_home(environ) / "spec-wide"
 
 
 def missing(environ: Mapping[str, str] = os.environ) -> str | None:
@@ -198,13 +211,13 @@ def spec_profiles_toml(
     """Return ``baseline``, ``eagle3`` and ``eagle3-adaptive`` profiles on the planted pair.
 
     The names are the example story's (``examples/test_story.py``). All three use the
-    ``intel_amx`` backend (:data:`AMX_ARGS`); the readiness gate checks that EAGLE3 is on and,
-    for the adaptive one, that SGLang kept adaptive speculation on (it silently falls back to
-    static speculation where unsupported).
+    ``intel_amx`` backend and one OpenMP thread (:data:`SPEC_ARGS`, :data:`SPEC_ENV`); the
+    readiness gate checks that EAGLE3 is on and, for the adaptive one, that SGLang kept
+    adaptive speculation on (it silently falls back to static speculation where unsupported).
     """
     folder = Path(models or spec_models())
     command = f'[{_toml_str(str(python or real_python()))}, "-m", "sglang.launch_server"]'
-    env = ", ".join(f"{k} = {_toml_str(v)}" for k, v in SERVER_ENV.items())
+    env = ", ".join(f"{k} = {_toml_str(v)}" for k, v in SPEC_ENV.items())
     expect = {"served_model_name": SERVED_MODEL_NAME, "max_model_len": 4096}
     tables = []
     for name, extra, more in (
@@ -216,7 +229,7 @@ def spec_profiles_toml(
             {"speculative_algorithm": "EAGLE3", "speculative_adaptive": True},
         ),
     ):
-        args = ", ".join(_toml_str(a) for a in (*AMX_ARGS, *extra))
+        args = ", ".join(_toml_str(a) for a in (*SPEC_ARGS, *extra))
         shown = ", ".join(f"{k} = {json.dumps(v)}" for k, v in {**expect, **more}.items())
         tables.append(
             f"[profiles.{name}]\n"
