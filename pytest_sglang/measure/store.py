@@ -543,7 +543,10 @@ class BaselineStore:
             )
 
     def __str__(self) -> str:
-        return str(self.path) if self.path is not None else self.uri
+        """Return the folder, or the URI with any password as ``***`` (it goes into messages)."""
+        from pytest_sglang.config.redaction import redact
+
+        return str(self.path) if self.path is not None else redact(self.uri)
 
     @property
     def folder(self) -> Path:

@@ -253,3 +253,9 @@ def test_a_stored_label_cuts_only_a_commit_hash(commit: str | None, shown: str |
         assert label.endswith("(SGLang 0.5.23)")
     else:
         assert label.endswith(f", {shown})")
+
+
+def test_an_elasticsearch_store_never_names_its_password() -> None:
+    store = BaselineStore("elasticsearch+https://ci:hunter2@es.example:9200/bench/run")
+    assert "hunter2" not in str(store)
+    assert str(store).endswith("@es.example:9200/bench/run")
