@@ -458,30 +458,13 @@ def _extend() -> None:
     k_ext, v_ext = k[torch.cat(rows)], v[torch.cat(rows)]
     q = torch.randn(10, heads, dim, generator=GEN).bfloat16()
     got = torch.zeros(10, heads, dim).bfloat16()
-    op(
-        q,
-        k_ext,
-        v_ext,
-        got,
-        k,
-        v,
-        1.0,
-        1.0,
-        r2t,
-        rp,
-        seq,
-        ext,
-        start,
-        6,
-        dim**-0.5,
-        0.0,
-        False,
-        0,
-        None,
-        None,
-        None,
-        True,
-    )
+
+    def extend(out: torch.Tensor, mask: torch.Tensor | None) -> None:
+        # The 22 arguments as IntelAMXAttnBackend.forward_extend passes them (6: max extend).
+        op(q, k_ext, v_ext, out, k, v, 1.0, 1.0, r2t, rp, seq, ext, start, 6, dim**-0.5, 0.0,
+           False, 0, None, None, mask, True)  # fmt: skip
+
+    extend(got, None)
     want = torch.zeros(10, heads, dim)
     TorchNativeAttnBackend._run_sdpa_forward_extend(
         None,
@@ -503,56 +486,10 @@ def _extend() -> None:
     # token but itself gives, for the no-prefix request's first row, just its own value.
     causal = [torch.ones(e, e, dtype=torch.bool).tril().flatten() for e in ext.tolist()]
     masked = torch.zeros(10, heads, dim).bfloat16()
-    op(
-        q,
-        k_ext,
-        v_ext,
-        masked,
-        k,
-        v,
-        1.0,
-        1.0,
-        r2t,
-        rp,
-        seq,
-        ext,
-        start,
-        6,
-        dim**-0.5,
-        0.0,
-        False,
-        0,
-        None,
-        None,
-        torch.cat(causal),
-        True,
-    )
+    extend(masked, torch.cat(causal))
     _close(masked, got, "causal custom_mask vs is_causal")
     diag = torch.cat([torch.eye(e, dtype=torch.bool).flatten() for e in ext.tolist()])
-    op(
-        q,
-        k_ext,
-        v_ext,
-        masked,
-        k,
-        v,
-        1.0,
-        1.0,
-        r2t,
-        rp,
-        seq,
-        ext,
-        start,
-        6,
-        dim**-0.5,
-        0.0,
-        False,
-        0,
-        None,
-        None,
-        diag,
-        True,
-    )
+    extend(masked, diag)
     _close(
         masked[4:], v_ext[4:].repeat_interleave(2, dim=1), "hand case: self-only mask, no prefix"
     )
