@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pytest_sglang.gpu.probes import write_fake_gpus
-from pytest_sglang.gpu.telemetry import FakeTelemetry, TelemetrySampler
+from pytest_sglang.gpu.probes import FakeProbe, write_fake_gpus
+from pytest_sglang.gpu.telemetry import TelemetrySampler
 from pytest_sglang.loadgen.runner import LoadGenerator
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.testing import running_emulator
@@ -62,7 +62,7 @@ def main() -> int:
             without: list[float] = []
             with_sampler: list[float] = []
             for repeat in range(args.repeats):
-                sampler = TelemetrySampler(FakeTelemetry(gpus), uuids, interval=args.interval)
+                sampler = TelemetrySampler(FakeProbe(gpus), uuids, interval=args.interval)
                 pair = [("without", None), ("with", sampler)]
                 for name, s in pair if repeat % 2 == 0 else pair[::-1]:
                     (without if name == "without" else with_sampler).append(

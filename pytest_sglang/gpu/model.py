@@ -1,4 +1,9 @@
-"""GPU snapshots and the differences between them (plain data, no I/O)."""
+"""GPU state as plain data: one :class:`Gpu` per device in a :class:`GpuSnapshot`.
+
+The same snapshot serves the pre/post-flight checks (memory, compute processes) and the
+telemetry sampled during runs (power, energy, clocks, throttling, errors); every reader in
+:mod:`.probes` fills what its source knows and leaves the rest None.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,34 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["GIB", "MIB", "Gpu", "GpuProcess", "GpuSnapshot", "SnapshotDiff"]
+__all__ = [
+    "GIB",
+    "MIB",
+    "THROTTLE_REASONS",
+    "Gpu",
+    "GpuProcess",
+    "GpuSnapshot",
+    "SnapshotDiff",
+    "throttle_names",
+]
 
 MIB = 1024**2
 GIB = 1024**3
+
+#: NVML clock-event reasons (``nvmlClocksEventReason*``) that mean the GPU was held back;
+#: idle, application clocks, sync boost and display clocks are not throttling.
+THROTTLE_REASONS = {
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+}
+
+
+def throttle_names(mask: int) -> tuple[str, ...]:
+    """Return the throttling reasons set in an NVML clock-event-reason mask."""
+    return tuple(name for bit, name in THROTTLE_REASONS.items() if mask & bit)
 
 
 @dataclass(frozen=True)
@@ -29,7 +58,11 @@ class GpuProcess:
 
 @dataclass(frozen=True)
 class Gpu:
-    """One GPU: identity and memory in bytes (NVML memory info v2 where available)."""
+    """One GPU: identity, memory in bytes (NVML memory info v2 where available), telemetry.
+
+    Telemetry fields are None where the source cannot tell (unsupported query, no driver
+    counter, a fake directory without ``telemetry.json``).
+    """
 
     index: int
     uuid: str
@@ -37,15 +70,28 @@ class Gpu:
     memory_total: int
     memory_used: int
     memory_free: int
+    utilization: float | None = None  # percent
+    power: float | None = None  # watts
+    energy: float | None = None  # joules, cumulative since an arbitrary origin
+    sm_clock: float | None = None  # MHz
+    temperature: float | None = None  # degrees C
+    throttle: tuple[str, ...] = ()
+    xid_errors: int = 0  # cumulative since the reader was made
+    ecc_errors: int | None = None  # uncorrected, volatile, cumulative
 
 
 @dataclass(frozen=True)
 class GpuSnapshot:
-    """Every GPU and compute process at one instant."""
+    """Every GPU and compute process at one instant.
+
+    ``taken_at`` is wall-clock time (for reports); ``at`` is ``time.monotonic()``, for
+    intervals between snapshots (energy integrated over power).
+    """
 
     gpus: tuple[Gpu, ...]
     processes: tuple[GpuProcess, ...]
     taken_at: float = field(default_factory=time.time)
+    at: float = field(default_factory=time.monotonic)
 
     def gpu(self, uuid: str) -> Gpu:
         """Return the GPU with this UUID.

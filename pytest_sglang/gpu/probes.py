@@ -1,14 +1,20 @@
 """Ways to read GPU state, behind one interface.
 
-* :class:`NvmlProbe`: NVML on this machine (``nvidia-ml-py``, module ``pynvml``, imported
-  lazily inside ``warnings.catch_warnings()`` because the deprecated ``pynvml`` package
-  hooks the import and warns), memory info v2 with a v1 fallback;
+* :class:`NvmlProbe`: NVML on this machine (``nvidia-ml-py``), memory info v2 with a v1
+  fallback, the total-energy counter, XID errors from NVML's event set;
 * :class:`SmiProbe`: ``nvidia-smi --query-*`` CSV, locally or over ssh (BatchMode, timeouts,
-  ``[N/A]`` handled);
+  ``[N/A]`` handled; no energy counter, so the sampler integrates power);
 * :class:`FakeProbe`: a directory of JSON files, for dry runs and tests. ``gpus.json`` lists
   the GPUs; every ``holder-*.json`` is a process holding memory on some of them, counted only
-  while that pid is alive (as a real driver frees memory when the process dies). The emulator
-  writes holder files when started with ``--emulator-gpu-dir``.
+  while that pid is alive (as a real driver frees memory when the process dies);
+  ``telemetry.json`` maps each GPU's UUID to its ``power_w``, ``utilization``,
+  ``sm_clock_mhz``, ``temperature_c``, ``throttle`` (names), ``xid_errors``, ``ecc_errors``
+  and the cumulative ``energy_j`` (with ``energy_rate`` in J/s and ``written_at`` in
+  ``time.monotonic()``, to extrapolate between writes). The emulator writes them when started
+  with ``--emulator-gpu-dir``.
+
+The pre/post-flight checks (:mod:`.hygiene`), the ``sglang_gpu`` fixture and the telemetry
+sampled during runs (:mod:`.telemetry`) all read through one of these.
 
 A probe that cannot work here raises :class:`GpuUnavailable` with the reason, which the
 plugin turns into a skip (or a failure under ``--sglang-require``).
@@ -20,13 +26,15 @@ import json
 import os
 import shlex
 import subprocess
+import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 from pytest_sglang.config.fake_gpus import read_fake_gpus
 from pytest_sglang.errors import GpuUnavailable
-from pytest_sglang.gpu.model import MIB, Gpu, GpuProcess, GpuSnapshot
+from pytest_sglang.gpu.model import MIB, Gpu, GpuProcess, GpuSnapshot, throttle_names
 
 __all__ = [
     "FakeProbe",
@@ -78,7 +86,7 @@ def import_nvml() -> Any:
 
 
 class NvmlProbe:
-    """GPU state from NVML on this machine."""
+    """GPU state from NVML on this machine; XID errors counted from NVML's event set."""
 
     def __init__(self) -> None:
         pynvml = import_nvml()
@@ -99,10 +107,28 @@ class NvmlProbe:
             raise GpuUnavailable(f"NVML unavailable: {exc}") from None
         self._driver = str(pynvml.nvmlSystemGetDriverVersion())
         self._closed = False
+        self._xids: dict[str, int] = {}
+        self._events: Any = None
+        try:
+            self._events = pynvml.nvmlEventSetCreate()
+            for index in range(pynvml.nvmlDeviceGetCount()):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                pynvml.nvmlDeviceRegisterEvents(
+                    handle, pynvml.nvmlEventTypeXidCriticalError, self._events
+                )
+        except (pynvml.NVMLError, AttributeError):
+            self._events = None  # no XID events here (permissions, old driver)
 
     def describe(self) -> str:
         """Return ``NVML (driver X)``."""
         return f"NVML (driver {self._driver})"
+
+    def _optional(self, call: Callable[..., Any], *args: Any) -> Any:
+        """Return ``call(*args)``, or None where the GPU does not support the query."""
+        try:
+            return call(*args)
+        except self._nvml.NVMLError:
+            return None
 
     def _memory(self, handle: Any) -> tuple[int, int, int]:
         nvml = self._nvml
@@ -114,30 +140,65 @@ class NvmlProbe:
             info = nvml.nvmlDeviceGetMemoryInfo(handle)
         return int(info.total), int(info.used), int(info.free)
 
-    def snapshot(self) -> GpuSnapshot:
-        """Read every GPU's identity, memory and compute processes."""
+    def _drain_xids(self) -> None:
         nvml = self._nvml
+        while self._events is not None:
+            try:
+                event = nvml.nvmlEventSetWait(self._events, 0)
+            except nvml.NVMLError:
+                return  # timeout: no pending event
+            uuid = str(nvml.nvmlDeviceGetUUID(event.device))
+            self._xids[uuid] = self._xids.get(uuid, 0) + 1
+
+    def _gpu(self, index: int, handle: Any) -> Gpu:
+        nvml, get = self._nvml, self._optional
+        uuid = str(nvml.nvmlDeviceGetUUID(handle))
+        rates = get(nvml.nvmlDeviceGetUtilizationRates, handle)
+        power = get(nvml.nvmlDeviceGetPowerUsage, handle)  # mW
+        energy = get(nvml.nvmlDeviceGetTotalEnergyConsumption, handle)  # mJ
+        clock = get(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)
+        temp = get(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU)
+        reasons = get(nvml.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
+        ecc = get(
+            nvml.nvmlDeviceGetTotalEccErrors,
+            handle,
+            nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+            nvml.NVML_VOLATILE_ECC,
+        )
+        return Gpu(
+            index,
+            uuid,
+            str(nvml.nvmlDeviceGetName(handle)),
+            *self._memory(handle),
+            utilization=None if rates is None else float(rates.gpu),
+            power=None if power is None else power / 1000.0,
+            energy=None if energy is None else energy / 1000.0,
+            sm_clock=None if clock is None else float(clock),
+            temperature=None if temp is None else float(temp),
+            throttle=throttle_names(int(reasons or 0)),
+            xid_errors=self._xids.get(uuid, 0),
+            ecc_errors=None if ecc is None else int(ecc),
+        )
+
+    def snapshot(self) -> GpuSnapshot:
+        """Read every GPU's identity, memory, telemetry and compute processes."""
+        nvml = self._nvml
+        self._drain_xids()
         gpus, processes = [], []
         try:
             for index in range(nvml.nvmlDeviceGetCount()):
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                uuid = str(nvml.nvmlDeviceGetUUID(handle))
-                total, used, free = self._memory(handle)
-                gpus.append(
-                    Gpu(index, uuid, str(nvml.nvmlDeviceGetName(handle)), total, used, free)
-                )
+                gpu = self._gpu(index, handle)
+                gpus.append(gpu)
                 for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                    try:
-                        name = str(nvml.nvmlSystemGetProcessName(proc.pid))
-                    except nvml.NVMLError:
-                        name = ""
+                    name = self._optional(nvml.nvmlSystemGetProcessName, proc.pid) or ""
                     used_memory = proc.usedGpuMemory
                     processes.append(
                         GpuProcess(
                             int(proc.pid),
-                            uuid,
+                            gpu.uuid,
                             None if used_memory is None else int(used_memory),
-                            os.path.basename(name),
+                            os.path.basename(str(name)),
                         )
                     )
         except nvml.NVMLError as exc:
@@ -145,18 +206,31 @@ class NvmlProbe:
         return GpuSnapshot(tuple(gpus), tuple(processes))
 
     def close(self) -> None:
-        """Pair the ``nvmlInit`` of the constructor (NVML is reference-counted)."""
+        """Free the event set and pair the ``nvmlInit`` of the constructor (reference-counted)."""
         if not self._closed:
             self._closed = True
+            if self._events is not None:
+                self._optional(self._nvml.nvmlEventSetFree, self._events)
             self._nvml.nvmlShutdown()
 
 
-def _smi_value(text: str) -> int | None:
+def _smi_value(text: str) -> float | None:
     text = text.strip()
     # Even with "nounits" nvidia-smi prints [N/A], [Not Supported], [Insufficient Permissions].
-    if not text or text.startswith("["):
+    if not text or text.startswith("[") or text in {"N/A", "Not Supported"}:
         return None
-    return int(float(text))
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+#: ``nvidia-smi --query-gpu`` fields: identity and memory, then telemetry, the name last
+#: because it may contain commas.
+SMI_GPU_FIELDS = (
+    "index,uuid,memory.total,memory.used,memory.free,utilization.gpu,power.draw,clocks.sm,"
+    "temperature.gpu,clocks_event_reasons.active,ecc.errors.uncorrected.volatile.total,name"
+)
 
 
 class SmiProbe:
@@ -205,21 +279,33 @@ class SmiProbe:
             )
         return result.stdout
 
-    def snapshot(self) -> GpuSnapshot:
-        """Query GPUs and compute apps; names go last because they may contain commas."""
-        gpu_csv = self.run(
-            [
-                "--query-gpu=index,uuid,memory.total,memory.used,memory.free,name",
-                "--format=csv,noheader,nounits",
-            ]
+    def _gpu(self, line: str) -> Gpu:
+        cells = [c.strip() for c in line.split(",", SMI_GPU_FIELDS.count(","))]
+        if len(cells) != SMI_GPU_FIELDS.count(",") + 1:
+            raise GpuUnavailable(f"unexpected nvidia-smi line: {line!r}")
+        total, used, free = (int(_smi_value(v) or 0) * MIB for v in cells[2:5])
+        util, power, clock, temp = (_smi_value(v) for v in cells[5:9])
+        mask = int(cells[9], 16) if cells[9].startswith("0x") else 0
+        ecc = _smi_value(cells[10])
+        return Gpu(
+            int(cells[0]),
+            cells[1],
+            cells[11],
+            total,
+            used,
+            free,
+            utilization=util,
+            power=power,
+            sm_clock=clock,
+            temperature=temp,
+            throttle=throttle_names(mask),
+            ecc_errors=None if ecc is None else int(ecc),
         )
-        gpus = []
-        for line in filter(None, (raw.strip() for raw in gpu_csv.splitlines())):
-            parts = [p.strip() for p in line.split(",", 5)]
-            if len(parts) != 6:
-                raise GpuUnavailable(f"unexpected nvidia-smi line: {line!r}")
-            total, used, free = (_smi_value(v) or 0 for v in parts[2:5])
-            gpus.append(Gpu(int(parts[0]), parts[1], parts[5], total * MIB, used * MIB, free * MIB))
+
+    def snapshot(self) -> GpuSnapshot:
+        """Query GPUs and compute apps (two nvidia-smi calls)."""
+        gpu_csv = self.run([f"--query-gpu={SMI_GPU_FIELDS}", "--format=csv,noheader,nounits"])
+        gpus = [self._gpu(line) for line in filter(None, map(str.strip, gpu_csv.splitlines()))]
         app_csv = self.run(
             [
                 "--query-compute-apps=pid,gpu_uuid,used_memory,process_name",
@@ -236,7 +322,7 @@ class SmiProbe:
                 GpuProcess(
                     int(parts[0]),
                     parts[1],
-                    None if app_used is None else app_used * MIB,
+                    None if app_used is None else int(app_used) * MIB,
                     os.path.basename(parts[3]),
                 )
             )
@@ -273,8 +359,14 @@ class FakeProbe:
         """Return ``fake GPUs in DIR``."""
         return f"fake GPUs in {self.directory}"
 
+    def _telemetry(self) -> dict[str, dict[str, Any]]:
+        try:
+            return dict(json.loads((self.directory / "telemetry.json").read_text())["gpus"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return {}  # not written (yet): no telemetry
+
     def snapshot(self) -> GpuSnapshot:
-        """Combine the GPU list with the holders whose process is alive."""
+        """Combine the GPU list, the holders whose process is alive, and the telemetry."""
         try:
             listed = read_fake_gpus(self.directory / "gpus.json")
         except ValueError as exc:
@@ -292,17 +384,49 @@ class FakeProbe:
             for h in holders
             for uuid in h["gpus"]
         ]
+        telemetry = self._telemetry()
+        now = time.monotonic()
         gpus = []
         for index, gpu in enumerate(listed):
             total = int(gpu["total_mib"]) * MIB
             used = int(gpu.get("base_used_mib", 0)) * MIB + sum(
                 p.used_memory or 0 for p in processes if p.gpu_uuid == gpu["uuid"]
             )
-            gpus.append(Gpu(index, gpu["uuid"], gpu["name"], total, used, max(total - used, 0)))
-        return GpuSnapshot(tuple(gpus), tuple(processes))
+            t = telemetry.get(gpu["uuid"], {})
+            gpus.append(
+                Gpu(
+                    index,
+                    gpu["uuid"],
+                    gpu["name"],
+                    total,
+                    used,
+                    max(total - used, 0),
+                    utilization=t.get("utilization"),
+                    power=t.get("power_w"),
+                    energy=_energy_now(t, now),
+                    sm_clock=t.get("sm_clock_mhz"),
+                    temperature=t.get("temperature_c"),
+                    throttle=tuple(t.get("throttle", ())),
+                    xid_errors=int(t.get("xid_errors", 0)),
+                    ecc_errors=t.get("ecc_errors"),
+                )
+            )
+        return GpuSnapshot(tuple(gpus), tuple(processes), at=now)
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _energy_now(gpu: dict[str, Any], now: float) -> float | None:
+    """Return the energy counter at ``now``: the file's value, grown at its rate since written."""
+    energy = gpu.get("energy_j")
+    if energy is None:
+        return None
+    rate, written = gpu.get("energy_rate"), gpu.get("written_at")
+    if rate is None or written is None:
+        return float(energy)
+    # time.monotonic() is one clock for every process of a host (Linux).
+    return float(energy) + float(rate) * max(0.0, now - float(written))
 
 
 def write_fake_gpus(

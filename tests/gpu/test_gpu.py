@@ -70,8 +70,8 @@ def test_nvml_unavailable_here_is_a_reason_not_a_crash() -> None:
 FAKE_SMI = r"""#!/bin/sh
 case "$*" in
   *query-gpu*)
-    echo '0, GPU-aaaa, 143771, 76000, 67771, NVIDIA H200'
-    echo '1, GPU-bbbb, 143771, 1, 143770, NVIDIA H200, rev B' ;;
+    echo '0, GPU-aaaa, 143771, 76000, 67771, 97, 350.5, 1980, 71, 0x20, 0, NVIDIA H200'
+    echo '1, GPU-bbbb, 143771, 1, 143770, 0, 80, 210, 35, 0x1, 0, NVIDIA H200, rev B' ;;
   *query-compute-apps*)
     echo '4242, GPU-aaaa, 75990, /usr/bin/python3'
     echo '4243, GPU-aaaa, [N/A], sglang, scheduler' ;;

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -13,61 +14,86 @@ from typing import Any
 import pytest
 
 from pytest_sglang.errors import GpuUnavailable
-from pytest_sglang.gpu.telemetry import (
-    FakeTelemetry,
-    GpuSample,
-    NvmlTelemetry,
-    SmiTelemetry,
-    TelemetrySampler,
-    throttle_names,
-)
-from tests.gpu.test_gpu import install
+from pytest_sglang.gpu.model import Gpu, GpuSnapshot, throttle_names
+from pytest_sglang.gpu.probes import FakeProbe, NvmlProbe, SmiProbe, write_fake_gpus
+from pytest_sglang.gpu.telemetry import TelemetrySampler
+from tests.gpu.test_gpu import hold, install
 
 UUIDS = ["GPU-a", "GPU-b"]
 
 
 def write(directory: Path, energy: float, power: float, **extra: Any) -> None:
-    gpus = {u: {"energy_j": energy, "power_w": power, "utilization": 50.0, **extra} for u in UUIDS}
+    uuids = [g["uuid"] for g in json.loads((directory / "gpus.json").read_text())["gpus"]]
+    gpus = {u: {"energy_j": energy, "power_w": power, "utilization": 50.0, **extra} for u in uuids}
     tmp = directory / "telemetry.json.tmp"
     tmp.write_text(json.dumps({"gpus": gpus}))
     tmp.replace(directory / "telemetry.json")
 
 
+def gpu(uuid: str = "GPU-a", **telemetry: Any) -> Gpu:
+    return Gpu(0, uuid, "NVIDIA H200", 0, 0, 0, **telemetry)
+
+
+class Probe:
+    """A probe that returns the snapshots ``make`` builds, counting its calls."""
+
+    def __init__(self, make: Callable[[int], GpuSnapshot]) -> None:
+        self.make, self.calls = make, 0
+
+    def snapshot(self) -> GpuSnapshot:
+        self.calls += 1
+        return self.make(self.calls)
+
+    def describe(self) -> str:
+        return "test probe"
+
+    def close(self) -> None:
+        pass
+
+
 def test_energy_comes_from_the_counter_between_the_first_and_last_sample(tmp_path: Path) -> None:
+    uuids = write_fake_gpus(tmp_path, 2)
     write(tmp_path, energy=1000.0, power=300.0)
-    sampler = TelemetrySampler(FakeTelemetry(tmp_path), UUIDS, interval=0.01)
-    with sampler:
-        time.sleep(0.05)
-        write(tmp_path, energy=1100.0, power=500.0, pids=[111])
-        time.sleep(0.05)
-        write(tmp_path, energy=1250.0, power=500.0, throttle=["hw_thermal"], pids=[111, 222])
-    summary = sampler.summary()
-    assert summary.energy == pytest.approx(2 * 250.0)
-    assert summary.energy_source == "counter"
-    assert summary.energy_per_token(1000) == pytest.approx(0.5)
-    assert summary.samples >= 4 and 0 < summary.throttled_fraction < 1
-    assert summary.throttle_reasons == ("hw_thermal",)
-    # Processes that appear during the run are foreign unless they are the server's.
-    assert summary.foreign_pids == (111, 222)
-    sampler2 = TelemetrySampler(FakeTelemetry(tmp_path), UUIDS, allowed_pids=frozenset({111}))
-    sampler2.start()
-    sampler2.stop()
-    assert sampler2.summary().foreign_pids == ()  # 222 was there at the start
+    sleepers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])]
+    try:
+        sampler = TelemetrySampler(FakeProbe(tmp_path), uuids, interval=0.01)
+        with sampler:
+            time.sleep(0.05)
+            write(tmp_path, energy=1100.0, power=500.0)
+            hold(tmp_path, sleepers[0].pid, uuids, 1024)
+            time.sleep(0.05)
+            write(tmp_path, energy=1250.0, power=500.0, throttle=["hw_thermal"])
+            sleepers.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
+            hold(tmp_path, sleepers[1].pid, uuids[:1], 1024)
+        summary = sampler.summary()
+        assert summary.energy == pytest.approx(2 * 250.0)
+        assert summary.energy_source == "counter"
+        assert summary.energy_per_token(1000) == pytest.approx(0.5)
+        assert summary.samples >= 4 and 0 < summary.throttled_fraction < 1
+        assert summary.throttle_reasons == ("hw_thermal",)
+        # Processes that appear during the run are foreign unless they are the server's.
+        assert summary.foreign_pids == tuple(sorted(s.pid for s in sleepers))
+        allowed = frozenset({sleepers[0].pid})
+        sampler2 = TelemetrySampler(FakeProbe(tmp_path), uuids, allowed_pids=allowed)
+        sampler2.start()
+        sampler2.stop()
+        assert sampler2.summary().foreign_pids == ()  # the other was there at the start
+        # Only the GPUs asked for count: the second process holds none of uuids[1:].
+        sampler3 = TelemetrySampler(FakeProbe(tmp_path), uuids[1:], interval=3600)
+        sampler3.start()
+        sampler3.stop()
+        assert sampler3.summary().samples == 2
+    finally:
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
 
 
 def test_power_is_integrated_where_there_is_no_energy_counter() -> None:
-    class Steps:
-        def __init__(self) -> None:
-            self.t = 0.0
+    def steps(t: int) -> GpuSnapshot:
+        return GpuSnapshot((gpu(power=100.0 * t),), (), at=float(t))
 
-        def read(self, uuids: Sequence[str]) -> list[GpuSample]:
-            self.t += 1.0
-            return [GpuSample(at=self.t, uuid="GPU-a", power=100.0 * self.t)]
-
-        def close(self) -> None:
-            pass
-
-    sampler = TelemetrySampler(Steps(), interval=3600)
+    sampler = TelemetrySampler(Probe(steps), interval=3600)
     sampler.start()
     sampler.stop()
     summary = sampler.summary()
@@ -77,14 +103,10 @@ def test_power_is_integrated_where_there_is_no_energy_counter() -> None:
 
 
 def test_a_failing_reader_loses_samples_not_the_run() -> None:
-    class Broken:
-        def read(self, uuids: Sequence[str]) -> list[GpuSample]:
-            raise GpuUnavailable("nvidia-smi did not answer within 10s")
+    def broken(t: int) -> GpuSnapshot:
+        raise GpuUnavailable("nvidia-smi did not answer within 10s")
 
-        def close(self) -> None:
-            pass
-
-    sampler = TelemetrySampler(Broken(), interval=0.01)
+    sampler = TelemetrySampler(Probe(broken), interval=0.01)
     with sampler:
         time.sleep(0.03)
     assert sampler.summary().energy is None
@@ -126,6 +148,15 @@ class FakeNvml:
     def nvmlDeviceGetUUID(self, h: int) -> str:
         return UUIDS[h]
 
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "570.86"
+
+    def nvmlDeviceGetName(self, h: int) -> str:
+        return "NVIDIA H200"
+
+    def nvmlSystemGetProcessName(self, pid: int) -> str:
+        return "/usr/bin/python3"
+
     def nvmlEventSetCreate(self) -> str:
         return "events"
 
@@ -161,10 +192,10 @@ class FakeNvml:
         return self._unsupported_on_b(h, 0)
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[SimpleNamespace]:
-        return [SimpleNamespace(pid=4242)]
+        return [SimpleNamespace(pid=4242, usedGpuMemory=76 * 1024**3)]
 
     def nvmlDeviceGetMemoryInfo(self, h: int) -> SimpleNamespace:
-        return SimpleNamespace(used=76 * 1024**3)
+        return SimpleNamespace(total=141 * 1024**3, used=76 * 1024**3, free=65 * 1024**3)
 
     def nvmlDeviceGetClockInfo(self, h: int, clock: int) -> int:
         return 1980
@@ -178,33 +209,33 @@ def test_nvml_reader_converts_units_and_tolerates_unsupported_queries(
 ) -> None:
     fake = FakeNvml()
     monkeypatch.setitem(sys.modules, "pynvml", fake)
-    reader = NvmlTelemetry()
-    a, b = reader.read([])
+    probe = NvmlProbe()
+    snapshot = probe.snapshot()
+    a, b = snapshot.gpus
     assert (a.uuid, a.power, a.energy, a.utilization) == ("GPU-a", 350.5, 12_345.678, 97.0)
-    assert (a.sm_clock, a.temperature, a.throttle, a.pids) == (
-        1980.0,
-        71.0,
-        ("sw_thermal",),
-        (4242,),
-    )
+    assert (a.sm_clock, a.temperature, a.throttle) == (1980.0, 71.0, ("sw_thermal",))
+    assert [p.describe() for p in snapshot.processes_on("GPU-a")] == ["pid 4242 (python3) 76.0 GiB"]
     assert a.memory_used == 76 * 1024**3 and a.ecc_errors == 0
     assert (b.energy, b.ecc_errors) == (None, None)
     assert (a.xid_errors, b.xid_errors) == (0, 1)  # the pending XID event was on GPU-b
-    assert [s.uuid for s in reader.read(["GPU-b"])] == ["GPU-b"]
-    reader.close()
+    probe.close()
+    probe.close()
     assert fake.inits == 0
 
 
 FAKE_SMI = r"""#!/bin/sh
-echo 'GPU-a, 97, 76000, 350.50, 1980, 71, 0x0000000000000020, 0'
-echo 'GPU-b, [N/A], 1, [N/A], 210, 35, 0x0000000000000001, [N/A]'
+case "$*" in
+  *query-gpu*)
+    echo '0, GPU-a, 143771, 76000, 67771, 97, 350.50, 1980, 71, 0x0000000000000020, 0, H200'
+    echo '1, GPU-b, 143771, 1, 143770, [N/A], [N/A], 210, 35, 0x01, [N/A], NVIDIA H200, rev B' ;;
+esac
 """
 
 
 def test_smi_reader_parses_query_csv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     install(tmp_path, "nvidia-smi", FAKE_SMI)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    a, b = SmiTelemetry().read([])
+    a, b = SmiProbe().snapshot().gpus
     assert (a.utilization, a.power, a.sm_clock, a.throttle) == (
         97.0,
         350.5,
@@ -218,15 +249,11 @@ def test_smi_reader_parses_query_csv(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_sampling_runs_on_its_own_thread() -> None:
     seen: list[str] = []
 
-    class Recorder:
-        def read(self, uuids: Sequence[str]) -> list[GpuSample]:
-            seen.append(threading.current_thread().name)
-            return []
+    def record(t: int) -> GpuSnapshot:
+        seen.append(threading.current_thread().name)
+        return GpuSnapshot((), ())
 
-        def close(self) -> None:
-            pass
-
-    with TelemetrySampler(Recorder(), interval=0.01):
+    with TelemetrySampler(Probe(record), interval=0.01):
         time.sleep(0.05)
     assert "sglang-telemetry" in seen
 
@@ -234,7 +261,6 @@ def test_sampling_runs_on_its_own_thread() -> None:
 @pytest.mark.slow
 def test_energy_per_token_matches_the_emulators_ground_truth(tmp_path: Path) -> None:
     from pytest_sglang.emulator.engine.trace import read_trace
-    from pytest_sglang.gpu.probes import write_fake_gpus
     from pytest_sglang.loadgen.runner import LoadGenerator
     from pytest_sglang.loadgen.workload import Workload
     from pytest_sglang.measure.measurement import measure
@@ -248,7 +274,7 @@ def test_energy_per_token_matches_the_emulators_ground_truth(tmp_path: Path) -> 
         tmp_path, "--tp-size", "2", "--emulator-engine", "batch", "--emulator-speedup", "10",
         "--emulator-gpu-dir", str(gpus), "--emulator-trace", str(trace),
     ) as emulator:  # fmt: skip
-        sampler = TelemetrySampler(FakeTelemetry(gpus), uuids, interval=0.1)
+        sampler = TelemetrySampler(FakeProbe(gpus), uuids, interval=0.1)
         with sampler:
             run = LoadGenerator(emulator.url).run_closed_loop(workload, 8)
         emulator.stop()
