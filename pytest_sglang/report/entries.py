@@ -10,6 +10,8 @@ key says which kind an entry is.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
 
 __all__ = [
@@ -30,6 +32,9 @@ __all__ = [
     "VerdictKind",
     "VerdictOutcome",
     "VerdictRow",
+    "group_warnings",
+    "join_levels",
+    "split_levels",
 ]
 
 #: The assertion that produced a verdict.
@@ -167,3 +172,33 @@ class ServerFailureRow(ServerFailureBody):
 
 #: Anything a test records for the report.
 Entry: TypeAlias = ServerEntry | GpusEntry | MeasurementEntry | VerdictEntry | ServerFailureEntry
+
+
+#: A verdict warning about some load levels starts with them: ``C=70, 100: text``.
+_LEVELS = re.compile(r"C=(\d+(?:, \d+)*): ")
+
+
+def split_levels(warning: str) -> tuple[set[int], str]:
+    """Return the load levels a warning names (``C=70, 100: ...``) and its text after them."""
+    match = _LEVELS.match(warning)
+    if match is None:
+        return set(), warning
+    return {int(level) for level in match.group(1).split(", ")}, warning[match.end() :]
+
+
+def join_levels(levels: Iterable[int], text: str) -> str:
+    """Return ``text`` prefixed with the load levels it holds at (none: ``text`` alone)."""
+    return f"C={', '.join(map(str, sorted(levels)))}: {text}" if levels else text
+
+
+def group_warnings(warnings: Iterable[str]) -> list[str]:
+    """Return ``warnings`` with each text once, the load levels it was given at merged.
+
+    ``C=70: x``, ``C=100: x`` and ``C=250: x`` become ``C=70, 100, 250: x``, so that a
+    warning that holds at several levels (a request cap, say) is one line naming them.
+    """
+    levels: dict[str, set[int]] = {}
+    for warning in warnings:
+        found, text = split_levels(warning)
+        levels.setdefault(text, set()).update(found)
+    return [join_levels(found, text) for text, found in levels.items()]

@@ -13,7 +13,13 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_sglang.report.entries import MeasurementRow, ServerEntry, VerdictRow
+from pytest_sglang.report.entries import (
+    MeasurementRow,
+    ServerEntry,
+    VerdictRow,
+    join_levels,
+    split_levels,
+)
 
 __all__ = ["emulated_speedups", "render_markdown", "render_tables"]
 
@@ -193,7 +199,11 @@ def render_tables(
     *,
     emulated: Mapping[str, float] | None = None,
 ) -> list[str]:
-    """Return the terminal summary: one table per workload, then the verdicts.
+    """Return the terminal summary: one table per workload, the verdicts, then the warnings.
+
+    Each thing is said once: a per-level table two verdicts share is printed under the
+    first, and each warning once, with every load level and test it was given for (the
+    JSON and Markdown reports keep each verdict's own list).
 
     :param emulated: the emulated servers and their speed-ups (:func:`emulated_speedups`),
         named in each table's title line.
@@ -210,12 +220,26 @@ def render_tables(
         lines += [line(row) for row in rows]
         lines += _row_splits(measurements, title)
         lines.append("")
+    tables: dict[str, str] = {}
+    warnings: dict[str, tuple[set[int], list[str]]] = {}
     for verdict in verdicts:
-        lines.append(f"[{_tag(verdict)}] {verdict['test']}: {verdict['summary']}")
-        if verdict["kind"] == "find_crossover" and verdict.get("table"):
-            lines += [f"    {row}" for row in verdict["table"].splitlines()]
+        test = verdict["test"]
+        lines.append(f"[{_tag(verdict)}] {test}: {verdict['summary']}")
+        table = verdict.get("table")
+        if verdict["kind"] == "find_crossover" and table:
+            if table in tables:
+                lines.append(f"    (per-level table as under {tables[table]})")
+            else:
+                tables[table] = test
+                lines += [f"    {row}" for row in table.splitlines()]
         lines += [f"    {line}" for line in breakdown_lines(verdict.get("evidence", {}))]
-        lines += [f"    warning: {w}" for w in verdict.get("warnings", [])]
+        for warning in verdict.get("warnings", []):
+            levels, text = split_levels(warning)
+            found, tests = warnings.setdefault(text, (set(), []))
+            found.update(levels)
+            tests += [] if test in tests else [test]
+    for text, (levels, tests) in warnings.items():
+        lines.append(f"warning: {join_levels(levels, text)} [{', '.join(tests)}]")
     return lines
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from pytest_sglang.errors import ComparisonRefused
 from pytest_sglang.measure.bench import BenchResult, Sweep
+from pytest_sglang.report.entries import group_warnings
 from pytest_sglang.verdicts.assertions import (
     Verdict,
     _check_comparable,
@@ -79,7 +80,7 @@ def assert_adaptive(
         mb, mf = _median(b, metric), _median(f, metric)
         best = b if (mb >= mf) == larger else f
         comparison = _compare(a, best, metric, by, alpha)
-        warnings += [f"C={level}: {w}" for w in confounders(a, b)]
+        warnings += confounders(a, b)
         if comparison.outcome is Outcome.FAIL:
             slower.append((level, comparison))
             note = (f"SLOWER by {1 - comparison.ratio:.1%} (at least "
@@ -109,7 +110,7 @@ def assert_adaptive(
         metric=metric, summary=summary, table="\n".join([header, *rows]),
         evidence={"adaptive": adaptive.server, "base": base.server, "fixed": fixed.server,
                   "levels": evidence},
-        warnings=warnings,
+        warnings=group_warnings(warnings),
     )  # fmt: skip
     return conclude(verdict)
 

@@ -19,7 +19,7 @@ from pytest_sglang.measure.bench import BenchResult, Sweep
 from pytest_sglang.measure.breakdown import breakdown_summary, summary_line
 from pytest_sglang.measure.metrics import metric_spec
 from pytest_sglang.report.context import record
-from pytest_sglang.report.entries import VerdictBody, VerdictKind
+from pytest_sglang.report.entries import VerdictBody, VerdictKind, group_warnings
 from pytest_sglang.server.handle import effective_max_running_requests
 from pytest_sglang.verdicts.decision import Comparison, Crossover, Outcome, compare, crossover
 from pytest_sglang.verdicts.policy import settle_inconclusive
@@ -177,7 +177,7 @@ def _cap_confounders(a: BenchResult, b: BenchResult) -> list[str]:
             return []
         low, low_where = (a, where_a) if cap_a < cap_b else (b, where_b)
         return [
-            f"at concurrency {level}, {low.server} runs at most {min(cap_a, cap_b)} requests "
+            f"C={level}: {low.server} runs at most {min(cap_a, cap_b)} requests "
             f"at once ({low_where}; EAGLE's implicit cap is 48) while the other runs up to "
             f"{max(cap_a, cap_b)}: the rest queue, so the comparison measures the cap as much "
             "as the configuration; pin --max-running-requests on both profiles"
@@ -191,7 +191,7 @@ def _cap_confounders(a: BenchResult, b: BenchResult) -> list[str]:
     if level <= cap:
         return []
     return [
-        f"at concurrency {level}, {capped.server} runs at most {cap} requests at once ({where}; "
+        f"C={level}: {capped.server} runs at most {cap} requests at once ({where}; "
         f"EAGLE's implicit cap is 48) while {other.server}'s /server_info reports "
         "max_running_requests null (not set on its command line: SGLang sized its limit from "
         "the KV cache, and that effective value is not in this result's configuration): "
@@ -475,7 +475,8 @@ def find_crossover(
     for a, b in zip(spec.points, base.points, strict=True):
         _check_comparable(a, b, metric)
         comparisons.append(_compare(a, b, metric, by, alpha))
-        warnings += [f"C={a.concurrency}: {w}" for w in confounders(a, b)]
+        warnings += confounders(a, b)
+    warnings = group_warnings(warnings)
     result = CrossoverVerdict(crossover(spec.levels, comparisons), metric, warnings)
     record_verdict(
         Verdict(

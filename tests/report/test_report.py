@@ -219,3 +219,43 @@ def test_the_table_title_says_when_tok_s_are_an_emulators() -> None:
     assert render_tables(rows[:1], [], emulated=plain)[0].endswith(  # type: ignore[arg-type]
         "; emulated in real time: baseline"
     )
+
+
+def test_the_terminal_summary_says_each_warning_and_table_once() -> None:
+    from pytest_sglang.report.summary import render_tables
+
+    cap = "eagle3 runs at most 48 requests at once; pin --max-running-requests"
+    blocks = "runs measured in blocks (eagle3 then baseline), not interleaved"
+    verdicts = [
+        {
+            "test": "t.py::test_crossover",
+            "kind": "find_crossover",
+            "outcome": "finding",
+            "summary": "crossover: C=2",
+            "table": "level table",
+            "warnings": [f"C=70, 100: {cap}"],
+        },
+        {
+            "test": "t.py::test_story",
+            "kind": "find_crossover",
+            "outcome": "finding",
+            "summary": "crossover: C=2",
+            "table": "level table",
+            "warnings": [f"C=70, 100: {cap}"],
+        },
+        {
+            "test": "t.py::test_load",
+            "kind": "assert_faster",
+            "outcome": "pass",
+            "summary": "PASS",
+            "table": "",
+            "warnings": [f"C=250: {cap}", blocks],
+        },
+    ]
+    lines = render_tables([], verdicts)  # type: ignore[arg-type]
+    text = "\n".join(lines)
+    assert text.count(cap) == 1 and text.count(blocks) == 1
+    assert lines.count("    level table") == 1
+    (cap_line,) = [line for line in lines if cap in line]
+    assert "C=70, 100, 250" in cap_line
+    assert all(test in text for test in ("test_crossover", "test_story", "test_load"))

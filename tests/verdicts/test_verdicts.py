@@ -87,7 +87,7 @@ def test_eagle_cap_is_flagged_above_48_only() -> None:
     base = result("baseline", FAST, concurrency=250)
     with pytest.raises(PerformanceAssertionError) as info:
         assert_faster(spec, base)
-    assert "at concurrency 250, eagle3 runs at most 48 requests at once" in str(info.value)
+    assert "C=250: eagle3 runs at most 48 requests at once" in str(info.value)
     verdict = assert_faster(result("eagle3", FAST, config=SPEC_CONFIG), result("baseline", SLOW))
     assert not any("max_running_requests" in w for w in verdict.warnings)
 
@@ -126,6 +126,14 @@ def test_crossover_found_and_compared_with_numbers() -> None:
     assert never.level is None and not (never <= 1000) and never == None  # noqa: E711
     with pytest.raises(ComparisonRefused, match="different levels"):
         find_crossover(sweep("e", {1: FAST}), sweep("b", {2: SLOW}))
+
+
+def test_a_warning_repeated_at_several_levels_is_one_line_naming_them() -> None:
+    spec = sweep("eagle3", {1: FAST, 70: SLOW, 100: SLOW, 250: SLOW}, config=SPEC_CONFIG)
+    found = find_crossover(spec, sweep("baseline", {1: FAST, 70: SLOW, 100: SLOW, 250: SLOW}))
+    caps = [w for w in found.warnings if "runs at most 48" in w]
+    assert len(caps) == 1 and caps[0].startswith("C=70, 100, 250: eagle3 runs at most 48")
+    assert "concurrency 70" not in caps[0]
 
 
 def test_break_even() -> None:
