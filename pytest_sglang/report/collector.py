@@ -3,14 +3,10 @@
 The JSON goes to ``--sglang-report PATH``, the Markdown to ``--sglang-markdown PATH``; the
 tables themselves are rendered by :mod:`pytest_sglang.report.summary`.
 
-Measurements, verdicts and server details travel as ``("sglang", {...})`` entries of each
-test's ``user_properties``, which pytest (and pytest-xdist, from its workers) puts on every
-test report. The reporter reads them on the controller only, in
-``pytest_runtest_logreport``, through :func:`~pytest_sglang.report.junit.report_entries`
-(the ledger there takes them out of the report first, leaving concise JUnit properties), so
-it works the same with and without xdist. The JSON is
-written atomically (temporary file, then rename: ``report/writing.py``) after every test that
-added something and at the end, so an interrupted run still leaves a valid report
+The reporter reads each test report's entries on the controller only, through
+:func:`~pytest_sglang.report.junit.report_entries`, so it works the same with and without
+xdist. The JSON is written atomically (``report/writing.py``) after every test that added
+something and at the end, so an interrupted run still leaves a valid report
 (``complete: false``).
 
 A report is never the reason a run fails or loses data: a write that fails (a full disk,
@@ -159,8 +155,9 @@ class SGLangReporter:
 
     # -- output ---------------------------------------------------------------------------
 
-    def document(self, *, complete: bool, interrupted: bool = False,
-                 exit_status: int | None = None) -> dict[str, Any]:  # fmt: skip
+    def document(
+        self, *, complete: bool, interrupted: bool = False, exit_status: int | None = None
+    ) -> dict[str, Any]:
         """Return the report as plain JSON types (see ``schemas/report.schema.json``)."""
         import platform
 
@@ -175,19 +172,28 @@ class SGLangReporter:
         servers = [_with_launch(s, by_pid) for s in servers]
         versions = sorted({str(s["version"]) for s in servers if s.get("version")})
         document: dict[str, Any] = {
-            "format": "pytest-sglang-report", "version": REPORT_VERSION,
-            "complete": complete, "interrupted": interrupted, "exit_status": exit_status,
-            "created": self.created, "updated": _now(),
+            "format": "pytest-sglang-report",
+            "version": REPORT_VERSION,
+            "complete": complete,
+            "interrupted": interrupted,
+            "exit_status": exit_status,
+            "created": self.created,
+            "updated": _now(),
             "environment": {
-                "plugin_version": plugin_version(), "python": sys.version.split()[0],
-                "pytest": pytest.__version__, "platform": platform.platform(),
-                "sglang_versions": versions, "gpus": self.gpus,
+                "plugin_version": plugin_version(),
+                "python": sys.version.split()[0],
+                "pytest": pytest.__version__,
+                "platform": platform.platform(),
+                "sglang_versions": versions,
+                "gpus": self.gpus,
                 **self._shard(),
             },
-            "servers": servers, "measurements": measurements,
+            "servers": servers,
+            "measurements": measurements,
             "verdicts": self.verdicts,
-            "launches": launches, "server_failures": self.server_failures,
-        }  # fmt: skip
+            "launches": launches,
+            "server_failures": self.server_failures,
+        }
         redacted: dict[str, Any] = self._redact.json(document)
         return redacted
 
@@ -200,8 +206,9 @@ class SGLangReporter:
         value = getattr(shard, "value", None)
         return {"shard": str(value)} if value is not None else {}
 
-    def write(self, *, complete: bool, interrupted: bool = False,
-              exit_status: int | None = None) -> None:  # fmt: skip
+    def write(
+        self, *, complete: bool, interrupted: bool = False, exit_status: int | None = None
+    ) -> None:
         """Write the JSON report atomically (no-op without ``--sglang-report``).
 
         A failure is a warning (see the module docstring), never an error.
@@ -211,8 +218,9 @@ class SGLangReporter:
         from pytest_sglang.report.writing import write_atomic
 
         try:
-            document = self.document(complete=complete, interrupted=interrupted,
-                                     exit_status=exit_status)  # fmt: skip
+            document = self.document(
+                complete=complete, interrupted=interrupted, exit_status=exit_status
+            )
             text = json.dumps(document, indent=1, allow_nan=False, default=str) + "\n"
             write_atomic(self.path, text)
         except (OSError, ValueError) as exc:
@@ -237,9 +245,18 @@ class SGLangReporter:
         """Return the measurements, each once (a cached one is recorded by every user)."""
         return _dedupe(
             self.measurements,
-            lambda m: json.dumps([m["server"], m["workload"], m["concurrency"], len(m["runs"]),
-                                  m.get("rate"), m.get("arrival")], sort_keys=True),
-        )  # fmt: skip
+            lambda m: json.dumps(
+                [
+                    m["server"],
+                    m["workload"],
+                    m["concurrency"],
+                    len(m["runs"]),
+                    m.get("rate"),
+                    m.get("arrival"),
+                ],
+                sort_keys=True,
+            ),
+        )
 
     def append_markdown(self, *, interrupted: bool) -> None:
         """Append the Markdown summary to ``--sglang-markdown PATH`` (no-op without it).

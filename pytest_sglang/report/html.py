@@ -136,8 +136,9 @@ def _workload_title(workload: Mapping[str, Any]) -> str:
 def _groups(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
-        key = json.dumps({k: v for k, v in row["workload"].items() if k != "requests"},
-                         sort_keys=True)  # fmt: skip
+        key = json.dumps(
+            {k: v for k, v in row["workload"].items() if k != "requests"}, sort_keys=True
+        )
         groups.setdefault(key, []).append(row)
     return groups
 
@@ -155,8 +156,11 @@ def _regressed_levels(
     def key(server: object, workload: object, concurrency: object) -> str:
         return json.dumps([str(server), workload, concurrency], sort_keys=True)
 
-    levels = {key(r["server"], r["workload"], r["concurrency"]): int(r["concurrency"])
-              for r in rows if r.get("rate") is None}  # fmt: skip
+    levels = {
+        key(r["server"], r["workload"], r["concurrency"]): int(r["concurrency"])
+        for r in rows
+        if r.get("rate") is None
+    }
     out = []
     for verdict in verdicts:
         if verdict.get("kind") != "assert_no_regression" or verdict.get("outcome") != "fail":
@@ -184,8 +188,11 @@ def _crossovers(verdicts: Sequence[Mapping[str, Any]]) -> list[tuple[str, int]]:
 
 def _verdict_html(verdict: Mapping[str, Any]) -> str:
     outcome = str(verdict.get("outcome", ""))
-    tag = "REGRESSION" if outcome == "fail" and verdict.get("kind") == "assert_no_regression" \
-        else outcome.upper()  # fmt: skip
+    tag = (
+        "REGRESSION"
+        if outcome == "fail" and verdict.get("kind") == "assert_no_regression"
+        else outcome.upper()
+    )
     warnings = "".join(f"<li>{_e(w)}</li>" for w in verdict.get("warnings", []))
     evidence = verdict.get("table") or json.dumps(verdict.get("evidence", {}), indent=1)
     return (
@@ -233,12 +240,17 @@ def render_html(
         "</p>",
     ]
     if failed:
-        parts.append(f'<p class="summary-fail"><b>{len(failed)} verdict(s) failed</b>: '
-                     + "; ".join(_e(v.get("summary")) for v in failed[:5]) + "</p>")  # fmt: skip
+        parts.append(
+            f'<p class="summary-fail"><b>{len(failed)} verdict(s) failed</b>: '
+            + "; ".join(_e(v.get("summary")) for v in failed[:5])
+            + "</p>"
+        )
     elif verdicts:
         parts.append(f'<p class="summary-ok">{len(verdicts)} verdict(s), none failed.</p>')
-    env_rows = [(k.replace("_", " "), ", ".join(map(str, v)) if isinstance(v, list) else v)
-                for k, v in environment.items()]  # fmt: skip
+    env_rows = [
+        (k.replace("_", " "), ", ".join(map(str, v)) if isinstance(v, list) else v)
+        for k, v in environment.items()
+    ]
     parts += ["<h2>Environment</h2>", _table(("what", "value"), env_rows)]
 
     servers = document.get("servers", [])
@@ -248,21 +260,40 @@ def render_html(
             launch = server.get("launch") or {}
             command = " ".join(redact_command([str(a) for a in launch.get("command", [])]))
             readiness = server.get("readiness") or {}
-            server_rows.append((server.get("name"), server.get("url"), server.get("version"),
-                         server.get("model"), command or "(attached)",
-                         _seconds(readiness.get("total"))))  # fmt: skip
-        parts += ["<h2>Servers</h2>",
-                  _table(("name", "url", "SGLang", "model", "launch command (secrets redacted)",
-                          "ready in (s)"), server_rows)]  # fmt: skip
+            server_rows.append(
+                (
+                    server.get("name"),
+                    server.get("url"),
+                    server.get("version"),
+                    server.get("model"),
+                    command or "(attached)",
+                    _seconds(readiness.get("total")),
+                )
+            )
+        parts += [
+            "<h2>Servers</h2>",
+            _table(
+                (
+                    "name",
+                    "url",
+                    "SGLang",
+                    "model",
+                    "launch command (secrets redacted)",
+                    "ready in (s)",
+                ),
+                server_rows,
+            ),
+        ]
     configs: dict[str, tuple[str, str]] = {}
     for row in measurements:
         config = row.get("config") or {}
         text = ", ".join(f"{k}={v}" for k, v in sorted(config.items()))
         configs.setdefault(f"{row['server']}|{text}", (str(row["server"]), text))
     if configs:
-        parts += ["<h2>Configurations (what the fingerprint compares)</h2>",
-                  _table(("server", "effective configuration (/server_info)"),
-                         list(configs.values()))]  # fmt: skip
+        parts += [
+            "<h2>Configurations (what the fingerprint compares)</h2>",
+            _table(("server", "effective configuration (/server_info)"), list(configs.values())),
+        ]
 
     base_groups = _groups(baselines)
     crossovers = _crossovers(verdicts)
@@ -271,21 +302,45 @@ def render_html(
         parts.append(f"<h2>Workload {index + 1}: {_e(_workload_title(workload))}</h2>")
         series = series_of(rows) + series_of(base_groups.get(key, []), baseline=True)
         plots = render_workload_plots(
-            series, title=_workload_title(workload), crossovers=crossovers,
+            series,
+            title=_workload_title(workload),
+            crossovers=crossovers,
             regressions=_regressed_levels(verdicts, rows),
-        )  # fmt: skip
+        )
         for caption, svg in plots:
-            parts.append(f'<figure class="plot">{svg}<figcaption class="muted">{_e(caption)}'
-                         "</figcaption></figure>")  # fmt: skip
+            parts.append(
+                f'<figure class="plot">{svg}<figcaption class="muted">{_e(caption)}'
+                "</figcaption></figure>"
+            )
         table_rows = [
-            (r["server"], _load(r), len(r["runs"]),
-             _median(r["runs"], "output_throughput"), _median(r["runs"], "ttft.p50", 1000),
-             _median(r["runs"], "ttft.p99", 1000), _median(r["runs"], "itl.p50", 1000),
-             sum(int(run.get("failed", 0)) for run in r["runs"]))
+            (
+                r["server"],
+                _load(r),
+                len(r["runs"]),
+                _median(r["runs"], "output_throughput"),
+                _median(r["runs"], "ttft.p50", 1000),
+                _median(r["runs"], "ttft.p99", 1000),
+                _median(r["runs"], "itl.p50", 1000),
+                sum(int(run.get("failed", 0)) for run in r["runs"]),
+            )
             for r in sorted(rows, key=lambda r: (r["concurrency"], r["server"]))
-        ]  # fmt: skip
-        parts.append(_table(("server", "C", "runs", "out tok/s", "TTFT p50 ms", "TTFT p99 ms",
-                             "ITL p50 ms", "errors"), table_rows, numeric=1))  # fmt: skip
+        ]
+        parts.append(
+            _table(
+                (
+                    "server",
+                    "C",
+                    "runs",
+                    "out tok/s",
+                    "TTFT p50 ms",
+                    "TTFT p99 ms",
+                    "ITL p50 ms",
+                    "errors",
+                ),
+                table_rows,
+                numeric=1,
+            )
+        )
         parts.append('<p class="muted">medians over runs; ± half the range of the runs</p>')
     parts.append("<h2>Verdicts</h2>")
     if not verdicts:

@@ -12,23 +12,11 @@ failed call report when the teardown failed too). The results collector and the 
 gate read the full entries through :func:`report_entries`, never ``user_properties``; the
 gate's own verdicts join them through :func:`add_entry`.
 
-The concise properties (docs/ci.md, "JUnit XML"), every value at most
-:data:`MAX_VALUE_CHARS` characters, redacted, JSON where it is structured, never a repr:
-
-* ``sglang.verdict``: the test's verdicts in one word, the worst of them: ``fail``,
-  ``inconclusive``, ``pass``, or ``finding`` (a crossover only);
-* ``sglang.verdict.N`` (N from 1): one verdict as JSON: kind, outcome, metric, summary and,
-  for a comparison, its ratio, bound and p-value;
-* ``sglang.SERVER.cC.output_tok_s``, ``.ttft_p50_ms``, ``.itl_p50_ms``, ``.runs``,
-  ``.errors`` (and ``.cut``: what cut it short, in which run): each measurement's medians
-  over its runs (``.wK`` after the server when the test measured several workloads), and
-  ``sglang.workload`` (``sglang.workload.wK``) as JSON;
-* ``sglang.server.NAME``: the server a test used as JSON (URL, model, version);
-* ``sglang.server_failure.NAME``: a server the test could not have, as JSON (error, phase,
-  exit code, the message's first line);
-* ``sglang.gpus``: the GPU names and counts as JSON.
-
-The full evidence (every run, every verdict's table) stays in the JSON report.
+The concise properties (``sglang.verdict``, ``sglang.verdict.N``, per-measurement medians,
+``sglang.workload``, ``sglang.server.NAME``, ``sglang.server_failure.NAME``,
+``sglang.gpus``) are listed in docs/ci.md, "JUnit XML": each value at most
+:data:`MAX_VALUE_CHARS` characters, redacted, JSON where it is structured, never a repr. The
+full evidence (every run, every verdict's table) stays in the JSON report.
 """
 
 from __future__ import annotations
@@ -124,9 +112,10 @@ class EntryLedger:
         concise = concise_properties(entries, self._redact)
         for each in reports if report.when == "teardown" else [report]:
             each.user_properties = [
-                (name, value) for name, value in each.user_properties
+                (name, value)
+                for name, value in each.user_properties
                 if name != ENTRY_NAME and not str(name).startswith(PROPERTY_PREFIX)
-            ] + concise  # fmt: skip
+            ] + concise
         if report.when == "teardown":
             del self._reports[key]
 
@@ -249,17 +238,24 @@ def concise_properties(entries: Sequence[Entry], redact: Redactor) -> list[tuple
         if entry["record"] == "server":
             servers[str(entry["name"])] = entry
     for name, server in servers.items():
-        body = {"url": server.get("url"), "model": server.get("model"),
-                "version": server.get("version")}  # fmt: skip
+        body = {
+            "url": server.get("url"),
+            "model": server.get("model"),
+            "version": server.get("version"),
+        }
         props.append((f"sglang.server.{_name(name)}", json_value(body, redact)))
     for entry in entries:
         if entry["record"] == "server_failure":
             message = str(entry.get("message", "")).strip().splitlines()
-            body = {"error": entry.get("error"), "phase": entry.get("phase"),
-                    "exit_code": entry.get("exit_code"),
-                    "message": message[0] if message else ""}  # fmt: skip
-            props.append((f"sglang.server_failure.{_name(entry['server'])}",
-                          json_value(body, redact)))  # fmt: skip
+            body = {
+                "error": entry.get("error"),
+                "phase": entry.get("phase"),
+                "exit_code": entry.get("exit_code"),
+                "message": message[0] if message else "",
+            }
+            props.append(
+                (f"sglang.server_failure.{_name(entry['server'])}", json_value(body, redact))
+            )
     gpus = next((e for e in reversed(entries) if e["record"] == "gpus"), None)
     if gpus is not None and gpus["names"]:
         counts: dict[str, int] = {}

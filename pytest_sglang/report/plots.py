@@ -80,8 +80,17 @@ def _server(label: str) -> str:
 
 
 #: matplotlib's tab10 colours without its red, which marks regressions and crossovers.
-_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-            "#bcbd22", "#7f7f7f")  # fmt: skip
+_COLOURS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#17becf",
+    "#bcbd22",
+    "#7f7f7f",
+)
 
 
 def series_styles(series: Sequence[Series]) -> list[tuple[str, Any]]:
@@ -133,8 +142,7 @@ def render_workload_plots(
     from matplotlib import pyplot as plt
     from matplotlib.figure import Figure
 
-    plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "pytest-sglang",
-                         "font.size": 9})  # fmt: skip
+    plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "pytest-sglang", "font.size": 9})
     styles = series_styles(series)
     plots: list[tuple[str, str]] = []
 
@@ -159,30 +167,56 @@ def render_workload_plots(
                 err = [[st[0] - st[1] for _, st in pts], [st[2] - st[0] for _, st in pts]]
                 marker = "s" if m.endswith("p99") else "o"
                 name = s.label + (f" {m.split('.')[1]}" if metric == "ttft" else "")
-                ax.errorbar(xs, med, yerr=err, linestyle=style, marker=marker, color=colour,
-                            capsize=3, markersize=4, label=name, linewidth=1.3)  # fmt: skip
+                ax.errorbar(
+                    xs,
+                    med,
+                    yerr=err,
+                    linestyle=style,
+                    marker=marker,
+                    color=colour,
+                    capsize=3,
+                    markersize=4,
+                    label=name,
+                    linewidth=1.3,
+                )
                 if metric == "output_throughput" and not s.baseline:
                     hit = {c for name, c in regressions if name == s.label}
                     bad = [(c, v) for c, v in zip(xs, med, strict=True) if c in hit]
                     if bad:
-                        ax.scatter([c for c, _ in bad], [v for _, v in bad], s=160,
-                                   facecolors="none", edgecolors="#d62728", linewidths=2,
-                                   label="regression", zorder=5)  # fmt: skip
+                        ax.scatter(
+                            [c for c, _ in bad],
+                            [v for _, v in bad],
+                            s=160,
+                            facecolors="none",
+                            edgecolors="#d62728",
+                            linewidths=2,
+                            label="regression",
+                            zorder=5,
+                        )
             ax.set_ylabel(ylabel)
     for ax, (metric, _, _) in zip(axes, PANELS, strict=True):
         ax.set_xlabel("concurrency")
         ax.set_xscale("symlog", linthresh=1)
         ax.grid(True, alpha=0.3)
         for name, level in crossovers:
-            ax.axvline(level, color="#d62728", linestyle=":", linewidth=1.2,
-                       label=f"crossover {name} C={level}" if metric == "output_throughput"
-                       else None)  # fmt: skip
+            ax.axvline(
+                level,
+                color="#d62728",
+                linestyle=":",
+                linewidth=1.2,
+                label=f"crossover {name} C={level}" if metric == "output_throughput" else None,
+            )
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     figure.suptitle(title, fontsize=10)
-    plots.append(("Throughput, TTFT and ITL against concurrency (median over runs, bars: "
-                  "slowest to fastest run; dashed or dotted: a stored baseline, in its server's "
-                  "colour)", svg(figure)))  # fmt: skip
+    plots.append(
+        (
+            "Throughput, TTFT and ITL against concurrency (median over runs, bars: "
+            "slowest to fastest run; dashed or dotted: a stored baseline, in its server's "
+            "colour)",
+            svg(figure),
+        )
+    )
 
     figure, ax = plt.subplots(figsize=(6, 4))
     drawn = False
@@ -196,17 +230,34 @@ def render_workload_plots(
         if not pareto:
             continue
         drawn = True
-        ax.plot([p[0] for p in pareto], [p[1] for p in pareto], linestyle=style,
-                marker="o", color=colour, label=s.label, markersize=4)  # fmt: skip
+        ax.plot(
+            [p[0] for p in pareto],
+            [p[1] for p in pareto],
+            linestyle=style,
+            marker="o",
+            color=colour,
+            label=s.label,
+            markersize=4,
+        )
         for x, y, c in pareto:
-            ax.annotate(f"C={c}", (x, y), textcoords="offset points", xytext=(4, 3),
-                        fontsize=7, color=colour)  # fmt: skip
+            ax.annotate(
+                f"C={c}",
+                (x, y),
+                textcoords="offset points",
+                xytext=(4, 3),
+                fontsize=7,
+                color=colour,
+            )
     ax.set_xlabel("TPOT p50 per user (ms/token)")
     ax.set_ylabel("output throughput (tok/s)")
     ax.grid(True, alpha=0.3)
     if drawn:
         ax.legend(fontsize=7)
     ax.set_title(f"{title}: throughput against latency", fontsize=10)
-    plots.append(("Throughput against per-user latency (the Pareto view), one point per "
-                  "concurrency", svg(figure)))  # fmt: skip
+    plots.append(
+        (
+            "Throughput against per-user latency (the Pareto view), one point per concurrency",
+            svg(figure),
+        )
+    )
     return plots

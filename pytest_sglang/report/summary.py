@@ -86,13 +86,19 @@ def _title(workload: Mapping[str, Any]) -> str:
     return (
         f"workload: {workload['endpoint']}, input {workload['input_len']}, output "
         f"{workload['output_len']} tokens, {workload['requests']} requests"
-        + (f" (or {workload['requests_per_slot']} per slot)"
-           if workload.get("requests_per_slot") else "")
-        + (f", dataset {str(workload['dataset']).rsplit('/', 1)[-1]}"
-           if workload.get("dataset") else "")
+        + (
+            f" (or {workload['requests_per_slot']} per slot)"
+            if workload.get("requests_per_slot")
+            else ""
+        )
+        + (
+            f", dataset {str(workload['dataset']).rsplit('/', 1)[-1]}"
+            if workload.get("dataset")
+            else ""
+        )
         + (f", {workload['turns']}-turn sessions" if workload.get("turns") else "")
         + "; medians over runs, times in ms"
-    )  # fmt: skip
+    )
 
 
 def emulated_speedups(servers: Sequence[ServerEntry]) -> dict[str, float]:
@@ -313,19 +319,28 @@ def _xychart(rows: Sequence[list[str]]) -> list[str]:
     servers: dict[str, dict[int, str]] = {}
     for row in rows:
         servers.setdefault(row[0], {})[int(row[1])] = row[3]
-    drawn = {name: points for name, points in servers.items()
-             if all(points.get(c, "-") != "-" for c in levels)}  # fmt: skip
+    drawn = {
+        name: points
+        for name, points in servers.items()
+        if all(points.get(c, "-") != "-" for c in levels)
+    }
     if not drawn:
         return []
-    out = ["```mermaid", "xychart-beta", '    title "Output throughput against concurrency"',
-           "    x-axis \"concurrency\" [" + ", ".join(str(c) for c in levels) + "]",
-           '    y-axis "output tok/s (median over runs)"']  # fmt: skip
+    out = [
+        "```mermaid",
+        "xychart-beta",
+        '    title "Output throughput against concurrency"',
+        '    x-axis "concurrency" [' + ", ".join(str(c) for c in levels) + "]",
+        '    y-axis "output tok/s (median over runs)"',
+    ]
     out += ["    line [" + ", ".join(points[c] for c in levels) + "]" for points in drawn.values()]
     out += ["```", ""]
     names = ", ".join(f"{i + 1}. {_md(name)}" for i, name in enumerate(drawn))
     left = [name for name in servers if name not in drawn]
-    out.append(f"_Lines in order: {names}._" + (
-        f" _Not drawn (levels missing): {_md(', '.join(left))}._" if left else ""))  # fmt: skip
+    out.append(
+        f"_Lines in order: {names}._"
+        + (f" _Not drawn (levels missing): {_md(', '.join(left))}._" if left else "")
+    )
     out.append("")
     return out
 

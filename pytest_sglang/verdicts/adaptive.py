@@ -83,35 +83,51 @@ def assert_adaptive(
         warnings += confounders(a, b)
         if comparison.outcome is Outcome.FAIL:
             slower.append((level, comparison))
-            note = (f"SLOWER by {1 - comparison.ratio:.1%} (at least "
-                    f"{1 - comparison.upper_bound:.1%})")  # fmt: skip
+            note = (
+                f"SLOWER by {1 - comparison.ratio:.1%} (at least {1 - comparison.upper_bound:.1%})"
+            )
         elif comparison.outcome is Outcome.PASS:
             note = "faster"
         else:
             note = "not slower"
-        rows.append(f"{level:>6}  {mb:>10.4g}  {mf:>10.4g}  {_median(a, metric):>10.4g}  "
-                    f"{best.server:>12}  {comparison.ratio:>7.4f}  {comparison.lower_bound:>7.4f}"
-                    f"  {comparison.upper_bound:>7.4f}  {note}")  # fmt: skip
+        rows.append(
+            f"{level:>6}  {mb:>10.4g}  {mf:>10.4g}  {_median(a, metric):>10.4g}  "
+            f"{best.server:>12}  {comparison.ratio:>7.4f}  {comparison.lower_bound:>7.4f}"
+            f"  {comparison.upper_bound:>7.4f}  {note}"
+        )
         evidence.append({"level": level, "reference": best.server, **comparison.as_dict()})
-    header = (f"{metric}: median per level; ratio = {adaptive.server}/best (Hodges-Lehmann, "
-              f"one-sided bounds at alpha {alpha:g}), failing below {by:g}\n"
-              f"{'C':>6}  {base.server:>10.10}  {fixed.server:>10.10}  "
-              f"{adaptive.server:>10.10}  {'best':>12}  {'ratio':>7}  {'lower':>7}  "
-              f"{'upper':>7}")  # fmt: skip
+    header = (
+        f"{metric}: median per level; ratio = {adaptive.server}/best (Hodges-Lehmann, "
+        f"one-sided bounds at alpha {alpha:g}), failing below {by:g}\n"
+        f"{'C':>6}  {base.server:>10.10}  {fixed.server:>10.10}  "
+        f"{adaptive.server:>10.10}  {'best':>12}  {'ratio':>7}  {'lower':>7}  "
+        f"{'upper':>7}"
+    )
     if slower:
         where = ", ".join(f"C={level} ({1 - c.ratio:.1%})" for level, c in slower)
-        summary = f"FAIL: {adaptive.server} is significantly slower than the best of " \
-                  f"{base.server} and {fixed.server} at {where}"  # fmt: skip
+        summary = (
+            f"FAIL: {adaptive.server} is significantly slower than the best of "
+            f"{base.server} and {fixed.server} at {where}"
+        )
     else:
-        summary = (f"PASS: {adaptive.server} is not significantly slower than the best of "
-                   f"{base.server} and {fixed.server} at any of C={list(levels)}")  # fmt: skip
+        summary = (
+            f"PASS: {adaptive.server} is not significantly slower than the best of "
+            f"{base.server} and {fixed.server} at any of C={list(levels)}"
+        )
     verdict = Verdict(
-        kind="assert_adaptive", outcome=Outcome.FAIL if slower else Outcome.PASS,
-        metric=metric, summary=summary, table="\n".join([header, *rows]),
-        evidence={"adaptive": adaptive.server, "base": base.server, "fixed": fixed.server,
-                  "levels": evidence},
+        kind="assert_adaptive",
+        outcome=Outcome.FAIL if slower else Outcome.PASS,
+        metric=metric,
+        summary=summary,
+        table="\n".join([header, *rows]),
+        evidence={
+            "adaptive": adaptive.server,
+            "base": base.server,
+            "fixed": fixed.server,
+            "levels": evidence,
+        },
         warnings=group_warnings(warnings),
-    )  # fmt: skip
+    )
     return conclude(verdict)
 
 
@@ -139,9 +155,10 @@ class AdaptiveRecommendation:
     def table(self) -> str:
         """Return the evidence per level as text."""
         steps = sorted(self.levels[0]["medians"]) if self.levels else []
-        lines = [f"{self.metric} median per level and draft steps (0 = baseline)",
-                 f"{'C':>6}  " + "  ".join(f"{f'steps {s}':>10}" for s in steps)
-                 + "  chosen  why"]  # fmt: skip
+        lines = [
+            f"{self.metric} median per level and draft steps (0 = baseline)",
+            f"{'C':>6}  " + "  ".join(f"{f'steps {s}':>10}" for s in steps) + "  chosen  why",
+        ]
         for row in self.levels:
             cells = "  ".join(f"{row['medians'][s]:>10.4g}" for s in steps)
             lines.append(f"{row['level']:>6}  {cells}  {row['steps']:>6}  {row['why']}")
@@ -190,10 +207,22 @@ def recommend_adaptive_config(
                 f"{chosen.ratio:.3f}x baseline (lower bound {chosen.lower_bound:.3f})",
             )
         else:
-            steps, why = 0, (f"best speculation (steps {best}) {chosen.ratio:.3f}x baseline, "
-                             f"not significantly faster ({chosen.outcome.name})")  # fmt: skip
-        rows.append({"level": level, "medians": medians, "steps": steps, "why": why,
-                     "comparison": chosen.as_dict()})  # fmt: skip
+            steps, why = (
+                0,
+                (
+                    f"best speculation (steps {best}) {chosen.ratio:.3f}x baseline, "
+                    f"not significantly faster ({chosen.outcome.name})"
+                ),
+            )
+        rows.append(
+            {
+                "level": level,
+                "medians": medians,
+                "steps": steps,
+                "why": why,
+                "comparison": chosen.as_dict(),
+            }
+        )
     config: dict[str, dict[str, Any]] = {}
     previous = None
     for row in rows:

@@ -71,11 +71,14 @@ class Verdict:
     def as_dict(self) -> VerdictBody:
         """Return plain JSON types, for reports."""
         return {
-            "kind": self.kind, "metric": self.metric,
+            "kind": self.kind,
+            "metric": self.metric,
             "outcome": self.outcome if isinstance(self.outcome, str) else self.outcome.value,
-            "summary": self.summary, "warnings": list(self.warnings), "evidence": self.evidence,
+            "summary": self.summary,
+            "warnings": list(self.warnings),
+            "evidence": self.evidence,
             "table": self.table,
-        }  # fmt: skip
+        }
 
 
 def record_verdict(verdict: Verdict) -> None:
@@ -182,8 +185,11 @@ def _cap_confounders(a: BenchResult, b: BenchResult) -> list[str]:
             f"{max(cap_a, cap_b)}: the rest queue, so the comparison measures the cap as much "
             "as the configuration; pin --max-running-requests on both profiles"
         ]
-    known = [(side, cap, where) for side, cap, where in ((a, cap_a, where_a), (b, cap_b, where_b))
-             if cap is not None]  # fmt: skip
+    known = [
+        (side, cap, where)
+        for side, cap, where in ((a, cap_a, where_a), (b, cap_b, where_b))
+        if cap is not None
+    ]
     if len(known) != 1:
         return []
     capped, cap, where = known[0]
@@ -223,8 +229,10 @@ def _check_comparable(a: BenchResult, b: BenchResult, metric: str) -> None:
 def _schedule_note(a: BenchResult, b: BenchResult) -> list[str]:
     if a.schedule == b.schedule == "interleaved":
         return []
-    return [f"runs measured in blocks ({a.server} then {b.server}), not interleaved: drift "
-            "between the blocks is not cancelled (launched servers share the GPUs)"]  # fmt: skip
+    return [
+        f"runs measured in blocks ({a.server} then {b.server}), not interleaved: drift "
+        "between the blocks is not cancelled (launched servers share the GPUs)"
+    ]
 
 
 def _compare(a: BenchResult, b: BenchResult, metric: str, by: float, alpha: float) -> Comparison:
@@ -232,9 +240,15 @@ def _compare(a: BenchResult, b: BenchResult, metric: str, by: float, alpha: floa
     larger_is_better = _direction(metric)  # an unknown metric fails here, before any run
     try:
         return compare(
-            a.values(metric), b.values(metric), larger_is_better=larger_is_better, by=by,
-            alpha=alpha, label_a=a.server, label_b=b.server, metric=metric,
-        )  # fmt: skip
+            a.values(metric),
+            b.values(metric),
+            larger_is_better=larger_is_better,
+            by=by,
+            alpha=alpha,
+            label_a=a.server,
+            label_b=b.server,
+            metric=metric,
+        )
     except ValueError as exc:
         raise ComparisonRefused(f"cannot compare {a.label()} with {b.label()}: {exc}") from None
 
@@ -299,16 +313,22 @@ def assert_faster(
     _check_comparable(a, b, metric)
     comparison = _compare(a, b, metric, by, alpha)
     verdict = Verdict(
-        kind="assert_faster", outcome=comparison.outcome, metric=metric,
+        kind="assert_faster",
+        outcome=comparison.outcome,
+        metric=metric,
         summary=f"assert_faster({a.label()}, {b.label()}): {comparison.summary()}",
         table=comparison.table() + "\n" + _context(a, b),
-        evidence={"a": a.label(), "b": b.label(), "workload": a.workload.as_dict(),
-                  "comparison": comparison.as_dict(),
-                  "schedule": "interleaved" if a.schedule == b.schedule == "interleaved"
-                  else "blocks", **_breakdown_evidence(a, b),
-                  **_not_applicable_evidence(a, b)},
+        evidence={
+            "a": a.label(),
+            "b": b.label(),
+            "workload": a.workload.as_dict(),
+            "comparison": comparison.as_dict(),
+            "schedule": "interleaved" if a.schedule == b.schedule == "interleaved" else "blocks",
+            **_breakdown_evidence(a, b),
+            **_not_applicable_evidence(a, b),
+        },
         warnings=confounders(a, b) + _schedule_note(a, b),
-    )  # fmt: skip
+    )
     return conclude(verdict)
 
 
@@ -358,16 +378,28 @@ def _absolute(m: BenchResult, metric: str, value: float, alpha: float, at_least:
         f"median: lower {lower:.6g}, upper {upper:.6g}; gate {word} {value:g}"
     )
     if outcome is Outcome.INCONCLUSIVE:
-        table += ("\noutcome: INCONCLUSIVE - the threshold lies between the bounds; more runs "
-                  "(or less noise) would decide")  # fmt: skip
+        table += (
+            "\noutcome: INCONCLUSIVE - the threshold lies between the bounds; more runs "
+            "(or less noise) would decide"
+        )
     if metric.startswith("ttft"):
         table += "".join(f"\n{line}" for line in _breakdown_lines(m))
     return Verdict(
-        kind="assert_at_least" if at_least else "assert_at_most", outcome=outcome, metric=metric,
-        summary=f"{outcome.name}: {metric} of {m.label()} {word} {value:g}", table=table,
-        evidence={"result": m.label(), "values": values, "threshold": value, "lower": lower,
-                  "upper": upper, "confidence": confidence, **_breakdown_evidence(m)},
-    )  # fmt: skip
+        kind="assert_at_least" if at_least else "assert_at_most",
+        outcome=outcome,
+        metric=metric,
+        summary=f"{outcome.name}: {metric} of {m.label()} {word} {value:g}",
+        table=table,
+        evidence={
+            "result": m.label(),
+            "values": values,
+            "threshold": value,
+            "lower": lower,
+            "upper": upper,
+            "confidence": confidence,
+            **_breakdown_evidence(m),
+        },
+    )
 
 
 def assert_at_least(m: BenchResult, metric: str, value: float, alpha: float = 0.05) -> Verdict:
@@ -480,14 +512,20 @@ def find_crossover(
     result = CrossoverVerdict(crossover(spec.levels, comparisons), metric, warnings)
     record_verdict(
         Verdict(
-            kind="find_crossover", outcome="finding", metric=metric,
+            kind="find_crossover",
+            outcome="finding",
+            metric=metric,
             summary=f"crossover of {spec.server} vs {base.server}: "
             + ("none" if result.level is None else f"C={result.level}"),
-            table=result.crossover.table(), evidence={"spec": spec.server, "base": base.server,
-                                            "crossover": result.crossover.as_dict()},
+            table=result.crossover.table(),
+            evidence={
+                "spec": spec.server,
+                "base": base.server,
+                "crossover": result.crossover.as_dict(),
+            },
             warnings=warnings,
         )
-    )  # fmt: skip
+    )
     return result
 
 

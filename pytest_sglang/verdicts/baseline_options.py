@@ -198,11 +198,15 @@ def baseline_options(config: pytest.Config) -> BaselineOptions:
     if storage_source.startswith("ini") and config.inipath is not None:
         base = Path(config.inipath).parent
     options = BaselineOptions(
-        save=str(save) if save else None, autosave=bool(autosave),
-        storage=str(storage or DEFAULT_STORAGE), compare=str(compare_ref) if compare_ref else None,
-        checks=checks or DEFAULT_CHECKS, fail=bool(checks), base=base,
+        save=str(save) if save else None,
+        autosave=bool(autosave),
+        storage=str(storage or DEFAULT_STORAGE),
+        compare=str(compare_ref) if compare_ref else None,
+        checks=checks or DEFAULT_CHECKS,
+        fail=bool(checks),
+        base=base,
         nothing_compared_ok=allowed,
-    )  # fmt: skip
+    )
     uri = options.storage
     if "://" in uri and not uri.startswith(("file://", "elasticsearch+http")):
         raise pytest.UsageError(

@@ -167,13 +167,17 @@ def find_capacity(
                 "decided": verdict.decided,
                 "runs": verdict.runs,
                 "levels": [
-                    {"level": d.level, "outcome": d.outcome.value, "runs": d.runs,
-                     "requests": d.requests}
+                    {
+                        "level": d.level,
+                        "outcome": d.outcome.value,
+                        "runs": d.runs,
+                        "requests": d.requests,
+                    }
                     for d in sorted(verdict.decisions.values(), key=lambda d: d.level)
                 ],
             },
         )
-    )  # fmt: skip
+    )
     return verdict
 
 

@@ -5,39 +5,21 @@ the output is one of three outcomes with the evidence behind it. Nothing here me
 prints or raises assertion errors: :mod:`pytest_sglang.verdicts.assertions` turns a
 :class:`Comparison` into a test result.
 
-The rule (``docs/statistics.md``, "Decision rule"; the practical margin is in the hypothesis):
+The rule (``docs/statistics.md``, "Decision rule"), on the goodness ratio (``a / b`` for a
+larger-is-better metric, ``b / a`` for a smaller-is-better one, so that above 1 always means
+"*a* is better" and ``by`` reads the same way for both):
 
-*goodness ratio*
-    ``a / b`` for a larger-is-better metric (throughput), ``b / a`` for a smaller-is-better
-    one (latency), so that a ratio above 1 always means "*a* is better" and ``by`` reads the
-    same way for both: ``by=1.10`` asks for 10% more throughput, or for a latency 1.10 times
-    smaller.
+* PASS: the exact one-sided Mann-Whitney test rejects "ratio <= by" at ``alpha`` **and** the
+  Hodges-Lehmann one-sided lower bound exceeds ``by`` (requiring both keeps the verdict
+  from contradicting the numbers printed next to it when runs tie);
+* FAIL: the mirror image ("ratio >= by" rejected, the upper bound below ``by``);
+* INCONCLUSIVE: neither; the comparison then carries the smallest detectable effect
+  (:attr:`Comparison.mde`) and the runs per side that would decide
+  (:attr:`Comparison.repeats_needed`).
 
-*PASS*
-    The exact one-sided Mann-Whitney test rejects "goodness ratio <= by" at ``alpha``
-    (``p_value <= alpha``) **and** the Hodges-Lehmann one-sided lower bound at ``1 - alpha``
-    exceeds ``by``. For tie-free runs the two conditions are the same statement (the bound
-    is the test inverted); with ties each is exact in its own way, and requiring both keeps
-    the verdict from contradicting the numbers printed next to it.
-
-*FAIL*
-    The mirror image: the opposite one-sided test rejects "goodness ratio >= by"
-    (``p_value_fail <= alpha``) **and** the one-sided upper bound is below ``by``. The runs
-    show, at the same confidence, that *a* does not beat *b* by ``by`` (with ``by=1``: that
-    *a* is worse).
-
-*INCONCLUSIVE*
-    Neither. These runs cannot tell; the comparison then carries the smallest effect the
-    sample sizes detect (:attr:`Comparison.mde`) and the runs per side that would decide a
-    true ratio equal to the observed one (:attr:`Comparison.repeats_needed`), both from the
-    spread of the logs.
-
-Because both tests are exact, a *false* PASS (when the true ratio is ``by`` or less) happens
-with probability at most ``alpha``, and so does a false FAIL, whatever the noise distribution,
-as long as both sides share its shape on the log scale (the shift model behind the ratio);
-noise pushes results towards INCONCLUSIVE rather than towards either verdict. ``alpha`` must
-stay below 0.5, and sample sizes that can never reach ``alpha`` (3 against 3 is the least
-for 0.05) are refused.
+Both tests are exact, so a false PASS or a false FAIL happens with probability at most
+``alpha`` whatever the noise distribution (given a shared shape on the log scale); noise
+pushes towards INCONCLUSIVE. Sample sizes that can never reach ``alpha`` are refused.
 """
 
 from __future__ import annotations
@@ -227,10 +209,7 @@ class Comparison:
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
-        """Return the comparison as plain JSON types (no NaN or infinities).
-
-        :returns: a dict of str, float, int, bool, None and lists.
-        """
+        """Return the comparison as plain JSON types (no NaN or infinities)."""
         return {
             "outcome": self.outcome.value,
             "metric": self.metric,
@@ -300,7 +279,6 @@ def compare(
     :param label_a: name of *a* in the table (e.g. the profile).
     :param label_b: name of *b* in the table.
     :param metric: name of the metric in the table.
-    :returns: the :class:`Comparison`.
     :raises ValueError: on non-positive or non-finite runs, a bad *by*, *alpha* or *power*, or
         sample sizes too small to ever reach *alpha* (the message names the minimum).
     """

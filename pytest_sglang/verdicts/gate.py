@@ -7,21 +7,14 @@ reads the same ``("sglang", entry)`` records of each test report as the results 
 alike with and without xdist:
 
 * **compare**: every measurement a test reports is looked up in the store by fingerprint
-  and judged (``regression_verdict``) for each ``--sglang-compare-fail`` term (or
-  ``output_throughput:3%`` without one). The verdicts join the test's records, so the JSON
-  report, the Markdown and the HTML report show them; with ``--sglang-compare-fail`` a
-  regression turns the test report into a failure, before the terminal and the exit status
-  see it. Measurements without a stored counterpart, and those refused for a fingerprint
-  that differs, are listed at the end. With ``--sglang-compare-fail`` a session that
-  compared nothing (every measurement refused or without a counterpart, or none taken) has
-  not passed: its exit status is 1, unless the terms hold ``nothing-compared:ok``.
-* **save**: at the end of the session the measurements (each once) and the verdicts are
-  saved as one stored session, atomically.
+  and judged (``regression_verdict``) for each ``--sglang-compare-fail`` term; the verdicts
+  join the test's records, and with ``--sglang-compare-fail`` a regression (or a session
+  that compared nothing, unless ``nothing-compared:ok``) fails the run;
+* **save**: at the end of the session the measurements and verdicts are saved as one stored
+  session, atomically.
 
-Both are checked when the session starts, before any server is launched (a usage error,
-exit status 4): the storage must take a probe file (or Elasticsearch answer), and the
-stored sessions a comparison reads must be whole. A save that still fails at the end
-writes the session next to the JSON report (or in the working directory) and says where.
+Both are checked when the session starts, before any server is launched (exit status 4).
+The rules and the storage are described in ``docs/baselines.md``.
 """
 
 from __future__ import annotations
@@ -164,9 +157,10 @@ class BaselineGate:
             if match is None:
                 if near:
                     fields = "; ".join(
-                        d.describe() for d in fingerprint.differences(near[0].fingerprint)
+                        d.describe()
+                        for d in fingerprint.differences(near[0].fingerprint)
                         if d.refused
-                    )  # fmt: skip
+                    )
                     text = f"{near[0].session}: fields differ: {fields}"
                     self.outcomes.append(_Outcome(report.nodeid, label, "refused", text))
                 else:
@@ -178,9 +172,13 @@ class BaselineGate:
             for check in self.options.checks:
                 try:
                     verdict = regression_verdict(
-                        result, match, check.metric, check.tolerance,
-                        fresh_fingerprint=fingerprint, fresh_labels=labels,
-                    )  # fmt: skip
+                        result,
+                        match,
+                        check.metric,
+                        check.tolerance,
+                        fresh_fingerprint=fingerprint,
+                        fresh_labels=labels,
+                    )
                 except (ComparisonRefused, ValueError) as exc:
                     self.outcomes.append(_Outcome(report.nodeid, label, "refused", str(exc)))
                     continue
@@ -227,8 +225,15 @@ class BaselineGate:
         servers = list({f"{s['name']} {s['url']}": s for s in self.servers}.values())
         store = self.options.store()
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
-        document = build_document(name, rows, servers, self.gpus, commit=self.commit(),
-                                  verdicts=self.verdicts, interrupted=interrupted)  # fmt: skip
+        document = build_document(
+            name,
+            rows,
+            servers,
+            self.gpus,
+            commit=self.commit(),
+            verdicts=self.verdicts,
+            interrupted=interrupted,
+        )
         try:
             self.saved = store.save_document(name, document)
         except Exception as exc:  # a lost save must be loud: it is the next session's baseline
@@ -298,8 +303,13 @@ class BaselineGate:
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         """Say what was compared, what had no counterpart, and where the session was saved."""
         tr = terminalreporter
-        if not (self.outcomes or self.saved or self.save_error or self.options.compare
-                or self.nothing_compared):  # fmt: skip
+        if not (
+            self.outcomes
+            or self.saved
+            or self.save_error
+            or self.options.compare
+            or self.nothing_compared
+        ):
             return
         tr.section("sglang baselines")
         store = self.options.store()
@@ -312,14 +322,16 @@ class BaselineGate:
             for o in self.outcomes:
                 tags = {"none": "NO BASELINE", "refused": "REFUSED"}
                 tag = tags.get(o.outcome, o.outcome.upper())
-                tr.write_line(f"  [{tag}] {o.test} {o.label}: {o.text}",
-                              red=o.outcome in ("fail", "refused"))  # fmt: skip
+                tr.write_line(
+                    f"  [{tag}] {o.test} {o.label}: {o.text}", red=o.outcome in ("fail", "refused")
+                )
             missing = sum(1 for o in self.outcomes if o.outcome == "none")
             if missing:
                 tr.write_line(f"  {missing} measurement(s) had no stored counterpart")
             if self.nothing_compared:
-                tr.write_line(f"  {self.nothing_compared}",
-                              red=not self.options.nothing_compared_ok)  # fmt: skip
+                tr.write_line(
+                    f"  {self.nothing_compared}", red=not self.options.nothing_compared_ok
+                )
         if self.saved:
             tr.write_line(f"saved {len(self.unique_rows())} measurement(s) to {self.saved}")
         if self.save_error:

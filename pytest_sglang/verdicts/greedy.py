@@ -130,11 +130,19 @@ def assert_greedy_equivalent(
             continue
         tokens = [ids[at] if at < len(ids) else None for ids in (ids_a, ids_b)]
         text_a, text_b = _around(str(a.get("text", "")), str(b.get("text", "")))
-        divergences.append({"request": index, "position": at, "spec_token": tokens[0],
-                            "base_token": tokens[1], "spec_text": text_a,
-                            "base_text": text_b})  # fmt: skip
-        rows.append(f"{index:>6} {len(ids_a):>6} differs at output token {at}: "
-                    f"{tokens[0]} vs {tokens[1]}")  # fmt: skip
+        divergences.append(
+            {
+                "request": index,
+                "position": at,
+                "spec_token": tokens[0],
+                "base_token": tokens[1],
+                "spec_text": text_a,
+                "base_text": text_b,
+            }
+        )
+        rows.append(
+            f"{index:>6} {len(ids_a):>6} differs at output token {at}: {tokens[0]} vs {tokens[1]}"
+        )
     header = (
         f"{'prompt':>6} {'tokens':>6} {spec_label} vs {base_label} (greedy, {max_new_tokens} new)"
     )

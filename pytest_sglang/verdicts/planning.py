@@ -76,7 +76,6 @@ def t_sf(t: float, df: float) -> float:
 
     :param t: the point.
     :param df: degrees of freedom, positive.
-    :returns: the upper tail probability.
     :raises ValueError: if *df* is not positive or *t* is NaN.
     """
     if not df > 0.0:
@@ -146,7 +145,6 @@ def log_spread(a: Sequence[float], b: Sequence[float]) -> float:
 
     :param a: the first sample (positive finite values).
     :param b: the second sample (positive finite values).
-    :returns: the pooled standard deviation of the logs.
     :raises ValueError: on non-positive values or fewer than three values in all.
     """
     logs_a = [math.log(x) for x in positive_sample("a", a)]

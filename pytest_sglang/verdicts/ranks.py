@@ -186,7 +186,6 @@ def mann_whitney_u(
     :param a: the first sample (at least one value, no NaN).
     :param b: the second sample (at least one value, no NaN).
     :param alternative: ``"greater"`` (H1: *a* stochastically larger) or ``"less"``.
-    :returns: ``(u, p)`` as a :class:`MannWhitneyResult`.
     :raises ValueError: on an empty sample, NaN, or an unknown *alternative*.
     """
     if alternative not in ("greater", "less"):
@@ -311,7 +310,6 @@ def hodges_lehmann_ratio(
     :param a: the numerator sample (positive finite values).
     :param b: the denominator sample (positive finite values).
     :param alpha: the one-sided error rate of each bound, in (0, 0.5).
-    :returns: a :class:`RatioEstimate`.
     :raises ValueError: on empty samples, non-positive or non-finite values, or a bad *alpha*.
     """
     if not 0.0 < alpha < 0.5:

@@ -4,14 +4,8 @@
 *non-inferiority* verdict with the statistics of ``assert_faster``
 (``docs/statistics.md``): the goodness ratio of the fresh runs against the stored runs is
 tested against the margin ``1 - tolerance`` (a throughput may drop by the tolerance, a
-latency grow by it), so
-
-* **PASS**: the runs show the fresh build within the tolerance (exact one-sided
-  Mann-Whitney test and the Hodges-Lehmann lower bound both clear the margin);
-* **FAIL** (a regression): the runs show it worse than the tolerance allows (the mirror
-  test and the upper bound);
-* **INCONCLUSIVE**: neither, with the smallest detectable effect and the runs that would
-  decide.
+latency grow by it): PASS when the runs show the fresh build within the tolerance, FAIL (a
+regression) when they show it worse, INCONCLUSIVE otherwise.
 
 The stored side is a *sample*, not a number: every stored run enters the rank test, so the
 baseline's own run-to-run spread widens the bounds exactly as much as it should (a
@@ -102,9 +96,11 @@ def _raw(comparison: Comparison) -> tuple[float, float, float, float]:
         return float("inf") if x == 0 else 1.0 / x
 
     return (
-        inv(comparison.ratio), inv(comparison.upper_bound), inv(comparison.lower_bound),
+        inv(comparison.ratio),
+        inv(comparison.upper_bound),
+        inv(comparison.lower_bound),
         inv(comparison.by),
-    )  # fmt: skip
+    )
 
 
 def _summary(comparison: Comparison, metric: str, tolerance: float, what: str) -> str:
@@ -136,14 +132,20 @@ def _summary(comparison: Comparison, metric: str, tolerance: float, what: str) -
         f"straddle the bound {bound:.4f} ({tol}: a {100 * tolerance:g}% {direction} allowed) "
         f"with {comparison.n_a}+{comparison.n_b} runs; smallest detectable effect "
         f"{100 * comparison.mde:.1f}%"
-        + (f"; about {comparison.repeats_needed} runs per side would decide"
-           if comparison.repeats_needed else "")
-    )  # fmt: skip
+        + (
+            f"; about {comparison.repeats_needed} runs per side would decide"
+            if comparison.repeats_needed
+            else ""
+        )
+    )
 
 
 def _labels_line(name: str, labels: Mapping[str, Any]) -> str:
-    parts = [f"{k}={labels[k]}" for k in ("sglang_version", "commit", "name", "datetime")
-             if labels.get(k)]  # fmt: skip
+    parts = [
+        f"{k}={labels[k]}"
+        for k in ("sglang_version", "commit", "name", "datetime")
+        if labels.get(k)
+    ]
     return f"{name}: " + (", ".join(parts) or "(no labels)")
 
 
@@ -208,29 +210,48 @@ def regression_verdict(
     _check_comparable(fresh, base, metric)
     try:
         comparison = compare(
-            fresh.values(metric), base.values(metric), larger_is_better=larger, by=by,
-            alpha=alpha, label_a="now", label_b="stored", metric=metric,
-        )  # fmt: skip
+            fresh.values(metric),
+            base.values(metric),
+            larger_is_better=larger,
+            by=by,
+            alpha=alpha,
+            label_a="now",
+            label_b="stored",
+            metric=metric,
+        )
     except ValueError as exc:
         raise ComparisonRefused(f"cannot compare {what}: {exc}") from None
     ratio, low, high, bound = _raw(comparison)
-    table = [comparison.table(), _labels_line("now", fresh_labels or {}),
-             _labels_line("stored", labels)]  # fmt: skip
+    table = [
+        comparison.table(),
+        _labels_line("now", fresh_labels or {}),
+        _labels_line("stored", labels),
+    ]
     table += [f"shown, not refused: {d.describe()}" for d in differences]
     table.append(f"fingerprint: {mine.describe()}")
     return Verdict(
-        kind=KIND, outcome=comparison.outcome, metric=metric,
-        summary=_summary(comparison, metric, tolerance, what), table="\n".join(table),
+        kind=KIND,
+        outcome=comparison.outcome,
+        metric=metric,
+        summary=_summary(comparison, metric, tolerance, what),
+        table="\n".join(table),
         evidence={
-            "a": fresh.label(), "b": where.label() if where else base.label(),
-            "workload": fresh.workload.as_dict(), "comparison": comparison.as_dict(),
-            "tolerance": tolerance, "bound": bound, "ratio_now_stored": ratio,
-            "bounds_now_stored": [low, high], "fingerprint": mine.as_dict(),
-            "fingerprint_key": mine.key, "stored_session": where.session if where else None,
-            "stored_labels": dict(labels), "regression": comparison.outcome is Outcome.FAIL,
+            "a": fresh.label(),
+            "b": where.label() if where else base.label(),
+            "workload": fresh.workload.as_dict(),
+            "comparison": comparison.as_dict(),
+            "tolerance": tolerance,
+            "bound": bound,
+            "ratio_now_stored": ratio,
+            "bounds_now_stored": [low, high],
+            "fingerprint": mine.as_dict(),
+            "fingerprint_key": mine.key,
+            "stored_session": where.session if where else None,
+            "stored_labels": dict(labels),
+            "regression": comparison.outcome is Outcome.FAIL,
         },
         warnings=_warnings(comparison, tolerance, base),
-    )  # fmt: skip
+    )
 
 
 def _store_for_current_test(storage: str | None) -> BaselineStore:

@@ -134,15 +134,21 @@ def judge_slo(
         lower, upper = binomial_bounds(a.met, a.requests, each)
         target = a.objective.fraction
         outcome = (
-            Outcome.PASS if lower >= target else Outcome.FAIL if upper < target else
-            Outcome.INCONCLUSIVE
-        )  # fmt: skip
+            Outcome.PASS
+            if lower >= target
+            else Outcome.FAIL
+            if upper < target
+            else Outcome.INCONCLUSIVE
+        )
         decisions.append(ObjectiveDecision(a, lower, upper, each, outcome))
     outcomes = {d.outcome for d in decisions}
     overall = (
-        Outcome.FAIL if Outcome.FAIL in outcomes else Outcome.PASS if outcomes == {Outcome.PASS}
+        Outcome.FAIL
+        if Outcome.FAIL in outcomes
+        else Outcome.PASS
+        if outcomes == {Outcome.PASS}
         else Outcome.INCONCLUSIVE
-    )  # fmt: skip
+    )
     return overall, decisions
 
 

@@ -10,12 +10,8 @@ Definitions (``docs/statistics.md``, "Speculative decoding"):
 * speed-up ``S = tau * T_decode / T_cycle``; speculation wins iff ``tau`` exceeds the
   break-even ``tau_be = T_cycle / T_decode``.
 
-The draft steps belong in ``T_cycle``. The story (``docs/statistics.md``) set a verify of
-~30 ms against a ~12 ms decode (``tau_be`` ~2.5; its 2.46 matches a 29.5 ms verify) and
-measured 54.1 tok/s at ``tau = 2.0``. That rate implies a 37 ms cycle
-(:func:`estimate_cycle_time`), i.e. ~7 ms of drafting on top of the verify (three draft
-steps at ~2.1 ms each in the emulator's calibration), and a real break-even near 3.0: the
-verify-only figure understated how far from paying off that configuration was.
+The draft steps belong in ``T_cycle``: a verify-only cycle understates the break-even
+(``docs/statistics.md``, "Worked example").
 
 All functions are pure; times may be in any unit as long as it is the same throughout.
 """
@@ -79,7 +75,6 @@ def speedup(
     :param t_cycle: duration of one speculative cycle (or of the verify, see *t_draft*).
     :param t_decode: duration of one plain decode step at the same batch size.
     :param t_draft: drafting time per cycle not already included in *t_cycle*.
-    :returns: the speed-up factor.
     :raises ValueError: on an acceptance length below 1 or bad times.
     """
     tau = _accept_length(accept_length)
@@ -103,10 +98,7 @@ class CycleEstimate:
     speedup: float
 
     def as_dict(self) -> dict[str, float]:
-        """Return the estimate as plain JSON types.
-
-        :returns: every field by name.
-        """
+        """Return the estimate as plain JSON types (every field by name)."""
         return {
             "t_cycle": self.t_cycle,
             "t_decode": self.t_decode,
@@ -125,16 +117,13 @@ def estimate_cycle_time(
     per-token latency is ``TPOT_spec = T_cycle / tau``, while a plain one has
     ``TPOT_base = T_decode``. Hence ``T_cycle = tau * TPOT_spec``,
     ``tau_be = tau * TPOT_spec / TPOT_base`` and ``S = TPOT_base / TPOT_spec`` (see
-    ``docs/statistics.md``), with no server instrumentation. Measure both at the same concurrency
-    and workload; at concurrency C and output throughput X, ``TPOT ~= C / X`` when decode
-    dominates (e.g. at C=1, 96.1 and 92.6 tok/s with ``tau = 2.0`` imply a 20.8 ms cycle
-    against a 10.8 ms step: ``tau_be = 1.93``, ``S = 1.04``).
+    ``docs/statistics.md``), with no server instrumentation. Measure both at the same
+    concurrency and workload.
 
     :param spec_tpot: per-token latency (TPOT) of the speculative configuration.
     :param base_tpot: per-token latency of the plain configuration at the same concurrency.
     :param accept_length: the speculative run's acceptance length,
         ``sum(completion_tokens) / sum(spec_verify_ct)`` over its requests.
-    :returns: a :class:`CycleEstimate`.
     :raises ValueError: on non-positive latencies or an acceptance length below 1.
     """
     spec = _positive("spec_tpot", spec_tpot)

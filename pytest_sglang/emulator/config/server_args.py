@@ -342,10 +342,12 @@ def _adaptive_unsupported(args: Mapping[str, Any]) -> str | None:
         )
     for flag, why in (
         ("enable_multi_layer_eagle", "MultiLayerEagleWorkerV2 does not implement adaptive"),
-        ("enable_two_batch_overlap", "adaptive state swap would discard the TboAttnBackend "
-         "wrapper"),
+        (
+            "enable_two_batch_overlap",
+            "adaptive state swap would discard the TboAttnBackend wrapper",
+        ),
         ("enable_pdmux", "adaptive state swap does not update decode_attn_backend_group"),
-    ):  # fmt: skip
+    ):
         if args.get(flag):
             return f"{flag}=True is not supported ({why})"
     return None
@@ -406,15 +408,21 @@ def cuda_graph_config(args: Mapping[str, Any]) -> dict[str, Any]:
     backend = "disabled" if args["disable_cuda_graph"] else "full"
     largest, sizes = decode_graph_sizes(args)
     prefill_max = int(args.get("chunked_prefill_size") or 8192)
-    prefill_sizes = [bs for bs in (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
-                     if bs <= prefill_max]  # fmt: skip
+    prefill_sizes = [
+        bs for bs in (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192) if bs <= prefill_max
+    ]
 
     def phase(max_bs: int, bs: list[int], phase_backend: str) -> dict[str, Any]:
         return {
-            "backend": phase_backend, "max_bs": max_bs, "bs": bs, "tc_compiler": "eager",
-            "max_context_size": None, "full_prefill_max_req": None,
-            "full_prefill_prefix_chunk_tokens": None, "max_seq_len": None,
-        }  # fmt: skip
+            "backend": phase_backend,
+            "max_bs": max_bs,
+            "bs": bs,
+            "tc_compiler": "eager",
+            "max_context_size": None,
+            "full_prefill_max_req": None,
+            "full_prefill_prefix_chunk_tokens": None,
+            "max_seq_len": None,
+        }
 
     return {
         "decode": phase(largest, sizes, backend),

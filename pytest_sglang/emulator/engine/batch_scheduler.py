@@ -51,8 +51,15 @@ class SeqState:
     """One request inside the scheduler: prompt progress, tokens produced, verify count."""
 
     __slots__ = (
-        "cached", "input_len", "owner", "prefilled", "produced", "state", "target", "verify_ct",
-    )  # fmt: skip
+        "cached",
+        "input_len",
+        "owner",
+        "prefilled",
+        "produced",
+        "state",
+        "target",
+        "verify_ct",
+    )
 
     def __init__(self, input_len: int, target: int, owner: object = None, cached: int = 0) -> None:
         if input_len < 1 or target < 1:

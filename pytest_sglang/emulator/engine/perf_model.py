@@ -29,45 +29,8 @@ tokens costs little more than a decode step, so ``tau = 2`` tokens per cycle pay
 steps; at ``B = 48`` the verify processes 192 tokens and costs ~18 decode steps' marginal
 cost, far more than the 2 tokens per request it commits.
 
-Derivation of the default constants (docs/emulator.md)
-------------------------------------------------------
-The targets are measured with 32 prompt tokens, 256 output tokens, ``ignore_eos``, closed-loop
-concurrency C, output throughput = output tokens / (last response - first request).
-
-Prefill is pinned first, from physics rather than from the targets: a 32-token prefill of a 1T
-MoE costs about 1.5 decode steps, and 8000 prompt tokens well under a second (compute-bound),
-so ``T_prefill(n) = 15 + 0.05 n`` ms (16.6 ms for 32 tokens, 415 ms for 8000). Then four
-equations for the four remaining constants ``a = step_base``, ``b = step_per_token``,
-``d0 = draft_base``, ``d1 = draft_per_token``:
-
-1. Baseline, C=1: one request at a time, ``256 / (T_prefill(32) + 255 T_step(1)) = 92.6``:
-   ``a + b = (2764.6 - 16.6) / 255 = 10.78 ms``.
-2. Baseline, C=250: all 250 run (``max_running_requests`` is large); a wave is prefilled
-   together (8000 tokens) and decodes 255 steps at ``B = 250``, all finishing together:
-   ``64000 / (T_prefill(8000) + 255 T_step(250)) = 773``, so ``a + 250 b = (82 794 - 415) /
-   255 = 323.1 ms``. With 1: ``b = 1.254``, ``a = 9.52``.
-3. EAGLE3 (3 steps, top-k 1, 4 draft tokens, tau 2.0), C=1: prefill (plus one draft step),
-   then ``E[cycles to commit 255 tokens] = 127.9`` cycles (``expected_cycles``; not 127.5,
-   because the last cycle is cut short): ``256 / (18.6 + 127.9 T_cycle(1)) = 96.1`` gives
-   ``T_cycle(1) = 20.69 ms = 3 (d0 + d1) + T_step(4)``, so ``d0 + d1 = 2.05 ms``.
-4. EAGLE3, C=250: 48 run (the rest queue): ``T_cycle(48) = 3 (d0 + 48 d1) + T_step(192)``
-   commits ``48 tau = 96`` tokens; requests finish at different cycles (their accepted lengths
-   differ), and each finish admits a queued request through a ~20 ms prefill forward, about
-   one every 3 cycles. ``354 tok/s`` then needs ``T_cycle(48) ~ 266 ms``:
-   ``d1 = 0.071``, ``d0 = 1.98``.
-
-Equations 2 and 4 hold only approximately in closed form (prefill grouping, the cut-short
-last cycle, the drain of the last wave), so the four constants were solved by Newton's method
-on the scheduler simulation (``batch_scheduler.simulate_closed_loop``, 500 requests at
-C=250) and rounded: ``T_step(n) = 9.52 + 1.254 n``, ``T_draft(B) = 1.98 + 0.071 B``. The
-simulated figures are then 92.62, 773.1, 96.07 and 354.1 tok/s (all within 0.05 %;
-``tests/emulator/test_perf_model.py`` holds them within 1 %). The docs' round numbers
-(``9.5 + 1.26 n``, ``2 + 0.1 B``) give 92.7, 769.6, 95.4 and 346.5 with this prefill
-(within 2.2 %), and fit within 1 % only if prefill were free.
-
-Break-even (``docs/emulator.md``): ``T_cycle(B) / T_step(B)`` is 1.92 at ``B = 1`` (tau 2.0 wins by
-4 %) and 3.82 at ``B = 48`` (tau 2.0 then delivers 52 % of a baseline decoding the same 48
-requests: 360 against 689 tok/s; at C=250 the baseline also runs all 250 at once).
+The default constants are solved from four measured throughput targets: ``docs/emulator.md``,
+"Calibration", gives the derivation and the figures.
 """
 
 from __future__ import annotations

@@ -83,24 +83,45 @@ def model_info(ctx: EmulatorContext) -> dict[str, Any]:
 def embedding_info(ctx: EmulatorContext) -> dict[str, Any]:
     """0.5.23's ``/model_info`` ``embedding`` object, as it is for a generation model."""
     budget = int(ctx.config.server_args.get("chunked_prefill_size") or 8192)
-    sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
-             *range(1280, 4097, 256)]  # fmt: skip
+    sizes = [
+        *range(4, 33, 4),
+        *range(48, 257, 16),
+        *range(288, 513, 32),
+        *range(576, 1025, 64),
+        *range(1280, 4097, 256),
+    ]
     return {
-        "family": "none", "task": "none", "execution": "none", "attention": "none",
-        "pooling": "model_defined", "normalize": False, "postprocessor": "none",
-        "tokenizer_special_tokens": "model_default", "supports_dimensions": False,
-        "supports_token_embeddings": False, "supports_multimodal": False,
-        "requires_embedding_flag": False, "auto_enable_embedding": False,
-        "bcg_eligibility": "disabled", "safe_disable_kv_cache": False,
-        "safe_disable_radix_cache": False, "safe_disable_chunked_prefill": False,
-        "enabled": False, "matryoshka_dimensions": [],
-        "bcg": {"prefill_backend": "disabled", "enabled": False,
-                "capture_token_budget": budget,
-                "capture_batch_sizes": [bs for bs in sizes if bs <= budget]},
-        "cache": {"kv_cache_disabled": False,
-                  "radix_cache_disabled": bool(ctx.config.server_args["disable_radix_cache"]),
-                  "chunked_prefill_disabled": False},
-    }  # fmt: skip
+        "family": "none",
+        "task": "none",
+        "execution": "none",
+        "attention": "none",
+        "pooling": "model_defined",
+        "normalize": False,
+        "postprocessor": "none",
+        "tokenizer_special_tokens": "model_default",
+        "supports_dimensions": False,
+        "supports_token_embeddings": False,
+        "supports_multimodal": False,
+        "requires_embedding_flag": False,
+        "auto_enable_embedding": False,
+        "bcg_eligibility": "disabled",
+        "safe_disable_kv_cache": False,
+        "safe_disable_radix_cache": False,
+        "safe_disable_chunked_prefill": False,
+        "enabled": False,
+        "matryoshka_dimensions": [],
+        "bcg": {
+            "prefill_backend": "disabled",
+            "enabled": False,
+            "capture_token_budget": budget,
+            "capture_batch_sizes": [bs for bs in sizes if bs <= budget],
+        },
+        "cache": {
+            "kv_cache_disabled": False,
+            "radix_cache_disabled": bool(ctx.config.server_args["disable_radix_cache"]),
+            "chunked_prefill_disabled": False,
+        },
+    }
 
 
 def server_info(ctx: EmulatorContext) -> dict[str, Any]:
@@ -124,9 +145,12 @@ def server_info(ctx: EmulatorContext) -> dict[str, Any]:
     )
     if ctx.is_new:
         info["hicache_object_layout"] = {
-            "enabled": False, "backend": None, "page_size": int(args["page_size"] or 1),
-            "hicache_object_layout": {"pools": []}, "reason": "Hierarchical cache is disabled",
-        }  # fmt: skip
+            "enabled": False,
+            "backend": None,
+            "page_size": int(args["page_size"] or 1),
+            "hicache_object_layout": {"pools": []},
+            "reason": "Hierarchical cache is disabled",
+        }
         info["kv_events"] = None
         info["startup_time"] = {**startup_times(ctx), "tokenizer_e2e": ctx.state.startup_time}
     info["internal_states"] = [internal_state(ctx, args) for _ in range(dp_size)]
@@ -195,10 +219,13 @@ def internal_state(ctx: EmulatorContext, args: dict[str, Any]) -> dict[str, Any]
             disaggregation_mode=args["disaggregation_mode"],
             decode_cuda_graph_bs=graph_bs,
             decode_cuda_graph_memory_gb=round(
-                graph["decode"] + graph["target_verify"] + graph["draft_decode"]
-                + graph["draft_extend"], 3
+                graph["decode"]
+                + graph["target_verify"]
+                + graph["draft_decode"]
+                + graph["draft_extend"],
+                3,
             ),
-        )  # fmt: skip
+        )
     else:
         state.update(
             last_gen_throughput=sched.gen_throughput,

@@ -91,11 +91,18 @@ class GpuHolder:
             data = {"gpus": {}}
         for gpu in self.gpus:
             data["gpus"][gpu["uuid"]] = {
-                "power_w": meter.power, "utilization": utilization, "energy_j": energy,
-                "energy_rate": rate, "written_at": now, "temperature_c": 40.0 + meter.power / 20,
-                "sm_clock_mhz": 1980.0, "throttle": [], "xid_errors": 0, "ecc_errors": 0,
+                "power_w": meter.power,
+                "utilization": utilization,
+                "energy_j": energy,
+                "energy_rate": rate,
+                "written_at": now,
+                "temperature_c": 40.0 + meter.power / 20,
+                "sm_clock_mhz": 1980.0,
+                "throttle": [],
+                "xid_errors": 0,
+                "ecc_errors": 0,
                 "pids": [os.getpid()],
-            }  # fmt: skip
+            }
         partial = path.with_suffix(f".{os.getpid()}.tmp")
         partial.write_text(json.dumps(data))
         os.replace(partial, path)
