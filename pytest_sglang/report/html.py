@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import html
 import json
-import re
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["render_html"]
+from pytest_sglang.config.redaction import redact_argv
+from pytest_sglang.report.summary import load_cell, run_values
 
-_SECRET_FLAGS = re.compile(r"^--?(api[-_]?key|token|password|secret|hf[-_]token)$", re.I)
-_SECRET_INLINE = re.compile(r"^(--?(?:api[-_]?key|token|password|secret|hf[-_]token)=).*$", re.I)
+__all__ = ["render_html"]
 
 _CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;color:#1d1d1f;
@@ -64,23 +63,6 @@ def _e(value: object) -> str:
     return html.escape("" if value is None else str(value))
 
 
-def redact_command(command: Sequence[str]) -> list[str]:
-    """Return ``command`` with the values of secret flags (``--api-key`` ...) replaced."""
-    out: list[str] = []
-    hide = False
-    for arg in command:
-        if hide:
-            out.append("***")
-            hide = False
-            continue
-        if _SECRET_FLAGS.match(arg):
-            hide = True
-            out.append(arg)
-            continue
-        out.append(_SECRET_INLINE.sub(r"\1***", arg))
-    return out
-
-
 def _seconds(value: object) -> str:
     """Return a duration in seconds to one decimal, or nothing when it is not a number."""
     return f"{value:.1f}" if isinstance(value, (int, float)) else ""
@@ -98,24 +80,8 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[object]], numeric: int
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-def _load(row: Mapping[str, Any]) -> str:
-    """Return the load cell: the concurrency, or an open loop's rate (``20/s <=64``)."""
-    rate = row.get("rate")
-    if rate is None:
-        return str(row["concurrency"])
-    cap = row.get("max_concurrency")
-    return f"{rate:g}/s" + (f" <={cap}" if cap else "")
-
-
 def _median(runs: Sequence[Mapping[str, Any]], metric: str, scale: float = 1.0) -> str:
-    base, _, stat = metric.partition(".")
-    values = []
-    for run in runs:
-        value = run.get(base)
-        if stat:
-            value = value.get(stat) if isinstance(value, dict) else None
-        if isinstance(value, int | float):
-            values.append(float(value) * scale)
+    values = [value * scale for value in run_values(runs, metric)]
     if not values:
         return "-"
     median = statistics.median(values)
@@ -258,7 +224,7 @@ def render_html(
         server_rows = []
         for server in servers:
             launch = server.get("launch") or {}
-            command = " ".join(redact_command([str(a) for a in launch.get("command", [])]))
+            command = " ".join(redact_argv([str(a) for a in launch.get("command", [])]))
             readiness = server.get("readiness") or {}
             server_rows.append(
                 (
@@ -315,7 +281,7 @@ def render_html(
         table_rows = [
             (
                 r["server"],
-                _load(r),
+                load_cell(r),
                 len(r["runs"]),
                 _median(r["runs"], "output_throughput"),
                 _median(r["runs"], "ttft.p50", 1000),

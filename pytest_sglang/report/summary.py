@@ -21,7 +21,7 @@ from pytest_sglang.report.entries import (
     split_levels,
 )
 
-__all__ = ["emulated_speedups", "render_markdown", "render_tables"]
+__all__ = ["emulated_speedups", "load_cell", "render_markdown", "render_tables", "run_values"]
 
 #: Column titles and their widths in the terminal table.
 COLUMNS = (
@@ -30,14 +30,21 @@ COLUMNS = (
 )  # fmt: skip
 
 
-def _run_stat(runs: list[dict[str, Any]], metric: str, stat: str | None = None) -> float | None:
+def run_values(runs: Sequence[Mapping[str, Any]], metric: str) -> list[float]:
+    """Return each run's ``metric`` (``ttft.p50``: a statistic of a distribution) that it has."""
+    name, _, stat = metric.partition(".")
     values = []
     for run in runs:
-        value = run.get(metric)
-        if stat is not None:
-            value = value.get(stat) if isinstance(value, dict) else None
+        value = run.get(name)
+        if stat:
+            value = value.get(stat) if isinstance(value, Mapping) else None
         if isinstance(value, (int, float)):
             values.append(float(value))
+    return values
+
+
+def _run_stat(runs: Sequence[Mapping[str, Any]], metric: str) -> float | None:
+    values = run_values(runs, metric)
     return statistics.median(values) if values else None
 
 
@@ -52,12 +59,12 @@ def _cells(entry: MeasurementRow) -> list[str]:
         str(entry["server"])
         + (" (cut)" if entry.get("cut") else "")
         + (" (invalid)" if _failed_checks(entry) else ""),
-        _load(entry),
+        load_cell(entry),
         str(len(runs)),
         _fmt(_run_stat(runs, "output_throughput")),
-        _fmt(_run_stat(runs, "ttft", "p50"), 1000),
-        _fmt(_run_stat(runs, "ttft", "p99"), 1000),
-        _fmt(_run_stat(runs, "itl", "p50"), 1000, 2),
+        _fmt(_run_stat(runs, "ttft.p50"), 1000),
+        _fmt(_run_stat(runs, "ttft.p99"), 1000),
+        _fmt(_run_stat(runs, "itl.p50"), 1000, 2),
         _fmt(_run_stat(runs, "acceptance_length"), digits=2),
         str(sum(int(run.get("failed", 0)) for run in runs)),
     ]
@@ -73,7 +80,7 @@ def _failed_checks(entry: MeasurementRow) -> dict[str, int]:
     return failed
 
 
-def _load(entry: MeasurementRow) -> str:
+def load_cell(entry: Mapping[str, Any]) -> str:
     """Return the load cell: the concurrency, or an open loop's rate (``20/s``, ``20/s <=64``)."""
     rate = entry.get("rate")
     if rate is None:
@@ -185,7 +192,7 @@ def _row_splits(measurements: Sequence[MeasurementRow], title: str) -> list[str]
         if e.get("cut")
     ]
     invalid = [
-        f"{e['server']} @ C={_load(e)}: validity check failed: "
+        f"{e['server']} @ C={load_cell(e)}: validity check failed: "
         + ", ".join(f"{name} ({n} of {len(e['runs'])} runs)" for name, n in failed.items())
         for e in ordered
         if (failed := _failed_checks(e))
