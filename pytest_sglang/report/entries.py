@@ -11,7 +11,7 @@ key says which kind an entry is.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
 
 __all__ = [
@@ -34,6 +34,8 @@ __all__ = [
     "VerdictRow",
     "group_warnings",
     "join_levels",
+    "load_cell",
+    "run_values",
     "split_levels",
 ]
 
@@ -202,3 +204,25 @@ def group_warnings(warnings: Iterable[str]) -> list[str]:
         found, text = split_levels(warning)
         levels.setdefault(text, set()).update(found)
     return [join_levels(found, text) for text, found in levels.items()]
+
+
+def run_values(runs: Sequence[Mapping[str, Any]], metric: str) -> list[float]:
+    """Return each run's ``metric`` (``ttft.p50``: a statistic of a distribution) that it has."""
+    name, _, stat = metric.partition(".")
+    values = []
+    for run in runs:
+        value = run.get(name)
+        if stat:
+            value = value.get(stat) if isinstance(value, Mapping) else None
+        if isinstance(value, (int, float)):
+            values.append(float(value))
+    return values
+
+
+def load_cell(entry: Mapping[str, Any]) -> str:
+    """Return the load cell: the concurrency, or an open loop's rate (``20/s``, ``20/s <=64``)."""
+    rate = entry.get("rate")
+    if rate is None:
+        return str(entry["concurrency"])
+    cap = entry.get("max_concurrency")
+    return f"{rate:g}/s" + (f" <={cap}" if cap else "")

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_sglang.config.redaction import redact_argv
-from pytest_sglang.report.summary import load_cell, run_values
+from pytest_sglang.report.entries import load_cell, run_values
 
 __all__ = ["render_html"]
 

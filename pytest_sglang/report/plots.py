@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_sglang.report.entries import run_values
+
 __all__ = ["Series", "render_workload_plots", "series_of", "series_styles"]
 
 
@@ -31,14 +33,6 @@ class Series:
     baseline: bool = False
     #: concurrency -> metric -> values per run
     points: dict[int, dict[str, list[float]]] = field(default_factory=dict)
-
-
-def _run_value(run: Mapping[str, Any], metric: str) -> float | None:
-    base, _, stat = metric.partition(".")
-    value = run.get(base)
-    if stat:
-        value = value.get(stat) if isinstance(value, dict) else None
-    return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
 METRICS = ("output_throughput", "ttft.p50", "ttft.p99", "itl.p50", "tpot.p50")
@@ -56,7 +50,7 @@ def series_of(rows: Sequence[Mapping[str, Any]], *, baseline: bool = False) -> l
         series = out.setdefault(label, Series(label, baseline))
         level = series.points.setdefault(int(row["concurrency"]), {})
         for metric in METRICS:
-            values = [v for run in row["runs"] if (v := _run_value(run, metric)) is not None]
+            values = [v for v in run_values(row["runs"], metric) if v > 0]
             level.setdefault(metric, []).extend(values)
     return list(out.values())
 

@@ -18,29 +18,18 @@ from pytest_sglang.report.entries import (
     ServerEntry,
     VerdictRow,
     join_levels,
+    load_cell,
+    run_values,
     split_levels,
 )
 
-__all__ = ["emulated_speedups", "load_cell", "render_markdown", "render_tables", "run_values"]
+__all__ = ["emulated_speedups", "render_markdown", "render_tables"]
 
 #: Column titles and their widths in the terminal table.
 COLUMNS = (
     ("server", 14), ("C", 5), ("runs", 4), ("out tok/s", 10), ("TTFT p50", 9),
     ("TTFT p99", 9), ("ITL p50", 8), ("accept", 7), ("errors", 6),
 )  # fmt: skip
-
-
-def run_values(runs: Sequence[Mapping[str, Any]], metric: str) -> list[float]:
-    """Return each run's ``metric`` (``ttft.p50``: a statistic of a distribution) that it has."""
-    name, _, stat = metric.partition(".")
-    values = []
-    for run in runs:
-        value = run.get(name)
-        if stat:
-            value = value.get(stat) if isinstance(value, Mapping) else None
-        if isinstance(value, (int, float)):
-            values.append(float(value))
-    return values
 
 
 def _run_stat(runs: Sequence[Mapping[str, Any]], metric: str) -> float | None:
@@ -78,15 +67,6 @@ def _failed_checks(entry: MeasurementRow) -> dict[str, int]:
             if check.get("passed") is False:
                 failed[check["name"]] = failed.get(check["name"], 0) + 1
     return failed
-
-
-def load_cell(entry: Mapping[str, Any]) -> str:
-    """Return the load cell: the concurrency, or an open loop's rate (``20/s``, ``20/s <=64``)."""
-    rate = entry.get("rate")
-    if rate is None:
-        return str(entry["concurrency"])
-    cap = entry.get("max_concurrency")
-    return f"{rate:g}/s" + (f" <={cap}" if cap else "")
 
 
 def _title(workload: Mapping[str, Any]) -> str:
