@@ -10,6 +10,7 @@ key says which kind an entry is.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
@@ -207,14 +208,14 @@ def group_warnings(warnings: Iterable[str]) -> list[str]:
 
 
 def run_values(runs: Sequence[Mapping[str, Any]], metric: str) -> list[float]:
-    """Return each run's ``metric`` (``ttft.p50``: a statistic of a distribution) that it has."""
+    """Return each run's ``metric`` (``ttft.p50``: a statistic of a distribution), where finite."""
     name, _, stat = metric.partition(".")
     values = []
     for run in runs:
         value = run.get(name)
         if stat:
             value = value.get(stat) if isinstance(value, Mapping) else None
-        if isinstance(value, (int, float)):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             values.append(float(value))
     return values
 

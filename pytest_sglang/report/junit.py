@@ -31,7 +31,7 @@ from typing import Any, cast
 import pytest
 
 from pytest_sglang.config.redaction import Redactor
-from pytest_sglang.report.entries import Entry
+from pytest_sglang.report.entries import Entry, run_values
 
 __all__ = [
     "MAX_VALUE_CHARS",
@@ -136,19 +136,10 @@ def _number(value: object, digits: int = 1) -> float | None:
     return round(float(value), digits)
 
 
-def _median(
-    runs: Sequence[Mapping[str, Any]], metric: str, stat: str | None = None
-) -> float | None:
+def _median(runs: Sequence[Mapping[str, Any]], metric: str) -> float | None:
     import statistics  # here: this module loads in every pytest run
 
-    values = []
-    for run in runs:
-        value = run.get(metric)
-        if stat is not None:
-            value = value.get(stat) if isinstance(value, Mapping) else None
-        number = _number(value, 9)
-        if number is not None:
-            values.append(number)
+    values = run_values(runs, metric)
     return statistics.median(values) if values else None
 
 
@@ -292,8 +283,8 @@ def _measurement_properties(entries: Sequence[Entry], redact: Redactor) -> list[
         figures: dict[str, float | int | None] = {
             # A negative rate (a server's negative token counts) is no speed.
             "output_tok_s": _nonnegative(_number(_median(runs, "output_throughput"), 1)),
-            "ttft_p50_ms": _number(_scaled(_median(runs, "ttft", "p50")), 2),
-            "itl_p50_ms": _number(_scaled(_median(runs, "itl", "p50")), 3),
+            "ttft_p50_ms": _number(_scaled(_median(runs, "ttft.p50")), 2),
+            "itl_p50_ms": _number(_scaled(_median(runs, "itl.p50")), 3),
             "runs": len(runs),
             "errors": sum(int(run.get("failed", 0) or 0) for run in runs),
         }
