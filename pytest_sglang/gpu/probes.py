@@ -239,6 +239,7 @@ class SmiProbe:
     def __init__(self, host: str | None = None, *, timeout: float = SMI_TIMEOUT) -> None:
         self.host = host
         self.timeout = timeout
+        self._fields = SMI_GPU_FIELDS
 
     def describe(self) -> str:
         """Return ``nvidia-smi on HOST``."""
@@ -304,7 +305,14 @@ class SmiProbe:
 
     def snapshot(self) -> GpuSnapshot:
         """Query GPUs and compute apps (two nvidia-smi calls)."""
-        gpu_csv = self.run([f"--query-gpu={SMI_GPU_FIELDS}", "--format=csv,noheader,nounits"])
+        try:
+            gpu_csv = self.run([f"--query-gpu={self._fields}", "--format=csv,noheader,nounits"])
+        except GpuUnavailable as exc:
+            if "clocks_event_reasons" not in str(exc):
+                raise
+            # Drivers before R535 know the field by its old name.
+            self._fields = SMI_GPU_FIELDS.replace("clocks_event", "clocks_throttle")
+            gpu_csv = self.run([f"--query-gpu={self._fields}", "--format=csv,noheader,nounits"])
         gpus = [self._gpu(line) for line in filter(None, map(str.strip, gpu_csv.splitlines()))]
         app_csv = self.run(
             [

@@ -296,3 +296,24 @@ def test_energy_per_token_matches_the_emulators_ground_truth(tmp_path: Path) -> 
     assert summary_tel.energy_source == "counter"
     assert measured == pytest.approx(truth, rel=0.02)
     assert summary_tel.mean_power is not None and summary_tel.mean_power > 2 * 100.0
+
+
+OLD_DRIVER_SMI = r"""#!/bin/sh
+case "$*" in
+  *clocks_event_reasons*)
+    echo 'Field "clocks_event_reasons.active" is not a valid field to query.' >&2; exit 2 ;;
+  *query-gpu*)
+    echo '0, GPU-a, 143771, 76000, 67771, 97, 350.50, 1980, 71, 0x0000000000000040, 0, H100' ;;
+esac
+"""
+
+
+def test_smi_probe_works_with_drivers_that_name_throttle_reasons_the_old_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install(tmp_path, "nvidia-smi", OLD_DRIVER_SMI)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    probe = SmiProbe()
+    for _ in range(2):
+        (gpu,) = probe.snapshot().gpus
+        assert (gpu.uuid, gpu.throttle) == ("GPU-a", ("hw_thermal",))
