@@ -76,7 +76,9 @@ class Profile:
         return Redactor(secrets)(f"Profile({body})")
 
 
-def _error(path: Path | str, table: str, key: str, problem: str, fix: str) -> Exception:
+def _error(path: Path | str, prefix: str, name: str, key: str, problem: str, fix: str) -> Exception:
+    """Return the error for key ``key`` of profile ``name`` under table ``prefix``."""
+    table = toml_table(*prefix.split("."), name)
     return pytest.UsageError(f"{path}: {table} {key}: {problem}; {fix}")
 
 
@@ -112,14 +114,14 @@ def _chain(
         parent_name = tables[chain[-1]].get("extends")
         if parent_name is None:
             return chain
-        table = toml_table(*prefix.split("."), chain[-1])
         if parent_name in chain:
             cycle = " -> ".join((*chain, parent_name))
-            raise _error(path, table, "extends", f"cycle {cycle}", "remove one of the extends")
+            raise _error(path, prefix, name, "extends", f"cycle {cycle}", "remove an extends")
         if parent_name not in tables:
             raise _error(
                 path,
-                table,
+                prefix,
+                chain[-1],
                 "extends",
                 f"no profile named {parent_name!r}",
                 f"define {toml_table(*prefix.split('.'), parent_name)} or use one of "
@@ -130,7 +132,8 @@ def _chain(
             shown = " -> ".join((*chain[:3], "...", chain[-1]))
             raise _error(
                 path,
-                toml_table(*prefix.split("."), name),
+                prefix,
+                name,
                 "extends",
                 f"the extends chain is more than {MAX_EXTENDS_DEPTH} profiles deep ({shown})",
                 "let profiles extend a common base instead of each other in a line",
@@ -156,7 +159,8 @@ def profiles_from_tables(
         if "model-path" not in merged and merged.get("kind") != "openai":
             raise _error(
                 path,
-                toml_table(*prefix.split("."), name),
+                prefix,
+                name,
                 "model-path",
                 "missing (also in the profiles it extends)",
                 'add model-path = "ORG/MODEL" or a local path',
@@ -204,7 +208,14 @@ def load_profiles(pyproject: Path | None, profiles_file: Path | None) -> dict[st
     profiles: dict[str, Profile] = {}
     if pyproject is not None and pyproject.is_file():
         data = _read_toml(pyproject, "pyproject.toml")
-        tables = data.get("tool", {}).get("pytest-sglang", {}).get("profiles")
+        tool = data.get("tool")
+        ours = tool.get("pytest-sglang", {}) if isinstance(tool, dict) else {}
+        if not isinstance(ours, dict):
+            raise pytest.UsageError(
+                f"{pyproject}: [tool.pytest-sglang]: expected a table, got {ours!r}; write "
+                "[tool.pytest-sglang.profiles.NAME] sections"
+            )
+        tables = ours.get("profiles")
         if tables is not None:
             profiles.update(profiles_from_tables(tables, pyproject, "tool.pytest-sglang.profiles"))
     if profiles_file is not None:

@@ -119,21 +119,17 @@ def _secrets(tables: object) -> list[str]:
 
 
 def _describe(error: ValidationError, schema: Mapping[str, Any], prefix: str) -> str:
-    """Turn one violation into ``[table] key: expected ALLOWED, got VALUE; write e.g. ...``."""
-    steps = [str(s) if isinstance(s, str) else s for s in error.absolute_path]
+    """Turn one violation into ``[table] key: expected ALLOWED, got VALUE; FIX``."""
+    steps = list(error.absolute_path)
     defs = schema["$defs"]
-    # The subschema that says what is allowed: the failing one if it has a description,
-    # else the key's, the profile's, the table's.
-    owner: Mapping[str, Any] = {}
-    if len(steps) >= 2 and isinstance(steps[1], str):
-        owner = defs["profile"]["properties"].get(steps[1], {})
-    elif len(steps) == 1:
-        owner = defs["profile"]
-    else:
-        owner = defs["profiles"]
-    own = error.validator_value if error.validator == "not" else error.schema
-    if isinstance(own, Mapping) and "description" in own:
-        owner = own
+    # What is allowed: the failing subschema says it if it can, else the key's, the
+    # profile's, the table's.
+    owner = error.validator_value if error.validator == "not" else error.schema
+    if not isinstance(owner, Mapping) or "description" not in owner:
+        if len(steps) >= 2:
+            owner = defs["profile"]["properties"][steps[1]]
+        else:
+            owner = defs["profile"] if steps else defs["profiles"]
     where = toml_table(*prefix.split("."), *(str(s) for s in steps[:1]))
     if len(steps) > 1:
         where += " " + str(steps[1]) + "".join(_step(s) for s in steps[2:])
@@ -146,14 +142,10 @@ def _describe(error: ValidationError, schema: Mapping[str, Any], prefix: str) ->
     if "propertyNames" in error.schema_path:
         got = f"got name {json.dumps(error.instance)}"
     elif len(steps) > 2 and steps[1] == "env" and is_secret_name(str(steps[2])):
-        got = f"got a {_TOML_TYPES.get(type(error.instance), 'value')} (not shown: a secret)"
+        got = "got a value not shown (a secret)"
     else:
         got = f"got {_toml(error.instance)}"
     return f"{where}: expected {owner['description']}, {got}; {owner['fix']}"
-
-
-#: The TOML name of a parsed value's type.
-_TOML_TYPES = {bool: "boolean", int: "integer", float: "float", str: "string", list: "array"}
 
 
 def _step(step: str | int) -> str:

@@ -109,7 +109,7 @@ def test_secrets_never_reach_a_message(tmp_path: Path) -> None:
     )
     assert "sk-secret-1" not in message and "hf_secret" not in message
     assert "env.HF_TOKEN: expected a string without NUL characters" in message
-    assert "got a string (not shown: a secret)" in message
+    assert "got a value not shown (a secret)" in message
 
 
 def test_a_violation_is_a_usage_error_before_any_test(pytester: pytest.Pytester) -> None:
@@ -201,3 +201,12 @@ def test_the_schema_names_servers_and_expect_keys_as_the_command_line_does() -> 
     assert defs["profile"]["properties"]["expect"]["propertyNames"]["pattern"] == (
         _EXPECT_KEY_RE.pattern
     )
+
+
+def test_a_pyproject_section_that_is_no_table_is_a_usage_error(tmp_path: Path) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text("[tool]\npytest-sglang = 3\n")
+    with pytest.raises(pytest.UsageError, match=r"\[tool\.pytest-sglang\]: expected a table"):
+        load_profiles(pyproject, None)
+    pyproject.write_text('tool = "x"\n')  # no [tool] table: nothing of ours in it
+    assert load_profiles(pyproject, None) == {}
