@@ -287,9 +287,8 @@ class Bench:
                 raise
             for key, server, taken in zip(keys, servers, runs, strict=True):
                 self._cache[key] = self._result(server, workload, level, taken, "interleaved")
-        return self._measure(a, workload, level, repeats, budget), self._measure(
-            b, workload, level, repeats, budget
-        )
+        first = self._measure(a, workload, level, repeats, budget)
+        return first, self._measure(b, workload, level, repeats, budget)
 
     # -- internals ------------------------------------------------------------------------
 

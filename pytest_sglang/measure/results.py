@@ -38,8 +38,13 @@ PERFORMANCE_FLAGS = (
 )  # fmt: skip
 #: Server-info keys that decide whether two servers' results are comparable.
 CONFIG_KEYS = (
-    "model_path", "served_model_name", "tp_size", "dp_size", *PERFORMANCE_FLAGS, "version",
-)  # fmt: skip
+    "model_path",
+    "served_model_name",
+    "tp_size",
+    "dp_size",
+    *PERFORMANCE_FLAGS,
+    "version",
+)
 
 
 @dataclass(frozen=True)
@@ -131,10 +136,14 @@ class BenchResult:
     def as_dict(self) -> MeasurementBody:
         """Return plain JSON types, for reports."""
         body: MeasurementBody = {
-            "server": self.server, "url": self.url, "workload": self.workload.as_dict(),
-            "concurrency": self.concurrency, "schedule": self.schedule,
-            "config": dict(self.config), "runs": [run.as_dict() for run in self.runs],
-        }  # fmt: skip
+            "server": self.server,
+            "url": self.url,
+            "workload": self.workload.as_dict(),
+            "concurrency": self.concurrency,
+            "schedule": self.schedule,
+            "config": dict(self.config),
+            "runs": [run.as_dict() for run in self.runs],
+        }
         if self.cut is not None:
             body["cut"] = self.cut
         if self.finished_runs is not None:

@@ -339,21 +339,32 @@ def benchmark_entries(
         options: dict[str, Any] = {"unit": unit}
         if metric == "output_throughput":
             options["sglang"] = {
-                "format": RECORD_FORMAT, "version": RECORD_VERSION,
-                "fingerprint": fingerprint.as_dict(), "fingerprint_key": fingerprint.key,
-                "labels": dict(labels), "measurement": dict(row),
-            }  # fmt: skip
-        entries.append({
-            "group": f"{title}: {metric} ({unit})",
-            "name": f"{row['server']} C={row['concurrency']} {metric}",
-            "fullname": (f"{test}::{row['server']}@C={row['concurrency']}"
-                         f":{fingerprint.key}::{metric}"),
-            "params": None, "param": None,
-            "extra_info": {"metric": metric, "unit": unit, "fingerprint": fingerprint.key,
-                           "runs": len(row["runs"])},
-            "options": options,
-            "stats": _stats(values),
-        })  # fmt: skip
+                "format": RECORD_FORMAT,
+                "version": RECORD_VERSION,
+                "fingerprint": fingerprint.as_dict(),
+                "fingerprint_key": fingerprint.key,
+                "labels": dict(labels),
+                "measurement": dict(row),
+            }
+        entries.append(
+            {
+                "group": f"{title}: {metric} ({unit})",
+                "name": f"{row['server']} C={row['concurrency']} {metric}",
+                "fullname": (
+                    f"{test}::{row['server']}@C={row['concurrency']}:{fingerprint.key}::{metric}"
+                ),
+                "params": None,
+                "param": None,
+                "extra_info": {
+                    "metric": metric,
+                    "unit": unit,
+                    "fingerprint": fingerprint.key,
+                    "runs": len(row["runs"]),
+                },
+                "options": options,
+                "stats": _stats(values),
+            }
+        )
     return entries
 
 
@@ -371,17 +382,22 @@ def measurements_of(document: Mapping[str, Any], session: str) -> list[StoredMea
         record = options.get("sglang") if isinstance(options, dict) else None
         if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
             continue
-        missing = [k for k in ("measurement", "fingerprint", "labels")
-                   if not isinstance(record.get(k), dict)]  # fmt: skip
+        parts = ("measurement", "fingerprint", "labels")
+        missing = [k for k in parts if not isinstance(record.get(k), dict)]
         if not missing:
             row = record["measurement"]
             missing = [k for k in ("server", "workload", "concurrency", "runs") if k not in row]
             missing = [f"measurement.{k}" for k in missing]
         if missing:
             raise ValueError(f"benchmarks[{index}].options.sglang lacks {', '.join(missing)}")
-        out.append(StoredMeasurement(cast("MeasurementRow", record["measurement"]),
-                                     Fingerprint(record["fingerprint"]), session,
-                                     record["labels"]))  # fmt: skip
+        out.append(
+            StoredMeasurement(
+                cast("MeasurementRow", record["measurement"]),
+                Fingerprint(record["fingerprint"]),
+                session,
+                record["labels"],
+            )
+        )
     return out
 
 
@@ -440,10 +456,12 @@ def build_document(
         labels["interrupted"] = True
     machine = dict(machine if machine is not None else machine_info())
     machine["sglang"] = {
-        "gpus": list(gpus), "plugin_version": labels["plugin_version"],
+        "gpus": list(gpus),
+        "plugin_version": labels["plugin_version"],
         "sglang_versions": sorted({str(s["version"]) for s in servers if s.get("version")}),
-        "servers": [dict(s) for s in servers], "verdicts": [dict(v) for v in verdicts],
-    }  # fmt: skip
+        "servers": [dict(s) for s in servers],
+        "verdicts": [dict(v) for v in verdicts],
+    }
     benchmarks = []
     for row in rows:
         fp = fingerprint_of(row, server_for(row, servers), gpus)

@@ -308,9 +308,14 @@ class BaselineStore:
         match = _NUMBERED.match(path.name) if path is not None else None
         name = match.group(2) if match else str(labels.get("name", sid))
         return StoredSession(
-            id=sid, name=name, datetime=str(document.get("datetime", "")), labels=labels,
-            measurements=tuple(measurements), path=path, document=document,
-        )  # fmt: skip
+            id=sid,
+            name=name,
+            datetime=str(document.get("datetime", "")),
+            labels=labels,
+            measurements=tuple(measurements),
+            path=path,
+            document=document,
+        )
 
     def find(self, ref: str) -> StoredSession:
         """Return the session that ``ref`` names.
