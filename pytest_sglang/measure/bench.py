@@ -4,15 +4,11 @@
 runs), caches each :class:`~pytest_sglang.measure.results.BenchResult` for the session so that
 tests share measurements, and records it for the report.
 
-A measurement never passes silently broken: a run whose requests failed fails the test that
-took it (``MeasurementFailed``: how many, which kinds, what the server said) unless the call
-allowed errors (``allow_errors=0.05``: up to 5 % of each run's requests may fail). So does a
-run whose validity check failed (``measure/checks.py``), unless the call allowed that check
-(``allow_checks=["token_counts"]``); the checks of the load the client applied (concurrency,
-schedule, client) make the run invalid for the verdicts only (``measure/budget.py``). A dead
-server fails the test naming its death (``ServerDied``: exit code, log tail, hints), stops
-the remaining runs, and fails every later test that needs it. A measurement cut short (a
-test timeout, Ctrl-C) is reported with the runs it finished.
+A measurement never passes silently broken: beyond the call's budget (failed requests, failed
+validity checks: ``measure/budget.py``) it fails the test that took it, recorded first. A dead
+server fails the test naming its death (``ServerDied``), stops the remaining runs, and fails
+every later test that needs it. A measurement cut short (a test timeout, Ctrl-C) is reported
+with the runs it finished.
 """
 
 from __future__ import annotations
@@ -246,49 +242,35 @@ class Bench:
         a launched one once up): no other pytest-xdist worker measures either meanwhile.
         """
         __tracebackhide__ = True
-        with self.pool.measuring(a, b, during=self._during):
-            return self._pair(a, b, workload, concurrency, repeats, allow_errors, allow_checks)
-
-    def _pair(
-        self,
-        a: str,
-        b: str,
-        workload: Workload,
-        concurrency: int,
-        repeats: int,
-        allow_errors: float,
-        allow_checks: Iterable[str],
-    ) -> tuple[BenchResult, BenchResult]:
-        __tracebackhide__ = True
         (level,) = levels_of(concurrency)
         repeats = repeats_of(repeats)
         budget = Budget.of(allow_errors, allow_checks)
-        attached = {s.name for s in self.pool.settings.servers}
-        keys = [self._key(name, workload, level, repeats) for name in (a, b)]
-        fresh = not any(key in self._cache for key in keys)
-        if a in attached and b in attached and fresh:
-            check_fills(workload, level)
-            servers = (self._server(a), self._server(b))
-            runs: tuple[list[Measurement], list[Measurement]] = ([], [])
-            try:
-                self._runner.interleaved(servers, workload, level, repeats, runs)
-            except Interrupted as stop:
-                side = servers.index(stop.server)
-                runs[side].append(stop.measurement)
-                partial = self._result(stop.server, workload, level, runs[side], "interleaved")
-                self._record(partial, stop.server)
-                self._fail(stop.error)
-            except BaseException as error:
-                # A test timeout or Ctrl-C: both sides' finished runs are reported, the cut
-                # run with the side it was measuring.
-                for server, taken in zip(servers, runs, strict=True):
-                    cut = (server, workload, level, taken, repeats, error)
-                    self._record_cut(*cut, schedule="interleaved")
-                raise
-            for key, server, taken in zip(keys, servers, runs, strict=True):
-                self._cache[key] = self._result(server, workload, level, taken, "interleaved")
-        first = self._measure(a, workload, level, repeats, budget)
-        return first, self._measure(b, workload, level, repeats, budget)
+        with self.pool.measuring(a, b, during=self._during):
+            attached = {s.name for s in self.pool.settings.servers}
+            keys = [self._key(name, workload, level, repeats) for name in (a, b)]
+            if a in attached and b in attached and not any(key in self._cache for key in keys):
+                check_fills(workload, level)
+                servers = (self._server(a), self._server(b))
+                runs: tuple[list[Measurement], list[Measurement]] = ([], [])
+                try:
+                    self._runner.interleaved(servers, workload, level, repeats, runs)
+                except Interrupted as stop:
+                    side = servers.index(stop.server)
+                    runs[side].append(stop.measurement)
+                    partial = self._result(stop.server, workload, level, runs[side], "interleaved")
+                    self._record(partial, stop.server)
+                    self._fail(stop.error)
+                except BaseException as error:
+                    # A test timeout or Ctrl-C: both sides' finished runs are reported, the
+                    # cut run with the side it was measuring.
+                    for server, taken in zip(servers, runs, strict=True):
+                        cut = (server, workload, level, taken, repeats, error)
+                        self._record_cut(*cut, schedule="interleaved")
+                    raise
+                for key, server, taken in zip(keys, servers, runs, strict=True):
+                    self._cache[key] = self._result(server, workload, level, taken, "interleaved")
+            first = self._measure(a, workload, level, repeats, budget)
+            return first, self._measure(b, workload, level, repeats, budget)
 
     # -- internals ------------------------------------------------------------------------
 
