@@ -22,17 +22,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from pytest_sglang.config.defaults import DEFAULT_STORAGE
 from pytest_sglang.config.paths import OUTPUT_FIX, output_path, output_problem
 from pytest_sglang.errors import ComparisonRefused
-from pytest_sglang.measure.store import (
-    DEFAULT_STORAGE,
-    BaselineStore,
+from pytest_sglang.measure.session_format import (
     DamagedSession,
     StoredMeasurement,
     find_counterpart,
     read_document,
     report_measurements,
 )
+from pytest_sglang.measure.store import BaselineStore
 from pytest_sglang.verdicts.baseline_options import (
     DEFAULT_CHECKS,
     NOTHING_COMPARED_OK,

@@ -9,8 +9,8 @@ __all__ = [
     "DEFAULT_REQUEST_TIMEOUT",
     "DEFAULT_SERVER_NAME",
     "DEFAULT_STALL_TIMEOUT",
+    "DEFAULT_STORAGE",
     "LAUNCHERS",
-    "SERVER_KINDS",
 ]
 
 #: The server a test gets when it names none and several are configured.
@@ -27,9 +27,8 @@ DEFAULT_STALL_TIMEOUT = 60.0
 DEFAULT_FIRST_TOKEN_TIMEOUT = 90.0
 #: Requests in a row that ended without an answer before a run gives up on the server.
 DEFAULT_MAX_CONSECUTIVE_FAILURES = 8
-#: What a server can be declared as: SGLang (the default: the full readiness gate, its
-#: native endpoints and counters) or a plain OpenAI-compatible server (``openai+http://``
-#: in ``--sglang-url``, ``kind = "openai"`` in a profile): vLLM, llama.cpp, TGI, TensorRT-LLM.
-SERVER_KINDS = ("sglang", "openai")
 #: Launchers ``--sglang-launcher`` accepts.
 LAUNCHERS = ("sglang", "emulator")
+#: Where baselines are stored: pytest-benchmark's default, so ``pytest-benchmark list`` finds
+#: ours too.
+DEFAULT_STORAGE = "file://./.benchmarks"

@@ -42,6 +42,7 @@ from pytest_sglang.config.options import (
     LOAD_WORKERS,
     MARKDOWN,
     MAX_CONSECUTIVE_FAILURES,
+    OPTIONS,
     PROFILES,
     RAY_ADDRESS,
     READY_TIMEOUT,
@@ -68,6 +69,7 @@ from pytest_sglang.config.parsing import (
 )
 from pytest_sglang.config.paths import OUTPUT_FIX, output_path, output_problem
 from pytest_sglang.config.redaction import Redactor, is_secret_name, secret_flag_values
+from pytest_sglang.config.schema import check_settings
 from pytest_sglang.config.shards import Shard, parse_shard
 from pytest_sglang.config.targets import ServerTarget, build_targets
 from pytest_sglang.config.values import Expectation, Header, ServerUrl, Sourced
@@ -385,6 +387,7 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
     :raises pytest.UsageError: naming the option, the source of the bad value and the fix.
     """
     env = os.environ if environ is None else environ
+    check_settings({s: (r.value, r.source) for s in OPTIONS if (r := _lookup(s, config, env))})
     servers = _resolve_servers(config, env)
     api_key = _lookup(API_KEY, config, env)
     gpu_host = _lookup(GPU_HOST, config, env)

@@ -6,11 +6,11 @@ tests, so a drift on either side shows up as a schema failure with a JSON path.
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Sequence
-from importlib import resources
 from typing import Any
+
+from pytest_sglang.config.schema import read_schema
 
 __all__ = [
     "SCHEMA_NAMES",
@@ -43,14 +43,11 @@ class SchemaViolation:
         return f"at {self.json_path}: {self.message} (schema {self.schema_name}.schema.json)"
 
 
-@functools.cache
 def load_schema(name: str) -> dict[str, Any]:
     """Return the parsed JSON Schema ``schemas/<name>.schema.json``."""
     if name not in SCHEMA_NAMES:
         raise ValueError(f"unknown schema {name!r}; known: {', '.join(SCHEMA_NAMES)}")
-    text = resources.files("pytest_sglang").joinpath(f"schemas/{name}.schema.json").read_text()
-    schema: dict[str, Any] = json.loads(text)
-    return schema
+    return read_schema(name)
 
 
 def first_violation(instance: object, name: str) -> SchemaViolation | None:

@@ -110,7 +110,8 @@ def test_a_profile_declares_its_kind(pytester: pytest.Pytester) -> None:
     pytester.makefile(".toml", profiles='[profiles.x]\nkind = "tgi"\n')
     result = pytester.runpytest("--sglang-profiles=profiles.toml")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "'tgi' is not a server kind" in result.stderr.str()
+    assert '[profiles.x] kind: expected a server kind: "sglang", or "openai"' in result.stderr.str()
+    assert 'got "tgi"' in result.stderr.str()
 
 
 def test_an_openai_profile_is_never_launched(pytester: pytest.Pytester) -> None:

@@ -70,22 +70,22 @@ def test_name_in_both_files_is_an_error(tmp_path: Path) -> None:
     ("text", "expected"),
     [
         ('[profiles.a]\nmodel-path = "m"\nmodle = 1\n',
-         "profile 'a', key 'modle': unknown key; valid keys are model-path, tp, args"),
-        ("[profiles.a]\ntp = 2\n", "profile 'a', key 'model-path': missing"),
-        ('[profiles.a]\nmodel-path = "m"\ntp = "8"\n', "key 'tp': expected a tensor-parallel size"),
-        ('[profiles.a]\nmodel-path = "m"\nargs = "--x"\n', "key 'args': expected a list"),
-        ('[profiles.a]\nmodel-path = "m"\nargs = ["x"]\n', "'x' does not follow a --flag"),
+         "[profiles.a] modle: unknown key; valid keys are model-path, tp, args"),
+        ("[profiles.a]\ntp = 2\n", "[profiles.a] model-path: missing"),
+        ('[profiles.a]\nmodel-path = "m"\ntp = "8"\n', "tp: expected a tensor-parallel size"),
+        ('[profiles.a]\nmodel-path = "m"\nargs = "--x"\n', "args: expected a list"),
+        ('[profiles.a]\nmodel-path = "m"\nargs = ["x"]\n', "args[0]: expected a --flag first"),
         ('[profiles.a]\nmodel-path = "m"\nargs = ["--port", "1"]\n',
-         "--port is set by the launcher"),
-        ('[profiles.a]\nmodel-path = "m"\nargs = [true]\n', "True is not a string"),
-        ('[profiles.a]\nmodel-path = "m"\nenv = 3\n', "key 'env': expected a table"),
-        ('[profiles.a]\nmodel-path = "m"\nenv = { X = true }\n', "X = True is not a string"),
-        ('[profiles.a]\nmodel-path = "m"\ncommand = []\n', "key 'command': expected a non-empty"),
+         "args[0]: expected a flag the launcher does not set itself"),
+        ('[profiles.a]\nmodel-path = "m"\nargs = [true]\n', "args[0]: expected a --flag first"),
+        ('[profiles.a]\nmodel-path = "m"\nenv = 3\n', "env: expected a table"),
+        ('[profiles.a]\nmodel-path = "m"\nenv = { X = true }\n', "env.X: expected a string"),
+        ('[profiles.a]\nmodel-path = "m"\ncommand = []\n', "command: expected a non-empty"),
         ('[profiles.a]\nmodel-path = "m"\nextends = "b"\n', "no profile named 'b'"),
         ('[profiles.a]\nmodel-path = "m"\nextends = "b"\n[profiles.b]\nextends = "a"\n',
          "cycle"),
         ('[profiles.a]\nmodel-path = "m"\nextends = "a"\n', "cycle a -> a"),
-        ('[profiles."a b"]\nmodel-path = "m"\n', "not a valid profile name"),
+        ('[profiles."a b"]\nmodel-path = "m"\n', "expected a profile name of letters"),
         ("[profiles.a\n", "not valid TOML"),
     ],
 )  # fmt: skip
@@ -101,7 +101,7 @@ def test_option_errors_reach_the_user(pytester: pytest.Pytester) -> None:
     pytester.makefile(".toml", profiles='[profiles.a]\nmodel-path = "m"\ntp = 0\n')
     result = pytester.runpytest("--sglang-profiles=profiles.toml")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "profile 'a', key 'tp'" in result.stderr.str()
+    assert "[profiles.a] tp: expected a tensor-parallel size" in result.stderr.str()
     result = pytester.runpytest("--sglang-profiles=missing.toml")
     assert (
         f"--sglang-profiles: 'missing.toml' (relative to {pytester.path}) is not a file "

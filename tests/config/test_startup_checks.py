@@ -88,12 +88,15 @@ def test_url_with_userinfo_is_refused_without_echoing_the_password(
 @pytest.mark.parametrize(
     ("table", "expected"),
     [
-        ('env = { "A=B" = "1" }', "'A=B' is not an environment variable name"),
-        ('env = { "A\\u0000B" = "1" }', "is not an environment variable name"),
-        ('env = { "" = "1" }', "'' is not an environment variable name"),
-        ('env = { A = "x\\u0000y" }', "the value of A holds a NUL character"),
-        ('expect = { "" = 1 }', "key 'expect': '' is not a valid key"),
-        ('expect = { "tp size" = 8 }', "key 'expect': 'tp size' is not a valid key"),
+        ('env = { "A=B" = "1" }', "env: expected an environment variable name (not empty, no"),
+        ('env = { "A\\u0000B" = "1" }', 'which no environment can hold), got name "A\\u0000B"'),
+        ('env = { "" = "1" }', "env: expected an environment variable name"),
+        ('env = { A = "x\\u0000y" }', "env.A: expected a string without NUL characters"),
+        ('expect = { "" = 1 }', "expect: expected model_id, max_model_len or a /server_info key"),
+        (
+            'expect = { "tp size" = 8 }',
+            "tp_size (letters, digits and '_', no spaces), got name \"tp size\"",
+        ),
     ],
 )
 def test_profile_env_and_expect_keys_are_validated(

@@ -1,0 +1,158 @@
+"""The configuration's JSON Schema (``schemas/config.schema.json``) and its error messages.
+
+Profiles and the options' values are validated with jsonschema against one schema shipped
+with the package. A profile violation becomes a line naming the file, the TOML table, the
+key, what is allowed (the subschema's ``description``) and how to write it (its ``fix``, a
+keyword of this package); an option's, a :func:`~.parsing.usage_error` naming the option,
+the value's source and the fix. The options' part of the schema is made from the option
+catalogue (:data:`~.options.OPTIONS`) when it is loaded, so a new option needs no schema
+edit. The server stage reads its response schemas through :func:`read_schema` as well.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_sglang.config.options import OPTIONS, OptionSpec
+from pytest_sglang.config.parsing import usage_error
+from pytest_sglang.config.redaction import Redactor, is_secret_name, secret_flag_values
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
+
+__all__ = ["check_settings", "profile_errors", "read_schema", "toml_table"]
+
+
+@functools.cache
+def read_schema(name: str) -> dict[str, Any]:
+    """Return the parsed ``pytest_sglang/schemas/<name>.schema.json``."""
+    text = resources.files("pytest_sglang").joinpath(f"schemas/{name}.schema.json").read_text()
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+@functools.cache
+def _settings_schema() -> dict[str, Any]:
+    """Return ``#/$defs/settings`` with a property per option whose values it constrains.
+
+    A flag's values are booleans; an option's whose metavar ``metavars`` names, that kind.
+    """
+    schema = read_schema("config")
+    settings = schema["$defs"]["settings"]
+    properties = {}
+    for spec in OPTIONS:
+        kind = settings["flag"] if spec.flag else settings["metavars"].get(spec.metavar)
+        if kind is not None:
+            properties[spec.ini] = {"type": "array", "items": {"$ref": f"#/$defs/{kind}"}}
+    defs = {**schema["$defs"], "settings": {**settings, "properties": properties}}
+    return {**schema, "$ref": "#/$defs/settings", "$defs": defs}
+
+
+def check_settings(values: Mapping[OptionSpec, tuple[Sequence[str], str]]) -> None:
+    """Validate the options' values, each ``(raw values, source)`` from its winning source.
+
+    :raises pytest.UsageError: for the first violation: the option, the value, where it
+        came from, what is allowed and the fix.
+    """
+    schema = _settings_schema()
+    constrained = schema["$defs"]["settings"]["properties"]
+    instance = {spec.ini: list(raw) for spec, (raw, _) in values.items() if spec.ini in constrained}
+    if not instance:
+        return  # nothing to check: jsonschema is not imported
+    from jsonschema import Draft202012Validator
+
+    error = next(Draft202012Validator(schema).iter_errors(instance), None)
+    if error is None:
+        return
+    spec = next(s for s in values if s.ini == error.absolute_path[0])
+    source = values[spec][1]
+    raise usage_error(
+        spec,
+        source,
+        f"{error.instance!r} is not {error.schema['description']}",
+        error.schema["fix"],
+    )
+
+
+def toml_table(*keys: str) -> str:
+    """Return a TOML table header, quoting keys that are not bare: ``[profiles."v1.2"]``."""
+    bare = {*"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"}
+    parts = (k if k and set(k) <= bare else json.dumps(k) for k in keys)
+    return "[" + ".".join(parts) + "]"
+
+
+def profile_errors(tables: object, path: Path | str, prefix: str) -> list[str]:
+    """Validate the raw ``[prefix]`` table of profiles; return one message per violation.
+
+    ``prefix`` is the dotted table the profiles live under (``profiles`` or
+    ``tool.pytest-sglang.profiles``). Secrets in the tables (``--api-key`` values, secret
+    ``env`` values) never appear in a message.
+    """
+    # Imported here: jsonschema costs tens of milliseconds, paid only when profiles exist.
+    from jsonschema import Draft202012Validator
+
+    schema = read_schema("config")
+    errors = Draft202012Validator(schema).iter_errors(tables)
+    ordered = sorted(errors, key=lambda e: [str(step) for step in e.absolute_path])
+    redact = Redactor(_secrets(tables))
+    return [redact(f"{path}: {_describe(e, schema, prefix)}") for e in ordered]
+
+
+def _secrets(tables: object) -> list[str]:
+    """Return the secret values in raw profile tables, as far as their shape allows."""
+    found: list[str] = []
+    for raw in tables.values() if isinstance(tables, dict) else ():
+        if not isinstance(raw, dict):
+            continue
+        args, env = raw.get("args"), raw.get("env")
+        if isinstance(args, list):
+            found += secret_flag_values([str(a) for a in args])
+        if isinstance(env, dict):
+            found += [str(v) for k, v in env.items() if is_secret_name(str(k))]
+    return found
+
+
+def _describe(error: ValidationError, schema: Mapping[str, Any], prefix: str) -> str:
+    """Turn one violation into ``[table] key: expected ALLOWED, got VALUE; FIX``."""
+    steps = list(error.absolute_path)
+    defs = schema["$defs"]
+    # What is allowed: the failing subschema says it if it can, else the key's, the
+    # profile's, the table's.
+    owner = error.validator_value if error.validator == "not" else error.schema
+    if not isinstance(owner, Mapping) or "description" not in owner:
+        if len(steps) >= 2:
+            owner = defs["profile"]["properties"][steps[1]]
+        else:
+            owner = defs["profile"] if steps else defs["profiles"]
+    where = toml_table(*prefix.split("."), *(str(s) for s in steps[:1]))
+    if len(steps) > 1:
+        where += " " + str(steps[1]) + "".join(_step(s) for s in steps[2:])
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = list(defs["profile"]["properties"])
+        unknown = sorted(set(error.instance) - set(known))
+        close = difflib.get_close_matches(unknown[0], known, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        return f"{where} {unknown[0]}: unknown key; {hint}valid keys are {', '.join(known)}"
+    if "propertyNames" in error.schema_path:
+        got = f"got name {json.dumps(error.instance)}"
+    elif len(steps) > 2 and steps[1] == "env" and is_secret_name(str(steps[2])):
+        got = "got a value not shown (a secret)"
+    else:
+        got = f"got {_toml(error.instance)}"
+    return f"{where}: expected {owner['description']}, {got}; {owner['fix']}"
+
+
+def _step(step: str | int) -> str:
+    return f"[{step}]" if isinstance(step, int) else f".{step}"
+
+
+def _toml(value: object) -> str:
+    """Show a TOML value as TOML would write it, shortened: ``"two"``, ``true``, ``[1, 2]``."""
+    text = json.dumps(value, default=str, ensure_ascii=False)
+    return text if len(text) <= 80 else text[:77] + "..."
