@@ -9,6 +9,8 @@ __all__ = [
     "DEFAULT_REQUEST_TIMEOUT",
     "DEFAULT_SERVER_NAME",
     "DEFAULT_STALL_TIMEOUT",
+    "DEFAULT_STORAGE",
+    "INCONCLUSIVE_CHOICES",
     "LAUNCHERS",
     "SERVER_KINDS",
 ]
@@ -31,5 +33,9 @@ DEFAULT_MAX_CONSECUTIVE_FAILURES = 8
 #: native endpoints and counters) or a plain OpenAI-compatible server (``openai+http://``
 #: in ``--sglang-url``, ``kind = "openai"`` in a profile): vLLM, llama.cpp, TGI, TensorRT-LLM.
 SERVER_KINDS = ("sglang", "openai")
-#: Launchers ``--sglang-launcher`` accepts.
+#: Launchers ``--sglang-launcher`` accepts; the first is the default.
 LAUNCHERS = ("sglang", "emulator")
+#: What ``--sglang-inconclusive`` accepts; the first is the default.
+INCONCLUSIVE_CHOICES = ("fail", "skip", "warn")
+#: pytest-benchmark's default storage, so that ``pytest-benchmark list`` finds ours too.
+DEFAULT_STORAGE = "file://./.benchmarks"

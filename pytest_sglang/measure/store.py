@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from pytest_sglang.config.defaults import DEFAULT_STORAGE
 from pytest_sglang.errors import SGLangError
 from pytest_sglang.loadgen.schedule import OpenLoop
 from pytest_sglang.loadgen.workload import Workload
@@ -61,8 +62,6 @@ __all__ = [
     "result_of",
 ]
 
-#: pytest-benchmark's default storage, so that ``pytest-benchmark list`` finds ours too.
-DEFAULT_STORAGE = "file://./.benchmarks"
 #: The machine folder of the file storage (pytest-benchmark's is the Python platform; ours
 #: is one folder, the GPUs being part of every measurement's fingerprint instead).
 MACHINE_ID = "sglang"
