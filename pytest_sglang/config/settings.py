@@ -102,9 +102,9 @@ class Settings:
     first_token_timeout: Sourced[float] = Sourced(DEFAULT_FIRST_TOKEN_TIMEOUT, "default")
     #: 0: a run never stops early for unanswered requests.
     max_consecutive_failures: Sourced[int] = Sourced(DEFAULT_MAX_CONSECUTIVE_FAILURES, "default")
-    #: Load-generator workers per run (``--sglang-load-workers``): processes, or Ray actors.
+    #: Load-generator workers per run (``sglang_load_workers``): processes, or Ray actors.
     load_workers: Sourced[int] = Sourced(1, "default")
-    #: The Ray cluster the workers run on (``--sglang-ray-address``); ``None``: this host.
+    #: The Ray cluster the workers run on (``sglang_ray_address``); ``None``: this host.
     ray_address: Sourced[str | None] = Sourced(None, "default")
     #: ``--sglang-header`` values, each for one server or all (values are secrets).
     headers: tuple[Header, ...] = ()

@@ -329,7 +329,7 @@ def test_emulator_dry_run_ignores_busy_real_gpus(pytester: pytest.Pytester, tmp_
     result = pytester.runpytest("--sglang-launcher=emulator", "--sglang-require")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
-        ["*GPU checks skipped: the emulator launcher holds no GPU (--sglang-gpu-fake DIR*"]
+        ["*GPU checks skipped: the emulator launcher holds no GPU (ini sglang_gpu_fake = DIR*"]
     )
     assert emulators(tag) == []
 
