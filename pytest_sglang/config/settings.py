@@ -1,11 +1,12 @@
 """Settings: resolving every option once, into a frozen :class:`Settings` in ``config.stash``.
 
-Precedence is marker > CLI > env > ini > default; markers are applied per test by the
-fixtures, everything else is resolved here once. Each value remembers where it came from, so
-an error can say which source to fix. The option catalogue is :mod:`.options`, the parsers
-:mod:`.parsing`; every server the session knows is resolved up front into one
-:class:`~pytest_sglang.config.targets.ServerTarget` (name, URL or profile, expectations), so
-later stages never come back here. Pure: no network, no heavy imports.
+Precedence is marker > flag > ``-o sglang_KEY=VALUE`` > environment > ini file > default;
+markers are applied per test by the fixtures, everything else is resolved here once. Each
+value remembers where it came from, so an error can say which source to fix. The option
+catalogue is :mod:`.options`, the parsers :mod:`.parsing`; every server the session knows is
+resolved up front into one :class:`~pytest_sglang.config.targets.ServerTarget` (name, URL or
+profile, expectations), so later stages never come back here. Pure: no network, no heavy
+imports.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from pytest_sglang.config.defaults import (
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_SERVER_NAME,
     DEFAULT_STALL_TIMEOUT,
+    INCONCLUSIVE_CHOICES,
+    LAUNCHERS,
 )
 from pytest_sglang.config.options import (
     API_KEY,
@@ -385,7 +388,7 @@ def _mentions_profiles(pyproject: Path) -> bool:
 
 
 def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = None) -> Settings:
-    """Resolve every option (CLI > env > ini > default) and validate it.
+    """Resolve every setting (flag > ``-o`` > environment > ini file > default), validated.
 
     :raises pytest.UsageError: naming the option, the source of the bad value and the fix.
     """
@@ -411,7 +414,7 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
     )
     _check_distinct_outputs(config, ((REPORT, report), (MARKDOWN, markdown)))
     return Settings(
-        launcher=_resolve_one(LAUNCHER, config, env, parse_launcher, "sglang"),
+        launcher=_resolve_one(LAUNCHER, config, env, parse_launcher, LAUNCHERS[0]),
         emulator_args=_resolve_one(EMULATOR_ARGS, config, env, parse_args, ()),
         profiles=profiles,
         headers=headers,
@@ -444,7 +447,9 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         load_workers=_resolve_one(LOAD_WORKERS, config, env, parse_workers, 1),
         ray_address=_resolve_one(RAY_ADDRESS, config, env, parse_ray_address, None),
         expectations=_resolve_expectations(config, env, servers),
-        inconclusive=_resolve_one(INCONCLUSIVE, config, env, parse_inconclusive, "fail"),
+        inconclusive=_resolve_one(
+            INCONCLUSIVE, config, env, parse_inconclusive, INCONCLUSIVE_CHOICES[0]
+        ),
         shard=_resolve_one(SHARD, config, env, _parse_shard, None),
     )
 
