@@ -87,7 +87,7 @@ SHARD = OptionSpec("shard", "Run shard K of N (whole launch groups)", "K/N")
 REPORT = OptionSpec("report", "Write the results as JSON", "PATH")
 MARKDOWN = OptionSpec("markdown", "Append the results as Markdown", "PATH")
 # Stored baselines (docs/baselines.md says why these are not pytest-benchmark's flags).
-SAVE = OptionSpec("save", "Save the measurements (alone: named commit_time)", "NAME", const="auto")
+SAVE = OptionSpec("save", "Save the measurements; alone or auto: commit_time", "NAME", const="auto")
 COMPARE = OptionSpec("compare", "Judge against stored measurements", "REF", const="latest")
 COMPARE_FAIL = OptionSpec(
     "compare-fail", "Fail on a regression beyond PCT (repeatable)", "METRIC:PCT", repeatable=True
