@@ -458,7 +458,7 @@ def make_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--storage", default=DEFAULT_STORAGE, metavar="URI",
-        help=f"baseline storage, as --sglang-storage (default: {DEFAULT_STORAGE})",
+        help=f"baseline storage, as ini sglang_storage (default: {DEFAULT_STORAGE})",
     )  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser("list", help="list the stored sessions")

@@ -347,7 +347,7 @@ def sglang_client(sglang_server: SGLangServer) -> Iterator[httpx.Client]:
 
 @pytest.fixture(scope="session")
 def sglang_gpu(sglang_servers: ServerPool, sglang_settings: Settings) -> GpuState:
-    """GPU state through NVML (or nvidia-smi over ssh with --sglang-gpu-host, or a fake).
+    """GPU state through NVML (or nvidia-smi over ssh with sglang_gpu_host, or a fake).
 
     ``sglang_gpu.snapshot()`` returns every GPU (index, UUID, name, memory total/used/free)
     and compute process (pid, memory, name); ``before.diff(after)`` what changed. Skipped

@@ -164,7 +164,7 @@ def connect(address: str | None, *, source: str = "the address argument") -> Mod
         return ray
     if not address:
         raise RayUnavailable(
-            "no Ray cluster to run the load workers on: give its address (--sglang-ray-address "
+            "no Ray cluster to run the load workers on: give its address (-o sglang_ray_address="
             "HOST:PORT, ini sglang_ray_address, env PYTEST_SGLANG_RAY_ADDRESS; 'auto' finds the "
             "cluster this host belongs to), or call ray.init() first"
         )

@@ -672,7 +672,7 @@ class LoadGenerator:
                     record,
                     f"stalled: no new token for {watchdog.stall_timeout:g} s after "
                     f"{len(record.chunk_times)} token chunks (stall_timeout; "
-                    "--sglang-stall-timeout under pytest)",
+                    "sglang_stall_timeout under pytest)",
                 )
             elif expiry == "first_token":
                 _fail(
@@ -685,7 +685,7 @@ class LoadGenerator:
                 _fail(
                     record,
                     f"timed out: no complete response within {self.request_timeout:g} s "
-                    f"(request_timeout; --sglang-request-timeout under pytest); "
+                    f"(request_timeout; sglang_request_timeout under pytest); "
                     f"{len(record.chunk_times)} token chunks had arrived",
                 )
         except Exception as exc:  # recorded, never raised: the run keeps every request

@@ -282,8 +282,8 @@ def test_sglang_bench_runs_on_the_ray_cluster_it_is_given(
         # A separate process: this one is connected to the cluster already.
         result = pytester.runpytest_subprocess(
             f"--sglang-url={emulator.url}",
-            f"--sglang-ray-address={two_nodes.address}",
-            "--sglang-load-workers=2",
+            f"-osglang_ray_address={two_nodes.address}",
+            "-osglang_load_workers=2",
         )
     result.assert_outcomes(passed=1)
 
