@@ -425,10 +425,20 @@ class Workload:
             data["dataset_sha256"] = datasets.digest(self.dataset)
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        # ``extra`` is a read-only mapping, which pickle refuses: a workload travels to and
+        # from load workers (processes, Ray actors) as its plain-JSON form.
+        return _rebuilt, (self.as_dict(),)
+
     def __hash__(self) -> int:
         # The generated hash would hash ``extra``, a mapping; the canonical key is hashable
         # and equal exactly when the workloads are.
         return hash(self.key())
+
+
+def _rebuilt(data: dict[str, Any]) -> Workload:
+    # A module-level function: pickled by reference (a bound classmethod is not, by Ray).
+    return Workload.from_dict(data)
 
 
 def _frozen_extra(extra: Mapping[str, Any]) -> Mapping[str, Any]:
