@@ -411,12 +411,12 @@ class RayLoadWorkers:
             self.close()
             raise
         # Each actor's records onto this process's clock (what it handed over already is).
-        return settle(plan, shares, [
+        finished = zip([o for o in outcomes if o is not None], self.clocks, strict=True)
+        shifted = [
             (kind, None if run is None else _shifted(run, -clock.offset), message)
-            for (kind, run, message), clock in zip(
-                [o for o in outcomes if o is not None], self.clocks, strict=True
-            )
-        ], heard)  # fmt: skip
+            for (kind, run, message), clock in finished
+        ]
+        return settle(plan, shares, shifted, heard)
 
     def _describe(self, index: int, exc: BaseException) -> str:
         node, _, pid = self._where[index]
@@ -502,10 +502,11 @@ class RayLoadWorkers:
                     if outcome is None:
                         ray.kill(self._actors[i], no_restart=True)
                         outcomes[i] = (
-                            "died", None,
+                            "died",
+                            None,
                             f"Ray load worker {i} (node {self._where[i][0]}) did not finish in "
                             f"{timeout:g} s and was killed",
-                        )  # fmt: skip
+                        )
 
     def _take_poll(self, ref: Any, index: int, heard: ProgressSum) -> None:
         # A batch of finished records and progress, moved onto this process's clock.

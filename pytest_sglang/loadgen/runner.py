@@ -255,8 +255,14 @@ class LoadGenerator:
         tally = Tally(len(warm) + len(main))
         timeouts = (self.stall_timeout, self.first_token_timeout)
         watchdog = StallWatchdog(*timeouts) if any(timeouts) else None
-        state = RunState(self.client, self.connections, self.max_consecutive_failures, connections,
-                         tally, watchdog)  # fmt: skip
+        state = RunState(
+            self.client,
+            self.connections,
+            self.max_consecutive_failures,
+            connections,
+            tally,
+            watchdog,
+        )
         started = time.perf_counter()
         client: ClientLoad | None = None
 
@@ -264,8 +270,14 @@ class LoadGenerator:
             # Requests never sent have no record: a made-up failure would count against the
             # server as if it had been asked.
             sent = tuple(r for r in warm + main if r.end is not None)
-            return LoadRun(workload=workload, records=sent, started=started, repeat=repeat,
-                           client=client, **run_fields(load))  # fmt: skip
+            return LoadRun(
+                workload=workload,
+                records=sent,
+                started=started,
+                repeat=repeat,
+                client=client,
+                **run_fields(load),
+            )
 
         ticker = ProgressTicker(self._progress, tally, started, self._progress_interval)
         ticker.start()
@@ -388,8 +400,9 @@ class LoadGenerator:
         response byte and is sent again (``_attempts``), or gets a new one because the
         server had closed them all (both: the server closes after a response).
         """
-        copy = RequestRecord(index=last.index, warmup=True, input_len=last.input_len,
-                             output_len=last.output_len)  # fmt: skip
+        copy = RequestRecord(
+            index=last.index, warmup=True, input_len=last.input_len, output_len=last.output_len
+        )
         tally, state.tally, state.probing = state.tally, Tally(1), True
         try:
             await self._send(workload, copy, body, state)

@@ -156,6 +156,9 @@ Load = ClosedLoop | OpenLoop
 def run_fields(load: Load) -> dict[str, Any]:
     """Return the load's fields as :class:`~pytest_sglang.loadgen.records.LoadRun` has them."""
     return {
-        "mode": load.mode, "concurrency": load.concurrency, "rate": load.rate,
-        "arrival": load.arrival, "max_concurrency": load.max_concurrency,
-    }  # fmt: skip
+        "mode": load.mode,
+        "concurrency": load.concurrency,
+        "rate": load.rate,
+        "arrival": load.arrival,
+        "max_concurrency": load.max_concurrency,
+    }

@@ -106,9 +106,12 @@ def run_shard(plan: RunPlan, shard: Shard, relay: Relay) -> Outcome:
     """
     options = dict(plan.options)
     generator = LoadGenerator(
-        options.pop("url"), **options, progress=relay.progress,
-        progress_interval=PROGRESS_INTERVAL, shard=replace(shard, finished=relay.finished),
-    )  # fmt: skip
+        options.pop("url"),
+        **options,
+        progress=relay.progress,
+        progress_interval=PROGRESS_INTERVAL,
+        shard=replace(shard, finished=relay.finished),
+    )
     try:
         return "ok", run_blocking(generator.run(plan.workload, plan.load, repeat=plan.repeat)), None
     except ServerStoppedAnswering as exc:
@@ -312,8 +315,9 @@ def settle(
     for i, (kind, run, message) in enumerate(outcomes):
         records = heard.received(i)
         if kind == "died" and records:
-            run = LoadRun(plan.workload, plan.load.mode, tuple(records),
-                          min(r.started for r in records))  # fmt: skip
+            run = LoadRun(
+                plan.workload, plan.load.mode, tuple(records), min(r.started for r in records)
+            )
         kept.append((kind, run, message))
     merged = merge_outcomes(plan, shares, kept)
     stopped = [message for kind, _, message in kept if kind == "stopped"]
@@ -337,9 +341,10 @@ def merge_outcomes(plan: RunPlan, shares: tuple[int, ...], outcomes: Sequence[Ou
         if kind in {"died", "error"}:
             sent = {r.index for r in (run.records if run else ()) if not r.warmup}
             mine = [
-                i for i in range(plan.workload.requests)
+                i
+                for i in range(plan.workload.requests)
                 if owner(i, list(shares)) == index and i not in sent
-            ]  # fmt: skip
+            ]
             records += _failed(plan.workload, mine, message or "load worker failed")
     records.sort(key=lambda r: (not r.warmup, r.index))
     return LoadRun(
