@@ -340,10 +340,12 @@ class LoadGenerator:
 
         An arrival is a multi-turn session (its turns one after another, each once the
         previous answer is complete) or a single request. A slot takes the next arrival that
-        is due as soon as it is free: a closed loop keeps exactly ``slots`` in flight, and a
-        capped open loop holds a due arrival back (its record shows the delay) until a slot
-        is free.
+        is due as soon as it is free: a closed loop keeps exactly ``slots`` in flight (a slot
+        holds a whole session), and a capped open loop holds a due arrival back (its record
+        shows the delay) until a slot is free; its cap is on requests, so a session's next
+        turn queues for a slot again.
         """
+        requeue = slots is not None and offsets is not None
         units: dict[int, list[RequestRecord]] = {}
         for record in records:
             units.setdefault(workload.session(record.index)[0], []).append(record)
@@ -355,10 +357,14 @@ class LoadGenerator:
             nonlocal busy
             try:
                 while due:
-                    for record in due.popleft():
+                    turns = due.popleft()
+                    for turn, record in enumerate(turns, 1):
                         if state.aborted is not None:
                             return
                         await self._send(workload, record, bodies[record.index], state)
+                        if requeue and turn < len(turns):
+                            due.append(turns[turn:])
+                            break
             finally:
                 busy -= 1
 
