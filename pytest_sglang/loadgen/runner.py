@@ -22,17 +22,14 @@ stops sending, ends the requests in flight (recorded as cancelled), and raises
 :class:`ServerStoppedAnswering`, which carries the records of the requests that were sent.
 
 Connections: a request that fails on a *reused* pooled connection before any response byte
-is sent again, once, on a fresh connection (``RequestRecord.retries``). The server closed the
-idle connection (some servers and proxies close after every streamed response while still
-advertising keep-alive, and a closed loop reuses the connection before the close arrives):
-the client's problem, not a server failure. A failure after response bytes arrived, or on a
-fresh connection, is the server's and is never retried. After such a retry, or a response
-that says ``Connection: close``, the run stops reusing connections, and so does every later
-run of every generator that shares the server's
-:class:`~pytest_sglang.loadgen.habits.ConnectionHabits`. While the habit is unknown, a run
-probes it once its warm-up is over: a copy of the warm-up's last request, sent at once on
-the pooled client as the first measured request would be, so that the measured requests
-never race the server's close. A run without a warm-up learns it from its first retry.
+is sent again, once, on a fresh connection (``RequestRecord.retries``): the server had closed
+the idle connection (some close after every response while advertising keep-alive), the
+client's problem, not a server failure; a failure after response bytes, or on a fresh
+connection, is the server's. After such a retry, or a ``Connection: close`` response, the
+run and every later run sharing the server's
+:class:`~pytest_sglang.loadgen.habits.ConnectionHabits` use a fresh connection per request.
+While the habit is unknown, a run probes it once its warm-up is over (``_probe``), so
+that the measured requests never race the server's close.
 
 All timestamps come from ``time.perf_counter()``.
 """
