@@ -88,3 +88,20 @@ def test_compare_with_nothing_comparable_is_allowed_when_asked_for(tmp_path: Pat
     status, out = _cli(store, "compare", "tp4", "tp8", "--fail",
                        "output_throughput:3%,nothing-compared:ok")  # fmt: skip
     assert status == OK, out
+
+
+@pytest.mark.parametrize(
+    "args", [("compare", "tp4", "tp4"), ("report", "tp4", "--baseline", "tp4")], ids=str
+)
+def test_a_bad_regression_term_is_misuse_for_every_judging_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...]
+) -> None:
+    store = BaselineStore(f"file://{tmp_path / 'store'}")
+    _save(store, "tp4", [100.0, 100.5, 99.5, 100.2, 99.8], tp_size=4)
+    try:
+        status, _ = _cli(store, *args, "--fail", "output_throughput:3%,bogus")
+    except SystemExit as exc:  # argparse's own exit on a usage error
+        status = int(str(exc.code))
+    err = capsys.readouterr().err
+    assert status == MISUSE, err
+    assert "cannot parse 'bogus'" in err and "Traceback" not in err
