@@ -20,10 +20,16 @@ from pathlib import Path
 import psutil
 
 #: The story's EAGLE-3 configuration (as in examples/pyproject.toml), for tests and benchmarks.
-EAGLE3_FLAGS = (
-    "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
-    "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
-)  # fmt: skip
+EAGLE3_FLAGS = tuple(
+    "--speculative-algorithm EAGLE3 --speculative-num-steps 3 "
+    "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4".split()
+)
+
+#: The emulator without its start-up delays and with a 1 ms decode step: tests run fast.
+FAST_FLAGS = tuple(
+    "--emulator-load-time 0 --emulator-warmup-time 0 --emulator-health-probe-time 0 "
+    "--emulator-decode-ms 1".split()
+)
 
 
 def free_port() -> int:
@@ -51,9 +57,11 @@ class EmulatorProcess:
 
     @property
     def url(self) -> str:
+        """The emulator's base URL."""
         return f"http://127.0.0.1:{self.port}"
 
     def log(self) -> str:
+        """Return the emulator's log so far."""
         return self.log_path.read_text(errors="replace")
 
     def wait_for_port(self, timeout: float = 30.0) -> None:
@@ -100,6 +108,7 @@ class EmulatorProcess:
                     proc.kill()
 
 
+#: The line SGLang (and the emulator) logs once it serves requests.
 READY_LINE = "The server is fired up and ready to roll!"
 
 
@@ -113,35 +122,14 @@ def running_emulator(
 ) -> Iterator[EmulatorProcess]:
     """Run ``python -m pytest_sglang.emulator`` on a free port for the ``with`` block.
 
-    :param args: extra launch flags, e.g. ``"--emulator-fault", "never-ready"``.
+    :param args: extra launch flags, e.g. ``"--emulator-fault", "never-ready"``; they come
+        after :data:`FAST_FLAGS`, so an ``--emulator-*`` timing flag given here wins.
     :param wait: ``"ready"`` (the ready line is logged), ``"port"`` (port open) or ``None``.
-    Fast timings are the default here; pass the ``--emulator-*`` timing flags to override.
     """
     port = free_port()
     log_path = log_dir / f"emulator-{port}.log"
-    fast = [
-        "--emulator-load-time",
-        "0",
-        "--emulator-warmup-time",
-        "0",
-        "--emulator-health-probe-time",
-        "0",
-        "--emulator-decode-ms",
-        "1",
-    ]
-    argv = [
-        sys.executable,
-        "-m",
-        "pytest_sglang.emulator",
-        "--model-path",
-        model_path,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        *fast,
-        *args,
-    ]
+    argv = [sys.executable, "-m", "pytest_sglang.emulator", "--model-path", model_path]
+    argv += ["--host", "127.0.0.1", "--port", str(port), *FAST_FLAGS, *args]
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
             argv,
