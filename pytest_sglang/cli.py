@@ -17,7 +17,7 @@ import argparse
 import datetime
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -141,8 +141,13 @@ def validate_report(document: Any) -> list[str]:
     return [str(v) for v in violations(document, "report", limit=sys.maxsize)]
 
 
-def _key(entry: Any) -> str:
-    return json.dumps(entry, sort_keys=True, default=str)
+def _union(lists: Iterable[Any]) -> list[Any]:
+    """Return the entries of ``lists`` in order, each once (compared as JSON)."""
+    seen: dict[str, Any] = {}
+    for entries in lists:
+        for entry in entries if isinstance(entries, list) else []:
+            seen.setdefault(json.dumps(entry, sort_keys=True, default=str), entry)
+    return list(seen.values())
 
 
 def merge_reports(
@@ -166,10 +171,7 @@ def merge_reports(
     merged: dict[str, Any] = dict(documents[0])
     environment = dict(merged.get("environment", {}))
     for field in ("sglang_versions", "gpus"):
-        values: list[str] = []
-        for document in documents:
-            values += [v for v in document.get("environment", {}).get(field, []) if v not in values]
-        environment[field] = values
+        environment[field] = _union(d.get("environment", {}).get(field) for d in documents)
     environment.pop("shard", None)  # the first shard's: says nothing of the merge
     environment["merged_from"] = [
         {
@@ -194,14 +196,8 @@ def merge_reports(
     )
     lists = {key for d in documents for key, value in d.items() if isinstance(value, list)}
     for section in lists.union(SECTIONS):
-        if not isinstance(merged.get(section, []), list):
-            continue  # not a list in the first report: kept as it is
-        seen: dict[str, Any] = {}
-        for document in documents:
-            entries = document.get(section, [])
-            for entry in entries if isinstance(entries, list) else []:
-                seen.setdefault(_key(entry), entry)
-        merged[section] = list(seen.values())
+        if isinstance(merged.get(section, []), list):  # else: kept as the first report has it
+            merged[section] = _union(d.get(section) for d in documents)
     return merged
 
 
@@ -517,12 +513,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     args = make_parser().parse_args(argv)
     try:
         status: int = args.run(args, out or sys.stdout)
-    except _Misuse as exc:
+    except (_Misuse, DamagedSession) as exc:
         sys.stderr.write(f"pytest-sglang {args.command}: {exc}\n")
-        return MISUSE
-    except DamagedSession as exc:
-        sys.stderr.write(f"pytest-sglang {args.command}: {exc}\n")
-        return DATA
+        return DATA if isinstance(exc, DamagedSession) else MISUSE
     return status
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
+from pytest_sglang.server.launcher import pick_port, port_in_use
 
 #: The story's EAGLE-3 configuration (as in examples/pyproject.toml), for tests and benchmarks.
 EAGLE3_FLAGS = tuple(
@@ -34,16 +35,12 @@ FAST_FLAGS = tuple(
 
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return pick_port("127.0.0.1")
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
     """Return whether something accepts TCP connections on ``host:port``."""
-    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.2):
-        return True
-    return False
+    return port_in_use(host, port)
 
 
 @dataclass
