@@ -145,14 +145,12 @@ def _at_least(value: object, least: float, *, integer: bool = False) -> bool:
 
 
 def order_by_profile(items: list[pytest.Item]) -> list[pytest.Item]:
-    """Group tests by their ``sglang_profile``, groups in order of first appearance.
+    """Group tests by their ``sglang_profile``, in order of first appearance, stable within.
 
-    The tests of no single profile (those comparing servers, or needing none) come after
-    the groups: by then every launched profile has taken its declared measurements
-    (``sglang_measure``), so they read them from the session cache instead of launching
-    a profile again. Stable within a group; a no-op unless two or more profiles are
-    used, or one and some test declares measurements. Launched servers share the GPUs,
-    so interleaved profiles would cost a launch per switch.
+    Launched servers share the GPUs: interleaved profiles would cost a launch per switch.
+    Tests of no single profile come last, when every launched profile has taken its declared
+    measurements (``sglang_measure``) for them to read from the session cache. A no-op unless
+    two or more profiles are used, or one and some test declares measurements.
     """
     groups: dict[str | None, list[pytest.Item]] = {}
     for item in items:

@@ -105,3 +105,14 @@ def test_a_bad_regression_term_is_misuse_for_every_judging_command(
     err = capsys.readouterr().err
     assert status == MISUSE, err
     assert "cannot parse 'bogus'" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", [("compare", "a", "b"), ("report", "b", "--baseline", "a")])
+def test_compare_and_report_judge_at_the_alpha_given(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    store = BaselineStore(f"file://{tmp_path / 'store'}")
+    for name in ("a", "b"):
+        _save(store, name, [100.0, 100.5, 99.5, 100.2, 99.8])
+    status, out = _cli(store, *command, "--alpha", "0.2")
+    assert status == OK and "at alpha 0.2" in out
