@@ -43,8 +43,9 @@ from pytest_sglang.config.settings import Settings
 from pytest_sglang.config.values import ServerUrl, Sourced
 from pytest_sglang.emulator.engine.trace import read_trace
 from pytest_sglang.loadgen.workload import Workload
-from pytest_sglang.measure.bench import Bench, BenchResult
+from pytest_sglang.measure.bench import Bench
 from pytest_sglang.measure.measurement import Measurement
+from pytest_sglang.measure.results import BenchResult
 from pytest_sglang.server.pool import ServerPool
 from pytest_sglang.testing import running_emulator
 

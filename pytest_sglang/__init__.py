@@ -86,23 +86,23 @@ if TYPE_CHECKING:
     from pytest_sglang.measure.bench import (
         Bench as Bench,
     )
-    from pytest_sglang.measure.bench import (
-        BenchResult as BenchResult,
-    )
-    from pytest_sglang.measure.bench import (
-        Sweep as Sweep,
-    )
     from pytest_sglang.measure.measurement import (
         Measurement as Measurement,
+    )
+    from pytest_sglang.measure.results import (
+        BenchResult as BenchResult,
+    )
+    from pytest_sglang.measure.results import (
+        Sweep as Sweep,
+    )
+    from pytest_sglang.measure.session_format import (
+        StoredMeasurement as StoredMeasurement,
     )
     from pytest_sglang.measure.slo import (
         Slo as Slo,
     )
     from pytest_sglang.measure.store import (
         BaselineStore as BaselineStore,
-    )
-    from pytest_sglang.measure.store import (
-        StoredMeasurement as StoredMeasurement,
     )
     from pytest_sglang.server.handle import (
         ModelCard as ModelCard,
@@ -190,8 +190,8 @@ _EXPORTS: dict[str, str] = {
     "LoadGenerator": "pytest_sglang.loadgen.runner",
     "Measurement": "pytest_sglang.measure.measurement",
     "Bench": "pytest_sglang.measure.bench",
-    "BenchResult": "pytest_sglang.measure.bench",
-    "Sweep": "pytest_sglang.measure.bench",
+    "BenchResult": "pytest_sglang.measure.results",
+    "Sweep": "pytest_sglang.measure.results",
     "CrossoverVerdict": "pytest_sglang.verdicts.assertions",
     "Verdict": "pytest_sglang.verdicts.assertions",
     "assert_at_least": "pytest_sglang.verdicts.assertions",
@@ -207,7 +207,7 @@ _EXPORTS: dict[str, str] = {
     "CapacityVerdict": "pytest_sglang.verdicts.capacity",
     "find_capacity": "pytest_sglang.verdicts.capacity",
     "BaselineStore": "pytest_sglang.measure.store",
-    "StoredMeasurement": "pytest_sglang.measure.store",
+    "StoredMeasurement": "pytest_sglang.measure.session_format",
     "assert_no_regression": "pytest_sglang.verdicts.regression",
 }
 

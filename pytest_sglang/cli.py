@@ -21,20 +21,19 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from pytest_sglang.config.defaults import DEFAULT_STORAGE
 from pytest_sglang.config.paths import OUTPUT_FIX, output_path, output_problem
 from pytest_sglang.errors import ComparisonRefused
-from pytest_sglang.measure.store import (
-    BaselineStore,
+from pytest_sglang.measure.session_format import (
     DamagedSession,
     StoredMeasurement,
-    StoredSession,
     find_counterpart,
     read_document,
     report_measurements,
 )
+from pytest_sglang.measure.store import BaselineStore, StoredSession
 from pytest_sglang.verdicts.baseline_options import (
     DEFAULT_CHECKS,
-    DEFAULT_STORAGE,
     NOTHING_COMPARED_OK,
     allows_nothing_compared,
     parse_compare_fail,

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
     from pytest_sglang.errors import SGLangError
     from pytest_sglang.gpu.state import GpuState
-    from pytest_sglang.measure.bench import Bench, BenchResult
+    from pytest_sglang.measure.bench import Bench
+    from pytest_sglang.measure.results import BenchResult
     from pytest_sglang.report.entries import (
         GpusEntry,
         MeasurementEntry,
@@ -229,7 +230,7 @@ def server_entry(server: SGLangServer, settings: Settings | None = None) -> Serv
 
     Redacted: the entry also travels in JUnit XML, as a test property.
     """
-    from pytest_sglang.measure.bench import CONFIG_KEYS
+    from pytest_sglang.measure.results import CONFIG_KEYS
 
     entry: ServerEntry = {
         "record": "server",

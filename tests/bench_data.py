@@ -8,8 +8,8 @@ from typing import Any
 
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.workload import Workload
-from pytest_sglang.measure.bench import BenchResult, Sweep
 from pytest_sglang.measure.measurement import Check, Distribution, Measurement, measure
+from pytest_sglang.measure.results import BenchResult, Sweep
 from pytest_sglang.report.entries import Schedule
 
 W = Workload(input_len=32, output_len=4, requests=2, warmup=0)

@@ -9,6 +9,7 @@ __all__ = [
     "DEFAULT_REQUEST_TIMEOUT",
     "DEFAULT_SERVER_NAME",
     "DEFAULT_STALL_TIMEOUT",
+    "DEFAULT_STORAGE",
     "LAUNCHERS",
 ]
 
@@ -28,3 +29,6 @@ DEFAULT_FIRST_TOKEN_TIMEOUT = 90.0
 DEFAULT_MAX_CONSECUTIVE_FAILURES = 8
 #: Launchers ``--sglang-launcher`` accepts.
 LAUNCHERS = ("sglang", "emulator")
+#: Where baselines are stored: pytest-benchmark's default, so ``pytest-benchmark list`` finds
+#: ours too.
+DEFAULT_STORAGE = "file://./.benchmarks"

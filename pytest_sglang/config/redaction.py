@@ -25,8 +25,9 @@ What is hidden, each replaced by :data:`MASK`:
 A *secret name* contains ``SECRET``, ``PASSWORD`` or ``PASSWD``, or ``TOKEN`` or ``KEY``
 not followed by a letter (any case): ``HF_TOKEN``, ``OPENAI_API_KEY``, ``api_key``,
 ``apiKey``, ``AWS_SECRET_ACCESS_KEY``, ``DB_PASSWORD``, but not ``tokenizer_path``,
-``max_total_num_tokens``, ``ssl_keyfile`` or ``first_token_timeout`` (a limit's word after
-it: timeout, limit, count), whose values are no secrets and help a reader. Pure: no I/O.
+``max_total_num_tokens``, ``ssl_keyfile``, ``first_token_timeout`` (a limit's or a unit's word
+after it: timeout, limit, count, ms, s), ``draft_per_token_ms`` or ``fingerprint_key``, whose
+values are no secrets and help a reader. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -49,9 +50,12 @@ MASK = "***"
 #: Known secrets at least this long are hidden wherever they appear as text.
 MIN_LITERAL = 4
 
-# "first-token-timeout" names a duration: TOKEN or KEY followed by a limit's word is no secret.
+# "first-token-timeout" names a duration: TOKEN or KEY followed by a limit's or a unit's
+# word is no secret, nor is a per-token figure or a lookup key (fingerprint_key, sort_key).
 _SECRET_NAME = re.compile(
-    r"(?:secret|password|passwd)|(?:token|key)(?![a-z]|[-_](?:timeout|limit|count)\b)",
+    r"(?:secret|password|passwd)"
+    r"|(?<!per[-_])(?<!fingerprint[-_])(?<!sort[-_])(?<!cache[-_])"
+    r"(?:token|key)(?![a-z]|[-_](?:timeout|limit|count|ms|s)\b)",
     re.IGNORECASE,
 )
 _NAME = r"[A-Za-z_][A-Za-z0-9_.-]*"

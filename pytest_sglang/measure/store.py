@@ -1,290 +1,47 @@
-"""Stored baselines: measurements saved with a fingerprint, on pytest-benchmark's storage.
+"""Stored baselines: sessions saved under a storage URI of pytest-benchmark's own form.
 
-A *stored session* is one file of pytest-benchmark's format (``docs/baselines.md``,
-"The file format"), saved under a storage URI of pytest-benchmark's own form
-(``file://PATH``, default ``file://./.benchmarks``, or ``elasticsearch+http[s]://...``) in the
-machine folder ``sglang/`` as ``NNNN_NAME.json``, so ``pytest-benchmark list`` and
-``pytest-benchmark compare`` read it. Each measurement of the session becomes a few
-pytest-benchmark entries (output throughput as seconds per output token, and latency
-percentiles in seconds: pytest-benchmark's columns are times), and its whole record (every
-run, the workload, the server configuration, the fingerprint) rides along in the throughput
-entry's ``options`` so that it survives both storages.
-
-A **fingerprint** is what must match for a comparison to mean anything: model, tensor and
-data parallelism, GPU model and count, workload, concurrency and the server flags that change
-performance. **Labels** say what is being compared (SGLang version, commit, the save name) and
-never prevent a comparison. A session file that cannot be read (cut short by a full disk or
-a killed job, or not of this format) is a :class:`DamagedSession` naming the file and what is
-wrong: never skipped, so an older session is never silently taken for the latest.
-File saves are atomic and safe against concurrent writers: the file is written by the one
-atomic writer (``report/writing.py``), hard-linked to the first free number (a link never
-replaces an existing file), so two CI jobs saving at once both land.
+``file://PATH`` (default ``file://./.benchmarks``) keeps each session as a file
+``NNNN_NAME.json`` in the machine folder ``sglang/``; ``elasticsearch+http[s]://...`` goes
+through pytest-benchmark's own Elasticsearch storage. What a session holds, and how it is read
+and checked, is ``measure/session_format.py``. File saves are atomic and safe against
+concurrent writers: the file is written by the one atomic writer (``report/writing.py``),
+hard-linked to the first free number (a link never replaces an existing file), so two CI jobs
+saving at once both land.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
-import hashlib
-import json
 import os
 import re
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from pytest_sglang.errors import SGLangError
-from pytest_sglang.loadgen.schedule import OpenLoop
-from pytest_sglang.loadgen.workload import Workload
-from pytest_sglang.measure.bench import BenchResult
-from pytest_sglang.measure.measurement import Measurement
+from pytest_sglang.config.defaults import DEFAULT_STORAGE
+from pytest_sglang.measure.session_format import (
+    DamagedSession,
+    Fingerprint,
+    StoredMeasurement,
+    build_document,
+    document_text,
+    find_counterpart,
+    measurements_of,
+    read_document,
+)
 from pytest_sglang.report.entries import MeasurementRow, ServerEntry
 from pytest_sglang.report.writing import write_atomic
 
-__all__ = [
-    "DEFAULT_STORAGE",
-    "FINGERPRINT_FIELDS",
-    "MACHINE_ID",
-    "SAVED_METRICS",
-    "BaselineStore",
-    "DamagedSession",
-    "FieldDifference",
-    "Fingerprint",
-    "StoredMeasurement",
-    "StoredSession",
-    "autosave_name",
-    "find_counterpart",
-    "fingerprint_of",
-    "report_measurements",
-    "result_of",
-]
+__all__ = ["MACHINE_ID", "BaselineStore", "StoredSession"]
 
-#: pytest-benchmark's default storage, so that ``pytest-benchmark list`` finds ours too.
-DEFAULT_STORAGE = "file://./.benchmarks"
 #: The machine folder of the file storage (pytest-benchmark's is the Python platform; ours
 #: is one folder, the GPUs being part of every measurement's fingerprint instead).
 MACHINE_ID = "sglang"
-#: The format of the record carried in a throughput entry's ``options``.
-RECORD_FORMAT = "pytest-sglang-baseline"
-RECORD_VERSION = 1
-
-#: Server-info keys, besides model and parallelism, that change performance.
-PERFORMANCE_FLAGS = (
-    "context_length", "max_running_requests", "speculative_algorithm",
-    "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
-    "attention_backend", "mem_fraction_static",
-)  # fmt: skip
-#: The fingerprint's fields, in display order.
-FINGERPRINT_FIELDS = (
-    "model", "tp_size", "dp_size", "gpu_model", "gpu_count", "workload", "concurrency",
-    *PERFORMANCE_FLAGS,
-)  # fmt: skip
-#: Fields that may be unknown on one side (GPU names where no probe ran): shown, not refused.
-SOFT_FIELDS = frozenset({"gpu_model", "gpu_count"})
-
-#: What each measurement saves as pytest-benchmark entries: (metric, unit shown in the group).
-#: Throughput is saved as its reciprocal, seconds per output token, so that pytest-benchmark's
-#: time columns and its "larger is worse" reading stay true; its OPS column is then the
-#: (harmonic mean) output throughput in tokens per second.
-SAVED_METRICS: tuple[tuple[str, str], ...] = (
-    ("output_throughput", "seconds per output token; OPS = output tok/s"),
-    ("ttft.p50", "seconds"),
-    ("ttft.p99", "seconds"),
-    ("itl.p50", "seconds"),
-    ("tpot.p50", "seconds"),
-    ("e2e_latency.p50", "seconds"),
-)
 
 _SAVE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 _NUMBERED = re.compile(r"^(\d{4})_(.+)\.json$")
-
-
-class DamagedSession(SGLangError):
-    """A stored session (or report) that cannot be read: the message names the file and why."""
-
-    def __init__(self, path: Path | str, problem: str, *, folder: Path | None = None) -> None:
-        fix = (
-            f"repair it, or move it out of {folder} to use the others"
-            if folder is not None
-            else "repair it, or give another file"
-        )
-        super().__init__(f"{path} is damaged: {problem}; {fix}")
-        self.path = Path(path)
-        self.problem = problem
-
-
-def read_document(path: Path, *, folder: Path | None = None) -> dict[str, Any]:
-    """Return the JSON object a session or report file holds (``folder``: the store's).
-
-    :raises DamagedSession: unreadable, cut short (not valid JSON) or not a JSON object.
-    """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise DamagedSession(
-            path, f"not UTF-8 text ({exc.reason} at byte {exc.start})", folder=folder
-        ) from None
-    except OSError as exc:
-        raise DamagedSession(
-            path, f"cannot be read ({exc.strerror or exc})", folder=folder
-        ) from None
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        early = exc.pos >= len(text.rstrip()) - 1  # the text ended where more was due
-        hint = f" (it ends after {len(text.encode())} bytes: cut short?)" if early else ""
-        raise DamagedSession(path, f"not valid JSON: {exc}{hint}", folder=folder) from None
-    if not isinstance(document, dict):
-        raise DamagedSession(
-            path, f"holds a JSON {type(document).__name__}, not an object", folder=folder
-        )
-    return document
-
-
-@dataclass(frozen=True)
-class FieldDifference:
-    """One fingerprint field that differs between a measurement and a stored one."""
-
-    name: str
-    fresh: Any
-    stored: Any
-    #: Soft fields (unknown on one side) are shown; hard ones refuse the comparison.
-    refused: bool
-
-    def describe(self) -> str:
-        """Return e.g. ``tp_size: 8 (now) vs 4 (stored)``."""
-        return f"{self.name}: {_show(self.fresh)} (now) vs {_show(self.stored)} (stored)"
-
-
-def _show(value: Any) -> str:
-    return json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else repr(value)
-
-
-@dataclass(frozen=True)
-class Fingerprint:
-    """What must match for two measurements' comparison to mean anything."""
-
-    fields: Mapping[str, Any]
-
-    @property
-    def key(self) -> str:
-        """A short stable hash of the hard fields (the soft GPU fields left out)."""
-        hard = {k: v for k, v in self.fields.items() if k not in SOFT_FIELDS}
-        text = json.dumps(hard, sort_keys=True, separators=(",", ":"), default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-    def differences(self, stored: Fingerprint) -> list[FieldDifference]:
-        """Return every field that differs from ``stored``'s, refused or only shown."""
-        out = []
-        for name in FINGERPRINT_FIELDS:
-            mine, theirs = self.fields.get(name), stored.fields.get(name)
-            if mine == theirs:
-                continue
-            unknown = name in SOFT_FIELDS and (mine in (None, 0) or theirs in (None, 0))
-            out.append(FieldDifference(name, mine, theirs, refused=not unknown))
-        return out
-
-    def matches(self, stored: Fingerprint) -> bool:
-        """Whether no field refuses the comparison."""
-        return not any(d.refused for d in self.differences(stored))
-
-    def describe(self) -> str:
-        """Return the fields on one line, e.g. ``model='m', tp_size=8, ...``."""
-        return ", ".join(
-            f"{k}={_show(self.fields.get(k))}" for k in FINGERPRINT_FIELDS if k in self.fields
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        """Return plain JSON types."""
-        return dict(self.fields)
-
-
-def _gpu_fields(server: ServerEntry | None, gpus: Sequence[str]) -> tuple[str | None, int]:
-    launch = server.get("launch") if server is not None else None
-    used = launch.get("gpus") if isinstance(launch, dict) else None
-    names = sorted(set(gpus))
-    model = names[0] if len(names) == 1 else (", ".join(names) or None)
-    count = len(used) if isinstance(used, list) and used else len(gpus)
-    return model, count
-
-
-def fingerprint_of(
-    row: Mapping[str, Any], server: ServerEntry | None = None, gpus: Sequence[str] = ()
-) -> Fingerprint:
-    """Return the fingerprint of a measurement row (``MeasurementBody`` or a stored record).
-
-    ``server`` is the server's report entry (its launch record says which GPUs it was pinned
-    to) and ``gpus`` the GPU names the session saw; both may be unknown.
-    """
-    config: Mapping[str, Any] = row.get("config") or {}
-    model = config.get("served_model_name") or config.get("model_path")
-    if model is None and server is not None:
-        model = server.get("model")
-    gpu_model, gpu_count = _gpu_fields(server, gpus)
-    workload = Workload.from_dict(row["workload"]).for_concurrency(int(row["concurrency"]))
-    fields: dict[str, Any] = {
-        "model": model,
-        "tp_size": config.get("tp_size", 1),
-        "dp_size": config.get("dp_size", 1),
-        "gpu_model": gpu_model,
-        "gpu_count": gpu_count,
-        "workload": workload.as_dict(),
-        "concurrency": int(row["concurrency"]),
-    }
-    fields.update({k: config[k] for k in PERFORMANCE_FLAGS if k in config})
-    if row.get("rate") is not None:  # an open loop: its load is the rate (only then a key)
-        fields["open_loop"] = _open_loop(row).as_dict()
-    return Fingerprint(fields)
-
-
-def _open_loop(row: Mapping[str, Any]) -> OpenLoop:
-    return OpenLoop(float(row["rate"]), row.get("arrival", "poisson"), row.get("max_concurrency"))
-
-
-def result_of(row: Mapping[str, Any]) -> BenchResult:
-    """Rebuild a :class:`BenchResult` from a measurement row (report or store)."""
-    return BenchResult(
-        server=str(row["server"]),
-        workload=Workload.from_dict(row["workload"]),
-        concurrency=int(row["concurrency"]),
-        runs=tuple(Measurement.from_dict(run) for run in row["runs"]),
-        config=dict(row.get("config") or {}),
-        schedule=row.get("schedule", "blocks"),
-        url=str(row.get("url", "")),
-        open_loop=_open_loop(row) if row.get("rate") is not None else None,
-    )
-
-
-@dataclass(frozen=True)
-class StoredMeasurement:
-    """A measurement as a store (or a JSON report) holds it, with its session's labels."""
-
-    row: MeasurementRow
-    fingerprint: Fingerprint
-    #: The session it belongs to (``sglang/0003_nightly``, or a report's path).
-    session: str
-    #: What the session is: SGLang version, commit, save name, time, plugin version.
-    labels: Mapping[str, Any]
-
-    @property
-    def result(self) -> BenchResult:
-        """The measurement as a :class:`BenchResult`, ready for the verdicts."""
-        return result_of(self.row)
-
-    def label(self) -> str:
-        """Return e.g. ``baseline @ C=4 from sglang/0002_nightly (SGLang 0.5.23, 1a2b3c4)``."""
-        version = self.labels.get("sglang_version")
-        commit = self.labels.get("commit")
-        # A commit hash is cut to 10 digits as git shows it; "unversioned" is no hash.
-        commit_text = str(commit or "")
-        if re.fullmatch(r"[0-9a-f]{11,40}", commit_text):
-            commit_text = commit_text[:10]
-        what = ", ".join(x for x in (f"SGLang {version}" if version else "", commit_text) if x)
-        return f"{self.row['server']} @ C={self.row['concurrency']} from {self.session}" + (
-            f" ({what})" if what else ""
-        )
 
 
 @dataclass(frozen=True)
@@ -306,201 +63,6 @@ class StoredSession:
         """The file storage's sequence number, if any."""
         match = _NUMBERED.match(Path(self.id).name + ".json")
         return int(match.group(1)) if match else None
-
-
-def autosave_name(commit: Mapping[str, Any] | None = None) -> str:
-    """Return pytest-benchmark's autosave name: ``COMMIT_YYYYmmdd_HHMMSS[_uncommitted-changes]``."""
-    info = commit if commit is not None else commit_info()
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d_%H%M%S")
-    parts = [str(info.get("id") or "unversioned")[:12], now]
-    if info.get("dirty"):
-        parts.append("uncommitted-changes")
-    return "_".join(parts)
-
-
-def commit_info() -> dict[str, Any]:
-    """Return the tested tree's commit as pytest-benchmark records it (``unversioned`` if none)."""
-    try:
-        from pytest_benchmark.utils import get_commit_info
-
-        return dict(get_commit_info())  # type: ignore[no-untyped-call]
-    except Exception as exc:  # no git, not a repository: the save still happens
-        return {"id": "unversioned", "dirty": False, "error": str(exc)}
-
-
-def machine_info() -> dict[str, Any]:
-    """Return pytest-benchmark's machine information (host, CPU, Python)."""
-    from pytest_benchmark.plugin import pytest_benchmark_generate_machine_info
-
-    return dict(pytest_benchmark_generate_machine_info())  # type: ignore[no-untyped-call]
-
-
-def _stats(values: Sequence[float]) -> dict[str, Any]:
-    from pytest_benchmark.stats import Stats
-
-    stats = Stats()  # type: ignore[no-untyped-call]
-    for value in values:
-        stats.update(value)  # type: ignore[no-untyped-call]
-    out: dict[str, Any] = stats.as_dict()  # type: ignore[no-untyped-call]
-    out["data"] = list(values)
-    out["iterations"] = 1
-    return out
-
-
-def _workload_title(row: Mapping[str, Any]) -> str:
-    w = row["workload"]
-    return f"{w['endpoint']} in={w['input_len']} out={w['output_len']} C={row['concurrency']}"
-
-
-def _metric_values(row: Mapping[str, Any], metric: str) -> list[float]:
-    base, _, stat = metric.partition(".")
-    values = []
-    for run in row["runs"]:
-        value = run.get(base)
-        if stat:
-            value = value.get(stat) if isinstance(value, dict) else None
-        if isinstance(value, int | float) and value > 0:
-            values.append(float(value))
-    return values
-
-
-def benchmark_entries(
-    row: MeasurementRow, fingerprint: Fingerprint, labels: Mapping[str, Any]
-) -> list[dict[str, Any]]:
-    """Return the pytest-benchmark entries of one measurement (see :data:`SAVED_METRICS`)."""
-    entries = []
-    test = row.get("test") or "session"
-    title = _workload_title(row)
-    for metric, unit in SAVED_METRICS:
-        values = _metric_values(row, metric)
-        if not values:
-            continue
-        if metric == "output_throughput":
-            values = [1.0 / v for v in values]
-        options: dict[str, Any] = {"unit": unit}
-        if metric == "output_throughput":
-            options["sglang"] = {
-                "format": RECORD_FORMAT, "version": RECORD_VERSION,
-                "fingerprint": fingerprint.as_dict(), "fingerprint_key": fingerprint.key,
-                "labels": dict(labels), "measurement": dict(row),
-            }  # fmt: skip
-        entries.append({
-            "group": f"{title}: {metric} ({unit})",
-            "name": f"{row['server']} C={row['concurrency']} {metric}",
-            "fullname": (f"{test}::{row['server']}@C={row['concurrency']}"
-                         f":{fingerprint.key}::{metric}"),
-            "params": None, "param": None,
-            "extra_info": {"metric": metric, "unit": unit, "fingerprint": fingerprint.key,
-                           "runs": len(row["runs"])},
-            "options": options,
-            "stats": _stats(values),
-        })  # fmt: skip
-    return entries
-
-
-def _measurements_of(document: Mapping[str, Any], session: str) -> list[StoredMeasurement]:
-    """Return the session's measurements.
-
-    :raises ValueError: a record of ours that lacks what it must hold (says which).
-    """
-    out = []
-    benchmarks = document.get("benchmarks", [])
-    if not isinstance(benchmarks, list):
-        raise ValueError("'benchmarks' is not a list")
-    for index, bench in enumerate(benchmarks):
-        options = bench.get("options") if isinstance(bench, dict) else None
-        record = options.get("sglang") if isinstance(options, dict) else None
-        if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
-            continue
-        missing = [k for k in ("measurement", "fingerprint", "labels")
-                   if not isinstance(record.get(k), dict)]  # fmt: skip
-        if not missing:
-            row = record["measurement"]
-            missing = [k for k in ("server", "workload", "concurrency", "runs") if k not in row]
-            missing = [f"measurement.{k}" for k in missing]
-        if missing:
-            raise ValueError(f"benchmarks[{index}].options.sglang lacks {', '.join(missing)}")
-        out.append(StoredMeasurement(cast("MeasurementRow", record["measurement"]),
-                                     Fingerprint(record["fingerprint"]), session,
-                                     record["labels"]))  # fmt: skip
-    return out
-
-
-def session_labels(
-    name: str,
-    servers: Sequence[ServerEntry],
-    commit: Mapping[str, Any],
-    when: str,
-) -> dict[str, Any]:
-    """Return what a saved session is: its name, SGLang versions, commit, time, plugin."""
-    from pytest_sglang._version import plugin_version
-
-    versions = sorted({str(s["version"]) for s in servers if s.get("version")})
-    return {
-        "name": name,
-        "sglang_version": ", ".join(versions) or None,
-        "commit": commit.get("id"),
-        "dirty": bool(commit.get("dirty")),
-        "branch": commit.get("branch"),
-        "datetime": when,
-        "plugin_version": plugin_version(),
-    }
-
-
-def server_for(row: Mapping[str, Any], servers: Sequence[ServerEntry]) -> ServerEntry | None:
-    """Return the server entry a measurement was taken on (by name and URL), if known."""
-    for server in servers:
-        if server["name"] == row["server"] and server["url"] == row.get("url", server["url"]):
-            return server
-    return next((s for s in servers if s["name"] == row["server"]), None)
-
-
-def build_document(
-    name: str,
-    rows: Sequence[MeasurementRow],
-    servers: Sequence[ServerEntry],
-    gpus: Sequence[str],
-    *,
-    commit: Mapping[str, Any] | None = None,
-    machine: Mapping[str, Any] | None = None,
-    verdicts: Sequence[Mapping[str, Any]] = (),
-    interrupted: bool = False,
-) -> dict[str, Any]:
-    """Return one session as a pytest-benchmark document (what a file holds).
-
-    ``verdicts`` (the session's verdict rows) ride along in ``machine_info.sglang``, so that
-    a report rendered from the stored session shows them. An ``interrupted`` session (Ctrl-C,
-    SIGTERM) says so in every measurement's labels.
-    """
-    from pytest_benchmark import __version__ as benchmark_version
-
-    commit = dict(commit if commit is not None else commit_info())
-    when = datetime.datetime.now(datetime.UTC).isoformat()
-    labels = session_labels(name, servers, commit, when)
-    if interrupted:
-        labels["interrupted"] = True
-    machine = dict(machine if machine is not None else machine_info())
-    machine["sglang"] = {
-        "gpus": list(gpus), "plugin_version": labels["plugin_version"],
-        "sglang_versions": sorted({str(s["version"]) for s in servers if s.get("version")}),
-        "servers": [dict(s) for s in servers], "verdicts": [dict(v) for v in verdicts],
-    }  # fmt: skip
-    benchmarks = []
-    for row in rows:
-        fp = fingerprint_of(row, server_for(row, servers), gpus)
-        benchmarks += benchmark_entries(row, fp, labels)
-    return {
-        "machine_info": machine,
-        "commit_info": commit,
-        "benchmarks": benchmarks,
-        "datetime": when,
-        "version": benchmark_version,
-    }
-
-
-def document_text(document: Mapping[str, Any]) -> str:
-    """Return a session document as the text of its file."""
-    return json.dumps(document, indent=1, allow_nan=False, default=str) + "\n"
 
 
 @contextlib.contextmanager
@@ -739,16 +301,21 @@ class BaselineStore:
         sid: str, document: Mapping[str, Any], path: Path | None, *, folder: Path | None = None
     ) -> StoredSession:
         try:
-            measurements = _measurements_of(document, sid)
+            measurements = measurements_of(document, sid)
         except (ValueError, AttributeError, TypeError) as exc:
             raise DamagedSession(path or sid, str(exc), folder=folder) from None
         labels = dict(measurements[0].labels) if measurements else {}
         match = _NUMBERED.match(path.name) if path is not None else None
         name = match.group(2) if match else str(labels.get("name", sid))
         return StoredSession(
-            id=sid, name=name, datetime=str(document.get("datetime", "")), labels=labels,
-            measurements=tuple(measurements), path=path, document=document,
-        )  # fmt: skip
+            id=sid,
+            name=name,
+            datetime=str(document.get("datetime", "")),
+            labels=labels,
+            measurements=tuple(measurements),
+            path=path,
+            document=document,
+        )
 
     def find(self, ref: str) -> StoredSession:
         """Return the session that ``ref`` names.
@@ -792,41 +359,3 @@ class BaselineStore:
         else:
             candidates = list(self.find(ref).measurements)
         return find_counterpart(fingerprint, candidates)
-
-
-def find_counterpart(
-    fingerprint: Fingerprint, candidates: Sequence[StoredMeasurement]
-) -> tuple[StoredMeasurement | None, list[StoredMeasurement]]:
-    """Return the newest (last) candidate whose fingerprint matches, and the near misses.
-
-    Near misses have the same workload and concurrency but differ in a field that must match.
-    """
-    match = None
-    near = []
-    for stored in reversed(candidates):
-        if fingerprint.matches(stored.fingerprint):
-            match = match or stored
-        elif stored.fingerprint.fields.get("workload") == fingerprint.fields.get(
-            "workload"
-        ) and stored.fingerprint.fields.get("concurrency") == fingerprint.fields.get("concurrency"):
-            near.append(stored)
-    return match, near
-
-
-def report_measurements(document: Mapping[str, Any], source: str) -> list[StoredMeasurement]:
-    """Return the measurements of a JSON results report (``--sglang-report``) as stored ones."""
-    servers = cast("list[ServerEntry]", document.get("servers", []))
-    environment = document.get("environment", {})
-    gpus = environment.get("gpus", [])
-    labels = {
-        "name": Path(source).name,
-        "sglang_version": ", ".join(environment.get("sglang_versions", [])) or None,
-        "commit": environment.get("commit"),
-        "datetime": document.get("created"),
-        "plugin_version": environment.get("plugin_version"),
-    }
-    out = []
-    for row in document.get("measurements", []):
-        fp = fingerprint_of(row, server_for(row, servers), gpus)
-        out.append(StoredMeasurement(cast("MeasurementRow", row), fp, source, labels))
-    return out

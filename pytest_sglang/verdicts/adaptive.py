@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_sglang.errors import ComparisonRefused
-from pytest_sglang.measure.bench import BenchResult, Sweep
+from pytest_sglang.measure.results import BenchResult, Sweep
 from pytest_sglang.verdicts.assertions import (
     Verdict,
     _check_comparable,

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pytest_sglang.errors import ComparisonRefused, PerformanceAssertionError
-from pytest_sglang.measure.bench import BenchResult, Sweep
 from pytest_sglang.measure.breakdown import breakdown_summary, summary_line
 from pytest_sglang.measure.metrics import metric_spec
+from pytest_sglang.measure.results import BenchResult, Sweep
 from pytest_sglang.report.context import record
 from pytest_sglang.report.entries import VerdictBody, VerdictKind
 from pytest_sglang.server.handle import effective_max_running_requests

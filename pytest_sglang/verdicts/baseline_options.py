@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_sglang.config.defaults import DEFAULT_STORAGE
 from pytest_sglang.config.options import AUTOSAVE, COMPARE, COMPARE_FAIL, SAVE, STORAGE
 from pytest_sglang.config.options import OptionSpec as _OptionSpec
 from pytest_sglang.measure.metrics import metric_spec
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_CHECKS",
-    "DEFAULT_STORAGE",
     "NOTHING_COMPARED_OK",
     "BaselineOptions",
     "RegressionCheck",
@@ -32,9 +32,6 @@ __all__ = [
     "baseline_options",
     "parse_compare_fail",
 ]
-
-#: pytest-benchmark's default storage, so that ``pytest-benchmark list`` finds ours too.
-DEFAULT_STORAGE = "file://./.benchmarks"
 
 
 @dataclass(frozen=True)

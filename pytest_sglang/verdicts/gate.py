@@ -38,7 +38,7 @@ from pytest_sglang.report.junit import add_entry, report_entries
 from pytest_sglang.verdicts.baseline_options import BaselineOptions, baseline_options
 
 if TYPE_CHECKING:
-    from pytest_sglang.measure.store import StoredMeasurement
+    from pytest_sglang.measure.session_format import StoredMeasurement
 
 __all__ = ["BaselineGate", "register_gate"]
 
@@ -89,7 +89,7 @@ class BaselineGate:
         if self._candidates is None:
             from pathlib import Path
 
-            from pytest_sglang.measure.store import read_document, report_measurements
+            from pytest_sglang.measure.session_format import read_document, report_measurements
 
             ref = self.options.compare or "latest"
             store = self.options.store()
@@ -113,7 +113,7 @@ class BaselineGate:
     def commit(self) -> dict[str, Any]:
         """Return the tested tree's commit (read once)."""
         if self._commit is None:
-            from pytest_sglang.measure.store import commit_info
+            from pytest_sglang.measure.session_format import commit_info
 
             self._commit = commit_info()
         return self._commit
@@ -145,7 +145,7 @@ class BaselineGate:
 
     def _judge(self, report: pytest.TestReport, rows: list[MeasurementRow]) -> None:
         from pytest_sglang.errors import ComparisonRefused
-        from pytest_sglang.measure.store import (
+        from pytest_sglang.measure.session_format import (
             find_counterpart,
             fingerprint_of,
             result_of,
@@ -221,7 +221,7 @@ class BaselineGate:
         if not rows:
             self.save_error = "not saving anything: no measurements were taken"
             return
-        from pytest_sglang.measure.store import autosave_name, build_document
+        from pytest_sglang.measure.session_format import autosave_name, build_document
 
         name = self.options.save or autosave_name(self.commit())
         servers = list({f"{s['name']} {s['url']}": s for s in self.servers}.values())
@@ -269,7 +269,7 @@ class BaselineGate:
         from pathlib import Path
 
         from pytest_sglang.config.settings import SETTINGS_KEY
-        from pytest_sglang.measure.store import document_text
+        from pytest_sglang.measure.session_format import document_text
         from pytest_sglang.report.writing import write_atomic
 
         settings = self.config.stash.get(SETTINGS_KEY, None)
@@ -350,7 +350,7 @@ def register_gate(config: pytest.Config) -> BaselineGate | None:
 def _check_storage(gate: BaselineGate) -> None:
     """Refuse now what would fail after hours: an unwritable store, a damaged baseline."""
     from pytest_sglang.config.options import AUTOSAVE, COMPARE, SAVE
-    from pytest_sglang.measure.store import DamagedSession
+    from pytest_sglang.measure.session_format import DamagedSession
 
     options = gate.options
     if options.save or options.autosave:

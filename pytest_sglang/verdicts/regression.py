@@ -29,17 +29,17 @@ from typing import Any
 
 import pytest
 
+from pytest_sglang.config.defaults import DEFAULT_STORAGE
 from pytest_sglang.errors import ComparisonRefused, PerformanceAssertionError
-from pytest_sglang.measure.bench import BenchResult
 from pytest_sglang.measure.metrics import metric_spec
-from pytest_sglang.measure.store import (
-    DEFAULT_STORAGE,
-    BaselineStore,
+from pytest_sglang.measure.results import BenchResult
+from pytest_sglang.measure.session_format import (
     DamagedSession,
     Fingerprint,
     StoredMeasurement,
     fingerprint_of,
 )
+from pytest_sglang.measure.store import BaselineStore
 from pytest_sglang.report.context import CURRENT_ITEM, record
 from pytest_sglang.report.entries import VerdictKind
 from pytest_sglang.verdicts.assertions import Verdict, _check_comparable

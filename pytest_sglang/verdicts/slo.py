@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from pytest_sglang.errors import ComparisonRefused
 from pytest_sglang.loadgen.records import RequestRecord
-from pytest_sglang.measure.bench import BenchResult
+from pytest_sglang.measure.results import BenchResult
 from pytest_sglang.measure.slo import Attainment, Slo, attainment, goodput
 from pytest_sglang.verdicts.assertions import Verdict, conclude
 from pytest_sglang.verdicts.decision import Outcome

@@ -11,17 +11,15 @@ from typing import Any
 
 import pytest
 
-from pytest_sglang.measure.store import (
-    DEFAULT_STORAGE,
-    MACHINE_ID,
-    BaselineStore,
+from pytest_sglang.config.defaults import DEFAULT_STORAGE
+from pytest_sglang.measure.session_format import (
     DamagedSession,
     fingerprint_of,
     report_measurements,
     result_of,
 )
+from pytest_sglang.measure.store import MACHINE_ID, BaselineStore
 from pytest_sglang.report.entries import MeasurementRow, ServerEntry
-from pytest_sglang.verdicts.baseline_options import DEFAULT_STORAGE as OPTIONS_DEFAULT
 from tests.bench_data import BASE_CONFIG, result
 
 
@@ -45,7 +43,7 @@ MACHINE = {"node": "host", "system": "Linux"}
 
 
 def test_the_default_storage_is_pytest_benchmarks() -> None:
-    assert DEFAULT_STORAGE == OPTIONS_DEFAULT == "file://./.benchmarks"
+    assert DEFAULT_STORAGE == BaselineStore().uri == "file://./.benchmarks"
 
 
 def test_fingerprint_fields_and_differences() -> None:
@@ -242,7 +240,7 @@ def test_assert_no_regression_refuses_a_damaged_store(tmp_path: Path) -> None:
 def test_a_stored_label_cuts_only_a_commit_hash(commit: str | None, shown: str | None) -> None:
     from typing import cast
 
-    from pytest_sglang.measure.store import Fingerprint, StoredMeasurement
+    from pytest_sglang.measure.session_format import Fingerprint, StoredMeasurement
 
     row = cast("MeasurementRow", {"server": "baseline", "concurrency": 4})
     labels = {"sglang_version": "0.5.23", "commit": commit}

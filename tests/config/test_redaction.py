@@ -77,6 +77,8 @@ def test_secret_names() -> None:
     for name in (
         "tokenizer_path", "max_total_num_tokens", "ssl_keyfile", "keyboard", "tp_size",
         "--sglang-first-token-timeout", "sglang_first_token_timeout", "KEY_LIMIT",
+        "fingerprint_key", "sort_key", "--emulator-draft-per-token-ms", "time_per_token",
+        "token_ms",
     ):  # fmt: skip
         assert not is_secret_name(name), name
 

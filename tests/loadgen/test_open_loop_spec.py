@@ -35,7 +35,7 @@ def test_bad_loads_are_refused(args: tuple[object, ...], message: str) -> None:
 
 
 def test_stored_open_loop_rows_keep_the_rate_in_their_fingerprint() -> None:
-    from pytest_sglang.measure.store import fingerprint_of, result_of
+    from pytest_sglang.measure.session_format import fingerprint_of, result_of
 
     row = {"server": "a", "workload": {"input_len": 8, "output_len": 4, "requests": 10,
            "endpoint": "generate"}, "concurrency": 0, "schedule": "blocks", "config": {},

@@ -10,7 +10,7 @@ import pytest
 from pytest_sglang.loadgen.habits import ConnectionHabits
 from pytest_sglang.loadgen.runner import LoadGenerator
 from pytest_sglang.loadgen.workload import Workload
-from pytest_sglang.measure.bench import load_generator_for
+from pytest_sglang.measure.runs import load_generator_for
 
 W = Workload(input_len=4, output_len=4, requests=1)
 

@@ -7,9 +7,10 @@ from dataclasses import replace
 
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.workload import Workload
-from pytest_sglang.measure.bench import BenchResult, failed_checks_message
+from pytest_sglang.measure.budget import failed_checks_message
 from pytest_sglang.measure.checks import Check
 from pytest_sglang.measure.measurement import measure
+from pytest_sglang.measure.results import BenchResult
 
 C = 4
 W = Workload(input_len=4, output_len=3, requests=40, warmup=0, endpoint="completions")

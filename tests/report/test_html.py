@@ -192,7 +192,7 @@ def _slot_rows(server: str, scale: float, config: dict[str, Any]) -> list[dict[s
 
 def test_regressed_points_are_ringed_with_requests_per_slot() -> None:
     from pytest_sglang.cli import compare_measurements
-    from pytest_sglang.measure.store import report_measurements
+    from pytest_sglang.measure.session_format import report_measurements
 
     fresh = _slot_rows("baseline", 80.0, BASE_CONFIG)
     stored = _slot_rows("baseline", 100.0, BASE_CONFIG)
@@ -221,7 +221,7 @@ def test_a_report_built_from_a_json_report_counts_each_verdict_once(tmp_path: Pa
 
     from pytest_sglang.cli import compare_measurements, main
     from pytest_sglang.config.redaction import Redactor
-    from pytest_sglang.measure.store import report_measurements
+    from pytest_sglang.measure.session_format import report_measurements
 
     store = _store_with_baseline(tmp_path)
     fresh = [_row("baseline", c, 80.0 * c**0.8, BASE_CONFIG) for c in LEVELS]

@@ -8,7 +8,7 @@ from scipy import stats as scipy_stats
 
 from pytest_sglang.errors import Inconclusive, PerformanceAssertionError
 from pytest_sglang.loadgen.records import RequestRecord
-from pytest_sglang.measure.bench import BenchResult
+from pytest_sglang.measure.results import BenchResult
 from pytest_sglang.measure.slo import Slo
 from pytest_sglang.verdicts.decision import Outcome
 from pytest_sglang.verdicts.slo import assert_slo, binomial_bounds, judge_slo, requests_to_pass

@@ -1,0 +1,273 @@
+"""What a call of ``sglang_bench`` asks and allows, and what breaks the measurement it gets.
+
+A call's arguments are checked before anything runs (a wrong type or value is a
+``TypeError`` / ``ValueError`` that says what to write instead). Its :class:`Budget` says what
+it allows: a fraction of each run's requests failing (``allow_errors``) and named validity
+checks failing (``allow_checks``). A measurement beyond its budget is broken: the messages
+here say how many requests failed, of which kinds, what the server said, and how to fix it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NoReturn
+
+from pytest_sglang.loadgen.schedule import Arrival, OpenLoop
+
+if TYPE_CHECKING:
+    from pytest_sglang.measure.measurement import Measurement
+    from pytest_sglang.measure.results import BenchResult
+
+__all__ = [
+    "FAILURE_KINDS",
+    "Budget",
+    "broken_message",
+    "failed_checks_message",
+    "failed_requests_message",
+    "failure_kinds",
+    "impossible_counts_message",
+    "levels_of",
+    "open_loop_of",
+    "repeats_of",
+]
+
+#: How many kinds of failure, and how many characters of each example, a failure names.
+FAILURE_KINDS = 5
+_EXAMPLE_CHARS = 300
+#: Checks a budget of its own governs (``allow_errors``).
+_BUDGETED = frozenset({"no_failed_requests"})
+
+
+def _refuse(
+    error: type[Exception],
+    name: str,
+    wanted: str,
+    value: object,
+    example: str,
+    whole: object = None,
+) -> NoReturn:
+    """Raise ``error``: ``NAME must be WANTED, got TYPE VALUE [in WHOLE]; write e.g. EXAMPLE``."""
+    within = f" in {whole!r}" if whole is not None else ""
+    raise error(
+        f"{name} must be {wanted}, got {type(value).__name__} {value!r}{within}; "
+        f"write e.g. {example}"
+    )
+
+
+def _count(name: str, value: object, wanted: str, example: str, whole: object = None) -> int:
+    """Return ``value`` if it is a whole number of at least 1 (a bool is not one)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        _refuse(TypeError, name, wanted, value, example, whole)
+    if value < 1:
+        _refuse(ValueError, name, wanted, value, example, whole)
+    return value
+
+
+def levels_of(concurrency: object) -> list[int]:
+    """Return the concurrency levels a call asks for (one, or a list of distinct ones)."""
+    wanted = "a positive int or a list of them"
+    example = "concurrency=8 or concurrency=[1, 8, 64]"
+    if not isinstance(concurrency, list | tuple | range):
+        return [_count("concurrency", concurrency, wanted, example)]
+    if not concurrency:
+        _refuse(ValueError, "concurrency", wanted, concurrency, example)
+    levels = [_count("concurrency", c, wanted, example, concurrency) for c in concurrency]
+    if len(set(levels)) != len(levels):
+        raise ValueError(f"concurrency levels must be distinct, got {concurrency!r}")
+    return levels
+
+
+def repeats_of(repeats: object) -> int:
+    """Return how many runs a call asks for."""
+    return _count("repeats", repeats, "a whole number of runs >= 1", "repeats=5")
+
+
+def open_loop_of(
+    concurrency: object, rate: float | None, arrival: Arrival, max_concurrency: int | None
+) -> OpenLoop | None:
+    """Return the open loop a call asks for (``rate``), or None for a closed loop.
+
+    ``concurrency`` is None where the call gave none: a closed loop's concurrency and an open
+    loop's rate exclude each other; an open loop's cap is ``max_concurrency``.
+    """
+    if rate is None:
+        if max_concurrency is not None:
+            raise ValueError(
+                "max_concurrency caps an open loop: give its rate too, e.g. "
+                "sglang_bench(server, workload, rate=20.0, max_concurrency=64)"
+            )
+        return None
+    if concurrency is not None:
+        raise ValueError(
+            f"give concurrency (a closed loop) or rate (an open loop), not both (got "
+            f"concurrency={concurrency!r}, rate={rate!r}); cap the requests an open loop "
+            "keeps in flight with max_concurrency"
+        )
+    return OpenLoop(rate, arrival, max_concurrency)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a call allows: a fraction of each run's requests failing, and named checks."""
+
+    errors: float = 0.0
+    checks: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, allow_errors: object, allow_checks: object = ()) -> Budget:
+        """Return the budget of a call's ``allow_errors`` and ``allow_checks``."""
+        from pytest_sglang.measure.checks import CHECK_NAMES
+
+        if (
+            isinstance(allow_errors, bool)
+            or not isinstance(allow_errors, int | float)
+            or not 0.0 <= allow_errors <= 1.0
+        ):
+            error = ValueError if isinstance(allow_errors, int | float) else TypeError
+            wanted = "between 0 and 1 (the fraction of each run's requests that may fail)"
+            _refuse(error, "allow_errors", wanted, allow_errors, "allow_errors=0.05")
+        if isinstance(allow_checks, str) or not isinstance(allow_checks, Iterable):
+            wanted, example = "a list of validity check names", 'allow_checks=["token_counts"]'
+            _refuse(TypeError, "allow_checks", wanted, allow_checks, example)
+        checks = frozenset(allow_checks)
+        for name in sorted(checks, key=str):
+            if name not in CHECK_NAMES:
+                raise ValueError(
+                    f"allow_checks: no validity check {name!r}; the checks are "
+                    f"{', '.join(CHECK_NAMES)} (docs/metrics.md, 'Validity checks')"
+                )
+        return cls(float(allow_errors), checks)
+
+
+def broken_message(result: BenchResult, budget: Budget) -> str | None:
+    """Return why ``result`` breaks ``budget`` (failed requests, impossible counts, checks)."""
+    return (
+        failed_requests_message(result, budget.errors)
+        or impossible_counts_message(result)
+        or failed_checks_message(result, budget.checks)
+    )
+
+
+def failed_requests_message(result: BenchResult, allow_errors: float) -> str | None:
+    """Return why ``result`` breaks its error budget (None when every run keeps it)."""
+    over = [
+        (index, run)
+        for index, run in enumerate(result.runs)
+        if run.requests and run.failed / run.requests > allow_errors
+    ]
+    if not over:
+        return None
+    failed = sum(run.failed for _, run in over)
+    requests = sum(run.requests for _, run in over)
+    budget = (
+        "no failed request is allowed"
+        if allow_errors == 0
+        else f"at most {allow_errors:.1%} of each run's requests may fail"
+    )
+    runs = ", ".join(f"run {i + 1}: {run.failed} of {run.requests}" for i, run in over)
+    lines = [
+        f"the measurement of {result.label()} ({result.url}) is broken: {failed} of {requests} "
+        f"measured requests failed ({runs}); {budget}",
+    ]
+    lines += failure_kinds([run for _, run in over])
+    lines.append(
+        "  fix: find out why the server failed them (its log); if failures are expected, "
+        "allow them: sglang_bench(..., allow_errors=0.05)"
+    )
+    return "\n".join(lines)
+
+
+def failed_checks_message(result: BenchResult, allowed: frozenset[str]) -> str | None:
+    """Return why ``result``'s runs are invalid (None when every failed check is allowed).
+
+    ``no_failed_requests`` is judged by the error budget (:func:`failed_requests_message`)
+    and the checks of the load the client applied (``LOAD_CHECKS``) by the verdicts; every
+    other check that failed, and is not in ``allowed``, breaks the measurement.
+    """
+    from pytest_sglang.measure.checks import LOAD_CHECKS
+
+    failed: dict[str, list[int]] = {}
+    lines = []
+    for index, run in enumerate(result.runs):
+        for check in run.checks:
+            if check.passed is False and check.name not in allowed | _BUDGETED | LOAD_CHECKS:
+                failed.setdefault(check.name, []).append(index)
+                lines.append(f"  run {index + 1}: {check.name}: {check.detail}")
+    if not failed:
+        return None
+    names = ", ".join(f'"{name}"' for name in failed)
+    return "\n".join(
+        [
+            f"the measurement of {result.label()} ({result.url}) is invalid: a validity "
+            f"check failed ({', '.join(failed)}), so its figures are not what the workload "
+            "asked for",
+            *lines,
+            "  fix: find out why (docs/metrics.md, 'Validity checks'); if the server is known "
+            f"to fail it and the figures still serve, allow it: sglang_bench(..., "
+            f"allow_checks=[{names}])",
+        ]
+    )
+
+
+def failure_kinds(runs: Sequence[Measurement]) -> list[str]:
+    """Return lines counting the failed requests of ``runs`` by kind, each with an example.
+
+    The kind is the error message's head (``HTTP 500``, ``stalled``, ``connection
+    refused``...); the example is the rest of one such message: what the server said.
+    """
+    from pytest_sglang.measure.checks import error_kind
+
+    kinds: dict[str, int] = {}
+    examples: dict[str, str] = {}
+    for run in runs:
+        for record in run.records:
+            if record.error is None:
+                continue
+            kind = error_kind(record.error)
+            kinds[kind] = kinds.get(kind, 0) + 1
+            examples.setdefault(kind, record.error)
+    if not kinds:
+        return []
+    lines = ["  failures by kind (the server's answer quoted):"]
+    ranked = sorted(kinds.items(), key=lambda item: -item[1])
+    for kind, count in ranked[:FAILURE_KINDS]:
+        example = examples[kind]
+        if example.startswith(kind + ": "):
+            example = example[len(kind) + 2 :]
+        if len(example) > _EXAMPLE_CHARS:
+            example = example[:_EXAMPLE_CHARS] + " …"
+        lines.append(f"    {count} x {kind}: {example}")
+    if len(ranked) > FAILURE_KINDS:
+        lines.append(f"    ... and {len(ranked) - FAILURE_KINDS} other kinds")
+    return lines
+
+
+def impossible_counts_message(result: BenchResult) -> str | None:
+    """Return why ``result``'s token counts cannot be right (negative), or None.
+
+    A server (or a proxy) that reports negative ``completion_tokens`` or ``prompt_tokens``
+    would make a negative throughput: the measurement is broken, not slow.
+    """
+    for index, run in enumerate(result.runs):
+        bad = [
+            r
+            for r in run.records
+            if (r.output_tokens is not None and r.output_tokens < 0)
+            or (r.prompt_tokens is not None and r.prompt_tokens < 0)
+        ]
+        if bad or run.output_tokens < 0 or run.input_tokens < 0:
+            example = bad[0] if bad else None
+            detail = (
+                f" (e.g. request {example.index}: completion_tokens {example.output_tokens}, "
+                f"prompt_tokens {example.prompt_tokens})"
+                if example is not None
+                else ""
+            )
+            return (
+                f"the measurement of {result.label()} ({result.url}) is broken: run "
+                f"{index + 1}: the server reported negative token counts for {len(bad)} "
+                f"requests{detail}; its throughput ({run.output_throughput:.1f} tok/s) means "
+                "nothing: check the server (or a proxy in between) and its usage reporting"
+            )
+    return None

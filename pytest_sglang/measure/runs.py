@@ -1,0 +1,454 @@
+"""The runs of a measurement: one run, repeated runs, runs interleaved across two servers.
+
+A run sends a workload's requests to a server (its warm-up first, excluded from the figures)
+through the load generator, where the session places the load (one process, worker
+processes, Ray actors: ``docs/scaling.md``), and becomes a
+:class:`~pytest_sglang.measure.measurement.Measurement` with the server's own counters
+(``/metrics`` before and after) and the GPUs' telemetry of the run. Its request records are
+then packed (:class:`~pytest_sglang.measure.results.PackedRecords`) and the memory the run
+freed goes back to the system, so that a session of long runs does not grow.
+
+A run with failed requests asks the pool whether the server died; a dead server, or a run
+that gave up on a server that stopped answering, ends the measurement (:class:`Interrupted`,
+carrying what the run saw and the error the test fails with).
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import dataclasses
+import gc
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from pytest_sglang.loadgen.ray_pools import RayPools
+from pytest_sglang.loadgen.schedule import OpenLoop
+from pytest_sglang.loadgen.workload import Workload
+from pytest_sglang.measure.budget import failure_kinds
+from pytest_sglang.measure.measurement import Measurement
+from pytest_sglang.measure.results import packed
+from pytest_sglang.report.progress import RunLine
+
+if TYPE_CHECKING:
+    from pytest_sglang.errors import SGLangError
+    from pytest_sglang.gpu.telemetry import TelemetryReader, TelemetrySampler
+    from pytest_sglang.loadgen.records import LoadRun
+    from pytest_sglang.loadgen.runner import LoadGenerator
+    from pytest_sglang.measure.server_metrics import MetricsSnapshot
+    from pytest_sglang.server.handle import SGLangServer
+    from pytest_sglang.server.pool import ServerPool
+
+__all__ = [
+    "Interrupted",
+    "Runner",
+    "check_fills",
+    "cut_by",
+    "give_back_memory",
+    "load_generator_for",
+]
+
+
+class Interrupted(Exception):
+    """A run that ended the measurement (its server died, or the run gave up)."""
+
+    def __init__(self, server: SGLangServer, measurement: Measurement, error: SGLangError) -> None:
+        super().__init__(str(error))
+        self.server = server
+        self.measurement = measurement
+        self.error = error
+
+
+class Runner:
+    """Takes the runs of measurements for a bench: where the load runs, what is read around.
+
+    ``generator_options`` are the load generator's keyword arguments, with where the load
+    runs (``load_workers``, ``ray_address``); ``progress`` writes a line for the session,
+    ``run_line`` shows each run's live progress. A :meth:`view` shares the session's Ray
+    actors and GPU telemetry, with its own test id (``during``) and ``server_failed``.
+    """
+
+    def __init__(
+        self,
+        pool: ServerPool,
+        *,
+        generator_options: Mapping[str, Any] | None = None,
+        progress: Callable[[str], None] = lambda message: None,
+        run_line: RunLine | None = None,
+    ) -> None:
+        self.pool = pool
+        self._options = dict(generator_options or {})
+        self._progress = progress
+        self._run_line = run_line or RunLine(None, lambda write: write())
+        #: Who measures (a test id), for the message when a server dies under the load.
+        self._during = ""
+        self._server_failed: Callable[[str, SGLangError], None] = lambda name, error: None
+        # GPU telemetry during runs: one reader per session, made on first use.
+        self._gpu = _GpuTelemetry(pool)
+        # Ray load workers (ray_address), kept from run to run for the session.
+        self._ray_pools = RayPools()
+        # Servers whose cap was already pointed out (one note per server and level).
+        self._noted: set[tuple[str, int]] = set()
+        # The server and finished part of a run a test timeout or Ctrl-C cut, until reported.
+        self._cut: tuple[str, LoadRun | None] | None = None
+
+    def view(self, *, during: str, server_failed: Callable[[str, SGLangError], None]) -> Runner:
+        """Return a runner that shares this one's session state, for the test ``during``."""
+        view = copy.copy(self)
+        view._during, view._server_failed, view._cut = during, server_failed, None
+        return view
+
+    def close(self) -> None:
+        """Release what is kept between runs (the Ray load-worker actors)."""
+        self._ray_pools.close()
+
+    def take_cut(self, server: str) -> LoadRun | None:
+        """Return, once, the finished part of the run on ``server`` that something cut."""
+        if self._cut is None or self._cut[0] != server:
+            return None
+        run, self._cut = self._cut[1], None
+        return run
+
+    def repeated(
+        self,
+        server: SGLangServer,
+        workload: Workload,
+        concurrency: int,
+        repeats: int,
+        runs: list[Measurement],
+        *,
+        load: OpenLoop | None = None,
+    ) -> None:
+        """Take ``repeats`` runs on ``server`` into ``runs`` (which keeps them if one fails).
+
+        A closed loop at ``concurrency``, or the open loop ``load`` (``concurrency`` is then
+        its cap, 0 for none). The server is held for the runs (``ServerPool.measuring``).
+        """
+        __tracebackhide__ = True
+        if load is None:
+            self._note_cap(server, concurrency)
+        with self.pool.measuring(server, during=self._during):
+            runs.extend(
+                self.run(server, workload, concurrency, repeat, repeats, load=load)
+                for repeat in range(repeats)
+            )
+
+    def interleaved(
+        self,
+        servers: tuple[SGLangServer, SGLangServer],
+        workload: Workload,
+        concurrency: int,
+        repeats: int,
+        runs: tuple[list[Measurement], list[Measurement]],
+    ) -> None:
+        """Take ``repeats`` runs on each of two servers, A B A B, so that drift cancels."""
+        __tracebackhide__ = True
+        for repeat in range(repeats):
+            for side, server in enumerate(servers):
+                runs[side].append(self.run(server, workload, concurrency, repeat, repeats))
+
+    def run(
+        self,
+        server: SGLangServer,
+        workload: Workload,
+        concurrency: int,
+        repeat: int,
+        repeats: int,
+        *,
+        load: OpenLoop | None = None,
+    ) -> Measurement:
+        """Take run ``repeat`` (of ``repeats``) on ``server``: a closed loop, or ``load``.
+
+        :raises Interrupted: the server died, or the run gave up on it.
+        """
+        from pytest_sglang.measure.measurement import measure
+
+        _check_endpoint(server, workload)
+        at = f"C={concurrency}" if load is None else load.describe()
+        label = f"{server.name} {at} run {repeat + 1}/{repeats}"
+        last = [0.0]
+
+        live = self._run_line
+        line = [""]
+
+        def progress(done: int, total: int, output_tokens: int, elapsed: float) -> None:
+            # The generator's ticker calls at most once a second, reading its counters: the
+            # run's line in place on a terminal; elsewhere a line every 10 s, for CI logs.
+            rate = output_tokens / elapsed if elapsed > 0 else 0.0
+            line[0] = f"sglang: measuring {label}: {done}/{total} requests, {rate:.0f} output tok/s"
+            live.show(line[0])
+            now = time.monotonic()
+            if now - last[0] >= 10.0 and not live.in_place and not live.quiet:
+                last[0] = now
+                self._progress(line[0])
+
+        last[0] = time.monotonic()
+        from pytest_sglang.loadgen.placement import closed_loop_on_workers, open_loop_on_workers
+        from pytest_sglang.loadgen.runner import ServerStoppedAnswering
+
+        counters = _CounterScrapes(server)
+        sampler = self._gpu.sampler(server)
+
+        def before_measured() -> None:
+            counters.before()
+            if sampler is not None:
+                sampler.start()
+
+        # Where the load runs (--sglang-load-workers, --sglang-ray-address, docs/scaling.md)
+        # is the bench's choice, not a generator option.
+        options = dict(self._options)
+        workers = int(options.pop("load_workers", 1))
+        ray_address = options.pop("ray_address", None)
+        generator = load_generator_for(
+            server, progress=progress, before_measured=before_measured, **options
+        )
+        stopped: ServerStoppedAnswering | None = None
+        try:
+            if load is None:
+                run = closed_loop_on_workers(
+                    generator, workload.for_concurrency(concurrency), concurrency, repeat=repeat,
+                    workers=workers, ray_address=ray_address, before_measured=before_measured,
+                    ray_pools=self._ray_pools,
+                )  # fmt: skip
+            else:
+                run = open_loop_on_workers(
+                    generator, workload.for_concurrency(load.max_concurrency or 1), load.rate,
+                    arrival=load.arrival, max_concurrency=load.max_concurrency, repeat=repeat,
+                    workers=workers, ray_address=ray_address, before_measured=before_measured,
+                    ray_pools=self._ray_pools,
+                )  # fmt: skip
+        except ServerStoppedAnswering as exc:
+            stopped, run = exc, exc.run
+        except BaseException:
+            self._cut = (server.name, generator.interrupted_run)  # for the report
+            raise
+        finally:
+            if sampler is not None and sampler.started_at:
+                sampler.stop()
+        if line[0]:
+            live.end(line[0])
+        measurement = measure(run)
+        if stopped is None:
+            measurement = dataclasses.replace(measurement, server_counters=counters.delta())
+        if sampler is not None and sampler.started_at:
+            measurement = _with_telemetry(measurement, sampler)
+        # Pack the records and give the run's peak back: the session cache keeps results.
+        measurement = packed(measurement)
+        del run, generator
+        if stopped is not None:
+            stopped.run = dataclasses.replace(stopped.run, records=())
+        give_back_memory()
+        if measurement.failed or stopped is not None:
+            self._check_server(server, measurement, gave_up=stopped is not None)
+        if stopped is not None:
+            from pytest_sglang.errors import MeasurementFailed
+
+            raise Interrupted(
+                server,
+                measurement,
+                MeasurementFailed(
+                    "\n".join(
+                        [
+                            f"the measurement of {server.name} @ C={concurrency} ({server.url}) "
+                            f"was stopped in run {repeat + 1}: {stopped}",
+                            *failure_kinds([measurement]),
+                            "  the server still accepts connections, but left that many "
+                            "requests in a row without an answer: read its log (a hung "
+                            "scheduler? streams that stall?)",
+                        ]
+                    )
+                ),
+            )
+        return measurement
+
+    def _check_server(
+        self, server: SGLangServer, measurement: Measurement, *, gave_up: bool = False
+    ) -> None:
+        """End the measurement naming the server's death if it died under the load."""
+        __tracebackhide__ = True
+        # A run that gave up, or whose last requests all failed, looks like a death: give a
+        # dying process a moment to be reaped. Scattered failures (an error rate) do not.
+        tail = measurement.records[-5:]
+        wait = 2.0 if gave_up or (tail and all(not r.ok for r in tail)) else 0.0
+        died = self.pool.check(server.name, during=self._during, wait=wait)
+        if died is None:
+            return
+        self._server_failed(server.name, died)
+        from pytest_sglang.errors import ServerDied
+
+        raise Interrupted(
+            server,
+            measurement,
+            ServerDied(
+                f"{died}\n  the measurement ({server.name} C={measurement.concurrency}, run "
+                f"{measurement.repeat + 1}) lost {measurement.failed} of "
+                f"{measurement.requests} requests to it",
+                phase=died.phase,
+                exit_code=died.exit_code,
+            ),
+        )
+
+    def _note_cap(self, server: SGLangServer, concurrency: int) -> None:
+        """Say so when ``concurrency`` exceeds the requests the server runs at once."""
+        cap = server.max_running_requests
+        if (
+            cap is None
+            or cap < 1
+            or concurrency <= cap
+            or (server.name, concurrency) in self._noted
+        ):
+            return
+        self._noted.add((server.name, concurrency))
+        given = server.server_info.get("max_running_requests")
+        source = "" if given == cap else f" (in effect; /server_info says {given})"
+        self._progress(
+            f"sglang: note: C={concurrency} exceeds {server.name}'s max_running_requests of "
+            f"{cap}{source}: {concurrency - cap} requests at a time wait in the server's "
+            "queue, and their TTFT includes that wait"
+        )
+
+
+class _GpuTelemetry:
+    """The session's GPU telemetry reader (or why there is none), made on first use."""
+
+    def __init__(self, pool: ServerPool) -> None:
+        self.pool = pool
+        self._reader: TelemetryReader | None = None
+        self._tried = False
+
+    def sampler(self, server: SGLangServer) -> TelemetrySampler | None:
+        """Return a sampler of ``server``'s GPUs for one run, or None where none is read."""
+        from pytest_sglang.errors import GpuUnavailable
+        from pytest_sglang.gpu.telemetry import TelemetrySampler, make_reader
+
+        settings = self.pool.settings
+        if not self._tried:
+            self._tried = True
+            # The emulator holds no GPU unless it simulates them in a fake directory.
+            emulated = settings.launcher.value == "emulator" and settings.gpu_fake.value is None
+            if not emulated or settings.servers:
+                try:
+                    self._reader = make_reader(
+                        host=settings.gpu_host.value, fake_dir=settings.gpu_fake.value
+                    )
+                except GpuUnavailable:
+                    self._reader = None
+        if self._reader is None:
+            return None
+        # A launched server's GPUs are known by UUID; an attached one's are all of them.
+        uuids = tuple(server.launch.gpus) if server.launch is not None else ()
+        pid = server.launch.pid if server.launch is not None else None
+        pids = frozenset({pid}) if pid else frozenset()
+        return TelemetrySampler(self._reader, uuids, allowed_pids=pids)
+
+
+def _with_telemetry(measurement: Measurement, sampler: TelemetrySampler) -> Measurement:
+    from pytest_sglang.measure.checks import telemetry_checks
+
+    summary = sampler.summary()
+    return dataclasses.replace(
+        measurement,
+        gpu_telemetry=summary.as_dict(measurement.output_tokens),
+        checks=measurement.checks + telemetry_checks(summary),
+    )
+
+
+class _CounterScrapes:
+    """The server's ``/metrics`` around a run's measured requests (when it serves them)."""
+
+    def __init__(self, server: SGLangServer) -> None:
+        self.server = server
+        self._before: MetricsSnapshot | None = None
+
+    def _scrape(self) -> MetricsSnapshot | None:
+        import httpx
+
+        from pytest_sglang.measure.server_metrics import scrape
+
+        try:
+            return scrape(self.server.url, self.server.headers)
+        except (httpx.HTTPError, ValueError):
+            return None  # no metrics: the client's figures stand alone
+
+    def before(self) -> None:
+        """Take the reading before the measured requests."""
+        self._before = self._scrape()
+
+    def delta(self) -> dict[str, Any] | None:
+        """Return what the server counted since :meth:`before`, or None."""
+        from pytest_sglang.measure.server_metrics import delta
+
+        if self._before is None:
+            return None
+        after = self._scrape()
+        if after is None:
+            return None
+        try:
+            return delta(self._before, after).as_dict()
+        except ValueError:
+            return None  # restarted, or not SGLang's counters: nothing to say
+
+
+def give_back_memory() -> None:
+    """Return the memory a finished run freed to the system.
+
+    A run's peak (every record, every event's objects) is transient, but the C allocator
+    keeps freed memory for reuse, so the process would stay at its peak. A full collection,
+    then glibc's ``malloc_trim`` (Linux), give it back; elsewhere only the collection runs.
+    """
+    gc.collect()
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+        return
+    trim(0)
+
+
+def check_fills(workload: Workload, concurrency: int) -> None:
+    """Refuse a closed loop whose workload can never hold ``concurrency`` requests in flight."""
+    sent = workload.for_concurrency(concurrency).requests
+    if sent < concurrency:
+        raise ValueError(
+            f"a run at concurrency {concurrency} with {sent} requests can never hold "
+            f"{concurrency} requests in flight; give the workload requests >= "
+            f"{concurrency}, or requests_per_slot (e.g. requests_per_slot=2) to scale "
+            "the requests with the level"
+        )
+
+
+def _check_endpoint(server: SGLangServer, workload: Workload) -> None:
+    """Refuse a native ``/generate`` workload on a server declared OpenAI-compatible."""
+    if server.kind == "openai" and workload.endpoint == "generate":
+        raise ValueError(
+            f"{server.name} ({server.url}) is declared OpenAI-compatible: it has no SGLang "
+            "/generate endpoint; measure it (and the SGLang servers it is compared with) with "
+            'Workload(endpoint="completions") or Workload(endpoint="chat")'
+        )
+
+
+def cut_by(error: BaseException) -> str:
+    """Name what cut a measurement short: pytest-timeout, Ctrl-C, or the error's kind."""
+    if isinstance(error, KeyboardInterrupt):  # the session handles SIGTERM as Ctrl-C
+        return "an interrupt (KeyboardInterrupt: Ctrl-C or SIGTERM)"
+    text = " ".join(str(error).split())
+    if "pytest-timeout" in text:
+        return f"the test's pytest-timeout ({text.rstrip('.')})"
+    return f"{type(error).__name__}: {text[:200]}" if text else type(error).__name__
+
+
+def load_generator_for(server: SGLangServer, **options: Any) -> LoadGenerator:
+    """Return a load generator for a server that passed the readiness gate.
+
+    The load generator knows URLs and headers, not servers: this hands it the server's base
+    URL, its headers (the API key), its served model id and what is known of its connection
+    habits (learned once per server and session). ``options`` are the other
+    keyword arguments of :class:`~pytest_sglang.loadgen.runner.LoadGenerator`.
+    """
+    from pytest_sglang.loadgen.runner import LoadGenerator
+
+    options.setdefault("connections", server.connections)
+    return LoadGenerator(server.url, headers=server.headers, model=server.model.id, **options)
