@@ -54,9 +54,14 @@ def test_list_shows_a_damaged_session_and_exits_with_the_data_code(
 
 @pytest.mark.parametrize(
     "args",
-    [("compare", "older", "latest"), ("compare", "1", "1"), ("report", "latest"),
-     ("report", "latest", "--baseline", "older"), ("report", "{path}")],
-)  # fmt: skip
+    [
+        ("compare", "older", "latest"),
+        ("compare", "1", "1"),
+        ("report", "latest"),
+        ("report", "latest", "--baseline", "older"),
+        ("report", "{path}"),
+    ],
+)
 def test_compare_and_report_on_a_damaged_session_name_it(
     damaged: tuple[BaselineStore, Path], capsys: pytest.CaptureFixture[str], args: tuple[str, ...]
 ) -> None:
@@ -85,8 +90,9 @@ def test_compare_with_nothing_comparable_is_allowed_when_asked_for(tmp_path: Pat
     _save(store, "tp8", [100.0, 100.5, 99.5, 100.2, 99.8])
     status, out = _cli(store, "compare", "tp4", "tp8")
     assert status == MISUSE and "nothing was compared" in out
-    status, out = _cli(store, "compare", "tp4", "tp8", "--fail",
-                       "output_throughput:3%,nothing-compared:ok")  # fmt: skip
+    status, out = _cli(
+        store, "compare", "tp4", "tp8", "--fail", "output_throughput:3%,nothing-compared:ok"
+    )
     assert status == OK, out
 
 
