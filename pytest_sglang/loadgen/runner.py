@@ -515,7 +515,7 @@ class LoadGenerator:
                 )
         except Exception as exc:  # recorded, never raised: the run keeps every request
             unanswered = record.status is None
-            _fail(record, describe(exc))
+            _fail(record, describe(exc) + _lost_tail(record))
         finally:
             state.inflight.pop(id(record), None)
             if watchdog is not None:
@@ -587,6 +587,23 @@ def _records(workload: Workload, count: int, *, warmup: bool, salt: str) -> list
             RequestRecord(index=i, warmup=warmup, input_len=input_len, output_len=output_len)
         )
     return records
+
+
+def _lost_tail(record: RequestRecord) -> str:
+    """Say so when a stream broke after its last requested token: only its tail was lost.
+
+    A server that resets the connection (``SO_LINGER`` 0, or a close with unread bytes)
+    discards what it had not sent yet; its closing writes are small, and Nagle's algorithm
+    holds them back until the client acknowledges (``benchmarks/reset_tail.py``).
+    """
+    arrived = sum(record.chunk_tokens)
+    if record.status != 200 or arrived < record.output_len or record.finish_reason:
+        return ""
+    return (
+        f" (after all {arrived} requested tokens arrived, before the finish chunk, usage, "
+        "[DONE]: the server ended the connection with its tail unsent; a graceful close or "
+        "TCP_NODELAY on the server keeps it)"
+    )
 
 
 def _fail(record: RequestRecord, message: str) -> None:
