@@ -7,29 +7,13 @@ actors (:mod:`~pytest_sglang.loadgen.ray_workers`) all call it, a
 :class:`~pytest_sglang.loadgen.shard.Shard` telling a worker which requests are its own and
 when the measured ones start.
 
-A run sends its warm-up requests first (at most the run's slots at once; excluded from the
-metrics), waits for them, then the measured ones. Every request sent gets a record: HTTP
-errors, transport errors, malformed or incomplete streams and timeouts are failed records,
-never dropped; a request never sent gets none. A request is bounded by ``request_timeout``
-seconds in all, a stream by ``stall_timeout`` seconds without a new token once its first
-event arrived, and the wait for the first token by ``first_token_timeout`` seconds during
-which the whole run received no token (:mod:`~pytest_sglang.loadgen.watchdog`: a queued
-request waits while others stream; on a frozen server nobody gets a token).
-
-Frozen or vanished servers: after ``max_consecutive_failures`` requests in a row ended
-without an answer (a transport failure or a timeout; an HTTP error is an answer), the run
-stops sending, ends the requests in flight (recorded as cancelled), and raises
-:class:`ServerStoppedAnswering`, which carries the records of the requests that were sent.
-
-Connections: a request that fails on a *reused* pooled connection before any response byte
-is sent again, once, on a fresh connection (``RequestRecord.retries``): the server had closed
-the idle connection (some close after every response while advertising keep-alive), the
-client's problem, not a server failure; a failure after response bytes, or on a fresh
-connection, is the server's. After such a retry, or a ``Connection: close`` response, the
-run and every later run sharing the server's
-:class:`~pytest_sglang.loadgen.habits.ConnectionHabits` use a fresh connection per request.
-While the habit is unknown, a run probes it once its warm-up is over (``_probe``), so
-that the measured requests never race the server's close.
+A run sends its warm-up requests first (excluded from the metrics), then the measured ones.
+Every request sent gets a record, failed or not; a request never sent gets none. The
+timeouts (``request_timeout``, ``stall_timeout``, ``first_token_timeout``), the retry of a
+request that failed on a dead pooled connection before any response byte, the connection
+habits learned once per server, and :class:`ServerStoppedAnswering` after
+``max_consecutive_failures`` unanswered requests in a row are described in
+``docs/metrics.md`` ("The metrics": failed requests, retries, habits).
 
 All timestamps come from ``time.perf_counter()``.
 """
