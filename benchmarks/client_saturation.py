@@ -32,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test servers live in tests/
 
 from pytest_sglang.loadgen.runner import LoadGenerator
+from pytest_sglang.loadgen.schedule import ClosedLoop
 from pytest_sglang.loadgen.workers import RunPlan, run_sharded
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import measure
@@ -71,7 +72,7 @@ def main() -> int:
                 for processes in (1, 2) if pair % 2 == 0 else (2, 1):
                     # The server's counts start with the measured requests (after the warm-up).
                     generator = LoadGenerator(server.url, before_measured=server.reset_stats)
-                    plan = RunPlan(generator.options, workload, "closed", concurrency=level)
+                    plan = RunPlan(generator.options, workload, ClosedLoop(level))
                     run = (
                         generator.run_closed_loop(workload, level)
                         if processes == 1

@@ -20,16 +20,9 @@ from __future__ import annotations
 import pytest
 from test_story import CHAT, LEVELS, REPEATS, measures
 
-from pytest_sglang import (
-    Bench,
-    CapacityVerdict,
-    Measurement,
-    Settings,
-    Slo,
-    Sweep,
-    find_capacity,
-    find_crossover,
-)
+from pytest_sglang import Bench, Settings, Slo, Sweep, find_capacity, find_crossover
+from pytest_sglang.measure.measurement import Measurement
+from pytest_sglang.verdicts.capacity import CapacityVerdict
 
 #: The service level, in the real server's seconds.
 TPOT_P90 = 0.030

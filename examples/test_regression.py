@@ -1,7 +1,7 @@
 """A performance regression test against a stored baseline: this build against the last one.
 
 ``pytest examples --sglang-launcher=emulator`` saves every run's measurements
-(``sglang_autosave`` in ``pyproject.toml`` here, into ``examples/.benchmarks``); the first run
+(``sglang_save = "auto"`` in ``pyproject.toml`` here, into ``examples/.benchmarks``); the first run
 has nothing to compare with and skips this test, the second and later compare with the newest
 stored measurement of the same fingerprint (model, TP, GPUs, workload, concurrency, the
 flags that change performance). The same as two explicit steps, e.g. a release qualification

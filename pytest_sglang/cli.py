@@ -1,15 +1,14 @@
-"""``pytest-sglang``: the store and the reports from the command line.
+"""``pytest-sglang``: the baseline store and the reports from the command line.
 
 ``list`` the stored sessions, ``compare A B`` (stored sessions or JSON reports), ``report`` a
-stored session or JSON report as
-Markdown or HTML, ``merge`` several JSON reports (sharded CI jobs) into one, and one
-Markdown summary from them (``--markdown``).
-``docs/baselines.md`` is the guide.
+stored session or JSON report as Markdown or HTML, ``merge`` the JSON reports of sharded CI
+jobs into one (and, with ``--markdown``, one Markdown summary). ``docs/baselines.md`` is the
+guide.
 
 Exit statuses, the same for every command: 0 done (no regression), 1 a regression
 (``compare``), 2 a command line that cannot be carried out (unknown session, bad term,
-nothing comparable), 3 a stored session or report that is damaged (named, with what is
-wrong: cut short, not JSON, a malformed record).
+nothing comparable, an output path refused), 3 a stored session or report that is damaged
+(named, with what is wrong).
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import argparse
 import datetime
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -32,7 +31,7 @@ from pytest_sglang.measure.session_format import (
     read_document,
     report_measurements,
 )
-from pytest_sglang.measure.store import BaselineStore
+from pytest_sglang.measure.store import BaselineStore, StoredSession
 from pytest_sglang.verdicts.baseline_options import (
     DEFAULT_CHECKS,
     NOTHING_COMPARED_OK,
@@ -45,6 +44,15 @@ __all__ = ["main"]
 
 #: Exit statuses (the module docstring says when each is given).
 OK, REGRESSION, MISUSE, DATA = 0, 1, 2, 3
+
+#: The report sections made of entries; merged by concatenation.
+SECTIONS = ("measurements", "verdicts", "servers")
+
+#: What a report of a stored session saved without its verdicts says in their place.
+NO_STORED_VERDICTS = (
+    "This stored session was saved without its verdicts (by a pytest-sglang before they were "
+    "stored); --baseline A judges its measurements against A."
+)
 
 
 class _Misuse(Exception):
@@ -70,9 +78,8 @@ def _write(path: Path, value: str, text: str, *, append: bool = False) -> None:
     try:
         write_atomic(path, text, append=append)
     except OSError as exc:
-        raise _Misuse(
-            f"cannot write {value}: {exc.strerror or exc}; {value} was left as it was"
-        ) from None
+        message = f"cannot write {value}: {exc.strerror or exc}; {value} was left as it was"
+        raise _Misuse(message) from None
 
 
 def _load(ref: str, store: BaselineStore) -> tuple[str, list[StoredMeasurement], dict[str, Any]]:
@@ -86,64 +93,60 @@ def _load(ref: str, store: BaselineStore) -> tuple[str, list[StoredMeasurement],
         session = store.find(ref)
     except (LookupError, ValueError) as exc:
         raise _Misuse(str(exc)) from None
-    return session.id, list(session.measurements), session_document(session.id, session)
+    return session.id, list(session.measurements), session_document(session)
 
 
-#: What a report of a stored session saved without its verdicts says in their place.
-NO_STORED_VERDICTS = (
-    "This stored session was saved without its verdicts (by a pytest-sglang before they were "
-    "stored); --baseline A judges its measurements against A."
-)
-
-
-def session_document(name: str, session: Any) -> dict[str, Any]:
+def session_document(session: StoredSession) -> dict[str, Any]:
     """Return a stored session as a results report (the JSON report's format).
 
     Its verdicts are those saved with it (none in a session saved before they were).
     """
-    document = session.document
-    machine = dict(document.get("machine_info", {}))
+    machine = dict(session.document.get("machine_info", {}))
     sglang = machine.get("sglang", {})
     labels = session.labels
-    rows = [dict(m.row) for m in session.measurements]
+    environment = {
+        "plugin_version": str(labels.get("plugin_version") or ""),
+        "python": str(machine.get("python_version", "")),
+        "pytest": "",
+        "platform": str(machine.get("system", "")),
+        "sglang_versions": list(sglang.get("sglang_versions", [])),
+        "gpus": list(sglang.get("gpus", [])),
+        "commit": labels.get("commit"),
+        "stored_session": session.id,
+    }
     return {
-        "format": "pytest-sglang-report", "version": 1, "complete": True,
-        "interrupted": False, "exit_status": None,
-        "created": session.datetime, "updated": session.datetime,
-        "environment": {
-            "plugin_version": str(labels.get("plugin_version") or ""),
-            "python": str(machine.get("python_version", "")),
-            "pytest": "", "platform": str(machine.get("system", "")),
-            "sglang_versions": list(sglang.get("sglang_versions", [])),
-            "gpus": list(sglang.get("gpus", [])),
-            "commit": labels.get("commit"), "stored_session": name,
-        },
+        "format": "pytest-sglang-report",
+        "version": 1,
+        "complete": True,
+        "interrupted": False,
+        "exit_status": None,
+        "created": session.datetime,
+        "updated": session.datetime,
+        "environment": environment,
         "servers": [
             {k: v for k, v in s.items() if k != "record"} for s in sglang.get("servers", [])
         ],
-        "measurements": rows, "verdicts": list(sglang.get("verdicts", [])),
+        "measurements": [dict(m.row) for m in session.measurements],
+        "verdicts": list(sglang.get("verdicts", [])),
         # Not of the report format: whether the session was saved with its verdicts.
         "verdicts_stored": "verdicts" in sglang,
-    }  # fmt: skip
+    }
 
 
 def validate_report(document: Any) -> list[str]:
     """Return what keeps ``document`` from validating against the report schema (empty: ok)."""
-    import importlib.resources
+    from pytest_sglang.server.schemas import violations
 
-    import jsonschema
-
-    text = importlib.resources.files("pytest_sglang").joinpath("schemas/report.schema.json")
-    schema = json.loads(text.read_text(encoding="utf-8"))
-    validator = jsonschema.Draft202012Validator(schema)
-    return [
-        f"{'/'.join(str(p) for p in error.absolute_path) or '(root)'}: {error.message}"
-        for error in validator.iter_errors(document)
-    ]
+    return [str(v) for v in violations(document, "report", limit=sys.maxsize)]
 
 
-def _key(entry: Any) -> str:
-    return json.dumps(entry, sort_keys=True, default=str)
+def _union(lists: Iterable[Any]) -> list[Any]:
+    """Return the entries of ``lists`` in order, each once (compared as JSON)."""
+    seen: dict[str, Any] = {}
+    for entries in lists:
+        for entry in entries if isinstance(entries, list) else []:
+            seen.setdefault(json.dumps(entry, sort_keys=True, default=str), entry)
+    return list(seen.values())
 
 
 def merge_reports(
@@ -151,12 +154,11 @@ def merge_reports(
 ) -> dict[str, Any]:
     """Merge JSON reports of sharded jobs into one report of the same format.
 
-    Measurements, verdicts and servers are concatenated (an entry present in several
-    shards once); the environment is the first's, with the union of SGLang versions and
-    GPUs (``shard`` dropped), and ``merged_from``: one line per report (its source, its
-    ``--sglang-shard``, when it was made, whether it completed, its exit status, its
-    counts); ``complete`` only when every shard was,
-    ``interrupted`` when any was.
+    Every list section (measurements, verdicts, servers, launches...) is concatenated, an
+    entry present in several shards once. The environment is the first's, with the union of
+    SGLang versions and GPUs (``shard`` dropped), and ``merged_from``: one line per report
+    (its source, its ``--sglang-shard``, when it was made, whether it completed, its exit
+    status, its counts). ``complete`` only when every shard was, ``interrupted`` when any was.
 
     :raises ValueError: no reports, or one that is not a pytest-sglang report.
     """
@@ -165,17 +167,10 @@ def merge_reports(
     for index, document in enumerate(documents):
         if not isinstance(document, dict) or document.get("format") != "pytest-sglang-report":
             raise ValueError(f"report {index + 1} is not a pytest-sglang report")
-    first = documents[0]
-    merged: dict[str, Any] = {
-        key: value for key, value in first.items()
-        if key not in ("measurements", "verdicts", "servers")
-    }  # fmt: skip
-    environment = dict(first.get("environment", {}))
+    merged: dict[str, Any] = dict(documents[0])
+    environment = dict(merged.get("environment", {}))
     for field in ("sglang_versions", "gpus"):
-        values: list[str] = []
-        for document in documents:
-            values += [v for v in document.get("environment", {}).get(field, []) if v not in values]
-        environment[field] = values
+        environment[field] = _union(d.get("environment", {}).get(field) for d in documents)
     environment.pop("shard", None)  # the first shard's: says nothing of the merge
     environment["merged_from"] = [
         {
@@ -189,55 +184,20 @@ def merge_reports(
         }
         for index, document in enumerate(documents)
     ]
-    merged["environment"] = environment
     statuses = [d.get("exit_status") for d in documents if d.get("exit_status") is not None]
     merged.update(
+        environment=environment,
         complete=all(d.get("complete") for d in documents),
         interrupted=any(d.get("interrupted") for d in documents),
         exit_status=max(statuses) if statuses else None,
         created=min(str(d.get("created", "")) for d in documents),
         updated=now.isoformat(timespec="seconds"),
     )
-    for section in ("measurements", "verdicts", "servers"):
-        seen: dict[str, Any] = {}
-        for document in documents:
-            for entry in document.get(section, []):
-                seen.setdefault(_key(entry), entry)
-        merged[section] = list(seen.values())
-    # Sections other engineers' reports may carry (launches...): concatenated the same way.
-    for document in documents[1:]:
-        for key, value in document.items():
-            if isinstance(value, list) and key not in ("measurements", "verdicts", "servers"):
-                existing = merged.setdefault(key, [])
-                if isinstance(existing, list):
-                    existing += [v for v in value if _key(v) not in {_key(e) for e in existing}]
+    lists = {key for d in documents for key, value in d.items() if isinstance(value, list)}
+    for section in lists.union(SECTIONS):
+        if isinstance(merged.get(section, []), list):  # else: kept as the first report has it
+            merged[section] = _union(d.get(section) for d in documents)
     return merged
-
-
-def _cmd_list(args: argparse.Namespace, out: TextIO) -> int:
-    store = BaselineStore(args.storage)
-    sessions = store.sessions(damaged=True)
-    if not sessions:
-        print(f"no stored sessions in {store}", file=out)
-        return OK
-    for session in sessions:
-        if session.problem is not None:
-            print(f"{session.id}  DAMAGED: {session.problem}", file=out)
-            continue
-        labels = session.labels
-        what = ", ".join(
-            f"{k} {labels[k]}" for k in ("sglang_version", "commit") if labels.get(k)
-        )  # fmt: skip
-        print(f"{session.id}  {session.datetime[:19]}  {len(session.measurements)} "
-              f"measurement(s)  {what}", file=out)  # fmt: skip
-    damaged = [s for s in sessions if s.problem is not None]
-    if damaged:
-        sys.stderr.write(
-            f"pytest-sglang list: {len(damaged)} damaged session file(s): repair them, or move "
-            f"them out of {store.folder} to use the others\n"
-        )
-        return DATA
-    return OK
 
 
 def compare_measurements(
@@ -256,16 +216,13 @@ def compare_measurements(
     lines: list[str] = []
     verdicts: list[dict[str, Any]] = []
     status = OK
-    judged = 0
     for fresh in candidate:
         match, near = find_counterpart(fresh.fingerprint, baseline)
         label = f"{fresh.row['server']} @ C={fresh.row['concurrency']}"
         if match is None:
             if near:
-                fields = "; ".join(
-                    d.describe() for d in fresh.fingerprint.differences(near[0].fingerprint)
-                    if d.refused
-                )  # fmt: skip
+                differences = fresh.fingerprint.differences(near[0].fingerprint)
+                fields = "; ".join(d.describe() for d in differences if d.refused)
                 lines.append(f"[REFUSED] {label}: the fingerprints differ: {fields}")
             else:
                 lines.append(f"[NO BASELINE] {label}: no measurement with its fingerprint")
@@ -273,48 +230,119 @@ def compare_measurements(
         for check in checks:
             try:
                 verdict = regression_verdict(
-                    fresh.result, match, check.metric, check.tolerance, alpha,
-                    fresh_fingerprint=fresh.fingerprint, fresh_labels=fresh.labels,
-                )  # fmt: skip
+                    fresh.result,
+                    match,
+                    check.metric,
+                    check.tolerance,
+                    alpha,
+                    fresh_fingerprint=fresh.fingerprint,
+                    fresh_labels=fresh.labels,
+                )
             except (ComparisonRefused, ValueError) as exc:
                 lines.append(f"[REFUSED] {label}: {exc}")
                 continue
-            judged += 1
             body = dict(verdict.as_dict())
             body["test"] = str(fresh.row.get("test", fresh.session))
             verdicts.append(body)
-            tag = verdict.outcome.value.upper() if not isinstance(verdict.outcome, str) else "?"
-            lines.append(f"[{tag}] {label}: {verdict.summary}")
+            lines.append(f"[{str(body['outcome']).upper()}] {label}: {verdict.summary}")
             lines += [f"    {row}" for row in verdict.table.splitlines()]
             lines += [f"    warning: {w}" for w in verdict.warnings]
             if body["outcome"] == "fail":
                 status = REGRESSION
-    if judged == 0 and allows_nothing_compared(terms):
+    if not verdicts and allows_nothing_compared(terms):
         lines.append(f"nothing was compared (allowed by {NOTHING_COMPARED_OK})")
-    elif judged == 0:
+    elif not verdicts:
         lines.append("nothing was compared: no measurement has a counterpart of its fingerprint")
-        status = max(status, MISUSE)
+        status = MISUSE
     return lines, verdicts, status
+
+
+def _judged(verdict: Any) -> str | None:
+    """Return what a regression verdict judged (measurement, metric, stored session), or None."""
+    if not isinstance(verdict, dict) or verdict.get("kind") != "assert_no_regression":
+        return None
+    evidence = verdict.get("evidence") or {}
+    # The fingerprint itself: a JSON report masks "fingerprint_key" (its name looks secret).
+    judged = [verdict.get("metric"), evidence.get("fingerprint"), evidence.get("stored_session")]
+    return json.dumps(judged, sort_keys=True)
+
+
+def merged_markdown(merged: dict[str, Any]) -> str:
+    """Return one Markdown summary of a merged report: its shards, then every table.
+
+    The tables are those of ``--sglang-markdown``, over every shard's measurements and
+    verdicts together (a server measured on one shard is a row in the same table as a server
+    measured on another, when their workloads match).
+    """
+    shards = merged.get("environment", {}).get("merged_from", [])
+    lines = [
+        f"Merged from {len(shards)} reports:",
+        "",
+        "| report | shard | created | complete | exit status | measurements | verdicts |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: |",
+    ]
+    for shard in shards:
+        complete = "yes" if shard.get("complete") else "no"
+        cells = [shard.get("source"), shard.get("shard"), shard.get("created"), complete]
+        cells += [shard.get(key) for key in ("exit_status", "measurements", "verdicts")]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    head, _, rest = _markdown(merged, "pytest-sglang results (merged)").partition("\n\n")
+    return head + "\n\n" + "\n".join(lines) + "\n\n" + rest
+
+
+def _markdown(document: dict[str, Any], title: str) -> str:
+    """Return the ``--sglang-markdown`` tables of a report document."""
+    from pytest_sglang.report.summary import emulated_speedups, render_markdown
+
+    measurements, verdicts = document.get("measurements", []), document.get("verdicts", [])
+    emulated = emulated_speedups(document.get("servers", []))
+    return render_markdown(measurements, verdicts, title=title, emulated=emulated)
+
+
+def _cell(value: object) -> str:
+    text = "-" if value is None else str(value)
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+# -- the commands ---------------------------------------------------------------------------
+
+
+def _cmd_list(args: argparse.Namespace, out: TextIO) -> int:
+    store = BaselineStore(args.storage)
+    sessions = store.sessions(damaged=True)
+    if not sessions:
+        print(f"no stored sessions in {store}", file=out)
+    for session in sessions:
+        if session.problem is not None:
+            print(f"{session.id}  DAMAGED: {session.problem}", file=out)
+            continue
+        labels = session.labels
+        what = ", ".join(f"{k} {labels[k]}" for k in ("sglang_version", "commit") if labels.get(k))
+        count = len(session.measurements)
+        print(f"{session.id}  {session.datetime[:19]}  {count} measurement(s)  {what}", file=out)
+    damaged = [s for s in sessions if s.problem is not None]
+    if damaged:
+        sys.stderr.write(
+            f"pytest-sglang list: {len(damaged)} damaged session file(s): repair them, or move "
+            f"them out of {store.folder} to use the others\n"
+        )
+        return DATA
+    return OK
 
 
 def _cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
     store = BaselineStore(args.storage)
     base_name, baseline, _ = _load(args.baseline, store)
     cand_name, candidate, _ = _load(args.candidate, store)
-    try:
-        lines, verdicts, status = compare_measurements(
-            baseline, candidate, args.fail or (), args.alpha
-        )
-    except ValueError as exc:
-        raise _Misuse(str(exc)) from None
+    lines, verdicts, status = compare_measurements(baseline, candidate, args.fail or (), args.alpha)
     terms = ", ".join(args.fail or [c.describe() for c in DEFAULT_CHECKS])
     print(f"{cand_name} (now) against {base_name} (stored); {terms}", file=out)
     for line in lines:
         print(line, file=out)
-    verdict = {OK: "no regression", REGRESSION: "REGRESSION", MISUSE: "nothing compared"}
+    result = {OK: "no regression", REGRESSION: "REGRESSION", MISUSE: "nothing compared"}
     if not verdicts:
-        verdict[OK] = f"nothing compared (allowed by {NOTHING_COMPARED_OK})"
-    print(f"result: {verdict[status]}", file=out)
+        result[OK] = f"nothing compared (allowed by {NOTHING_COMPARED_OK})"
+    print(f"result: {result[status]}", file=out)
     return status
 
 
@@ -327,14 +355,12 @@ def _cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     if args.baseline:
         _, stored, _ = _load(args.baseline, store)
         candidates = report_measurements(document, args.source)
-        _, verdicts, _ = compare_measurements(stored, candidates, args.fail or ())
+        _, verdicts, _ = compare_measurements(stored, candidates, args.fail or (), args.alpha)
         # A verdict the report holds already (its session's gate against the same baseline)
         # is judged again here: the fresh one replaces it, so that it is counted once.
         again = {_judged(v) for v in verdicts}
-        document = dict(document)
-        document["verdicts"] = [
-            v for v in document.get("verdicts", []) if _judged(v) not in again
-        ] + verdicts
+        kept = [v for v in document.get("verdicts", []) if _judged(v) not in again]
+        document = {**document, "verdicts": kept + verdicts}
         baselines = [dict(m.row, session=m.session) for m in stored]
     unstored = document.get("verdicts_stored") is False and not document.get("verdicts")
     fmt = args.format or ("html" if str(args.output).endswith(".html") else "markdown")
@@ -346,31 +372,16 @@ def _cmd_report(args: argparse.Namespace, out: TextIO) -> int:
                 f"the HTML report needs the plotting extra: pip install 'pytest-sglang[report]' "
                 f"({exc})"
             ) from None
-        text = render_html(
-            document, baselines=baselines, no_verdicts=NO_STORED_VERDICTS if unstored else None
-        )
+        no_verdicts = NO_STORED_VERDICTS if unstored else None
+        text = render_html(document, baselines=baselines, no_verdicts=no_verdicts)
     else:
-        from pytest_sglang.report.summary import emulated_speedups, render_markdown
-
-        text = render_markdown(document.get("measurements", []), document.get("verdicts", []),
-                               title=f"pytest-sglang results: {args.source}",
-                               emulated=emulated_speedups(document.get("servers", [])))  # fmt: skip
+        text = _markdown(document, f"pytest-sglang results: {args.source}")
     if target is None:
         out.write(text)
     else:
         _write(target, args.output, text)
         print(f"wrote {args.output}", file=out)
     return OK
-
-
-def _judged(verdict: Any) -> str | None:
-    """Return what a regression verdict judged (measurement, metric, stored session), or None."""
-    if not isinstance(verdict, dict) or verdict.get("kind") != "assert_no_regression":
-        return None
-    evidence = verdict.get("evidence") or {}
-    # The fingerprint itself: a JSON report masks "fingerprint_key" (its name looks secret).
-    return json.dumps([verdict.get("metric"), evidence.get("fingerprint"),
-                       evidence.get("stored_session")], sort_keys=True)  # fmt: skip
 
 
 def _cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
@@ -387,10 +398,9 @@ def _cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
             documents.append(json.loads(Path(path).read_text(encoding="utf-8")))
         except (OSError, ValueError) as exc:
             raise _Misuse(f"cannot read {path}: {exc}") from None
+    now = datetime.datetime.now(datetime.UTC)
     try:
-        merged = merge_reports(
-            documents, now=datetime.datetime.now(datetime.UTC), sources=list(args.reports)
-        )
+        merged = merge_reports(documents, now=now, sources=list(args.reports))
     except ValueError as exc:
         raise _Misuse(str(exc)) from None
     problems = validate_report(merged)
@@ -415,103 +425,97 @@ def _cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
     return OK
 
 
-def merged_markdown(merged: dict[str, Any]) -> str:
-    """Return one Markdown summary of a merged report: its shards, then every table.
+# -- the parser -----------------------------------------------------------------------------
 
-    The tables are those of ``--sglang-markdown``, over every shard's measurements and
-    verdicts together (a server measured on one shard is a row in the same table as a server
-    measured on another, when their workloads match).
-    """
-    from pytest_sglang.report.summary import emulated_speedups, render_markdown
-
-    shards = merged.get("environment", {}).get("merged_from", [])
-    lines = [
-        f"Merged from {len(shards)} reports:",
-        "",
-        "| report | shard | created | complete | exit status | measurements | verdicts |",
-        "| --- | --- | --- | --- | ---: | ---: | ---: |",
-    ]
-    for shard in shards:
-        cells = [shard.get("source"), shard.get("shard"), shard.get("created"),
-                 "yes" if shard.get("complete") else "no", shard.get("exit_status"),
-                 shard.get("measurements"), shard.get("verdicts")]  # fmt: skip
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
-    body = render_markdown(
-        merged.get("measurements", []), merged.get("verdicts", []),
-        title="pytest-sglang results (merged)",
-        emulated=emulated_speedups(merged.get("servers", [])),
-    )  # fmt: skip
-    head, _, rest = body.partition("\n\n")
-    return head + "\n\n" + "\n".join(lines) + "\n\n" + rest
+#: What names a session or report on the command line.
+_SOURCE = (
+    "a stored session (latest, a number, a save name, a saved file) or a --sglang-report JSON file"
+)
 
 
-def _cell(value: object) -> str:
-    text = "-" if value is None else str(value)
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+def _term(value: str) -> str:
+    """Check one ``--fail`` value as argparse's ``type``: a bad term is a usage error (2)."""
+    try:
+        parse_compare_fail([value])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
 
 
 def make_parser() -> argparse.ArgumentParser:
-    """Return the ``pytest-sglang`` argument parser."""
+    """Return the ``pytest-sglang`` argument parser (each command's handler as ``run``)."""
     parser = argparse.ArgumentParser(
         prog="pytest-sglang",
         description="pytest-sglang's stored baselines and reports (docs/baselines.md).",
     )
     parser.add_argument(
-        "--storage", default=DEFAULT_STORAGE, metavar="URI",
-        help=f"baseline storage, as --sglang-storage (default: {DEFAULT_STORAGE})",
-    )  # fmt: skip
+        "--storage",
+        default=DEFAULT_STORAGE,
+        metavar="URI",
+        help=f"the baseline storage, as ini sglang_storage (default: {DEFAULT_STORAGE})",
+    )
+    # The regression terms, shared by the commands that judge (compare, report --baseline).
+    judging = argparse.ArgumentParser(add_help=False)
+    judging.add_argument(
+        "--fail",
+        action="append",
+        type=_term,
+        metavar="METRIC:PCT%",
+        help="regression terms as --sglang-compare-fail (default output_throughput:3%%)",
+    )
+    judging.add_argument("--alpha", type=float, default=0.05, help="one-sided level (0.05)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    commands.add_parser("list", help="list the stored sessions")
+
+    commands.add_parser("list", help="list the stored sessions").set_defaults(run=_cmd_list)
+
     compare = commands.add_parser(
-        "compare", help="judge B (now) against A (stored): exit 1 on a regression",
-        description="Compare every measurement of B with its counterpart of the same "
-        "fingerprint in A. A and B are stored sessions (latest, a number, a save name, a "
-        "saved file) or --sglang-report JSON files. Exit 1 on a regression, 0 otherwise, "
-        f"2 on misuse or when nothing could be compared (unless --fail {NOTHING_COMPARED_OK}), "
-        "3 when a stored session or report is damaged.",
-    )  # fmt: skip
+        "compare",
+        parents=[judging],
+        help="judge B (now) against A (stored): exit 1 on a regression",
+        description=f"Compare every measurement of B with its counterpart of the same "
+        f"fingerprint in A, each {_SOURCE}. Exit 1 on a regression, 0 otherwise, 2 on misuse "
+        f"or when nothing could be compared (unless --fail {NOTHING_COMPARED_OK}), 3 when a "
+        "stored session or report is damaged.",
+    )
     compare.add_argument("baseline", metavar="A", help="the baseline (stored)")
     compare.add_argument("candidate", metavar="B", help="the candidate (now)")
-    compare.add_argument(
-        "--fail", action="append", metavar="METRIC:PCT%",
-        help="regression terms as --sglang-compare-fail (default output_throughput:3%%)",
-    )  # fmt: skip
-    compare.add_argument("--alpha", type=float, default=0.05, help="one-sided level (0.05)")
+    compare.set_defaults(run=_cmd_compare)
+
     report = commands.add_parser(
-        "report", help="render a stored session or JSON report as Markdown or HTML"
+        "report",
+        parents=[judging],
+        help="render a stored session or JSON report as Markdown or HTML",
     )
-    report.add_argument("source", help="a stored session or a --sglang-report JSON file")
+    report.add_argument("source", help=_SOURCE)
     report.add_argument("-o", "--output", help="file to write (default: standard output)")
     report.add_argument("--format", choices=("markdown", "html"), help="default: by suffix")
     report.add_argument("--baseline", metavar="A", help="draw and judge against this baseline")
-    report.add_argument("--fail", action="append", metavar="METRIC:PCT%", help="as compare")
+    report.set_defaults(run=_cmd_report)
+
     merge = commands.add_parser(
         "merge", help="merge JSON reports (sharded CI jobs) into one, validated"
     )
     merge.add_argument("output", help="the merged report to write")
     merge.add_argument("reports", nargs="+", help="the reports to merge")
     merge.add_argument(
-        "--markdown", metavar="PATH",
+        "--markdown",
+        metavar="PATH",
         help="also append one Markdown summary of the merged report to PATH (every shard's "
         "tables; '-' for standard output), e.g. $GITHUB_STEP_SUMMARY",
-    )  # fmt: skip
+    )
+    merge.set_defaults(run=_cmd_merge)
     return parser
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run the command line; return the exit status."""
-    out = out or sys.stdout
     args = make_parser().parse_args(argv)
-    handlers = {"list": _cmd_list, "compare": _cmd_compare, "report": _cmd_report,
-                "merge": _cmd_merge}  # fmt: skip
     try:
-        return handlers[args.command](args, out)
-    except _Misuse as exc:
+        status: int = args.run(args, out or sys.stdout)
+    except (_Misuse, DamagedSession) as exc:
         sys.stderr.write(f"pytest-sglang {args.command}: {exc}\n")
-        return MISUSE
-    except DamagedSession as exc:
-        sys.stderr.write(f"pytest-sglang {args.command}: {exc}\n")
-        return DATA
+        return DATA if isinstance(exc, DamagedSession) else MISUSE
+    return status
 
 
 if __name__ == "__main__":  # pragma: no cover

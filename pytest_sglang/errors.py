@@ -1,9 +1,10 @@
 """Exception types raised by pytest-sglang.
 
-Everything the plugin raises on purpose derives from :class:`SGLangError`, except the
-verdicts: :class:`PerformanceAssertionError` and :class:`Inconclusive` derive from
-:class:`AssertionError`, so pytest reports them as failed assertions. Each class's docstring
-says when it is raised.
+Everything the plugin raises on purpose derives from :class:`SGLangError`; the verdicts'
+:class:`PerformanceAssertionError` and :class:`Inconclusive` are also :class:`AssertionError`,
+so pytest reports them as failed assertions. Each class's docstring says when it is raised.
+The package exports the base and the leaves a test meets (``ServerNotReady``,
+``MeasurementFailed`` and the two verdicts); the rest are importable from here.
 
 Configuration mistakes (bad option values) are reported with :class:`pytest.UsageError`
 instead, so pytest stops before collecting anything.
@@ -134,7 +135,7 @@ class SGLangWarning(UserWarning):
     """Something the user should know that does not fail a test (an unwritable output)."""
 
 
-class PerformanceAssertionError(AssertionError):
+class PerformanceAssertionError(SGLangError, AssertionError):
     """A performance verdict failed; the message is the evidence table."""
 
     def __init__(self, message: str, verdict: object = None) -> None:
@@ -143,7 +144,7 @@ class PerformanceAssertionError(AssertionError):
         self.verdict = verdict
 
 
-class Inconclusive(AssertionError):
+class Inconclusive(SGLangError, AssertionError):
     """The runs cannot decide the claim either way; the message says what would."""
 
     def __init__(self, message: str, verdict: object = None) -> None:

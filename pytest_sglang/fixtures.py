@@ -160,12 +160,10 @@ def xdist_worker(config: pytest.Config) -> tuple[int, int] | None:
 def sglang_target() -> str | None:
     """The server name an unmarked test runs against (None: the default server).
 
-    Tests that need a server but carry no ``sglang_profile`` marker are parametrized over
-    every configured server when there are several and none is called ``default``; this
-    fixture holds the name of the run's server. To run such tests against one server
-    instead, mark them (``pytestmark = pytest.mark.sglang_profile(NAME)`` covers a module)
-    or call that server ``default``: the parametrization wins over an override of this
-    fixture.
+    With several servers configured and none called ``default``, a test that needs a server
+    and has no ``sglang_profile`` marker runs once per server, this holding the run's name.
+    To run such tests against one server, mark them (``pytestmark`` covers a module) or call
+    that server ``default``; overriding this fixture does not stop the parametrization.
     """
     return None
 
@@ -347,7 +345,7 @@ def sglang_client(sglang_server: SGLangServer) -> Iterator[httpx.Client]:
 
 @pytest.fixture(scope="session")
 def sglang_gpu(sglang_servers: ServerPool, sglang_settings: Settings) -> GpuState:
-    """GPU state through NVML (or nvidia-smi over ssh with --sglang-gpu-host, or a fake).
+    """GPU state through NVML (or nvidia-smi over ssh with sglang_gpu_host, or a fake).
 
     ``sglang_gpu.snapshot()`` returns every GPU (index, UUID, name, memory total/used/free)
     and compute process (pid, memory, name); ``before.diff(after)`` what changed. Skipped

@@ -1,28 +1,20 @@
 """Ctrl-C and SIGTERM: an interrupted session keeps what it measured and stops what it started.
 
-A user stops a run with Ctrl-C (SIGINT); CI cancels a job with SIGTERM (GitHub Actions,
-GitLab, Jenkins, Kubernetes before its SIGKILL). Python turns only SIGINT into
-``KeyboardInterrupt``: a SIGTERM would end pytest on the spot, writing nothing, leaving the
-servers to their reapers. :class:`SessionInterrupts` makes the two one for the session:
+CI cancels a job with SIGTERM, which Python does not turn into ``KeyboardInterrupt``: pytest
+would end on the spot, writing nothing. :class:`SessionInterrupts` handles both alike:
 
-* **SIGTERM is Ctrl-C.** Its handler, installed when the session starts (main thread only;
-  the previous one is restored at the end), runs the current SIGINT handler: asyncio's
-  while a load run goes on (it cancels the run, whose finished part is kept), Python's
-  otherwise (``KeyboardInterrupt``). No signal is passed on to any process.
-* **The interrupted test reports.** pytest makes no report for a test phase that
-  ``KeyboardInterrupt`` cut short, so what the test had recorded (the runs it finished, the
-  cut measurement) never reached the reporters. For a test that used the plugin's servers,
-  a failed report of that phase, saying it was interrupted, carries its evidence to the JSON
-  report, the Markdown, JUnit and the saved baseline (as pytest-xdist reports the test a
-  crashed worker was running), with the measurements taken for tests that never ran
-  (declared ones: ``Bench.take_unreported``).
-* **What the session started stops before its outputs are written**, so that each launch
-  is recorded as stopped, with its stop time.
-* **A second Ctrl-C (or SIGTERM) hurries, quietly.** From the first interrupt (and from the
-  session's end) until the end of pytest, SIGINT and SIGTERM raise nothing: a
-  ``KeyboardInterrupt`` in a teardown would skip the rest of it and end in a traceback.
-  They kill what the session launched at once instead (SIGKILL, no grace period), and the
-  session ends as soon as its outputs are written.
+* **SIGTERM is Ctrl-C**: it runs the current SIGINT handler (asyncio's during a load run,
+  which cancels the run and keeps its finished part; Python's otherwise). Installed at the
+  session's start, in the main thread only; the previous handler is restored at the end.
+* **The interrupted test reports**: pytest reports nothing for a phase ``KeyboardInterrupt``
+  cut short. For a test that used the plugin's servers, a failed report saying it was
+  interrupted carries what it recorded (and the measurements taken for tests that never ran)
+  to every output, as pytest-xdist reports the test a crashed worker was running.
+* **What the session started stops before its outputs are written**, so that each launch is
+  recorded as stopped.
+* **A second interrupt hurries, quietly**: from the first on, SIGINT and SIGTERM raise
+  nothing (a ``KeyboardInterrupt`` in a teardown would skip the rest of it); they kill what
+  the session launched at once (SIGKILL), and the session ends once its outputs are written.
 """
 
 from __future__ import annotations
@@ -32,14 +24,16 @@ import sys
 import threading
 from collections.abc import Callable, Generator
 from types import FrameType
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
 __all__ = ["SessionInterrupts"]
 
 _Handler = Callable[[int, FrameType | None], Any] | int | None
-_PHASES = ("setup", "call", "teardown")
+_Phase = Literal["setup", "call", "teardown"]
+_Outcome = Literal["passed", "failed"]
+_PHASES: tuple[_Phase, ...] = ("setup", "call", "teardown")
 
 
 class SessionInterrupts:
@@ -164,18 +158,22 @@ class SessionInterrupts:
             return  # every phase was reported: the interrupt came after
         item.user_properties.extend(self._unreported())
         message = f"interrupted by {self._cause} during this test's {when}"
-        if when != "teardown":
-            message += (
-                ": it has no verdict; the runs it finished are in the outputs (a cut "
-                "measurement says in which run)"
-            )
-        reports: list[tuple[str, str, str | None]] = [(when, "failed", message)]
-        if when != "teardown":  # JUnit writes a test's properties with its teardown
-            reports.append(("teardown", "passed", None))
-        keywords = {name: 1 for name in item.keywords}
-        for phase, outcome, longrepr in reports:
-            report = pytest.TestReport(
-                item.nodeid, item.location, keywords, outcome, longrepr, phase,  # type: ignore[arg-type]
-                user_properties=item.user_properties,
-            )  # fmt: skip
-            item.ihook.pytest_runtest_logreport(report=report)
+        if when == "teardown":
+            _send(item, when, "failed", message)
+            return
+        message += (
+            ": it has no verdict; the runs it finished are in the outputs (a cut measurement "
+            "says in which run)"
+        )
+        _send(item, when, "failed", message)
+        _send(item, "teardown", "passed", None)  # JUnit writes a test's properties with it
+
+
+def _send(item: pytest.Item, when: _Phase, outcome: _Outcome, longrepr: str | None) -> None:
+    """Send a report of one phase of ``item`` to the reporters, with its ``user_properties``."""
+    keywords: dict[str, Literal[1]] = dict.fromkeys(item.keywords, 1)
+    properties = item.user_properties
+    report = pytest.TestReport(
+        item.nodeid, item.location, keywords, outcome, longrepr, when, user_properties=properties
+    )
+    item.ihook.pytest_runtest_logreport(report=report)

@@ -118,14 +118,12 @@ def validate_markers(items: Iterable[pytest.Item]) -> None:
                     f"{unknown!r}; write e.g. @pytest.mark.sglang_requires(gpus=8, "
                     "gpu_name='H200', min_free_gib=70)"
                 )
-            gpus = marker.kwargs.get("gpus", 1)
-            free = marker.kwargs.get("min_free_gib", 0)
-            name = marker.kwargs.get("gpu_name", "")
-            if (
-                isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1
-                or isinstance(free, bool) or not isinstance(free, (int, float)) or free < 0
-                or not isinstance(name, (str, type(None)))
-            ):  # fmt: skip
+            kwargs = marker.kwargs
+            if not (
+                _at_least(kwargs.get("gpus", 1), 1, integer=True)
+                and _at_least(kwargs.get("min_free_gib", 0), 0)
+                and isinstance(kwargs.get("gpu_name"), (str, type(None)))
+            ):
                 raise pytest.UsageError(
                     f"{item.nodeid}: @pytest.mark.sglang_requires({marker.kwargs!r}): gpus must "
                     "be an integer >= 1, min_free_gib a number >= 0, gpu_name a string"
@@ -139,15 +137,20 @@ def validate_markers(items: Iterable[pytest.Item]) -> None:
                 )
 
 
-def order_by_profile(items: list[pytest.Item]) -> list[pytest.Item]:
-    """Group tests by their ``sglang_profile``, groups in order of first appearance.
+def _at_least(value: object, least: float, *, integer: bool = False) -> bool:
+    """Whether ``value`` is a number (an integer if asked; never a bool) of at least ``least``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return value >= least and (isinstance(value, int) or not integer)
 
-    The tests of no single profile (those comparing servers, or needing none) come after
-    the groups: by then every launched profile has taken its declared measurements
-    (``sglang_measure``), so they read them from the session cache instead of launching
-    a profile again. Stable within a group; a no-op unless two or more profiles are
-    used, or one and some test declares measurements. Launched servers share the GPUs,
-    so interleaved profiles would cost a launch per switch.
+
+def order_by_profile(items: list[pytest.Item]) -> list[pytest.Item]:
+    """Group tests by their ``sglang_profile``, in order of first appearance, stable within.
+
+    Launched servers share the GPUs: interleaved profiles would cost a launch per switch.
+    Tests of no single profile come last, when every launched profile has taken its declared
+    measurements (``sglang_measure``) for them to read from the session cache. A no-op unless
+    two or more profiles are used, or one and some test declares measurements.
     """
     groups: dict[str | None, list[pytest.Item]] = {}
     for item in items:

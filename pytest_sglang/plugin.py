@@ -62,10 +62,12 @@ __all__ = [
 
 @pytest.hookimpl
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Register the ``sglang`` option group and the matching ini keys."""
-    group = parser.getgroup("sglang", "SGLang server acceptance and performance testing")
+    """Register the ``sglang`` options and every setting's ini key (``config/options.py``)."""
+    group = parser.getgroup("sglang", "SGLang server testing (docs/guide.md#options)")
     for spec in OPTIONS:
-        if spec.flag:
+        if spec.cli is None:
+            pass  # set once per project: an ini key and an environment variable only
+        elif spec.flag:
             group.addoption(
                 spec.cli, action="store_true", default=None, dest=spec.dest, help=spec.help
             )

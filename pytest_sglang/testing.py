@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,25 +18,29 @@ from pathlib import Path
 
 import psutil
 
+from pytest_sglang.server.launcher import pick_port, port_in_use
+
 #: The story's EAGLE-3 configuration (as in examples/pyproject.toml), for tests and benchmarks.
-EAGLE3_FLAGS = (
-    "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
-    "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
-)  # fmt: skip
+EAGLE3_FLAGS = tuple(
+    "--speculative-algorithm EAGLE3 --speculative-num-steps 3 "
+    "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4".split()
+)
+
+#: The emulator without its start-up delays and with a 1 ms decode step: tests run fast.
+FAST_FLAGS = tuple(
+    "--emulator-load-time 0 --emulator-warmup-time 0 --emulator-health-probe-time 0 "
+    "--emulator-decode-ms 1".split()
+)
 
 
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return pick_port("127.0.0.1")
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
     """Return whether something accepts TCP connections on ``host:port``."""
-    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.2):
-        return True
-    return False
+    return port_in_use(host, port)
 
 
 @dataclass
@@ -51,9 +54,11 @@ class EmulatorProcess:
 
     @property
     def url(self) -> str:
+        """The emulator's base URL."""
         return f"http://127.0.0.1:{self.port}"
 
     def log(self) -> str:
+        """Return the emulator's log so far."""
         return self.log_path.read_text(errors="replace")
 
     def wait_for_port(self, timeout: float = 30.0) -> None:
@@ -100,6 +105,7 @@ class EmulatorProcess:
                     proc.kill()
 
 
+#: The line SGLang (and the emulator) logs once it serves requests.
 READY_LINE = "The server is fired up and ready to roll!"
 
 
@@ -113,35 +119,14 @@ def running_emulator(
 ) -> Iterator[EmulatorProcess]:
     """Run ``python -m pytest_sglang.emulator`` on a free port for the ``with`` block.
 
-    :param args: extra launch flags, e.g. ``"--emulator-fault", "never-ready"``.
+    :param args: extra launch flags, e.g. ``"--emulator-fault", "never-ready"``; they come
+        after :data:`FAST_FLAGS`, so an ``--emulator-*`` timing flag given here wins.
     :param wait: ``"ready"`` (the ready line is logged), ``"port"`` (port open) or ``None``.
-    Fast timings are the default here; pass the ``--emulator-*`` timing flags to override.
     """
     port = free_port()
     log_path = log_dir / f"emulator-{port}.log"
-    fast = [
-        "--emulator-load-time",
-        "0",
-        "--emulator-warmup-time",
-        "0",
-        "--emulator-health-probe-time",
-        "0",
-        "--emulator-decode-ms",
-        "1",
-    ]
-    argv = [
-        sys.executable,
-        "-m",
-        "pytest_sglang.emulator",
-        "--model-path",
-        model_path,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        *fast,
-        *args,
-    ]
+    argv = [sys.executable, "-m", "pytest_sglang.emulator", "--model-path", model_path]
+    argv += ["--host", "127.0.0.1", "--port", str(port), *FAST_FLAGS, *args]
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
             argv,

@@ -1,15 +1,12 @@
 """pytest-timeout and server launches: a launch never counts against a test's timeout.
 
-CI suites set a per-test timeout (``timeout = 300`` in the ini file, pytest-timeout). A
-server launch and its readiness wait belong to the session, not to the test that happens
-to need the server first: on the story's hardware they take minutes, and are bounded by
-``--sglang-ready-timeout`` instead. :class:`TimeoutBridge` watches pytest-timeout's own
-hooks (``pytest_timeout_set_timer`` / ``pytest_timeout_cancel_timer``) to know which test's
-timer is armed, and :meth:`TimeoutBridge.suspended` cancels that timer around a launch and
-re-arms it afterwards with the time the test had left. It works for both of pytest-timeout's
-methods (signal and thread), because it goes through the hooks that implement them.
-
-Without pytest-timeout (or without a timeout for the test) the suspension does nothing.
+A server launch and its readiness wait belong to the session, not to the test that first
+needs the server: they can take minutes, and the ready timeout bounds them.
+:class:`TimeoutBridge` follows pytest-timeout's hooks (``pytest_timeout_set_timer`` /
+``pytest_timeout_cancel_timer``) to know which test's timer is armed, and
+:meth:`TimeoutBridge.suspended` cancels that timer around a launch and re-arms it with the
+time the test had left. Going through the hooks works for both of pytest-timeout's methods
+(signal and thread); without pytest-timeout, or a timeout for the test, it does nothing.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ __all__ = [
     "DEFAULT_SERVER_NAME",
     "DEFAULT_STALL_TIMEOUT",
     "DEFAULT_STORAGE",
+    "INCONCLUSIVE_CHOICES",
     "LAUNCHERS",
 ]
 
@@ -27,8 +28,9 @@ DEFAULT_STALL_TIMEOUT = 60.0
 DEFAULT_FIRST_TOKEN_TIMEOUT = 90.0
 #: Requests in a row that ended without an answer before a run gives up on the server.
 DEFAULT_MAX_CONSECUTIVE_FAILURES = 8
-#: Launchers ``--sglang-launcher`` accepts.
+#: Launchers ``--sglang-launcher`` accepts; the first is the default.
 LAUNCHERS = ("sglang", "emulator")
-#: Where baselines are stored: pytest-benchmark's default, so ``pytest-benchmark list`` finds
-#: ours too.
+#: What ``--sglang-inconclusive`` accepts; the first is the default.
+INCONCLUSIVE_CHOICES = ("fail", "skip", "warn")
+#: pytest-benchmark's default storage, so that ``pytest-benchmark list`` finds ours too.
 DEFAULT_STORAGE = "file://./.benchmarks"

@@ -1,6 +1,6 @@
 """The fake-GPU file (``gpus.json``): its format and its one reader on the plugin side.
 
-``--sglang-gpu-fake DIR`` names a directory whose ``gpus.json`` lists fake GPUs; the fake
+The ini key ``sglang_gpu_fake`` names a directory whose ``gpus.json`` lists fake GPUs; the fake
 probe (:mod:`pytest_sglang.gpu.probes`) reads it for GPU state, and the settings check it at
 start-up, so a malformed file is a usage error naming the file and the key. The emulator
 reads the same format with its own checker (it imports nothing from the plugin).

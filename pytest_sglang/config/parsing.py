@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from pytest_sglang.config.defaults import DEFAULT_SERVER_NAME, LAUNCHERS
+from pytest_sglang.config.defaults import DEFAULT_SERVER_NAME, INCONCLUSIVE_CHOICES, LAUNCHERS
 from pytest_sglang.config.options import EXPECT, HEADER, OptionSpec
 from pytest_sglang.config.redaction import redact
 from pytest_sglang.config.values import NAME_RE, Expectation, Header, ServerUrl
@@ -26,6 +26,7 @@ __all__ = [
     "parse_duration",
     "parse_expectation",
     "parse_header",
+    "parse_inconclusive",
     "parse_launcher",
     "parse_ray_address",
     "parse_server_url",
@@ -40,7 +41,7 @@ _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 def usage_error(spec: OptionSpec, source: str, problem: str, fix: str) -> pytest.UsageError:
     # One grammar for every configuration error: what is wrong, where it came from, how to fix.
     # The value quoted may carry a secret (an --api-key in args, user:pw@ in a URL).
-    return pytest.UsageError(redact(f"{spec.cli}: {problem} (from {source}); {fix}"))
+    return pytest.UsageError(redact(f"{spec.label}: {problem} (from {source}); {fix}"))
 
 
 def parse_duration(spec: OptionSpec, raw: str, source: str) -> float:
@@ -291,8 +292,17 @@ def parse_args(spec: OptionSpec, raw: str, source: str) -> tuple[str, ...]:
 
 def parse_launcher(spec: OptionSpec, raw: str, source: str) -> str:
     """Parse a launcher name."""
-    if raw not in LAUNCHERS:
+    return _choice(spec, raw, source, LAUNCHERS, "a launcher")
+
+
+def parse_inconclusive(spec: OptionSpec, raw: str, source: str) -> str:
+    """Parse what an inconclusive verdict does: fail, skip or warn (any case)."""
+    return _choice(spec, raw.strip().lower(), source, INCONCLUSIVE_CHOICES, "a choice")
+
+
+def _choice(spec: OptionSpec, raw: str, source: str, choices: tuple[str, ...], what: str) -> str:
+    if raw not in choices:
         raise usage_error(
-            spec, source, f"{raw!r} is not a launcher", f"use one of {', '.join(LAUNCHERS)}"
+            spec, source, f"{raw!r} is not {what}", f"use one of {', '.join(choices)}"
         )
     return raw

@@ -11,7 +11,7 @@ parsed by the readiness gate), and a launched server's log as it is written
 What is hidden, each replaced by :data:`MASK`:
 
 * **known secrets**, wherever they appear: the API key (``--sglang-api-key``), the values
-  of ``--api-key``-like flags in a profile's ``args`` or ``--sglang-emulator-args``, and
+  of ``--api-key``-like flags in a profile's ``args`` or ``sglang_emulator_args``, and
   the values of a profile's ``env`` whose names are secret (below). Values shorter than
   :data:`MIN_LITERAL` characters are not searched for as text (a one-character "secret"
   would blank every digit); the patterns below still catch them in context;

@@ -1,11 +1,12 @@
 """Settings: resolving every option once, into a frozen :class:`Settings` in ``config.stash``.
 
-Precedence is marker > CLI > env > ini > default; markers are applied per test by the
-fixtures, everything else is resolved here once. Each value remembers where it came from, so
-an error can say which source to fix. The option catalogue is :mod:`.options`, the parsers
-:mod:`.parsing`; every server the session knows is resolved up front into one
-:class:`~pytest_sglang.config.targets.ServerTarget` (name, URL or profile, expectations), so
-later stages never come back here. Pure: no network, no heavy imports.
+Precedence is marker > flag > ``-o sglang_KEY=VALUE`` > environment > ini file > default;
+markers are applied per test by the fixtures, everything else is resolved here once. Each
+value remembers where it came from, so an error can say which source to fix. The option
+catalogue is :mod:`.options`, the parsers :mod:`.parsing`; every server the session knows is
+resolved up front into one :class:`~pytest_sglang.config.targets.ServerTarget` (name, URL or
+profile, expectations), so later stages never come back here. Pure: no network, no heavy
+imports.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from pytest_sglang.config.defaults import (
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_SERVER_NAME,
     DEFAULT_STALL_TIMEOUT,
+    INCONCLUSIVE_CHOICES,
+    LAUNCHERS,
 )
 from pytest_sglang.config.options import (
     API_KEY,
@@ -61,6 +64,7 @@ from pytest_sglang.config.parsing import (
     parse_duration,
     parse_expectation,
     parse_header,
+    parse_inconclusive,
     parse_launcher,
     parse_ray_address,
     parse_server_url,
@@ -77,7 +81,7 @@ from pytest_sglang.config.values import Expectation, Header, ServerUrl, Sourced
 if TYPE_CHECKING:
     from pytest_sglang.config.profiles import Profile
 
-__all__ = ["SETTINGS_KEY", "Settings", "resolve_settings"]
+__all__ = ["SETTINGS_KEY", "Raw", "Settings", "lookup", "resolve_settings"]
 
 T = TypeVar("T")
 
@@ -103,9 +107,9 @@ class Settings:
     first_token_timeout: Sourced[float] = Sourced(DEFAULT_FIRST_TOKEN_TIMEOUT, "default")
     #: 0: a run never stops early for unanswered requests.
     max_consecutive_failures: Sourced[int] = Sourced(DEFAULT_MAX_CONSECUTIVE_FAILURES, "default")
-    #: Load-generator workers per run (``--sglang-load-workers``): processes, or Ray actors.
+    #: Load-generator workers per run (``sglang_load_workers``): processes, or Ray actors.
     load_workers: Sourced[int] = Sourced(1, "default")
-    #: The Ray cluster the workers run on (``--sglang-ray-address``); ``None``: this host.
+    #: The Ray cluster the workers run on (``sglang_ray_address``); ``None``: this host.
     ray_address: Sourced[str | None] = Sourced(None, "default")
     #: ``--sglang-header`` values, each for one server or all (values are secrets).
     headers: tuple[Header, ...] = ()
@@ -181,7 +185,7 @@ class Settings:
 
 
 @dataclass(frozen=True)
-class _Raw:
+class Raw:
     """The raw strings found in the highest-precedence source, before parsing."""
 
     value: list[str]
@@ -191,36 +195,40 @@ class _Raw:
     base: Path
 
 
-def _lookup(
-    spec: OptionSpec,
-    config: pytest.Config,
-    environ: Mapping[str, str],
-) -> _Raw | None:
-    """Return the highest-precedence raw value of ``spec`` as a list of strings, or None."""
+def lookup(
+    spec: OptionSpec, config: pytest.Config, environ: Mapping[str, str] | None = None
+) -> Raw | None:
+    """Return the highest-precedence raw value of ``spec`` as a list of strings, or None.
+
+    Precedence: the flag, ``-o sglang_NAME=VALUE``, the environment, the ini file.
+    """
+    env_map = os.environ if environ is None else environ
     invoked = Path(config.invocation_params.dir)
-    cli = config.getoption(spec.dest, default=None)
+    cli = config.getoption(spec.dest, default=None) if spec.cli else None
     if cli is not None and cli != []:
-        if spec.flag:
-            return _Raw(["true" if cli else "false"], f"{spec.cli} on the command line", invoked)
-        values = cli if isinstance(cli, list) else [cli]
-        return _Raw([str(v) for v in values], f"{spec.cli} on the command line", invoked)
-    env = environ.get(spec.env)
-    if env is not None and env.strip():
+        values = ["true"] if cli is True else cli if isinstance(cli, list) else [cli]
+        return Raw([str(v) for v in values], f"{spec.cli} on the command line", invoked)
+    overrides = config.getoption("override_ini", default=None) or ()
+    overridden = any(o.partition("=")[0].strip() == spec.ini for o in overrides)
+    env = env_map.get(spec.env)
+    if not overridden and env is not None and env.strip():
         parts = shlex.split(env) if spec.repeatable else [env.strip()]
-        return _Raw(parts, f"environment variable {spec.env}", invoked)
+        return Raw(parts, f"environment variable {spec.env}", invoked)
     ini = config.getini(spec.ini)
     ini_values = [str(v) for v in ini] if isinstance(ini, list) else [str(ini)]
     ini_values = [v.strip() for v in ini_values if v.strip()]
-    if ini_values:
-        where = f" in {config.inipath}" if config.inipath else ""
-        base = config.inipath.parent if config.inipath else config.rootpath
-        return _Raw(ini_values, f"ini option {spec.ini}{where}", base)
-    return None
+    if not ini_values:
+        return None
+    if overridden:
+        return Raw(ini_values, f"-o {spec.ini} on the command line", invoked)
+    where = f" in {config.inipath}" if config.inipath else ""
+    base = config.inipath.parent if config.inipath else config.rootpath
+    return Raw(ini_values, f"ini option {spec.ini}{where}", base)
 
 
-def _lookup_one(spec: OptionSpec, config: pytest.Config, environ: Mapping[str, str]) -> _Raw | None:
+def _lookup_one(spec: OptionSpec, config: pytest.Config, environ: Mapping[str, str]) -> Raw | None:
     """Return the raw value of a single-valued option, or None when it is not set."""
-    raw = _lookup(spec, config, environ)
+    raw = lookup(spec, config, environ)
     if raw is not None and len(raw.value) != 1:
         raise usage_error(
             spec, raw.source, f"expected one value, got {raw.value!r}", "give the option once"
@@ -242,7 +250,7 @@ def _resolve_one(
 
 
 def _resolve_servers(config: pytest.Config, environ: Mapping[str, str]) -> tuple[ServerUrl, ...]:
-    raw = _lookup(URL, config, environ)
+    raw = lookup(URL, config, environ)
     if raw is None:
         return ()
     servers: list[ServerUrl] = []
@@ -264,7 +272,7 @@ def _resolve_servers(config: pytest.Config, environ: Mapping[str, str]) -> tuple
 def _resolve_expectations(
     config: pytest.Config, environ: Mapping[str, str], servers: Sequence[ServerUrl]
 ) -> tuple[Expectation, ...]:
-    raw = _lookup(EXPECT, config, environ)
+    raw = lookup(EXPECT, config, environ)
     if raw is None:
         return ()
     expectations = tuple(parse_expectation(item, raw.source) for item in raw.value)
@@ -287,7 +295,7 @@ def _resolve_headers(
     servers: Sequence[ServerUrl],
     profiles: Mapping[str, Profile],
 ) -> tuple[Header, ...]:
-    raw = _lookup(HEADER, config, environ)
+    raw = lookup(HEADER, config, environ)
     if raw is None:
         return ()
     headers = tuple(parse_header(item, raw.source) for item in raw.value)
@@ -382,15 +390,15 @@ def _mentions_profiles(pyproject: Path) -> bool:
 
 
 def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = None) -> Settings:
-    """Resolve every option (CLI > env > ini > default) and validate it.
+    """Resolve every setting (flag > ``-o`` > environment > ini file > default), validated.
 
     :raises pytest.UsageError: naming the option, the source of the bad value and the fix.
     """
     env = os.environ if environ is None else environ
-    check_settings({s: (r.value, r.source) for s in OPTIONS if (r := _lookup(s, config, env))})
+    check_settings({s: (r.value, r.source) for s in OPTIONS if (r := lookup(s, config, env))})
     servers = _resolve_servers(config, env)
-    api_key = _lookup(API_KEY, config, env)
-    gpu_host = _lookup(GPU_HOST, config, env)
+    api_key = lookup(API_KEY, config, env)
+    gpu_host = lookup(GPU_HOST, config, env)
     if gpu_host is not None and gpu_host.value[0].startswith("-"):
         raise usage_error(
             GPU_HOST,
@@ -409,7 +417,7 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
     )
     _check_distinct_outputs(config, ((REPORT, report), (MARKDOWN, markdown)))
     return Settings(
-        launcher=_resolve_one(LAUNCHER, config, env, parse_launcher, "sglang"),
+        launcher=_resolve_one(LAUNCHER, config, env, parse_launcher, LAUNCHERS[0]),
         emulator_args=_resolve_one(EMULATOR_ARGS, config, env, parse_args, ()),
         profiles=profiles,
         headers=headers,
@@ -442,12 +450,14 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         load_workers=_resolve_one(LOAD_WORKERS, config, env, parse_workers, 1),
         ray_address=_resolve_one(RAY_ADDRESS, config, env, parse_ray_address, None),
         expectations=_resolve_expectations(config, env, servers),
-        inconclusive=_resolve_one(INCONCLUSIVE, config, env, _parse_inconclusive, "fail"),
+        inconclusive=_resolve_one(
+            INCONCLUSIVE, config, env, parse_inconclusive, INCONCLUSIVE_CHOICES[0]
+        ),
         shard=_resolve_one(SHARD, config, env, _parse_shard, None),
     )
 
 
-def _check_one_authorization(api_key: _Raw | None, headers: Sequence[Header]) -> None:
+def _check_one_authorization(api_key: Raw | None, headers: Sequence[Header]) -> None:
     """One source for a server's ``Authorization``: ``--sglang-api-key`` or a header, not both.
 
     The key goes to every server; an ``Authorization`` header given as well would replace it
@@ -493,7 +503,7 @@ def _check_distinct_outputs(
                     "written to one file corrupt each other",
                     "give each output its own path",
                 )
-        seen.append((spec.cli, f"from {sourced.source}", path))
+        seen.append((spec.label, f"from {sourced.source}", path))
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -510,22 +520,6 @@ def _parse_shard(spec: OptionSpec, raw: str, source: str) -> Shard | None:
         raise usage_error(
             spec, source, str(exc), "give K/N with 1 <= K <= N, e.g. 1/2 and 2/2 on two runners"
         ) from None
-
-
-#: The choices of ``--sglang-inconclusive`` (``verdicts/policy.py`` acts on them).
-INCONCLUSIVE_CHOICES = ("fail", "skip", "warn")
-
-
-def _parse_inconclusive(spec: OptionSpec, raw: str, source: str) -> str:
-    value = raw.strip().lower()
-    if value not in INCONCLUSIVE_CHOICES:
-        raise usage_error(
-            spec,
-            source,
-            f"{raw!r} is not a choice",
-            f"use one of {', '.join(INCONCLUSIVE_CHOICES)}",
-        )
-    return value
 
 
 #: Where ``pytest_configure`` stores the resolved :class:`Settings`.

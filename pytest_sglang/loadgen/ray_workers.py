@@ -30,9 +30,9 @@ guarantees:
 Ray is imported only when a run is made: loading the plugin never loads it.
 
 Every node must have the same Python and ``pytest-sglang`` (with the ``ray`` extra) installed;
-the actors import :mod:`pytest_sglang.loadgen.runner` there and reach the server's URL from
-their node, so the URL must be one every node can reach (not ``127.0.0.1`` unless the
-load runs on the server's host). See ``docs/scaling.md``.
+the actors run :func:`~pytest_sglang.loadgen.workers.run_shard` there and reach the server's
+URL from their node, so the URL must be one every node can reach (not ``127.0.0.1`` unless
+the load runs on the server's host). See ``docs/scaling.md``.
 """
 
 from __future__ import annotations
@@ -44,43 +44,31 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Self, cast
+from typing import Any, Self
 
 from pytest_sglang.errors import SGLangError
 from pytest_sglang.loadgen.progress import ProgressCallback
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.relay import Counts, ProgressSum, Relay
-from pytest_sglang.loadgen.runner import LoadGenerator, ServerStoppedAnswering, run_blocking
-from pytest_sglang.loadgen.saturation import ClientLoad
-from pytest_sglang.loadgen.schedule import Arrival
 from pytest_sglang.loadgen.shard import Shard
 from pytest_sglang.loadgen.workers import (
     PROGRESS_INTERVAL,
     START_MARGIN,
     LoadWorkersFailed,
+    Outcome,
     RunPlan,
-    merge_outcomes,
     plan_shares,
-    worker_generator,
+    run_shard,
+    settle,
 )
-from pytest_sglang.loadgen.workload import Workload
 
-__all__ = [
-    "CLOCK_ROUNDS",
-    "ClockOffset",
-    "RayLoadWorkers",
-    "RayUnavailable",
-    "ray_closed_loop",
-]
+__all__ = ["CLOCK_ROUNDS", "ClockOffset", "RayLoadWorkers", "RayUnavailable"]
 
 #: Seconds to wait for the cluster's address to take a TCP connection.
 CONNECT_TIMEOUT = 5.0
 
 #: Clock readings per actor before each run; the one with the shortest round trip is kept.
 CLOCK_ROUNDS = 8
-
-#: An actor's outcome: kind ("ok", "stopped", "error", "died"), records, client load, message.
-_Outcome = tuple[str, list[RequestRecord] | None, ClientLoad | None, str | None]
 
 
 class RayUnavailable(SGLangError):
@@ -137,6 +125,12 @@ def shift_records(records: Sequence[RequestRecord], by: float) -> list[RequestRe
     ]
 
 
+def _shifted(run: LoadRun, by: float) -> LoadRun:
+    return dataclasses.replace(
+        run, started=run.started + by, records=tuple(shift_records(run.records, by))
+    )
+
+
 def import_ray() -> ModuleType:
     """Import Ray, or raise :class:`RayUnavailable` saying how to install it."""
     try:
@@ -164,7 +158,7 @@ def connect(address: str | None, *, source: str = "the address argument") -> Mod
         return ray
     if not address:
         raise RayUnavailable(
-            "no Ray cluster to run the load workers on: give its address (--sglang-ray-address "
+            "no Ray cluster to run the load workers on: give its address (-o sglang_ray_address="
             "HOST:PORT, ini sglang_ray_address, env PYTEST_SGLANG_RAY_ADDRESS; 'auto' finds the "
             "cluster this host belongs to), or call ray.init() first"
         )
@@ -239,18 +233,12 @@ class _LoadActor:  # pragma: no cover - runs inside a Ray actor; covered end to 
         self._start = start_at
         self._go.set()
 
-    def run(
-        self,
-        index: int,
-        shares: tuple[int, ...],
-        plan: dict[str, Any],
-        wait_limit: float,
-    ) -> _Outcome:
-        """Run shard ``index`` of ``plan`` (see :func:`_wire`) and return its outcome."""
+    def run(self, index: int, shares: tuple[int, ...], plan: RunPlan, wait_limit: float) -> Outcome:
+        """Run shard ``index`` of ``plan`` (:func:`~.workers.run_shard`) and return its outcome."""
         self._ready.clear()
         self._go.clear()
         self._start = 0.0
-        relay = self._relay = Relay()
+        self._relay = Relay()
 
         def sync() -> float:
             self._ready.set()
@@ -258,44 +246,7 @@ class _LoadActor:  # pragma: no cover - runs inside a Ray actor; covered end to 
                 raise LoadWorkersFailed("the run was called off by the coordinator")
             return self._start
 
-        workload = Workload.from_dict(plan["workload"])
-        generator = worker_generator(plan["options"], Shard(index, shares, sync), relay)
-        try:
-            if plan["mode"] == "closed":
-                run = run_blocking(
-                    generator.closed_loop(workload, plan["concurrency"], repeat=plan["repeat"])
-                )
-            else:
-                run = run_blocking(
-                    generator.open_loop(
-                        workload,
-                        plan["rate"],
-                        arrival=cast("Arrival", plan["arrival"]),
-                        max_concurrency=plan["max_concurrency"],
-                        repeat=plan["repeat"],
-                    )
-                )
-            return ("ok", list(run.records), run.client, None)
-        except ServerStoppedAnswering as exc:
-            return ("stopped", list(exc.run.records), exc.run.client, str(exc))
-        except BaseException as exc:  # reported by the coordinator; nothing is lost silently
-            kept = generator.interrupted_run  # what had finished (the rest fail)
-            records = None if kept is None else list(kept.records)
-            return ("error", records, None, f"{type(exc).__name__}: {exc}")
-
-
-def _wire(plan: RunPlan) -> dict[str, Any]:
-    # Plain types only: a Workload's read-only mapping does not pickle.
-    return {
-        "options": dict(plan.options),
-        "workload": plan.workload.as_dict(),
-        "mode": plan.mode,
-        "concurrency": plan.concurrency,
-        "rate": plan.rate,
-        "arrival": plan.arrival,
-        "max_concurrency": plan.max_concurrency,
-        "repeat": plan.repeat,
-    }
+        return run_shard(plan, Shard(index, shares, sync), self._relay)
 
 
 def _reason(exc: BaseException) -> str:
@@ -415,8 +366,8 @@ class RayLoadWorkers:
     ) -> LoadRun:
         """Run ``plan`` on the actors and return one merged :class:`LoadRun`.
 
-        ``plan.options`` are :class:`LoadGenerator`'s keyword arguments plus ``url``
-        (picklable values only). Records are on this process's ``perf_counter`` clock.
+        ``plan.options`` are ``LoadGenerator``'s keyword arguments plus ``url`` (picklable
+        values only). Records are on this process's ``perf_counter`` clock.
 
         :param ready_timeout: seconds for the actors to be placed and finish their warm-up.
         :param run_timeout: seconds for the measured phase (default: the request timeout
@@ -436,16 +387,12 @@ class RayLoadWorkers:
         self.clocks = ()
         self._ensure(count, ready_timeout)
         actors = self._actors[:count]
-        wired = _wire(plan)
-        timeout = (
-            run_timeout
-            or plan.options.get("request_timeout", 600.0) * (plan.workload.requests + 1) + 60.0
-        )
+        timeout = run_timeout or plan.timeout()
         runs = [
-            actor.run.remote(i, shares, wired, ready_timeout + 60.0)
+            actor.run.remote(i, shares, plan, ready_timeout + 60.0)
             for i, actor in enumerate(actors)
         ]
-        outcomes: list[_Outcome | None] = [None] * count
+        outcomes: list[Outcome | None] = [None] * count
         try:
             self._await_ready(actors, runs, outcomes, ready_timeout)
             self.clocks = tuple(self._clock(i) for i in range(count))
@@ -458,32 +405,18 @@ class RayLoadWorkers:
             )
             heard = ProgressSum(progress, PROGRESS_INTERVAL)
             self._collect(runs, outcomes, timeout, heard)
-            heard.report()
         except BaseException:
             # Nothing may keep loading the server after a refused or interrupted run: the
             # actors are killed (a later run makes fresh ones).
             self.close()
             raise
-        finished = [o for o in outcomes if o is not None]
-        corrected: list[tuple[str, LoadRun | None, str | None]] = []
-        for i, ((kind, records, client, message), clock) in enumerate(
-            zip(finished, self.clocks, strict=True)
-        ):
-            run = None
-            if kind == "died":  # what it handed over before: on this clock already
-                records = heard.received(i) or None
-            elif records is not None:
-                records = shift_records(records, -clock.offset)
-            if records is not None:
-                run = LoadRun(plan.workload, plan.mode, tuple(records), start, client=client)
-            corrected.append((kind, run, message))
-        merged = merge_outcomes(plan, shares, corrected)
-        stopped = [message for kind, _, message in corrected if kind == "stopped"]
-        if stopped:
-            unsent = plan.workload.requests - len(merged.measured)
-            raise ServerStoppedAnswering(stopped[0] or "the server stopped answering", merged,
-                                         unsent)  # fmt: skip
-        return merged
+        # Each actor's records onto this process's clock (what it handed over already is).
+        finished = zip([o for o in outcomes if o is not None], self.clocks, strict=True)
+        shifted = [
+            (kind, None if run is None else _shifted(run, -clock.offset), message)
+            for (kind, run, message), clock in finished
+        ]
+        return settle(plan, shares, shifted, heard)
 
     def _describe(self, index: int, exc: BaseException) -> str:
         node, _, pid = self._where[index]
@@ -496,7 +429,7 @@ class RayLoadWorkers:
         self,
         actors: Sequence[Any],
         runs: Sequence[Any],
-        outcomes: list[_Outcome | None],
+        outcomes: list[Outcome | None],
         timeout: float,
     ) -> None:
         ray = self._ray
@@ -521,7 +454,7 @@ class RayLoadWorkers:
                         "request was sent"
                     ) from exc
                 if what == "run":
-                    kind, _, _, message = result
+                    kind, _, message = result
                     outcomes[i] = result
                     raise LoadWorkersFailed(
                         f"Ray load worker {i} ended before its measured requests ({kind}: "
@@ -538,7 +471,7 @@ class RayLoadWorkers:
     def _collect(
         self,
         runs: Sequence[Any],
-        outcomes: list[_Outcome | None],
+        outcomes: list[Outcome | None],
         timeout: float,
         heard: ProgressSum,
     ) -> None:
@@ -561,19 +494,19 @@ class RayLoadWorkers:
                     continue
                 i = runs.index(ref)
                 try:
-                    kind, records, client, message = ray.get(ref)
-                    outcomes[i] = (kind, records, client, message)
+                    outcomes[i] = ray.get(ref)
                 except ray.exceptions.RayError as exc:
-                    outcomes[i] = ("died", None, None, self._describe(i, exc))
+                    outcomes[i] = ("died", None, self._describe(i, exc))
             if time.monotonic() > deadline:
                 for i, outcome in enumerate(outcomes):
                     if outcome is None:
                         ray.kill(self._actors[i], no_restart=True)
                         outcomes[i] = (
-                            "died", None, None,
+                            "died",
+                            None,
                             f"Ray load worker {i} (node {self._where[i][0]}) did not finish in "
                             f"{timeout:g} s and was killed",
-                        )  # fmt: skip
+                        )
 
     def _take_poll(self, ref: Any, index: int, heard: ProgressSum) -> None:
         # A batch of finished records and progress, moved onto this process's clock.
@@ -586,23 +519,3 @@ class RayLoadWorkers:
         (done, total, tokens, started), records = batch
         offset = self.clocks[index].offset
         heard.add(index, (done, total, tokens, started - offset), shift_records(records, -offset))
-
-
-def ray_closed_loop(
-    generator: LoadGenerator,
-    workload: Workload,
-    concurrency: int,
-    workers: int,
-    *,
-    address: str | None = None,
-    repeat: int = 0,
-) -> LoadRun:
-    """Run ``generator``'s closed loop at ``concurrency`` on ``workers`` Ray actors.
-
-    The actors build the same generator from :attr:`LoadGenerator.options`; they are
-    created for this run and killed after it (reuse them across runs with
-    :class:`RayLoadWorkers`).
-    """
-    plan = RunPlan(generator.options, workload, "closed", concurrency=concurrency, repeat=repeat)
-    with RayLoadWorkers(workers, address=address) as pool:
-        return pool.run(plan)

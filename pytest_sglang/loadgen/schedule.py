@@ -1,13 +1,25 @@
-"""Open-loop arrival schedules (pure): when each request is due, from the run's start."""
+"""How a run's requests arrive (pure): a closed loop's slots, or an open loop's schedule.
+
+:data:`Load` is what the run loop (:meth:`~pytest_sglang.loadgen.runner.LoadGenerator.run`)
+takes: :class:`ClosedLoop` keeps ``concurrency`` requests in flight, each slot sending its
+next request as soon as its previous one is answered; :class:`OpenLoop` sends each request
+at its own time on an arrival schedule, whatever has been answered, optionally capped at
+``max_concurrency`` in flight. Both answer the same questions: how many slots (``None``: as
+many as requests), when each request is due (``None``: at once), what seeds the run's prompts,
+and the fields a :class:`~pytest_sglang.loadgen.records.LoadRun` records.
+"""
 
 from __future__ import annotations
 
 import math
 import random
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
-__all__ = ["ARRIVALS", "Arrival", "OpenLoop", "arrival_offsets", "check_arrival"]
+if TYPE_CHECKING:
+    from pytest_sglang.loadgen.workload import Workload
+
+__all__ = ["ARRIVALS", "Arrival", "ClosedLoop", "Load", "OpenLoop", "arrival_offsets"]
 
 Arrival = Literal["poisson", "constant"]
 ARRIVALS: tuple[str, ...] = get_args(Arrival)
@@ -44,26 +56,83 @@ def check_arrival(rate: float, arrival: str) -> None:
         )
 
 
+def check_count(name: str, value: object) -> None:
+    """Raise :class:`ValueError` unless ``value`` is an integer >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+    """A closed loop: exactly ``concurrency`` requests in flight until all are sent."""
+
+    concurrency: int
+    mode: ClassVar[Literal["closed"]] = "closed"
+    rate: ClassVar[None] = None
+    arrival: ClassVar[None] = None
+    max_concurrency: ClassVar[None] = None
+
+    def __post_init__(self) -> None:
+        check_count("concurrency", self.concurrency)
+
+    @property
+    def slots(self) -> int:
+        """Requests in flight at most: the concurrency."""
+        return self.concurrency
+
+    def warmup(self, workload: Workload) -> int:
+        """Return the run's warm-up requests (``Workload.warmup_for`` the concurrency)."""
+        return workload.warmup_for(self.concurrency)
+
+    def salt(self, repeat: int) -> str:
+        """Return the seed of repeat ``repeat``'s prompts (each repeat sends others)."""
+        return f"closed/c{self.concurrency}/r{repeat}"
+
+    def offsets(self, count: int, seed: str) -> list[float] | None:
+        """Return when each of ``count`` arrivals is due: ``None``, as soon as a slot is free."""
+        return None
+
+
 @dataclass(frozen=True)
 class OpenLoop:
     """An open-loop load: ``rate`` requests per second, ``arrival`` gaps, an optional cap.
 
     What ``sglang_bench(server, workload, rate=20.0, arrival="poisson", max_concurrency=64)``
-    measures instead of a closed loop; checked at construction.
+    measures instead of a closed loop; checked at construction. With multi-turn sessions
+    ``rate`` is sessions per second: each session's first turn leaves on the schedule, each
+    later turn once the previous answer is complete.
     """
 
     rate: float
     arrival: Arrival = "poisson"
     max_concurrency: int | None = None
+    mode: ClassVar[Literal["open"]] = "open"
+    concurrency: ClassVar[None] = None
 
     def __post_init__(self) -> None:
         check_arrival(self.rate, self.arrival)
-        cap = self.max_concurrency
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-            raise ValueError(
-                f"max_concurrency must be None (no cap) or an integer >= 1, got {cap!r}"
-            )
+        if self.max_concurrency is not None:  # None: no cap
+            check_count("max_concurrency", self.max_concurrency)
         object.__setattr__(self, "rate", float(self.rate))
+
+    @property
+    def slots(self) -> int | None:
+        """Requests in flight at most: the cap, or ``None`` (every request may be)."""
+        return self.max_concurrency
+
+    def warmup(self, workload: Workload) -> int:
+        """Return the run's warm-up requests (``Workload.warmup_for`` the cap or default)."""
+        from pytest_sglang.loadgen.workload import DEFAULT_WARMUP_CAP
+
+        return workload.warmup_for(self.max_concurrency or DEFAULT_WARMUP_CAP)
+
+    def salt(self, repeat: int) -> str:
+        """Return the seed of repeat ``repeat``'s prompts and schedule."""
+        return f"open/{self.arrival}/{self.rate:g}/r{repeat}"
+
+    def offsets(self, count: int, seed: str) -> list[float] | None:
+        """Return when each of ``count`` arrivals is due, in seconds from the run's start."""
+        return arrival_offsets(count, self.rate, self.arrival, f"{seed}/arrivals")
 
     def key(self) -> str:
         """Return a stable text key, e.g. ``open:poisson:20:cap64``."""
@@ -78,3 +147,18 @@ class OpenLoop:
     def as_dict(self) -> dict[str, object]:
         """Return plain JSON types: ``rate``, ``arrival``, ``max_concurrency``."""
         return {"rate": self.rate, "arrival": self.arrival, "max_concurrency": self.max_concurrency}
+
+
+#: How a run's requests arrive.
+Load = ClosedLoop | OpenLoop
+
+
+def run_fields(load: Load) -> dict[str, Any]:
+    """Return the load's fields as :class:`~pytest_sglang.loadgen.records.LoadRun` has them."""
+    return {
+        "mode": load.mode,
+        "concurrency": load.concurrency,
+        "rate": load.rate,
+        "arrival": load.arrival,
+        "max_concurrency": load.max_concurrency,
+    }

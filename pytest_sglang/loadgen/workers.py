@@ -1,12 +1,13 @@
-"""A run spread over several load-generator processes on this host.
+"""A run spread over several load-generator workers: processes on this host, and the merge.
 
-One asyncio process saturates one core (about 18,000 streamed tokens per second on the
-development machine); past that its timings measure its own event loop. ``run_sharded``
-starts ``processes`` worker processes (``spawn``: each its own interpreter, event loop and
-connection pool), each running its :class:`~pytest_sglang.loadgen.shard.Shard` of one
-closed loop (``C`` in flight in total) or one open-loop schedule. They warm up, report
-ready, and start their measured requests together at a common ``perf_counter`` time (the
-same clock in every process of a host); their records merge into one :class:`LoadRun`.
+One asyncio process saturates one core; past that its timings measure its own event loop.
+``run_sharded`` starts ``processes`` worker processes (``spawn``: each its own interpreter,
+event loop and connection pool). Every worker, process or Ray actor
+(:mod:`~pytest_sglang.loadgen.ray_workers`), does the same: :func:`run_shard`, the run loop
+on its :class:`~pytest_sglang.loadgen.shard.Shard` of the plan (its share of a closed loop's
+``C`` slots, or its own arrivals of one open-loop schedule). They warm up, report ready, and
+start their measured requests together at a common ``perf_counter`` time (the same clock in
+every process of a host); :func:`settle` merges their records into one :class:`LoadRun`.
 
 While the run goes on, each worker sends its finished measured requests and its progress
 counts every ``PROGRESS_INTERVAL`` (:mod:`~pytest_sglang.loadgen.relay`): the coordinator
@@ -25,10 +26,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from multiprocessing.reduction import ForkingPickler
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from pytest_sglang.errors import SGLangError
 from pytest_sglang.loadgen.progress import ProgressCallback
@@ -36,7 +36,7 @@ from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.relay import ProgressSum, Relay, Sender
 from pytest_sglang.loadgen.runner import LoadGenerator, ServerStoppedAnswering, run_blocking
 from pytest_sglang.loadgen.saturation import ClientLoad
-from pytest_sglang.loadgen.schedule import Arrival
+from pytest_sglang.loadgen.schedule import Load, run_fields
 from pytest_sglang.loadgen.shard import Shard, owner, slot_shares
 from pytest_sglang.loadgen.workload import Workload
 
@@ -45,9 +45,9 @@ __all__ = [
     "RunPlan",
     "merge_outcomes",
     "plan_shares",
+    "run_shard",
     "run_sharded",
-    "sharded_closed_loop",
-    "worker_generator",
+    "settle",
 ]
 
 #: How long the measured start is set after the last worker is ready: time for every worker
@@ -58,31 +58,66 @@ START_MARGIN = 0.5
 PROGRESS_INTERVAL = 1.0
 
 
-def _reduce_workload(workload: Workload) -> tuple[Any, tuple[dict[str, Any]]]:
-    # A workload's ``extra`` is a read-only mapping, which pickle refuses: it travels to and
-    # from the workers as its plain-JSON form.
-    return Workload.from_dict, (workload.as_dict(),)
-
-
-ForkingPickler.register(Workload, _reduce_workload)
-
-
 class LoadWorkersFailed(SGLangError):
-    """The worker processes could not make the run (one never became ready)."""
+    """The workers could not make the run (one never became ready)."""
+
+
+#: A worker's outcome: its kind ("ok", "stopped", "error", or "died" when it was lost), what
+#: it recorded, and a message.
+Outcome = tuple[str, LoadRun | None, str | None]
 
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What every worker runs: the same generator options, load shape and workload."""
+    """What every worker runs: the same generator options, workload and load."""
 
+    #: :class:`~pytest_sglang.loadgen.runner.LoadGenerator`'s keyword arguments plus ``url``
+    #: (picklable values only: no progress callback).
     options: dict[str, Any]
     workload: Workload
-    mode: Literal["closed", "open"]
-    concurrency: int | None = None
-    rate: float | None = None
-    arrival: str = "poisson"
-    max_concurrency: int | None = None
+    load: Load
     repeat: int = 0
+
+    @property
+    def mode(self) -> str:
+        """The load's mode, ``"closed"`` or ``"open"``."""
+        return self.load.mode
+
+    @property
+    def rate(self) -> float | None:
+        """An open loop's rate (requests per second)."""
+        return self.load.rate
+
+    @property
+    def max_concurrency(self) -> int | None:
+        """An open loop's cap on the requests in flight."""
+        return self.load.max_concurrency
+
+    def timeout(self) -> float:
+        """Seconds the measured phase may take: the request timeout per request, plus a minute."""
+        return float(self.options.get("request_timeout", 600.0)) * (self.workload.requests + 1) + 60
+
+
+def run_shard(plan: RunPlan, shard: Shard, relay: Relay) -> Outcome:
+    """Run one worker's ``shard`` of ``plan`` in this process: what every worker does.
+
+    The generator is built from the plan's options; it hands its progress and finished
+    records to ``relay``. Nothing is raised: an error is an outcome, with what had finished.
+    """
+    options = dict(plan.options)
+    generator = LoadGenerator(
+        options.pop("url"),
+        **options,
+        progress=relay.progress,
+        progress_interval=PROGRESS_INTERVAL,
+        shard=replace(shard, finished=relay.finished),
+    )
+    try:
+        return "ok", run_blocking(generator.run(plan.workload, plan.load, repeat=plan.repeat)), None
+    except ServerStoppedAnswering as exc:
+        return "stopped", exc.run, str(exc)
+    except BaseException as exc:  # the coordinator reports it; nothing is lost silently
+        return "error", generator.interrupted_run, f"{type(exc).__name__}: {exc}"
 
 
 def _worker(
@@ -102,56 +137,16 @@ def _worker(
         return float(start_at.value)
 
     relay = Relay()
-    generator = worker_generator(plan.options, Shard(index, shares, sync), relay)
     sender = Sender(relay, results.send, PROGRESS_INTERVAL)
-    outcome: tuple[str, LoadRun | None, str | None]
-    try:
-        if plan.mode == "closed":
-            assert plan.concurrency is not None
-            run = run_blocking(
-                generator.closed_loop(plan.workload, plan.concurrency, repeat=plan.repeat)
-            )
-        else:
-            assert plan.rate is not None
-            run = run_blocking(
-                generator.open_loop(
-                    plan.workload,
-                    plan.rate,
-                    arrival=cast("Arrival", plan.arrival),
-                    max_concurrency=plan.max_concurrency,
-                    repeat=plan.repeat,
-                )
-            )
-        outcome = ("ok", run, None)
-    except ServerStoppedAnswering as exc:
-        outcome = ("stopped", exc.run, str(exc))
-    except BaseException as exc:  # the coordinator reports it; nothing is lost silently
-        # What had finished is kept (the rest of this worker's requests fail).
-        outcome = ("error", generator.interrupted_run, f"{type(exc).__name__}: {exc}")
+    outcome = run_shard(plan, Shard(index, shares, sync), relay)
     sender.stop()  # every batch before the outcome
     results.send(outcome)
     results.close()
 
 
-def worker_generator(options: dict[str, Any], shard: Shard, relay: Relay) -> LoadGenerator:
-    """Return a worker's generator, built from the coordinator's options (``url`` included).
-
-    It runs ``shard``, and hands its progress and finished records to ``relay``.
-    """
-    options = dict(options)
-    return LoadGenerator(
-        options.pop("url"), **options, progress=relay.progress,
-        progress_interval=PROGRESS_INTERVAL, shard=replace(shard, finished=relay.finished),
-    )  # fmt: skip
-
-
 def plan_shares(plan: RunPlan, processes: int) -> tuple[int, ...]:
     """Each worker's share of the plan's slots (closed-loop concurrency or open-loop cap)."""
-    if plan.mode == "closed":
-        assert plan.concurrency is not None
-        slots = plan.concurrency
-    else:
-        slots = plan.max_concurrency or processes
+    slots = plan.load.slots or processes
     count = max(1, min(processes, slots))
     return tuple(slot_shares(slots, count))
 
@@ -229,31 +224,15 @@ def run_sharded(
             pipes.append(receive)
             workers.append(process)
         _await_ready(workers, ready, go, start_at, ready_timeout, before_measured)
-        timeout = (
-            run_timeout
-            or plan.options.get("request_timeout", 600.0) * (plan.workload.requests + 1) + 60.0
-        )
         heard = ProgressSum(progress, PROGRESS_INTERVAL)
-        outcomes = _collect(workers, pipes, timeout, heard)
-        heard.report()
-        # A lost worker's requests that it had sent back before its end are kept.
-        outcomes = [
-            (kind, _partial(plan, heard.received(i)), message) if kind == "died" else
-            (kind, run, message)
-            for i, (kind, run, message) in enumerate(outcomes)
-        ]  # fmt: skip
+        outcomes = _collect(workers, pipes, run_timeout or plan.timeout(), heard)
     finally:
         go.set()  # a worker still waiting is released (to call the run off)
         for worker in workers:
             if worker.is_alive():
                 worker.kill()
             worker.join(timeout=10)
-    run = merge_outcomes(plan, shares, outcomes)
-    stopped = [message for kind, _, message in outcomes if kind == "stopped"]
-    if stopped:
-        unsent = plan.workload.requests - len(run.measured)
-        raise ServerStoppedAnswering(stopped[0] or "the server stopped answering", run, unsent)
-    return run
+    return settle(plan, shares, outcomes, heard)
 
 
 def _await_ready(
@@ -293,8 +272,8 @@ def _collect(
     pipes: Sequence[Connection],
     timeout: float,
     heard: ProgressSum,
-) -> list[tuple[str, LoadRun | None, str | None]]:
-    outcomes: list[tuple[str, LoadRun | None, str | None] | None] = [None] * len(workers)
+) -> list[Outcome]:
+    outcomes: list[Outcome | None] = [None] * len(workers)
     deadline = time.monotonic() + timeout
     while any(o is None for o in outcomes):
         waiting = {pipes[i]: i for i, o in enumerate(outcomes) if o is None}
@@ -317,23 +296,38 @@ def _collect(
     return [o for o in outcomes if o is not None]
 
 
-def _partial(plan: RunPlan, records: Sequence[RequestRecord]) -> LoadRun | None:
-    if not records:
-        return None
-    started = min(r.started for r in records)
-    return LoadRun(plan.workload, plan.mode, tuple(records), started)
-
-
 def _death(process: BaseProcess, index: int) -> str:
     process.join(timeout=1)
     return f"load worker {index} (pid {process.pid}) died with exit code {process.exitcode}"
 
 
-def merge_outcomes(
-    plan: RunPlan,
-    shares: tuple[int, ...],
-    outcomes: Sequence[tuple[str, LoadRun | None, str | None]],
+def settle(
+    plan: RunPlan, shares: tuple[int, ...], outcomes: Sequence[Outcome], heard: ProgressSum
 ) -> LoadRun:
+    """Merge the workers' outcomes into one run, as :func:`merge_outcomes`.
+
+    A worker that ``died`` keeps the records it handed over before (``heard``).
+
+    :raises ServerStoppedAnswering: a worker gave up on the server (as a single process).
+    """
+    heard.report()
+    kept: list[Outcome] = []
+    for i, (kind, run, message) in enumerate(outcomes):
+        records = heard.received(i)
+        if kind == "died" and records:
+            run = LoadRun(
+                plan.workload, plan.load.mode, tuple(records), min(r.started for r in records)
+            )
+        kept.append((kind, run, message))
+    merged = merge_outcomes(plan, shares, kept)
+    stopped = [message for kind, _, message in kept if kind == "stopped"]
+    if stopped:
+        unsent = plan.workload.requests - len(merged.measured)
+        raise ServerStoppedAnswering(stopped[0] or "the server stopped answering", merged, unsent)
+    return merged
+
+
+def merge_outcomes(plan: RunPlan, shares: tuple[int, ...], outcomes: Sequence[Outcome]) -> LoadRun:
     """Merge the workers' ``(kind, run, message)`` outcomes into one run.
 
     A worker that ``died`` or ended in an ``error`` has every measured request it owned and
@@ -347,37 +341,17 @@ def merge_outcomes(
         if kind in {"died", "error"}:
             sent = {r.index for r in (run.records if run else ()) if not r.warmup}
             mine = [
-                i for i in range(plan.workload.requests)
+                i
+                for i in range(plan.workload.requests)
                 if owner(i, list(shares)) == index and i not in sent
-            ]  # fmt: skip
+            ]
             records += _failed(plan.workload, mine, message or "load worker failed")
     records.sort(key=lambda r: (not r.warmup, r.index))
     return LoadRun(
         workload=plan.workload,
-        mode=plan.mode,
         records=tuple(records),
         started=min((run.started for run in runs), default=time.perf_counter()),
-        concurrency=plan.concurrency,
-        rate=plan.rate,
-        arrival=plan.arrival if plan.mode == "open" else None,
-        max_concurrency=plan.max_concurrency,
         repeat=plan.repeat,
         client=_merge_client([run.client for run in runs]),
+        **run_fields(plan.load),
     )
-
-
-def sharded_closed_loop(
-    generator: LoadGenerator,
-    workload: Workload,
-    concurrency: int,
-    processes: int,
-    *,
-    repeat: int = 0,
-) -> LoadRun:
-    """Run ``generator``'s closed loop at ``concurrency`` on ``processes`` worker processes.
-
-    The workers build the same generator from :attr:`LoadGenerator.options` (URL, headers,
-    timeouts; no progress callback).
-    """
-    plan = RunPlan(generator.options, workload, "closed", concurrency=concurrency, repeat=repeat)
-    return run_sharded(plan, processes)

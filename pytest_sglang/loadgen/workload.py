@@ -162,58 +162,24 @@ class Workload:
     turns: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("input_len", "output_len", "requests"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        for name, minimum, none, hint in _INTEGERS:
+            _check_integer(name, getattr(self, name), minimum, none, hint)
+        for name in ("stream", "answer_lengths"):
+            if not isinstance(getattr(self, name), bool):
                 raise ValueError(
-                    f"Workload.{name} must be an integer >= 1, got {value!r}; "
-                    f"e.g. Workload(input_len=1024, output_len=256, requests=64)"
+                    f"Workload.{name} must be True or False, got {getattr(self, name)!r}"
                 )
         if self.endpoint not in ENDPOINTS:
             raise ValueError(
                 f"Workload.endpoint must be one of {', '.join(map(repr, ENDPOINTS))}, "
                 f"got {self.endpoint!r}"
             )
-        if self.warmup is not None and (
-            isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0
-        ):
-            raise ValueError(
-                f"Workload.warmup must be None (automatic) or an integer >= 0, got {self.warmup!r}"
-            )
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ValueError(f"Workload.seed must be an integer, got {self.seed!r}")
-        if (
-            isinstance(self.temperature, bool)
-            or not isinstance(self.temperature, (int, float))
-            or not math.isfinite(self.temperature)
-            or self.temperature < 0
-        ):
+        if not _is_number(self.temperature) or self.temperature < 0:
             raise ValueError(
                 f"Workload.temperature must be a finite number >= 0, got {self.temperature!r}"
             )
-        if self.requests_per_slot is not None and (
-            isinstance(self.requests_per_slot, bool)
-            or not isinstance(self.requests_per_slot, int)
-            or self.requests_per_slot < 1
-        ):
-            raise ValueError(
-                "Workload.requests_per_slot must be None or an integer >= 1, got "
-                f"{self.requests_per_slot!r}; e.g. requests_per_slot=4"
-            )
-        if self.vocab_size is not None and (
-            isinstance(self.vocab_size, bool)
-            or not isinstance(self.vocab_size, int)
-            or self.vocab_size < 2
-        ):
-            raise ValueError(
-                "Workload.vocab_size must be None (unknown: ids every tokenizer has) or the "
-                f"served model's vocabulary size, an integer >= 2, got {self.vocab_size!r}; "
-                "e.g. vocab_size=sglang_server.vocab_size"
-            )
-        if self.range_ratio is not None and (
-            isinstance(self.range_ratio, bool)
-            or not isinstance(self.range_ratio, (int, float))
-            or not 0 < self.range_ratio <= 1
+        if self.range_ratio is not None and not (
+            _is_number(self.range_ratio) and 0 < self.range_ratio <= 1
         ):
             raise ValueError(
                 f"Workload.range_ratio must be in (0, 1], got {self.range_ratio!r}; e.g. 0.5 "
@@ -224,45 +190,36 @@ class Workload:
         if self.lengths_file is not None:
             _length_pairs(self.lengths_file)  # read and checked now, not mid-run
         if self.prefix_groups is not None or self.prefix_len:
-            groups, length = self.prefix_groups, self.prefix_len
-            if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
-                raise ValueError(
-                    f"Workload.prefix_groups must be an integer >= 1 with prefix_len, got "
-                    f"{groups!r}; e.g. Workload(..., prefix_groups=8, prefix_len=512)"
-                )
-            shortest = self.input_len
-            if self.range_ratio is not None:
-                shortest = max(1, int(self.input_len * self.range_ratio))
-            if not isinstance(length, int) or not 1 <= length < shortest:
-                raise ValueError(
-                    f"Workload.prefix_len must be an integer in [1, {shortest}) (shorter than "
-                    f"the shortest prompt), got {length!r}"
-                )
-            if self.lengths_file is not None:
-                raise ValueError("Workload: a shared prefix needs fixed or range_ratio lengths")
-        self._check_dataset_and_turns()
-        if not isinstance(self.stream, bool):
-            raise ValueError(f"Workload.stream must be True or False, got {self.stream!r}")
-        object.__setattr__(self, "extra", _frozen_extra(self.extra))
-
-    def _check_dataset_and_turns(self) -> None:
-        if self.turns is not None:
-            if isinstance(self.turns, bool) or not isinstance(self.turns, int) or self.turns < 1:
-                raise ValueError(
-                    f"Workload.turns must be None or an integer >= 1, got {self.turns!r}; "
-                    "e.g. Workload(..., endpoint='chat', turns=4)"
-                )
-            if self.endpoint != "chat":
-                raise ValueError(
-                    "Workload.turns: multi-turn sessions send the history as chat messages; "
-                    f"use endpoint='chat' (got {self.endpoint!r})"
-                )
-        if not isinstance(self.answer_lengths, bool):
+            self._check_prefix()
+        if self.turns is not None and self.endpoint != "chat":
             raise ValueError(
-                f"Workload.answer_lengths must be True or False, got {self.answer_lengths!r}"
+                "Workload.turns: multi-turn sessions send the history as chat messages; "
+                f"use endpoint='chat' (got {self.endpoint!r})"
             )
         if self.answer_lengths and self.dataset is None:
             raise ValueError("Workload.answer_lengths takes the lengths from a dataset: give one")
+        self._check_dataset_and_turns()
+        object.__setattr__(self, "extra", _frozen_extra(self.extra))
+
+    def _check_prefix(self) -> None:
+        groups, length = self.prefix_groups, self.prefix_len
+        if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
+            raise ValueError(
+                f"Workload.prefix_groups must be an integer >= 1 with prefix_len, got "
+                f"{groups!r}; e.g. Workload(..., prefix_groups=8, prefix_len=512)"
+            )
+        shortest = self.input_len
+        if self.range_ratio is not None:
+            shortest = max(1, int(self.input_len * self.range_ratio))
+        if not isinstance(length, int) or not 1 <= length < shortest:
+            raise ValueError(
+                f"Workload.prefix_len must be an integer in [1, {shortest}) (shorter than "
+                f"the shortest prompt), got {length!r}"
+            )
+        if self.lengths_file is not None:
+            raise ValueError("Workload: a shared prefix needs fixed or range_ratio lengths")
+
+    def _check_dataset_and_turns(self) -> None:
         if self.dataset is None and self.turns is None:
             return
         other = [
@@ -425,10 +382,55 @@ class Workload:
             data["dataset_sha256"] = datasets.digest(self.dataset)
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        # ``extra`` is a read-only mapping, which pickle refuses: a workload travels to and
+        # from load workers (processes, Ray actors) as its plain-JSON form.
+        return _rebuilt, (self.as_dict(),)
+
     def __hash__(self) -> int:
         # The generated hash would hash ``extra``, a mapping; the canonical key is hashable
         # and equal exactly when the workloads are.
         return hash(self.key())
+
+
+_EXAMPLE = "; e.g. Workload(input_len=1024, output_len=256, requests=64)"
+
+#: The integer fields: name, smallest value allowed, what ``None`` means (``None``: not
+#: allowed), and an example for the message.
+_INTEGERS: tuple[tuple[str, int | None, str | None, str], ...] = (
+    ("input_len", 1, None, _EXAMPLE),
+    ("output_len", 1, None, _EXAMPLE),
+    ("requests", 1, None, _EXAMPLE),
+    ("warmup", 0, "automatic", ""),
+    ("seed", None, None, ""),
+    ("requests_per_slot", 1, "", "; e.g. requests_per_slot=4"),
+    ("vocab_size", 2, "unknown: ids every tokenizer has",
+     "; the served model's vocabulary size, e.g. vocab_size=sglang_server.vocab_size"),
+    ("turns", 1, "", "; e.g. Workload(..., endpoint='chat', turns=4)"),
+)  # fmt: skip
+
+
+def _check_integer(
+    name: str, value: object, minimum: int | None, none: str | None, hint: str
+) -> None:
+    if value is None and none is not None:
+        return
+    if isinstance(value, int) and not isinstance(value, bool):
+        if minimum is None or value >= minimum:
+            return
+    allowed = "an integer" if minimum is None else f"an integer >= {minimum}"
+    if none is not None:
+        allowed = f"None ({none}) or {allowed}" if none else f"None or {allowed}"
+    raise ValueError(f"Workload.{name} must be {allowed}, got {value!r}{hint}")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _rebuilt(data: dict[str, Any]) -> Workload:
+    # A module-level function: pickled by reference (a bound classmethod is not, by Ray).
+    return Workload.from_dict(data)
 
 
 def _frozen_extra(extra: Mapping[str, Any]) -> Mapping[str, Any]:

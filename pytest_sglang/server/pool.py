@@ -327,7 +327,7 @@ class ServerPool:
     def flight_skip_reason(self) -> str | None:
         """Why launches are not checked against GPU state (pre/post-flight), if they are not."""
         if self._emulated_gpus_only:
-            return "the emulator launcher holds no GPU (--sglang-gpu-fake DIR simulates them)"
+            return "the emulator launcher holds no GPU (ini sglang_gpu_fake = DIR simulates them)"
         return self.gpu_skip_reason
 
     def _flight_probe(self) -> GpuProbe | None:

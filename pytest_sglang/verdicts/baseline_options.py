@@ -6,18 +6,18 @@ imports nothing more (``pytest_configure`` runs in every session).
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_sglang.config.defaults import DEFAULT_STORAGE
-from pytest_sglang.config.options import AUTOSAVE, COMPARE, COMPARE_FAIL, SAVE, STORAGE
-from pytest_sglang.config.options import OptionSpec as _OptionSpec
+from pytest_sglang.config.options import COMPARE, COMPARE_FAIL, SAVE, STORAGE
+from pytest_sglang.config.parsing import usage_error
+from pytest_sglang.config.settings import lookup
 from pytest_sglang.measure.metrics import metric_spec
 
 if TYPE_CHECKING:
@@ -119,28 +119,6 @@ def parse_compare_fail(values: Sequence[str]) -> tuple[RegressionCheck, ...]:
 # -- options ------------------------------------------------------------------------------
 
 
-def _option(config: pytest.Config, spec: _OptionSpec) -> tuple[Any, str]:
-    """Return (value, source) of one option: command line > environment > ini > default."""
-    value = config.getoption(spec.dest, None)
-    if value not in (None, []):
-        return value, f"command line ({spec.cli})"
-    env = os.environ.get(spec.env)
-    if env:
-        if spec.flag:
-            return env.strip().lower() in ("1", "true", "yes", "on"), f"environment ({spec.env})"
-        return (env.split() if spec.repeatable else env), f"environment ({spec.env})"
-    try:
-        ini = config.getini(spec.ini)
-    except ValueError:
-        ini = None
-    if ini:
-        where = f"ini ({spec.ini})"
-        if spec.flag:
-            return str(ini).strip().lower() in ("1", "true", "yes", "on"), where
-        return ini, where
-    return None, "default"
-
-
 @dataclass(frozen=True)
 class BaselineOptions:
     """The session's baseline options, resolved (``--sglang-save`` and friends)."""
@@ -169,45 +147,51 @@ class BaselineOptions:
 
 
 def baseline_options(config: pytest.Config) -> BaselineOptions:
-    """Resolve the baseline options of a session.
+    """Resolve the baseline options of a session (one precedence: ``config.settings.lookup``).
 
     :raises pytest.UsageError: on a bad ``compare-fail`` term or storage URI, or
         ``compare-fail`` without ``compare``.
     """
-    save, _ = _option(config, SAVE)
-    autosave, _ = _option(config, AUTOSAVE)
-    storage, storage_source = _option(config, STORAGE)
-    compare_ref, _ = _option(config, COMPARE)
-    terms, terms_source = _option(config, COMPARE_FAIL)
-    if isinstance(terms, str):
-        terms = terms.splitlines()
-    try:
-        checks = parse_compare_fail(list(terms or []))
-    except ValueError as exc:
-        raise pytest.UsageError(f"{COMPARE_FAIL.cli} from {terms_source}: {exc}") from None
-    allowed = allows_nothing_compared(list(terms or []))
-    if (checks or allowed) and not compare_ref:
-        raise pytest.UsageError(
-            f"{COMPARE_FAIL.cli} needs {COMPARE.cli} (latest, a saved session, or a report): "
-            "there is nothing to compare with otherwise"
-        )
-    base = Path(config.invocation_params.dir)
-    if storage_source.startswith("ini") and config.inipath is not None:
-        base = Path(config.inipath).parent
-    options = BaselineOptions(
-        save=str(save) if save else None,
-        autosave=bool(autosave),
-        storage=str(storage or DEFAULT_STORAGE),
-        compare=str(compare_ref) if compare_ref else None,
+    save, storage, compare, fail = (
+        lookup(o, config) for o in (SAVE, STORAGE, COMPARE, COMPARE_FAIL)
+    )
+    checks: tuple[RegressionCheck, ...] = ()
+    allowed = False
+    if fail is not None:
+        try:
+            checks = parse_compare_fail(fail.value)
+        except ValueError as exc:
+            raise usage_error(
+                COMPARE_FAIL, fail.source, str(exc), "the metrics are listed in docs/metrics.md"
+            ) from None
+        allowed = allows_nothing_compared(fail.value)
+        if compare is None:
+            raise usage_error(
+                COMPARE_FAIL,
+                fail.source,
+                f"it needs {COMPARE.label}: there is nothing to compare with otherwise",
+                f"add {COMPARE.label} (latest, a saved session or a report)",
+            )
+    uri, base = DEFAULT_STORAGE, Path(config.invocation_params.dir)
+    if storage is not None:
+        uri, base = storage.value[0], storage.base
+        if "://" in uri and not uri.startswith(("file://", "elasticsearch+http")):
+            raise usage_error(
+                STORAGE,
+                storage.source,
+                f"{uri!r} is not a storage URI",
+                "give file://PATH or "
+                "elasticsearch+http[s]://host1,host2/index/doctype?project_name=NAME",
+            )
+    # ``--sglang-save`` alone (or the name ``auto``): an automatic name, commit and time.
+    name = save.value[0] if save else None
+    return BaselineOptions(
+        save=None if name == SAVE.const else name,
+        autosave=name == SAVE.const,
+        storage=uri,
+        compare=compare.value[0] if compare else None,
         checks=checks or DEFAULT_CHECKS,
         fail=bool(checks),
         base=base,
         nothing_compared_ok=allowed,
     )
-    uri = options.storage
-    if "://" in uri and not uri.startswith(("file://", "elasticsearch+http")):
-        raise pytest.UsageError(
-            f"{STORAGE.cli} from {storage_source}: {uri!r} is not file://PATH or "
-            "elasticsearch+http[s]://host1,host2/index/doctype?project_name=NAME"
-        )
-    return options

@@ -1,7 +1,7 @@
 """The session's baselines: save its measurements, judge each against its stored counterpart.
 
 Registered on the controller (never on a pytest-xdist worker) when a session saves
-(``--sglang-save NAME``, ``--sglang-autosave``) or compares (``--sglang-compare [REF]``). It
+(``--sglang-save [NAME]``) or compares (``--sglang-compare [REF]``). It
 reads the same ``("sglang", entry)`` records of each test report as the results collector
 (``report/collector.py``), through ``report/junit.py``'s ``report_entries``, so it works
 alike with and without xdist:
@@ -361,22 +361,21 @@ def register_gate(config: pytest.Config) -> BaselineGate | None:
 
 def _check_storage(gate: BaselineGate) -> None:
     """Refuse now what would fail after hours: an unwritable store, a damaged baseline."""
-    from pytest_sglang.config.options import AUTOSAVE, COMPARE, SAVE
+    from pytest_sglang.config.options import COMPARE, SAVE, STORAGE
     from pytest_sglang.measure.session_format import DamagedSession
 
     options = gate.options
     if options.save or options.autosave:
-        flag = SAVE.cli if options.save else AUTOSAVE.cli
         try:
             options.store().check_writable()
         except OSError as exc:
             raise pytest.UsageError(
-                f"{flag}: the session could not be saved there: {exc}; fix the storage or "
-                "give another (--sglang-storage)"
+                f"{SAVE.label}: the session could not be saved there: {exc}; fix the storage "
+                f"or give another ({STORAGE.label})"
             ) from None
     if options.compare:
         try:
             options.store().check_reachable()
             gate.candidates()
         except (DamagedSession, OSError) as exc:
-            raise pytest.UsageError(f"{COMPARE.cli}={options.compare}: {exc}") from None
+            raise pytest.UsageError(f"{COMPARE.label}={options.compare}: {exc}") from None

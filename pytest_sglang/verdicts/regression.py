@@ -277,7 +277,7 @@ def assert_no_regression(
     """Assert that ``result`` did not regress by more than ``tolerance`` against ``baseline``.
 
     ``baseline`` is a stored measurement, a ``BenchResult``, or a reference into the store
-    (``--sglang-storage``, or ``storage``): ``"latest"`` (the newest stored measurement with
+    (ini ``sglang_storage``, or ``storage``): ``"latest"`` (the newest stored measurement with
     the same fingerprint), a session number or save name, or a saved file's path. A
     throughput may drop, a latency grow, by ``tolerance`` (a fraction: 0.03 is 3 %).
 

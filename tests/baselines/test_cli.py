@@ -54,9 +54,14 @@ def test_list_shows_a_damaged_session_and_exits_with_the_data_code(
 
 @pytest.mark.parametrize(
     "args",
-    [("compare", "older", "latest"), ("compare", "1", "1"), ("report", "latest"),
-     ("report", "latest", "--baseline", "older"), ("report", "{path}")],
-)  # fmt: skip
+    [
+        ("compare", "older", "latest"),
+        ("compare", "1", "1"),
+        ("report", "latest"),
+        ("report", "latest", "--baseline", "older"),
+        ("report", "{path}"),
+    ],
+)
 def test_compare_and_report_on_a_damaged_session_name_it(
     damaged: tuple[BaselineStore, Path], capsys: pytest.CaptureFixture[str], args: tuple[str, ...]
 ) -> None:
@@ -85,6 +90,35 @@ def test_compare_with_nothing_comparable_is_allowed_when_asked_for(tmp_path: Pat
     _save(store, "tp8", [100.0, 100.5, 99.5, 100.2, 99.8])
     status, out = _cli(store, "compare", "tp4", "tp8")
     assert status == MISUSE and "nothing was compared" in out
-    status, out = _cli(store, "compare", "tp4", "tp8", "--fail",
-                       "output_throughput:3%,nothing-compared:ok")  # fmt: skip
+    status, out = _cli(
+        store, "compare", "tp4", "tp8", "--fail", "output_throughput:3%,nothing-compared:ok"
+    )
     assert status == OK, out
+
+
+@pytest.mark.parametrize(
+    "args", [("compare", "tp4", "tp4"), ("report", "tp4", "--baseline", "tp4")], ids=str
+)
+def test_a_bad_regression_term_is_misuse_for_every_judging_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...]
+) -> None:
+    store = BaselineStore(f"file://{tmp_path / 'store'}")
+    _save(store, "tp4", [100.0, 100.5, 99.5, 100.2, 99.8], tp_size=4)
+    try:
+        status, _ = _cli(store, *args, "--fail", "output_throughput:3%,bogus")
+    except SystemExit as exc:  # argparse's own exit on a usage error
+        status = int(str(exc.code))
+    err = capsys.readouterr().err
+    assert status == MISUSE, err
+    assert "cannot parse 'bogus'" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", [("compare", "a", "b"), ("report", "b", "--baseline", "a")])
+def test_compare_and_report_judge_at_the_alpha_given(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    store = BaselineStore(f"file://{tmp_path / 'store'}")
+    for name in ("a", "b"):
+        _save(store, name, [100.0, 100.5, 99.5, 100.2, 99.8])
+    status, out = _cli(store, *command, "--alpha", "0.2")
+    assert status == OK and "at alpha 0.2" in out

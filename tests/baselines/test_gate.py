@@ -56,7 +56,7 @@ def test_compare_fail_with_every_comparison_refused_fails_the_session(
 ) -> None:
     store = _store(suite.path)
     _save(store, "other-tp", tp_size=4)  # nothing comparable: tp 4 stored, tp 8 measured
-    result = suite.runpytest("-p", "sglang", f"--sglang-storage={store.uri}",
+    result = suite.runpytest("-p", "sglang", f"-osglang_storage={store.uri}",
                              "--sglang-compare", FAIL)  # fmt: skip
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.stdout.fnmatch_lines([
@@ -67,7 +67,7 @@ def test_compare_fail_with_every_comparison_refused_fails_the_session(
 
 def test_compare_fail_with_an_empty_store_fails_the_session(suite: pytest.Pytester) -> None:
     store = _store(suite.path)
-    result = suite.runpytest("-p", "sglang", f"--sglang-storage={store.uri}",
+    result = suite.runpytest("-p", "sglang", f"-osglang_storage={store.uri}",
                              "--sglang-compare", FAIL)  # fmt: skip
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.stdout.fnmatch_lines(["*[[]NO BASELINE[]]*", "*the gate compared nothing*"])
@@ -76,7 +76,7 @@ def test_compare_fail_with_an_empty_store_fails_the_session(suite: pytest.Pytest
 def test_nothing_compared_is_allowed_when_asked_for(suite: pytest.Pytester) -> None:
     store = _store(suite.path)
     _save(store, "other-tp", tp_size=4)
-    result = suite.runpytest("-p", "sglang", f"--sglang-storage={store.uri}", "--sglang-compare",
+    result = suite.runpytest("-p", "sglang", f"-osglang_storage={store.uri}", "--sglang-compare",
                              f"{FAIL},nothing-compared:ok")  # fmt: skip
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.stdout.fnmatch_lines(
@@ -87,7 +87,7 @@ def test_nothing_compared_is_allowed_when_asked_for(suite: pytest.Pytester) -> N
 def test_compare_fail_with_a_counterpart_passes(suite: pytest.Pytester) -> None:
     store = _store(suite.path)
     _save(store, "same")
-    result = suite.runpytest("-p", "sglang", f"--sglang-storage={store.uri}",
+    result = suite.runpytest("-p", "sglang", f"-osglang_storage={store.uri}",
                              "--sglang-compare", FAIL)  # fmt: skip
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
 
@@ -101,7 +101,7 @@ def test_a_truncated_latest_session_is_a_usage_error_naming_it(suite: pytest.Pyt
     latest = _save(store, "latest")
     text = latest.read_text()
     latest.write_text(text[: len(text) // 2])
-    result = suite.runpytest("-p", "sglang", f"--sglang-storage={store.uri}", "--sglang-compare")
+    result = suite.runpytest("-p", "sglang", f"-osglang_storage={store.uri}", "--sglang-compare")
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
     err = result.stderr.str()
     assert str(latest) in err and "not valid JSON" in err, err
@@ -120,17 +120,17 @@ def _runs_nothing(result: pytest.RunResult) -> None:
 
 def test_a_file_where_the_storage_folder_should_be(suite: pytest.Pytester) -> None:
     (suite.path / "store").write_text("not a folder")
-    result = suite.runpytest("-p", "sglang", "--sglang-storage=file://store", "--sglang-save=x")
+    result = suite.runpytest("-p", "sglang", "-osglang_storage=file://store", "--sglang-save=x")
     _runs_nothing(result)
     result.stderr.fnmatch_lines(["*--sglang-save*cannot write to*store*sglang*"])
 
 
 def test_an_unwritable_storage_folder(suite: pytest.Pytester) -> None:
     # /proc refuses new files even to root.
-    result = suite.runpytest("-p", "sglang", "--sglang-storage=file:///proc/pytest-sglang-store",
-                             "--sglang-autosave")  # fmt: skip
+    result = suite.runpytest("-p", "sglang", "-osglang_storage=file:///proc/pytest-sglang-store",
+                             "--sglang-save")  # fmt: skip
     _runs_nothing(result)
-    result.stderr.fnmatch_lines(["*--sglang-autosave*cannot write to*/proc/pytest-sglang-store*"])
+    result.stderr.fnmatch_lines(["*--sglang-save*cannot write to*/proc/pytest-sglang-store*"])
 
 
 @pytest.mark.parametrize("option", ["--sglang-save=x", "--sglang-compare"])
@@ -139,7 +139,7 @@ def test_an_elasticsearch_that_does_not_answer(suite: pytest.Pytester, option: s
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     uri = f"elasticsearch+http://user:pw@127.0.0.1:{port}/benchmarks/sglang?project_name=p"
-    result = suite.runpytest("-p", "sglang", f"--sglang-storage={uri}", option)
+    result = suite.runpytest("-p", "sglang", f"-osglang_storage={uri}", option)
     _runs_nothing(result)
     flag = option.split("=")[0]
     result.stderr.fnmatch_lines([f"*{flag}*127.0.0.1:{port}*does not answer*"])
@@ -159,7 +159,7 @@ def test_lose_the_storage():
 
 def test_a_save_that_fails_at_the_end_keeps_the_session(suite: pytest.Pytester) -> None:
     suite.makepyfile(test_zz=LOSE_THE_FOLDER)
-    result = suite.runpytest("-p", "sglang", "--sglang-storage=file://store",
+    result = suite.runpytest("-p", "sglang", "-osglang_storage=file://store",
                              "--sglang-save=night", "--sglang-report=out/report.json")  # fmt: skip
     out = result.stdout.str()
     assert result.ret == pytest.ExitCode.TESTS_FAILED, out

@@ -1,4 +1,4 @@
-"""--sglang-load-workers and --sglang-ray-address: sources, errors, and that sglang_bench
+"""sglang_load_workers and sglang_ray_address: sources, errors, and that sglang_bench
 really spreads its load over worker processes with them (issue 16)."""
 
 from __future__ import annotations
@@ -33,25 +33,25 @@ def test_each_source(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch)
     out = shown(pytester)
     assert "WORKERS 3 ini" in out and "RAY auto ini" in out
     monkeypatch.setenv("PYTEST_SGLANG_RAY_ADDRESS", "ray://10.0.0.5:10001")
-    out = shown(pytester, "--sglang-load-workers=2")
-    assert "WORKERS 2 --sglang-load-workers on the command line" in out
+    out = shown(pytester, "-osglang_load_workers=2")
+    assert "WORKERS 2 -o sglang_load_workers on the command line" in out
     assert "RAY ray://10.0.0.5:10001 environment variable PYTEST_SGLANG_RAY_ADDRESS" in out
     assert "sglang: load: 2 Ray actors on the cluster at ray://10.0.0.5:10001 (from " in out
 
 
 def test_the_header_says_where_the_load_runs(pytester: pytest.Pytester) -> None:
     assert "sglang: load:" not in shown(pytester)  # one process: the default, not shown
-    out = shown(pytester, "--sglang-load-workers=3")
-    assert "sglang: load: 3 processes on this host (from --sglang-load-workers on the " in out
+    out = shown(pytester, "-osglang_load_workers=3")
+    assert "sglang: load: 3 processes on this host (from -o sglang_load_workers on the " in out
 
 
 @pytest.mark.parametrize(
     ("option", "expected"),
     [
-        ("--sglang-load-workers=0", "'0' is not a number of workers"),
-        ("--sglang-load-workers=two", "'two' is not a number of workers"),
-        ("--sglang-ray-address=head-node", "'head-node' is not a Ray cluster address"),
-        ("--sglang-ray-address=head:99999", "'head:99999' is not a Ray cluster address"),
+        ("-osglang_load_workers=0", "'0' is not a number of workers"),
+        ("-osglang_load_workers=two", "'two' is not a number of workers"),
+        ("-osglang_ray_address=head-node", "'head-node' is not a Ray cluster address"),
+        ("-osglang_ray_address=head:99999", "'head:99999' is not a Ray cluster address"),
     ],
 )
 def test_bad_values_name_the_option_and_the_fix(
@@ -60,9 +60,9 @@ def test_bad_values_name_the_option_and_the_fix(
     result = pytester.runpytest(option)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     err = result.stderr.str()
-    flag = option.split("=")[0]
-    assert f"{flag}: {expected} (from {flag} on the command line)" in err
-    assert ("e.g. 2" if "workers" in flag else "ray start --head") in err
+    key = option.split("=")[0].removeprefix("-o")
+    assert f"{key}: {expected} (from -o {key} on the command line)" in err
+    assert ("e.g. 2" if "workers" in key else "ray start --head") in err
 
 
 SPREAD_SUITE = """
@@ -90,7 +90,7 @@ def test_spread(sglang_bench, monkeypatch):
 def test_sglang_bench_runs_on_worker_processes(pytester: pytest.Pytester, tmp_path: Path) -> None:
     pytester.makepyfile(SPREAD_SUITE)
     with running_emulator(tmp_path, "--enable-metrics") as emulator:  # /metrics: counters
-        result = pytester.runpytest(f"--sglang-url={emulator.url}", "--sglang-load-workers=2")
+        result = pytester.runpytest(f"--sglang-url={emulator.url}", "-osglang_load_workers=2")
     result.assert_outcomes(passed=1)
 
 
@@ -125,5 +125,5 @@ def test_sglang_bench_open_loop_runs_on_worker_processes(
 ) -> None:
     pytester.makepyfile(OPEN_SPREAD_SUITE)
     with running_emulator(tmp_path, "--enable-metrics") as emulator:
-        result = pytester.runpytest(f"--sglang-url={emulator.url}", "--sglang-load-workers=2")
+        result = pytester.runpytest(f"--sglang-url={emulator.url}", "-osglang_load_workers=2")
     result.assert_outcomes(passed=1)

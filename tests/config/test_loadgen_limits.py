@@ -1,4 +1,4 @@
-"""--sglang-first-token-timeout and --sglang-max-consecutive-failures: sources, errors, and
+"""sglang_first_token_timeout and sglang_max_consecutive_failures: sources, errors, and
 that sglang_bench's load generator really runs with them (issue 13)."""
 
 from __future__ import annotations
@@ -49,10 +49,10 @@ def test_each_source_and_the_header(
         "[pytest]\nsglang_first_token_timeout = 2m\nsglang_max_consecutive_failures = 3\n"
     )
     monkeypatch.setenv("PYTEST_SGLANG_MAX_CONSECUTIVE_FAILURES", "0")
-    out = shown(pytester, "--sglang-first-token-timeout=45s")
-    assert "FIRST 45.0 --sglang-first-token-timeout on the command line" in out
+    out = shown(pytester, "-osglang_first_token_timeout=45s")
+    assert "FIRST 45.0 -o sglang_first_token_timeout on the command line" in out
     assert "MAXFAIL 0 environment variable PYTEST_SGLANG_MAX_CONSECUTIVE_FAILURES" in out
-    assert "sglang: first-token-timeout: 45s (from --sglang-first-token-timeout on the " in out
+    assert "sglang: first-token-timeout: 45s (from -o sglang_first_token_timeout on the " in out
     assert "max-consecutive-failures: never (from environment variable" in out
 
 
@@ -60,10 +60,10 @@ def test_each_source_and_the_header(
     ("option", "expected"),
     [
         # "token" followed by "-timeout" names a duration, not a secret: the typo is shown.
-        ("--sglang-first-token-timeout=soon", "'soon' is not a duration"),
-        ("--sglang-first-token-timeout=0", "'0' is not a positive duration"),
-        ("--sglang-max-consecutive-failures=-1", "'-1' is not a whole number"),
-        ("--sglang-max-consecutive-failures=2.5", "'2.5' is not a whole number"),
+        ("-osglang_first_token_timeout=soon", "'soon' is not a duration"),
+        ("-osglang_first_token_timeout=0", "'0' is not a positive duration"),
+        ("-osglang_max_consecutive_failures=-1", "'-1' is not a whole number"),
+        ("-osglang_max_consecutive_failures=2.5", "'2.5' is not a whole number"),
     ],
 )
 def test_bad_values_name_the_option_and_the_fix(
@@ -72,8 +72,8 @@ def test_bad_values_name_the_option_and_the_fix(
     result = pytester.runpytest(option)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     err = result.stderr.str()
-    assert option.split("=")[0] + ": " + expected in err
-    assert "(from " + option.split("=")[0] + " on the command line)" in err
+    key = option.split("=")[0].removeprefix("-o")
+    assert f"{key}: {expected} (from -o {key} on the command line)" in err
 
 
 FROZEN_SUITE = """
@@ -97,9 +97,9 @@ def test_sglang_bench_runs_with_the_options(
         try:
             result = pytester.runpytest(
                 f"--sglang-url={emulator.url}",
-                "--sglang-first-token-timeout=1s",
-                "--sglang-max-consecutive-failures=3",
-                "--sglang-stall-timeout=1s",
+                "-osglang_first_token_timeout=1s",
+                "-osglang_max_consecutive_failures=3",
+                "-osglang_stall_timeout=1s",
             )
         finally:
             os.kill(emulator.process.pid, signal.SIGCONT)

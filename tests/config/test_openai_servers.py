@@ -58,7 +58,7 @@ def test_headers_parse_per_server_or_for_all() -> None:
 def test_bad_headers_say_what_and_how(raw: str, problem: str) -> None:
     with pytest.raises(pytest.UsageError) as info:
         parse_header(raw, "cli")
-    assert problem in str(info.value) and str(info.value).startswith(HEADER.cli)
+    assert problem in str(info.value) and str(info.value).startswith(HEADER.label)
     assert SECRET not in str(info.value)  # "Name: value" written by mistake is not echoed
 
 

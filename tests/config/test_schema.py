@@ -146,13 +146,11 @@ def test_the_options_part_is_made_from_the_catalogue() -> None:
         ("sglang_require = maybe",
          "--sglang-require: 'maybe' is not a boolean (from ini option sglang_require in {ini}); "
          "use one of true, false, yes, no, on, off, 1, 0"),
-        ("sglang_autosave = sometimes",
-         "--sglang-autosave: 'sometimes' is not a boolean (from ini option sglang_autosave in"),
         ("sglang_stall_timeout = 1e400",
-         "--sglang-stall-timeout: '1e400' is not a positive duration (from ini option "
+         "sglang_stall_timeout: '1e400' is not a positive duration (from ini option "
          "sglang_stall_timeout in {ini}); give a timeout greater than zero, e.g. 600"),
         ("sglang_first_token_timeout = 2 weeks",
-         "--sglang-first-token-timeout: '2 weeks' is not a duration (from ini option "
+         "sglang_first_token_timeout: '2 weeks' is not a duration (from ini option "
          "sglang_first_token_timeout in {ini}); give seconds as a number, optionally with a "
          "unit: 90, 90s, 500ms, 10m, 1h"),
     ],
@@ -170,13 +168,13 @@ def test_an_ini_value_outside_the_schema_is_a_usage_error(
 def test_a_flag_from_the_environment_is_checked_too(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PYTEST_SGLANG_AUTOSAVE", "maybe")
+    monkeypatch.setenv("PYTEST_SGLANG_REQUIRE", "maybe")
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert (
-        "--sglang-autosave: 'maybe' is not a boolean (from environment variable "
-        "PYTEST_SGLANG_AUTOSAVE); use one of true" in result.stderr.str()
+        "--sglang-require: 'maybe' is not a boolean (from environment variable "
+        "PYTEST_SGLANG_REQUIRE); use one of true" in result.stderr.str()
     )
 
 

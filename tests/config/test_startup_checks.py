@@ -132,7 +132,7 @@ def test_settings_shown_by_pytest_l_hide_the_secrets(pytester: pytest.Pytester) 
             assert False
     """)
     result = pytester.runpytest(
-        "-l", "-vv", "--sglang-api-key=sk-cli-1618", "--sglang-emulator-args=--api-key sk-emu-1"
+        "-l", "-vv", "--sglang-api-key=sk-cli-1618", "-osglang_emulator_args=--api-key sk-emu-1"
     )
     result.assert_outcomes(failed=1)
     out = result.stdout.str()

@@ -99,11 +99,11 @@ def test_stall_timeout_option_bounds_a_stalled_measurement(
     # The emulator's stream stops after its second event and never ends.
     emulator = start_emulator("--emulator-fault", "stall-stream=2")
     pytester.makepyfile(STALLED_SUITE)
-    result = pytester.runpytest(f"--sglang-url={emulator.url}", "--sglang-stall-timeout=500ms")
+    result = pytester.runpytest(f"--sglang-url={emulator.url}", "-osglang_stall_timeout=500ms")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         ["sglang: request-timeout: 600s (from default); stall-timeout: 0.5s "
-         "(from --sglang-stall-timeout on the command line)"]
+         "(from -o sglang_stall_timeout on the command line)"]
     )  # fmt: skip
 
 
@@ -161,5 +161,5 @@ def test_bench_samples_the_gpus_during_each_run(pytester: pytest.Pytester, tmp_p
                 "--emulator-speedup", "20"]
     """)
     pytester.makepyfile(TELEMETRY)
-    result = pytester.runpytest("--sglang-launcher=emulator", f"--sglang-gpu-fake={gpus}")
+    result = pytester.runpytest("--sglang-launcher=emulator", f"-osglang_gpu_fake={gpus}")
     result.assert_outcomes(passed=1)

@@ -160,7 +160,7 @@ def test_stopping_the_last_server_is_not_the_last_tests_time(pytester: pytest.Py
             pass
     """)
     result = pytester.runpytest_subprocess(
-        "--sglang-launcher=emulator", "--sglang-emulator-args=--emulator-fault ignore-sigterm"
+        "--sglang-launcher=emulator", "-osglang_emulator_args=--emulator-fault ignore-sigterm"
     )
     result.assert_outcomes(passed=1)
     out = result.stdout.str()

@@ -193,7 +193,7 @@ def test_a_declared_measurement_that_fails_fails_only_its_test(pytester: pytest.
     """)
     result = pytester.runpytest_subprocess(
         "--sglang-launcher=emulator", "-p", "no:randomly",
-        "--sglang-emulator-args=--emulator-fault error-rate=0.5 --emulator-seed 3",
+        "-osglang_emulator_args=--emulator-fault error-rate=0.5 --emulator-seed 3",
     )  # fmt: skip
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*_ test_declares _*", "*of 8 measured requests failed*"])

@@ -133,7 +133,7 @@ def test_planted_secrets_appear_in_no_output(pytester: pytest.Pytester, launcher
     result = pytester.runpytest(
         f"--sglang-launcher={launcher}", "-l", "-vv", "-rA",
         f"--sglang-api-key={SECRETS['--sglang-api-key']}",
-        f"--sglang-emulator-args=--admin-api-key {SECRETS['emulator --admin-api-key']}",
+        f"-osglang_emulator_args=--admin-api-key {SECRETS['emulator --admin-api-key']}",
         "--sglang-report=r.json", "--sglang-markdown=s.md", "--junitxml=j.xml",
     )  # fmt: skip
     out = result.stdout.str() + result.stderr.str()

@@ -32,7 +32,7 @@ def test_single_stream_verdict(story: pytest.Pytester, emulator_args: str, outco
         "-k",
         "single_stream",
         "--sglang-launcher=emulator",
-        f"--sglang-emulator-args={emulator_args}",
+        f"-osglang_emulator_args={emulator_args}",
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([

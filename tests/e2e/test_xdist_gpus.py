@@ -60,7 +60,7 @@ def test_two_workers_launch_on_disjoint_halves_of_eight_gpus(
     # --dist each: every worker runs every test, so both launch both profiles, side by side.
     result = pytester.runpytest_subprocess(
         "-n", "2", "--dist", "each", "-p", "no:benchmark", "--sglang-launcher=emulator",
-        f"--sglang-gpu-fake={tmp_path / 'gpus'}", "--sglang-report=r.json",
+        f"-osglang_gpu_fake={tmp_path / 'gpus'}", "--sglang-report=r.json",
     )  # fmt: skip
     result.assert_outcomes(passed=4)
     report = json.loads((pytester.path / "r.json").read_text())
@@ -87,7 +87,7 @@ def test_a_profile_larger_than_a_workers_share_is_refused_with_the_reason(
     pytester.makepyfile(test_halves=TESTS)
     result = pytester.runpytest_subprocess(
         "-n", "2", "-p", "no:benchmark", "--sglang-launcher=emulator",
-        f"--sglang-gpu-fake={tmp_path / 'gpus'}",
+        f"-osglang_gpu_fake={tmp_path / 'gpus'}",
     )  # fmt: skip
     result.assert_outcomes(failed=1, errors=1)
     result.stdout.fnmatch_lines([
@@ -104,7 +104,7 @@ def test_more_workers_than_gpus_is_one_startup_error(
     pytester.makepyfile(test_halves=TESTS)
     result = pytester.runpytest_subprocess(
         "-n", "3", "-p", "no:benchmark", "--sglang-launcher=emulator",
-        f"--sglang-gpu-fake={tmp_path / 'gpus'}",
+        f"-osglang_gpu_fake={tmp_path / 'gpus'}",
     )  # fmt: skip
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*pytest-xdist (-n 3) gives each worker an equal share*shows 2*"])

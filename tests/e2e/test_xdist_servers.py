@@ -244,12 +244,11 @@ def test_a_distribution_that_splits_servers_is_a_usage_error(
 @pytest.mark.slow
 def test_the_story_under_two_workers_has_the_verdicts_of_one(pytester: pytest.Pytester) -> None:
     # The example story as it ships (its C=1 tests: both servers, seven runs each), launched
-    # on the emulator; only the autosave of a baseline is off.
+    # on the emulator; only the automatic save of a baseline is off.
     pytester.makepyfile(test_story=(EXAMPLES / "test_story.py").read_text())
-    ini = (
-        (EXAMPLES / "pyproject.toml").read_text().replace('autosave = "true"', 'autosave = "false"')
-    )
-    (pytester.path / "pyproject.toml").write_text(ini)
+    shipped = (EXAMPLES / "pyproject.toml").read_text()
+    assert 'sglang_save = "auto"' in shipped
+    (pytester.path / "pyproject.toml").write_text(shipped.replace('sglang_save = "auto"', ""))
     reports = {}
     for workers in ("0", "2"):
         result = pytester.runpytest_subprocess(

@@ -287,12 +287,12 @@ ROWS = (
                  "*x HTTP 500*Internal server error*"),
         timed=("test_measure", 20.0), report=measured_failures("HTTP 500")),
     Row("stall-stream", "launch", BENCH_SUITE, ("--emulator-fault", "stall-stream=2"),
-        ("--sglang-stall-timeout=500ms",), outcomes={"failed": 1, "passed": 1},
+        ("-osglang_stall_timeout=500ms",), outcomes={"failed": 1, "passed": 1},
         message=("*the measurement of srv @ C=4 * was stopped in run 1: the server stopped "
                  "answering: 8 consecutive transport failures*", "*x stalled: no new token*"),
         timed=("test_measure", 20.0), report=measured_failures("stalled")),
     Row("stall-stream", "attach", BENCH_SUITE, ("--emulator-fault", "stall-stream=2"),
-        ("--sglang-stall-timeout=500ms",), outcomes={"failed": 1, "passed": 1},
+        ("-osglang_stall_timeout=500ms",), outcomes={"failed": 1, "passed": 1},
         message=("*the measurement of srv @ C=4 * was stopped in run 1: the server stopped "
                  "answering: 8 consecutive transport failures*", "*x stalled: no new token*"),
         timed=("test_measure", 20.0), report=measured_failures("stalled")),

@@ -183,10 +183,10 @@ def test_requires_marker_and_gpu_fixture(pytester: pytest.Pytester, tmp_path: Pa
         def test_eight():
             pass
     """)
-    result = pytester.runpytest(f"--sglang-gpu-fake={tmp_path / 'gpus'}", "-rs")
+    result = pytester.runpytest(f"-osglang_gpu_fake={tmp_path / 'gpus'}", "-rs")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*requires 8 GPUs; found 1 such: GPU 0 NVIDIA H200*"])
-    result = pytester.runpytest(f"--sglang-gpu-fake={tmp_path / 'gpus'}", "--sglang-require")
+    result = pytester.runpytest(f"-osglang_gpu_fake={tmp_path / 'gpus'}", "--sglang-require")
     result.assert_outcomes(passed=1, errors=1)
 
 

@@ -260,7 +260,7 @@ def too_few_gpus(tmp: Path) -> Verdict:
     write_fake_gpus(tmp / "gpus", 1)
     tag = uuid.uuid4().hex[:10]
     return inner(tmp, SERVER, "--sglang-launcher=emulator", "--sglang-report=r.json",
-                 f"--sglang-gpu-fake={tmp / 'gpus'}",
+                 f"-osglang_gpu_fake={tmp / 'gpus'}",
                  pyproject=_profile(tag, ["--api-key", KEY], "tp = 2"))  # fmt: skip
 
 
@@ -286,13 +286,13 @@ REQUIRES_GPU = "import pytest\n\n@pytest.mark.sglang_requires(gpus=1)\ndef test_
 def fake_gpus_missing_a_key(tmp: Path) -> Verdict:
     (tmp / "gpus").mkdir()
     (tmp / "gpus" / "gpus.json").write_text('{"gpus": [{"uuid": "GPU-1", "name": "H200"}]}')
-    return inner(tmp, REQUIRES_GPU, f"--sglang-gpu-fake={tmp / 'gpus'}")
+    return inner(tmp, REQUIRES_GPU, f"-osglang_gpu_fake={tmp / 'gpus'}")
 
 
 def fake_gpus_not_json(tmp: Path) -> Verdict:
     (tmp / "gpus").mkdir()
     (tmp / "gpus" / "gpus.json").write_text('{"gpus": [')
-    return inner(tmp, REQUIRES_GPU, f"--sglang-gpu-fake={tmp / 'gpus'}")
+    return inner(tmp, REQUIRES_GPU, f"-osglang_gpu_fake={tmp / 'gpus'}")
 
 
 def emulator_fake_gpus_wrong_type(tmp: Path) -> Verdict:
@@ -345,9 +345,9 @@ ROWS = [
         launch_recorded(r"2 GPUs")),
     # 24.13
     Row("fake gpus.json missing a key", fake_gpus_missing_a_key, 4,
-        r"--sglang-gpu-fake: .*gpus\.json: gpus\[0\] has no 'total_mib'.*give", PYTEST_BOUND),
+        r"sglang_gpu_fake: .*gpus\.json: gpus\[0\] has no 'total_mib'.*give", PYTEST_BOUND),
     Row("fake gpus.json not JSON", fake_gpus_not_json, 4,
-        r"--sglang-gpu-fake: .*gpus\.json: not valid JSON \(line 1", PYTEST_BOUND),
+        r"sglang_gpu_fake: .*gpus\.json: not valid JSON \(line 1", PYTEST_BOUND),
     Row("emulator: fake gpus.json wrong type", emulator_fake_gpus_wrong_type, 2,
         r"--emulator-gpu-dir: .*gpus\.json: gpus\[0\]\['total_mib'\] must be a whole number",
         CLI_BOUND),

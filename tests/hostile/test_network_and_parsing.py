@@ -273,7 +273,7 @@ ROWS = (
     # or, while other streams sent tokens, the request timeout (600 s).
     Row("stream-stalls-after-first-event",
         _served(_stalling_stream, "srv=openai+http://127.0.0.1:{port}",
-                "--sglang-stall-timeout=1s"), 1,
+                "-osglang_stall_timeout=1s"), 1,
         r"2 of 2 measured requests failed[\s\S]*2 x stalled: no new token for 1 s after "
         r"0 token chunks", within=40.0, suite=STREAM_SUITE),
 )  # fmt: skip

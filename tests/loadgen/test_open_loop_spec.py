@@ -25,8 +25,8 @@ def test_key_and_description_name_every_part() -> None:
         ((0.0,), "rate must be a finite number > 0"),
         ((float("inf"),), "rate must be a finite number > 0"),
         ((5.0, "bursty"), "arrival must be one of 'poisson', 'constant'"),
-        ((5.0, "poisson", 0), "max_concurrency must be None"),
-        ((5.0, "poisson", True), "max_concurrency must be None"),
+        ((5.0, "poisson", 0), "max_concurrency must be an integer >= 1"),
+        ((5.0, "poisson", True), "max_concurrency must be an integer >= 1"),
     ],
 )
 def test_bad_loads_are_refused(args: tuple[object, ...], message: str) -> None:

@@ -30,7 +30,7 @@ from pytest_sglang.emulator.engine.trace import read_trace  # noqa: E402
 from pytest_sglang.loadgen.ray_pools import RayPools  # noqa: E402
 from pytest_sglang.loadgen.ray_workers import RayLoadWorkers  # noqa: E402
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord  # noqa: E402
-from pytest_sglang.loadgen.schedule import arrival_offsets  # noqa: E402
+from pytest_sglang.loadgen.schedule import ClosedLoop, OpenLoop, arrival_offsets  # noqa: E402
 from pytest_sglang.loadgen.workers import RunPlan  # noqa: E402
 from pytest_sglang.loadgen.workload import Workload  # noqa: E402
 from pytest_sglang.measure.measurement import measure  # noqa: E402
@@ -121,7 +121,7 @@ def test_two_actors_on_two_nodes_keep_c_in_flight_in_total(
     argv = ("--emulator-engine", "batch", "--emulator-speedup", "10", "--emulator-trace",
             str(trace), "--max-running-requests", "64")  # fmt: skip
     with running_emulator(tmp_path, *argv) as emulator:
-        plan = RunPlan({"url": emulator.url}, workload, "closed", concurrency=C)
+        plan = RunPlan({"url": emulator.url}, workload, ClosedLoop(C))
         with RayLoadWorkers(2, num_cpus=1) as workers:
             run = workers.run(plan, ready_timeout=120)
             clocks = workers.clocks
@@ -156,7 +156,7 @@ def test_two_actors_on_two_nodes_keep_c_in_flight_in_total(
 def test_an_open_loop_over_two_nodes_keeps_one_schedule(two_nodes: Any, tmp_path: Path) -> None:
     workload = Workload(input_len=INPUT_LEN, output_len=8, requests=40, warmup=0)
     with running_emulator(tmp_path) as emulator:
-        plan = RunPlan({"url": emulator.url}, workload, "open", rate=40.0, arrival="poisson")
+        plan = RunPlan({"url": emulator.url}, workload, OpenLoop(40.0, "poisson"))
         with RayLoadWorkers(2, num_cpus=1) as workers:
             run = workers.run(plan, ready_timeout=120)
     m = measure(run)
@@ -215,7 +215,7 @@ def test_a_killed_actor_is_counted_as_failed_requests_with_a_message(
     result: dict[str, Any] = {}
     argv = ("--emulator-engine", "batch", "--emulator-speedup", "5")
     with running_emulator(tmp_path, *argv) as emulator:
-        plan = RunPlan({"url": emulator.url}, workload, "closed", concurrency=4)
+        plan = RunPlan({"url": emulator.url}, workload, ClosedLoop(4))
         with RayLoadWorkers(2, num_cpus=1) as workers:
             thread = _run_in_background(workers, plan, result)
             deadline = time.monotonic() + 60
@@ -244,7 +244,7 @@ def test_ray_pools_keep_the_actors_from_run_to_run(two_nodes: Any, tmp_path: Pat
     workload = Workload(input_len=INPUT_LEN, output_len=8, requests=8, warmup=0)
     pools = RayPools()
     with running_emulator(tmp_path) as emulator:
-        plan = RunPlan({"url": emulator.url}, workload, "closed", concurrency=2)
+        plan = RunPlan({"url": emulator.url}, workload, ClosedLoop(2))
         try:
             first = pools.get(two_nodes.address, 2, "the test")
             assert measure(first.run(plan)).completed == 8
@@ -282,8 +282,8 @@ def test_sglang_bench_runs_on_the_ray_cluster_it_is_given(
         # A separate process: this one is connected to the cluster already.
         result = pytester.runpytest_subprocess(
             f"--sglang-url={emulator.url}",
-            f"--sglang-ray-address={two_nodes.address}",
-            "--sglang-load-workers=2",
+            f"-osglang_ray_address={two_nodes.address}",
+            "-osglang_load_workers=2",
         )
     result.assert_outcomes(passed=1)
 
@@ -327,7 +327,7 @@ def test_a_node_leaving_mid_run_is_counted_as_failed_requests_not_a_hang(
     argv = ("--emulator-engine", "batch", "--emulator-speedup", "5")
     try:
         with running_emulator(tmp_path, *argv) as emulator:
-            plan = RunPlan({"url": emulator.url}, workload, "closed", concurrency=4)
+            plan = RunPlan({"url": emulator.url}, workload, ClosedLoop(4))
             with RayLoadWorkers(2, num_cpus=1) as workers:
                 thread = _run_in_background(workers, plan, result)
                 (lost,) = [c for c in workers.clocks if c.node_id == node.node_id]

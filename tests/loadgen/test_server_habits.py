@@ -101,6 +101,25 @@ def test_a_stream_cut_after_bytes_arrived_is_never_retried() -> None:
     ]
 
 
+def test_a_stream_cut_after_its_last_token_names_the_lost_tail() -> None:
+    # The server resets the connection once every token is out, before the finish chunk,
+    # usage and [DONE]: what a reset does to a server's unsent tail (benchmarks/reset_tail.py).
+    with running_server("openai_like", "--cut-after", str(OUTPUT_LEN)) as server:
+        run = LoadGenerator(server.url, max_consecutive_failures=None).run_closed_loop(
+            workload("completions", 2), 1
+        )
+    for record in run.records:
+        assert record.error is not None and record.error.startswith("response cut"), record
+        assert f"after all {OUTPUT_LEN} requested tokens arrived" in record.error
+        assert "usage, [DONE]" in record.error
+    cut_early = run.records[0].error
+    with running_server("openai_like", "--cut-after", "3") as server:
+        run = LoadGenerator(server.url, max_consecutive_failures=None).run_closed_loop(
+            workload("completions", 1), 1
+        )
+    assert cut_early and "requested tokens arrived" not in (run.records[0].error or "")
+
+
 def test_connection_refused_is_named_and_not_retried() -> None:
     port = free_port()  # nothing listens there
     generator = LoadGenerator(f"http://127.0.0.1:{port}", max_consecutive_failures=None)

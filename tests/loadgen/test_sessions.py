@@ -147,3 +147,17 @@ def test_sessions_arrive_on_an_open_loop_schedule(tmp_path: Path) -> None:
             assert record.cached_tokens == previous.prompt_tokens
     assert run.cache_hit_ratio is not None
     assert abs(run.cache_hit_ratio - SESSIONS.expected_cache_hit_ratio()) <= 0.02
+
+
+def test_an_open_loops_cap_is_on_requests_so_a_later_turn_queues_again(tmp_path: Path) -> None:
+    """``max_concurrency`` caps requests in flight: due first turns go before a later turn."""
+    sessions = Workload(input_len=8, output_len=16, requests=6, endpoint="chat", turns=2,
+                        warmup=0)  # fmt: skip
+    with running_emulator(tmp_path, "--emulator-decode-ms", "5") as emulator:
+        # 1000 sessions/s: all three are due long before the first answer is complete.
+        run = LoadGenerator(emulator.url).run_open_loop(
+            sessions, 1000.0, arrival="constant", max_concurrency=1
+        )
+    assert measure(run).failed == 0
+    order = [sessions.session(r.index) for r in sorted(run.measured, key=lambda r: r.sent)]
+    assert order == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1)]

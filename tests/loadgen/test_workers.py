@@ -11,7 +11,7 @@ import pytest
 
 from pytest_sglang.loadgen.records import LoadRun
 from pytest_sglang.loadgen.runner import LoadGenerator
-from pytest_sglang.loadgen.schedule import arrival_offsets
+from pytest_sglang.loadgen.schedule import ClosedLoop, OpenLoop, arrival_offsets
 from pytest_sglang.loadgen.shard import owner, slot_shares
 from pytest_sglang.loadgen.workers import RunPlan, run_sharded
 from pytest_sglang.loadgen.workload import Workload
@@ -41,7 +41,7 @@ def max_in_flight(run: LoadRun) -> int:
 def test_a_closed_loop_over_two_processes_keeps_c_in_flight_in_total(tmp_path: Path) -> None:
     workload = Workload(input_len=8, output_len=32, requests=48, warmup=4)
     with running_emulator(tmp_path, "--emulator-decode-ms", "2") as emulator:
-        plan = RunPlan({"url": emulator.url}, workload, "closed", concurrency=8)
+        plan = RunPlan({"url": emulator.url}, workload, ClosedLoop(8))
         run = run_sharded(plan, 2)
     m = measure(run)
     assert m.failed == 0 and m.completed == 48
@@ -55,7 +55,7 @@ def test_a_closed_loop_over_two_processes_keeps_c_in_flight_in_total(tmp_path: P
 def test_an_open_loop_over_two_processes_keeps_the_schedule(tmp_path: Path) -> None:
     workload = Workload(input_len=8, output_len=8, requests=40, warmup=0)
     with running_emulator(tmp_path) as emulator:
-        plan = RunPlan({"url": emulator.url}, workload, "open", rate=40.0, arrival="poisson")
+        plan = RunPlan({"url": emulator.url}, workload, OpenLoop(40.0, "poisson"))
         run = run_sharded(plan, 2)
     offsets = arrival_offsets(40, 40.0, "poisson", f"{workload.seed}/open/poisson/40/r0/arrivals")
     scheduled = {r.index: r.scheduled for r in run.measured}
@@ -69,7 +69,7 @@ def test_an_open_loop_over_two_processes_keeps_the_schedule(tmp_path: Path) -> N
 def test_a_single_process_reference_agrees(tmp_path: Path) -> None:
     workload = Workload(input_len=8, output_len=16, requests=16, warmup=0)
     with running_emulator(tmp_path) as emulator:
-        sharded = run_sharded(RunPlan({"url": emulator.url}, workload, "closed", concurrency=4), 2)
+        sharded = run_sharded(RunPlan({"url": emulator.url}, workload, ClosedLoop(4)), 2)
         single = LoadGenerator(emulator.url).run_closed_loop(workload, 4)
     assert [r.output_tokens for r in sharded.measured] == [r.output_tokens for r in single.measured]
 
@@ -85,15 +85,20 @@ def _workers_of_this_process() -> list[psutil.Process]:
 def test_a_killed_worker_is_counted_as_failed_requests_not_a_hang(tmp_path: Path) -> None:
     workload = Workload(input_len=8, output_len=200, requests=40, warmup=0)
     result: dict[str, LoadRun] = {}
+    going = threading.Event()
+
+    def note(done: int, total: int, output_tokens: int, elapsed: float) -> None:
+        if done > 0:  # no warm-up: measured requests are finishing
+            going.set()
+
     with running_emulator(tmp_path, "--emulator-decode-ms", "5") as emulator:
-        plan = RunPlan({"url": emulator.url}, workload, "closed", concurrency=4)
-        thread = threading.Thread(target=lambda: result.update(run=run_sharded(plan, 2)))
+        plan = RunPlan({"url": emulator.url}, workload, ClosedLoop(4))
+        thread = threading.Thread(
+            target=lambda: result.update(run=run_sharded(plan, 2, progress=note))
+        )
         started = time.monotonic()
         thread.start()
-        deadline = time.monotonic() + 60
-        while len(_workers_of_this_process()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(2.0)  # into the measured requests
+        assert going.wait(timeout=60), "no measured request finished"
         victim = _workers_of_this_process()[0]
         os.kill(victim.pid, signal.SIGKILL)
         thread.join(timeout=120)
@@ -108,7 +113,7 @@ def test_the_workers_progress_is_reported_summed_over_them(tmp_path: Path) -> No
     workload = Workload(input_len=8, output_len=100, requests=24, warmup=2)
     seen: list[tuple[int, int, int, float]] = []
     with running_emulator(tmp_path, "--emulator-decode-ms", "5") as emulator:
-        plan = RunPlan({"url": emulator.url}, workload, "closed", concurrency=4)
+        plan = RunPlan({"url": emulator.url}, workload, ClosedLoop(4))
         run = run_sharded(plan, 2, progress=lambda d, t, o, e: seen.append((d, t, o, e)))
     assert measure(run).completed == 24
     # Lines while it ran (each request takes ~0.5 s; batches come every second), then one
@@ -134,7 +139,7 @@ def test_a_killed_worker_keeps_the_requests_it_had_finished(tmp_path: Path) -> N
             os.kill(victim.pid, signal.SIGKILL)
 
     with running_emulator(tmp_path, "--emulator-decode-ms", "5") as emulator:
-        plan = RunPlan({"url": emulator.url}, workload, "closed", concurrency=4)
+        plan = RunPlan({"url": emulator.url}, workload, ClosedLoop(4))
         run = run_sharded(plan, 2, progress=kill_one_once_going)
     assert killed
     m = measure(run)

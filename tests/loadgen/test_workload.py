@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from typing import Any
 
 import pytest
@@ -89,3 +90,11 @@ def test_extra_is_a_private_frozen_copy() -> None:
     assert w.extra["top_k"] == 1
     with pytest.raises(TypeError):
         w.extra["top_k"] = 3  # type: ignore[index]
+
+
+def test_a_workload_pickles_for_the_load_workers() -> None:
+    # Worker processes and Ray actors receive the workload (and return it in their runs) by
+    # pickle; its read-only ``extra`` must not stop that.
+    w = Workload(input_len=8, output_len=4, requests=3, extra={"top_p": 0.9}, turns=None)
+    copy = pickle.loads(pickle.dumps(w))
+    assert copy == w and copy.extra["top_p"] == 0.9

@@ -251,7 +251,7 @@ def test_gpu_hygiene_end_to_end_with_fake_gpus(pytester: pytest.Pytester, tmp_pa
             assert sglang_server.launch.gpus == (snap.gpus[0].uuid,)
     """)
     result = pytester.runpytest(
-        "--sglang-launcher=emulator", f"--sglang-gpu-fake={gpus}", "--sglang-report=r.json"
+        "--sglang-launcher=emulator", f"-osglang_gpu_fake={gpus}", "--sglang-report=r.json"
     )
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*baseline*stopped*GPU memory released in *s*"])
@@ -277,7 +277,7 @@ def test_preflight_refuses_held_gpus(pytester: pytest.Pytester, tmp_path: Path) 
             "import pytest\n\n@pytest.mark.sglang_profile('baseline')\n"
             "def test_a(sglang_server): pass\n"
         )
-        result = pytester.runpytest("--sglang-launcher=emulator", f"--sglang-gpu-fake={gpus}")
+        result = pytester.runpytest("--sglang-launcher=emulator", f"-osglang_gpu_fake={gpus}")
         result.assert_outcomes(errors=1)
         result.stdout.fnmatch_lines([
             "*GPUs needed by the launch are not clean*",
@@ -329,7 +329,7 @@ def test_emulator_dry_run_ignores_busy_real_gpus(pytester: pytest.Pytester, tmp_
     result = pytester.runpytest("--sglang-launcher=emulator", "--sglang-require")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
-        ["*GPU checks skipped: the emulator launcher holds no GPU (--sglang-gpu-fake DIR*"]
+        ["*GPU checks skipped: the emulator launcher holds no GPU (ini sglang_gpu_fake = DIR*"]
     )
     assert emulators(tag) == []
 
@@ -378,7 +378,7 @@ def test_emulator_args_reach_only_the_emulator(pytester: pytest.Pytester) -> Non
     )
     result = pytester.runpytest(
         "--sglang-launcher=emulator", "--sglang-ready-timeout=3",
-        "--sglang-emulator-args=--emulator-fault never-ready",
+        "-osglang_emulator_args=--emulator-fault never-ready",
     )  # fmt: skip
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([
@@ -429,7 +429,7 @@ def test_launch_mode_under_xdist_without_readable_gpus_is_one_startup_error(
     )
     result = pytester.runpytest_subprocess(
         "-n", "2", "--sglang-launcher=emulator", "-p", "no:benchmark",
-        f"--sglang-gpu-fake={tmp_path / 'no-gpus-here'}",
+        f"-osglang_gpu_fake={tmp_path / 'no-gpus-here'}",
     )  # fmt: skip
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     errors = result.stderr.str()

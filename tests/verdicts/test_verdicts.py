@@ -5,17 +5,17 @@ from __future__ import annotations
 import pytest
 
 from pytest_sglang import (
-    ComparisonRefused,
     Inconclusive,
     PerformanceAssertionError,
     Workload,
     assert_at_least,
     assert_at_most,
     assert_faster,
-    break_even_accept_length,
     estimate_break_even,
     find_crossover,
 )
+from pytest_sglang.errors import ComparisonRefused
+from pytest_sglang.verdicts.specdecode import break_even_accept_length
 from tests.bench_data import SPEC_CONFIG, result, sweep
 
 FAST = [110.0, 111.0, 112.5, 113.0, 114.2]
