@@ -21,15 +21,11 @@ from typing import Any, Self
 
 from pytest_sglang.errors import GpuUnavailable
 from pytest_sglang.gpu.model import Gpu, GpuSnapshot
-from pytest_sglang.gpu.probes import GpuProbe, make_probe
+from pytest_sglang.gpu.probes import GpuProbe
 
-__all__ = ["RunTelemetry", "TelemetryReader", "TelemetrySampler", "make_reader"]
+__all__ = ["RunTelemetry", "TelemetrySampler"]
 
 DEFAULT_INTERVAL = 0.5
-
-#: The names ``measure/`` imports (the sampler reads through any GPU probe).
-TelemetryReader = GpuProbe
-make_reader = make_probe
 
 
 @dataclass(frozen=True)

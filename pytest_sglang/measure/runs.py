@@ -34,7 +34,8 @@ from pytest_sglang.report.progress import RunLine
 
 if TYPE_CHECKING:
     from pytest_sglang.errors import SGLangError
-    from pytest_sglang.gpu.telemetry import TelemetryReader, TelemetrySampler
+    from pytest_sglang.gpu.probes import GpuProbe
+    from pytest_sglang.gpu.telemetry import TelemetrySampler
     from pytest_sglang.loadgen.records import LoadRun
     from pytest_sglang.loadgen.runner import LoadGenerator
     from pytest_sglang.measure.server_metrics import MetricsSnapshot
@@ -315,13 +316,14 @@ class _GpuTelemetry:
 
     def __init__(self, pool: ServerPool) -> None:
         self.pool = pool
-        self._reader: TelemetryReader | None = None
+        self._reader: GpuProbe | None = None
         self._tried = False
 
     def sampler(self, server: SGLangServer) -> TelemetrySampler | None:
         """Return a sampler of ``server``'s GPUs for one run, or None where none is read."""
         from pytest_sglang.errors import GpuUnavailable
-        from pytest_sglang.gpu.telemetry import TelemetrySampler, make_reader
+        from pytest_sglang.gpu.probes import make_probe
+        from pytest_sglang.gpu.telemetry import TelemetrySampler
 
         settings = self.pool.settings
         if not self._tried:
@@ -330,7 +332,7 @@ class _GpuTelemetry:
             emulated = settings.launcher.value == "emulator" and settings.gpu_fake.value is None
             if not emulated or settings.servers:
                 try:
-                    self._reader = make_reader(
+                    self._reader = make_probe(
                         host=settings.gpu_host.value, fake_dir=settings.gpu_fake.value
                     )
                 except GpuUnavailable:
