@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+from tests.e2e.story import FAST_START, write_story
 
 
 @pytest.fixture
 def story(pytester: pytest.Pytester) -> pytest.Pytester:
-    pytester.makepyfile(test_story=(EXAMPLES / "test_story.py").read_text())
-    (pytester.path / "pyproject.toml").write_text((EXAMPLES / "pyproject.toml").read_text())
+    write_story(pytester)
     return pytester
 
 
@@ -32,7 +29,7 @@ def test_single_stream_verdict(story: pytest.Pytester, emulator_args: str, outco
         "-k",
         "single_stream",
         "--sglang-launcher=emulator",
-        f"--sglang-emulator-args={emulator_args}",
+        f"--sglang-emulator-args={emulator_args} {FAST_START}",
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([

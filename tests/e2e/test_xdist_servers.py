@@ -20,10 +20,9 @@ import pytest
 
 from pytest_sglang.emulator.engine.trace import read_trace
 from pytest_sglang.testing import EmulatorProcess
+from tests.e2e.story import write_story
 
 pytest.importorskip("xdist")
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 #: A real (batch) engine whose requests take a while: a measurement lasts about a second.
 SLOW = ("--emulator-engine", "batch", "--emulator-load-time", "0", "--emulator-speedup", "2")
@@ -243,13 +242,8 @@ def test_a_distribution_that_splits_servers_is_a_usage_error(
 
 @pytest.mark.slow
 def test_the_story_under_two_workers_has_the_verdicts_of_one(pytester: pytest.Pytester) -> None:
-    # The example story as it ships (its C=1 tests: both servers, seven runs each), launched
-    # on the emulator; only the autosave of a baseline is off.
-    pytester.makepyfile(test_story=(EXAMPLES / "test_story.py").read_text())
-    ini = (
-        (EXAMPLES / "pyproject.toml").read_text().replace('autosave = "true"', 'autosave = "false"')
-    )
-    (pytester.path / "pyproject.toml").write_text(ini)
+    # The example story's C=1 tests (both servers), launched on the emulator; no autosave.
+    write_story(pytester, autosave=False)
     reports = {}
     for workers in ("0", "2"):
         result = pytester.runpytest_subprocess(

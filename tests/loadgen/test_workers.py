@@ -88,12 +88,13 @@ def test_a_killed_worker_is_counted_as_failed_requests_not_a_hang(tmp_path: Path
     with running_emulator(tmp_path, "--emulator-decode-ms", "5") as emulator:
         plan = RunPlan({"url": emulator.url}, workload, "closed", concurrency=4)
         thread = threading.Thread(target=lambda: result.update(run=run_sharded(plan, 2)))
+        answered = emulator.log().count("POST /generate")  # the emulator's own warm-up
         started = time.monotonic()
         thread.start()
         deadline = time.monotonic() + 60
-        while len(_workers_of_this_process()) < 2 and time.monotonic() < deadline:
+        # Into the measured requests: a response of theirs has begun.
+        while emulator.log().count("POST /generate") == answered and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(2.0)  # into the measured requests
         victim = _workers_of_this_process()[0]
         os.kill(victim.pid, signal.SIGKILL)
         thread.join(timeout=120)
