@@ -20,7 +20,6 @@ import pytest
 
 from pytest_sglang.emulator.engine.trace import read_trace
 from pytest_sglang.testing import EmulatorProcess
-from tests.e2e.story import write_story
 
 pytest.importorskip("xdist")
 
@@ -238,32 +237,3 @@ def test_a_distribution_that_splits_servers_is_a_usage_error(
         "workers*use -n N alone (or --dist load)*"
     ])  # fmt: skip
     assert "Traceback" not in result.stderr.str()
-
-
-@pytest.mark.slow
-def test_the_story_under_two_workers_has_the_verdicts_of_one(pytester: pytest.Pytester) -> None:
-    # The example story's C=1 tests (both servers), launched on the emulator; no autosave.
-    write_story(pytester, autosave=False)
-    reports = {}
-    for workers in ("0", "2"):
-        result = pytester.runpytest_subprocess(
-            "-n", workers, "-k", "single_stream or break_even", "-p", "no:randomly",
-            "-p", "no:benchmark", "--sglang-launcher=emulator", f"--sglang-report=r{workers}.json",
-        )  # fmt: skip
-        result.assert_outcomes(passed=2)
-        reports[workers] = json.loads((pytester.path / f"r{workers}.json").read_text())
-    verdicts = {
-        workers: {(v["test"], v["kind"]): v for v in report["verdicts"]}
-        for workers, report in reports.items()
-    }
-    assert verdicts["2"].keys() == verdicts["0"].keys() and verdicts["0"]
-    for key, alone in verdicts["0"].items():
-        shared = verdicts["2"][key]
-        assert shared["outcome"] == alone["outcome"], (shared["summary"], alone["summary"])
-        if "comparison" in alone["evidence"]:  # within noise: the verdicts say how much
-            ratio, ratio_alone = (v["evidence"]["comparison"]["ratio"] for v in (shared, alone))
-            assert abs(ratio / ratio_alone - 1) < 0.05, (shared["summary"], alone["summary"])
-    # Each profile launched once, by one worker, which took its measurements once.
-    launches = reports["2"]["launches"]
-    assert sorted(launch["profile"] for launch in launches) == ["baseline", "eagle3"]
-    assert len({launch["worker"] for launch in launches}) == 1

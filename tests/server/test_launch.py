@@ -218,24 +218,6 @@ def test_sigint_reaches_pytest_even_when_inherited_as_ignored(pytester: pytest.P
     assert emulators(tag) == []
 
 
-@pytest.mark.parametrize("fault", ["ignore-sigterm", "orphan-child"])
-def test_stubborn_servers_are_stopped_and_named(pytester: pytest.Pytester, fault: str) -> None:
-    tag = profiles(pytester, baseline_args=f', "--emulator-fault", "{fault}"')
-    pytester.makepyfile(
-        "import pytest\n\n@pytest.mark.sglang_profile('baseline')\n"
-        "def test_a(sglang_server): pass\n"
-    )
-    result = pytester.runpytest("--sglang-launcher=emulator", "-p", "no:cacheprovider")
-    assert emulators(tag) == []
-    if fault == "orphan-child":
-        # The child escaped the process group: found by its launch id, killed and named.
-        result.assert_outcomes(passed=1, errors=1)
-        result.stdout.fnmatch_lines(["*found processes of ours that outlived it*killed now: pid*"])
-    else:
-        result.assert_outcomes(passed=1)
-        result.stdout.fnmatch_lines(["*baseline*stopped: ready in*stopped in *s*"])
-
-
 def test_gpu_hygiene_end_to_end_with_fake_gpus(pytester: pytest.Pytester, tmp_path: Path) -> None:
     gpus = tmp_path / "gpus"
     uuids = write_fake_gpus(gpus, 2)
