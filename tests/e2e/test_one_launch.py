@@ -14,6 +14,8 @@ import uuid
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 FAST = (
     '"--emulator-load-time", "0", "--emulator-warmup-time", "0", '
     '"--emulator-health-probe-time", "0", "--emulator-decode-ms", "1"'

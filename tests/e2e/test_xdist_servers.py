@@ -23,6 +23,8 @@ from pytest_sglang.testing import EmulatorProcess
 
 pytest.importorskip("xdist")
 
+pytestmark = pytest.mark.slow
+
 #: A real (batch) engine whose requests take a while: a measurement lasts about a second.
 SLOW = ("--emulator-engine", "batch", "--emulator-load-time", "0", "--emulator-speedup", "2")
 

@@ -42,6 +42,8 @@ from tests.faults.harness import (
     write_profile,
 )
 
+pytestmark = pytest.mark.slow
+
 Mode = Literal["launch", "attach"]
 
 #: Two tests that need the server: the first meets the fault, the second must fail at once.

@@ -21,6 +21,8 @@ import pytest
 
 from tests.faults.harness import leftovers, listening, new_tag, wait_for, write_profile
 
+pytestmark = pytest.mark.slow
+
 SLOW_WARMUP = ("--emulator-warmup-time", "120")
 ONE_TEST = "import pytest\n\n@pytest.mark.sglang_profile('srv')\ndef test_a(sglang_server): pass\n"
 #: The child restores the default SIGINT handler first: started as a background job of a

@@ -37,7 +37,7 @@ from pytest_sglang.measure.measurement import measure  # noqa: E402
 from pytest_sglang.testing import running_emulator  # noqa: E402
 
 #: Under pytest-xdist with --dist loadgroup, one worker runs the module: one cluster at a time.
-pytestmark = pytest.mark.xdist_group("ray-cluster")
+pytestmark = [pytest.mark.xdist_group("ray-cluster"), pytest.mark.slow]
 
 #: Each node's object store: the smallest Ray accepts comfortably (records are small).
 OBJECT_STORE = 100 * 2**20

@@ -18,6 +18,8 @@ from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import measure
 from pytest_sglang.testing import running_emulator
 
+pytestmark = pytest.mark.slow
+
 
 def test_slots_split_evenly_and_requests_follow_them() -> None:
     assert slot_shares(10, 3) == [4, 3, 3]

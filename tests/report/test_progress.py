@@ -19,6 +19,8 @@ import pytest
 
 from tests.faults.harness import leftovers, new_tag
 
+pytestmark = pytest.mark.slow
+
 #: The inner test waits this long for the outer test to have seen the line.
 WAIT = 60
 

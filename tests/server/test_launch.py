@@ -17,6 +17,8 @@ import pytest
 from pytest_sglang.gpu.probes import write_fake_gpus
 from tests.faults.harness import listening, wait_for
 
+pytestmark = pytest.mark.slow
+
 FAST = (
     '"--emulator-load-time", "0", "--emulator-warmup-time", "0", '
     '"--emulator-health-probe-time", "0", "--emulator-decode-ms", "1"'
