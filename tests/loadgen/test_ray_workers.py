@@ -210,6 +210,14 @@ def _lost_worker_run(result: dict[str, Any], worker: str) -> tuple[Any, list[str
     return m, messages
 
 
+def _wait_until_done(result: dict[str, Any], done: int) -> None:
+    """Wait until ``done`` requests are done: into the measured ones, some handed over."""
+    deadline = time.monotonic() + 60
+    while result.get("done", 0) < done and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert result.get("done", 0) >= done, result
+
+
 def test_a_killed_actor_is_counted_as_failed_requests_with_a_message(
     two_nodes: Any, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -220,10 +228,7 @@ def test_a_killed_actor_is_counted_as_failed_requests_with_a_message(
         plan = RunPlan({"url": emulator.url}, workload, "closed", concurrency=4)
         with RayLoadWorkers(2, num_cpus=1) as workers:
             thread = _run_in_background(workers, plan, result)
-            deadline = time.monotonic() + 60
-            while result.get("done", 0) < 12 and time.monotonic() < deadline:
-                time.sleep(0.05)  # into the measured requests, some handed over already
-            assert result.get("done", 0) >= 12, result
+            _wait_until_done(result, 12)
             victim = workers.clocks[1]
             killed_at = time.monotonic()
             os.kill(victim.pid, signal.SIGKILL)
@@ -333,7 +338,7 @@ def test_a_node_leaving_mid_run_is_counted_as_failed_requests_not_a_hang(
             with RayLoadWorkers(2, num_cpus=1) as workers:
                 thread = _run_in_background(workers, plan, result)
                 (lost,) = [c for c in workers.clocks if c.node_id == node.node_id]
-                time.sleep(1.5)  # into the measured requests
+                _wait_until_done(result, 12)
                 removed_at = time.monotonic()
                 two_nodes.remove_node(node, allow_graceful=False)
                 thread.join(timeout=120)
