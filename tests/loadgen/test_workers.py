@@ -87,7 +87,7 @@ def _workers_of_this_process() -> list[psutil.Process]:
 
 
 def test_a_killed_worker_is_counted_as_failed_requests_not_a_hang(tmp_path: Path) -> None:
-    workload = Workload(input_len=8, output_len=200, requests=40, warmup=0)
+    workload = Workload(input_len=8, output_len=100, requests=40, warmup=0)
     result: dict[str, LoadRun] = {}
     with running_emulator(tmp_path, "--emulator-decode-ms", "5") as emulator:
         plan = RunPlan({"url": emulator.url}, workload, "closed", concurrency=4)
