@@ -14,6 +14,8 @@ import pytest
 
 from tests.server.test_launch import emulators
 
+pytestmark = pytest.mark.slow
+
 QUICK = (
     '"--emulator-warmup-time", "0", "--emulator-health-probe-time", "0", '
     '"--emulator-decode-ms", "1"'

@@ -25,6 +25,8 @@ from pytest_sglang.testing import EmulatorProcess
 from tests.faults.harness import new_tag, wait_for, write_profile
 from tests.faults.test_process_faults import finish, start_pytest
 
+pytestmark = pytest.mark.slow
+
 MEASURE = """
 from pytest_sglang import Workload
 

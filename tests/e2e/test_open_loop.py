@@ -10,6 +10,8 @@ import pytest
 
 from pytest_sglang.testing import EmulatorProcess
 
+pytestmark = pytest.mark.slow
+
 Start = Callable[..., EmulatorProcess]
 
 SUITE = """

@@ -12,6 +12,8 @@ import pytest
 from pytest_sglang.testing import EmulatorProcess
 from tests.servers.process import running_server
 
+pytestmark = pytest.mark.slow
+
 Start = Callable[..., EmulatorProcess]
 TOKEN = "sk-partner-token-5678"
 

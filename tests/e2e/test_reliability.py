@@ -24,6 +24,8 @@ from pytest_sglang.testing import running_emulator
 from tests.bench_data import result
 from tests.faults.harness import leftovers, new_tag, write_profile
 
+pytestmark = pytest.mark.slow
+
 # -- planted secrets ------------------------------------------------------------------------
 
 SECRETS = {

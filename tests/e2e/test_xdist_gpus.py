@@ -16,6 +16,8 @@ from pytest_sglang.gpu.probes import write_fake_gpus
 
 pytest.importorskip("xdist")
 
+pytestmark = pytest.mark.slow
+
 FAST = (
     '"--emulator-load-time", "0", "--emulator-warmup-time", "0", '
     '"--emulator-health-probe-time", "0", "--emulator-decode-ms", "1"'

@@ -23,6 +23,7 @@ from pytest_sglang.testing import EmulatorProcess
 
 pytest.importorskip("xdist")
 
+pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 #: A real (batch) engine whose requests take a while: a measurement lasts about a second.
@@ -241,7 +242,6 @@ def test_a_distribution_that_splits_servers_is_a_usage_error(
     assert "Traceback" not in result.stderr.str()
 
 
-@pytest.mark.slow
 def test_the_story_under_two_workers_has_the_verdicts_of_one(pytester: pytest.Pytester) -> None:
     # The example story as it ships (its C=1 tests: both servers, seven runs each), launched
     # on the emulator; only the automatic save of a baseline is off.

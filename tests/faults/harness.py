@@ -184,6 +184,16 @@ def emulator_pids(tag: str) -> list[int]:
     return [p.pid for p in psutil.process_iter() if _ours(p, tag, set())]
 
 
+def listening(tag: str) -> bool:
+    """Return whether a live process carrying ``tag`` listens on a TCP port (it is serving)."""
+    for pid in emulator_pids(tag):
+        with contextlib.suppress(psutil.Error):
+            connections = psutil.Process(pid).net_connections(kind="tcp")
+            if any(c.status == psutil.CONN_LISTEN for c in connections):
+                return True
+    return False
+
+
 def wait_for(predicate: Any, timeout: float, step: float = 0.1) -> bool:
     """Poll ``predicate()`` until true or ``timeout`` seconds pass; return its last value."""
     deadline = time.monotonic() + timeout

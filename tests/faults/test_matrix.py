@@ -42,6 +42,8 @@ from tests.faults.harness import (
     write_profile,
 )
 
+pytestmark = pytest.mark.slow
+
 Mode = Literal["launch", "attach"]
 
 #: Two tests that need the server: the first meets the fault, the second must fail at once.
@@ -94,15 +96,19 @@ def test_later(sglang_server):
 #: The server dies between two tests (a crash while nothing measured).
 BETWEEN_SUITE = """
 import os, signal, time
+from urllib.parse import urlsplit
 import pytest
 from pytest_sglang import Workload
+from pytest_sglang.testing import port_open
 
 pytestmark = pytest.mark.sglang_profile("srv")
 
 def test_uses_it_then_it_dies(sglang_server):
     pid = sglang_server.launch.pid if sglang_server.launch else int(os.environ["FAULT_PID"])
     os.kill(pid, signal.SIGKILL)
-    time.sleep(0.5)
+    deadline = time.monotonic() + 30
+    while port_open(urlsplit(sglang_server.url).port) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 def test_second(sglang_server):
     pass

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.harness import emulator_pids, leftovers, new_tag, wait_for, write_profile
+from tests.faults.harness import leftovers, listening, new_tag, wait_for, write_profile
+
+pytestmark = pytest.mark.slow
 
 SLOW_WARMUP = ("--emulator-warmup-time", "120")
 ONE_TEST = "import pytest\n\n@pytest.mark.sglang_profile('srv')\ndef test_a(sglang_server): pass\n"
@@ -57,17 +59,17 @@ def finish(process: subprocess.Popen[str], tag: str) -> str:
 def test_pytest_timeout_with_a_launched_server_leaves_nothing(
     pytester: pytest.Pytester, method: str
 ) -> None:
-    # The 6 s warm-up is the launch's (outside the 4 s timeout); the test then hangs and the
+    # The 3 s warm-up is the launch's (outside the 2 s timeout); the test then hangs and the
     # timeout strikes with the server up. The thread method ends pytest at once (os._exit):
     # the reaper stops the server; the signal method fails the test and teardown stops it.
     tag = new_tag()
-    write_profile(pytester, tag, ("--emulator-warmup-time", "6"))
+    write_profile(pytester, tag, ("--emulator-warmup-time", "3"))
     pytester.makepyfile(
         test_inner="import time\n\nimport pytest\n\n@pytest.mark.sglang_profile('srv')\n"
         "def test_a(sglang_server): time.sleep(120)\n"
     )
     started = time.monotonic()
-    process = start_pytest(pytester.path, "--timeout=4", f"--timeout-method={method}")
+    process = start_pytest(pytester.path, "--timeout=2", f"--timeout-method={method}")
     output = finish(process, tag)
     assert "Timeout" in output, output[-4000:]
     assert "ready in" in output, output[-4000:]  # the launch finished first
@@ -80,8 +82,8 @@ def test_sigint_during_warmup_stops_the_server(pytester: pytest.Pytester) -> Non
     pytester.makepyfile(test_inner=ONE_TEST)
     process = start_pytest(pytester.path, f"--sglang-report={pytester.path / 'r.json'}")
     try:
-        assert wait_for(lambda: emulator_pids(tag), 60.0), "the server never started"
-        time.sleep(1.0)  # into the warm-up: port open, health 503
+        # Into the warm-up: port open, health 503.
+        assert wait_for(lambda: listening(tag), 60.0), "the server never opened its port"
         process.send_signal(signal.SIGINT)
     finally:
         output = finish(process, tag)
@@ -103,8 +105,7 @@ def test_sigkill_of_pytest_during_warmup_is_cleaned_up_by_the_reaper(
     pytester.makepyfile(test_inner=ONE_TEST)
     process = start_pytest(pytester.path)
     try:
-        assert wait_for(lambda: emulator_pids(tag), 60.0), "the server never started"
-        time.sleep(1.0)
+        assert wait_for(lambda: listening(tag), 60.0), "the server never opened its port"
         process.kill()  # no teardown runs: the reaper sees its pipe close
     finally:
         finish(process, tag)

@@ -36,6 +36,8 @@ from pytest_sglang.gpu.probes import write_fake_gpus
 from pytest_sglang.testing import running_emulator
 from tests.faults.harness import FAST, leftovers
 
+pytestmark = pytest.mark.slow
+
 #: Secrets planted in the rows: none may appear in any output or file.
 KEY = "sk-hostile-" + uuid.uuid4().hex[:12]
 ADMIN_KEY = "adm-hostile-" + uuid.uuid4().hex[:12]

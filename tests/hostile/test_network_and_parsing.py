@@ -36,6 +36,8 @@ import pytest
 
 from tests.faults.harness import wait_for
 
+pytestmark = pytest.mark.slow
+
 #: What a server-facing row's inner session runs: one test that needs the server.
 SERVER_SUITE = """
 def test_server(sglang_server):

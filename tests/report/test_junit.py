@@ -162,6 +162,7 @@ def test_no_server(request):
 """
 
 
+@pytest.mark.slow
 def test_junit_from_a_launch_run(pytester: pytest.Pytester) -> None:
     tag = new_tag()
     fast = ", ".join(json.dumps(a) for a in FAST)
@@ -228,6 +229,7 @@ def synthetic(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
+@pytest.mark.slow
 def test_junit_under_xdist_with_the_baseline_gate(synthetic: pytest.Pytester) -> None:
     first = synthetic.runpytest("-n", "2", "--sglang-save=base", "--junitxml=save.xml")
     first.assert_outcomes(passed=2, failed=1)
@@ -270,6 +272,7 @@ def test_measures_both(sglang_bench, level):
 """
 
 
+@pytest.mark.slow
 def test_junit_from_attached_servers_under_xdist(
     pytester: pytest.Pytester, start_emulator: Callable[..., EmulatorProcess]
 ) -> None:

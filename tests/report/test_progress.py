@@ -19,6 +19,8 @@ import pytest
 
 from tests.faults.harness import leftovers, new_tag
 
+pytestmark = pytest.mark.slow
+
 #: The inner test waits this long for the outer test to have seen the line.
 WAIT = 60
 
@@ -65,8 +67,12 @@ def test_a_slow_launch_reports_progress_to_a_pipe(pytester: pytest.Pytester, xdi
     if xdist:
         pytest.importorskip("xdist")
     tag = new_tag()
-    # The launcher's first progress line comes 5 s into a launch: this server loads for 7.
-    args = ["--emulator-load-time", "7", "--emulator-warmup-time", "0",
+    # The launcher's first progress line comes 0.5 s into a launch here (5 s by default, set
+    # by the inner conftest): this server loads for 3.
+    pytester.makeconftest(
+        "import pytest_sglang.server.launcher as launcher\n\nlauncher.PROGRESS_FIRST = 0.5\n"
+    )
+    args = ["--emulator-load-time", "3", "--emulator-warmup-time", "0",
             "--emulator-health-probe-time", "0", "--emulator-decode-ms", "1"]  # fmt: skip
     pytester.makepyprojecttoml(f"""
         [tool.pytest-sglang.profiles.slow]

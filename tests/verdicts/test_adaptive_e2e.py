@@ -68,6 +68,7 @@ def test_adaptive_keeps_the_greedy_output(sglang_servers):
 """
 
 
+@pytest.mark.slow
 def test_adaptive_story_on_the_emulator(pytester: pytest.Pytester) -> None:
     (pytester.path / "pyproject.toml").write_text(PYPROJECT)
     pytester.makepyfile(test_adaptive=SUITE)
