@@ -291,6 +291,7 @@ class Launch:
             api_key=_flag_value(self.profile.args, "--api-key") or self.settings.api_key.value,
             watch=self._watch,
             secrets=self.settings.secrets,
+            ready_line=self._process.wait_ready_line,
         )
         server = gate.wait()
         if not self._process.listens_on(port):
