@@ -14,11 +14,12 @@ about 1 s by itself (it runs a one-token generation). The benchmark therefore ru
 emulator's health probe at 0 s (the gate's own latency) and at 1 s (as on SGLang), and prints
 the median of each; the target, gate latency beyond the successful probe, is <= 0.1 s.
 
-The emulator is ready 2 s after it starts; a pytest session that takes longer than that to
-reach the fixture (a loaded machine) measures its own start-up instead: quote figures from a
-quiet machine.
+The emulator is ready 2 s after it starts (``--warm-up`` 1.5 s after its port opens); a
+pytest session that takes longer than that to reach the fixture (a loaded machine) would
+measure its own start-up instead: raise ``--warm-up`` there.
 
     python benchmarks/readiness_latency.py [--trials 7] [--mode attached|launched|both]
+        [--warm-up 1.5]
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def test_ready(sglang_server):
     with open({out!r}, "w") as f:
         f.write(repr(time.time()))
 """
-TIMINGS = ["--emulator-load-time", "0.5", "--emulator-warmup-time", "1.5"]
+WARM_UP = 1.5
 PROFILE = """
 [tool.pytest-sglang.profiles.bench]
 model-path = "bench/model"
@@ -90,24 +91,45 @@ def read(path: Path) -> str:
         return ""
 
 
-def trial(workdir: Path, probe_time: float, mode: str) -> tuple[float, float]:
-    timings = [*TIMINGS, "--emulator-health-probe-time", str(probe_time)]
+def trial(
+    workdir: Path, probe_time: float, mode: str, warm_up: float = WARM_UP
+) -> tuple[float, float]:
+    timings = [
+        "--emulator-load-time",
+        "0.5",
+        "--emulator-warmup-time",
+        str(warm_up),
+        "--emulator-health-probe-time",
+        str(probe_time),
+    ]
     port = free_port()
-    out = workdir / f"returned-{port}"
+    workdir = workdir / f"trial-{port}"
+    workdir.mkdir()
+    out = workdir / "returned"
     (workdir / "test_ready.py").write_text(TEST.format(out=str(out)))
     emulator = None
     if mode == "attached":
         url: str | Path = f"http://127.0.0.1:{port}"
-        server = [f"--sglang-url={url}"]
+        server = [f"--sglang-url=bench={url}"]
         emulator = subprocess.Popen(
-            [sys.executable, "-m", "pytest_sglang.emulator", "--model-path", "bench/model",
-             "--host", "127.0.0.1", "--port", str(port), *timings],
+            [
+                sys.executable,
+                "-m",
+                "pytest_sglang.emulator",
+                "--model-path",
+                "bench/model",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                *timings,
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
-        )  # fmt: skip
+        )
     else:
-        basetemp = workdir / f"basetemp-{port}"
+        basetemp = workdir / "basetemp"
         url = basetemp / "sglang-logs" / "bench-1.log"
         server = ["--sglang-launcher=emulator", f"--basetemp={basetemp}"]
         (workdir / "pyproject.toml").write_text(PROFILE.format(args=json.dumps(timings)))
@@ -116,12 +138,22 @@ def trial(workdir: Path, probe_time: float, mode: str) -> tuple[float, float]:
     poller.start()
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *server,
-             "--sglang-ready-timeout=60", "--sglang-require", str(workdir / "test_ready.py")],
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                *server,
+                "--sglang-ready-timeout=60",
+                "--sglang-require",
+                str(workdir / "test_ready.py"),
+            ],
             cwd=workdir,
             capture_output=True,
             text=True,
-        )  # fmt: skip
+        )
         if result.returncode != 0:
             raise SystemExit(f"pytest failed:\n{result.stdout}{result.stderr}")
         poller.join(10)
@@ -140,6 +172,9 @@ def main() -> None:
     parser.add_argument(
         "--mode", choices=("attached", "launched", "both"), default="both", help="default both"
     )
+    parser.add_argument(
+        "--warm-up", type=float, default=WARM_UP, help=f"emulator warm-up s (default {WARM_UP})"
+    )
     args = parser.parse_args()
     modes = ("attached", "launched") if args.mode == "both" else (args.mode,)
     with tempfile.TemporaryDirectory() as tmp:
@@ -147,7 +182,7 @@ def main() -> None:
             for probe_time in (0.0, 1.0):
                 latencies = []
                 for _ in range(args.trials):
-                    ready, returned = trial(Path(tmp), probe_time, mode)
+                    ready, returned = trial(Path(tmp), probe_time, mode, args.warm_up)
                     latencies.append(returned - ready)
                 gate_only = statistics.median(latencies) - probe_time
                 print(
