@@ -19,6 +19,8 @@ from pathlib import Path
 
 import psutil
 
+from pytest_sglang.server.logpump import READY_LINE
+
 #: The story's EAGLE-3 configuration (as in examples/pyproject.toml), for tests and benchmarks.
 EAGLE3_FLAGS = (
     "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
@@ -98,9 +100,6 @@ class EmulatorProcess:
             with contextlib.suppress(OSError, psutil.Error):
                 if os.getpgid(proc.pid) == self.process.pid:
                     proc.kill()
-
-
-READY_LINE = "The server is fired up and ready to roll!"
 
 
 @contextlib.contextmanager
