@@ -134,7 +134,7 @@ class ReadinessGate:
         #: Runs every probe on the gate's own event loop, while :meth:`wait` runs.
         self._prober: Prober | None = None
         self._tls_checked = False
-        self._probes_waited = 0
+        self._validators_built = False
 
     @classmethod
     def for_target(
@@ -516,11 +516,10 @@ class ReadinessGate:
         if self._watch is not None:
             self._watch(phase, self._elapsed())
         self._check_deadline(phase)
-        if self._probes_waited == 0:
-            # The later phases' validators, built while the server is still starting up.
+        if not self._validators_built:  # built while the server starts, not once it is ready
             for name in ("openai_models",) if self.kind == "openai" else _SCHEMAS:
                 validator(name)
-        self._probes_waited += 1
+            self._validators_built = True
         last = self._last
         cheap = "connect" not in self._phases or (last is not None and last.path == "/ready")
         if cheap and self._ready_line is None:
