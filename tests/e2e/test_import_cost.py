@@ -37,9 +37,13 @@ print(json.dumps(sorted(m for m in sys.modules)))
 #: What a session without tests, marked tests or baseline options never needs: imported on
 #: first use (a server asked for, a ``sglang_measure`` marker, ``--sglang-compare``...).
 NOT_AT_COLLECTION = (
-    *HEAVY, "pytest_sglang.server", "pytest_sglang.loadgen", "pytest_sglang.measure.bench",
-    "pytest_sglang.verdicts.gate", "pytest_sglang.report.context",
-)  # fmt: skip
+    *HEAVY,
+    "pytest_sglang.server",
+    "pytest_sglang.loadgen",
+    "pytest_sglang.measure.bench",
+    "pytest_sglang.verdicts.gate",
+    "pytest_sglang.report.context",
+)
 
 
 def _pulled(loaded: set[str], modules: tuple[str, ...]) -> list[str]:
