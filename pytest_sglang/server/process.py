@@ -99,20 +99,6 @@ def kill_ours(launch_id: str, pgid: int, grace: float, exclude: Sequence[int] = 
     return report
 
 
-def _listening(processes: list[psutil.Process], port: int) -> bool:
-    """Return whether one of ``processes`` listens on TCP ``port``."""
-    for proc in processes:
-        try:
-            connections = proc.net_connections(kind="tcp")
-        except psutil.Error:
-            continue
-        if any(
-            c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in connections
-        ):
-            return True
-    return False
-
-
 def _pgid(proc: psutil.Process) -> int | None:
     try:
         return os.getpgid(proc.pid)
@@ -265,17 +251,18 @@ class ServerProcess:
         return text.splitlines()[-lines:]
 
     def listens_on(self, port: int) -> bool:
-        """Return whether a process of this launch listens on TCP ``port``.
-
-        The server's process tree is asked first; every process carrying the launch id (a
-        scan of all processes' environments) only when none in the tree listens there.
-        """
-        try:
-            leader = psutil.Process(self.pid)  # our child, not reaped yet: its pid is ours
-            tree = [leader, *leader.children(recursive=True)]
-        except psutil.Error:
-            tree = []
-        return _listening(tree, port) or _listening(find_ours(self.launch_id), port)
+        """Return whether a process of this launch listens on TCP ``port``."""
+        for proc in find_ours(self.launch_id):
+            try:
+                connections = proc.net_connections(kind="tcp")
+            except psutil.Error:
+                continue
+            if any(
+                c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+                for c in connections
+            ):
+                return True
+        return False
 
     def stop(self, grace: float = DEFAULT_GRACE) -> StopReport:
         """Stop the server and everything it started; idempotent."""
