@@ -41,6 +41,7 @@ NOT_AT_COLLECTION = (
     "pytest_sglang.server",
     "pytest_sglang.loadgen",
     "pytest_sglang.measure.bench",
+    "pytest_sglang.measure.metrics",
     "pytest_sglang.verdicts.gate",
     "pytest_sglang.report.context",
 )
