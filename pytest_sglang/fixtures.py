@@ -183,6 +183,9 @@ def sglang_server(
     ``/v1/models`` schema, identity and ``/server_info`` checks. Tests are skipped when no
     server is configured, or fail under ``--sglang-require``.
     """
+    # measure.bench (CONFIG_KEYS, for server_entry) is imported before the server is waited
+    # for, not after it is ready: the test starts as soon as the gate passes.
+    import pytest_sglang.measure.bench  # noqa: F401
     from pytest_sglang.errors import ServerUnavailable, SGLangError
     from pytest_sglang.server.identity import (
         check_model_expectations,

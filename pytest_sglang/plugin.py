@@ -41,8 +41,6 @@ from pytest_sglang.markers import (
     validate_markers,
 )
 from pytest_sglang.measure.plans import MEASURE_MARKER, PLANS_KEY, declared_measurements
-from pytest_sglang.report.context import CURRENT_ITEM
-from pytest_sglang.server.handle import KILLED_AT_ONCE
 from pytest_sglang.timeouts import BRIDGE_KEY, TimeoutBridge
 
 if TYPE_CHECKING:
@@ -143,9 +141,14 @@ def pytest_configure(config: pytest.Config) -> None:
             "sglang-reporter",
         )
     # Stored baselines (--sglang-save, --sglang-compare...): the controller saves and judges.
-    from pytest_sglang.verdicts.gate import register_gate
+    if not hasattr(config, "workerinput"):
+        from pytest_sglang.verdicts.baseline_options import baseline_options
 
-    register_gate(config)
+        options = baseline_options(config)
+        if options.active:
+            from pytest_sglang.verdicts.gate import register_gate
+
+            register_gate(config, options)
 
 
 def _refuse_launch_under_xdist(config: pytest.Config, settings: Settings) -> None:
@@ -206,6 +209,8 @@ def servers_named(item: pytest.Item) -> frozenset[str]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     """Let verdicts called from the test record their evidence on it."""
+    from pytest_sglang.report.context import CURRENT_ITEM
+
     token = CURRENT_ITEM.set(item)
     try:
         return (yield)
@@ -341,6 +346,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 def launch_line(info: LaunchInfo) -> str:
     """One launch in the summary: outcome, then what is known, never an empty cause."""
+    from pytest_sglang.server.handle import KILLED_AT_ONCE
+
     details: list[str] = []
     if info.cause:
         details.append(info.cause)

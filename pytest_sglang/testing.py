@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 
 from pytest_sglang.server.launcher import pick_port, port_in_use
+from pytest_sglang.server.logpump import READY_LINE
 
 #: The story's EAGLE-3 configuration (as in examples/pyproject.toml), for tests and benchmarks.
 EAGLE3_FLAGS = tuple(
@@ -103,10 +104,6 @@ class EmulatorProcess:
             with contextlib.suppress(OSError, psutil.Error):
                 if os.getpgid(proc.pid) == self.process.pid:
                     proc.kill()
-
-
-#: The line SGLang (and the emulator) logs once it serves requests.
-READY_LINE = "The server is fired up and ready to roll!"
 
 
 @contextlib.contextmanager

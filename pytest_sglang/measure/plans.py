@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_sglang.loadgen.workload import Workload
+if TYPE_CHECKING:
+    from pytest_sglang.loadgen.workload import Workload
 
 __all__ = [
     "DEFAULT_REPEATS",
@@ -90,6 +91,8 @@ def declared_by_marker(
     servers = list(args)
     if not servers or not all(isinstance(s, str) and s for s in servers):
         raise ValueError(f"name one or more servers first, got {tuple(args)!r}; {example}")
+    from pytest_sglang.loadgen.workload import Workload  # not with the plugin: marked tests only
+
     workload = kwargs.get("workload")
     if not isinstance(workload, Workload):
         raise ValueError(

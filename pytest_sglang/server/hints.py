@@ -3,6 +3,7 @@
 Signatures match case-insensitively (uvicorn logs "address already in use", Python's
 ``OSError`` "Address already in use"). :func:`without_probes` drops the readiness gate's
 own requests from a log tail, so that a failure shows what the server said, not our polls.
+:func:`gate_hint` and :func:`auth_problem` explain the readiness gate's failures.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import re
 import signal
 from collections.abc import Iterable, Sequence
 
-__all__ = ["SIGNATURES", "exit_hint", "hints_for", "without_probes"]
+from pytest_sglang.server.probing import Seen
+
+__all__ = ["SIGNATURES", "auth_problem", "exit_hint", "gate_hint", "hints_for", "without_probes"]
 
 _OOM = (
     "CUDA out of memory: lower --mem-fraction-static in the profile's args, or free the "
@@ -93,3 +96,38 @@ def exit_hint(code: int | None) -> str | None:
     if name == "SIGSEGV":
         return "the server crashed (SIGSEGV): read the log above for the native traceback"
     return f"the server was ended by {name}"
+
+
+def gate_hint(phase: str, last: Seen | None) -> str | None:
+    """Return what a readiness gate failure in ``phase`` likely means, given its last probe."""
+    if phase == "connect" and last is not None and last.error is not None:
+        if "no answer" in last.error:
+            return (
+                "the port accepts connections but nothing answers (in full, in time): "
+                "a hung, zombie or dribbling server? check its process and logs"
+            )
+        return (
+            "nothing answers at this URL: is the server running (a large model can "
+            "take many minutes to load before the port opens) and is the URL right?"
+        )
+    if phase == "health" and last is not None and last.status == 503:
+        return (
+            "the server is up but still warming up (503 from the health endpoints); "
+            "if it needs longer, raise --sglang-ready-timeout; if it never turns "
+            "healthy, read its log for the warm-up error"
+        )
+    return None
+
+
+def auth_problem(path: str, key_given: bool) -> str:
+    """Explain a 401 from ``path``: the key given is wrong, or the server wants one."""
+    if key_given:
+        return (
+            f"GET {path} answered 401 Unauthorized: the server rejects the API key "
+            "given (from --sglang-api-key / PYTEST_SGLANG_API_KEY / sglang_api_key); "
+            "pass the key the server was started with (--api-key)"
+        )
+    return (
+        f"GET {path} answered 401 Unauthorized: the server was started with --api-key;"
+        " pass the same key with --sglang-api-key or PYTEST_SGLANG_API_KEY"
+    )

@@ -160,6 +160,8 @@ class Launch:
         self._clock = clock
         self._process: ServerProcess | None = None
         self._ready_at: float | None = None
+        #: Whether the process listening on the port was found to be ours.
+        self._fresh = False
         self._baseline: GpuSnapshot | None = None
         self._next_progress = PROGRESS_FIRST
         self.info = LaunchInfo(target.name, settings.launcher.value, [], log_path)
@@ -291,21 +293,37 @@ class Launch:
             api_key=_flag_value(self.profile.args, "--api-key") or self.settings.api_key.value,
             watch=self._watch,
             secrets=self.settings.secrets,
+            ready_line=self._process.wait_ready_line,
         )
         server = gate.wait()
+        self._check_fresh()
+        return replace(server, launch=self.info)
+
+    def _check_fresh(self) -> None:
+        """Make sure the server that answers is ours: a process we started has the port.
+
+        Checked once, as soon as the port answers (from :meth:`_watch`, while the server
+        warms up), else after the gate. start() adds the command, log path and tail to the
+        failure.
+        """
+        assert self._process is not None
+        if self._fresh:
+            return
+        port = self.info.port
         if not self._process.listens_on(port):
-            # start() adds the command, log path and tail to every gate failure.
             raise ServerNotReady(
-                f"SGLang server {self.profile.name!r} at {url} answered, but no process we "
-                f"started listens on port {port}: another server took the port; stop it "
-                "and rerun",
+                f"SGLang server {self.profile.name!r} at http://{self.host}:{port} answered, "
+                f"but no process we started listens on port {port}: another server took the "
+                "port; stop it and rerun",
                 phase="freshness",
             )
-        return replace(server, launch=self.info)
+        self._fresh = True
 
     def _watch(self, phase: str, elapsed: float) -> None:
         assert self._process is not None
         code = self._process.poll()
+        if code is None and phase != "connect":
+            self._check_fresh()  # the port answers: whose is it?
         if code is not None:
             self.info.exit_code = code
             self.info.cause = (

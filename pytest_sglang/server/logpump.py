@@ -7,6 +7,10 @@ known secrets and every secret-looking value (``config/redaction.py``) replaced 
 every other byte as the server wrote it. A line ends at a newline or a carriage return (a
 progress bar); one longer than :data:`MAX_LINE` is written in pieces.
 
+The pump also watches for SGLang's :data:`READY_LINE`: when given a file descriptor, it
+writes one byte there as the line passes, so the readiness gate learns of it at once
+(``ServerProcess.wait_ready_line``) instead of at its next probe.
+
 A process of its own, not a thread of pytest: a test process busy generating load must never
 make the server block on a full pipe. It carries no launch id, so the teardown's signals do
 not cut it short: it ends at the pipe's end of file, when the server and every child that
@@ -17,6 +21,7 @@ command line, which every user of the host can read.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -25,12 +30,15 @@ from collections.abc import Callable
 
 from pytest_sglang.config.redaction import Redactor
 
-__all__ = ["MAX_LINE", "SECRETS_ENV", "pump", "redact_bytes"]
+__all__ = ["MAX_LINE", "READY_LINE", "SECRETS_ENV", "pump", "redact_bytes"]
 
 #: The environment variable that carries the secrets to hide (a JSON list of strings).
 SECRETS_ENV = "PYTEST_SGLANG_LOG_SECRETS"
 #: A line without an end longer than this is written as it is (and redacted) in pieces.
 MAX_LINE = 64 * 1024
+#: What SGLang logs once warm-up has passed and its status is Up (the same in 0.4.10, 0.5.5
+#: and 0.5.23); the emulator prints it too.
+READY_LINE = "The server is fired up and ready to roll!"
 _LINE_END = re.compile(rb"(?<=[\n\r])")
 
 
@@ -41,15 +49,27 @@ def redact_bytes(data: bytes, redact: Callable[[str], str]) -> bytes:
     return data if hidden == text else hidden.encode("utf-8", "surrogateescape")
 
 
-def pump(source: int, sink: int, redact: Callable[[str], str]) -> None:
-    """Copy ``source`` to ``sink`` (file descriptors) line by line, redacted, until EOF."""
+def pump(
+    source: int,
+    sink: int,
+    redact: Callable[[str], str],
+    on_ready: Callable[[], None] = lambda: None,
+) -> None:
+    """Copy ``source`` to ``sink`` (file descriptors) line by line, redacted, until EOF.
+
+    ``on_ready`` is called once, after the first line holding :data:`READY_LINE` is written.
+    """
     pending = b""
+    ready = READY_LINE.encode()
     while chunk := os.read(source, 65536):
         *lines, pending = _LINE_END.split(pending + chunk)
         if len(pending) > MAX_LINE:
             lines.append(pending)
             pending = b""
         _write_all(sink, b"".join(redact_bytes(line, redact) for line in lines))
+        if ready and any(ready in line for line in lines):
+            on_ready()
+            ready = b""
     _write_all(sink, redact_bytes(pending, redact))
 
 
@@ -60,12 +80,22 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m pytest_sglang.server.logpump LOG``: standard input to LOG, appended."""
+    """``python -m pytest_sglang.server.logpump LOG [READY_FD]``: standard input to LOG.
+
+    LOG is appended to; a byte goes to the file descriptor READY_FD when the ready line passes.
+    """
     secrets = json.loads(os.environ.get(SECRETS_ENV, "[]"))
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
     sink = os.open(argv[0], flags, 0o644)
+    ready_fd = int(argv[1]) if len(argv) > 1 else None
+
+    def signal_ready() -> None:
+        if ready_fd is not None:
+            with contextlib.suppress(OSError):  # nobody waits any more: nothing to tell
+                os.write(ready_fd, b"R")
+
     try:
-        pump(sys.stdin.fileno(), sink, Redactor(secrets))
+        pump(sys.stdin.fileno(), sink, Redactor(secrets), signal_ready)
     finally:
         os.close(sink)
     return 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytest_sglang.loadgen.jsoncodec import MAX_BODY_BYTES, UnsafeBody
@@ -21,12 +22,37 @@ from pytest_sglang.loadgen.jsoncodec import MAX_BODY_BYTES, UnsafeBody
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["Prober", "tls_failure"]
+__all__ = ["Prober", "Seen", "tls_failure"]
 
 #: OpenSSL's reasons when the peer of a TLS handshake answered bytes that are no TLS record
 #: (an HTTP answer to the ClientHello).
 _NOT_TLS = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
             "UNKNOWN_PROTOCOL", "HTTP_REQUEST")  # fmt: skip
+_BODY_SNIPPET = 300
+
+
+@dataclass
+class Seen:
+    """What one probe got: a response or a transport error, for failure messages."""
+
+    method: str
+    path: str
+    at: float
+    status: int | None = None
+    body: str = ""
+    error: str | None = None
+    #: The response's ``Server`` header, if any (recognises engines that are not SGLang).
+    server: str | None = None
+
+    def describe(self) -> str:
+        """Return the probe in one line: ``GET /ready -> 503 with empty body (at 1.20s)``."""
+        where = f"{self.method} {self.path}"
+        if self.error is not None:
+            return f"{where}: {self.error} (at {self.at:.2f}s)"
+        body = repr(self.body[:_BODY_SNIPPET]) if self.body else "empty body"
+        if len(self.body) > _BODY_SNIPPET:
+            body += f" … ({len(self.body)} bytes)"
+        return f"{where} -> {self.status} with {body} (at {self.at:.2f}s)"
 
 
 class Prober:

@@ -14,6 +14,7 @@ import contextlib
 import datetime
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -125,6 +126,9 @@ class ServerProcess:
         self._popen: subprocess.Popen[bytes] | None = None
         self._reaper: subprocess.Popen[bytes] | None = None
         self._pump: subprocess.Popen[bytes] | None = None
+        #: Read end of the pipe on which the log pump signals the ready line; None once read.
+        self._ready_fd: int | None = None
+        self._ready_seen = False
         self.stop_report: StopReport | None = None
         self._killed_at_once = False
 
@@ -138,19 +142,28 @@ class ServerProcess:
         """Start the server (own session, stdout+stderr to the log, redacted) and its reaper.
 
         The server writes into a pipe to the log pump (``server/logpump.py``), which keeps
-        the log without the secrets the server prints (its arguments, the API key).
+        the log without the secrets the server prints (its arguments, the API key), and
+        tells :meth:`wait_ready_line` when the server's ready line passes.
         """
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path.touch()  # the log exists (and is writable) before anything runs
         read_end, write_end = os.pipe()
+        self._ready_fd, ready_write = os.pipe()
         try:
             self._pump = subprocess.Popen(
-                [sys.executable, "-m", "pytest_sglang.server.logpump", str(self.log_path)],
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest_sglang.server.logpump",
+                    str(self.log_path),
+                    str(ready_write),
+                ],
                 stdin=read_end,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 env={**os.environ, SECRETS_ENV: json.dumps(self.secrets)},
                 start_new_session=True,
+                pass_fds=(ready_write,),
             )
             try:
                 self._popen = subprocess.Popen(
@@ -168,6 +181,7 @@ class ServerProcess:
                 raise
         finally:
             os.close(read_end)
+            os.close(ready_write)
             if write_end >= 0:
                 os.close(write_end)
         # The reaper waits for EOF on its stdin: the pipe closes when this process ends in
@@ -189,6 +203,24 @@ class ServerProcess:
     def poll(self) -> int | None:
         """Return the exit code if the server process has exited, else None."""
         return self._popen.poll() if self._popen is not None else None
+
+    def wait_ready_line(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the ready line in the log; return whether it came.
+
+        Returns as soon as the log pump signals the line, or ends without it (the server's
+        output closed: it is dying); once either has happened, every call waits ``timeout``.
+        """
+        if self._ready_fd is None:
+            time.sleep(timeout)
+        elif select.select([self._ready_fd], [], [], timeout)[0]:
+            self._ready_seen = os.read(self._ready_fd, 1) != b""
+            self._close_ready()
+        return self._ready_seen
+
+    def _close_ready(self) -> None:
+        if self._ready_fd is not None:
+            os.close(self._ready_fd)
+            self._ready_fd = None
 
     def _end_pump(self, timeout: float = 10.0) -> None:
         """Wait for the log pump to copy the last lines (it ends at EOF); stop it if it hangs."""
@@ -237,11 +269,13 @@ class ServerProcess:
         if self.stop_report is not None:
             return self.stop_report
         if self._popen is None:  # never started (Popen itself failed): nothing to stop
+            self._close_ready()
             self.stop_report = StopReport()
             return self.stop_report
         exclude = [self._reaper.pid] if self._reaper is not None else []
         report = kill_ours(self.launch_id, self._popen.pid, grace, exclude)
         self._end_pump()
+        self._close_ready()
         if self._killed_at_once:
             report.signals.append(KILLED_AT_ONCE)
         try:

@@ -1,43 +1,21 @@
 """The layered readiness gate: the server is really ready, and it is the right one.
 
-Phases, in order (``docs/architecture.md``, "The readiness gate"), each timed:
+The phases ``connect``, ``health``, ``models``, ``identity`` and ``server_info`` run in order,
+each timed; what each checks, and the variant for plain OpenAI-compatible servers
+(``kind="openai"``), is in ``docs/architecture.md``, "The readiness gate". Every failure
+message names the endpoints the failing phase tried, with their answers.
 
-``connect``
-    until any HTTP answer arrives (connection refused while SGLang loads weights).
-``health``
-    ``/ready`` (0.5.23; instant) until 200, confirmed by one ``/health_generate`` 200, or
-    ``/health_generate`` alone on releases without ``/ready``; 503 means "warming up".
-``models``
-    ``/v1/models`` answers 200 and validates against the shipped JSON Schema. It answers
-    during warm-up too, which is why it is not a readiness signal on its own.
-``identity``
-    the expected model id and ``max_model_len``.
-``server_info``
-    ``/server_info`` (or ``/get_server_info`` on 0.5.5 and older) validates and shows the
-    expected configuration; ``/model_info`` (or ``/get_model_info``) is read alongside.
+The ready timeout is one hard deadline: each probe (:mod:`~pytest_sglang.server.probing`) gets
+the time left, at most its own bound, for its whole answer. A port that speaks another scheme
+than the URL says fails the gate at once: waiting does not change a port's scheme.
 
-A server declared plain OpenAI-compatible (``kind="openai"``: ``openai+http://`` in
-``--sglang-url``, ``kind = "openai"`` in a profile) passes ``connect``, then ``health`` on
-``/health`` 200 (or ``/v1/models`` 200 where ``/health`` answers 404), ``models`` against
-the OpenAI model-list schema (not SGLang's additions) and ``identity`` (model id and, when
-the list carries it, ``max_model_len``); ``server_info`` is skipped and the handle says so
-(``ReadinessTimings.skipped``).
+Waiting: ``/ready`` runs no generation and a refused connection costs nothing, so both are
+polled every :data:`CHEAP_POLL_INTERVAL`; ``/health_generate`` runs one, so its polls back off
+to :data:`MAX_POLL_INTERVAL`. In launch mode the server's log tells readiness (``ready_line``,
+from the log pump): every probe backs off, and the ready line ends the wait at once.
 
-Every failure message names the endpoints the failing phase tried, with their answers; a
-schema failure lists every violation (up to five) with the JSON around it; a server refused
-as "not SGLang" is named when its ``Server`` header or model list gives it away
-(:mod:`~pytest_sglang.server.engines`), with how to measure it anyway.
-
-The ready timeout is one hard deadline over everything the gate does: each probe
-(:mod:`~pytest_sglang.server.probing`) gets the time left, at most its own bound, for its
-whole answer, so a server that dribbles its answer a byte at a time cannot stretch it;
-bodies are parsed with :func:`~pytest_sglang.loadgen.jsoncodec.loads_body` (bounded size
-and depth). A TLS handshake that fails (``https://`` to a plain HTTP port), or a plain
-request that a TLS server drops or refuses (``http://`` to an HTTPS port, confirmed by one
-handshake), fails the gate at once, saying so: waiting does not change a port's scheme.
-
-Clock and sleep are injectable, and the HTTP transport too, so tests can script a server
-without sockets or real waiting.
+Clock, sleep and the HTTP transport are injectable: tests script a server without sockets or
+real waiting.
 """
 
 from __future__ import annotations
@@ -46,7 +24,6 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytest_sglang.config.redaction import Redactor
@@ -56,24 +33,27 @@ from pytest_sglang.errors import IdentityMismatch, SchemaMismatch, ServerNotRead
 from pytest_sglang.loadgen.jsoncodec import UnsafeBody, loads_body
 from pytest_sglang.server.engines import advice, recognise
 from pytest_sglang.server.handle import ModelCard, ReadinessTimings, SGLangServer
+from pytest_sglang.server.hints import auth_problem, gate_hint
 from pytest_sglang.server.identity import (
     MODEL_KEYS,
     check_model_expectations,
     check_server_info_expectations,
     select_card,
 )
-from pytest_sglang.server.probing import Prober, tls_failure
-from pytest_sglang.server.schemas import describe_violations, violations
+from pytest_sglang.server.probing import Prober, Seen, tls_failure
+from pytest_sglang.server.schemas import describe_violations, validator, violations
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["POLL_INTERVAL", "ReadinessGate"]
+__all__ = ["CHEAP_POLL_INTERVAL", "POLL_INTERVAL", "ReadinessGate"]
 
-#: Seconds between the first probes. The wait grows by ``POLL_BACKOFF`` after each probe up
-#: to ``MAX_POLL_INTERVAL``: readiness is still noticed well within 0.5 s, and a server that
-#: warms up for minutes logs a few probe lines a second, not twenty (its log tail in a
-#: failure message would show nothing but probes).
+#: Seconds between probes that cost the server nothing: ``/ready``, and any probe before the
+#: port answers. Used when no log tells readiness (an attached server).
+CHEAP_POLL_INTERVAL = 0.02
+#: Seconds between the first other probes. The wait grows by ``POLL_BACKOFF`` after each up
+#: to ``MAX_POLL_INTERVAL``: a server that warms up for minutes runs (and logs) a few health
+#: generations a second, not twenty.
 POLL_INTERVAL = 0.05
 POLL_BACKOFF = 1.5
 MAX_POLL_INTERVAL = 0.25
@@ -85,31 +65,8 @@ PROBE_TIMEOUT = 30.0
 #: listener (our server then dies with "address already in use") accepts the connection
 #: and never answers: the watch must not wait 30 s to notice our process is gone.
 QUICK_PROBE_TIMEOUT = 2.0
-_BODY_SNIPPET = 300
 _PHASES = ("connect", "health", "models", "identity", "server_info")
-
-
-@dataclass
-class _Seen:
-    """The last response (or transport error) the gate saw, for failure messages."""
-
-    method: str
-    path: str
-    at: float
-    status: int | None = None
-    body: str = ""
-    error: str | None = None
-    #: The response's ``Server`` header, if any (recognises engines that are not SGLang).
-    server: str | None = None
-
-    def describe(self) -> str:
-        where = f"{self.method} {self.path}"
-        if self.error is not None:
-            return f"{where}: {self.error} (at {self.at:.2f}s)"
-        body = repr(self.body[:_BODY_SNIPPET]) if self.body else "empty body"
-        if len(self.body) > _BODY_SNIPPET:
-            body += f" … ({len(self.body)} bytes)"
-        return f"{where} -> {self.status} with {body} (at {self.at:.2f}s)"
+_SCHEMAS = ("v1_models", "server_info", "model_info")
 
 
 class ReadinessGate:
@@ -127,6 +84,8 @@ class ReadinessGate:
     :param watch: called with (phase, elapsed seconds) before every wait between probes:
         launch mode uses it to notice a dead process at once and to show progress; it may
         raise to abort the gate.
+    :param ready_line: waits up to the given seconds, returning as soon as the server's log
+        shows its ready line (launch mode); used instead of ``sleep``.
     """
 
     def __init__(
@@ -141,11 +100,11 @@ class ReadinessGate:
         transport: httpx.AsyncBaseTransport | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
-        poll_interval: float = POLL_INTERVAL,
         watch: Callable[[str, float], None] | None = None,
         secrets: Sequence[str] = (),
         kind: str = "sglang",
         headers: Mapping[str, str] | None = None,
+        ready_line: Callable[[float], object] | None = None,
     ) -> None:
         self.name = name
         self.kind = kind
@@ -158,14 +117,14 @@ class ReadinessGate:
         self._transport = transport
         self._clock = clock
         self._sleep = sleep
-        self._poll_interval = poll_interval
-        self._next_interval = poll_interval
+        self._next_interval = POLL_INTERVAL
         self._watch = watch
+        self._ready_line = ready_line
         # Failure messages quote responses and URLs: one redaction rule, with the key known.
         self._redact = Redactor((*secrets, *([api_key] if api_key else []), *self.headers.values()))
         self._phases: dict[str, float] = {}
         self._probes = 0
-        self._last: _Seen | None = None
+        self._last: Seen | None = None
         #: Every endpoint each phase tried, with its last answer: ``{phase: {path: answer}}``.
         self._tried: dict[str, dict[str, str]] = {}
         #: The last ``Server`` header seen.
@@ -175,6 +134,7 @@ class ReadinessGate:
         #: Runs every probe on the gate's own event loop, while :meth:`wait` runs.
         self._prober: Prober | None = None
         self._tls_checked = False
+        self._validators_built = False
 
     @classmethod
     def for_target(
@@ -186,6 +146,7 @@ class ReadinessGate:
         api_key: str | None,
         watch: Callable[[str, float], None] | None = None,
         secrets: Sequence[str] = (),
+        ready_line: Callable[[float], object] | None = None,
     ) -> ReadinessGate:
         """Return the gate for ``target`` at ``url``: how the pool and the launcher build it."""
         return cls(
@@ -199,6 +160,7 @@ class ReadinessGate:
             secrets=secrets,
             kind=target.kind,
             headers=target.header_map,
+            ready_line=ready_line,
         )
 
     # -- public -------------------------------------------------------------------------
@@ -231,14 +193,23 @@ class ReadinessGate:
                 follow_redirects=False,
                 # A proxy from the environment must not sit between us and the server.
                 trust_env=False,
+                # Plain HTTP never needs the CA store (relative paths, no redirects followed),
+                # and loading it is most of what building a client costs.
+                verify=self.url.startswith("https:"),
             )
+            skipped: dict[str, str] = {}
+            server_info: dict[str, Any] = {}
+            model_info: dict[str, Any] = {}
             try:
-                if self.kind == "openai":
-                    return self._wait_openai(client)
                 self._wait_healthy(client)
-                cards = self._fetch_models(client)
-                card = self._check_identity(cards)
-                server_info, model_info = self._fetch_server_info(client)
+                if self.kind == "openai":
+                    cards = self._fetch_models(client, schema="openai_models")
+                    card = self._check_identity(cards)
+                    skipped["server_info"] = self._openai_skip_reason()
+                else:
+                    cards = self._fetch_models(client)
+                    card = self._check_identity(cards)
+                    server_info, model_info = self._fetch_server_info(client)
             finally:
                 runner.run(client.aclose())
                 self._prober = None
@@ -249,93 +220,61 @@ class ReadinessGate:
             models=tuple(cards),
             model_info=model_info,
             server_info=server_info,
-            readiness=ReadinessTimings(phases=dict(self._phases), probes=self._probes),
+            readiness=ReadinessTimings(
+                phases=dict(self._phases), probes=self._probes, skipped=skipped
+            ),
             api_key=self.api_key,
+            kind=self.kind,
             extra_headers=dict(self.headers),
         )
 
-    def _wait_openai(self, client: httpx.AsyncClient) -> SGLangServer:
-        """Pass a plain OpenAI-compatible server through health, model list and identity."""
-        self._wait_openai_healthy(client)
-        cards = self._fetch_models(client, schema="openai_models")
-        card = self._check_identity(cards)
+    def _openai_skip_reason(self) -> str:
         unchecked = [e.describe() for e in self.expectations if e.key not in MODEL_KEYS]
         reason = "SGLang only: an OpenAI-compatible server has no /server_info"
         if unchecked:
             reason += f" (expectations not checked here: {', '.join(unchecked)})"
-        return SGLangServer(
-            name=self.name,
-            url=self.url,
-            model=card,
-            models=tuple(cards),
-            model_info={},
-            server_info={},
-            readiness=ReadinessTimings(
-                phases=dict(self._phases), probes=self._probes, skipped={"server_info": reason}
-            ),
-            api_key=self.api_key,
-            kind="openai",
-            extra_headers=dict(self.headers),
-        )
+        return reason
 
-    def _wait_openai_healthy(self, client: httpx.AsyncClient) -> None:
-        phase, path = "connect", "/health"
+    # -- phases -------------------------------------------------------------------------
+
+    def _wait_healthy(self, client: httpx.AsyncClient) -> None:
+        """Pass ``connect`` at the first answer, ``health`` when the health probe says 200.
+
+        SGLang: ``/ready`` (from 0.5.23; on older releases 404, or 401 where it is not
+        exempt from the API key) confirmed by one ``/health_generate``, else
+        ``/health_generate`` alone. OpenAI-compatible: ``/health``, else ``/v1/models``
+        (not every engine has ``/health``: Ollama has none).
+        """
+        openai = self.kind == "openai"
+        paths = ["/health", "/v1/models"] if openai else ["/ready", "/health_generate"]
+        fall_back_on = (404, 405) if openai else (401, 404)
+        phase = "connect"
         while True:
+            path = paths[0]
             response = self._get(client, path)
             if response is not None:
                 if phase == "connect":
                     self._pass("connect")
                     phase = "health"
                 status = response.status_code
-                if path == "/health" and status in (404, 405):
-                    path = "/v1/models"  # not every engine has /health (Ollama has none)
+                if len(paths) > 1 and status in fall_back_on:
+                    paths.pop(0)
                     continue
                 if status == 401:
-                    problem = self._auth_problem(path)
+                    problem = auth_problem(path, bool(self.api_key))
                     raise ServerNotReady(self._message(phase, problem), phase=phase)
                 if status == 404:
-                    raise ServerNotReady(
-                        self._message(
-                            phase,
-                            "neither /health nor /v1/models exists (404): not an "
-                            "OpenAI-compatible server, or the URL carries a path prefix (give "
-                            "the URL without /v1)",
-                        ),
-                        phase=phase,
+                    problem = (
+                        "neither /health nor /v1/models exists (404): not an OpenAI-compatible "
+                        "server, or the URL carries a path prefix (give the URL without /v1)"
+                        if openai
+                        else "GET /health_generate answered 404: this is not an SGLang server, "
+                        "or the URL carries a path prefix; give the server's base URL"
+                        + self._not_sglang(client)
                     )
+                    raise ServerNotReady(self._message(phase, problem), phase=phase)
                 if status == 200:
-                    break
-            self._wait_a_moment(phase)
-        self._pass("health")
-
-    # -- phases -------------------------------------------------------------------------
-
-    def _wait_healthy(self, client: httpx.AsyncClient) -> None:
-        phase = "connect"
-        use_ready = True  # /ready exists from 0.5.23 on; fall back on 404
-        while True:
-            path = "/ready" if use_ready else "/health_generate"
-            response = self._get(client, path)
-            if response is not None:
-                if phase == "connect":
-                    self._pass("connect")
-                    phase = "health"
-                # Old releases have no /ready: 404, or 401 where it is not auth-exempt.
-                if use_ready and response.status_code in (401, 404):
-                    use_ready = False
-                    continue
-                if not use_ready and response.status_code == 404:
-                    raise ServerNotReady(
-                        self._message(
-                            phase,
-                            "GET /health_generate answered 404: this is not an SGLang server, "
-                            "or the URL carries a path prefix; give the server's base URL"
-                            + self._not_sglang(client),
-                        ),
-                        phase=phase,
-                    )
-                if response.status_code == 200:
-                    if not use_ready:
+                    if path != "/ready":
                         break
                     # /ready is instant but only reflects a status flag: confirm that the
                     # server really generates with one /health_generate.
@@ -436,7 +375,7 @@ class ReadinessGate:
         quick = path == "/ready" or (self._watch is not None and "connect" not in self._phases)
         bound = QUICK_PROBE_TIMEOUT if quick else PROBE_TIMEOUT
         probe_timeout = min(remaining, bound)
-        seen = _Seen("GET", path, at=0.0)
+        seen = Seen("GET", path, at=0.0)
         response: httpx.Response | None = None
         failed: httpx.TransportError | None = None
         unsafe: UnsafeBody | None = None
@@ -465,7 +404,7 @@ class ReadinessGate:
                 self._server_header = seen.server
         seen.at = self._elapsed()
         self._last = seen
-        phase = next((p for p in _PHASES if p not in self._phases), _PHASES[-1])
+        phase = self._current_phase()
         if phase == "connect" and response is not None:
             phase = "health"  # the first answer passes connect: it was a health probe
         answer = str(seen.status) if seen.error is None else seen.error.split(":", 1)[0]
@@ -508,7 +447,7 @@ class ReadinessGate:
         location = response.headers.get("location") or "(no Location header)"
         if "connect" not in self._phases:
             self._pass("connect")  # an HTTP answer, if not the one wanted
-        phase = next((p for p in _PHASES if p not in self._phases), _PHASES[-1])
+        phase = self._current_phase()
         raise ServerNotReady(
             self._message(
                 phase,
@@ -542,22 +481,19 @@ class ReadinessGate:
                     )
                 if response.status_code == 401:
                     raise ServerNotReady(
-                        self._message(phase, self._auth_problem(path)), phase=phase
+                        self._message(phase, auth_problem(path, bool(self.api_key))), phase=phase
                     )
                 if response.status_code == 200:
                     try:
                         return path, loads_body(response.content)
-                    except UnsafeBody as exc:
+                    except ValueError as exc:  # UnsafeBody included
+                        what = (
+                            exc
+                            if isinstance(exc, UnsafeBody)
+                            else "200 with a body that is not JSON"
+                        )
                         raise SchemaMismatch(
-                            self._message(phase, f"GET {path} returned {exc}"),
-                            phase=phase,
-                            json_path="$",
-                        ) from None
-                    except ValueError:
-                        raise SchemaMismatch(
-                            self._message(
-                                phase, f"GET {path} returned 200 with a body that is not JSON"
-                            ),
+                            self._message(phase, f"GET {path} returned {what}"),
                             phase=phase,
                             json_path="$",
                         ) from None
@@ -568,6 +504,9 @@ class ReadinessGate:
     def _elapsed(self) -> float:
         return self._clock() - self._start
 
+    def _current_phase(self) -> str:
+        return next((p for p in _PHASES if p not in self._phases), _PHASES[-1])
+
     def _pass(self, phase: str) -> None:
         now = self._clock()
         self._phases[phase] = now - self._phase_start
@@ -577,10 +516,19 @@ class ReadinessGate:
         if self._watch is not None:
             self._watch(phase, self._elapsed())
         self._check_deadline(phase)
+        if not self._validators_built:  # built while the server starts, not once it is ready
+            for name in ("openai_models",) if self.kind == "openai" else _SCHEMAS:
+                validator(name)
+            self._validators_built = True
+        last = self._last
+        cheap = "connect" not in self._phases or (last is not None and last.path == "/ready")
+        if cheap and self._ready_line is None:
+            interval = CHEAP_POLL_INTERVAL
+        else:
+            interval = self._next_interval
+            self._next_interval = min(interval * POLL_BACKOFF, MAX_POLL_INTERVAL)
         # Never sleep past the deadline: the last probe is sent at it, not after it.
-        self._sleep(max(min(self._next_interval, self.timeout - self._elapsed()), 0.0))
-        grown = min(self._next_interval * POLL_BACKOFF, MAX_POLL_INTERVAL)
-        self._next_interval = max(self._poll_interval, grown)
+        (self._ready_line or self._sleep)(max(min(interval, self.timeout - self._elapsed()), 0.0))
 
     def _check_deadline(self, phase: str) -> None:
         if self._elapsed() >= self.timeout:
@@ -592,18 +540,6 @@ class ReadinessGate:
                 ),
                 phase=phase,
             )
-
-    def _auth_problem(self, path: str) -> str:
-        if self.api_key:
-            return (
-                f"GET {path} answered 401 Unauthorized: the server rejects the API key "
-                "given (from --sglang-api-key / PYTEST_SGLANG_API_KEY / sglang_api_key); "
-                "pass the key the server was started with (--api-key)"
-            )
-        return (
-            f"GET {path} answered 401 Unauthorized: the server was started with --api-key;"
-            " pass the same key with --sglang-api-key or PYTEST_SGLANG_API_KEY"
-        )
 
     def _not_sglang(
         self, client: httpx.AsyncClient, models: object = None, *, always: bool = True
@@ -648,27 +584,7 @@ class ReadinessGate:
             )
         passed = ", ".join(f"{p} {t:.2f}s" for p, t in self._phases.items())
         lines.append(f"  phases passed: {passed or 'none'}")
-        hint = self._hint(phase)
+        hint = gate_hint(phase, self._last)
         if hint:
             lines.append(f"  hint: {hint}")
         return self._redact("\n".join(lines))
-
-    def _hint(self, phase: str) -> str | None:
-        last = self._last
-        if phase == "connect" and last is not None and last.error is not None:
-            if "no answer" in last.error:
-                return (
-                    "the port accepts connections but nothing answers (in full, in time): "
-                    "a hung, zombie or dribbling server? check its process and logs"
-                )
-            return (
-                "nothing answers at this URL: is the server running (a large model can "
-                "take many minutes to load before the port opens) and is the URL right?"
-            )
-        if phase == "health" and last is not None and last.status == 503:
-            return (
-                "the server is up but still warming up (503 from the health endpoints); "
-                "if it needs longer, raise --sglang-ready-timeout; if it never turns "
-                "healthy, read its log for the warm-up error"
-            )
-        return None

@@ -6,9 +6,13 @@ tests, so a drift on either side shows up as a schema failure with a JSON path.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
 
 from pytest_sglang.config.schema import read_schema
 
@@ -18,6 +22,7 @@ __all__ = [
     "describe_violations",
     "first_violation",
     "load_schema",
+    "validator",
     "violations",
 ]
 
@@ -50,14 +55,22 @@ def load_schema(name: str) -> dict[str, Any]:
     return read_schema(name)
 
 
+@functools.cache
+def validator(name: str) -> Draft202012Validator:
+    """Return the validator of schema ``name``, built once.
+
+    jsonschema is imported on first use, not with the plugin: it costs tens of milliseconds.
+    """
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(load_schema(name))
+
+
 def first_violation(instance: object, name: str) -> SchemaViolation | None:
     """Validate ``instance`` against schema ``name``; return its best violation or None."""
-    # Imported here: jsonschema costs tens of milliseconds and plugin import must stay cheap.
-    from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
 
-    validator = Draft202012Validator(load_schema(name))
-    error = best_match(validator.iter_errors(instance))
+    error = best_match(validator(name).iter_errors(instance))
     if error is None:
         return None
     return SchemaViolation(name, error.json_path, error.message)
@@ -89,12 +102,10 @@ def _excerpt(instance: object, path: Sequence[object]) -> str:
 
 def violations(instance: object, name: str, limit: int = 5) -> list[SchemaViolation]:
     """Return up to ``limit`` violations of schema ``name``, the most relevant first."""
-    from jsonschema import Draft202012Validator
     from jsonschema.exceptions import relevance
 
-    validator = Draft202012Validator(load_schema(name))
     # jsonschema's own ordering of relevance (best_match's), most relevant first.
-    errors = sorted(validator.iter_errors(instance), key=relevance, reverse=True)
+    errors = sorted(validator(name).iter_errors(instance), key=relevance, reverse=True)
     return [
         SchemaViolation(name, e.json_path, e.message, _excerpt(instance, list(e.absolute_path)))
         for e in errors[:limit]
@@ -103,12 +114,10 @@ def violations(instance: object, name: str, limit: int = 5) -> list[SchemaViolat
 
 def describe_violations(instance: object, name: str, limit: int = 5) -> str | None:
     """Return every violation (up to ``limit``) as message lines with excerpts, or None."""
-    from jsonschema import Draft202012Validator
-
     found = violations(instance, name, limit)
     if not found:
         return None
-    total = sum(1 for _ in Draft202012Validator(load_schema(name)).iter_errors(instance))
+    total = sum(1 for _ in validator(name).iter_errors(instance))
     head = f"{total} violation{'s' if total != 1 else ''} of {name}.schema.json"
     if total > len(found):
         head += f" (the first {len(found)} shown)"

@@ -18,7 +18,6 @@ from pytest_sglang.config.defaults import DEFAULT_STORAGE
 from pytest_sglang.config.options import COMPARE, COMPARE_FAIL, SAVE, STORAGE
 from pytest_sglang.config.parsing import usage_error
 from pytest_sglang.config.settings import lookup
-from pytest_sglang.measure.metrics import metric_spec
 
 if TYPE_CHECKING:
     from pytest_sglang.measure.store import BaselineStore
@@ -58,6 +57,8 @@ _TERM = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*:\s*([0-9]*\.?[0-9]+)\s*%?\
 
 def _metric_name(text: str) -> str:
     """Accept ``ttft.p99`` and pytest-benchmark-style ``ttft_p99``."""
+    from pytest_sglang.measure.metrics import metric_spec  # a session with terms only
+
     try:
         metric_spec(text)
         return text
@@ -107,6 +108,8 @@ def parse_compare_fail(values: Sequence[str]) -> tuple[RegressionCheck, ...]:
                 metric = _metric_name(name)
             except KeyError as exc:
                 raise ValueError(f"cannot parse {term.strip()!r}: {exc.args[0]}") from None
+            from pytest_sglang.measure.metrics import metric_spec
+
             if metric_spec(metric).larger_is_better is None:
                 raise ValueError(f"{metric!r} describes the load and cannot regress")
             tolerance = float(pct) / 100.0

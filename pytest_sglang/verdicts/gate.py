@@ -28,7 +28,7 @@ import pytest
 
 from pytest_sglang.report.entries import MeasurementRow, ServerEntry, VerdictEntry
 from pytest_sglang.report.junit import add_entry, report_entries
-from pytest_sglang.verdicts.baseline_options import BaselineOptions, baseline_options
+from pytest_sglang.verdicts.baseline_options import BaselineOptions
 
 if TYPE_CHECKING:
     from pytest_sglang.measure.session_format import StoredMeasurement
@@ -338,20 +338,15 @@ class BaselineGate:
             tr.write_line(self.save_error, red=True)
 
 
-def register_gate(config: pytest.Config) -> BaselineGate | None:
-    """Register the gate on the controller when the session saves or compares.
+def register_gate(config: pytest.Config, options: BaselineOptions) -> BaselineGate:
+    """Register the gate on the controller of a session that saves or compares.
 
     Checks, before any test runs, that the storage takes a save and that the stored
-    sessions a comparison reads are whole.
+    sessions a comparison reads are whole. ``plugin.py`` imports this module only for such
+    a session (``options.active``).
 
-    :raises pytest.UsageError: on bad baseline options, an unwritable storage or a damaged
-        stored session.
+    :raises pytest.UsageError: on an unwritable storage or a damaged stored session.
     """
-    if hasattr(config, "workerinput"):
-        return None
-    options = baseline_options(config)
-    if not options.active:
-        return None
     gate = BaselineGate(config, options)
     if not config.option.collectonly:
         _check_storage(gate)

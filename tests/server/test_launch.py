@@ -9,12 +9,14 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 
 from pytest_sglang.gpu.probes import write_fake_gpus
+from pytest_sglang.testing import EmulatorProcess
 from tests.faults.harness import listening, wait_for
 
 pytestmark = pytest.mark.slow
@@ -135,6 +137,66 @@ def test_failure_within_seconds_of_exit(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(errors=1)
     setup = next(line for line in result.stdout.lines if "s setup " in line)
     assert float(setup.split("s", 1)[0]) < 10, setup
+
+
+TAKEN_PORT = """
+import pytest
+from pytest_sglang.server import launcher
+
+@pytest.fixture(autouse=True, scope="session")
+def _taken_port():
+    patch = pytest.MonkeyPatch()
+    patch.setattr(launcher.Launch, "_free_port", lambda self: {port})
+    yield
+    patch.undo()
+"""
+
+
+def test_a_port_answered_by_another_server_fails_while_ours_loads(
+    pytester: pytest.Pytester, start_emulator: Callable[..., EmulatorProcess]
+) -> None:
+    # Somebody else's server took the port between our check and our server's bind, and it
+    # warms up for ever: its first answer is not ours, found at once, not at the timeout.
+    foreign = start_emulator("--emulator-fault", "never-ready", wait="port")
+    tag = profiles(pytester, baseline_args=', "--emulator-load-time", "60"')
+    pytester.makeconftest(TAKEN_PORT.format(port=foreign.port))
+    pytester.makepyfile(
+        "import pytest\n\n@pytest.mark.sglang_profile('baseline')\n"
+        "def test_a(sglang_server): pass\n"
+    )
+    start = time.monotonic()
+    result = pytester.runpytest("--sglang-launcher=emulator", "--sglang-ready-timeout=40")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [f"*no process we started listens on port {foreign.port}: another server took the port*"]
+    )
+    assert time.monotonic() - start < 30
+    assert emulators(tag) == []
+
+
+def test_sigint_while_warming_up_leaves_no_process(pytester: pytest.Pytester) -> None:
+    tag = profiles(pytester, baseline_args=', "--emulator-warmup-time", "120"')
+    pytester.makepyfile(
+        "import pytest\n\n@pytest.mark.sglang_profile('baseline')\n"
+        "def test_a(sglang_server): pass\n"
+    )
+    process = sigint_able_pytest(pytester.path, "--sglang-launcher=emulator")
+    try:
+        deadline = time.monotonic() + 60
+        while not emulators(tag) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        server = emulators(tag)
+        assert server, "the emulator never started"
+        # Let it reach the warm-up phase (port open, health 503).
+        time.sleep(1.5)
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=60)
+        assert process.returncode == pytest.ExitCode.INTERRUPTED, output.decode()
+        _gone, alive = psutil.wait_procs(server, timeout=10)
+        assert not alive, f"left alive: {alive}"
+        assert emulators(tag) == []
+    finally:
+        stop_child(process, tag)
 
 
 def sigint_able_pytest(cwd: Path, *args: str) -> subprocess.Popen[bytes]:

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
 
 from pytest_sglang.config.redaction import Redactor
-from pytest_sglang.server.logpump import MAX_LINE, pump
+from pytest_sglang.emulator.runtime.warmup import READY_LINE as EMULATOR_READY_LINE
+from pytest_sglang.server.logpump import MAX_LINE, READY_LINE, pump
+from pytest_sglang.server.process import ServerProcess
 
 
-def _pumped(data: bytes, secrets: tuple[str, ...] = ()) -> bytes:
+def _pumped(
+    data: bytes, secrets: tuple[str, ...] = (), on_ready: Callable[[], None] = lambda: None
+) -> bytes:
     read_end, write_end = os.pipe()
     sink_read, sink_write = os.pipe()
     out: list[bytes] = []
@@ -29,7 +37,7 @@ def _pumped(data: bytes, secrets: tuple[str, ...] = ()) -> bytes:
 
     writer = threading.Thread(target=feed)
     writer.start()
-    pump(read_end, sink_write, Redactor(secrets))
+    pump(read_end, sink_write, Redactor(secrets), on_ready)
     writer.join()
     os.close(read_end)
     os.close(sink_write)
@@ -54,3 +62,46 @@ def test_every_byte_but_the_secrets_is_kept() -> None:
 def test_a_line_without_an_end_is_written_in_pieces() -> None:
     data = b"x" * (3 * MAX_LINE) + b"\n"
     assert _pumped(data) == data
+
+
+def test_the_ready_line_is_signalled_once_as_it_passes() -> None:
+    ready: list[int] = []
+    line = b"[2026-12-02 16:00:00] " + READY_LINE.encode() + b"\n"
+    data = b"loading\n" + line + b"serving\n" + line
+    assert _pumped(data, on_ready=lambda: ready.append(1)) == data
+    assert ready == [1]
+
+
+def test_the_emulator_prints_the_ready_line_the_pump_looks_for() -> None:
+    # Two sealed programs, one string: SGLang's own (identical in every release checked).
+    assert EMULATOR_READY_LINE == READY_LINE
+
+
+def _server(tmp_path: Path, script: str) -> ServerProcess:
+    log = tmp_path / "server.log"
+    return ServerProcess([sys.executable, "-c", script], env=dict(os.environ), log_path=log)
+
+
+def test_a_launched_server_s_ready_line_ends_the_wait_at_once(tmp_path: Path) -> None:
+    server = _server(
+        tmp_path, f"import time; print('loading'); print({READY_LINE!r}); time.sleep(120)"
+    )
+    server.start()
+    try:
+        start = time.monotonic()
+        assert server.wait_ready_line(60.0) is True
+        assert time.monotonic() - start < 60.0
+        assert READY_LINE in (tmp_path / "server.log").read_text()
+    finally:
+        server.stop(grace=5.0)
+
+
+def test_a_server_that_exits_without_the_ready_line_ends_the_wait(tmp_path: Path) -> None:
+    server = _server(tmp_path, "print('Traceback: CUDA error')")
+    server.start()
+    try:
+        start = time.monotonic()
+        assert server.wait_ready_line(60.0) is False
+        assert time.monotonic() - start < 60.0
+    finally:
+        server.stop(grace=5.0)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
 
 import pytest
 
+from pytest_sglang.server.readiness import ReadinessGate
 from pytest_sglang.testing import EmulatorProcess
 
 Start = Callable[..., EmulatorProcess]
@@ -254,3 +256,16 @@ def test_profiles_pick_servers_and_marker_expectations(
             "test_profiles_pick_servers_and_marker_expectations.py::test_marker_mismatch)*",
         ]
     )
+
+
+def test_a_plain_http_gate_loads_no_ca_store(
+    start_emulator: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Loading the CA bundle is most of what building a client costs, and plain HTTP never
+    # makes a TLS connection.
+    emulator = start_emulator()
+    loads: list[object] = []
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", lambda *args: loads.append(args))
+    server = ReadinessGate("default", emulator.url, timeout=30.0).wait()
+    assert server.model.id == "emulated/Llama-3.1-8B-Instruct"
+    assert loads == []

@@ -12,7 +12,12 @@ import pytest
 from pytest_sglang.config.values import Expectation
 from pytest_sglang.errors import IdentityMismatch, SchemaMismatch, ServerNotReady
 from pytest_sglang.server.probing import Prober
-from pytest_sglang.server.readiness import MAX_POLL_INTERVAL, QUICK_PROBE_TIMEOUT, ReadinessGate
+from pytest_sglang.server.readiness import (
+    CHEAP_POLL_INTERVAL,
+    MAX_POLL_INTERVAL,
+    QUICK_PROBE_TIMEOUT,
+    ReadinessGate,
+)
 from tests.fake_clock import FakeClock
 
 MODELS = {
@@ -301,13 +306,32 @@ def test_a_redirect_fails_at_once_naming_the_location() -> None:
     assert "give the URL the server answers at itself" in message
 
 
-def test_polls_back_off_so_a_long_warm_up_is_not_flooded() -> None:
-    # A 60 s warm-up: at a fixed 50 ms that was 1200 probes (and log lines), now ~250.
+def test_ready_is_polled_fast_and_health_generate_with_back_off() -> None:
+    # /ready runs no generation: readiness is seen within one short interval.
+    clock = FakeClock()
+    ready = gate(ScriptedServer(clock, ready_at=6.0), clock, timeout=120.0).wait()
+    assert ready.readiness.phases["health"] == pytest.approx(6.0, abs=CHEAP_POLL_INTERVAL + 1e-3)
+    # /health_generate runs one (the only probe of releases without /ready): backed off.
+    clock = FakeClock()
+    old = ScriptedServer(clock, ready_at=60.0, old=True)
+    gate(old, clock, timeout=120.0).wait()
+    polls = old.paths.count("/health_generate")
+    assert 60.0 / MAX_POLL_INTERVAL <= polls <= 60.0 / MAX_POLL_INTERVAL + 20, polls
+
+
+def test_a_launch_gate_is_woken_by_the_ready_line_and_backs_off_meanwhile() -> None:
+    # Launch mode: the log's ready line ends the wait at once; meanwhile the probes back off
+    # (each is a line in the server's log, kept as a CI artifact).
     clock = FakeClock()
     server = ScriptedServer(clock, ready_at=60.0)
-    gate(server, clock, timeout=120.0).wait()
+
+    def until_ready_line(seconds: float) -> None:
+        clock.now = 60.0 if clock.now < 60.0 <= clock.now + seconds else clock.now + seconds
+
+    ready = gate(server, clock, timeout=120.0, ready_line=until_ready_line).wait()
+    assert ready.readiness.phases["health"] == pytest.approx(60.0, abs=1e-6)
     polls = server.paths.count("/ready")
-    assert 60.0 / MAX_POLL_INTERVAL <= polls <= 60.0 / MAX_POLL_INTERVAL + 20, polls
+    assert polls <= 60.0 / MAX_POLL_INTERVAL + 20, polls
 
 
 def test_a_watched_probe_before_the_first_answer_is_quick() -> None:
