@@ -1,12 +1,8 @@
-"""Settings: resolving every option once, into a frozen :class:`Settings` in ``config.stash``.
+"""Settings: every option resolved once, into a frozen :class:`Settings` in ``config.stash``.
 
-Precedence is marker > flag > ``-o sglang_KEY=VALUE`` > environment > ini file > default;
-markers are applied per test by the fixtures, everything else is resolved here once. Each
-value remembers where it came from, so an error can say which source to fix. The option
-catalogue is :mod:`.options`, the parsers :mod:`.parsing`; every server the session knows is
-resolved up front into one :class:`~pytest_sglang.config.targets.ServerTarget` (name, URL or
-profile, expectations), so later stages never come back here. Pure: no network, no heavy
-imports.
+Precedence (docs/guide.md, "Options"): marker > flag > ``-o`` > environment > ini > default;
+markers are applied per test by the fixtures. Each value remembers its source, so an error
+can say which to fix. Pure: no network, no heavy imports.
 """
 
 from __future__ import annotations
