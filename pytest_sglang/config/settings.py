@@ -20,6 +20,7 @@ import pytest
 
 from pytest_sglang.config.defaults import (
     DEFAULT_FIRST_TOKEN_TIMEOUT,
+    DEFAULT_LOAD_WORKERS,
     DEFAULT_MAX_CONSECUTIVE_FAILURES,
     DEFAULT_READY_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT,
@@ -104,7 +105,7 @@ class Settings:
     #: 0: a run never stops early for unanswered requests.
     max_consecutive_failures: Sourced[int] = Sourced(DEFAULT_MAX_CONSECUTIVE_FAILURES, "default")
     #: Load-generator workers per run (``sglang_load_workers``): processes, or Ray actors.
-    load_workers: Sourced[int] = Sourced(1, "default")
+    load_workers: Sourced[int] = Sourced(DEFAULT_LOAD_WORKERS, "default")
     #: The Ray cluster the workers run on (``sglang_ray_address``); ``None``: this host.
     ray_address: Sourced[str | None] = Sourced(None, "default")
     #: ``--sglang-header`` values, each for one server or all (values are secrets).
@@ -443,7 +444,7 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         max_consecutive_failures=_resolve_one(
             MAX_CONSECUTIVE_FAILURES, config, env, parse_count, DEFAULT_MAX_CONSECUTIVE_FAILURES
         ),
-        load_workers=_resolve_one(LOAD_WORKERS, config, env, parse_workers, 1),
+        load_workers=_resolve_one(LOAD_WORKERS, config, env, parse_workers, DEFAULT_LOAD_WORKERS),
         ray_address=_resolve_one(RAY_ADDRESS, config, env, parse_ray_address, None),
         expectations=_resolve_expectations(config, env, servers),
         inconclusive=_resolve_one(
