@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "DEFAULT_FIRST_TOKEN_TIMEOUT",
+    "DEFAULT_LOAD_WORKERS",
     "DEFAULT_MAX_CONSECUTIVE_FAILURES",
     "DEFAULT_READY_TIMEOUT",
     "DEFAULT_REQUEST_TIMEOUT",
@@ -28,6 +29,8 @@ DEFAULT_STALL_TIMEOUT = 60.0
 DEFAULT_FIRST_TOKEN_TIMEOUT = 90.0
 #: Requests in a row that ended without an answer before a run gives up on the server.
 DEFAULT_MAX_CONSECUTIVE_FAILURES = 8
+#: Load-generator workers per run (processes, or Ray actors).
+DEFAULT_LOAD_WORKERS = 1
 #: Launchers ``--sglang-launcher`` accepts; the first is the default.
 LAUNCHERS = ("sglang", "emulator")
 #: What ``--sglang-inconclusive`` accepts; the first is the default.

@@ -13,11 +13,14 @@ from dataclasses import dataclass
 
 from pytest_sglang.config.defaults import (
     DEFAULT_FIRST_TOKEN_TIMEOUT,
+    DEFAULT_LOAD_WORKERS,
     DEFAULT_MAX_CONSECUTIVE_FAILURES,
     DEFAULT_READY_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_STALL_TIMEOUT,
     DEFAULT_STORAGE,
+    INCONCLUSIVE_CHOICES,
+    LAUNCHERS,
 )
 
 __all__ = ["OPTIONS", "OptionSpec"]
@@ -79,9 +82,15 @@ READY_TIMEOUT = OptionSpec(
     "ready-timeout", f"Readiness deadline. Default: {DEFAULT_READY_TIMEOUT:g}s", "SECONDS"
 )
 PROFILES = OptionSpec("profiles", "TOML file of [profiles.NAME] tables", "PATH")
-LAUNCHER = OptionSpec("launcher", "What launches a profile. Default: sglang", "{sglang,emulator}")
+LAUNCHER = OptionSpec(
+    "launcher",
+    f"What launches a profile. Default: {LAUNCHERS[0]}",
+    "{" + ",".join(LAUNCHERS) + "}",
+)
 INCONCLUSIVE = OptionSpec(
-    "inconclusive", "What an inconclusive verdict does. Default: fail", "{fail,skip,warn}"
+    "inconclusive",
+    f"What an inconclusive verdict does. Default: {INCONCLUSIVE_CHOICES[0]}",
+    "{" + ",".join(INCONCLUSIVE_CHOICES) + "}",
 )
 SHARD = OptionSpec("shard", "Run shard K of N (whole launch groups)", "K/N")
 REPORT = OptionSpec("report", "Write the results as JSON", "PATH")
@@ -122,7 +131,9 @@ MAX_CONSECUTIVE_FAILURES = OptionSpec(
     f"Unanswered requests that end a run. Default: {DEFAULT_MAX_CONSECUTIVE_FAILURES}",
     per_project=True,
 )
-LOAD_WORKERS = OptionSpec("load-workers", "Load-generator processes. Default: 1", per_project=True)
+LOAD_WORKERS = OptionSpec(
+    "load-workers", f"Load-generator processes. Default: {DEFAULT_LOAD_WORKERS}", per_project=True
+)
 RAY_ADDRESS = OptionSpec("ray-address", "Ray cluster for the load workers", per_project=True)
 STORAGE = OptionSpec("storage", f"Baselines' storage. Default: {DEFAULT_STORAGE}", per_project=True)
 

@@ -1,16 +1,9 @@
-"""Output paths: checked once, before any test or any work.
+"""Output paths (``--sglang-report``, ``--sglang-markdown``, ``report -o``): checked at startup.
 
-The rule is the same for ``--sglang-report``, ``--sglang-markdown`` and the output paths of
-``pytest-sglang report -o`` and ``merge``.
-
-A report must never be the reason a run fails or loses data, so its path is judged at
-startup (a :class:`pytest.UsageError` names the path and why) and the write itself is
-atomic (``report/writing.py``): a new file in the target's directory, renamed over it.
-What may stand at the path is nothing or a regular file; a symbolic link, a FIFO, a device
-(``/dev/stdout``), a socket or a directory is refused: replacing it would replace whatever
-it stands for (a CI log redirected to ``/dev/stdout``, the target of a link planted in a
-shared ``/tmp``), and a FIFO without a reader would block the run forever. Pure apart from
-``stat`` and ``access`` calls: nothing is created here.
+A report must never be the reason a run fails or loses data: only nothing or a regular file
+may stand at the path (replacing a link, FIFO, device or directory would replace what it
+stands for, or block forever). Pure apart from ``stat`` and ``access``; the write itself is
+atomic, in ``report/writing.py``.
 """
 
 from __future__ import annotations

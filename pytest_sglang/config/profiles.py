@@ -1,25 +1,9 @@
-"""Server profiles: named launch recipes read from TOML.
+"""Server profiles: named launch recipes read from TOML (format in docs/guide.md).
 
-A profile lives in ``pyproject.toml`` under ``[tool.pytest-sglang.profiles.NAME]`` or in the
-file given by ``--sglang-profiles PATH`` under ``[profiles.NAME]``::
-
-    [profiles.baseline]
-    model-path = "moonshotai/Kimi-K2.5"
-    tp = 8
-    args = ["--mem-fraction-static", "0.85", "--max-running-requests", "256"]
-    env = { NCCL_P2P_DISABLE = "1" }
-    expect = { max_model_len = 262144, tp_size = 8 }
-
-    [profiles.eagle3]
-    extends = "baseline"
-    args = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3"]
-    expect = { speculative_algorithm = "EAGLE3" }
-
-``extends`` merges ``args`` flag by flag, ``env`` and ``expect`` key by key; the extending
-profile wins. The tables are validated against ``schemas/config.schema.json``
-(:mod:`.schema`); every mistake is a :class:`pytest.UsageError` naming the file, the table
-and the key, e.g. ``profiles.toml: [profiles.eagle3] tp: expected a tensor-parallel size
-1..64, got "two"; write e.g. tp = 8``.
+Profiles live in ``pyproject.toml`` under ``[tool.pytest-sglang.profiles.NAME]`` or in the
+``--sglang-profiles`` file under ``[profiles.NAME]``; ``extends`` merges ``args`` flag by
+flag and ``env``/``expect`` key by key. Validated with ``schemas/config.schema.json``
+(:mod:`.schema`); every mistake is a :class:`pytest.UsageError` naming file, table and key.
 """
 
 from __future__ import annotations
@@ -32,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from pytest_sglang.config.flags import split_flags
 from pytest_sglang.config.redaction import Redactor, is_secret_name, secret_flag_values
 from pytest_sglang.config.schema import profile_errors, toml_table
 from pytest_sglang.config.values import Expectation
@@ -82,25 +67,13 @@ def _error(path: Path | str, prefix: str, name: str, key: str, problem: str, fix
     return pytest.UsageError(f"{path}: {table} {key}: {problem}; {fix}")
 
 
-def _split_flags(args: list[str]) -> list[tuple[str, list[str]]]:
-    """Group ``args`` into (flag, values) pairs; ``--flag=value`` becomes (flag, [value])."""
-    groups: list[tuple[str, list[str]]] = []
-    for token in args:
-        if token.startswith("--") or not groups:
-            flag, eq, value = token.partition("=")
-            groups.append((flag, [value] if eq else []))
-        else:
-            groups[-1][1].append(token)
-    return groups
-
-
 def merge_args(base: list[str], override: list[str]) -> list[str]:
     """Merge two server argument lists flag by flag; ``override``'s value of a flag wins.
 
     Flags keep the base's order; flags new in ``override`` follow in their own order.
     """
     merged: dict[str, list[str]] = {}
-    for flag, values in _split_flags(base) + _split_flags(override):
+    for flag, values in split_flags(base) + split_flags(override):
         merged[flag.replace("_", "-")] = values
     return [token for flag, values in merged.items() for token in (flag, *values)]
 

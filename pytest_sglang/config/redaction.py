@@ -1,12 +1,8 @@
 """The one redaction rule: what is never printed or stored, and how it is hidden.
 
-Every output of the plugin passes through :func:`redact` (text) or :func:`redact_json`
-(report documents): the terminal (header, progress, summaries), failure messages and the
-server-log tails in them, the JSON report, the Markdown summary, the report entries that
-JUnit XML carries as properties, and the ``repr`` of the objects a test's locals show under
-``pytest -l``; values a server hands back are redacted where they are held (``/server_info``,
-parsed by the readiness gate), and a launched server's log as it is written
-(``server/logpump.py``). It lives in the lowest stage so that every stage can use it.
+Every output of the plugin (terminal, failure messages, reports, JUnit properties, the
+``repr`` shown under ``pytest -l``, a launched server's log) passes through :func:`redact`
+or :func:`redact_json`. It lives in the lowest stage so that every stage can use it.
 
 What is hidden, each replaced by :data:`MASK`:
 
@@ -35,6 +31,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from typing import Any
+
+from pytest_sglang.config.flags import split_flags
 
 __all__ = [
     "MASK",
@@ -88,21 +86,11 @@ def is_secret_name(name: str) -> bool:
 
 def secret_flag_values(argv: Iterable[str]) -> list[str]:
     """Return the values of secret flags (``--api-key VALUE``, ``--api-key=VALUE``)."""
-    found: list[str] = []
-    hide_next = False
-    for token in argv:
-        if hide_next:
-            found.append(token)
-            hide_next = False
-            continue
-        if token.startswith("--"):
-            flag, eq, value = token.partition("=")
-            if is_secret_name(flag[2:]):
-                if eq:
-                    found.append(value)
-                else:
-                    hide_next = True
-    return found
+    return [
+        values[0]
+        for flag, values in split_flags(argv)
+        if flag.startswith("--") and is_secret_name(flag[2:]) and values
+    ]
 
 
 def _masked_if_secret(match: re.Match[str]) -> str:

@@ -1,12 +1,9 @@
 """The configuration's JSON Schema (``schemas/config.schema.json``) and its error messages.
 
-Profiles and the options' values are validated with jsonschema against one schema shipped
-with the package. A profile violation becomes a line naming the file, the TOML table, the
-key, what is allowed (the subschema's ``description``) and how to write it (its ``fix``, a
-keyword of this package); an option's, a :func:`~.parsing.usage_error` naming the option,
-the value's source and the fix. The options' part of the schema is made from the option
-catalogue (:data:`~.options.OPTIONS`) when it is loaded, so a new option needs no schema
-edit. The server stage reads its response schemas through :func:`read_schema` as well.
+Profiles and option values are validated with jsonschema; a violation names the file and
+TOML table (profiles) or the option and its source, what is allowed and the fix. The
+options' part of the schema is built from :data:`~.options.OPTIONS`, so a new option needs
+no schema edit. The server stage reads its response schemas through :func:`read_schema`.
 """
 
 from __future__ import annotations

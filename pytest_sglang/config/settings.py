@@ -1,12 +1,8 @@
-"""Settings: resolving every option once, into a frozen :class:`Settings` in ``config.stash``.
+"""Settings: every option resolved once, into a frozen :class:`Settings` in ``config.stash``.
 
-Precedence is marker > flag > ``-o sglang_KEY=VALUE`` > environment > ini file > default;
-markers are applied per test by the fixtures, everything else is resolved here once. Each
-value remembers where it came from, so an error can say which source to fix. The option
-catalogue is :mod:`.options`, the parsers :mod:`.parsing`; every server the session knows is
-resolved up front into one :class:`~pytest_sglang.config.targets.ServerTarget` (name, URL or
-profile, expectations), so later stages never come back here. Pure: no network, no heavy
-imports.
+Precedence (docs/guide.md, "Options"): marker > flag > ``-o`` > environment > ini > default;
+markers are applied per test by the fixtures. Each value remembers its source, so an error
+can say which to fix. Pure: no network, no heavy imports.
 """
 
 from __future__ import annotations
@@ -24,6 +20,7 @@ import pytest
 
 from pytest_sglang.config.defaults import (
     DEFAULT_FIRST_TOKEN_TIMEOUT,
+    DEFAULT_LOAD_WORKERS,
     DEFAULT_MAX_CONSECUTIVE_FAILURES,
     DEFAULT_READY_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT,
@@ -108,7 +105,7 @@ class Settings:
     #: 0: a run never stops early for unanswered requests.
     max_consecutive_failures: Sourced[int] = Sourced(DEFAULT_MAX_CONSECUTIVE_FAILURES, "default")
     #: Load-generator workers per run (``sglang_load_workers``): processes, or Ray actors.
-    load_workers: Sourced[int] = Sourced(1, "default")
+    load_workers: Sourced[int] = Sourced(DEFAULT_LOAD_WORKERS, "default")
     #: The Ray cluster the workers run on (``sglang_ray_address``); ``None``: this host.
     ray_address: Sourced[str | None] = Sourced(None, "default")
     #: ``--sglang-header`` values, each for one server or all (values are secrets).
@@ -447,7 +444,7 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         max_consecutive_failures=_resolve_one(
             MAX_CONSECUTIVE_FAILURES, config, env, parse_count, DEFAULT_MAX_CONSECUTIVE_FAILURES
         ),
-        load_workers=_resolve_one(LOAD_WORKERS, config, env, parse_workers, 1),
+        load_workers=_resolve_one(LOAD_WORKERS, config, env, parse_workers, DEFAULT_LOAD_WORKERS),
         ray_address=_resolve_one(RAY_ADDRESS, config, env, parse_ray_address, None),
         expectations=_resolve_expectations(config, env, servers),
         inconclusive=_resolve_one(

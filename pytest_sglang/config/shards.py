@@ -1,17 +1,8 @@
 """``--sglang-shard K/N``: split a suite over N CI runners, whole launch groups per runner.
 
-A launched profile costs minutes of a GPU host, so a shard must never launch a profile
-another shard launches too. Tests are grouped by the servers they name where pytest can see
-them (``sglang_profile``, the server a test was parametrized with, ``sglang_measure``'s
-servers): a test naming two profiles (a comparison) ties them into one *launch group*, and
-every test of a group runs on one shard. Groups are dealt out largest first (most profiles,
-then most tests, then by name) to the shard with the fewest launches so far (then fewest
-tests, then the lowest number); tests that name no server are dealt round-robin in node-id
-order. Pure and deterministic: every runner, given the same test files and the same
-selection (``-k``, ``-m``), computes the same split, whatever the collection order.
-
-A test that measures a server it does not declare is invisible here: it goes with the
-servers it names, and may launch the undeclared one on its shard as well.
+A launched profile costs minutes of a GPU host, so no two shards launch the same profile.
+The grouping and dealing rules are in docs/ci.md; pure and deterministic, so every runner
+computes the same split whatever the collection order.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """One resolved target per server: what the later stages need to know, decided up front.
 
-A target is a server the session knows by name: attached (``--sglang-url NAME=URL``), a
-profile to launch, or both (a profile's ``expect`` applies to its server however it is
-reached). Its expectations are merged once here (command line, environment or ini first,
-then the profile's ``expect`` for keys they do not set), so the pool, the readiness gate
-and the launcher never come back to the settings to ask.
+A target is a server the session knows by name: attached, a profile to launch, or both. Its
+expectations are merged once here, so the pool, the readiness gate and the launcher never
+come back to the settings.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """pytest-xdist: the tests of one launch group run on one worker.
 
-Under ``-n N`` each worker is a session of its own: its own pool, its own launches, its own
-cache of measurements. Tests that need the same server must therefore run on one worker,
-or two workers would launch the same profile (and repeat its declared sweep) or measure the
-same attached server at the same time. Each worker, once it has collected (after ``-k``,
-``-m``, ``--sglang-shard``), writes the *launch group* of every test (the servers it names,
-tied together by the tests that compare them, as for ``--sglang-shard``; a test that names
-none but uses a server goes with the default server; ``xdist_group`` marks tie tests too)
-to a folder the controller made for the session's workers; the controller schedules whole
-groups (``xdist_scheduling.py``, under ``-n N`` alone and ``--dist load``/``loadgroup``).
-``loadscope``, ``loadfile`` and ``worksteal`` would split groups: a usage error; ``each``
-(every worker runs every test, on its own share of the GPUs) stays as it is. What
-collection cannot see (a server named only in the call) is guarded by the per-server lock
-(``server/locks.py``), whose files live in the same shared folder.
-
-Not xdist's own ``loadgroup`` naming: it renames test ids (``test_a@group``), and with
-pytest 9.2 it no longer groups at all (pytest-xdist issue #1386).
+Each worker writes the launch group of every test it collected to a folder shared with the
+controller, which schedules whole groups (:mod:`.xdist_scheduling`); docs/ci.md explains the
+rules. Not xdist's own ``loadgroup``: it renames test ids, and with pytest 9.2 it no longer
+groups at all (pytest-xdist issue #1386).
 """
 
 from __future__ import annotations

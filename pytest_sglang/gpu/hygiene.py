@@ -1,9 +1,8 @@
 """GPU hygiene around a launch: clean before (pre-flight), released after (post-flight).
 
-The story behind it: a zombie server that loaded the weights (76 GB on each GPU) but answers
-nothing; the next launch then fails or, worse, runs with less memory. Pre-flight refuses to
-launch on held GPUs and names the holders; post-flight waits for the memory to come back
-after teardown and names the pids that still hold it.
+A zombie server holding the weights makes the next launch fail or run short of memory:
+pre-flight refuses held GPUs and names the holders; post-flight waits for the memory to come
+back after teardown and names the pids that still hold it.
 """
 
 from __future__ import annotations

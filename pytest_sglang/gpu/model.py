@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 __all__ = [
     "GIB",
@@ -115,14 +114,6 @@ class GpuSnapshot:
     def diff(self, later: GpuSnapshot) -> SnapshotDiff:
         """Return what changed from this snapshot to ``later``."""
         return SnapshotDiff(self, later)
-
-    def as_dict(self) -> dict[str, Any]:
-        """Return plain JSON types, for reports."""
-        return {
-            "taken_at": self.taken_at,
-            "gpus": [g.__dict__ for g in self.gpus],
-            "processes": [p.__dict__ for p in self.processes],
-        }
 
 
 @dataclass(frozen=True)

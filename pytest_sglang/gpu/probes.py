@@ -1,23 +1,14 @@
-"""Ways to read GPU state, behind one interface.
+"""Ways to read GPU state, behind one interface (:class:`GpuProbe`).
 
-* :class:`NvmlProbe`: NVML on this machine (``nvidia-ml-py``), memory info v2 with a v1
-  fallback, the total-energy counter, XID errors from NVML's event set;
-* :class:`SmiProbe`: ``nvidia-smi --query-*`` CSV, locally or over ssh (BatchMode, timeouts,
-  ``[N/A]`` handled; no energy counter, so the sampler integrates power);
-* :class:`FakeProbe`: a directory of JSON files, for dry runs and tests. ``gpus.json`` lists
-  the GPUs; every ``holder-*.json`` is a process holding memory on some of them, counted only
-  while that pid is alive (as a real driver frees memory when the process dies);
-  ``telemetry.json`` maps each GPU's UUID to its ``power_w``, ``utilization``,
-  ``sm_clock_mhz``, ``temperature_c``, ``throttle`` (names), ``xid_errors``, ``ecc_errors``
-  and the cumulative ``energy_j`` (with ``energy_rate`` in J/s and ``written_at`` in
-  ``time.monotonic()``, to extrapolate between writes). The emulator writes them when started
-  with ``--emulator-gpu-dir``.
-
-The pre/post-flight checks (:mod:`.hygiene`), the ``sglang_gpu`` fixture and the telemetry
-sampled during runs (:mod:`.telemetry`) all read through one of these.
-
-A probe that cannot work here raises :class:`GpuUnavailable` with the reason, which the
-plugin turns into a skip (or a failure under ``--sglang-require``).
+:class:`NvmlProbe`: NVML on this machine; :class:`SmiProbe`: ``nvidia-smi`` CSV, locally or
+over ssh (no energy counter: the sampler integrates power); :class:`FakeProbe`: a directory
+the emulator writes (``--emulator-gpu-dir``): ``gpus.json`` lists the GPUs, each
+``holder-*.json`` a process holding memory (counted while its pid lives), ``telemetry.json``
+each GPU's ``power_w``, ``utilization``, ``sm_clock_mhz``, ``temperature_c``, ``throttle``,
+``xid_errors``, ``ecc_errors`` and cumulative ``energy_j`` (grown at ``energy_rate`` J/s
+since ``written_at``, a ``time.monotonic()``). A probe that cannot work here raises
+:class:`GpuUnavailable`, which the plugin turns into a skip (a failure under
+``--sglang-require``).
 """
 
 from __future__ import annotations

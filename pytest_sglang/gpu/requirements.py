@@ -6,9 +6,7 @@ from typing import Any
 
 from pytest_sglang.gpu.model import GIB, GpuSnapshot
 
-__all__ = ["REQUIRES_KEYS", "unmet_requirement"]
-
-REQUIRES_KEYS = ("gpus", "gpu_name", "min_free_gib")
+__all__ = ["unmet_requirement"]
 
 
 def unmet_requirement(snapshot: GpuSnapshot, requirement: dict[str, Any]) -> str | None:

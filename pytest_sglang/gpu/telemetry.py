@@ -1,13 +1,8 @@
 """What the GPUs did during a run: sampled telemetry, energy per token, throttling.
 
-A :class:`TelemetrySampler` takes :class:`~.model.GpuSnapshot` s through a probe
-(:mod:`.probes`: NVML, nvidia-smi, or a fake-GPU directory) on a background thread at a
-fixed interval while a measurement runs, plus once exactly at its start and end.
-:meth:`TelemetrySampler.summary` turns them into a :class:`RunTelemetry`: energy (from the
-driver's cumulative energy counter where there is one, else the power integrated over the
-samples), mean power, the fraction of samples with a throttling reason, the highest
-temperature, new XID/ECC errors, and compute processes that appeared during the run.
-Sampling runs on its own thread so the load generator's timing is not disturbed.
+A :class:`TelemetrySampler` snapshots the GPUs on its own thread (so the load generator's
+timing is undisturbed) while a measurement runs; :meth:`TelemetrySampler.summary` turns the
+snapshots into a :class:`RunTelemetry`.
 """
 
 from __future__ import annotations
@@ -129,7 +124,11 @@ class TelemetrySampler:
         return {p.pid for p in snapshot.processes if self._wanted(p.gpu_uuid)}
 
     def summary(self) -> RunTelemetry:
-        """Summarise the snapshots (see the module docstring)."""
+        """Summarise the snapshots into a :class:`RunTelemetry`.
+
+        Energy comes from the driver's counter where there is one, else from the power
+        integrated over the samples.
+        """
         by_gpu: dict[str, list[tuple[float, Gpu]]] = {}
         powers: list[float] = []
         for snapshot in self.snapshots:
