@@ -1,12 +1,8 @@
 """Where a run's load is generated: this process, N processes on this host, or Ray actors.
 
 The choice only: the run itself is the same run loop everywhere
-(:meth:`~pytest_sglang.loadgen.runner.LoadGenerator.run`). Callers that take the choice from
-options (``--sglang-load-workers``, ``--sglang-ray-address``) call :func:`run_on_workers`
-(or its two forms, :func:`closed_loop_on_workers` and :func:`open_loop_on_workers`). Ray is
-imported only when a Ray address is given. ``docs/scaling.md`` says when more than one
-process is needed. A :class:`~pytest_sglang.loadgen.ray_pools.RayPools` keeps the Ray actors
-from run to run; ``sglang_bench`` keeps one for the session.
+(:meth:`~pytest_sglang.loadgen.runner.LoadGenerator.run`). ``docs/scaling.md`` says when
+more than one process is needed.
 """
 
 from __future__ import annotations

@@ -1,46 +1,10 @@
 """Response parsers for the three endpoints: they fill a :class:`RequestRecord` (pure, no I/O).
 
-A streaming parser is fed the bytes of the response body as they arrive, with the arrival
-time, and :meth:`StreamParser.finish` is called at the end of the body. Failures are written
-to ``record.error``, never raised: an error event in the stream, ``finish_reason`` abort, a
-malformed event, or a stream that ends before ``data: [DONE]`` or without a final chunk.
-
-How many tokens each chunk carried
-----------------------------------
-``/generate`` (native)
-    Every chunk's ``meta_info.completion_tokens`` is the cumulative count, so a chunk's tokens
-    are the increase since the previous chunk (exact; chunks carry several tokens under
-    speculative decoding or coalescing, so counting chunks would be wrong). The client's own
-    count is the number of ``output_ids`` received: the last chunk's list when the stream is
-    cumulative (SGLang's default), the sum of the lists under
-    ``--incremental-streaming-output``; the parser takes the interpretation that matches the
-    server's count and otherwise reports the cumulative one, which the measurement then flags.
-
-``/v1/completions`` and ``/v1/chat/completions`` (OpenAI)
-    SGLang's chunks carry text deltas, which cannot be counted in tokens without the model's
-    tokenizer. The runner asks for ``stream_options.continuous_usage_stats``, which makes the
-    server put a cumulative ``usage`` in every chunk: a chunk's tokens are then the increase
-    of ``usage.completion_tokens`` (exact), and the client's count is the last cumulative count
-    seen in a content chunk, checked against the final usage chunk.
-    The final ``usage`` is read wherever the server puts it: on a separate ``choices: []``
-    chunk (SGLang, vLLM) or on the finish chunk itself, whose text is empty (llama.cpp, which
-    sends no usage chunk); a usage on a chunk without text is a running count only in a
-    stream whose chunks with text carry one, so a final usage is never counted as a chunk of
-    tokens (which would add one giant chunk and an ITL near zero).
-    When the server ignores that option, each chunk with text counts one token for now and at
-    the end the final ``usage.completion_tokens`` decides: equal to the number of chunks
-    proves one token per chunk (exact); otherwise the total is spread evenly over the chunks
-    and ``record.chunk_tokens_exact`` is false, so ITL per chunk stays exact, the mean ITL per
-    token stays exact, and only the per-token ITL percentiles are approximate. The client then
-    has no count of its own (``output_tokens_client`` is ``None``).
-
-A negative ``completion_tokens`` or ``prompt_tokens`` (in a ``usage`` or a ``meta_info``) fails
-the request: no count from that server can be trusted, and a negative count would make a
-negative throughput.
-
-Token counts only ever count chunks that carried generated tokens: the chat role chunk
-(``content: ""``), the finish chunk and the usage chunk carry none, so TTFT is the time to
-the first chunk with generated tokens.
+A streaming parser is fed the body's bytes as they arrive, with their arrival time;
+:meth:`StreamParser.finish` ends the body. Failures (an error event, ``finish_reason``
+abort, a malformed event, a stream without ``[DONE]`` or a final chunk, a negative token
+count) go to ``record.error``, never raised. How each chunk's tokens are counted, per
+endpoint, is in ``docs/metrics.md`` ("Token counts").
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """One request on the wire: the HTTP client, the send-time stamp, and transport failures named.
 
-The client is httpx's API on the ``httpx-aiohttp`` transport: httpx's default transport
-costs about three times the client CPU per streamed token (``docs/metrics.md``, "Client
-cost"), which at tens of thousands of tokens per second would measure the client.
-
-A record's ``sent`` is when aiohttp handed the request's bytes to the socket (its
-``on_request_chunk_sent`` trace signal, right before the write), not when the load generator
-began the request (``started``): in a closed loop a wave of requests leaves the event loop
-over several milliseconds, and that is the client's time, not the server's.
+httpx's API on the ``httpx-aiohttp`` transport, the cheaper per streamed token
+(``docs/metrics.md``, "Client cost"). A record's ``sent`` is when aiohttp hands the
+request's bytes to the socket (its ``on_request_chunk_sent`` trace signal), so the client's
+own send path is not counted as the server's time.
 """
 
 from __future__ import annotations

@@ -1,32 +1,9 @@
 """What a load test sends: the :class:`Workload` (lengths, request count, endpoint, seed).
 
-A workload is a frozen, hashable value with a stable :meth:`Workload.key`, so measurements
-can be cached per workload. It knows nothing about HTTP; :mod:`pytest_sglang.loadgen.prompts`
-turns it into request bodies.
-
-Exact lengths without a tokenizer
----------------------------------
-The plugin never loads the served model's tokenizer (it would pull in transformers and the
-model files). Instead:
-
-- ``endpoint="generate"`` sends ``input_ids``: exactly ``input_len`` token ids;
-- ``endpoint="completions"`` sends the token ids as the prompt (``prompt: [int, ...]``, which
-  SGLang accepts), exactly ``input_len`` tokens as well;
-- ``endpoint="chat"`` can only send text. The message is ``input_len`` common English words
-  that are one token each in the usual BPE vocabularies (``" the"``, ``" of"`` ...), so the
-  message is *about* ``input_len`` tokens, and the chat template adds its own (role headers,
-  special tokens: typically 5 to 30). The server's ``prompt_tokens`` is recorded for every
-  request, so the measurement shows the real input length and the difference.
-
-Output lengths are exact on every endpoint: ``ignore_eos: true`` and the maximum number of
-new tokens set to ``output_len``; the measurement checks the realised lengths.
-
-Token ids never leave the served model's vocabulary: an id at or above its size crashes a
-real SGLang server. With ``vocab_size`` (learn it with ``sglang_server.vocab_size``, which
-reads the model's ``config.json`` when its directory is on this machine) they are drawn
-from ``[1000, min(vocab_size, 30000))``; without it from ids 16-255, which every tokenizer has
-(the byte tokens of byte-level BPE and SentencePiece byte-fallback vocabularies); see
-:mod:`pytest_sglang.loadgen.prompts`.
+A frozen, hashable value with a stable :meth:`Workload.key`, so measurements can be cached
+per workload. It knows nothing about HTTP (:mod:`~pytest_sglang.loadgen.prompts` makes the
+bodies). Exact lengths without a tokenizer and token ids inside the vocabulary:
+``docs/guide.md`` ("Measure").
 """
 
 from __future__ import annotations
@@ -81,16 +58,15 @@ class Workload:
     """A fixed-shape load: ``requests`` requests of ``input_len`` in, ``output_len`` out.
 
     :param input_len: prompt tokens per request (exact on ``generate`` and ``completions``,
-        approximate on ``chat``: see the module documentation).
+        approximate on ``chat``, whose template adds its own).
     :param output_len: generated tokens per request (exact: ``ignore_eos`` is sent).
     :param requests: measured requests per run (warm-up requests come on top).
     :param endpoint: ``"generate"`` (native ``/generate``), ``"completions"``
         (``/v1/completions``) or ``"chat"`` (``/v1/chat/completions``).
     :param warmup: warm-up requests sent before the measured ones and excluded from the
         metrics. ``None`` (the default) means one per concurrency slot, at most
-        :data:`DEFAULT_WARMUP_CAP` (8): enough to open the connections the run will use and to
-        take the server's first-request costs, cheap enough at C=250 on a slow model.
-        ``0`` disables the warm-up.
+        :data:`DEFAULT_WARMUP_CAP`: enough to open the run's connections and take the server's
+        first-request costs. ``0`` disables the warm-up.
     :param seed: seeds the prompts (and Poisson arrivals); the same seed gives the same
         requests, so two servers are measured on identical prompts.
     :param temperature: sampling temperature (default greedy, 0.0).
@@ -100,12 +76,11 @@ class Workload:
     :param stream: stream the responses (needed for TTFT and ITL).
     :param requests_per_slot: when set, a run at concurrency C sends at least
         ``requests_per_slot * C`` measured requests (``requests`` is then the minimum), so one
-        workload can sweep 1 to 250 concurrent requests and fill every level; see
-        :meth:`for_concurrency`.
+        workload fills every level of a sweep; see :meth:`for_concurrency`.
     :param vocab_size: the served model's vocabulary size, when known (e.g.
         ``sglang_server.vocab_size``): prompt token ids are drawn from
         ``[1000, min(vocab_size, 30000))``. ``None`` (the default): from ids 16-255, which every
-        tokenizer has. Never an id the model does not have: one crashes a real SGLang server.
+        tokenizer has (an id outside the vocabulary crashes a real SGLang server).
     :param prefix_groups: shared-prefix workload (bench_serving's generated-shared-prefix):
         request ``i`` belongs to group ``i % prefix_groups``, and every request of a group
         starts with the same ``prefix_len`` tokens (then its own). The server's prefix cache
@@ -134,12 +109,10 @@ class Workload:
         ``s * turns + turns - 1`` are the turns of session ``s``, sent one after another,
         each with the whole history before it (the earlier user messages and their answers);
         a closed loop at concurrency C runs C sessions at once, an open loop starts sessions
-        at its rate (sessions per second). Without ``dataset`` a turn's
-        user message is ``input_len`` words and each answer in the history ``output_len``
-        words (the history carries these answers, not the server's: the history is known
-        before the run, as in bench_serving's multi-turn mode); with ``dataset`` the sessions
-        are its conversations with at least ``turns`` user turns. The server's prefix cache
-        can serve each turn's history: :meth:`expected_cache_hit_ratio`.
+        at its rate. Without ``dataset`` a turn's user message is ``input_len`` words and each
+        answer in the history ``output_len`` words (known before the run, as in
+        bench_serving); with ``dataset`` the sessions are its conversations with at least
+        ``turns`` user turns. See ``docs/workloads.md``.
     """
 
     input_len: int
