@@ -337,17 +337,10 @@ class RayLoadWorkers:
     ) -> LoadRun:
         """Run ``plan`` on the actors and return one merged :class:`LoadRun`.
 
-        ``plan.options`` are ``LoadGenerator``'s keyword arguments plus ``url`` (picklable
-        values only). Records are on this process's ``perf_counter`` clock.
+        The arguments are :func:`~pytest_sglang.loadgen.workers.run_sharded`'s, for actors
+        (``ready_timeout`` includes their placement). Records are on this process's
+        ``perf_counter`` clock.
 
-        :param ready_timeout: seconds for the actors to be placed and finish their warm-up.
-        :param run_timeout: seconds for the measured phase (default: the request timeout
-            times the requests, plus a minute); late actors are then killed and their
-            requests recorded as failed.
-        :param before_measured: called here once every actor is ready, right before the
-            common start (``LoadGenerator``'s ``before_measured``, on the coordinator).
-        :param progress: called here with the actors' summed progress (requests done and
-            tokens received, warm-up included) at most every ``PROGRESS_INTERVAL`` seconds.
         :raises LoadWorkersFailed: an actor was not placed, or failed before the start (no
             measured request was sent).
         :raises ServerStoppedAnswering: an actor gave up on the server (as a single process).

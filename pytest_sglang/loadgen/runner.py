@@ -194,8 +194,6 @@ class LoadGenerator:
         """
         return http_client(self.url, self._headers, self._timeout, connections, reuse=reuse)
 
-    # -- the run loop ----------------------------------------------------------------------
-
     async def run(self, workload: Workload, load: Load, *, repeat: int = 0) -> LoadRun:
         """Send ``workload``'s requests as ``load`` says, and record each one.
 
@@ -379,8 +377,6 @@ class LoadGenerator:
         finally:
             state.tally, state.probing = tally, False
 
-    # -- the facade ------------------------------------------------------------------------
-
     async def closed_loop(
         self, workload: Workload, concurrency: int, *, repeat: int = 0
     ) -> LoadRun:
@@ -434,8 +430,6 @@ class LoadGenerator:
     ) -> list[LoadRun]:
         """Blocking :meth:`sweep` (runs its own event loop, see :func:`run_blocking`)."""
         return run_blocking(self.sweep(workload, concurrencies, repeat=repeat))
-
-    # -- one request -----------------------------------------------------------------------
 
     async def _send(
         self,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 __all__ = ["ClientLoad", "ClientMonitor"]
@@ -53,14 +53,7 @@ class ClientLoad:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClientLoad:
         """Rebuild from :meth:`as_dict` output."""
-        return cls(
-            cpu_seconds=data["cpu_seconds"],
-            wall_seconds=data["wall_seconds"],
-            lag_p50=data["lag_p50"],
-            lag_p99=data["lag_p99"],
-            lag_max=data["lag_max"],
-            samples=data["samples"],
-        )
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
 
 
 class ClientMonitor:

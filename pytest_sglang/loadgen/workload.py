@@ -288,8 +288,7 @@ class Workload:
 
     def _expected_session_hit_ratio(self) -> float:
         # Turn t's prompt holds t + 1 user messages and t answers; the previous turn's
-        # prompt, all of it, is cached (counted in words: the chat template adds a few
-        # tokens per message, which moves the ratio by well under a percentage point).
+        # prompt, all of it, is cached (counted in words, without the chat template's).
         prompts = cached = 0
         for index in range(self.requests):
             turn = self.session(index)[1]
@@ -317,18 +316,7 @@ class Workload:
             "extra": json.loads(json.dumps(dict(self.extra))),
             "stream": self.stream,
             # Only when set: the keys of workloads without them stay what they were.
-            **({"requests_per_slot": self.requests_per_slot} if self.requests_per_slot else {}),
-            **({"vocab_size": self.vocab_size} if self.vocab_size is not None else {}),
-            **(
-                {"prefix_groups": self.prefix_groups, "prefix_len": self.prefix_len}
-                if self.prefix_groups
-                else {}
-            ),
-            **({"range_ratio": self.range_ratio} if self.range_ratio is not None else {}),
-            **({"lengths_file": self.lengths_file} if self.lengths_file is not None else {}),
-            **({"dataset": self.dataset} if self.dataset is not None else {}),
-            **({"answer_lengths": True} if self.answer_lengths else {}),
-            **({"turns": self.turns} if self.turns is not None else {}),
+            **{name: value for name in _OPTIONAL if (value := getattr(self, name)) not in _UNSET},
         }
 
     @classmethod
@@ -365,6 +353,12 @@ class Workload:
         # and equal exactly when the workloads are.
         return hash(self.key())
 
+
+#: Fields :meth:`Workload.as_dict` writes only when set, and the values that mean unset
+#: (``0 == False``: ``prefix_len`` is 0 without ``prefix_groups``).
+_OPTIONAL = ("requests_per_slot", "vocab_size", "prefix_groups", "prefix_len", "range_ratio",
+             "lengths_file", "dataset", "answer_lengths", "turns")  # fmt: skip
+_UNSET = (None, False)
 
 _EXAMPLE = "; e.g. Workload(input_len=1024, output_len=256, requests=64)"
 
