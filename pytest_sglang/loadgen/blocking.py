@@ -25,12 +25,10 @@ T = TypeVar("T")
 def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
     """Run ``coroutine`` to completion on a new event loop and return its result.
 
-    From a thread that is already running an event loop (an ``async def`` test under
-    pytest-asyncio or anyio calling ``sglang_bench``) :func:`asyncio.run` refuses: the
-    coroutine then runs on its own loop in a worker thread while the caller waits. The
-    caller's loop is blocked meanwhile, as by any blocking call; await the async API
-    (:meth:`LoadGenerator.closed_loop`...) to keep it running. Either way an exception
-    raised in the caller's thread by a signal handler (pytest-timeout) cancels the run.
+    From a thread already running an event loop (an ``async def`` test calling
+    ``sglang_bench``) it runs on its own loop in a worker thread while the caller's loop
+    waits, blocked (await the async API to keep it running). Either way an exception raised
+    in the caller's thread by a signal handler (pytest-timeout) cancels the run.
     """
     try:
         asyncio.get_running_loop()

@@ -46,13 +46,10 @@ def run_on_workers(
     """Run ``generator``'s ``load`` where the options say: one process, N, or Ray actors.
 
     ``workers == 1`` without ``ray_address`` is the generator's own run in this process (its
-    own ``before_measured`` applies). ``workers > 1`` runs that many worker processes on this
+    own ``before_measured`` applies); ``workers > 1`` runs that many worker processes on this
     host (:func:`~pytest_sglang.loadgen.workers.run_sharded`); a ``ray_address`` runs
-    ``workers`` Ray actors on that cluster
-    (:class:`~pytest_sglang.loadgen.ray_workers.RayLoadWorkers`, which imports Ray). Either
-    way the generator's progress callback hears the run's progress (summed over the workers),
-    a closed loop keeps its concurrency in total and an open loop its one schedule and cap,
-    and ``before_measured`` runs right before the common start of the measured requests.
+    ``workers`` Ray actors on that cluster. The generator's progress callback hears the
+    summed progress, and ``before_measured`` runs right before the common start.
 
     :param ray_source: where ``ray_address`` came from, for messages.
     :param ray_pools: where to keep the Ray actors for later runs (without: started for this

@@ -21,11 +21,9 @@ __all__ = ["LoadRun", "RequestRecord"]
 class RequestRecord:
     """What happened to one request, filled in while its response streams in.
 
-    ``chunk_times`` and ``chunk_tokens`` describe the chunks that carried generated tokens
-    (role-only, finish-only and usage chunks are not listed): when each arrived and how many
-    tokens it carried. ``chunk_tokens_exact`` is false where the server did not say how many
-    tokens a chunk carried and they were spread evenly over the chunks (OpenAI endpoints on a
-    server that ignores ``stream_options.continuous_usage_stats``). A request failed when
+    ``chunk_times`` and ``chunk_tokens``: when each chunk with generated tokens arrived and
+    how many it carried; ``chunk_tokens_exact`` is false where the server did not say and
+    they were spread evenly (``docs/metrics.md``, "Token counts"). A request failed when
     ``error`` is set; failed records are kept, never dropped.
     """
 

@@ -81,38 +81,24 @@ class Workload:
         ``sglang_server.vocab_size``): prompt token ids are drawn from
         ``[1000, min(vocab_size, 30000))``. ``None`` (the default): from ids 16-255, which every
         tokenizer has (an id outside the vocabulary crashes a real SGLang server).
-    :param prefix_groups: shared-prefix workload (bench_serving's generated-shared-prefix):
-        request ``i`` belongs to group ``i % prefix_groups``, and every request of a group
-        starts with the same ``prefix_len`` tokens (then its own). The server's prefix cache
-        can serve all but each group's first request from the shared prefix:
-        :meth:`expected_cache_hit_ratio` is what that construction implies.
+    :param prefix_groups: shared-prefix workload: request ``i`` belongs to group
+        ``i % prefix_groups``, whose requests all start with the same ``prefix_len`` tokens;
+        :meth:`expected_cache_hit_ratio` is the hit ratio that implies.
     :param prefix_len: the shared prefix's tokens (``1 <= prefix_len < input_len``).
-    :param range_ratio: length distribution as bench_serving's ``random`` dataset: each
-        request's input and output lengths are drawn uniformly from
-        ``[max(1, int(len * range_ratio)), len]`` (seeded, the same for every server; a repeat
-        draws anew). ``None``: every request has exactly ``input_len`` and ``output_len``.
-    :param lengths_file: an empirical length distribution: a text file of ``INPUT OUTPUT``
-        token counts, one pair a line (comma or space separated, ``#`` comments), e.g. taken
-        from production logs; each request draws a pair (seeded), capped at ``input_len`` and
-        ``output_len``.
-    :param dataset: the path of a dataset file (JSONL of prompts or chat messages, or
-        ShareGPT's JSON; :mod:`pytest_sglang.loadgen.datasets`), read locally, never
-        downloaded. Request ``i`` of a run sends an entry drawn without replacement (seeded,
-        shuffled per run). The prompts are text: ``input_len`` is then the longest prompt
-        admitted, in tokens estimated at 4 characters a token (longer entries are left out),
-        and the server's ``prompt_tokens`` is what each record and the measurement report.
-        Every request generates ``output_len`` tokens, unless ``answer_lengths``.
+    :param range_ratio: each request's input and output lengths drawn uniformly (seeded)
+        from ``[max(1, int(len * range_ratio)), len]``; ``None``: exact lengths.
+    :param lengths_file: a text file of ``INPUT OUTPUT`` token counts, one pair a line; each
+        request draws a pair (seeded), capped at ``input_len`` and ``output_len``.
+    :param dataset: the path of a local dataset file (:mod:`~pytest_sglang.loadgen.datasets`);
+        ``input_len`` is then the longest prompt admitted, in estimated tokens.
     :param answer_lengths: with ``dataset``: each request generates as many tokens as the
-        dataset's answer to it (the entry's ``output_len``, else its answer's text at 4
-        characters a token; bench_serving's ShareGPT convention), capped at ``output_len``.
+        dataset's answer to it, capped at ``output_len``.
     :param turns: multi-turn sessions (``endpoint="chat"``): requests ``s * turns`` to
-        ``s * turns + turns - 1`` are the turns of session ``s``, sent one after another,
-        each with the whole history before it (the earlier user messages and their answers);
-        a closed loop at concurrency C runs C sessions at once, an open loop starts sessions
-        at its rate. Without ``dataset`` a turn's user message is ``input_len`` words and each
-        answer in the history ``output_len`` words (known before the run, as in
-        bench_serving); with ``dataset`` the sessions are its conversations with at least
-        ``turns`` user turns. See ``docs/workloads.md``.
+        ``s * turns + turns - 1`` are session ``s``'s turns, sent in order, each with the
+        history before it; a closed loop at C runs C sessions at once, an open loop starts
+        sessions at its rate.
+
+    Length distributions, datasets, shared prefixes and sessions: ``docs/workloads.md``.
     """
 
     input_len: int
