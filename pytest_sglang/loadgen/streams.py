@@ -231,17 +231,9 @@ class _OpenAIStreamParser(StreamParser):
 
     def _final_usage(self, usage: dict[str, Any]) -> None:
         # The finish chunk's usage and a later usage chunk say the same; the last one wins.
-        bad = _negative_count(usage, "usage")
+        bad = _read_usage(self.record, usage)
         if bad is not None:
             self._fail(bad)
-            return
-        completion = _int_or_none(usage.get("completion_tokens"))
-        if completion is not None:
-            self.record.output_tokens_server = completion
-        prompt = _int_or_none(usage.get("prompt_tokens"))
-        if prompt is not None:
-            self.record.prompt_tokens = prompt
-        _read_cached(self.record, usage)
 
     def _settle_counts(self) -> None:
         record = self.record
@@ -329,13 +321,10 @@ def parse_body(endpoint: str, record: RequestRecord, body: bytes) -> None:
         return
     usage = data.get("usage")
     if isinstance(usage, dict):
-        bad = _negative_count(usage, "usage")
+        bad = _read_usage(record, usage)
         if bad is not None:
             record.error = bad
             return
-        record.output_tokens_server = _int_or_none(usage.get("completion_tokens"))
-        record.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
-        _read_cached(record, usage)
     choices = data.get("choices")
     if choices and isinstance(choices[0], dict):
         finish = choices[0].get("finish_reason")
@@ -401,13 +390,24 @@ def _error_message(data: dict[str, Any]) -> str | None:
     return None
 
 
-def _read_cached(record: RequestRecord, usage: dict[str, Any]) -> None:
-    """Read OpenAI ``usage.prompt_tokens_details.cached_tokens`` (null without cache reports)."""
+def _read_usage(record: RequestRecord, usage: dict[str, Any]) -> str | None:
+    """Read an OpenAI final ``usage`` into ``record``; return why it cannot be right, or None."""
+    bad = _negative_count(usage, "usage")
+    if bad is not None:
+        return bad
+    completion = _int_or_none(usage.get("completion_tokens"))
+    if completion is not None:
+        record.output_tokens_server = completion
+    prompt = _int_or_none(usage.get("prompt_tokens"))
+    if prompt is not None:
+        record.prompt_tokens = prompt
+    # prompt_tokens_details.cached_tokens: null without the server's cache reports.
     details = usage.get("prompt_tokens_details")
     if isinstance(details, dict):
         cached = _int_or_none(details.get("cached_tokens"))
         if cached is not None:
             record.cached_tokens = cached
+    return None
 
 
 def _read_final_meta(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextvars
 import errno
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from types import SimpleNamespace
 
 import aiohttp
@@ -59,27 +59,24 @@ async def _stamp_bytes_written(
         attempt.record.sent = time.perf_counter()
 
 
-async def _mark_reused(
-    session: aiohttp.ClientSession, context: SimpleNamespace, params: object
-) -> None:
-    attempt = _SENDING.get()
-    if attempt is not None:
-        attempt.reused = True
+def _marker(flag: str) -> Callable[..., Awaitable[None]]:
+    """Return a trace signal handler that sets ``flag`` on the attempt being sent."""
 
+    async def mark(
+        session: aiohttp.ClientSession, context: SimpleNamespace, params: object
+    ) -> None:
+        attempt = _SENDING.get()
+        if attempt is not None:
+            setattr(attempt, flag, True)
 
-async def _mark_created(
-    session: aiohttp.ClientSession, context: SimpleNamespace, params: object
-) -> None:
-    attempt = _SENDING.get()
-    if attempt is not None:
-        attempt.created = True
+    return mark
 
 
 def _wire_trace() -> aiohttp.TraceConfig:
     trace = aiohttp.TraceConfig()
     trace.on_request_chunk_sent.append(_stamp_bytes_written)
-    trace.on_connection_reuseconn.append(_mark_reused)
-    trace.on_connection_create_end.append(_mark_created)
+    trace.on_connection_reuseconn.append(_marker("reused"))
+    trace.on_connection_create_end.append(_marker("created"))
     return trace
 
 
