@@ -1,26 +1,6 @@
 """The load generator: workloads in, one record per request out.
 
-Modules, one job each:
-
-- ``schedule``: how requests arrive, one type (``ClosedLoop``: C slots;
-  ``OpenLoop``: an arrival schedule), pure;
-- ``runner``: :class:`LoadGenerator` and its run loop, the only one (``LoadGenerator.run``),
-  with the closed-loop, open-loop and sweep forms and their blocking facade;
-- ``runstate``: what one run's requests share (clients, the unanswered streak);
-- ``transport``: one request on the wire (httpx on aiohttp, send-time stamp, failures named);
-- ``records``: :class:`RequestRecord` and :class:`LoadRun`, the plain data it produces;
-- ``streams``: parsers for the three endpoints' responses (pure);
-- ``sse``: server-sent events framing (pure);
-- ``prompts``: request bodies of exact lengths (pure, deterministic);
-- ``progress``: the progress callback and its ticker;
-- ``habits``: a server's connection habits, learned once per server and session;
-- ``watchdog``: the stall watchdog (ends streams silent after their first token);
-- ``saturation``: the client's own CPU and event-loop lag per run (``client_bound``);
-- ``placement``: where a run goes (this process, N processes, Ray actors); ``shard``,
-  ``workers``, ``relay``, ``ray_workers``, ``ray_pools``: the same run loop on several
-  workers (C in flight in total, one merged record set; ``docs/scaling.md``);
-- ``jsoncodec``: orjson when installed, :mod:`json` otherwise.
-
+Its modules, one job each, are listed in ``docs/architecture.md`` ("Where new code goes").
 Public names load lazily: the records and parsers do not need httpx, and importing them must
 not pull it in.
 """

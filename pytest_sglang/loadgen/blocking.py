@@ -1,16 +1,10 @@
 """Running the load generator's coroutines from blocking code, interruptible by a test timeout.
 
-pytest-timeout's default method raises its ``Failed`` from a ``SIGALRM`` handler, in
-whatever frame the main thread is in. While an event loop runs there, that frame is often
-inside one of asyncio's callbacks (a socket's ``data_received``, a timer), and asyncio
-catches every exception of a callback except ``SystemExit`` and ``KeyboardInterrupt``: the
-timeout was logged as a "fatal error" of one connection, that request stalled, and the run
-went on past the test's limit (seen in CI: a 4 s timeout ended as one stalled request 60 s
-later, and the measurement was not reported as cut). asyncio handles Ctrl-C the safe way:
-its ``SIGINT`` handler cancels the main task. :func:`run_blocking` does the same for a
-Python ``SIGALRM`` handler: while the loop runs, the handler runs inside a wrapper that
-catches what it raises, cancels the run (whose finished part is kept, as for Ctrl-C), and
-raises it once the loop has stopped.
+pytest-timeout raises from a ``SIGALRM`` handler in whatever frame runs; inside one of
+asyncio's callbacks that exception is swallowed and logged, and the run goes on past the
+test's limit. :func:`run_blocking` does for ``SIGALRM`` what asyncio does for Ctrl-C: the
+handler's exception cancels the run (whose finished part is kept) and is raised once the
+loop has stopped.
 """
 
 from __future__ import annotations
@@ -31,12 +25,10 @@ T = TypeVar("T")
 def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
     """Run ``coroutine`` to completion on a new event loop and return its result.
 
-    From a thread that is already running an event loop (an ``async def`` test under
-    pytest-asyncio or anyio calling ``sglang_bench``) :func:`asyncio.run` refuses: the
-    coroutine then runs on its own loop in a worker thread while the caller waits. The
-    caller's loop is blocked meanwhile, as by any blocking call; await the async API
-    (:meth:`LoadGenerator.closed_loop`...) to keep it running. Either way an exception
-    raised in the caller's thread by a signal handler (pytest-timeout) cancels the run.
+    From a thread already running an event loop (an ``async def`` test calling
+    ``sglang_bench``) it runs on its own loop in a worker thread while the caller's loop
+    waits, blocked (await the async API to keep it running). Either way an exception raised
+    in the caller's thread by a signal handler (pytest-timeout) cancels the run.
     """
     try:
         asyncio.get_running_loop()

@@ -1,30 +1,8 @@
 """Dataset files given by path: prompts, chat messages and ShareGPT conversations (no network).
 
-A dataset is read from a local file, never downloaded. Two containers:
-
-- JSON Lines (``.jsonl``): one JSON object per line (blank lines are skipped);
-- a JSON array of objects (ShareGPT's ``ShareGPT_V3_unfiltered_cleaned_split.json``).
-
-Each object is one of three shapes:
-
-``{"prompt": "..."}`` (or ``"text"``)
-    a text prompt. Optional: ``"output_len"`` (the answer's tokens) or an answer text
-    (``"completion"``, ``"answer"`` or ``"output"``).
-``{"messages": [{"role": "system" | "user" | "assistant", "content": "..."}, ...]}``
-    chat messages, sent as given (the last one is the user's); ``"output_len"`` optional.
-``{"conversations": [{"from": "human", "value": "..."}, {"from": "gpt", "value": "..."}, ...]}``
-    the ShareGPT layout. As SGLang's ``bench_serving`` does, a single-turn request sends the
-    first human message, and the next message (the model's answer) gives the output length
-    when asked for; conversations of fewer than two messages are left out. A multi-turn
-    session (``Workload(turns=T)``) sends the first ``T`` human messages one turn at a time,
-    each with the history before it (the conversation's own answers).
-
-Without the served model's tokenizer, a text's tokens are *estimated* at 4 characters a
-token (:func:`estimate_tokens`, the usual rule for English BPE vocabularies): the estimate
-only decides which entries fit ``input_len`` and, with ``answer_lengths``, how many tokens a
-request asks for; the server's ``prompt_tokens`` is what the measurement reports.
-
-Errors name the file, the line (or the array's item) and what was wrong, and say how to fix it.
+A local JSON Lines file or JSON array, never downloaded; the shapes of its objects, the
+``bench_serving`` conventions followed and the 4-characters-a-token estimate are in
+``docs/workloads.md`` ("Dataset files"). Errors name the file, the line and the fix.
 """
 
 from __future__ import annotations
@@ -261,7 +239,7 @@ def digest(path: str) -> str:
 
 @functools.cache
 def load_dataset(path: str) -> tuple[Entry, ...]:
-    """Read a dataset file (see the module docstring); the entries in file order.
+    """Read a dataset file (``docs/workloads.md``); the entries in file order.
 
     Raises :class:`DatasetError` naming the file, the line and the fix.
     """

@@ -1,18 +1,10 @@
 """How a server treats the client's connections, learned once per server and session.
 
-Some servers close the TCP connection after every response while still advertising
-keep-alive (llama.cpp's server, proxies, servers with a ``max`` keep-alive count). A pooled
-client then hands its next request a connection whose close is on its way: the write goes
-into a socket the server no longer reads, and the request fails before any byte of response
-(``docs/metrics.md``, "Connections"). The load generator sends such a request again on a
-fresh connection, but a run that learns the habit only then has already paid for it, and a
-generator that forgets it between runs pays again in every run.
-
-:class:`ConnectionHabits` is what the client learned; the server handle keeps one
-(``SGLangServer.connections``) and every load generator for that server shares it, so the
-first warm-up learns the habit (``LoadGenerator``'s probe: one more request on the pooled
-connections right after the warm-up) and every later run of the session starts with a fresh
-connection per request, never racing the server's close.
+Some servers close the connection after every response while advertising keep-alive; a
+pooled request then fails before any response byte (``docs/metrics.md``, "Connections").
+The server handle keeps one :class:`ConnectionHabits`, shared by every load generator for
+that server, so the first warm-up's probe learns the habit and later runs start with a
+fresh connection per request.
 """
 
 from __future__ import annotations

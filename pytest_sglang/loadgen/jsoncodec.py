@@ -1,14 +1,8 @@
 """JSON for the hot path, and the bounded parse of every JSON body a server sends us.
 
-Parsing one small JSON event per generated token is most of what the load generator does
-per chunk; orjson parses them several times faster than :mod:`json`. It is optional: the
-results are the same either way, only the client's CPU cost differs.
-
-A body a server answers (a model list, ``/server_info``, a non-streamed generation) goes
-through :func:`loads_body`: a hostile or broken server must not exhaust memory or the
-interpreter's recursion limit (a model list nested a few thousand levels deep made
-:mod:`json` raise ``RecursionError``, and anything that walks a nested value recursively,
-a schema check, a ``repr``, fails the same way below it).
+orjson, when installed, parses the per-token events several times faster than :mod:`json`
+(same results). :func:`loads_body` refuses a body too large or nested too deep, so a
+hostile or broken server cannot exhaust memory or the recursion limit.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Where a run's load is generated: this process, N processes on this host, or Ray actors.
 
 The choice only: the run itself is the same run loop everywhere
-(:meth:`~pytest_sglang.loadgen.runner.LoadGenerator.run`). Callers that take the choice from
-options (``--sglang-load-workers``, ``--sglang-ray-address``) call :func:`run_on_workers`
-(or its two forms, :func:`closed_loop_on_workers` and :func:`open_loop_on_workers`). Ray is
-imported only when a Ray address is given. ``docs/scaling.md`` says when more than one
-process is needed. A :class:`~pytest_sglang.loadgen.ray_pools.RayPools` keeps the Ray actors
-from run to run; ``sglang_bench`` keeps one for the session.
+(:meth:`~pytest_sglang.loadgen.runner.LoadGenerator.run`). ``docs/scaling.md`` says when
+more than one process is needed.
 """
 
 from __future__ import annotations
@@ -50,13 +46,10 @@ def run_on_workers(
     """Run ``generator``'s ``load`` where the options say: one process, N, or Ray actors.
 
     ``workers == 1`` without ``ray_address`` is the generator's own run in this process (its
-    own ``before_measured`` applies). ``workers > 1`` runs that many worker processes on this
+    own ``before_measured`` applies); ``workers > 1`` runs that many worker processes on this
     host (:func:`~pytest_sglang.loadgen.workers.run_sharded`); a ``ray_address`` runs
-    ``workers`` Ray actors on that cluster
-    (:class:`~pytest_sglang.loadgen.ray_workers.RayLoadWorkers`, which imports Ray). Either
-    way the generator's progress callback hears the run's progress (summed over the workers),
-    a closed loop keeps its concurrency in total and an open loop its one schedule and cap,
-    and ``before_measured`` runs right before the common start of the measured requests.
+    ``workers`` Ray actors on that cluster. The generator's progress callback hears the
+    summed progress, and ``before_measured`` runs right before the common start.
 
     :param ray_source: where ``ray_address`` came from, for messages.
     :param ray_pools: where to keep the Ray actors for later runs (without: started for this

@@ -1,9 +1,7 @@
 """Progress reporting: a callback the runner calls at most every ``interval`` seconds.
 
-The fixture uses it to show "requests done, tok/s" in the terminal while a long run goes on.
-The runner counts into a :class:`Tally` (cheap attribute increments on the hot path) and a
-ticker task reads it once per interval, so the callback's cost does not grow with the token
-rate and the terminal is not flooded.
+The runner counts into a :class:`Tally` (cheap on the hot path) and a ticker task reads it
+once per interval, so the callback's cost does not grow with the token rate.
 """
 
 from __future__ import annotations

@@ -1,33 +1,17 @@
 """Request bodies for a :class:`~pytest_sglang.loadgen.workload.Workload` (pure, deterministic).
 
-Each request's prompt is drawn from its own random generator seeded with
-``(workload.seed, salt, index)``: the same workload, run label and index always give the
-same prompt, on any machine and Python version (string seeds are hashed with SHA-512), so two
-servers measured with one workload see identical requests.
-
-Token ids stay inside the served model's vocabulary: an id at or above its size crashes a
-real SGLang server (the scheduler's embedding lookup raises ``IndexError`` and the whole
-server exits; ``docs/emulator.md``, "Out-of-vocabulary ids"). When the workload knows the
-vocabulary (``Workload(vocab_size=...)``, e.g. ``sglang_server.vocab_size``, read from the
-model's ``config.json``), ids are drawn from ``[1000, min(vocab_size, 30000))`` (from 16 for
-vocabularies under 2000). Otherwise they are drawn from :data:`UNIVERSAL_TOKEN_IDS`, ids
-every tokenizer has: byte-level BPE vocabularies (GPT-2, Llama 3, Qwen, DeepSeek, Kimi) hold
-their 256 byte tokens at ids 0-255, SentencePiece byte-fallback vocabularies (Llama 2,
-Mistral) at 3-258; the first 16 ids, where tokenizers keep BOS/EOS/UNK/PAD, are left out.
-
-Prompts differ between requests, so SGLang's prefix (radix) cache cannot serve one request
-from another: two random prompts share their first token with probability 1/240 (universal
-ids) or about 1/29000, and their first two with 1/57600 or less. The ``salt``
-separates runs (the runner uses the load level, repeat number and warm-up or measured
-phase): a repeat on the same server would otherwise find its prompts already cached by the
-previous repeat and report a TTFT no fresh workload would see.
+Each prompt is drawn from a generator seeded with ``(workload.seed, salt, index)``: the same
+workload gives the same requests on any machine, so two servers see identical prompts. The
+``salt`` (load level, repeat, warm-up or measured) keeps runs apart, so no run finds its
+prompts in the server's prefix cache. Token ids stay inside the served model's vocabulary
+(an id past it crashes a real server: ``docs/emulator.md``, "Out-of-vocabulary ids").
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 from pytest_sglang.loadgen.jsoncodec import dumps
 from pytest_sglang.loadgen.workload import Workload
@@ -45,14 +29,17 @@ __all__ = [
     "token_ids",
 ]
 
+T = TypeVar("T")
+
 PATHS: Mapping[str, str] = {
     "generate": "/generate",
     "completions": "/v1/completions",
     "chat": "/v1/chat/completions",
 }
 
-#: Token ids every tokenizer has (see the module docstring): what a workload that does not
-#: know the served model's vocabulary draws its prompts from.
+#: Token ids every tokenizer has: the 256 byte tokens of byte-level BPE (0-255) and
+#: SentencePiece byte-fallback (3-258) vocabularies, less the first 16 (BOS, EOS, UNK, PAD).
+#: What a workload that does not know the served model's vocabulary draws its prompts from.
 UNIVERSAL_TOKEN_IDS = range(16, 256)
 #: The ids of a workload without ``vocab_size`` (the default).
 TOKEN_ID_RANGE = UNIVERSAL_TOKEN_IDS
@@ -88,29 +75,28 @@ def _prefix_rng(workload: Workload, salt: str, index: int) -> random.Random:
     return random.Random(f"{workload.seed}/{salt}/prefix/{index % workload.prefix_groups}")
 
 
+def _draw(workload: Workload, salt: str, index: int, population: Sequence[T]) -> list[T]:
+    """Request ``index``'s prompt of ``population`` items; a shared prefix comes first."""
+    length = workload.lengths(salt, index)[0]
+    if not workload.prefix_groups:
+        return _rng(workload, salt, index).choices(population, k=length)
+    prefix = _prefix_rng(workload, salt, index).choices(population, k=workload.prefix_len)
+    rest = _rng(workload, salt, index).choices(population, k=length - workload.prefix_len)
+    return prefix + rest
+
+
 def token_ids(workload: Workload, salt: str, index: int) -> list[int]:
     """Return the ``workload.input_len`` prompt token ids of request ``index``.
 
     Every id is inside the vocabulary: ``workload.vocab_size`` when set, else one every
     tokenizer has. A shared-prefix workload starts with its group's ``prefix_len`` ids.
     """
-    ids = token_id_range(workload.vocab_size)
-    length = workload.lengths(salt, index)[0]
-    if not workload.prefix_groups:
-        return _rng(workload, salt, index).choices(ids, k=length)
-    prefix = _prefix_rng(workload, salt, index).choices(ids, k=workload.prefix_len)
-    rest = _rng(workload, salt, index).choices(ids, k=length - workload.prefix_len)
-    return prefix + rest
+    return _draw(workload, salt, index, token_id_range(workload.vocab_size))
 
 
 def chat_text(workload: Workload, salt: str, index: int) -> str:
     """Return the chat message of request ``index``: ``input_len`` single-token words."""
-    length = workload.lengths(salt, index)[0]
-    if not workload.prefix_groups:
-        return " ".join(_rng(workload, salt, index).choices(WORDS, k=length))
-    prefix = _prefix_rng(workload, salt, index).choices(WORDS, k=workload.prefix_len)
-    rest = _rng(workload, salt, index).choices(WORDS, k=length - workload.prefix_len)
-    return " ".join(prefix + rest)
+    return " ".join(_draw(workload, salt, index, WORDS))
 
 
 def session_text(workload: Workload, salt: str, index: int, part: str, length: int) -> str:

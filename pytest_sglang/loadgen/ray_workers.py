@@ -1,38 +1,9 @@
 """A run spread over load-generator workers on several hosts: Ray actors (``pytest-sglang[ray]``).
 
-The same workers as :mod:`~pytest_sglang.loadgen.workers`, as Ray actors placed on a Ray
-cluster the user names (``address``; ``--sglang-ray-address`` under pytest), with the same
-guarantees:
-
-- **exact total concurrency**: a closed loop of ``C`` gives each actor its share of the ``C``
-  slots and the requests that go with them (:mod:`~pytest_sglang.loadgen.shard`), so ``C``
-  requests are in flight in total, not per actor; an open loop keeps its one arrival schedule;
-- **a common start**: every actor finishes its warm-up and waits; the coordinator (this
-  process) then names one start time, and every actor sends its first measured request then;
-- **one time base**: hosts do not share a clock. Every actor stamps its records with its own
-  ``perf_counter`` (so each request's TTFT, ITL and latency come from one clock, untouched),
-  and the coordinator measures each actor's clock offset NTP-style before the start: it asks
-  for the actor's clock ``CLOCK_ROUNDS`` times, each reading taken between two readings of its
-  own, and keeps the round with the shortest round trip: ``offset = remote - (t0 + t1) / 2``,
-  wrong by at most half that round trip (well under a millisecond on one LAN, reported in
-  :attr:`RayLoadWorkers.clocks`). The start time is sent to each actor on its own clock
-  (``start + offset``), and its records are moved onto the coordinator's clock
-  (``t - offset``) before they merge: cross-host figures (the run's duration, throughput,
-  the requests in flight) use one time base. Clock drift over a run (ppm) is ignored;
-- **loss is failure, never a hang**: an actor whose process dies or whose node is lost
-  (Ray reports it as an actor error) has its measured requests recorded as failed with a
-  message naming the worker, its node and Ray's reason, except those it had finished and
-  handed over before (the coordinator polls every actor for its finished records and its
-  progress every ``PROGRESS_INTERVAL``, :mod:`~pytest_sglang.loadgen.relay`, and reports
-  one progress line summed over them); a run that outlives its timeout has its late actors
-  killed and their requests recorded as failed.
-
-Ray is imported only when a run is made: loading the plugin never loads it.
-
-Every node must have the same Python and ``pytest-sglang`` (with the ``ray`` extra) installed;
-the actors run :func:`~pytest_sglang.loadgen.workers.run_shard` there and reach the server's
-URL from their node, so the URL must be one every node can reach (not ``127.0.0.1`` unless
-the load runs on the server's host). See ``docs/scaling.md``.
+The workers of :mod:`~pytest_sglang.loadgen.workers` as Ray actors, with the same guarantees
+(exact total concurrency, a common start, loss is failure) plus one time base: each actor's
+clock offset is measured NTP-style before the run and its records are moved onto the
+coordinator's clock. Ray is imported only when a run is made. See ``docs/scaling.md``.
 """
 
 from __future__ import annotations
@@ -366,17 +337,10 @@ class RayLoadWorkers:
     ) -> LoadRun:
         """Run ``plan`` on the actors and return one merged :class:`LoadRun`.
 
-        ``plan.options`` are ``LoadGenerator``'s keyword arguments plus ``url`` (picklable
-        values only). Records are on this process's ``perf_counter`` clock.
+        The arguments are :func:`~pytest_sglang.loadgen.workers.run_sharded`'s, for actors
+        (``ready_timeout`` includes their placement). Records are on this process's
+        ``perf_counter`` clock.
 
-        :param ready_timeout: seconds for the actors to be placed and finish their warm-up.
-        :param run_timeout: seconds for the measured phase (default: the request timeout
-            times the requests, plus a minute); late actors are then killed and their
-            requests recorded as failed.
-        :param before_measured: called here once every actor is ready, right before the
-            common start (``LoadGenerator``'s ``before_measured``, on the coordinator).
-        :param progress: called here with the actors' summed progress (requests done and
-            tokens received, warm-up included) at most every ``PROGRESS_INTERVAL`` seconds.
         :raises LoadWorkersFailed: an actor was not placed, or failed before the start (no
             measured request was sent).
         :raises ServerStoppedAnswering: an actor gave up on the server (as a single process).

@@ -21,11 +21,9 @@ __all__ = ["LoadRun", "RequestRecord"]
 class RequestRecord:
     """What happened to one request, filled in while its response streams in.
 
-    ``chunk_times`` and ``chunk_tokens`` describe the chunks that carried generated tokens
-    (role-only, finish-only and usage chunks are not listed): when each arrived and how many
-    tokens it carried. ``chunk_tokens_exact`` is false where the server did not say how many
-    tokens a chunk carried and they were spread evenly over the chunks (OpenAI endpoints on a
-    server that ignores ``stream_options.continuous_usage_stats``). A request failed when
+    ``chunk_times`` and ``chunk_tokens``: when each chunk with generated tokens arrived and
+    how many it carried; ``chunk_tokens_exact`` is false where the server did not say and
+    they were spread evenly (``docs/metrics.md``, "Token counts"). A request failed when
     ``error`` is set; failed records are kept, never dropped.
     """
 
@@ -36,10 +34,9 @@ class RequestRecord:
     output_len: int
     #: When the load generator began the request (handed it to the HTTP client).
     started: float = 0.0
-    #: When the request's bytes were handed to the socket of an open connection; the TTFT
-    #: and end-to-end clocks start here, so the client's own send path (building the request,
-    #: waiting for its event loop, opening a connection) is not counted as server latency.
-    #: Equal to ``started`` when the request never reached a connection.
+    #: When the request's bytes were handed to the socket of an open connection, where the
+    #: TTFT and end-to-end clocks start (the client's send path is not server latency);
+    #: ``started`` when the request never reached a connection.
     sent: float = 0.0
     #: Open loop only: when the arrival schedule wanted it sent.
     scheduled: float | None = None
@@ -60,15 +57,11 @@ class RequestRecord:
     #: HTTP status; ``None`` when no response arrived (connection error, timeout).
     status: int | None = None
     error: str | None = None
-    #: Times the request was sent again on a fresh connection because it failed on a reused
-    #: pooled connection before any byte of response (a connection the server had closed):
-    #: 0 or 1. Timestamps are those of the last attempt.
+    #: Times the request was sent again on a fresh connection after a reused one failed
+    #: before any response byte: 0 or 1. Timestamps are those of the last attempt.
     retries: int = 0
-    #: The server's own timings from ``meta_info`` (SGLang with ``--enable-metrics``), as it
-    #: reports them: ``queue_time`` and ``first_token_latency`` in seconds,
-    #: ``forward_entry_time``, ``prefill_finished_time``, ``request_received_ts``,
-    #: ``response_sent_to_client_ts``... as wall-clock timestamps of the server's machine.
-    #: ``None`` when the server reported none (other endpoints, metrics off, other servers).
+    #: The server's own ``meta_info`` timings (``streams.SERVER_TIME_KEYS``, SGLang with
+    #: ``--enable-metrics``), as it reports them; ``None`` when it reported none.
     server_times: dict[str, float] | None = None
     #: Prompt tokens the server found in its prefix cache (``meta_info.cached_tokens``, or
     #: ``usage.prompt_tokens_details.cached_tokens`` with ``--enable-cache-report``); ``None``

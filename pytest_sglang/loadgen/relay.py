@@ -1,15 +1,9 @@
 """What a load worker hands its coordinator while a run goes on: progress and finished records.
 
-A worker process or Ray actor keeps its records until its run ends; one that dies before
-(killed, its node lost) takes them along. So each worker's :class:`Relay` collects its
-finished measured requests and its progress counts as they happen, and the coordinator takes
-them in batches (a worker process's sender thread pushes them down its pipe every
-``interval``; the coordinator polls a Ray actor). A lost worker then costs only the requests
-it had in flight, had finished but not yet handed over, or had not sent, not the ones it had
-handed over; and the coordinator shows one progress line summed over the workers.
-
-The event loop's part is one locked ``append`` per finished request and a tuple assignment
-per progress tick; pickling and sending happen on another thread.
+Each worker's :class:`Relay` collects its finished measured requests and progress as they
+happen, and the coordinator takes them in batches, so a lost worker costs only what it had
+not handed over, and one progress line is summed over the workers. Pickling and sending
+happen off the event loop.
 """
 
 from __future__ import annotations

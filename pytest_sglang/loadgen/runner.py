@@ -1,21 +1,11 @@
 """The load engine: one run loop that sends a run's requests and records each one.
 
-:meth:`LoadGenerator.run` takes a workload and a :data:`~pytest_sglang.loadgen.schedule.Load`
-(a closed loop's slots, or an open loop's arrival schedule). It is the only run loop: the
-blocking facade, the worker processes (:mod:`~pytest_sglang.loadgen.workers`) and the Ray
-actors (:mod:`~pytest_sglang.loadgen.ray_workers`) all call it, a
-:class:`~pytest_sglang.loadgen.shard.Shard` telling a worker which requests are its own and
-when the measured ones start.
-
-A run sends its warm-up requests first (excluded from the metrics), then the measured ones.
-Every request sent gets a record, failed or not; a request never sent gets none. The
-timeouts (``request_timeout``, ``stall_timeout``, ``first_token_timeout``), the retry of a
-request that failed on a dead pooled connection before any response byte, the connection
-habits learned once per server, and :class:`ServerStoppedAnswering` after
-``max_consecutive_failures`` unanswered requests in a row are described in
-``docs/metrics.md`` ("The metrics": failed requests, retries, habits).
-
-All timestamps come from ``time.perf_counter()``.
+:meth:`LoadGenerator.run` takes a workload and a :data:`~pytest_sglang.loadgen.schedule.Load`;
+the blocking facade, the worker processes and the Ray actors all call it, a
+:class:`~pytest_sglang.loadgen.shard.Shard` telling a worker which requests are its own.
+Warm-up requests go first (excluded from the metrics). Every request sent gets a record,
+failed or not; one never sent gets none. Timeouts, retries, connection habits and
+:class:`ServerStoppedAnswering`: ``docs/metrics.md``. Timestamps are ``time.perf_counter()``.
 """
 
 from __future__ import annotations
@@ -104,9 +94,8 @@ class LoadGenerator:
         arrived, before the request is recorded as failed (stalled); ``None`` leaves only
         ``request_timeout``.
     :param first_token_timeout: seconds a streamed request may wait for its first token while
-        the whole run receives no token; ``None`` leaves only ``request_timeout``. A queued
-        request on a busy server may wait minutes for its first token, but the run as a whole
-        goes seconds at most without one: only a frozen or dead server is silent this long.
+        the whole run receives no token (only a frozen server is silent that long); ``None``
+        leaves only ``request_timeout``.
     :param max_consecutive_failures: after this many requests in a row ended without an answer
         (transport failure or timeout), stop sending and raise :class:`ServerStoppedAnswering`;
         ``None`` tries every request.
@@ -204,8 +193,6 @@ class LoadGenerator:
         ``reuse=False`` opens a fresh connection for every request and closes it after.
         """
         return http_client(self.url, self._headers, self._timeout, connections, reuse=reuse)
-
-    # -- the run loop ----------------------------------------------------------------------
 
     async def run(self, workload: Workload, load: Load, *, repeat: int = 0) -> LoadRun:
         """Send ``workload``'s requests as ``load`` says, and record each one.
@@ -317,14 +304,10 @@ class LoadGenerator:
     ) -> None:
         """Send ``records``, at most ``slots`` at once, each arrival due at its offset.
 
-        ``slots`` ``None``: no limit; ``offsets`` ``None``: every arrival is due at once.
-
-        An arrival is a multi-turn session (its turns one after another, each once the
-        previous answer is complete) or a single request. A slot takes the next arrival that
-        is due as soon as it is free: a closed loop keeps exactly ``slots`` in flight (a slot
-        holds a whole session), and a capped open loop holds a due arrival back (its record
-        shows the delay) until a slot is free; its cap is on requests, so a session's next
-        turn queues for a slot again.
+        ``slots`` ``None``: no limit; ``offsets`` ``None``: every arrival is due at once. An
+        arrival is a session (its turns in order) or a single request; a free slot takes the
+        next due arrival. A closed loop's slot holds a whole session; a capped open loop's
+        cap is on requests, so a session's next turn queues for a slot again.
         """
         requeue = slots is not None and offsets is not None
         units: dict[int, list[RequestRecord]] = {}
@@ -382,10 +365,8 @@ class LoadGenerator:
         """Learn the server's connection habit once its warm-up is over.
 
         A copy of the warm-up's last request (kept in no record, counted in no progress),
-        sent at once on the pooled client as the first measured request would be: it either
-        reuses a warm-up connection (the server keeps them), fails on one before any
-        response byte and is sent again (``_attempts``), or gets a new one because the
-        server had closed them all (both: the server closes after a response).
+        sent on the pooled client: reusing a warm-up connection shows the server keeps them;
+        a retry or a new connection shows it closes them after a response.
         """
         copy = RequestRecord(
             index=last.index, warmup=True, input_len=last.input_len, output_len=last.output_len
@@ -395,8 +376,6 @@ class LoadGenerator:
             await self._send(workload, copy, body, state)
         finally:
             state.tally, state.probing = tally, False
-
-    # -- the facade ------------------------------------------------------------------------
 
     async def closed_loop(
         self, workload: Workload, concurrency: int, *, repeat: int = 0
@@ -451,8 +430,6 @@ class LoadGenerator:
     ) -> list[LoadRun]:
         """Blocking :meth:`sweep` (runs its own event loop, see :func:`run_blocking`)."""
         return run_blocking(self.sweep(workload, concurrencies, repeat=repeat))
-
-    # -- one request -----------------------------------------------------------------------
 
     async def _send(
         self,
@@ -576,9 +553,8 @@ def _records(workload: Workload, count: int, *, warmup: bool, salt: str) -> list
 def _lost_tail(record: RequestRecord) -> str:
     """Say so when a stream broke after its last requested token: only its tail was lost.
 
-    A server that resets the connection (``SO_LINGER`` 0, or a close with unread bytes)
-    discards what it had not sent yet; its closing writes are small, and Nagle's algorithm
-    holds them back until the client acknowledges (``benchmarks/reset_tail.py``).
+    A server that resets the connection discards what it had not sent yet (its small
+    closing writes, held back by Nagle's algorithm).
     """
     arrived = sum(record.chunk_tokens)
     if record.status != 200 or arrived < record.output_len or record.finish_reason:

@@ -1,25 +1,21 @@
 """Is the client the bottleneck? The load generator's own CPU and event-loop lag per run.
 
-A load generator that cannot keep up measures itself: its event loop runs late, so chunks
-are read late (TTFT and ITL grow) and the next request leaves late (throughput falls). A
-:class:`ClientMonitor` watches the measured phase of a run at almost no cost: a task that
-sleeps ``interval`` seconds and records how late it woke (the loop's lag), and the process's
-CPU time (all threads) over the phase's wall time. The verdict on whether a run was
-client-bound is the measurement's ``client_bound`` validity check
-(:mod:`pytest_sglang.measure.checks`), with thresholds justified in ``docs/metrics.md``,
-"Client saturation" (``benchmarks/client_saturation.py`` measures them).
+A load generator that cannot keep up measures itself. A :class:`ClientMonitor` records, at
+almost no cost, how late a sleeping task wakes (the loop's lag) and the process's CPU time
+over the measured phase; the verdict is the ``client_bound`` check
+(:mod:`pytest_sglang.measure.checks`, ``docs/metrics.md``, "Client saturation").
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 __all__ = ["ClientLoad", "ClientMonitor"]
 
-#: How often the monitor wakes: 20 wake-ups a second cost nothing measurable.
+#: How often the monitor wakes (seconds).
 DEFAULT_INTERVAL = 0.05
 
 
@@ -57,14 +53,7 @@ class ClientLoad:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClientLoad:
         """Rebuild from :meth:`as_dict` output."""
-        return cls(
-            cpu_seconds=data["cpu_seconds"],
-            wall_seconds=data["wall_seconds"],
-            lag_p50=data["lag_p50"],
-            lag_p99=data["lag_p99"],
-            lag_max=data["lag_max"],
-            samples=data["samples"],
-        )
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
 
 
 class ClientMonitor:

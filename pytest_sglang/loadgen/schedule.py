@@ -1,12 +1,9 @@
 """How a run's requests arrive (pure): a closed loop's slots, or an open loop's schedule.
 
-:data:`Load` is what the run loop (:meth:`~pytest_sglang.loadgen.runner.LoadGenerator.run`)
-takes: :class:`ClosedLoop` keeps ``concurrency`` requests in flight, each slot sending its
-next request as soon as its previous one is answered; :class:`OpenLoop` sends each request
-at its own time on an arrival schedule, whatever has been answered, optionally capped at
-``max_concurrency`` in flight. Both answer the same questions: how many slots (``None``: as
-many as requests), when each request is due (``None``: at once), what seeds the run's prompts,
-and the fields a :class:`~pytest_sglang.loadgen.records.LoadRun` records.
+:data:`Load` is what :meth:`~pytest_sglang.loadgen.runner.LoadGenerator.run` takes. Both
+kinds answer the same questions: how many slots (``None``: as many as requests), when each
+request is due (``None``: at once), what seeds the run's prompts, and the fields a
+:class:`~pytest_sglang.loadgen.records.LoadRun` records.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
-"""One process's part of a run spread over several load-generator processes.
+"""One worker's part of a run spread over several load-generator workers.
 
-A closed loop of concurrency ``C`` on ``n`` processes gives each process a share of the
-``C`` slots (they differ by at most one) and the requests in proportion to its slots, so
-exactly ``C`` requests are in flight in total while every process is busy. An open loop
-keeps one arrival schedule: each request keeps its own offset and is sent by the process
-that owns it, so the schedule (Poisson or constant) is not distorted. ``sync`` blocks until
-every process has finished its warm-up and returns the common start of the measured
-requests, on ``perf_counter``'s clock, which is the same for every process of a host.
-``finished``, if given, receives each measured request as it ends (for the coordinator:
-:mod:`~pytest_sglang.loadgen.relay`).
+A closed loop's ``C`` slots are split over the workers (requests follow the slots), so
+exactly ``C`` are in flight in total; an open loop keeps one schedule, each request sent by
+the worker that owns it. ``sync`` blocks until every worker has warmed up and returns the
+common start; ``finished`` receives each measured request as it ends
+(:mod:`~pytest_sglang.loadgen.relay`).
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Server-sent events framing: bytes as they arrive in, event payloads out (pure, no I/O).
 
-Network reads split the stream anywhere, inside a line or between CR and LF; the
-decoder keeps the unfinished tail and completes it with the next read. An event ends at a
-blank line; its payload is its ``data:`` field (several ``data:`` lines join with a newline, as
-the SSE specification says). ``event:``, ``id:``, ``retry:`` fields and ``:`` comments are
-ignored: SGLang sends none that matter.
-
-Linear in the stream's size however it is cut: an unfinished line is kept as a list of
-pieces, joined once when its newline arrives (joining the tail to every new read would be
-quadratic: one 20 MB line read in 64 KB pieces took 47 s), and an event's ``data:`` lines
-are joined once at its end.
+An event ends at a blank line; its payload is its ``data:`` lines joined with a newline.
+Other fields and comments are ignored (SGLang sends none that matter). Linear in the
+stream's size however reads cut it: an unfinished line is kept as pieces, joined once.
 """
 
 from __future__ import annotations
@@ -46,8 +39,7 @@ class SSEDecoder:
         if tail:
             self._pending.append(tail)
         events: list[bytes] = []
-        # The per-line logic of _line, inlined: this loop runs for every event of every
-        # stream, and a method call per line is a measurable share of the client's CPU.
+        # Inlined: a method call per line is a measurable share of the client's CPU.
         data = self._data
         for line in lines:
             if line.endswith(b"\r"):

@@ -1,46 +1,10 @@
 """Response parsers for the three endpoints: they fill a :class:`RequestRecord` (pure, no I/O).
 
-A streaming parser is fed the bytes of the response body as they arrive, with the arrival
-time, and :meth:`StreamParser.finish` is called at the end of the body. Failures are written
-to ``record.error``, never raised: an error event in the stream, ``finish_reason`` abort, a
-malformed event, or a stream that ends before ``data: [DONE]`` or without a final chunk.
-
-How many tokens each chunk carried
-----------------------------------
-``/generate`` (native)
-    Every chunk's ``meta_info.completion_tokens`` is the cumulative count, so a chunk's tokens
-    are the increase since the previous chunk (exact; chunks carry several tokens under
-    speculative decoding or coalescing, so counting chunks would be wrong). The client's own
-    count is the number of ``output_ids`` received: the last chunk's list when the stream is
-    cumulative (SGLang's default), the sum of the lists under
-    ``--incremental-streaming-output``; the parser takes the interpretation that matches the
-    server's count and otherwise reports the cumulative one, which the measurement then flags.
-
-``/v1/completions`` and ``/v1/chat/completions`` (OpenAI)
-    SGLang's chunks carry text deltas, which cannot be counted in tokens without the model's
-    tokenizer. The runner asks for ``stream_options.continuous_usage_stats``, which makes the
-    server put a cumulative ``usage`` in every chunk: a chunk's tokens are then the increase
-    of ``usage.completion_tokens`` (exact), and the client's count is the last cumulative count
-    seen in a content chunk, checked against the final usage chunk.
-    The final ``usage`` is read wherever the server puts it: on a separate ``choices: []``
-    chunk (SGLang, vLLM) or on the finish chunk itself, whose text is empty (llama.cpp, which
-    sends no usage chunk); a usage on a chunk without text is a running count only in a
-    stream whose chunks with text carry one, so a final usage is never counted as a chunk of
-    tokens (which would add one giant chunk and an ITL near zero).
-    When the server ignores that option, each chunk with text counts one token for now and at
-    the end the final ``usage.completion_tokens`` decides: equal to the number of chunks
-    proves one token per chunk (exact); otherwise the total is spread evenly over the chunks
-    and ``record.chunk_tokens_exact`` is false, so ITL per chunk stays exact, the mean ITL per
-    token stays exact, and only the per-token ITL percentiles are approximate. The client then
-    has no count of its own (``output_tokens_client`` is ``None``).
-
-A negative ``completion_tokens`` or ``prompt_tokens`` (in a ``usage`` or a ``meta_info``) fails
-the request: no count from that server can be trusted, and a negative count would make a
-negative throughput.
-
-Token counts only ever count chunks that carried generated tokens: the chat role chunk
-(``content: ""``), the finish chunk and the usage chunk carry none, so TTFT is the time to
-the first chunk with generated tokens.
+A streaming parser is fed the body's bytes as they arrive, with their arrival time;
+:meth:`StreamParser.finish` ends the body. Failures (an error event, ``finish_reason``
+abort, a malformed event, a stream without ``[DONE]`` or a final chunk, a negative token
+count) go to ``record.error``, never raised. How each chunk's tokens are counted, per
+endpoint, is in ``docs/metrics.md`` ("Token counts").
 """
 
 from __future__ import annotations
@@ -267,17 +231,9 @@ class _OpenAIStreamParser(StreamParser):
 
     def _final_usage(self, usage: dict[str, Any]) -> None:
         # The finish chunk's usage and a later usage chunk say the same; the last one wins.
-        bad = _negative_count(usage, "usage")
+        bad = _read_usage(self.record, usage)
         if bad is not None:
             self._fail(bad)
-            return
-        completion = _int_or_none(usage.get("completion_tokens"))
-        if completion is not None:
-            self.record.output_tokens_server = completion
-        prompt = _int_or_none(usage.get("prompt_tokens"))
-        if prompt is not None:
-            self.record.prompt_tokens = prompt
-        _read_cached(self.record, usage)
 
     def _settle_counts(self) -> None:
         record = self.record
@@ -365,13 +321,10 @@ def parse_body(endpoint: str, record: RequestRecord, body: bytes) -> None:
         return
     usage = data.get("usage")
     if isinstance(usage, dict):
-        bad = _negative_count(usage, "usage")
+        bad = _read_usage(record, usage)
         if bad is not None:
             record.error = bad
             return
-        record.output_tokens_server = _int_or_none(usage.get("completion_tokens"))
-        record.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
-        _read_cached(record, usage)
     choices = data.get("choices")
     if choices and isinstance(choices[0], dict):
         finish = choices[0].get("finish_reason")
@@ -437,13 +390,24 @@ def _error_message(data: dict[str, Any]) -> str | None:
     return None
 
 
-def _read_cached(record: RequestRecord, usage: dict[str, Any]) -> None:
-    """Read OpenAI ``usage.prompt_tokens_details.cached_tokens`` (null without cache reports)."""
+def _read_usage(record: RequestRecord, usage: dict[str, Any]) -> str | None:
+    """Read an OpenAI final ``usage`` into ``record``; return why it cannot be right, or None."""
+    bad = _negative_count(usage, "usage")
+    if bad is not None:
+        return bad
+    completion = _int_or_none(usage.get("completion_tokens"))
+    if completion is not None:
+        record.output_tokens_server = completion
+    prompt = _int_or_none(usage.get("prompt_tokens"))
+    if prompt is not None:
+        record.prompt_tokens = prompt
+    # prompt_tokens_details.cached_tokens: null without the server's cache reports.
     details = usage.get("prompt_tokens_details")
     if isinstance(details, dict):
         cached = _int_or_none(details.get("cached_tokens"))
         if cached is not None:
             record.cached_tokens = cached
+    return None
 
 
 def _read_final_meta(

@@ -1,13 +1,9 @@
 """One request on the wire: the HTTP client, the send-time stamp, and transport failures named.
 
-The client is httpx's API on the ``httpx-aiohttp`` transport: httpx's default transport
-costs about three times the client CPU per streamed token (``docs/metrics.md``, "Client
-cost"), which at tens of thousands of tokens per second would measure the client.
-
-A record's ``sent`` is when aiohttp handed the request's bytes to the socket (its
-``on_request_chunk_sent`` trace signal, right before the write), not when the load generator
-began the request (``started``): in a closed loop a wave of requests leaves the event loop
-over several milliseconds, and that is the client's time, not the server's.
+httpx's API on the ``httpx-aiohttp`` transport, the cheaper per streamed token
+(``docs/metrics.md``, "Client cost"). A record's ``sent`` is when aiohttp hands the
+request's bytes to the socket (its ``on_request_chunk_sent`` trace signal), so the client's
+own send path is not counted as the server's time.
 """
 
 from __future__ import annotations
@@ -15,7 +11,7 @@ from __future__ import annotations
 import contextvars
 import errno
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from types import SimpleNamespace
 
 import aiohttp
@@ -63,27 +59,24 @@ async def _stamp_bytes_written(
         attempt.record.sent = time.perf_counter()
 
 
-async def _mark_reused(
-    session: aiohttp.ClientSession, context: SimpleNamespace, params: object
-) -> None:
-    attempt = _SENDING.get()
-    if attempt is not None:
-        attempt.reused = True
+def _marker(flag: str) -> Callable[..., Awaitable[None]]:
+    """Return a trace signal handler that sets ``flag`` on the attempt being sent."""
 
+    async def mark(
+        session: aiohttp.ClientSession, context: SimpleNamespace, params: object
+    ) -> None:
+        attempt = _SENDING.get()
+        if attempt is not None:
+            setattr(attempt, flag, True)
 
-async def _mark_created(
-    session: aiohttp.ClientSession, context: SimpleNamespace, params: object
-) -> None:
-    attempt = _SENDING.get()
-    if attempt is not None:
-        attempt.created = True
+    return mark
 
 
 def _wire_trace() -> aiohttp.TraceConfig:
     trace = aiohttp.TraceConfig()
     trace.on_request_chunk_sent.append(_stamp_bytes_written)
-    trace.on_connection_reuseconn.append(_mark_reused)
-    trace.on_connection_create_end.append(_mark_created)
+    trace.on_connection_reuseconn.append(_marker("reused"))
+    trace.on_connection_create_end.append(_marker("created"))
     return trace
 
 

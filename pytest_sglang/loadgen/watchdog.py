@@ -1,22 +1,9 @@
 """The watchdog: ends streams that stopped sending, at no cost per token.
 
-A per-read timeout would put a timer on every chunk of every stream, on the hot path the
-client-efficiency benchmark measures. Instead one task wakes a few times per timeout, looks at
-the progress of each request in flight, and expires the deadline (an
-:func:`asyncio.timeout`) of those that waited too long:
-
-- a stall: a stream without progress for longer than ``stall_timeout``, whatever phase it
-  is in: after its latest token (between tokens, after the finish chunk when ``[DONE]``
-  never comes), or after its first event while it has sent no token (a role chunk: a
-  stream that has sent an event is past the queue). Events without tokens (heartbeats,
-  empty deltas) are no progress;
-- no first token: a request that has received no event yet and waited
-  ``first_token_timeout`` while the whole run received no token either. Before its first
-  event a request may be waiting in the server's queue, at high concurrency for as long as
-  it takes earlier requests to finish: a queue moves, so tokens keep arriving for the
-  others. A frozen server sends nothing to anyone. Counting the run's silence rather than
-  the request's age lets the timeout be short without ever cutting a queued request of a
-  working server (``benchmarks/queue_wait.py`` measures both; see ``LoadGenerator``).
+One task wakes a few times per timeout and expires the deadline of each request in flight
+that waited too long: a stall (no new token for ``stall_timeout`` after its first event), or
+no first token for ``first_token_timeout`` while the whole run received none either (a
+queue moves, a frozen server sends nothing to anyone). See ``docs/metrics.md``.
 """
 
 from __future__ import annotations
@@ -74,10 +61,6 @@ class StallWatchdog:
         self._watched.pop(id(record), None)
         if record.chunk_times and record.chunk_times[-1] > self.last_token:
             self.last_token = record.chunk_times[-1]
-
-    def stalled(self, record: RequestRecord) -> bool:
-        """Whether this watchdog expired ``record``'s deadline as a stall."""
-        return self._expired.get(id(record)) == "stall"
 
     def expired(self, record: RequestRecord) -> Expiry | None:
         """Why this watchdog expired ``record``'s deadline; ``None`` when it did not."""

@@ -1,20 +1,10 @@
 """A run spread over several load-generator workers: processes on this host, and the merge.
 
-One asyncio process saturates one core; past that its timings measure its own event loop.
-``run_sharded`` starts ``processes`` worker processes (``spawn``: each its own interpreter,
-event loop and connection pool). Every worker, process or Ray actor
-(:mod:`~pytest_sglang.loadgen.ray_workers`), does the same: :func:`run_shard`, the run loop
-on its :class:`~pytest_sglang.loadgen.shard.Shard` of the plan (its share of a closed loop's
-``C`` slots, or its own arrivals of one open-loop schedule). They warm up, report ready, and
-start their measured requests together at a common ``perf_counter`` time (the same clock in
-every process of a host); :func:`settle` merges their records into one :class:`LoadRun`.
-
-While the run goes on, each worker sends its finished measured requests and its progress
-counts every ``PROGRESS_INTERVAL`` (:mod:`~pytest_sglang.loadgen.relay`): the coordinator
-reports one progress line summed over the workers, and a worker that dies (crash, kill),
-noticed by its exit and never waited for, loses only the requests it had not yet sent back:
-those are recorded as failed with its exit code. A worker that does not report ready within
-``ready_timeout`` is killed, and the run refused (no measured request is sent by anyone).
+One asyncio process saturates one core. :func:`run_sharded` starts worker processes
+(``spawn``); every worker, process or Ray actor, runs :func:`run_shard` on its
+:class:`~pytest_sglang.loadgen.shard.Shard` of the plan, and :func:`settle` merges their
+records into one :class:`LoadRun`. The guarantees (exact total concurrency, a common start,
+a lost worker costs only its unsent requests) are in ``docs/scaling.md``.
 """
 
 from __future__ import annotations
@@ -51,7 +41,7 @@ __all__ = [
 ]
 
 #: How long the measured start is set after the last worker is ready: time for every worker
-#: to wake and reach its first send (tens of ms on a loaded 2-core machine; 0.5 s is ample).
+#: to wake and reach its first send.
 START_MARGIN = 0.5
 
 #: Seconds between a worker's batches of progress and finished records.

@@ -1,32 +1,9 @@
 """What a load test sends: the :class:`Workload` (lengths, request count, endpoint, seed).
 
-A workload is a frozen, hashable value with a stable :meth:`Workload.key`, so measurements
-can be cached per workload. It knows nothing about HTTP; :mod:`pytest_sglang.loadgen.prompts`
-turns it into request bodies.
-
-Exact lengths without a tokenizer
----------------------------------
-The plugin never loads the served model's tokenizer (it would pull in transformers and the
-model files). Instead:
-
-- ``endpoint="generate"`` sends ``input_ids``: exactly ``input_len`` token ids;
-- ``endpoint="completions"`` sends the token ids as the prompt (``prompt: [int, ...]``, which
-  SGLang accepts), exactly ``input_len`` tokens as well;
-- ``endpoint="chat"`` can only send text. The message is ``input_len`` common English words
-  that are one token each in the usual BPE vocabularies (``" the"``, ``" of"`` ...), so the
-  message is *about* ``input_len`` tokens, and the chat template adds its own (role headers,
-  special tokens: typically 5 to 30). The server's ``prompt_tokens`` is recorded for every
-  request, so the measurement shows the real input length and the difference.
-
-Output lengths are exact on every endpoint: ``ignore_eos: true`` and the maximum number of
-new tokens set to ``output_len``; the measurement checks the realised lengths.
-
-Token ids never leave the served model's vocabulary: an id at or above its size crashes a
-real SGLang server. With ``vocab_size`` (learn it with ``sglang_server.vocab_size``, which
-reads the model's ``config.json`` when its directory is on this machine) they are drawn
-from ``[1000, min(vocab_size, 30000))``; without it from ids 16-255, which every tokenizer has
-(the byte tokens of byte-level BPE and SentencePiece byte-fallback vocabularies); see
-:mod:`pytest_sglang.loadgen.prompts`.
+A frozen, hashable value with a stable :meth:`Workload.key`, so measurements can be cached
+per workload. It knows nothing about HTTP (:mod:`~pytest_sglang.loadgen.prompts` makes the
+bodies). Exact lengths without a tokenizer and token ids inside the vocabulary:
+``docs/guide.md`` ("Measure").
 """
 
 from __future__ import annotations
@@ -81,16 +58,15 @@ class Workload:
     """A fixed-shape load: ``requests`` requests of ``input_len`` in, ``output_len`` out.
 
     :param input_len: prompt tokens per request (exact on ``generate`` and ``completions``,
-        approximate on ``chat``: see the module documentation).
+        approximate on ``chat``, whose template adds its own).
     :param output_len: generated tokens per request (exact: ``ignore_eos`` is sent).
     :param requests: measured requests per run (warm-up requests come on top).
     :param endpoint: ``"generate"`` (native ``/generate``), ``"completions"``
         (``/v1/completions``) or ``"chat"`` (``/v1/chat/completions``).
     :param warmup: warm-up requests sent before the measured ones and excluded from the
         metrics. ``None`` (the default) means one per concurrency slot, at most
-        :data:`DEFAULT_WARMUP_CAP` (8): enough to open the connections the run will use and to
-        take the server's first-request costs, cheap enough at C=250 on a slow model.
-        ``0`` disables the warm-up.
+        :data:`DEFAULT_WARMUP_CAP`: enough to open the run's connections and take the server's
+        first-request costs. ``0`` disables the warm-up.
     :param seed: seeds the prompts (and Poisson arrivals); the same seed gives the same
         requests, so two servers are measured on identical prompts.
     :param temperature: sampling temperature (default greedy, 0.0).
@@ -100,46 +76,29 @@ class Workload:
     :param stream: stream the responses (needed for TTFT and ITL).
     :param requests_per_slot: when set, a run at concurrency C sends at least
         ``requests_per_slot * C`` measured requests (``requests`` is then the minimum), so one
-        workload can sweep 1 to 250 concurrent requests and fill every level; see
-        :meth:`for_concurrency`.
+        workload fills every level of a sweep; see :meth:`for_concurrency`.
     :param vocab_size: the served model's vocabulary size, when known (e.g.
         ``sglang_server.vocab_size``): prompt token ids are drawn from
         ``[1000, min(vocab_size, 30000))``. ``None`` (the default): from ids 16-255, which every
-        tokenizer has. Never an id the model does not have: one crashes a real SGLang server.
-    :param prefix_groups: shared-prefix workload (bench_serving's generated-shared-prefix):
-        request ``i`` belongs to group ``i % prefix_groups``, and every request of a group
-        starts with the same ``prefix_len`` tokens (then its own). The server's prefix cache
-        can serve all but each group's first request from the shared prefix:
-        :meth:`expected_cache_hit_ratio` is what that construction implies.
+        tokenizer has (an id outside the vocabulary crashes a real SGLang server).
+    :param prefix_groups: shared-prefix workload: request ``i`` belongs to group
+        ``i % prefix_groups``, whose requests all start with the same ``prefix_len`` tokens;
+        :meth:`expected_cache_hit_ratio` is the hit ratio that implies.
     :param prefix_len: the shared prefix's tokens (``1 <= prefix_len < input_len``).
-    :param range_ratio: length distribution as bench_serving's ``random`` dataset: each
-        request's input and output lengths are drawn uniformly from
-        ``[max(1, int(len * range_ratio)), len]`` (seeded, the same for every server; a repeat
-        draws anew). ``None``: every request has exactly ``input_len`` and ``output_len``.
-    :param lengths_file: an empirical length distribution: a text file of ``INPUT OUTPUT``
-        token counts, one pair a line (comma or space separated, ``#`` comments), e.g. taken
-        from production logs; each request draws a pair (seeded), capped at ``input_len`` and
-        ``output_len``.
-    :param dataset: the path of a dataset file (JSONL of prompts or chat messages, or
-        ShareGPT's JSON; :mod:`pytest_sglang.loadgen.datasets`), read locally, never
-        downloaded. Request ``i`` of a run sends an entry drawn without replacement (seeded,
-        shuffled per run). The prompts are text: ``input_len`` is then the longest prompt
-        admitted, in tokens estimated at 4 characters a token (longer entries are left out),
-        and the server's ``prompt_tokens`` is what each record and the measurement report.
-        Every request generates ``output_len`` tokens, unless ``answer_lengths``.
+    :param range_ratio: each request's input and output lengths drawn uniformly (seeded)
+        from ``[max(1, int(len * range_ratio)), len]``; ``None``: exact lengths.
+    :param lengths_file: a text file of ``INPUT OUTPUT`` token counts, one pair a line; each
+        request draws a pair (seeded), capped at ``input_len`` and ``output_len``.
+    :param dataset: the path of a local dataset file (:mod:`~pytest_sglang.loadgen.datasets`);
+        ``input_len`` is then the longest prompt admitted, in estimated tokens.
     :param answer_lengths: with ``dataset``: each request generates as many tokens as the
-        dataset's answer to it (the entry's ``output_len``, else its answer's text at 4
-        characters a token; bench_serving's ShareGPT convention), capped at ``output_len``.
+        dataset's answer to it, capped at ``output_len``.
     :param turns: multi-turn sessions (``endpoint="chat"``): requests ``s * turns`` to
-        ``s * turns + turns - 1`` are the turns of session ``s``, sent one after another,
-        each with the whole history before it (the earlier user messages and their answers);
-        a closed loop at concurrency C runs C sessions at once, an open loop starts sessions
-        at its rate (sessions per second). Without ``dataset`` a turn's
-        user message is ``input_len`` words and each answer in the history ``output_len``
-        words (the history carries these answers, not the server's: the history is known
-        before the run, as in bench_serving's multi-turn mode); with ``dataset`` the sessions
-        are its conversations with at least ``turns`` user turns. The server's prefix cache
-        can serve each turn's history: :meth:`expected_cache_hit_ratio`.
+        ``s * turns + turns - 1`` are session ``s``'s turns, sent in order, each with the
+        history before it; a closed loop at C runs C sessions at once, an open loop starts
+        sessions at its rate.
+
+    Length distributions, datasets, shared prefixes and sessions: ``docs/workloads.md``.
     """
 
     input_len: int
@@ -315,8 +274,7 @@ class Workload:
 
     def _expected_session_hit_ratio(self) -> float:
         # Turn t's prompt holds t + 1 user messages and t answers; the previous turn's
-        # prompt, all of it, is cached (counted in words: the chat template adds a few
-        # tokens per message, which moves the ratio by well under a percentage point).
+        # prompt, all of it, is cached (counted in words, without the chat template's).
         prompts = cached = 0
         for index in range(self.requests):
             turn = self.session(index)[1]
@@ -344,18 +302,7 @@ class Workload:
             "extra": json.loads(json.dumps(dict(self.extra))),
             "stream": self.stream,
             # Only when set: the keys of workloads without them stay what they were.
-            **({"requests_per_slot": self.requests_per_slot} if self.requests_per_slot else {}),
-            **({"vocab_size": self.vocab_size} if self.vocab_size is not None else {}),
-            **(
-                {"prefix_groups": self.prefix_groups, "prefix_len": self.prefix_len}
-                if self.prefix_groups
-                else {}
-            ),
-            **({"range_ratio": self.range_ratio} if self.range_ratio is not None else {}),
-            **({"lengths_file": self.lengths_file} if self.lengths_file is not None else {}),
-            **({"dataset": self.dataset} if self.dataset is not None else {}),
-            **({"answer_lengths": True} if self.answer_lengths else {}),
-            **({"turns": self.turns} if self.turns is not None else {}),
+            **{name: value for name in _OPTIONAL if (value := getattr(self, name)) not in _UNSET},
         }
 
     @classmethod
@@ -392,6 +339,12 @@ class Workload:
         # and equal exactly when the workloads are.
         return hash(self.key())
 
+
+#: Fields :meth:`Workload.as_dict` writes only when set, and the values that mean unset
+#: (``0 == False``: ``prefix_len`` is 0 without ``prefix_groups``).
+_OPTIONAL = ("requests_per_slot", "vocab_size", "prefix_groups", "prefix_len", "range_ratio",
+             "lengths_file", "dataset", "answer_lengths", "turns")  # fmt: skip
+_UNSET = (None, False)
 
 _EXAMPLE = "; e.g. Workload(input_len=1024, output_len=256, requests=64)"
 
