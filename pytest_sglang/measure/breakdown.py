@@ -1,30 +1,12 @@
 """Where a request's time to first token went: queueing, prefill, and the rest (pure, no I/O).
 
-SGLang (0.5.23, with ``--enable-metrics``) reports in each ``/generate`` response's
-``meta_info`` how long the request waited in the scheduler's queue (``queue_time``, seconds)
-and when its prefill forward began and ended (``forward_entry_time``,
-``prefill_finished_time``: wall-clock timestamps of the server's machine, so only their
-difference is used). The load generator keeps them in ``RequestRecord.server_times``. Each
-request's client-side TTFT (request bytes on the socket to the first chunk with tokens) is
-then split into
-
-- **queue**: ``queue_time``;
-- **prefill**: ``prefill_finished_time - forward_entry_time``;
-- **rest**: ``ttft - queue - prefill``, everything else: tokenizing, handing the request to
-  the scheduler, detokenizing and sending the first chunk, the network, and the client
-  reading it. By construction ``queue + prefill + rest == ttft`` for every request.
-
-When the server also reports ``request_received_ts`` and ``response_sent_to_client_ts`` (same
-clock, so their difference is exact), **rest** is split further into **server_other** (the
-server's own time outside queue and prefill) and **transport** (``ttft`` minus the server's
-span: network and client). A **transport** share that grows with the load while the server's
-parts stay flat points at the client, not the server, as the bottleneck.
-
-A run's :class:`TtftBreakdown` holds each part's distribution over the requests that have
-all the timings (``split`` of ``requests``), its median and p99 as for every metric.
-Percentiles of parts do not add up to the percentile of the sum; the medians are close when
-the parts move together, which is why :meth:`TtftBreakdown.line` shows the TTFT median
-itself beside them.
+From the server's ``meta_info`` timings (``RequestRecord.server_times``, with
+``--enable-metrics``): **queue** = ``queue_time``; **prefill** = ``prefill_finished_time -
+forward_entry_time``; **rest** = ``ttft - queue - prefill`` (tokenizing, detokenizing, network,
+client), so the parts add up to the TTFT. With ``request_received_ts`` and
+``response_sent_to_client_ts``, rest splits into **server_other** and **transport** (network
+and client): a transport share that grows with load points at the client. Percentiles of parts
+do not add up, so :meth:`TtftBreakdown.line` shows the TTFT median beside them.
 """
 
 from __future__ import annotations

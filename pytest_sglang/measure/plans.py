@@ -1,17 +1,7 @@
-"""Measurements declared at collection: what each launched server must be measured for.
+"""Measurements declared at collection (``sglang_measure``), per launched server.
 
-A launched profile costs minutes of an 8-GPU host, and launched servers share the GPUs:
-one runs at a time. Two tests that each compare ``baseline`` and ``eagle3`` would launch
-baseline, eagle3, baseline, eagle3 if each took its own measurements when it ran. A test
-that declares what it will measure::
-
-    @pytest.mark.sglang_measure("baseline", "eagle3", workload=CHAT, concurrency=[1, 64])
-    def test_eagle3_pays_off(sglang_bench): ...
-
-lets the session take, while a server is up, every measurement any selected test declared
-for it (:meth:`~pytest_sglang.measure.bench.Bench.take_declared`); the tests then read the
-session cache, in any order, under ``-k`` or ``-p randomly``: N profiles, N launches. The
-declarations are read after selection, so deselected tests cost nothing.
+They are taken while that server is up, so each profile launches once per session
+(:meth:`~pytest_sglang.measure.bench.Bench.take_declared`).
 """
 
 from __future__ import annotations
