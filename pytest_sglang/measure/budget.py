@@ -1,10 +1,7 @@
 """What a call of ``sglang_bench`` asks and allows, and what breaks the measurement it gets.
 
-A call's arguments are checked before anything runs (a wrong type or value is a
-``TypeError`` / ``ValueError`` that says what to write instead). Its :class:`Budget` says what
-it allows: a fraction of each run's requests failing (``allow_errors``) and named validity
-checks failing (``allow_checks``). A measurement beyond its budget is broken: the messages
-here say how many requests failed, of which kinds, what the server said, and how to fix it.
+Arguments are checked before anything runs; a :class:`Budget` (``allow_errors``,
+``allow_checks``) says what may fail, and the messages here say why a measurement broke it.
 """
 
 from __future__ import annotations
@@ -181,9 +178,7 @@ def failed_requests_message(result: BenchResult, allow_errors: float) -> str | N
 def failed_checks_message(result: BenchResult, allowed: frozenset[str]) -> str | None:
     """Return why ``result``'s runs are invalid (None when every failed check is allowed).
 
-    ``no_failed_requests`` is judged by the error budget (:func:`failed_requests_message`)
-    and the checks of the load the client applied (``LOAD_CHECKS``) by the verdicts; every
-    other check that failed, and is not in ``allowed``, breaks the measurement.
+    The error budget judges ``no_failed_requests``, the verdicts judge ``LOAD_CHECKS``.
     """
     from pytest_sglang.measure.checks import LOAD_CHECKS
 
@@ -211,28 +206,15 @@ def failed_checks_message(result: BenchResult, allowed: frozenset[str]) -> str |
 
 
 def failure_kinds(runs: Sequence[Measurement]) -> list[str]:
-    """Return lines counting the failed requests of ``runs`` by kind, each with an example.
+    """Return lines counting the failed requests of ``runs`` by kind, quoting one of each."""
+    from pytest_sglang.measure.checks import errors_by_kind
 
-    The kind is the error message's head (``HTTP 500``, ``stalled``, ``connection
-    refused``...); the example is the rest of one such message: what the server said.
-    """
-    from pytest_sglang.measure.checks import error_kind
-
-    kinds: dict[str, int] = {}
-    examples: dict[str, str] = {}
-    for run in runs:
-        for record in run.records:
-            if record.error is None:
-                continue
-            kind = error_kind(record.error)
-            kinds[kind] = kinds.get(kind, 0) + 1
-            examples.setdefault(kind, record.error)
-    if not kinds:
+    ranked = errors_by_kind([r for run in runs for r in run.records if r.error is not None])
+    if not ranked:
         return []
     lines = ["  failures by kind (the server's answer quoted):"]
-    ranked = sorted(kinds.items(), key=lambda item: -item[1])
-    for kind, count in ranked[:FAILURE_KINDS]:
-        example = examples[kind]
+    for kind, records in ranked[:FAILURE_KINDS]:
+        count, example = len(records), records[0].error or ""
         if example.startswith(kind + ": "):
             example = example[len(kind) + 2 :]
         if len(example) > _EXAMPLE_CHARS:
@@ -244,11 +226,7 @@ def failure_kinds(runs: Sequence[Measurement]) -> list[str]:
 
 
 def impossible_counts_message(result: BenchResult) -> str | None:
-    """Return why ``result``'s token counts cannot be right (negative), or None.
-
-    A server (or a proxy) that reports negative ``completion_tokens`` or ``prompt_tokens``
-    would make a negative throughput: the measurement is broken, not slow.
-    """
+    """Return why ``result``'s token counts cannot be right (negative), or None."""
     for index, run in enumerate(result.runs):
         bad = [
             r

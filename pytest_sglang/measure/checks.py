@@ -15,7 +15,7 @@ from pytest_sglang.gpu.telemetry import RunTelemetry
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.workload import Workload
 
-__all__ = ["CHECK_NAMES", "LOAD_CHECKS", "Check", "error_kind", "run_checks"]
+__all__ = ["CHECK_NAMES", "LOAD_CHECKS", "Check", "error_kind", "errors_by_kind", "run_checks"]
 
 #: Every check a run can carry (``sglang_bench(..., allow_checks=[...])`` names them).
 CHECK_NAMES = (
@@ -103,10 +103,7 @@ def _check_failures(records: Sequence[RequestRecord]) -> Check:
     failed = [r for r in records if not r.ok]
     if not failed:
         return Check("no_failed_requests", True, f"all {len(records)} measured requests completed")
-    kinds: dict[str, list[RequestRecord]] = {}
-    for r in failed:
-        kinds.setdefault(error_kind(r.error or ""), []).append(r)
-    ranked = sorted(kinds.items(), key=lambda item: -len(item[1]))
+    ranked = errors_by_kind(failed)
     parts = [
         f"{len(rs)} x {kind} (e.g. request {rs[0].index}: {rs[0].error})"
         for kind, rs in ranked[:ERROR_KINDS]
@@ -126,6 +123,15 @@ def error_kind(message: str) -> str:
     if len(head) > _KIND_MAX or "'" in head:
         head = message[:_KIND_MAX]
     return head
+
+
+def errors_by_kind(records: Sequence[RequestRecord]) -> list[tuple[str, list[RequestRecord]]]:
+    """Return the failed ``records`` grouped by :func:`error_kind`, the most frequent first."""
+    kinds: dict[str, list[RequestRecord]] = {}
+    for r in records:
+        if not r.ok:
+            kinds.setdefault(error_kind(r.error or ""), []).append(r)
+    return sorted(kinds.items(), key=lambda item: -len(item[1]))
 
 
 def _check_tokens_counted(done: Sequence[RequestRecord], stream: bool) -> Check:
