@@ -14,11 +14,18 @@ from typing import TYPE_CHECKING, Any, NoReturn, overload
 
 from pytest_sglang.loadgen.schedule import Arrival, OpenLoop
 from pytest_sglang.loadgen.workload import Workload
-from pytest_sglang.measure.budget import Budget, broken_message, levels_of, open_loop_of, repeats_of
+from pytest_sglang.measure.budget import (
+    Budget,
+    broken_message,
+    check_fills,
+    levels_of,
+    open_loop_of,
+    repeats_of,
+)
 from pytest_sglang.measure.measurement import Measurement
 from pytest_sglang.measure.plans import DEFAULT_REPEATS, MeasurementPlans
 from pytest_sglang.measure.results import BenchResult, Sweep, packed
-from pytest_sglang.measure.runs import Interrupted, Runner, check_fills, cut_by
+from pytest_sglang.measure.runs import Interrupted, Runner, cut_by
 from pytest_sglang.report.entries import Schedule
 from pytest_sglang.report.progress import RunLine
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, NoReturn
 from pytest_sglang.loadgen.schedule import Arrival, OpenLoop
 
 if TYPE_CHECKING:
+    from pytest_sglang.loadgen.workload import Workload
     from pytest_sglang.measure.measurement import Measurement
     from pytest_sglang.measure.results import BenchResult
 
@@ -20,6 +21,7 @@ __all__ = [
     "FAILURE_KINDS",
     "Budget",
     "broken_message",
+    "check_fills",
     "failed_checks_message",
     "failed_requests_message",
     "failure_kinds",
@@ -78,6 +80,18 @@ def levels_of(concurrency: object) -> list[int]:
 def repeats_of(repeats: object) -> int:
     """Return how many runs a call asks for."""
     return _count("repeats", repeats, "a whole number of runs >= 1", "repeats=5")
+
+
+def check_fills(workload: Workload, concurrency: int) -> None:
+    """Refuse a closed loop whose workload can never hold ``concurrency`` requests in flight."""
+    sent = workload.for_concurrency(concurrency).requests
+    if sent < concurrency:
+        raise ValueError(
+            f"a run at concurrency {concurrency} with {sent} requests can never hold "
+            f"{concurrency} requests in flight; give the workload requests >= "
+            f"{concurrency}, or requests_per_slot (e.g. requests_per_slot=2) to scale "
+            "the requests with the level"
+        )
 
 
 def open_loop_of(

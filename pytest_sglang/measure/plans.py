@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_sglang.loadgen.workload import Workload
+from pytest_sglang.measure.budget import check_fills
 
 __all__ = [
     "DEFAULT_REPEATS",
@@ -93,13 +94,7 @@ def declared_by_marker(
             f"concurrency= must be an integer >= 1 or a list of them, got {levels_given!r}"
         )
     for level in levels:
-        sent = workload.for_concurrency(level).requests
-        if sent < level:
-            raise ValueError(
-                f"a run at concurrency {level} with {sent} requests can never hold {level} "
-                f"requests in flight; give the workload requests >= {level}, or "
-                "requests_per_slot to scale the requests with the level"
-            )
+        check_fills(workload, level)
     repeats = kwargs.get("repeats", default_repeats)
     if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
         raise ValueError(f"repeats= must be an integer >= 1, got {repeats!r}")
