@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from pytest_sglang.measure.results import BenchResult
 
 __all__ = [
-    "FAILURE_KINDS",
     "Budget",
     "broken_message",
     "check_fills",
@@ -31,8 +30,7 @@ __all__ = [
     "repeats_of",
 ]
 
-#: How many kinds of failure, and how many characters of each example, a failure names.
-FAILURE_KINDS = 5
+#: How many characters of each failure kind's example a message quotes.
 _EXAMPLE_CHARS = 300
 #: Checks a budget of its own governs (``allow_errors``).
 _BUDGETED = frozenset({"no_failed_requests"})
@@ -221,21 +219,21 @@ def failed_checks_message(result: BenchResult, allowed: frozenset[str]) -> str |
 
 def failure_kinds(runs: Sequence[Measurement]) -> list[str]:
     """Return lines counting the failed requests of ``runs`` by kind, quoting one of each."""
-    from pytest_sglang.measure.checks import errors_by_kind
+    from pytest_sglang.measure.checks import ERROR_KINDS, errors_by_kind
 
     ranked = errors_by_kind([r for run in runs for r in run.records if r.error is not None])
     if not ranked:
         return []
     lines = ["  failures by kind (the server's answer quoted):"]
-    for kind, records in ranked[:FAILURE_KINDS]:
+    for kind, records in ranked[:ERROR_KINDS]:
         count, example = len(records), records[0].error or ""
         if example.startswith(kind + ": "):
             example = example[len(kind) + 2 :]
         if len(example) > _EXAMPLE_CHARS:
             example = example[:_EXAMPLE_CHARS] + " …"
         lines.append(f"    {count} x {kind}: {example}")
-    if len(ranked) > FAILURE_KINDS:
-        lines.append(f"    ... and {len(ranked) - FAILURE_KINDS} other kinds")
+    if len(ranked) > ERROR_KINDS:
+        lines.append(f"    ... and {len(ranked) - ERROR_KINDS} other kinds")
     return lines
 
 

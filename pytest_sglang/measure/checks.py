@@ -47,7 +47,7 @@ class Check:
         return {"name": self.name, "passed": self.passed, "detail": self.detail}
 
 
-#: How many kinds of failure the failed-requests check lists.
+#: How many kinds of failure a check or a failure message lists.
 ERROR_KINDS = 5
 #: How long an error message's head may be to serve as its kind.
 _KIND_MAX = 60

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
@@ -107,7 +107,6 @@ class Measurement:
     def from_dict(cls, data: Mapping[str, Any]) -> Measurement:
         """Rebuild a measurement from :meth:`as_dict` output (records when it has them)."""
         values = {k: data[k] for k in _SCALAR_FIELDS}
-        # Added later: reports written before them lack the keys.
         values.update({k: data.get(k) for k in _OPTIONAL_FIELDS})
         for name in _DISTRIBUTIONS:
             raw = data.get(name)
@@ -125,32 +124,14 @@ class Measurement:
 
 
 _DISTRIBUTIONS = ("ttft", "itl", "itl_chunk", "tpot", "e2e_latency")
-_SCALAR_FIELDS = (
-    "mode",
-    "concurrency",
-    "rate",
-    "arrival",
-    "max_concurrency",
-    "repeat",
-    "requests",
-    "completed",
-    "failed",
-    "duration",
-    "input_tokens",
-    "output_tokens",
-    "output_throughput",
-    "total_throughput",
-    "request_throughput",
-    "acceptance_length",
-    "realised_concurrency",
-)
-_OPTIONAL_FIELDS = (
-    "client_cpu_fraction",
-    "loop_lag_p99",
-    "cache_hit_ratio",
-    "server_counters",
-    "gpu_telemetry",
-)
+_FIELDS = [
+    f
+    for f in fields(Measurement)
+    if f.name not in {"workload", "errors", "checks", "records", "warmup_records", *_DISTRIBUTIONS}
+]
+#: Every report has these; the fields with a default were added later and may be missing.
+_SCALAR_FIELDS = tuple(f.name for f in _FIELDS if f.default is MISSING)
+_OPTIONAL_FIELDS = tuple(f.name for f in _FIELDS if f.default is not MISSING)
 
 
 def measure(run: LoadRun) -> Measurement:
