@@ -6,7 +6,7 @@ forward_entry_time``; **rest** = ``ttft - queue - prefill`` (tokenizing, detoken
 client), so the parts add up to the TTFT. With ``request_received_ts`` and
 ``response_sent_to_client_ts``, rest splits into **server_other** and **transport** (network
 and client): a transport share that grows with load points at the client. Percentiles of parts
-do not add up, so :meth:`TtftBreakdown.line` shows the TTFT median beside them.
+do not add up, so :func:`summary_line` shows the TTFT's own beside them.
 """
 
 from __future__ import annotations
@@ -85,26 +85,6 @@ class TtftBreakdown:
         """Return the distribution of part ``name`` (:data:`PARTS`) or ``ttft``."""
         value = getattr(self, name)
         return value if isinstance(value, Distribution) else None
-
-    def line(self, stat: str = "p50") -> str:
-        """E.g. ``TTFT p50 41.2 ms = queue 0.6 + prefill 28.4 + rest 12.2 (30%)``."""
-        ttft = float(getattr(self.ttft, stat))
-        parts = []
-        for name in ("queue", "prefill", "rest"):
-            dist = self.part(name)
-            assert dist is not None
-            parts.append(f"{name} {float(getattr(dist, stat)) * 1000:.1f}")
-        rest = float(getattr(self.rest, stat))
-        share = f" ({rest / ttft:.0%} of it)" if ttft > 0 else ""
-        text = f"TTFT {stat} {ttft * 1000:.1f} ms = " + " + ".join(parts) + f" ms; rest{share}"
-        if self.transport is not None and self.server_other is not None:
-            text += (
-                f" = server {float(getattr(self.server_other, stat)) * 1000:.1f} + "
-                f"transport/client {float(getattr(self.transport, stat)) * 1000:.1f} ms"
-            )
-        if self.split < self.requests:
-            text += f" [{self.split} of {self.requests} requests had the server's timings]"
-        return text
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON: counts, and each part's distribution (seconds)."""
