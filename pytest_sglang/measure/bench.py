@@ -186,16 +186,10 @@ class Bench:
     ) -> BenchResult | Sweep:
         """Measure (or fetch from the cache); see the class docstring.
 
-        ``allow_errors`` is the fraction of each run's requests that may fail (default 0):
-        a run beyond it fails the test (:class:`~pytest_sglang.errors.MeasurementFailed`).
-        So does a run whose validity check failed, unless ``allow_checks`` names the check
-        (e.g. ``["token_counts"]`` for a server known to over-count); the result still says
-        the check failed (``valid`` is False, the table marks the row).
-
-        ``rate`` measures an open loop instead: requests leave at ``rate`` per second
-        (``arrival`` ``"poisson"`` or ``"constant"``) whether or not earlier ones finished,
-        with at most ``max_concurrency`` in flight when given; the result is cached with the
-        rate, arrivals and cap in its key, and its label and report rows show the rate.
+        A run with more failed requests than ``allow_errors`` (a fraction), or a failed
+        validity check not in ``allow_checks``, fails the test (``docs/metrics.md``, "Validity
+        checks"). ``rate`` measures an open loop instead (``arrival``, ``max_concurrency``:
+        ``docs/workloads.md``, "Open-loop load").
         """
         __tracebackhide__ = True
         given = None if concurrency == 1 else concurrency
@@ -225,11 +219,9 @@ class Bench:
     ) -> tuple[BenchResult, BenchResult]:
         """Measure two servers under the same workload and concurrency.
 
-        Runs are interleaved A B A B when both can be served at once (two attached URLs), so
-        that drift cancels; in blocks otherwise (launched profiles share the GPUs). The
-        schedule is recorded in both results. ``allow_errors``, ``allow_checks`` as for a single
-        call. Both servers are held for the whole comparison (an attached one from the start,
-        a launched one once up): no other pytest-xdist worker measures either meanwhile.
+        Runs are interleaved A B A B when both are attached, so that drift cancels; in blocks
+        otherwise (launched profiles share the GPUs). Both servers are held for the comparison:
+        no other pytest-xdist worker measures either meanwhile.
         """
         __tracebackhide__ = True
         (level,) = levels_of(concurrency)
@@ -431,9 +423,8 @@ class Bench:
     ) -> Measurement:
         """Measure one run, neither cached nor reported: what a capacity search spends.
 
-        A closed loop at ``concurrency``, or an open loop at ``rate`` (``arrival``,
-        ``max_concurrency``); ``repeat`` numbers the run (each repeat sends other prompts).
-        The server's counters and GPU telemetry are read as for ``sglang_bench``. E.g.
+        A closed loop at ``concurrency``, or an open loop at ``rate``; ``repeat`` numbers the
+        run (each repeat sends other prompts). E.g.
         ``find_capacity(lambda r, i: sglang_bench.run_once("eagle3", w, rate=r, repeat=i),
         [5, 10, 20, 40], "ttft.p99 <= 1s", unit="rate")``.
         """
