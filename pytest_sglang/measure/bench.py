@@ -1,14 +1,7 @@
 """The object the ``sglang_bench`` fixture returns: measure, cache for the session, record.
 
-:class:`Bench` measures a workload on a server (:mod:`~pytest_sglang.measure.runs` takes the
-runs), caches each :class:`~pytest_sglang.measure.results.BenchResult` for the session so that
-tests share measurements, and records it for the report.
-
-A measurement never passes silently broken: beyond the call's budget (failed requests, failed
-validity checks: ``measure/budget.py``) it fails the test that took it, recorded first. A dead
-server fails the test naming its death (``ServerDied``), stops the remaining runs, and fails
-every later test that needs it. A measurement cut short (a test timeout, Ctrl-C) is reported
-with the runs it finished.
+A measurement beyond its budget (``measure/budget.py``) fails its test, recorded first; one cut
+short (a test timeout, Ctrl-C) is reported with the runs it finished.
 """
 
 from __future__ import annotations
@@ -21,11 +14,18 @@ from typing import TYPE_CHECKING, Any, NoReturn, overload
 
 from pytest_sglang.loadgen.schedule import Arrival, OpenLoop
 from pytest_sglang.loadgen.workload import Workload
-from pytest_sglang.measure.budget import Budget, broken_message, levels_of, open_loop_of, repeats_of
+from pytest_sglang.measure.budget import (
+    Budget,
+    broken_message,
+    check_fills,
+    levels_of,
+    open_loop_of,
+    repeats_of,
+)
 from pytest_sglang.measure.measurement import Measurement
 from pytest_sglang.measure.plans import DEFAULT_REPEATS, MeasurementPlans
 from pytest_sglang.measure.results import BenchResult, Sweep, packed
-from pytest_sglang.measure.runs import Interrupted, Runner, check_fills, cut_by
+from pytest_sglang.measure.runs import Interrupted, Runner, cut_by
 from pytest_sglang.report.entries import Schedule
 from pytest_sglang.report.progress import RunLine
 
@@ -65,20 +65,16 @@ class Bench:
         self._runner = Runner(
             pool, generator_options=generator_options, progress=progress, run_line=run_line
         )
-        # What the selected tests declared (sglang_measure): taken when a server launches.
         self._plans = plans or MeasurementPlans()
         # Set by ``with_recorder`` for a test; without them the errors propagate.
         self._on_unavailable: Callable[[str], NoReturn] | None = None
         self._on_failure: Callable[[str], NoReturn] | None = None
         self._server_failed: Callable[[str, SGLangError], None] = lambda name, error: None
-        #: Who measures (a test id), for the message when a server dies under the load.
-        self._during = ""
-        # The session cache; every view (``with_recorder``) shares it and what follows.
+        self._during = ""  # the test id measuring, for a server's death message
+        # Shared by every view (``with_recorder``): the session cache, the server of each
+        # result, the ids of the results recorded, and the cut ones no test recorded.
         self._cache: dict[_Key, BenchResult] = {}
-        # The server each result was measured on, for the report (without relaunching it).
         self._handles: dict[str, SGLangServer] = {}
-        # The results handed to a test's recorder (by id; the cache keeps them alive), and
-        # the cut measurements no test recorded: what an interrupted session still reports.
         self._recorded: set[int] = set()
         self._unrecorded_cuts: list[tuple[BenchResult, SGLangServer]] = []
 
@@ -89,9 +85,7 @@ class Bench:
     def take_unreported(self) -> list[tuple[BenchResult, SGLangServer | None]]:
         """Return, once, the measurements taken that no test has recorded, with their server.
 
-        Those taken for tests that have not run yet (declared ones, taken at a launch), and
-        those cut while being taken so: what an interrupted session reports for the test
-        that was running, so that no finished run is lost.
+        An interrupted session reports them, so that no finished run is lost.
         """
         taken = [
             (result, self._handles.get(result.server))
@@ -113,10 +107,8 @@ class Bench:
     ) -> Bench:
         """Return a view of this bench (same cache) that records results with ``record``.
 
-        ``unavailable`` receives the message when a server is not configured or cannot be
-        launched here (the fixture skips the test), ``failure`` when its gate or launch
-        failed (the fixture fails the test with the message alone); without them the errors
-        propagate.
+        ``unavailable`` (skip) and ``failure`` (fail) receive the message of a server that
+        cannot be had; without them the errors propagate.
         """
         view = copy.copy(self)  # the containers are shared: one session cache
         view._record, view._on_unavailable, view._on_failure = record, unavailable, failure
@@ -149,8 +141,6 @@ class Bench:
         try:
             self._on_failure(str(error))
         except BaseException as failed:
-            # Called while handling the run's interruption: the failure says it all; its
-            # context would print the same message again ("During handling of...").
             failed.__suppress_context__ = True
             raise
 
@@ -196,16 +186,10 @@ class Bench:
     ) -> BenchResult | Sweep:
         """Measure (or fetch from the cache); see the class docstring.
 
-        ``allow_errors`` is the fraction of each run's requests that may fail (default 0):
-        a run beyond it fails the test (:class:`~pytest_sglang.errors.MeasurementFailed`).
-        So does a run whose validity check failed, unless ``allow_checks`` names the check
-        (e.g. ``["token_counts"]`` for a server known to over-count); the result still says
-        the check failed (``valid`` is False, the table marks the row).
-
-        ``rate`` measures an open loop instead: requests leave at ``rate`` per second
-        (``arrival`` ``"poisson"`` or ``"constant"``) whether or not earlier ones finished,
-        with at most ``max_concurrency`` in flight when given; the result is cached with the
-        rate, arrivals and cap in its key, and its label and report rows show the rate.
+        A run with more failed requests than ``allow_errors`` (a fraction), or a failed
+        validity check not in ``allow_checks``, fails the test (``docs/metrics.md``, "Validity
+        checks"). ``rate`` measures an open loop instead (``arrival``, ``max_concurrency``:
+        ``docs/workloads.md``, "Open-loop load").
         """
         __tracebackhide__ = True
         given = None if concurrency == 1 else concurrency
@@ -235,11 +219,9 @@ class Bench:
     ) -> tuple[BenchResult, BenchResult]:
         """Measure two servers under the same workload and concurrency.
 
-        Runs are interleaved A B A B when both can be served at once (two attached URLs), so
-        that drift cancels; in blocks otherwise (launched profiles share the GPUs). The
-        schedule is recorded in both results. ``allow_errors``, ``allow_checks`` as for a single
-        call. Both servers are held for the whole comparison (an attached one from the start,
-        a launched one once up): no other pytest-xdist worker measures either meanwhile.
+        Runs are interleaved A B A B when both are attached, so that drift cancels; in blocks
+        otherwise (launched profiles share the GPUs). Both servers are held for the comparison:
+        no other pytest-xdist worker measures either meanwhile.
         """
         __tracebackhide__ = True
         (level,) = levels_of(concurrency)
@@ -260,9 +242,7 @@ class Bench:
                     partial = self._result(stop.server, workload, level, runs[side], "interleaved")
                     self._record(partial, stop.server)
                     self._fail(stop.error)
-                except BaseException as error:
-                    # A test timeout or Ctrl-C: both sides' finished runs are reported, the
-                    # cut run with the side it was measuring.
+                except BaseException as error:  # a test timeout or Ctrl-C
                     for server, taken in zip(servers, runs, strict=True):
                         cut = (server, workload, level, taken, repeats, error)
                         self._record_cut(*cut, schedule="interleaved")
@@ -307,7 +287,6 @@ class Bench:
                 handle = self._server(server, why=why)
             else:
                 handle = server
-            # Launching the server may have taken this measurement (it was declared).
             if key not in self._cache:
                 self._fill(handle, workload, concurrency, repeats, key, load=load)
         return self._judged(self._cache[key], budget)
@@ -315,7 +294,6 @@ class Bench:
     def _judged(self, result: BenchResult, budget: Budget) -> BenchResult:
         """Record ``result`` for the test, then fail it if it is broken or invalid."""
         __tracebackhide__ = True
-        # Recorded first: the report keeps a broken measurement too, with its errors.
         self._record(result, self._handles.get(result.server))
         self._recorded.add(id(result))
         broken = broken_message(result, budget)
@@ -335,23 +313,17 @@ class Bench:
         *,
         load: OpenLoop | None = None,
     ) -> None:
-        """Measure ``repeats`` runs on ``handle`` into the session cache.
-
-        A closed loop at ``concurrency``, or the open loop ``load`` (``concurrency`` is then
-        its cap, 0 for none).
-        """
+        """Measure ``repeats`` runs on ``handle`` into the session cache (``load``: open loop)."""
         __tracebackhide__ = True
         runs: list[Measurement] = []
         try:
             self._runner.repeated(handle, workload, concurrency, repeats, runs, load=load)
-        except Interrupted as stop:
-            # Not cached (it is no measurement), but reported: what the runs saw.
+        except Interrupted as stop:  # reported, not cached
             runs.append(stop.measurement)
             partial = self._result(handle, workload, concurrency, runs, "blocks", load=load)
             self._record(partial, handle)
             self._fail(stop.error)
-        except BaseException as error:
-            # A test timeout or Ctrl-C: report what was measured, then let it end the test.
+        except BaseException as error:  # a test timeout or Ctrl-C
             self._record_cut(handle, workload, concurrency, runs, repeats, error, load=load)
             raise
         self._cache[key] = self._result(handle, workload, concurrency, runs, "blocks", load=load)
@@ -359,10 +331,8 @@ class Bench:
     def take_declared(self, server: SGLangServer) -> None:
         """Take every measurement the selected tests declared for ``server``, now it is up.
 
-        The pool calls this right after it launched ``server`` (see
-        :mod:`pytest_sglang.measure.plans`); the tests that declared them read the cache.
-        A measurement that fails here is not cached: the test that asks for it measures
-        again and fails with its own message (a dead server fails it at once).
+        The pool calls this after a launch. One that fails is not cached: its test measures
+        again and fails with its own message.
         """
         pending = [
             declared
@@ -396,7 +366,6 @@ class Bench:
                 if self.pool.check(server.name) is not None:
                     return  # the server died: the tests that need it fail naming the death
                 continue
-            # A sweep of declared measurements takes minutes: a line each, for CI logs.
             self._progress(
                 f"sglang: declared measurement {number}/{len(pending)} of {server.name!r} "
                 f"done: {declared.label()} in {time.monotonic() - started:.0f}s"
@@ -454,9 +423,8 @@ class Bench:
     ) -> Measurement:
         """Measure one run, neither cached nor reported: what a capacity search spends.
 
-        A closed loop at ``concurrency``, or an open loop at ``rate`` (``arrival``,
-        ``max_concurrency``); ``repeat`` numbers the run (each repeat sends other prompts).
-        The server's counters and GPU telemetry are read as for ``sglang_bench``. E.g.
+        A closed loop at ``concurrency``, or an open loop at ``rate``; ``repeat`` numbers the
+        run (each repeat sends other prompts). E.g.
         ``find_capacity(lambda r, i: sglang_bench.run_once("eagle3", w, rate=r, repeat=i),
         [5, 10, 20, 40], "ttft.p99 <= 1s", unit="rate")``.
         """

@@ -1,30 +1,12 @@
 """Where a request's time to first token went: queueing, prefill, and the rest (pure, no I/O).
 
-SGLang (0.5.23, with ``--enable-metrics``) reports in each ``/generate`` response's
-``meta_info`` how long the request waited in the scheduler's queue (``queue_time``, seconds)
-and when its prefill forward began and ended (``forward_entry_time``,
-``prefill_finished_time``: wall-clock timestamps of the server's machine, so only their
-difference is used). The load generator keeps them in ``RequestRecord.server_times``. Each
-request's client-side TTFT (request bytes on the socket to the first chunk with tokens) is
-then split into
-
-- **queue**: ``queue_time``;
-- **prefill**: ``prefill_finished_time - forward_entry_time``;
-- **rest**: ``ttft - queue - prefill``, everything else: tokenizing, handing the request to
-  the scheduler, detokenizing and sending the first chunk, the network, and the client
-  reading it. By construction ``queue + prefill + rest == ttft`` for every request.
-
-When the server also reports ``request_received_ts`` and ``response_sent_to_client_ts`` (same
-clock, so their difference is exact), **rest** is split further into **server_other** (the
-server's own time outside queue and prefill) and **transport** (``ttft`` minus the server's
-span: network and client). A **transport** share that grows with the load while the server's
-parts stay flat points at the client, not the server, as the bottleneck.
-
-A run's :class:`TtftBreakdown` holds each part's distribution over the requests that have
-all the timings (``split`` of ``requests``), its median and p99 as for every metric.
-Percentiles of parts do not add up to the percentile of the sum; the medians are close when
-the parts move together, which is why :meth:`TtftBreakdown.line` shows the TTFT median
-itself beside them.
+From the server's ``meta_info`` timings (``RequestRecord.server_times``, with
+``--enable-metrics``): **queue** = ``queue_time``; **prefill** = ``prefill_finished_time -
+forward_entry_time``; **rest** = ``ttft - queue - prefill`` (tokenizing, detokenizing, network,
+client), so the parts add up to the TTFT. With ``request_received_ts`` and
+``response_sent_to_client_ts``, rest splits into **server_other** and **transport** (network
+and client): a transport share that grows with load points at the client. Percentiles of parts
+do not add up, so :func:`summary_line` shows the TTFT's own beside them.
 """
 
 from __future__ import annotations
@@ -103,26 +85,6 @@ class TtftBreakdown:
         """Return the distribution of part ``name`` (:data:`PARTS`) or ``ttft``."""
         value = getattr(self, name)
         return value if isinstance(value, Distribution) else None
-
-    def line(self, stat: str = "p50") -> str:
-        """E.g. ``TTFT p50 41.2 ms = queue 0.6 + prefill 28.4 + rest 12.2 (30%)``."""
-        ttft = float(getattr(self.ttft, stat))
-        parts = []
-        for name in ("queue", "prefill", "rest"):
-            dist = self.part(name)
-            assert dist is not None
-            parts.append(f"{name} {float(getattr(dist, stat)) * 1000:.1f}")
-        rest = float(getattr(self.rest, stat))
-        share = f" ({rest / ttft:.0%} of it)" if ttft > 0 else ""
-        text = f"TTFT {stat} {ttft * 1000:.1f} ms = " + " + ".join(parts) + f" ms; rest{share}"
-        if self.transport is not None and self.server_other is not None:
-            text += (
-                f" = server {float(getattr(self.server_other, stat)) * 1000:.1f} + "
-                f"transport/client {float(getattr(self.transport, stat)) * 1000:.1f} ms"
-            )
-        if self.split < self.requests:
-            text += f" [{self.split} of {self.requests} requests had the server's timings]"
-        return text
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON: counts, and each part's distribution (seconds)."""

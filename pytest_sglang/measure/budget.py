@@ -1,10 +1,7 @@
 """What a call of ``sglang_bench`` asks and allows, and what breaks the measurement it gets.
 
-A call's arguments are checked before anything runs (a wrong type or value is a
-``TypeError`` / ``ValueError`` that says what to write instead). Its :class:`Budget` says what
-it allows: a fraction of each run's requests failing (``allow_errors``) and named validity
-checks failing (``allow_checks``). A measurement beyond its budget is broken: the messages
-here say how many requests failed, of which kinds, what the server said, and how to fix it.
+Arguments are checked before anything runs; a :class:`Budget` (``allow_errors``,
+``allow_checks``) says what may fail, and the messages here say why a measurement broke it.
 """
 
 from __future__ import annotations
@@ -16,13 +13,14 @@ from typing import TYPE_CHECKING, NoReturn
 from pytest_sglang.loadgen.schedule import Arrival, OpenLoop
 
 if TYPE_CHECKING:
+    from pytest_sglang.loadgen.workload import Workload
     from pytest_sglang.measure.measurement import Measurement
     from pytest_sglang.measure.results import BenchResult
 
 __all__ = [
-    "FAILURE_KINDS",
     "Budget",
     "broken_message",
+    "check_fills",
     "failed_checks_message",
     "failed_requests_message",
     "failure_kinds",
@@ -32,8 +30,7 @@ __all__ = [
     "repeats_of",
 ]
 
-#: How many kinds of failure, and how many characters of each example, a failure names.
-FAILURE_KINDS = 5
+#: How many characters of each failure kind's example a message quotes.
 _EXAMPLE_CHARS = 300
 #: Checks a budget of its own governs (``allow_errors``).
 _BUDGETED = frozenset({"no_failed_requests"})
@@ -81,6 +78,18 @@ def levels_of(concurrency: object) -> list[int]:
 def repeats_of(repeats: object) -> int:
     """Return how many runs a call asks for."""
     return _count("repeats", repeats, "a whole number of runs >= 1", "repeats=5")
+
+
+def check_fills(workload: Workload, concurrency: int) -> None:
+    """Refuse a closed loop whose workload can never hold ``concurrency`` requests in flight."""
+    sent = workload.for_concurrency(concurrency).requests
+    if sent < concurrency:
+        raise ValueError(
+            f"a run at concurrency {concurrency} with {sent} requests can never hold "
+            f"{concurrency} requests in flight; give the workload requests >= "
+            f"{concurrency}, or requests_per_slot (e.g. requests_per_slot=2) to scale "
+            "the requests with the level"
+        )
 
 
 def open_loop_of(
@@ -181,9 +190,7 @@ def failed_requests_message(result: BenchResult, allow_errors: float) -> str | N
 def failed_checks_message(result: BenchResult, allowed: frozenset[str]) -> str | None:
     """Return why ``result``'s runs are invalid (None when every failed check is allowed).
 
-    ``no_failed_requests`` is judged by the error budget (:func:`failed_requests_message`)
-    and the checks of the load the client applied (``LOAD_CHECKS``) by the verdicts; every
-    other check that failed, and is not in ``allowed``, breaks the measurement.
+    The error budget judges ``no_failed_requests``, the verdicts judge ``LOAD_CHECKS``.
     """
     from pytest_sglang.measure.checks import LOAD_CHECKS
 
@@ -211,44 +218,27 @@ def failed_checks_message(result: BenchResult, allowed: frozenset[str]) -> str |
 
 
 def failure_kinds(runs: Sequence[Measurement]) -> list[str]:
-    """Return lines counting the failed requests of ``runs`` by kind, each with an example.
+    """Return lines counting the failed requests of ``runs`` by kind, quoting one of each."""
+    from pytest_sglang.measure.checks import ERROR_KINDS, errors_by_kind
 
-    The kind is the error message's head (``HTTP 500``, ``stalled``, ``connection
-    refused``...); the example is the rest of one such message: what the server said.
-    """
-    from pytest_sglang.measure.checks import error_kind
-
-    kinds: dict[str, int] = {}
-    examples: dict[str, str] = {}
-    for run in runs:
-        for record in run.records:
-            if record.error is None:
-                continue
-            kind = error_kind(record.error)
-            kinds[kind] = kinds.get(kind, 0) + 1
-            examples.setdefault(kind, record.error)
-    if not kinds:
+    ranked = errors_by_kind([r for run in runs for r in run.records if r.error is not None])
+    if not ranked:
         return []
     lines = ["  failures by kind (the server's answer quoted):"]
-    ranked = sorted(kinds.items(), key=lambda item: -item[1])
-    for kind, count in ranked[:FAILURE_KINDS]:
-        example = examples[kind]
+    for kind, records in ranked[:ERROR_KINDS]:
+        count, example = len(records), records[0].error or ""
         if example.startswith(kind + ": "):
             example = example[len(kind) + 2 :]
         if len(example) > _EXAMPLE_CHARS:
             example = example[:_EXAMPLE_CHARS] + " …"
         lines.append(f"    {count} x {kind}: {example}")
-    if len(ranked) > FAILURE_KINDS:
-        lines.append(f"    ... and {len(ranked) - FAILURE_KINDS} other kinds")
+    if len(ranked) > ERROR_KINDS:
+        lines.append(f"    ... and {len(ranked) - ERROR_KINDS} other kinds")
     return lines
 
 
 def impossible_counts_message(result: BenchResult) -> str | None:
-    """Return why ``result``'s token counts cannot be right (negative), or None.
-
-    A server (or a proxy) that reports negative ``completion_tokens`` or ``prompt_tokens``
-    would make a negative throughput: the measurement is broken, not slow.
-    """
+    """Return why ``result``'s token counts cannot be right (negative), or None."""
     for index, run in enumerate(result.runs):
         bad = [
             r

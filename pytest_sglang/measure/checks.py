@@ -1,56 +1,6 @@
 """Validity checks of one run, reported rather than raised (pure, no I/O).
 
-The verdict layer calls a measurement invalid instead of calling a server slow when one of
-these fails (``docs/metrics.md``, "Validity checks"):
-
-
-``no_failed_requests``
-    every measured request completed; the detail counts the failures by kind (the
-    message's head: ``HTTP 500``, ``connection refused``, ``timed out waiting for the first
-    token``...), most frequent first, and quotes one message of each.
-``tokens_counted``
-    every completed request has a token count above zero (the server's, or the client's
-    own) and, when streamed, chunks that carried tokens. A stream whose text arrived but
-    whose tokens could not be counted (no ``usage`` anywhere, or a running count that never
-    rises) would report 0 tokens/s as a valid result.
-``output_length``
-    every completed request generated exactly ``workload.output_len`` tokens (ignore_eos
-    honoured; a shorter output would make throughputs incomparable).
-``token_counts``
-    the client's own count equals the server's, and the per-chunk counts add up to it.
-``input_length``
-    the server's ``prompt_tokens`` equals ``workload.input_len`` (on ``chat`` the template
-    adds tokens, and dataset and multi-turn prompts are text whose tokens only the server
-    counts: reported, not judged).
-``concurrency`` (closed loop)
-    the client kept ``concurrency`` requests in flight. Over the window the realised
-    concurrency can fall short of C only in the ramp-down tail, after the last request was
-    sent, which lasts at most the longest request: the floor is
-    ``C * (1 - max e2e / window)``, less 5 % for the client's own gaps between one
-    response and the next request. With multi-turn sessions a slot holds a whole session:
-    the tail is the longest session, and fewer sessions than slots cannot fill them. A
-    failure says whose the shortfall was: the server's (the client held C requests, but each
-    spent time before its bytes left: opening a connection, a fresh one per request where
-    the server closes them, and sending) or the client's (its gaps between requests). Not
-    judged (``None``) below the floor when requests failed: their short lives turned slots
-    over faster than served requests do, and ``no_failed_requests`` judges them.
-``schedule`` (open loop)
-    requests left on time: the largest delay between scheduled and actual send is at most
-    50 ms plus 10 % of the mean gap between arrivals (a capped or overloaded client lags).
-``connection_retries``
-    informational (``True``): how many requests failed on a reused pooled connection
-    before any byte of response and were sent again, once, on a fresh connection (the server
-    had closed the idle connection; see ``loadgen.runner``). A retry is never a server failure
-    hidden: a request that failed after a response began, or on a fresh connection, is not
-    retried.
-``chunk_token_counts``
-    whether every chunk's token count came from the server; ``None`` (not judged) where
-    some were spread evenly (the per-token ITL percentiles are then approximate).
-
-A check's ``passed`` is ``True``, ``False``, or ``None`` when it could not be judged. A run
-with a failed check fails the measurement that took it (``measure/bench.py``), unless the
-call allowed that check (``sglang_bench(..., allow_checks=["token_counts"])``) or it is one
-of the :data:`LOAD_CHECKS` (the load the client applied: reported, refused by verdicts).
+Each check, its floor and what a failure means: ``docs/metrics.md``, "Validity checks".
 """
 
 from __future__ import annotations
@@ -65,7 +15,7 @@ from pytest_sglang.gpu.telemetry import RunTelemetry
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.workload import Workload
 
-__all__ = ["CHECK_NAMES", "LOAD_CHECKS", "Check", "error_kind", "run_checks"]
+__all__ = ["CHECK_NAMES", "LOAD_CHECKS", "Check", "error_kind", "errors_by_kind", "run_checks"]
 
 #: Every check a run can carry (``sglang_bench(..., allow_checks=[...])`` names them).
 CHECK_NAMES = (
@@ -73,9 +23,8 @@ CHECK_NAMES = (
     "concurrency", "schedule", "chunk_token_counts", "client_bound", "connection_retries",
     "gpu_throttled", "gpu_foreign_process", "gpu_errors",
 )  # fmt: skip
-#: Checks of the load the client applied, which a busy machine running the client can miss
-#: on a short run: a failure makes the run invalid (the table marks it, the verdicts refuse
-#: it) but does not fail a measurement by itself, as the other checks do.
+#: Checks of the load the client applied: a failure makes the run invalid but does not fail
+#: the measurement by itself.
 LOAD_CHECKS = frozenset({"concurrency", "schedule", "client_bound"})
 
 #: Slack below the concurrency floor for the client's own gaps between requests.
@@ -98,7 +47,7 @@ class Check:
         return {"name": self.name, "passed": self.passed, "detail": self.detail}
 
 
-#: How many kinds of failure the failed-requests check lists.
+#: How many kinds of failure a check or a failure message lists.
 ERROR_KINDS = 5
 #: How long an error message's head may be to serve as its kind.
 _KIND_MAX = 60
@@ -112,11 +61,10 @@ def run_checks(
     realised: float,
     longest: float,
 ) -> tuple[Check, ...]:
-    """Return the validity checks of ``run`` (see the module docstring for each one).
+    """Return the validity checks of ``run``.
 
-    ``records`` are the measured records, ``done`` the completed ones among them;
-    ``duration`` is the measured window, ``realised`` the realised concurrency and
-    ``longest`` the longest end-to-end latency (seconds).
+    ``records``: the measured ones, ``done``: the completed ones; ``duration``: the window,
+    ``realised``: the realised concurrency, ``longest``: the longest e2e latency (seconds).
     """
     checks = [
         _check_failures(records),
@@ -128,7 +76,6 @@ def run_checks(
     if run.mode == "closed" and run.concurrency is not None:
         units, tail, unit = len(records), longest, "request"
         if run.workload.turns is not None:
-            # A slot holds a whole session: the ramp-down tail is the longest session.
             spans = _session_spans(run.workload, records)
             units, tail, unit = len(spans), max(spans, default=longest), "session"
         concurrency = _check_concurrency(
@@ -136,8 +83,7 @@ def run_checks(
         )
         failed = len(records) - len(done)
         if failed and concurrency.passed is False:
-            # A failed request's short life is no served request: the failures are judged by
-            # ``no_failed_requests`` (and the call's error budget), not twice.
+            # Failed requests turn slots over fast; ``no_failed_requests`` judges them.
             concurrency = Check(
                 "concurrency",
                 None,
@@ -157,10 +103,7 @@ def _check_failures(records: Sequence[RequestRecord]) -> Check:
     failed = [r for r in records if not r.ok]
     if not failed:
         return Check("no_failed_requests", True, f"all {len(records)} measured requests completed")
-    kinds: dict[str, list[RequestRecord]] = {}
-    for r in failed:
-        kinds.setdefault(error_kind(r.error or ""), []).append(r)
-    ranked = sorted(kinds.items(), key=lambda item: -len(item[1]))
+    ranked = errors_by_kind(failed)
     parts = [
         f"{len(rs)} x {kind} (e.g. request {rs[0].index}: {rs[0].error})"
         for kind, rs in ranked[:ERROR_KINDS]
@@ -175,15 +118,20 @@ def _check_failures(records: Sequence[RequestRecord]) -> Check:
 
 
 def error_kind(message: str) -> str:
-    """Return the kind of a failed request's error: its message's head, before ``": "``.
-
-    The runner and the parsers begin every message with its cause (``HTTP 503``,
-    ``connection refused``, ``stalled``...); a message without a short head is its own kind.
-    """
+    """Return the kind of an error: its message's head before ``": "`` (``HTTP 503``)."""
     head = message.split(": ", 1)[0]
     if len(head) > _KIND_MAX or "'" in head:
         head = message[:_KIND_MAX]
     return head
+
+
+def errors_by_kind(records: Sequence[RequestRecord]) -> list[tuple[str, list[RequestRecord]]]:
+    """Return the failed ``records`` grouped by :func:`error_kind`, the most frequent first."""
+    kinds: dict[str, list[RequestRecord]] = {}
+    for r in records:
+        if not r.ok:
+            kinds.setdefault(error_kind(r.error or ""), []).append(r)
+    return sorted(kinds.items(), key=lambda item: -len(item[1]))
 
 
 def _check_tokens_counted(done: Sequence[RequestRecord], stream: bool) -> Check:
@@ -327,7 +275,6 @@ def _check_concurrency(
 ) -> Check:
     if duration <= 0:
         return Check("concurrency", None, "the run had no duration")
-    # Fewer requests than slots can never fill them all.
     target = min(concurrency, requests)
     floor = target * max(0.0, 1 - longest / duration) * (1 - CONCURRENCY_SLACK)
     ceiling = target * 1.001 + 1e-9
@@ -343,13 +290,7 @@ def _check_concurrency(
 
 
 def _shortfall(floor: float, records: Sequence[RequestRecord]) -> str:
-    """Say whether a concurrency below its floor was the server's or the client's.
-
-    ``realised`` counts a request from when its bytes left (``sent``): what the server had
-    in flight. The client held its slot from when it began the request (``started``): the
-    difference is the time before the bytes left, opening a connection (a fresh one per
-    request where the server closes them after each response) and the client's own sending.
-    """
+    """Say whose a concurrency below its floor was: the server's (sent late) or the client's."""
     timed = [r for r in records if r.end is not None]
     begin = min((r.started for r in timed), default=0.0)
     window = max((r.end or 0.0 for r in timed), default=0.0) - begin
@@ -401,10 +342,8 @@ def _check_chunk_counts(done: Sequence[RequestRecord], stream: bool) -> Check:
 
 #: The client is saturated when its process uses this much of a core (asyncio runs on one).
 CLIENT_CPU_LIMIT = 0.9
-#: A loop late by more than a quarter of the median gap between the chunks it measures (and
-#: 2 ms) is reported, not judged: on a shared machine other processes delay an idle client
-#: as much as its own work delays a busy one (benchmarks/client_saturation.py), and only a
-#: saturated core says the client itself could not keep up.
+#: Loop lag above a quarter of the median chunk gap (and 2 ms) is reported, not judged: only a
+#: saturated core says the client could not keep up (``docs/metrics.md``, "Client saturation").
 CLIENT_LAG_SHARE = 0.25
 CLIENT_LAG_FLOOR = 0.002
 

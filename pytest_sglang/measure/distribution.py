@@ -7,6 +7,7 @@ Percentiles interpolate linearly between order statistics, numpy's default, with
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,15 +17,8 @@ __all__ = ["Distribution", "percentile"]
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """Return the *q*-th percentile of *values*, interpolating linearly between order statistics.
+    """Return the *q*-th percentile (0 to 100) of *values*, as numpy's default ("linear").
 
-    This is numpy's default (``method="linear"``, Hyndman & Fan type 7): with the values sorted
-    as ``x[0] <= ... <= x[n-1]`` and ``h = (n - 1) * q / 100``, the result is
-    ``x[floor(h)] + (h - floor(h)) * (x[floor(h) + 1] - x[floor(h)])``.
-
-    :param values: the sample; any order, at least one value, no NaN.
-    :param q: the percentile, from 0 to 100 inclusive (50 is the median).
-    :returns: the interpolated percentile.
     :raises ValueError: if *values* is empty or holds NaN, or *q* is outside [0, 100].
     """
     if not 0.0 <= q <= 100.0:  # also rejects NaN
@@ -79,8 +73,7 @@ class Distribution:
     def weighted(cls, values: Sequence[float], weights: Sequence[int]) -> Distribution | None:
         """Summarise ``values`` where value ``i`` occurs ``weights[i]`` times.
 
-        Identical to :meth:`of` on the expanded list, without building it (per-token ITL has
-        one value per generated token).
+        Equals :meth:`of` on the expanded list, without building it (per-token ITL).
         """
         pairs = sorted((v, w) for v, w in zip(values, weights, strict=True) if w > 0)
         if not pairs:
@@ -112,15 +105,7 @@ class Distribution:
 
     def as_dict(self) -> dict[str, Any]:
         """Return plain JSON types."""
-        return {
-            "count": self.count,
-            "mean": self.mean,
-            "p50": self.p50,
-            "p90": self.p90,
-            "p99": self.p99,
-            "min": self.min,
-            "max": self.max,
-        }
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Distribution:

@@ -1,9 +1,7 @@
 """From request records to metrics: one :class:`Measurement` per run (pure, no I/O).
 
-A measurement covers the measured requests of one :class:`~pytest_sglang.loadgen.LoadRun`
-(warm-up excluded) with the metric vocabulary of :mod:`pytest_sglang.measure.metrics`
-(``docs/metrics.md``), and carries the run's validity checks
-(:mod:`pytest_sglang.measure.checks`), reported rather than raised.
+It covers a run's measured requests (warm-up excluded) and carries the run's validity checks,
+reported rather than raised (``docs/metrics.md``).
 """
 
 from __future__ import annotations
@@ -11,7 +9,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
@@ -28,12 +26,7 @@ ERROR_SAMPLES = 5
 
 @dataclass(frozen=True)
 class Measurement:
-    """The metrics of one run's measured requests, its validity checks and its records.
-
-    Scalars and distributions are named as in :data:`pytest_sglang.measure.metrics.METRICS`;
-    :meth:`get` returns any of them by name (``"output_throughput"``, ``"ttft.p99"``).
-    ``records`` are the measured requests' records, ``warmup_records`` the warm-up's.
-    """
+    """The metrics (named as in ``METRICS``), validity checks and records of one run."""
 
     workload: Workload
     mode: str
@@ -63,14 +56,10 @@ class Measurement:
     #: The load generator's own CPU (cores) and event-loop lag during the measured requests.
     client_cpu_fraction: float | None = None
     loop_lag_p99: float | None = None
-    #: Prompt tokens served from the server's prefix cache / all prompt tokens, over the
-    #: completed requests that reported it (``None``: none did).
     cache_hit_ratio: float | None = None
-    #: What the server itself counted over the measured requests (``/metrics`` deltas,
-    #: :mod:`pytest_sglang.measure.server_metrics`), when it serves metrics.
+    #: ``/metrics`` deltas over the measured requests, when the server serves metrics.
     server_counters: dict[str, Any] | None = None
-    #: What the server's GPUs did during the measured requests (energy per token, power,
-    #: throttling...; :class:`~pytest_sglang.gpu.telemetry.RunTelemetry`), when readable.
+    #: :class:`~pytest_sglang.gpu.telemetry.RunTelemetry` over the measured requests, if read.
     gpu_telemetry: dict[str, Any] | None = None
     records: tuple[RequestRecord, ...] = field(default=(), repr=False, compare=False)
     warmup_records: tuple[RequestRecord, ...] = field(default=(), repr=False, compare=False)
@@ -88,11 +77,7 @@ class Measurement:
         raise KeyError(f"no check {name!r}; have {', '.join(c.name for c in self.checks)}")
 
     def get(self, name: str) -> float | None:
-        """Return a metric by name: a scalar, or a distribution's statistic (``"ttft.p99"``).
-
-        A bare distribution name means its mean. ``None`` when the run could not measure it
-        (no streamed request completed, no speculative decoding...).
-        """
+        """Return a metric by name (``"ttft.p99"``, bare ``"ttft"``: mean); None: unmeasured."""
         metric_spec(name)
         base, _, stat = name.partition(".")
         value = getattr(self, base)
@@ -101,11 +86,7 @@ class Measurement:
         return None if value is None else float(value)
 
     def as_dict(self, *, include_records: bool = False) -> dict[str, Any]:
-        """Return plain JSON types.
-
-        ``include_records`` adds every record, with times relative to the first measured
-        request's send.
-        """
+        """Return plain JSON types (``include_records``: times relative to the first send)."""
         data: dict[str, Any] = {
             "workload": self.workload.as_dict(),
             **{name: getattr(self, name) for name in _SCALAR_FIELDS + _OPTIONAL_FIELDS},
@@ -126,7 +107,6 @@ class Measurement:
     def from_dict(cls, data: Mapping[str, Any]) -> Measurement:
         """Rebuild a measurement from :meth:`as_dict` output (records when it has them)."""
         values = {k: data[k] for k in _SCALAR_FIELDS}
-        # Added later: reports written before them lack the keys.
         values.update({k: data.get(k) for k in _OPTIONAL_FIELDS})
         for name in _DISTRIBUTIONS:
             raw = data.get(name)
@@ -144,32 +124,14 @@ class Measurement:
 
 
 _DISTRIBUTIONS = ("ttft", "itl", "itl_chunk", "tpot", "e2e_latency")
-_SCALAR_FIELDS = (
-    "mode",
-    "concurrency",
-    "rate",
-    "arrival",
-    "max_concurrency",
-    "repeat",
-    "requests",
-    "completed",
-    "failed",
-    "duration",
-    "input_tokens",
-    "output_tokens",
-    "output_throughput",
-    "total_throughput",
-    "request_throughput",
-    "acceptance_length",
-    "realised_concurrency",
-)
-_OPTIONAL_FIELDS = (
-    "client_cpu_fraction",
-    "loop_lag_p99",
-    "cache_hit_ratio",
-    "server_counters",
-    "gpu_telemetry",
-)
+_FIELDS = [
+    f
+    for f in fields(Measurement)
+    if f.name not in {"workload", "errors", "checks", "records", "warmup_records", *_DISTRIBUTIONS}
+]
+#: Every report has these; the fields with a default were added later and may be missing.
+_SCALAR_FIELDS = tuple(f.name for f in _FIELDS if f.default is MISSING)
+_OPTIONAL_FIELDS = tuple(f.name for f in _FIELDS if f.default is not MISSING)
 
 
 def measure(run: LoadRun) -> Measurement:

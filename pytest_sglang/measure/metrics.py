@@ -1,13 +1,7 @@
-"""The metric vocabulary (``docs/metrics.md``): every metric's name, unit, direction and definition.
+"""The metric vocabulary: every metric's name, unit, direction and definition, once.
 
-One definition per name, used by the measurement, the verdicts and the reports alike, so a
-"TTFT" means the same everywhere. Peers disagree on several of these (see
-``docs/metrics.md``, "Peer tools"); the choices here follow vLLM and bench_serving where they
-agree and say so where they do not.
-
-Latency metrics are distributions summarised as mean, p50, p90 and p99 (see
-:class:`pytest_sglang.measure.measurement.Distribution`); a single number is addressed as
-``"ttft.p99"``, and a bare ``"ttft"`` means its mean.
+A single number is addressed as ``"ttft.p99"``; a bare ``"ttft"`` means its mean
+(``docs/metrics.md``).
 """
 
 from __future__ import annotations
@@ -25,11 +19,7 @@ DISTRIBUTION_STATS: tuple[str, ...] = ("mean", "p50", "p90", "p99")
 
 @dataclass(frozen=True)
 class MetricSpec:
-    """One metric: its unit, which direction is better, and its definition.
-
-    ``larger_is_better`` is ``None`` for descriptive metrics that are not a goal in
-    themselves (the realised concurrency describes the load, it is not better when higher).
-    """
+    """One metric: its unit, which direction is better (None: descriptive), and its definition."""
 
     name: str
     unit: str

@@ -1,17 +1,7 @@
-"""Measurements declared at collection: what each launched server must be measured for.
+"""Measurements declared at collection (``sglang_measure``), per launched server.
 
-A launched profile costs minutes of an 8-GPU host, and launched servers share the GPUs:
-one runs at a time. Two tests that each compare ``baseline`` and ``eagle3`` would launch
-baseline, eagle3, baseline, eagle3 if each took its own measurements when it ran. A test
-that declares what it will measure::
-
-    @pytest.mark.sglang_measure("baseline", "eagle3", workload=CHAT, concurrency=[1, 64])
-    def test_eagle3_pays_off(sglang_bench): ...
-
-lets the session take, while a server is up, every measurement any selected test declared
-for it (:meth:`~pytest_sglang.measure.bench.Bench.take_declared`); the tests then read the
-session cache, in any order, under ``-k`` or ``-p randomly``: N profiles, N launches. The
-declarations are read after selection, so deselected tests cost nothing.
+They are taken while that server is up, so each profile launches once per session
+(:meth:`~pytest_sglang.measure.bench.Bench.take_declared`).
 """
 
 from __future__ import annotations
@@ -92,6 +82,7 @@ def declared_by_marker(
     if not servers or not all(isinstance(s, str) and s for s in servers):
         raise ValueError(f"name one or more servers first, got {tuple(args)!r}; {example}")
     from pytest_sglang.loadgen.workload import Workload  # not with the plugin: marked tests only
+    from pytest_sglang.measure.budget import check_fills
 
     workload = kwargs.get("workload")
     if not isinstance(workload, Workload):
@@ -106,13 +97,7 @@ def declared_by_marker(
             f"concurrency= must be an integer >= 1 or a list of them, got {levels_given!r}"
         )
     for level in levels:
-        sent = workload.for_concurrency(level).requests
-        if sent < level:
-            raise ValueError(
-                f"a run at concurrency {level} with {sent} requests can never hold {level} "
-                f"requests in flight; give the workload requests >= {level}, or "
-                "requests_per_slot to scale the requests with the level"
-            )
+        check_fills(workload, level)
     repeats = kwargs.get("repeats", default_repeats)
     if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
         raise ValueError(f"repeats= must be an integer >= 1, got {repeats!r}")

@@ -1,11 +1,8 @@
 """The results of measurements: what ``sglang_bench`` returns and the session cache keeps.
 
-A :class:`BenchResult` holds the runs of one (server, workload, concurrency): each run is a
-whole :class:`~pytest_sglang.measure.measurement.Measurement` with its warm-up excluded, the
-unit of a sample for the verdicts. A :class:`Sweep` holds one result per concurrency level.
-A result's runs keep their request records (``assert_slo`` judges them) packed in arrays
-(:class:`PackedRecords`), so that a session's cache stays small however many requests it
-measured.
+A :class:`BenchResult` holds the runs (each one :class:`Measurement`, the verdicts' sample
+unit) of one server, workload and concurrency; a :class:`Sweep`, one result per level. Records
+are packed in arrays (:class:`PackedRecords`) so that the session cache stays small.
 """
 
 from __future__ import annotations
@@ -60,16 +57,14 @@ class BenchResult:
     #: How the runs were scheduled against a compared server: "blocks" or "interleaved".
     schedule: Schedule = "blocks"
     url: str = ""
-    #: What cut the measurement short, if something did (a test timeout, Ctrl-C): its runs
-    #: are those that finished, the cut one last with the requests it had finished.
+    #: What cut the measurement short (a test timeout, Ctrl-C); the cut run comes last.
     cut: str | None = None
-    #: How many of ``runs`` are whole when the measurement was cut (the rest is the cut run).
+    #: How many of ``runs`` are whole when the measurement was cut.
     finished_runs: int | None = None
-    #: An open-loop measurement's load (rate, arrivals, cap); ``None`` for a closed loop,
-    #: whose load is ``concurrency`` (an open loop's ``concurrency`` is its cap, or 0).
+    #: An open loop's load; ``None`` for a closed loop (an open loop's ``concurrency`` is its
+    #: cap, or 0).
     open_loop: OpenLoop | None = None
-    #: The checks that did not apply to the server, and why: a plain OpenAI-compatible
-    #: server has no /server_info, counters or meta_info (``SGLangServer.not_applicable``).
+    #: The checks that did not apply to the server, and why (``SGLangServer.not_applicable``).
     not_applicable: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -191,9 +186,7 @@ _INT_COLUMNS = (
     "index", "input_len", "output_len", "output_tokens_server", "output_tokens_client",
     "prompt_tokens", "spec_verify_ct", "status", "retries", "cached_tokens",
 )  # fmt: skip
-#: Columns of ``bool``.
 _BOOL_COLUMNS = ("warmup", "chunk_tokens_exact")
-#: Columns of ``dict[str, float] | None`` (a record's server timings).
 _FLOAT_DICT_COLUMNS = ("server_times",)
 _CHUNK_COLUMNS = ("chunk_times", "chunk_tokens")
 
@@ -233,14 +226,9 @@ class _FloatDicts:
 class PackedRecords(Sequence[RequestRecord]):
     """Request records stored column by column in arrays; records rebuilt on access.
 
-    Every field is kept: the request's own times as 64-bit floats, its chunks' arrival
-    times as 32-bit offsets from its send (the run's metrics were computed from the exact
-    records before packing), counts in the narrowest integers that hold them (chunk token
-    counts only where a chunk carried other than one token), the server's timings in one
-    array per run. So the session cache holds arrays instead of objects per request and
-    per chunk (tens of bytes instead of kilobytes), and no small object per request that
-    would pin the allocator's arenas: strings are interned. Fields it does not know (added
-    to ``RequestRecord`` later) are kept as they are.
+    Every field is kept: times as 64-bit floats, chunk times as 32-bit offsets from the send
+    (the metrics were computed before packing), counts in the narrowest integers that hold
+    them, strings interned; unknown fields as they are. Tens of bytes per request, not KBs.
     """
 
     __slots__ = (
@@ -286,8 +274,7 @@ class PackedRecords(Sequence[RequestRecord]):
             chunks.append(len(times))
             count += 1
         self._len = count
-        # Narrow every integer column to 32 (or 16) bits where its values fit, and drop
-        # the arrays' spare capacity: what stays in the session cache is what it needs.
+        # Narrow the integer columns and drop the arrays' spare capacity.
         self._nones: dict[str, int] = {}
         self._ints: dict[str, array[int]] = {}
         for name, column_ints in ints.items():

@@ -1,16 +1,9 @@
 """The runs of a measurement: one run, repeated runs, runs interleaved across two servers.
 
-A run sends a workload's requests to a server (its warm-up first, excluded from the figures)
-through the load generator, where the session places the load (one process, worker
-processes, Ray actors: ``docs/scaling.md``), and becomes a
-:class:`~pytest_sglang.measure.measurement.Measurement` with the server's own counters
-(``/metrics`` before and after) and the GPUs' telemetry of the run. Its request records are
-then packed (:class:`~pytest_sglang.measure.results.PackedRecords`) and the memory the run
-freed goes back to the system, so that a session of long runs does not grow.
-
-A run with failed requests asks the pool whether the server died; a dead server, or a run
-that gave up on a server that stopped answering, ends the measurement (:class:`Interrupted`,
-carrying what the run saw and the error the test fails with).
+A run sends a workload (warm-up first) through the load generator wherever the session places
+it (``docs/scaling.md``) and becomes a :class:`Measurement` with the server's ``/metrics`` deltas
+and GPU telemetry, its records packed. A dead server, or a run that gave up on it, ends the
+measurement (:class:`Interrupted`).
 """
 
 from __future__ import annotations
@@ -45,7 +38,6 @@ if TYPE_CHECKING:
 __all__ = [
     "Interrupted",
     "Runner",
-    "check_fills",
     "cut_by",
     "give_back_memory",
     "load_generator_for",
@@ -65,10 +57,8 @@ class Interrupted(Exception):
 class Runner:
     """Takes the runs of measurements for a bench: where the load runs, what is read around.
 
-    ``generator_options`` are the load generator's keyword arguments, with where the load
-    runs (``load_workers``, ``ray_address``); ``progress`` writes a line for the session,
-    ``run_line`` shows each run's live progress. A :meth:`view` shares the session's Ray
-    actors and GPU telemetry, with its own test id (``during``) and ``server_failed``.
+    ``generator_options``: the load generator's keyword arguments, with ``load_workers`` and
+    ``ray_address``. A :meth:`view` shares the session state, for one test.
     """
 
     def __init__(
@@ -83,14 +73,10 @@ class Runner:
         self._options = dict(generator_options or {})
         self._progress = progress
         self._run_line = run_line or RunLine(None, lambda write: write())
-        #: Who measures (a test id), for the message when a server dies under the load.
-        self._during = ""
+        self._during = ""  # the test id measuring, for a server's death message
         self._server_failed: Callable[[str, SGLangError], None] = lambda name, error: None
-        # GPU telemetry during runs: one reader per session, made on first use.
         self._gpu = _GpuTelemetry(pool)
-        # Ray load workers (ray_address), kept from run to run for the session.
         self._ray_pools = RayPools()
-        # Servers whose cap was already pointed out (one note per server and level).
         self._noted: set[tuple[str, int]] = set()
         # The server and finished part of a run a test timeout or Ctrl-C cut, until reported.
         self._cut: tuple[str, LoadRun | None] | None = None
@@ -124,8 +110,7 @@ class Runner:
     ) -> None:
         """Take ``repeats`` runs on ``server`` into ``runs`` (which keeps them if one fails).
 
-        A closed loop at ``concurrency``, or the open loop ``load`` (``concurrency`` is then
-        its cap, 0 for none). The server is held for the runs (``ServerPool.measuring``).
+        A closed loop at ``concurrency``, or the open loop ``load`` (``concurrency``: its cap).
         """
         __tracebackhide__ = True
         if load is None:
@@ -175,8 +160,7 @@ class Runner:
         line = [""]
 
         def progress(done: int, total: int, output_tokens: int, elapsed: float) -> None:
-            # The generator's ticker calls at most once a second, reading its counters: the
-            # run's line in place on a terminal; elsewhere a line every 10 s, for CI logs.
+            # In place on a terminal; elsewhere a line every 10 s, for CI logs.
             rate = output_tokens / elapsed if elapsed > 0 else 0.0
             line[0] = f"sglang: measuring {label}: {done}/{total} requests, {rate:.0f} output tok/s"
             live.show(line[0])
@@ -197,8 +181,6 @@ class Runner:
             if sampler is not None:
                 sampler.start()
 
-        # Where the load runs (--sglang-load-workers, --sglang-ray-address, docs/scaling.md)
-        # is the bench's choice, not a generator option.
         options = dict(self._options)
         workers = int(options.pop("load_workers", 1))
         ray_address = options.pop("ray_address", None)
@@ -235,7 +217,6 @@ class Runner:
             measurement = dataclasses.replace(measurement, server_counters=counters.delta())
         if sampler is not None and sampler.started_at:
             measurement = _with_telemetry(measurement, sampler)
-        # Pack the records and give the run's peak back: the session cache keeps results.
         measurement = packed(measurement)
         del run, generator
         if stopped is not None:
@@ -269,8 +250,7 @@ class Runner:
     ) -> None:
         """End the measurement naming the server's death if it died under the load."""
         __tracebackhide__ = True
-        # A run that gave up, or whose last requests all failed, looks like a death: give a
-        # dying process a moment to be reaped. Scattered failures (an error rate) do not.
+        # Give a dying process a moment to be reaped when the run looks like a death.
         tail = measurement.records[-5:]
         wait = 2.0 if gave_up or (tail and all(not r.ok for r in tail)) else 0.0
         died = self.pool.check(server.name, during=self._during, wait=wait)
@@ -328,7 +308,6 @@ class _GpuTelemetry:
         settings = self.pool.settings
         if not self._tried:
             self._tried = True
-            # The emulator holds no GPU unless it simulates them in a fake directory.
             emulated = settings.launcher.value == "emulator" and settings.gpu_fake.value is None
             if not emulated or settings.servers:
                 try:
@@ -339,7 +318,6 @@ class _GpuTelemetry:
                     self._reader = None
         if self._reader is None:
             return None
-        # A launched server's GPUs are known by UUID; an attached one's are all of them.
         uuids = tuple(server.launch.gpus) if server.launch is not None else ()
         pid = server.launch.pid if server.launch is not None else None
         pids = frozenset({pid}) if pid else frozenset()
@@ -394,11 +372,9 @@ class _CounterScrapes:
 
 
 def give_back_memory() -> None:
-    """Return the memory a finished run freed to the system.
+    """Return the memory a finished run freed to the system (``gc``, then glibc's ``malloc_trim``).
 
-    A run's peak (every record, every event's objects) is transient, but the C allocator
-    keeps freed memory for reuse, so the process would stay at its peak. A full collection,
-    then glibc's ``malloc_trim`` (Linux), give it back; elsewhere only the collection runs.
+    Otherwise the C allocator keeps the run's peak, and a session of long runs grows.
     """
     gc.collect()
     if not sys.platform.startswith("linux"):
@@ -408,18 +384,6 @@ def give_back_memory() -> None:
     except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
         return
     trim(0)
-
-
-def check_fills(workload: Workload, concurrency: int) -> None:
-    """Refuse a closed loop whose workload can never hold ``concurrency`` requests in flight."""
-    sent = workload.for_concurrency(concurrency).requests
-    if sent < concurrency:
-        raise ValueError(
-            f"a run at concurrency {concurrency} with {sent} requests can never hold "
-            f"{concurrency} requests in flight; give the workload requests >= "
-            f"{concurrency}, or requests_per_slot (e.g. requests_per_slot=2) to scale "
-            "the requests with the level"
-        )
 
 
 def _check_endpoint(server: SGLangServer, workload: Workload) -> None:
@@ -445,10 +409,8 @@ def cut_by(error: BaseException) -> str:
 def load_generator_for(server: SGLangServer, **options: Any) -> LoadGenerator:
     """Return a load generator for a server that passed the readiness gate.
 
-    The load generator knows URLs and headers, not servers: this hands it the server's base
-    URL, its headers (the API key), its served model id and what is known of its connection
-    habits (learned once per server and session). ``options`` are the other
-    keyword arguments of :class:`~pytest_sglang.loadgen.runner.LoadGenerator`.
+    It gets the server's URL, headers, model id and connection habits; ``options`` are the
+    other keyword arguments of :class:`~pytest_sglang.loadgen.runner.LoadGenerator`.
     """
     from pytest_sglang.loadgen.runner import LoadGenerator
 

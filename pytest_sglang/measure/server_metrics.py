@@ -1,14 +1,7 @@
 """The server's own counters around a run: ``/metrics`` scraped before and after, as deltas.
 
-SGLang serves Prometheus text on ``/metrics`` when launched with ``--enable-metrics`` (404
-otherwise). A scrape before and after a run gives what the *server* counted meanwhile:
-requests, prompt and generated tokens, prefix-cache hits, speculative verify calls, and the
-queue-time histogram, next to the client's figures. The text is parsed with
-``prometheus_client``'s parser, the reference implementation of the format. Counters are
-summed over their label sets (one per TP rank, model, engine type); a counter that went
-*down* means the server restarted between the scrapes, and the delta is refused.
-
-``docs/metrics.md``, "Server-side counters", lists the names and what each delta means.
+Parsed with ``prometheus_client``; counters are summed over label sets, and a counter that
+went down (a restart) refuses the delta. ``docs/metrics.md``, "Server-side counters", lists them.
 """
 
 from __future__ import annotations
@@ -18,17 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["MetricsSnapshot", "ServerDelta", "delta", "parse_metrics", "scrape"]
-
-#: The counters a delta reads (``sglang:`` prefix omitted), and what they count.
-COUNTERS = {
-    "num_requests_total": "requests the server finished",
-    "prompt_tokens_total": "prompt tokens",
-    "generation_tokens_total": "generated tokens",
-    "cached_tokens_total": "prompt tokens served from the prefix cache",
-    "spec_verify_calls_total": "speculative verify forwards",
-}
-#: Histograms whose ``_sum`` and ``_count`` a delta reads.
-HISTOGRAMS = ("queue_time_seconds", "time_to_first_token_seconds")
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,8 @@
 """The stored-session file format: pytest-benchmark's, with each measurement's whole record.
 
-A *stored session* is one document of pytest-benchmark's format (``docs/baselines.md``, "The
-file format"), so ``pytest-benchmark list`` and ``pytest-benchmark compare`` read it. Each
-measurement of the session becomes a few pytest-benchmark entries (output throughput as
-seconds per output token, and latency percentiles in seconds: pytest-benchmark's columns are
-times), and its whole record (every run, the workload, the server configuration, the
-fingerprint) rides along in the throughput entry's ``options``, so that it survives every
-storage (``measure/store.py``).
-
-A **fingerprint** is what must match for a comparison to mean anything: model, tensor and
-data parallelism, GPU model and count, workload, concurrency and the server flags that change
-performance. **Labels** say what is being compared (SGLang version, commit, the save name) and
-never prevent a comparison. A document that cannot be read (cut short by a full disk or a
-killed job, or not of this format) is a :class:`DamagedSession` naming the file and what is
-wrong: never skipped, so an older session is never silently taken for the latest.
+The format, the fingerprint (what must match) and the labels (what is compared):
+``docs/baselines.md``. An unreadable document is a :class:`DamagedSession`, never skipped, so
+an older session is never silently taken for the latest.
 """
 
 from __future__ import annotations
@@ -68,9 +57,7 @@ FINGERPRINT_FIELDS = (
 SOFT_FIELDS = frozenset({"gpu_model", "gpu_count"})
 
 #: What each measurement saves as pytest-benchmark entries: (metric, unit shown in the group).
-#: Throughput is saved as its reciprocal, seconds per output token, so that pytest-benchmark's
-#: time columns and its "larger is worse" reading stay true; its OPS column is then the
-#: (harmonic mean) output throughput in tokens per second.
+#: Throughput is saved as seconds per output token, so pytest-benchmark's time columns hold.
 SAVED_METRICS: tuple[tuple[str, str], ...] = (
     ("output_throughput", "seconds per output token; OPS = output tok/s"),
     ("ttft.p50", "seconds"),
@@ -195,8 +182,7 @@ def fingerprint_of(
 ) -> Fingerprint:
     """Return the fingerprint of a measurement row (``MeasurementBody`` or a stored record).
 
-    ``server`` is the server's report entry (its launch record says which GPUs it was pinned
-    to) and ``gpus`` the GPU names the session saw; both may be unknown.
+    ``server`` (its launch record names its GPUs) and ``gpus`` (the session's) may be unknown.
     """
     config: Mapping[str, Any] = row.get("config") or {}
     model = config.get("served_model_name") or config.get("model_path")
@@ -257,7 +243,6 @@ class StoredMeasurement:
         """Return e.g. ``baseline @ C=4 from sglang/0002_nightly (SGLang 0.5.23, 1a2b3c4)``."""
         version = self.labels.get("sglang_version")
         commit = self.labels.get("commit")
-        # A commit hash is cut to 10 digits as git shows it; "unversioned" is no hash.
         commit_text = str(commit or "")
         if re.fullmatch(r"[0-9a-f]{11,40}", commit_text):
             commit_text = commit_text[:10]
@@ -410,16 +395,19 @@ def session_labels(
     """Return what a saved session is: its name, SGLang versions, commit, time, plugin."""
     from pytest_sglang._version import plugin_version
 
-    versions = sorted({str(s["version"]) for s in servers if s.get("version")})
     return {
         "name": name,
-        "sglang_version": ", ".join(versions) or None,
+        "sglang_version": ", ".join(_versions(servers)) or None,
         "commit": commit.get("id"),
         "dirty": bool(commit.get("dirty")),
         "branch": commit.get("branch"),
         "datetime": when,
         "plugin_version": plugin_version(),
     }
+
+
+def _versions(servers: Sequence[ServerEntry]) -> list[str]:
+    return sorted({str(s["version"]) for s in servers if s.get("version")})
 
 
 def server_for(row: Mapping[str, Any], servers: Sequence[ServerEntry]) -> ServerEntry | None:
@@ -443,9 +431,8 @@ def build_document(
 ) -> dict[str, Any]:
     """Return one session as a pytest-benchmark document (what a file holds).
 
-    ``verdicts`` (the session's verdict rows) ride along in ``machine_info.sglang``, so that
-    a report rendered from the stored session shows them. An ``interrupted`` session (Ctrl-C,
-    SIGTERM) says so in every measurement's labels.
+    ``verdicts`` ride along in ``machine_info.sglang`` for the report; ``interrupted`` marks
+    every measurement's labels.
     """
     from pytest_benchmark import __version__ as benchmark_version
 
@@ -458,7 +445,7 @@ def build_document(
     machine["sglang"] = {
         "gpus": list(gpus),
         "plugin_version": labels["plugin_version"],
-        "sglang_versions": sorted({str(s["version"]) for s in servers if s.get("version")}),
+        "sglang_versions": _versions(servers),
         "servers": [dict(s) for s in servers],
         "verdicts": [dict(v) for v in verdicts],
     }

@@ -1,16 +1,7 @@
 """Service-level objectives: per-request attainment and goodput (pure, no I/O).
 
-An :class:`Slo` is a set of objectives such as "p99 TTFT <= 2 s" and "p90 TPOT <= 50 ms".
-"p99 TTFT <= 2 s" holds exactly when at least 99 % of requests have a TTFT of at most 2 s,
-so every objective is judged per request: a request *meets* an objective when its own value
-is within the limit, and the run meets it when the fraction of its requests that do is at
-least the percentile. A failed request meets nothing. Goodput is the rate of requests that
-meet *every* objective (DistServe's definition, and vLLM's ``--goodput``), per second of the
-run's window. ``docs/metrics.md``, "Service-level objectives", has the details.
-
-Per-request values: ``ttft`` (send to first token), ``tpot`` (mean time per output token
-after the first), ``e2e_latency`` (send to last byte), ``itl`` (the request's largest gap
-per token between two chunks: the stall a user saw).
+Each objective is judged per request; goodput is the rate of requests that meet every one
+(``docs/metrics.md``, "Service-level objectives").
 """
 
 from __future__ import annotations

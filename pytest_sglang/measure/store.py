@@ -1,12 +1,8 @@
 """Stored baselines: sessions saved under a storage URI of pytest-benchmark's own form.
 
-``file://PATH`` (default ``file://./.benchmarks``) keeps each session as a file
-``NNNN_NAME.json`` in the machine folder ``sglang/``; ``elasticsearch+http[s]://...`` goes
-through pytest-benchmark's own Elasticsearch storage. What a session holds, and how it is read
-and checked, is ``measure/session_format.py``. File saves are atomic and safe against
-concurrent writers: the file is written by the one atomic writer (``report/writing.py``),
-hard-linked to the first free number (a link never replaces an existing file), so two CI jobs
-saving at once both land.
+The backends (files, Elasticsearch); the format is ``measure/session_format.py``. File saves
+are atomic and take the first free number under a lock, so concurrent CI jobs both land
+(``docs/baselines.md``).
 """
 
 from __future__ import annotations
@@ -36,8 +32,7 @@ from pytest_sglang.report.writing import write_atomic
 
 __all__ = ["MACHINE_ID", "BaselineStore", "StoredSession"]
 
-#: The machine folder of the file storage (pytest-benchmark's is the Python platform; ours
-#: is one folder, the GPUs being part of every measurement's fingerprint instead).
+#: The machine folder of the file storage (the GPUs are in each fingerprint instead).
 MACHINE_ID = "sglang"
 
 _SAVE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
@@ -134,9 +129,7 @@ class BaselineStore:
     def check_writable(self, *, timeout: float = 10.0) -> None:
         """Check now, before a session measures for hours, that a save would land.
 
-        The file storage: the machine folder is created if missing and a probe file is
-        written, synced and removed there. Elasticsearch: one of its hosts accepts a TCP
-        connection within ``timeout`` seconds, and its client package is installed.
+        Files: a probe is written, synced and removed; Elasticsearch: :meth:`check_reachable`.
 
         :raises OSError: with what failed, naming the folder or the host (never a password).
         """
@@ -165,10 +158,7 @@ class BaselineStore:
             Path(probe).unlink(missing_ok=True)
 
     def check_reachable(self, *, timeout: float = 10.0) -> None:
-        """Check that an Elasticsearch storage answers and its client is installed.
-
-        One of its hosts must accept a TCP connection within ``timeout`` seconds. A file
-        storage is always reachable.
+        """Check that an Elasticsearch host accepts a TCP connection and its client is installed.
 
         :raises OSError: naming the hosts tried (never a password).
         """
@@ -250,9 +240,7 @@ class BaselineStore:
         folder = self.folder
         folder.mkdir(parents=True, exist_ok=True)
         payload = document_text(document).encode()
-        # Linked to the first free number by the one atomic writer, under an exclusive lock
-        # on the folder so that two writers never take the same number (with different
-        # names, their files would not collide); an exclusive write never replaces a file.
+        # Under the lock no two writers take one number; an exclusive write replaces nothing.
         with _folder_lock(folder):
             for _ in range(10_000):
                 target = folder / f"{self._next_number():04d}_{name}.json"
@@ -346,12 +334,10 @@ class BaselineStore:
     def counterparts(
         self, fingerprint: Fingerprint, ref: str = "latest", *, exclude: Iterable[str] = ()
     ) -> tuple[StoredMeasurement | None, list[StoredMeasurement]]:
-        """Return the stored counterpart of a measurement, and near misses.
+        """Return the stored counterpart of a measurement, and the near misses.
 
-        With ``ref="latest"`` the counterpart is the newest stored measurement whose
-        fingerprint matches; with another ``ref``, the one in that session. Near misses are
-        stored measurements of the same workload and concurrency whose fingerprint differs
-        in a refused field (the caller says which).
+        The counterpart is the newest match, or the one in session ``ref``; near misses have
+        the same workload and level but another fingerprint.
         """
         skip = set(exclude)
         if ref == "latest":
