@@ -4,7 +4,7 @@ Runs ``pytest --collect-only`` with the plugin and with ``-p no:sglang``, interl
 drift on a noisy machine hits both sides alike) and in alternating order, A B then B A (on
 this shared machine whichever side runs first in a pair was measured up to 10 % slower),
 and prints the medians, their ratio and the median of the per-pair ratios.
-Target: ratio <= 1.05.
+Target: ratio <= 1.03.
 
 Bytecode: installed packages come with compiled ``.pyc`` files, an editable checkout gets
 them on first import, unless ``PYTHONDONTWRITEBYTECODE`` is set (it is on some development
@@ -63,7 +63,7 @@ def main() -> None:
     print(f"runs per side:            {args.runs}")
     print(f"median with plugin:       {med_with * 1000:.1f} ms")
     print(f"median with -p no:sglang: {med_without * 1000:.1f} ms")
-    print(f"ratio (target <= 1.05):   {med_with / med_without:.3f}")
+    print(f"ratio (target <= 1.03):   {med_with / med_without:.3f}")
     print(f"median per-pair ratio:    {pairs:.3f}")
 
 
