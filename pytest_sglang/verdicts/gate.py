@@ -137,7 +137,6 @@ class BaselineGate:
             self._judge(report, measured)
 
     def _judge(self, report: pytest.TestReport, rows: list[MeasurementRow]) -> None:
-        from pytest_sglang.errors import ComparisonRefused
         from pytest_sglang.measure.session_format import (
             find_counterpart,
             fingerprint_of,
@@ -145,7 +144,7 @@ class BaselineGate:
             server_for,
             session_labels,
         )
-        from pytest_sglang.verdicts.regression import regression_verdict
+        from pytest_sglang.verdicts.regression import regression_verdicts
 
         candidates = self.candidates()
         failures: list[str] = []
@@ -168,19 +167,15 @@ class BaselineGate:
                     self.outcomes.append(_Outcome(report.nodeid, label, "none", why))
                 continue
             labels = session_labels("now", [server] if server else [], self.commit(), "")
-            result = result_of(row)
-            for check in self.options.checks:
-                try:
-                    verdict = regression_verdict(
-                        result,
-                        match,
-                        check.metric,
-                        check.tolerance,
-                        fresh_fingerprint=fingerprint,
-                        fresh_labels=labels,
-                    )
-                except (ComparisonRefused, ValueError) as exc:
-                    self.outcomes.append(_Outcome(report.nodeid, label, "refused", str(exc)))
+            for verdict in regression_verdicts(
+                result_of(row),
+                match,
+                self.options.checks,
+                fresh_fingerprint=fingerprint,
+                fresh_labels=labels,
+            ):
+                if isinstance(verdict, str):
+                    self.outcomes.append(_Outcome(report.nodeid, label, "refused", verdict))
                     continue
                 entry: VerdictEntry = {"record": "verdict", **verdict.as_dict()}
                 add_entry(report, entry)
