@@ -1,11 +1,8 @@
 """The typed report model: what fixtures, measurements and verdicts hand to the reporters.
 
-Each test's evidence travels as ``("sglang", entry)`` in its ``user_properties`` (so that
-pytest-xdist carries it from the workers to the controller), one entry per fact: a server
-the test used, the GPUs, a measurement, a verdict. The collector files them by kind; the
-JSON report, the terminal tables and the Markdown summary all render from those rows. The
-bodies are plain JSON types (what ``schemas/report.schema.json`` describes); the ``record``
-key says which kind an entry is.
+Each fact (a server, the GPUs, a measurement, a verdict) travels as ``("sglang", entry)`` in
+the test's ``user_properties``, so pytest-xdist carries it to the controller. Bodies are
+plain JSON (``schemas/report.schema.json``); the ``record`` key names the kind.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The results summary, rendered twice: for the terminal and as Markdown.
 
-Both read the report's plain entries (measurements and verdicts as in the JSON report): one
-table per workload, rows server x concurrency with medians over runs, then the verdicts.
-The Markdown goes where ``--sglang-markdown PATH`` says, typically ``$GITHUB_STEP_SUMMARY``
-(a GitHub Actions job summary) or a file a CI step posts as a comment.
+One table per workload (server x concurrency, medians over runs), then the verdicts. The
+Markdown typically goes to ``$GITHUB_STEP_SUMMARY``.
 """
 
 from __future__ import annotations
@@ -154,8 +152,7 @@ def _row_splits(measurements: Sequence[MeasurementRow], title: str) -> list[str]
     """Return the notes under the table called ``title``.
 
     TTFT splits, failed validity checks, cut measurements, and the checks that did not apply
-    to a server declared
-    OpenAI-compatible.
+    to a server declared OpenAI-compatible.
     """
     ordered = sorted(
         _rows_titled(measurements, title), key=lambda e: (e["concurrency"], e["server"])

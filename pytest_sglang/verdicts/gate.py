@@ -1,20 +1,8 @@
 """The session's baselines: save its measurements, judge each against its stored counterpart.
 
-Registered on the controller (never on a pytest-xdist worker) when a session saves
-(``--sglang-save [NAME]``) or compares (``--sglang-compare [REF]``). It
-reads the same ``("sglang", entry)`` records of each test report as the results collector
-(``report/collector.py``), through ``report/junit.py``'s ``report_entries``, so it works
-alike with and without xdist:
-
-* **compare**: every measurement a test reports is looked up in the store by fingerprint
-  and judged (``regression_verdict``) for each ``--sglang-compare-fail`` term; the verdicts
-  join the test's records, and with ``--sglang-compare-fail`` a regression (or a session
-  that compared nothing, unless ``nothing-compared:ok``) fails the run;
-* **save**: at the end of the session the measurements and verdicts are saved as one stored
-  session, atomically.
-
-Both are checked when the session starts, before any server is launched (exit status 4).
-The rules and the storage are described in ``docs/baselines.md``.
+Registered on the controller when a session saves or compares; it reads each report's
+records through ``report_entries``, so alike with and without xdist. The rules and the
+storage are in ``docs/baselines.md``.
 """
 
 from __future__ import annotations
