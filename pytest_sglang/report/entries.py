@@ -33,6 +33,7 @@ __all__ = [
     "group_warnings",
     "join_levels",
     "load_cell",
+    "run_median",
     "run_values",
     "split_levels",
 ]
@@ -215,6 +216,14 @@ def run_values(runs: Sequence[Mapping[str, Any]], metric: str) -> list[float]:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             values.append(float(value))
     return values
+
+
+def run_median(runs: Sequence[Mapping[str, Any]], metric: str) -> float | None:
+    """Return the median over ``runs`` of ``metric`` (None: no run has a finite value)."""
+    import statistics  # here: this module loads in every pytest run
+
+    values = run_values(runs, metric)
+    return statistics.median(values) if values else None
 
 
 def load_cell(entry: Mapping[str, Any]) -> str:

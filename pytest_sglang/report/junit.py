@@ -18,7 +18,7 @@ from typing import Any, cast
 import pytest
 
 from pytest_sglang.config.redaction import Redactor
-from pytest_sglang.report.entries import Entry, run_values
+from pytest_sglang.report.entries import Entry, run_median
 
 __all__ = [
     "MAX_VALUE_CHARS",
@@ -121,13 +121,6 @@ def _number(value: object, digits: int = 1) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return round(float(value), digits)
-
-
-def _median(runs: Sequence[Mapping[str, Any]], metric: str) -> float | None:
-    import statistics  # here: this module loads in every pytest run
-
-    values = run_values(runs, metric)
-    return statistics.median(values) if values else None
 
 
 def _longest_string(value: Any, path: tuple[Any, ...] = ()) -> tuple[int, tuple[Any, ...]]:
@@ -269,9 +262,9 @@ def _measurement_properties(entries: Sequence[Entry], redact: Redactor) -> list[
         base = f"sglang.{_name(row['server'])}{tag if several else ''}.c{row['concurrency']}"
         figures: dict[str, float | int | None] = {
             # A negative rate (a server's negative token counts) is no speed.
-            "output_tok_s": _nonnegative(_number(_median(runs, "output_throughput"), 1)),
-            "ttft_p50_ms": _number(_scaled(_median(runs, "ttft.p50")), 2),
-            "itl_p50_ms": _number(_scaled(_median(runs, "itl.p50")), 3),
+            "output_tok_s": _nonnegative(_number(run_median(runs, "output_throughput"), 1)),
+            "ttft_p50_ms": _number(_scaled(run_median(runs, "ttft.p50")), 2),
+            "itl_p50_ms": _number(_scaled(run_median(runs, "itl.p50")), 3),
             "runs": len(runs),
             "errors": sum(int(run.get("failed", 0) or 0) for run in runs),
         }
