@@ -23,6 +23,7 @@ from pytest_sglang.report.entries import (
     ServerEntry,
     ServerFailureRow,
     VerdictRow,
+    as_row,
 )
 from pytest_sglang.report.junit import report_entries
 
@@ -124,21 +125,15 @@ class SGLangReporter:
         fresh = report_entries(report)
         if not fresh:
             return
-        # What a test recorded (report.entries); xdist carried it as plain JSON types.
         for entry in fresh:
             if entry["record"] == "measurement":
-                body = {k: v for k, v in entry.items() if k != "record"}
-                self.measurements.append(cast("MeasurementRow", {"test": report.nodeid, **body}))
+                self.measurements.append(cast("MeasurementRow", as_row(entry, report.nodeid)))
             elif entry["record"] == "verdict":
-                body = {k: v for k, v in entry.items() if k != "record"}
-                self.verdicts.append(cast("VerdictRow", {"test": report.nodeid, **body}))
+                self.verdicts.append(cast("VerdictRow", as_row(entry, report.nodeid)))
             elif entry["record"] == "server":
                 self.servers.append(entry)
             elif entry["record"] == "server_failure":
-                body = {k: v for k, v in entry.items() if k != "record"}
-                self.server_failures.append(
-                    cast("ServerFailureRow", {"test": report.nodeid, **body})
-                )
+                self.server_failures.append(cast("ServerFailureRow", as_row(entry, report.nodeid)))
             elif entry["record"] == "gpus":
                 self.gpus = list(entry["names"])
         self.write(complete=False)

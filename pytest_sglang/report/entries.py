@@ -30,6 +30,7 @@ __all__ = [
     "VerdictKind",
     "VerdictOutcome",
     "VerdictRow",
+    "as_row",
     "group_warnings",
     "join_levels",
     "load_cell",
@@ -173,6 +174,11 @@ class ServerFailureRow(ServerFailureBody):
 
 #: Anything a test records for the report.
 Entry: TypeAlias = ServerEntry | GpusEntry | MeasurementEntry | VerdictEntry | ServerFailureEntry
+
+
+def as_row(entry: Mapping[str, Any], test: str) -> dict[str, Any]:
+    """Return ``entry`` as the report holds it: ``record`` replaced by the test's id."""
+    return {"test": test, **{k: v for k, v in entry.items() if k != "record"}}
 
 
 #: A verdict warning about some load levels starts with them: ``C=70, 100: text``.

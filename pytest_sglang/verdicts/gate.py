@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from pytest_sglang.report.entries import MeasurementRow, ServerEntry, VerdictEntry
+from pytest_sglang.report.entries import MeasurementRow, ServerEntry, VerdictEntry, as_row
 from pytest_sglang.report.junit import add_entry, report_entries
 from pytest_sglang.verdicts.baseline_options import BaselineOptions, baseline_options
 
@@ -110,8 +110,7 @@ class BaselineGate:
         measured: list[MeasurementRow] = []
         for entry in fresh:
             if entry["record"] == "measurement":
-                body = {k: v for k, v in entry.items() if k != "record"}
-                row = cast("MeasurementRow", {"test": report.nodeid, **body})
+                row = cast("MeasurementRow", as_row(entry, report.nodeid))
                 self.rows.append(row)
                 measured.append(row)
             elif entry["record"] == "server":
@@ -119,8 +118,7 @@ class BaselineGate:
             elif entry["record"] == "gpus":
                 self.gpus = list(entry["names"])
             elif entry["record"] == "verdict":
-                body = {k: v for k, v in entry.items() if k != "record"}
-                self.verdicts.append({"test": report.nodeid, **body})
+                self.verdicts.append(as_row(entry, report.nodeid))
         if self.options.compare and measured:
             self._judge(report, measured)
 
