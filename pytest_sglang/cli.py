@@ -37,7 +37,7 @@ from pytest_sglang.verdicts.baseline_options import (
     allows_nothing_compared,
     parse_compare_fail,
 )
-from pytest_sglang.verdicts.regression import regression_verdicts
+from pytest_sglang.verdicts.regression import refused_fields, regression_verdicts
 
 __all__ = ["main"]
 
@@ -220,8 +220,7 @@ def compare_measurements(
         label = f"{fresh.row['server']} @ C={fresh.row['concurrency']}"
         if match is None:
             if near:
-                differences = fresh.fingerprint.differences(near[0].fingerprint)
-                fields = "; ".join(d.describe() for d in differences if d.refused)
+                fields = "; ".join(refused_fields(fresh.fingerprint, near[0].fingerprint))
                 lines.append(f"[REFUSED] {label}: the fingerprints differ: {fields}")
             else:
                 lines.append(f"[NO BASELINE] {label}: no measurement with its fingerprint")

@@ -130,7 +130,7 @@ class BaselineGate:
             server_for,
             session_labels,
         )
-        from pytest_sglang.verdicts.regression import regression_verdicts
+        from pytest_sglang.verdicts.regression import refused_fields, regression_verdicts
 
         candidates = self.candidates()
         failures: list[str] = []
@@ -141,11 +141,7 @@ class BaselineGate:
             match, near = find_counterpart(fingerprint, candidates)
             if match is None:
                 if near:
-                    fields = "; ".join(
-                        d.describe()
-                        for d in fingerprint.differences(near[0].fingerprint)
-                        if d.refused
-                    )
+                    fields = "; ".join(refused_fields(fingerprint, near[0].fingerprint))
                     text = f"{near[0].session}: fields differ: {fields}"
                     self.outcomes.append(_Outcome(report.nodeid, label, "refused", text))
                 else:

@@ -40,6 +40,7 @@ __all__ = [
     "RegressionCheck",
     "assert_no_regression",
     "parse_compare_fail",
+    "refused_fields",
     "regression_verdict",
     "regression_verdicts",
 ]
@@ -153,6 +154,11 @@ def _warnings(comparison: Comparison, tolerance: float, stored: BenchResult) -> 
             "changed, not only the build"
         )
     return out
+
+
+def refused_fields(mine: Fingerprint, other: Fingerprint) -> list[str]:
+    """Describe each fingerprint field that differs where it must match (none: comparable)."""
+    return [d.describe() for d in mine.differences(other) if d.refused]
 
 
 def regression_verdict(
@@ -313,11 +319,10 @@ def assert_no_regression(
             raise ComparisonRefused(str(exc)) from None
         if match is None:
             if near:
-                differences = fingerprint.differences(near[0].fingerprint)
                 raise ComparisonRefused(
                     f"cannot compare {result.label()} with {near[0].label()}: the fingerprints "
                     "differ in what must match:\n  "
-                    + "\n  ".join(d.describe() for d in differences if d.refused)
+                    + "\n  ".join(refused_fields(fingerprint, near[0].fingerprint))
                 )
             pytest.skip(
                 f"no stored baseline with the fingerprint of {result.label()} in {store} "
