@@ -23,7 +23,6 @@ from typing import Any, TextIO
 
 from pytest_sglang.config.defaults import DEFAULT_STORAGE
 from pytest_sglang.config.paths import OUTPUT_FIX, output_path, output_problem
-from pytest_sglang.errors import ComparisonRefused
 from pytest_sglang.measure.session_format import (
     DamagedSession,
     StoredMeasurement,
@@ -38,7 +37,7 @@ from pytest_sglang.verdicts.baseline_options import (
     allows_nothing_compared,
     parse_compare_fail,
 )
-from pytest_sglang.verdicts.regression import regression_verdict
+from pytest_sglang.verdicts.regression import refused_fields, regression_verdicts
 
 __all__ = ["main"]
 
@@ -221,25 +220,21 @@ def compare_measurements(
         label = f"{fresh.row['server']} @ C={fresh.row['concurrency']}"
         if match is None:
             if near:
-                differences = fresh.fingerprint.differences(near[0].fingerprint)
-                fields = "; ".join(d.describe() for d in differences if d.refused)
+                fields = "; ".join(refused_fields(fresh.fingerprint, near[0].fingerprint))
                 lines.append(f"[REFUSED] {label}: the fingerprints differ: {fields}")
             else:
                 lines.append(f"[NO BASELINE] {label}: no measurement with its fingerprint")
             continue
-        for check in checks:
-            try:
-                verdict = regression_verdict(
-                    fresh.result,
-                    match,
-                    check.metric,
-                    check.tolerance,
-                    alpha,
-                    fresh_fingerprint=fresh.fingerprint,
-                    fresh_labels=fresh.labels,
-                )
-            except (ComparisonRefused, ValueError) as exc:
-                lines.append(f"[REFUSED] {label}: {exc}")
+        for verdict in regression_verdicts(
+            fresh.result,
+            match,
+            checks,
+            alpha,
+            fresh_fingerprint=fresh.fingerprint,
+            fresh_labels=fresh.labels,
+        ):
+            if isinstance(verdict, str):
+                lines.append(f"[REFUSED] {label}: {verdict}")
                 continue
             body = dict(verdict.as_dict())
             body["test"] = str(fresh.row.get("test", fresh.session))

@@ -1,18 +1,8 @@
 """The results report: the terminal summary, the JSON file and the Markdown summary.
 
-The JSON goes to ``--sglang-report PATH``, the Markdown to ``--sglang-markdown PATH``; the
-tables themselves are rendered by :mod:`pytest_sglang.report.summary`.
-
-The reporter reads each test report's entries on the controller only, through
-:func:`~pytest_sglang.report.junit.report_entries`, so it works the same with and without
-xdist. The JSON is written atomically (``report/writing.py``) after every test that added
-something and at the end, so an interrupted run still leaves a valid report
-(``complete: false``).
-
-A report is never the reason a run fails or loses data: a write that fails (a full disk,
-something not a regular file at the path) is a warning naming the path and the cause, the
-terminal summary still prints, and the exit status stays that of the tests. Everything
-written or printed passes the session's redaction rule (``config/redaction.py``).
+Written on the controller from :func:`~pytest_sglang.report.junit.report_entries`, so alike
+with and without xdist; the JSON is rewritten atomically after every test, so an interrupted
+run leaves a valid report. A failed write is a warning, never the reason a run fails.
 """
 
 from __future__ import annotations
@@ -33,6 +23,7 @@ from pytest_sglang.report.entries import (
     ServerEntry,
     ServerFailureRow,
     VerdictRow,
+    as_row,
 )
 from pytest_sglang.report.junit import report_entries
 
@@ -134,21 +125,15 @@ class SGLangReporter:
         fresh = report_entries(report)
         if not fresh:
             return
-        # What a test recorded (report.entries); xdist carried it as plain JSON types.
         for entry in fresh:
             if entry["record"] == "measurement":
-                body = {k: v for k, v in entry.items() if k != "record"}
-                self.measurements.append(cast("MeasurementRow", {"test": report.nodeid, **body}))
+                self.measurements.append(cast("MeasurementRow", as_row(entry, report.nodeid)))
             elif entry["record"] == "verdict":
-                body = {k: v for k, v in entry.items() if k != "record"}
-                self.verdicts.append(cast("VerdictRow", {"test": report.nodeid, **body}))
+                self.verdicts.append(cast("VerdictRow", as_row(entry, report.nodeid)))
             elif entry["record"] == "server":
                 self.servers.append(entry)
             elif entry["record"] == "server_failure":
-                body = {k: v for k, v in entry.items() if k != "record"}
-                self.server_failures.append(
-                    cast("ServerFailureRow", {"test": report.nodeid, **body})
-                )
+                self.server_failures.append(cast("ServerFailureRow", as_row(entry, report.nodeid)))
             elif entry["record"] == "gpus":
                 self.gpus = list(entry["names"])
         self.write(complete=False)
@@ -211,7 +196,7 @@ class SGLangReporter:
     ) -> None:
         """Write the JSON report atomically (no-op without ``--sglang-report``).
 
-        A failure is a warning (see the module docstring), never an error.
+        A failure is a warning, never an error.
         """
         if self.path is None or self.config.option.collectonly:
             return

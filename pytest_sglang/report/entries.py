@@ -1,11 +1,8 @@
 """The typed report model: what fixtures, measurements and verdicts hand to the reporters.
 
-Each test's evidence travels as ``("sglang", entry)`` in its ``user_properties`` (so that
-pytest-xdist carries it from the workers to the controller), one entry per fact: a server
-the test used, the GPUs, a measurement, a verdict. The collector files them by kind; the
-JSON report, the terminal tables and the Markdown summary all render from those rows. The
-bodies are plain JSON types (what ``schemas/report.schema.json`` describes); the ``record``
-key says which kind an entry is.
+Each fact (a server, the GPUs, a measurement, a verdict) travels as ``("sglang", entry)`` in
+the test's ``user_properties``, so pytest-xdist carries it to the controller. Bodies are
+plain JSON (``schemas/report.schema.json``); the ``record`` key names the kind.
 """
 
 from __future__ import annotations
@@ -33,9 +30,11 @@ __all__ = [
     "VerdictKind",
     "VerdictOutcome",
     "VerdictRow",
+    "as_row",
     "group_warnings",
     "join_levels",
     "load_cell",
+    "run_median",
     "run_values",
     "split_levels",
 ]
@@ -177,6 +176,11 @@ class ServerFailureRow(ServerFailureBody):
 Entry: TypeAlias = ServerEntry | GpusEntry | MeasurementEntry | VerdictEntry | ServerFailureEntry
 
 
+def as_row(entry: Mapping[str, Any], test: str) -> dict[str, Any]:
+    """Return ``entry`` as the report holds it: ``record`` replaced by the test's id."""
+    return {"test": test, **{k: v for k, v in entry.items() if k != "record"}}
+
+
 #: A verdict warning about some load levels starts with them: ``C=70, 100: text``.
 _LEVELS = re.compile(r"C=(\d+(?:, \d+)*): ")
 
@@ -218,6 +222,14 @@ def run_values(runs: Sequence[Mapping[str, Any]], metric: str) -> list[float]:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             values.append(float(value))
     return values
+
+
+def run_median(runs: Sequence[Mapping[str, Any]], metric: str) -> float | None:
+    """Return the median over ``runs`` of ``metric`` (None: no run has a finite value)."""
+    import statistics  # here: this module loads in every pytest run
+
+    values = run_values(runs, metric)
+    return statistics.median(values) if values else None
 
 
 def load_cell(entry: Mapping[str, Any]) -> str:

@@ -1,12 +1,7 @@
 """The qualification report: one self-contained HTML file for a release decision.
 
-Rendered from a results report (the JSON of ``--sglang-report``, or a stored session turned
-into one by ``pytest-sglang report``), optionally with stored baseline measurements drawn on
-the same axes. Everything is inline (CSS, the plots as SVG from :mod:`.plots`, one small
-script that marks the plots as rendered for the browser check): nothing is fetched at view
-time. Sections: environment, servers with their launch commands (secrets redacted),
-configurations, per workload the plots and the medians, then every verdict with its evidence,
-regressions first and highlighted.
+Rendered from a results report (or a stored session), optionally with stored baselines on
+the same axes; everything inline, nothing fetched at view time (``docs/baselines.md``).
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """Each test report's evidence, taken once; concise properties for JUnit XML in its place.
 
-A test records its evidence as ``("sglang", entry)`` in its ``user_properties``
-(``report/entries.py``); pytest, and pytest-xdist from its workers, carry them on every
-phase's report (setup, call, teardown), each phase repeating what the earlier ones carried.
-On the controller, before any other plugin sees a report, :class:`EntryLedger` (a
-``pytest_runtest_logreport`` wrapper) takes those entries out of ``report.user_properties``,
-keeps the ones new since the test's previous report for :func:`report_entries`, and puts
-concise properties in their place: that is what ``--junitxml`` writes (pytest's junitxml
-reads ``user_properties`` when it closes a test case, on the teardown report, or on the
-failed call report when the teardown failed too). The results collector and the baseline
-gate read the full entries through :func:`report_entries`, never ``user_properties``; the
-gate's own verdicts join them through :func:`add_entry`.
-
-The concise properties (``sglang.verdict``, ``sglang.verdict.N``, per-measurement medians,
-``sglang.workload``, ``sglang.server.NAME``, ``sglang.server_failure.NAME``,
-``sglang.gpus``) are listed in docs/ci.md, "JUnit XML": each value at most
-:data:`MAX_VALUE_CHARS` characters, redacted, JSON where it is structured, never a repr. The
-full evidence (every run, every verdict's table) stays in the JSON report.
+On the controller, before any other plugin sees a report, :class:`EntryLedger` takes the
+``sglang`` entries out of ``user_properties`` (keeping the new ones for
+:func:`report_entries`) and leaves concise properties for ``--junitxml`` in their place
+(listed in docs/ci.md, "JUnit XML"). The full evidence stays in the JSON report.
 """
 
 from __future__ import annotations
@@ -31,7 +18,7 @@ from typing import Any, cast
 import pytest
 
 from pytest_sglang.config.redaction import Redactor
-from pytest_sglang.report.entries import Entry, run_values
+from pytest_sglang.report.entries import Entry, run_median
 
 __all__ = [
     "MAX_VALUE_CHARS",
@@ -136,13 +123,6 @@ def _number(value: object, digits: int = 1) -> float | None:
     return round(float(value), digits)
 
 
-def _median(runs: Sequence[Mapping[str, Any]], metric: str) -> float | None:
-    import statistics  # here: this module loads in every pytest run
-
-    values = run_values(runs, metric)
-    return statistics.median(values) if values else None
-
-
 def _longest_string(value: Any, path: tuple[Any, ...] = ()) -> tuple[int, tuple[Any, ...]]:
     if isinstance(value, str):
         return len(value), path
@@ -211,7 +191,7 @@ def _verdict_value(entry: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def concise_properties(entries: Sequence[Entry], redact: Redactor) -> list[tuple[str, object]]:
-    """Return a test's concise JUnit properties from its entries (see the module docstring).
+    """Return a test's concise JUnit properties from its entries (docs/ci.md, "JUnit XML").
 
     Pure: the same entries give the same properties, in a stable order.
     """
@@ -282,9 +262,9 @@ def _measurement_properties(entries: Sequence[Entry], redact: Redactor) -> list[
         base = f"sglang.{_name(row['server'])}{tag if several else ''}.c{row['concurrency']}"
         figures: dict[str, float | int | None] = {
             # A negative rate (a server's negative token counts) is no speed.
-            "output_tok_s": _nonnegative(_number(_median(runs, "output_throughput"), 1)),
-            "ttft_p50_ms": _number(_scaled(_median(runs, "ttft.p50")), 2),
-            "itl_p50_ms": _number(_scaled(_median(runs, "itl.p50")), 3),
+            "output_tok_s": _nonnegative(_number(run_median(runs, "output_throughput"), 1)),
+            "ttft_p50_ms": _number(_scaled(run_median(runs, "ttft.p50")), 2),
+            "itl_p50_ms": _number(_scaled(run_median(runs, "itl.p50")), 3),
             "runs": len(runs),
             "errors": sum(int(run.get("failed", 0) or 0) for run in runs),
         }

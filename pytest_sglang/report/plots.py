@@ -1,15 +1,8 @@
 """The qualification report's plots: matplotlib figures rendered to inline SVG.
 
-matplotlib (the ``report`` extra) draws; nothing here writes SVG by hand. Each figure is
-rendered with the Agg-free SVG backend, text kept as ``<text>`` (no font files, nothing to
-fetch at view time) and a fixed hash salt, so the same data gives the same bytes.
-
-Per workload: output throughput, TTFT p50 and p99 and ITL p50 against concurrency, and output
-throughput against TPOT p50 (the Pareto view: what the server delivers against what each user
-waits per token). Every point is the median over runs with a bar from the slowest to the
-fastest run; stored baselines are drawn dashed on the same axes, each in its server's colour
-(a second stored session of one server dotted, a third dash-dotted), so no two lines look
-alike; a crossover is a vertical line, and a regressed point is ringed in red.
+matplotlib (the ``report`` extra) draws; text stays ``<text>`` and the hash salt is fixed,
+so the same data gives the same bytes. Medians with min-max bars against concurrency;
+stored baselines dashed in their server's colour.
 """
 
 from __future__ import annotations

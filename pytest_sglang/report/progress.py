@@ -1,22 +1,9 @@
 """Progress lines during a long launch or measurement, where a CI log shows them live.
 
-A launch can take minutes and a sweep longer: the pool, the launcher and the bench report
-progress through a one-line callback (``progress=``), each at its own rate (a launch's first
-line after 5 s, then every 15 s; a measurement's every 10 s; one-off notes once). This module
-is where those lines go:
-
-* on the controller (and without xdist): the terminal reporter's ``write_line``, with output
-  capturing suspended around it, then flushed, so the line reaches a pipe (a CI runner's log,
-  not a TTY) when it is written and not when a buffer fills;
-* on a pytest-xdist worker, whose terminal output nobody reads: the worker's standard error,
-  which xdist leaves connected to the controller's, on a line of its own, prefixed with the
-  worker's id (``[gw1] sglang: ...``), capturing suspended around it as well.
-
-A run's own progress (server, load, run i of n, requests done, output tok/s so far) is one
-line, :class:`RunLine`: on a terminal it is rewritten in place about once a second, as
-pytest-xdist's status line is, and stays as the run's last word; where the output is not a
-terminal (a CI log) only that last word is written, once per run, next to the measurement's
-occasional lines; under ``-q``, and on an xdist worker, it says nothing.
+On the controller: the terminal reporter, capture suspended and flushed, so a CI log shows
+each line when it is written. On an xdist worker: its standard error, prefixed with the
+worker's id. A run's own line (:class:`RunLine`) is rewritten in place on a terminal, written
+once at its end elsewhere (``docs/ci.md``, "Progress in the CI log").
 """
 
 from __future__ import annotations

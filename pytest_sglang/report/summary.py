@@ -1,9 +1,7 @@
 """The results summary, rendered twice: for the terminal and as Markdown.
 
-Both read the report's plain entries (measurements and verdicts as in the JSON report): one
-table per workload, rows server x concurrency with medians over runs, then the verdicts.
-The Markdown goes where ``--sglang-markdown PATH`` says, typically ``$GITHUB_STEP_SUMMARY``
-(a GitHub Actions job summary) or a file a CI step posts as a comment.
+One table per workload (server x concurrency, medians over runs), then the verdicts. The
+Markdown typically goes to ``$GITHUB_STEP_SUMMARY``.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from pytest_sglang.report.entries import (
     VerdictRow,
     join_levels,
     load_cell,
-    run_values,
+    run_median,
     split_levels,
 )
 
@@ -30,11 +28,6 @@ COLUMNS = (
     ("server", 14), ("C", 5), ("runs", 4), ("out tok/s", 10), ("TTFT p50", 9),
     ("TTFT p99", 9), ("ITL p50", 8), ("accept", 7), ("errors", 6),
 )  # fmt: skip
-
-
-def _run_stat(runs: Sequence[Mapping[str, Any]], metric: str) -> float | None:
-    values = run_values(runs, metric)
-    return statistics.median(values) if values else None
 
 
 def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
@@ -50,11 +43,11 @@ def _cells(entry: MeasurementRow) -> list[str]:
         + (" (invalid)" if _failed_checks(entry) else ""),
         load_cell(entry),
         str(len(runs)),
-        _fmt(_run_stat(runs, "output_throughput")),
-        _fmt(_run_stat(runs, "ttft.p50"), 1000),
-        _fmt(_run_stat(runs, "ttft.p99"), 1000),
-        _fmt(_run_stat(runs, "itl.p50"), 1000, 2),
-        _fmt(_run_stat(runs, "acceptance_length"), digits=2),
+        _fmt(run_median(runs, "output_throughput")),
+        _fmt(run_median(runs, "ttft.p50"), 1000),
+        _fmt(run_median(runs, "ttft.p99"), 1000),
+        _fmt(run_median(runs, "itl.p50"), 1000, 2),
+        _fmt(run_median(runs, "acceptance_length"), digits=2),
         str(sum(int(run.get("failed", 0)) for run in runs)),
     ]
 
@@ -154,8 +147,7 @@ def _row_splits(measurements: Sequence[MeasurementRow], title: str) -> list[str]
     """Return the notes under the table called ``title``.
 
     TTFT splits, failed validity checks, cut measurements, and the checks that did not apply
-    to a server declared
-    OpenAI-compatible.
+    to a server declared OpenAI-compatible.
     """
     ordered = sorted(
         _rows_titled(measurements, title), key=lambda e: (e["concurrency"], e["server"])

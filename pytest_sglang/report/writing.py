@@ -1,22 +1,11 @@
 """The one atomic writer: every file we keep is a new file in its folder, renamed into place.
 
-The JSON report, the Markdown summary, ``pytest-sglang report`` and ``merge``, and the stored
-baselines (``measure/store.py``, which links a new file under a free name instead of replacing
-one) all write through :func:`write_atomic`. A full disk or a killed process leaves the old
-file as it was, never a truncated one.
-
-A reader never sees a half-written report, and a write never goes *through* what stands at
-the path: ``os.replace`` swaps the directory entry itself, so a symbolic link there is
-replaced, not followed (its target, perhaps another user's file, is never touched). Before
-that, anything but a regular file at the path is refused (``config/paths.py`` judged the
-path at startup; this checks again, as the file system may have changed since): a link, a
-FIFO (``open`` would block until a reader came), a device such as ``/dev/stdout`` (a CI
-log redirected there would be replaced by the report), a socket, a directory.
-
-Appending (the Markdown summary, ``$GITHUB_STEP_SUMMARY``) is done the same way: the old
-content is read (``O_NOFOLLOW | O_NONBLOCK``, and checked to be a regular file once open)
-and written, with the new text, to the new file. An existing file keeps its permissions;
-a new one gets ``0666`` less the umask, as ``open`` would give it.
+Every file we keep (reports, summaries, stored baselines) is written through
+:func:`write_atomic`: a full disk or a killed process leaves the old file as it was.
+``os.replace`` swaps the directory entry, so a symbolic link at the path is replaced, not
+followed; anything but a regular file there (a link, a FIFO, ``/dev/stdout``, a directory)
+is refused. Appending reads the old content and writes it, with the new text, to the new
+file; permissions are kept (a new file: ``0666`` less the umask).
 """
 
 from __future__ import annotations

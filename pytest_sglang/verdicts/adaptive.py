@@ -1,14 +1,7 @@
 """Adaptive speculation: qualify an adaptive server, and recommend its bucket config.
 
-SGLang 0.5.23's ``--speculative-adaptive`` picks the draft steps per batch size from
-``--speculative-adaptive-config`` (JSON keyed by batch size; 0 steps means no drafting). Two
-tools build on the sweeps the plugin measures:
-
-- :func:`assert_adaptive`: at every concurrency level the adaptive server must not be
-  significantly slower than the better of the baseline and fixed speculation there;
-- :func:`recommend_adaptive_config`: from a baseline sweep and fixed-speculation sweeps at a
-  few step counts, the config whose buckets run, at each measured level, the step count that
-  measured best (speculation only where it significantly beat the baseline), with the evidence.
+SGLang's ``--speculative-adaptive`` picks the draft steps per batch size from
+``--speculative-adaptive-config`` (``docs/speculation.md``).
 """
 
 from __future__ import annotations
@@ -63,9 +56,8 @@ def assert_adaptive(
     At each concurrency level the better of ``base`` and ``fixed`` (by median ``metric``) is
     the reference; the level fails when the adaptive server's runs are significantly worse
     than ``by`` times it (the FAIL of :func:`~pytest_sglang.assert_faster`'s rule with the
-    adaptive server as candidate; ``by=0.95`` tolerates 5 %). The table shows each level's
-    medians, the reference, the ratio with its bounds, and by how much each failing level is
-    slower. Too few runs to ever decide are refused, so a pass is not vacuous by design.
+    adaptive server as candidate; ``by=0.95`` tolerates 5 %). Too few runs to ever decide
+    are refused, so a pass is never vacuous.
 
     :raises PerformanceAssertionError: some level is significantly slower.
     :raises ComparisonRefused: sweeps over different levels or workloads, or invalid runs.

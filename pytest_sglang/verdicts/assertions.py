@@ -152,7 +152,7 @@ def confounders(a: BenchResult, b: BenchResult) -> list[str]:
     return warnings
 
 
-# -- the request cap, from effective values (issue 12) -----------------------------------------
+# -- the request cap, from effective values -----------------------------------------------------
 
 
 def _cap(result: BenchResult) -> tuple[int | None, str]:
@@ -269,7 +269,7 @@ def _context(a: BenchResult, b: BenchResult) -> str:
     return "\n".join(lines)
 
 
-# -- where TTFT went, from the server's own timings (issue 12) ----------------------------------
+# -- where TTFT went, from the server's own timings ---------------------------------------------
 
 
 def _breakdowns(*sides: BenchResult) -> dict[str, dict[str, Any]]:
@@ -407,6 +407,9 @@ def assert_at_least(m: BenchResult, metric: str, value: float, alpha: float = 0.
 
     Passes when the bound is at least ``value``; fails when even the upper bound is below;
     inconclusive in between. E.g. ``assert_at_least(base, "output_throughput", 700)``.
+
+    :raises PerformanceAssertionError: the upper bound is below ``value``.
+    :raises ComparisonRefused: invalid runs, an unknown metric or too few runs.
     """
     __tracebackhide__ = True
     return conclude(_absolute(m, metric, value, alpha, at_least=True))
@@ -416,6 +419,9 @@ def assert_at_most(m: BenchResult, metric: str, value: float, alpha: float = 0.0
     """Assert an absolute ceiling, on the upper confidence bound of the median run.
 
     E.g. ``assert_at_most(spec, "ttft.p99", 0.5)`` for a TTFT p99 of at most 0.5 s.
+
+    :raises PerformanceAssertionError: the lower bound is above ``value``.
+    :raises ComparisonRefused: invalid runs, an unknown metric or too few runs.
     """
     __tracebackhide__ = True
     return conclude(_absolute(m, metric, value, alpha, at_least=False))

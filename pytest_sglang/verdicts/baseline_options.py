@@ -91,31 +91,30 @@ def parse_compare_fail(values: Sequence[str]) -> tuple[RegressionCheck, ...]:
     :raises ValueError: naming the term and what is accepted.
     """
     checks = []
-    for value in values:
-        for term in (t for t in value.split(",") if t.strip()):
-            if term.strip() == NOTHING_COMPARED_OK:
-                continue
-            match = _TERM.match(term)
-            if match is None:
-                raise ValueError(
-                    f"cannot parse {term.strip()!r}: expected METRIC:PCT (percent), e.g. "
-                    "output_throughput:3% or ttft_p99:10 (a relative change; pytest-benchmark's "
-                    "absolute 'min:0.001' form does not apply to throughputs), or "
-                    f"{NOTHING_COMPARED_OK}"
-                )
-            name, pct = match.groups()
-            try:
-                metric = _metric_name(name)
-            except KeyError as exc:
-                raise ValueError(f"cannot parse {term.strip()!r}: {exc.args[0]}") from None
-            from pytest_sglang.measure.metrics import metric_spec
+    for term in _terms(values):
+        if term == NOTHING_COMPARED_OK:
+            continue
+        match = _TERM.match(term)
+        if match is None:
+            raise ValueError(
+                f"cannot parse {term!r}: expected METRIC:PCT (percent), e.g. "
+                "output_throughput:3% or ttft_p99:10 (a relative change; pytest-benchmark's "
+                "absolute 'min:0.001' form does not apply to throughputs), or "
+                f"{NOTHING_COMPARED_OK}"
+            )
+        name, pct = match.groups()
+        try:
+            metric = _metric_name(name)
+        except KeyError as exc:
+            raise ValueError(f"cannot parse {term!r}: {exc.args[0]}") from None
+        from pytest_sglang.measure.metrics import metric_spec
 
-            if metric_spec(metric).larger_is_better is None:
-                raise ValueError(f"{metric!r} describes the load and cannot regress")
-            tolerance = float(pct) / 100.0
-            if not 0.0 <= tolerance < 1.0:
-                raise ValueError(f"{term.strip()!r}: the tolerance must be in [0%, 100%)")
-            checks.append(RegressionCheck(metric, tolerance))
+        if metric_spec(metric).larger_is_better is None:
+            raise ValueError(f"{metric!r} describes the load and cannot regress")
+        tolerance = float(pct) / 100.0
+        if not 0.0 <= tolerance < 1.0:
+            raise ValueError(f"{term!r}: the tolerance must be in [0%, 100%)")
+        checks.append(RegressionCheck(metric, tolerance))
     return tuple(checks)
 
 

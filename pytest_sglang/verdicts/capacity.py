@@ -1,13 +1,8 @@
 """Capacity search: the highest load at which a server meets an SLO, and how sure that is.
 
-The load levels (concurrencies of a closed loop, or request rates of an open loop) are
-searched by bisection, on the assumption that meeting an SLO gets no easier as the load
-grows. At each probed level, runs are added one at a time while :func:`judge_slo` cannot
-decide (up to ``max_runs``): runs go where the decision is close, and a clear level costs
-one run. The answer is a bracket: the highest level shown to meet the SLO and the lowest
-shown to miss it (or left undecided when the budget ran out). Each of the two decisions is
-made at ``alpha / 2``, so the bracket holds with probability at least ``1 - alpha``
-(a union bound; ``docs/statistics.md``, "Capacity search").
+Bisection over load levels, adding runs at a level while :func:`judge_slo` cannot decide;
+the answer is a bracket that holds with probability ``1 - alpha``
+(``docs/statistics.md``, "Capacity search").
 """
 
 from __future__ import annotations
@@ -133,6 +128,7 @@ def find_capacity(
     :param levels: the search grid, any order; searched ascending.
     :param max_runs: the most runs spent at one level before it is left undecided.
     :param unit: the level's name in messages: ``C`` (concurrency) or ``rate``.
+    :raises ValueError: no levels, or ``max_runs`` below 1.
     """
     __tracebackhide__ = True
     slo = Slo.parse(slo) if isinstance(slo, str) else slo

@@ -1,25 +1,8 @@
 """The pure decision core of the verdicts: whether configuration *a* beats *b*, from whole runs.
 
-Input is one number per benchmark run (e.g. output tokens/s of one run at concurrency C);
-the output is one of three outcomes with the evidence behind it. Nothing here measures,
-prints or raises assertion errors: :mod:`pytest_sglang.verdicts.assertions` turns a
-:class:`Comparison` into a test result.
-
-The rule (``docs/statistics.md``, "Decision rule"), on the goodness ratio (``a / b`` for a
-larger-is-better metric, ``b / a`` for a smaller-is-better one, so that above 1 always means
-"*a* is better" and ``by`` reads the same way for both):
-
-* PASS: the exact one-sided Mann-Whitney test rejects "ratio <= by" at ``alpha`` **and** the
-  Hodges-Lehmann one-sided lower bound exceeds ``by`` (requiring both keeps the verdict
-  from contradicting the numbers printed next to it when runs tie);
-* FAIL: the mirror image ("ratio >= by" rejected, the upper bound below ``by``);
-* INCONCLUSIVE: neither; the comparison then carries the smallest detectable effect
-  (:attr:`Comparison.mde`) and the runs per side that would decide
-  (:attr:`Comparison.repeats_needed`).
-
-Both tests are exact, so a false PASS or a false FAIL happens with probability at most
-``alpha`` whatever the noise distribution (given a shared shape on the log scale); noise
-pushes towards INCONCLUSIVE. Sample sizes that can never reach ``alpha`` are refused.
+Input is one number per run; output is PASS, FAIL or INCONCLUSIVE with the evidence. Nothing
+here measures, prints or asserts (:mod:`pytest_sglang.verdicts.assertions` does). The rule
+is in ``docs/statistics.md``, "Decision rule".
 """
 
 from __future__ import annotations
@@ -58,7 +41,6 @@ def _cv(values: Sequence[float]) -> float | None:
     if len(values) < 2:
         return None
     mean = statistics.fmean(values)
-    # Plain float arithmetic: statistics.stdev is exact but slow, and this is a display figure.
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) / mean
 
 
@@ -70,7 +52,7 @@ class Comparison:
     when larger is better, ``b / a`` when smaller is better).
     """
 
-    #: PASS, FAIL or INCONCLUSIVE; see the module docstring for the exact rule.
+    #: PASS, FAIL or INCONCLUSIVE (``docs/statistics.md``, "Decision rule").
     outcome: Outcome
     #: The runs of *a* and *b*, one value per run, in the order given.
     a: tuple[float, ...]
@@ -264,9 +246,8 @@ def compare(
     """Decide whether *a* beats *b* by at least the ratio *by*, from one value per run.
 
     "Beats by *by*" means the goodness ratio, ``a / b`` if *larger_is_better* else ``b / a``,
-    exceeds *by*. The outcome is PASS, FAIL or INCONCLUSIVE as defined in the module
-    docstring: each verdict needs an exact one-sided Mann-Whitney test at *alpha* and the
-    matching Hodges-Lehmann bound to agree.
+    exceeds *by*. PASS and FAIL each need the exact Mann-Whitney test at *alpha* and the
+    matching Hodges-Lehmann bound to agree (``docs/statistics.md``).
 
     :param a: the candidate's runs (positive values, e.g. tokens/s or seconds).
     :param b: the reference's runs.

@@ -1,20 +1,8 @@
 """The session's baselines: save its measurements, judge each against its stored counterpart.
 
-Registered on the controller (never on a pytest-xdist worker) when a session saves
-(``--sglang-save [NAME]``) or compares (``--sglang-compare [REF]``). It
-reads the same ``("sglang", entry)`` records of each test report as the results collector
-(``report/collector.py``), through ``report/junit.py``'s ``report_entries``, so it works
-alike with and without xdist:
-
-* **compare**: every measurement a test reports is looked up in the store by fingerprint
-  and judged (``regression_verdict``) for each ``--sglang-compare-fail`` term; the verdicts
-  join the test's records, and with ``--sglang-compare-fail`` a regression (or a session
-  that compared nothing, unless ``nothing-compared:ok``) fails the run;
-* **save**: at the end of the session the measurements and verdicts are saved as one stored
-  session, atomically.
-
-Both are checked when the session starts, before any server is launched (exit status 4).
-The rules and the storage are described in ``docs/baselines.md``.
+Registered on the controller when a session saves or compares; it reads each report's
+records through ``report_entries``, so alike with and without xdist. The rules and the
+storage are in ``docs/baselines.md``.
 """
 
 from __future__ import annotations
@@ -26,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from pytest_sglang.report.entries import MeasurementRow, ServerEntry, VerdictEntry
+from pytest_sglang.report.entries import MeasurementRow, ServerEntry, VerdictEntry, as_row
 from pytest_sglang.report.junit import add_entry, report_entries
 from pytest_sglang.verdicts.baseline_options import BaselineOptions
 
@@ -122,8 +110,7 @@ class BaselineGate:
         measured: list[MeasurementRow] = []
         for entry in fresh:
             if entry["record"] == "measurement":
-                body = {k: v for k, v in entry.items() if k != "record"}
-                row = cast("MeasurementRow", {"test": report.nodeid, **body})
+                row = cast("MeasurementRow", as_row(entry, report.nodeid))
                 self.rows.append(row)
                 measured.append(row)
             elif entry["record"] == "server":
@@ -131,13 +118,11 @@ class BaselineGate:
             elif entry["record"] == "gpus":
                 self.gpus = list(entry["names"])
             elif entry["record"] == "verdict":
-                body = {k: v for k, v in entry.items() if k != "record"}
-                self.verdicts.append({"test": report.nodeid, **body})
+                self.verdicts.append(as_row(entry, report.nodeid))
         if self.options.compare and measured:
             self._judge(report, measured)
 
     def _judge(self, report: pytest.TestReport, rows: list[MeasurementRow]) -> None:
-        from pytest_sglang.errors import ComparisonRefused
         from pytest_sglang.measure.session_format import (
             find_counterpart,
             fingerprint_of,
@@ -145,7 +130,7 @@ class BaselineGate:
             server_for,
             session_labels,
         )
-        from pytest_sglang.verdicts.regression import regression_verdict
+        from pytest_sglang.verdicts.regression import refused_fields, regression_verdicts
 
         candidates = self.candidates()
         failures: list[str] = []
@@ -156,11 +141,7 @@ class BaselineGate:
             match, near = find_counterpart(fingerprint, candidates)
             if match is None:
                 if near:
-                    fields = "; ".join(
-                        d.describe()
-                        for d in fingerprint.differences(near[0].fingerprint)
-                        if d.refused
-                    )
+                    fields = "; ".join(refused_fields(fingerprint, near[0].fingerprint))
                     text = f"{near[0].session}: fields differ: {fields}"
                     self.outcomes.append(_Outcome(report.nodeid, label, "refused", text))
                 else:
@@ -168,19 +149,15 @@ class BaselineGate:
                     self.outcomes.append(_Outcome(report.nodeid, label, "none", why))
                 continue
             labels = session_labels("now", [server] if server else [], self.commit(), "")
-            result = result_of(row)
-            for check in self.options.checks:
-                try:
-                    verdict = regression_verdict(
-                        result,
-                        match,
-                        check.metric,
-                        check.tolerance,
-                        fresh_fingerprint=fingerprint,
-                        fresh_labels=labels,
-                    )
-                except (ComparisonRefused, ValueError) as exc:
-                    self.outcomes.append(_Outcome(report.nodeid, label, "refused", str(exc)))
+            for verdict in regression_verdicts(
+                result_of(row),
+                match,
+                self.options.checks,
+                fresh_fingerprint=fingerprint,
+                fresh_labels=labels,
+            ):
+                if isinstance(verdict, str):
+                    self.outcomes.append(_Outcome(report.nodeid, label, "refused", verdict))
                     continue
                 entry: VerdictEntry = {"record": "verdict", **verdict.as_dict()}
                 add_entry(report, entry)

@@ -1,10 +1,7 @@
 """Greedy equivalence: a speculative server must return its baseline's greedy tokens.
 
-Speculative decoding changes how tokens are found, never which: with greedy sampling
-(temperature 0) a correct EAGLE, STANDALONE or NGRAM server returns exactly the token ids its
-target model alone returns. :func:`assert_greedy_equivalent` sends the same prompts, one at a
-time, to both servers through native ``/generate`` and reports the first divergence: which
-prompt, which output position, the two token ids and the text around them.
+With temperature 0 a correct speculative server returns exactly its target model's token
+ids (``docs/speculation.md``); the first divergence is reported.
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
 """What an inconclusive verdict does to its test: ``--sglang-inconclusive=fail|skip|warn``.
 
-An inconclusive verdict is always recorded as ``inconclusive`` (the report, the Markdown and
-JUnit's ``sglang.verdict`` say so); the option only decides the test's outcome:
-
-* ``fail`` (the default): :class:`~pytest_sglang.errors.Inconclusive` is raised, an
-  ``AssertionError``: the test fails, and so does the CI job (exit status 1);
-* ``skip``: the test is skipped with the verdict's summary as the reason (exit status 0 when
-  nothing else failed);
-* ``warn``: an :class:`~pytest_sglang.errors.SGLangWarning` with the verdict's message, and
-  the assertion returns the verdict: the test goes on.
-
-Outside a test run by the plugin (a script, a notebook) the verdict functions raise, as
+The verdict is always recorded as inconclusive; the option decides the test's outcome
+(``docs/ci.md``, "Inconclusive verdicts"). Outside a plugin run the verdicts raise, as
 ``fail`` does.
 """
 

@@ -1,18 +1,7 @@
 """Exact rank statistics for small samples of whole runs, standard library only.
 
-The unit of replication is one whole benchmark run, so a sample is a handful of numbers
-(typically 3 to 20 per side). That rules out the large-sample shortcuts: every p-value here
-comes from an *exact* null distribution, and every confidence bound reports the confidence it
-actually achieves, which at these sizes is a step function of the sample sizes
-(``docs/statistics.md``).
-
-* :func:`mann_whitney_u`: exact one-sided Mann-Whitney U test, ties included.
-* :func:`hodges_lehmann_ratio`: the Hodges-Lehmann ratio of two positive samples with its
-  exact distribution-free one-sided bounds (Bauer 1972; Hollander & Wolfe, *Nonparametric
-  Statistical Methods*, section 4.3).
-* :func:`min_p_value` and :func:`min_runs`: what the sample sizes can ever show.
-
-All functions are pure and free of I/O.
+A sample is a handful of runs, so every p-value comes from an exact null distribution and
+every bound reports the confidence it achieves. The method is in ``docs/statistics.md``.
 """
 
 from __future__ import annotations
@@ -50,10 +39,8 @@ class MannWhitneyResult(NamedTuple):
 def min_p_value(n_a: int, n_b: int) -> float:
     """Return the smallest one-sided p-value the exact Mann-Whitney test can give.
 
-    It is reached only by perfect separation (every value of one sample beyond every value of
-    the other) and equals ``1 / C(n_a + n_b, n_a)``: 0.05 for 3 runs against 3, 0.0143 for
-    4 against 4, 0.0040 for 5 against 5. Ties across the samples only make it larger. A
-    test at level ``alpha`` can never pass when this exceeds ``alpha``.
+    Reached only by perfect separation; a test at level ``alpha`` can never pass when this
+    exceeds ``alpha``.
 
     :param n_a: size of the first sample, at least 1.
     :param n_b: size of the second sample, at least 1.
@@ -89,17 +76,13 @@ def min_runs(alpha: float, other: int | None = None) -> int:
 def _no_tie_counts(m: int, n: int) -> tuple[int, ...]:
     """Return ``counts[u]``: arrangements of m + n distinct values with ``U_A = u``.
 
-    The generating function of U is the Gaussian binomial coefficient
-    ``[m+n choose m]_q = prod_{i=1..m} (1 - q^(n+i)) / (1 - q^i)``, so the table costs m
-    multiplications and m divisions by two-term polynomials: O(m * m * n) integer additions,
-    against O(m * n * m * n) for the textbook recurrence. Python's integers keep it exact.
+    Expands the Gaussian binomial coefficient (``docs/statistics.md``), exactly.
     """
     size = m * n + 1
     poly = [0] * size
     poly[0] = 1
     for i in range(1, m + 1):
-        # Multiply by (1 - q^(n+i)), truncated at degree m*n (the quotient is a polynomial
-        # of that degree, so the truncation loses nothing).
+        # Multiply by (1 - q^(n+i)), truncated at degree m*n (the quotient's degree).
         step = n + i
         for k in range(size - 1, step - 1, -1):
             poly[k] -= poly[k - step]
@@ -113,12 +96,8 @@ def _no_tie_counts(m: int, n: int) -> tuple[int, ...]:
 def _tied_counts(m: int, groups: tuple[int, ...]) -> tuple[int, ...]:
     """Return ``counts[h]``: label assignments with ``2 * U_A = h`` for the given tie pattern.
 
-    The conditional (permutation) null distribution: the pooled values are fixed and fall in
-    tie groups of the given sizes, in ascending order; under H0 each of the
-    ``C(m + n, m)`` ways to label m of them "A" is equally likely. Placing ``k`` A-labels in a
-    group of size ``t`` with ``below`` B-values in earlier groups adds
-    ``k * below + k * (t - k) / 2`` to U_A, so a dynamic programme over the groups, keyed by
-    (A-labels used, 2U so far), counts them with ``C(t, k)`` ways each. 2U keeps it integral.
+    The exact conditional null distribution, by dynamic programming over the tie groups
+    (their sizes in ascending order of value; ``docs/statistics.md``). 2U keeps it integral.
     """
     total = sum(groups)
     n = total - m
@@ -165,23 +144,8 @@ def mann_whitney_u(
 
     ``U = #{(i, j): a_i > b_j} + 0.5 * #{(i, j): a_i == b_j}``. With ``alternative="greater"``
     the p-value is ``P0(U >= U_obs)`` (evidence that *a* tends to be larger); with ``"less"``
-    it is ``P0(U <= U_obs)``.
-
-    The null distribution is always exact, never the normal approximation:
-
-    * without ties it is the classical distribution (Mann & Whitney 1947), and the p-value
-      equals ``scipy.stats.mannwhitneyu(a, b, alternative=..., method="exact")``;
-    * with ties it is the exact *conditional* distribution given the tie pattern, i.e. over
-      all ``C(m + n, m)`` ways to split the pooled values (with their ties) into samples of
-      the observed sizes, with mid-rank scoring. This is what
-      ``scipy.stats.permutation_test`` computes with the U statistic and all permutations,
-      and what SAS ``PROC NPAR1WAY`` reports as the exact Wilcoxon test. scipy's
-      ``mannwhitneyu(method="exact")`` differs here: it ignores ties, truncating the tied
-      U to an integer and reading the no-ties table, which is not the test's exact null
-      distribution when ties occur (it can err in either direction).
-
-    Cost: O(m^2 n) integer operations without ties, O((m + n) m^2 n) with them; results are
-    cached per (sizes, tie pattern). Fine for the tens of runs a benchmark has.
+    it is ``P0(U <= U_obs)``. The null distribution is exact, conditional on the tie pattern
+    when there are ties (``docs/statistics.md``).
 
     :param a: the first sample (at least one value, no NaN).
     :param b: the second sample (at least one value, no NaN).
@@ -285,27 +249,10 @@ def hodges_lehmann_ratio(
 ) -> RatioEstimate:
     """Estimate the ratio of *a* to *b* with exact distribution-free one-sided bounds.
 
-    The Hodges-Lehmann estimator of the shift between ``log a`` and ``log b``, reported as a
-    ratio: noise in throughput and latency is multiplicative, so the shift model holds on
-    the log scale. With the ``m * n`` pairwise ratios ``a_i / b_j`` sorted as
-    ``r_(1) <= ... <= r_(mn)`` and ``c`` the largest integer with ``P0(U <= c - 1) <= alpha``
-    under the exact Mann-Whitney null distribution (no ties), the bounds are
-
-    * lower: ``r_(c)``, and upper: ``r_(mn + 1 - c)`` (Bauer 1972; Hollander & Wolfe,
-      section 4.3; SAS ``PROC NPAR1WAY`` ``EXACT HL``), each at one-sided confidence
-      ``1 - P0(U <= c - 1)`` (the discreteness makes it at least ``1 - alpha``); together
-      they are a two-sided interval at ``1 - 2 * (1 - confidence)``.
-
-    The bounds are dual to :func:`mann_whitney_u`: for tie-free data, ``lower > r0`` exactly
-    when the one-sided "greater" test of *a* against ``r0 * b`` gives ``p <= alpha``, and
-    ``upper < r0`` exactly when the "less" test does.
-
-    Ties: the critical count always comes from the no-ties table, as in Bauer's method and
-    R's ``wilcox.test(conf.int=TRUE)``; it does not depend on the data. SAS's "Exact" HL
-    limits instead condition on the data's tie pattern, which can move them one order
-    statistic inwards (Hollander & Wolfe's chicken data, with two tied pairs inside one
-    sample: SAS exact 95% limits ``D(19), D(63)``, ours ``D(18), D(64)``, the same order
-    statistics as SAS's Moses limits). Runs measured on a continuous scale do not tie.
+    The Hodges-Lehmann shift of ``log a`` against ``log b``, as a ratio (noise in throughput
+    and latency is multiplicative). The bounds are order statistics of the pairwise ratios
+    (Bauer 1972), dual to :func:`mann_whitney_u` for tie-free data; ``docs/statistics.md``
+    gives the construction and how ties are handled.
 
     :param a: the numerator sample (positive finite values).
     :param b: the denominator sample (positive finite values).

@@ -1,30 +1,19 @@
-"""Regression verdicts against the past: a fresh measurement judged against a stored one.
+"""Regression verdicts: a fresh measurement judged against a stored one.
 
-``assert_no_regression(result, baseline, metric=..., tolerance=0.03)`` is a
-*non-inferiority* verdict with the statistics of ``assert_faster``
-(``docs/statistics.md``): the goodness ratio of the fresh runs against the stored runs is
-tested against the margin ``1 - tolerance`` (a throughput may drop by the tolerance, a
-latency grow by it): PASS when the runs show the fresh build within the tolerance, FAIL (a
-regression) when they show it worse, INCONCLUSIVE otherwise.
-
-The stored side is a *sample*, not a number: every stored run enters the rank test, so the
-baseline's own run-to-run spread widens the bounds exactly as much as it should (a
-pytest-benchmark ``mean:5%`` check or a "10 % off a 10-run mean" rule ignores it). Drift
-between sessions (another launch, another day) is what the tolerance is for; the verdict
-warns when the baseline has too few runs or a spread too large for the tolerance
-(``docs/baselines.md``, "How many runs").
+A non-inferiority verdict with the statistics of ``assert_faster``: every stored run enters
+the rank test, tested against the margin ``1 - tolerance`` (``docs/baselines.md``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_sglang.config.defaults import DEFAULT_STORAGE
-from pytest_sglang.errors import ComparisonRefused, PerformanceAssertionError
+from pytest_sglang.errors import ComparisonRefused
 from pytest_sglang.measure.metrics import metric_spec
 from pytest_sglang.measure.results import BenchResult
 from pytest_sglang.measure.session_format import (
@@ -34,9 +23,9 @@ from pytest_sglang.measure.session_format import (
     fingerprint_of,
 )
 from pytest_sglang.measure.store import BaselineStore
-from pytest_sglang.report.context import CURRENT_ITEM, record
+from pytest_sglang.report.context import CURRENT_ITEM
 from pytest_sglang.report.entries import VerdictKind
-from pytest_sglang.verdicts.assertions import Verdict, _check_comparable
+from pytest_sglang.verdicts.assertions import Verdict, _check_comparable, conclude
 from pytest_sglang.verdicts.baseline_options import (
     DEFAULT_CHECKS,
     RegressionCheck,
@@ -44,7 +33,6 @@ from pytest_sglang.verdicts.baseline_options import (
     parse_compare_fail,
 )
 from pytest_sglang.verdicts.decision import Comparison, Outcome, compare
-from pytest_sglang.verdicts.policy import settle_inconclusive
 
 __all__ = [
     "DEFAULT_CHECKS",
@@ -52,7 +40,9 @@ __all__ = [
     "RegressionCheck",
     "assert_no_regression",
     "parse_compare_fail",
+    "refused_fields",
     "regression_verdict",
+    "regression_verdicts",
 ]
 
 #: Runs a baseline needs at least (docs/baselines.md, "How many runs").
@@ -61,16 +51,6 @@ MIN_BASELINE_RUNS = 5
 
 #: The verdict's kind in the report.
 KIND: VerdictKind = "assert_no_regression"
-
-
-def _conclude(verdict: Verdict) -> Verdict:
-    __tracebackhide__ = True
-    record({"record": "verdict", **verdict.as_dict()})
-    if verdict.outcome is Outcome.FAIL:
-        raise PerformanceAssertionError(verdict.message(), verdict)
-    if verdict.outcome is Outcome.INCONCLUSIVE:
-        settle_inconclusive(verdict)  # fail, skip or warn: --sglang-inconclusive
-    return verdict
 
 
 # -- the verdict --------------------------------------------------------------------------
@@ -83,7 +63,6 @@ def _margin(metric: str, tolerance: float) -> tuple[bool, float]:
         raise ComparisonRefused(f"{metric!r} describes the load and cannot regress")
     if not 0.0 <= tolerance < 1.0:
         raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
-    # The goodness ratio (above 1 = the fresh side better) the fresh runs must not fall under.
     return larger, (1.0 - tolerance) if larger else 1.0 / (1.0 + tolerance)
 
 
@@ -177,6 +156,11 @@ def _warnings(comparison: Comparison, tolerance: float, stored: BenchResult) -> 
     return out
 
 
+def refused_fields(mine: Fingerprint, other: Fingerprint) -> list[str]:
+    """Describe each fingerprint field that differs where it must match (none: comparable)."""
+    return [d.describe() for d in mine.differences(other) if d.refused]
+
+
 def regression_verdict(
     fresh: BenchResult,
     stored: StoredMeasurement | BenchResult,
@@ -254,6 +238,38 @@ def regression_verdict(
     )
 
 
+def regression_verdicts(
+    fresh: BenchResult,
+    stored: StoredMeasurement,
+    checks: Sequence[RegressionCheck],
+    alpha: float = 0.05,
+    *,
+    fresh_fingerprint: Fingerprint,
+    fresh_labels: Mapping[str, Any],
+) -> list[Verdict | str]:
+    """Judge ``fresh`` against ``stored`` once per check: the verdict, or why it was refused.
+
+    For the baseline gate and ``pytest-sglang compare``, which report refusals, not raise them.
+    """
+    out: list[Verdict | str] = []
+    for check in checks:
+        try:
+            out.append(
+                regression_verdict(
+                    fresh,
+                    stored,
+                    check.metric,
+                    check.tolerance,
+                    alpha,
+                    fresh_fingerprint=fresh_fingerprint,
+                    fresh_labels=fresh_labels,
+                )
+            )
+        except (ComparisonRefused, ValueError) as exc:
+            out.append(str(exc))
+    return out
+
+
 def _store_for_current_test(storage: str | None) -> BaselineStore:
     __tracebackhide__ = True
     item = CURRENT_ITEM.get()
@@ -303,11 +319,10 @@ def assert_no_regression(
             raise ComparisonRefused(str(exc)) from None
         if match is None:
             if near:
-                differences = fingerprint.differences(near[0].fingerprint)
                 raise ComparisonRefused(
                     f"cannot compare {result.label()} with {near[0].label()}: the fingerprints "
                     "differ in what must match:\n  "
-                    + "\n  ".join(d.describe() for d in differences if d.refused)
+                    + "\n  ".join(refused_fields(fingerprint, near[0].fingerprint))
                 )
             pytest.skip(
                 f"no stored baseline with the fingerprint of {result.label()} in {store} "
@@ -317,4 +332,4 @@ def assert_no_regression(
     else:
         stored = baseline
     verdict = regression_verdict(result, stored, metric, tolerance, alpha)
-    return _conclude(verdict)
+    return conclude(verdict)

@@ -1,18 +1,8 @@
 """``assert_slo``: does a server meet a service-level objective, with what confidence.
 
-An objective "p99 TTFT <= 2 s" holds when at least 99 % of requests meet the limit. The
-measured requests of every run are pooled; for each objective, ``k`` of ``n`` met it, and
-the exact (Clopper-Pearson) one-sided confidence bounds of the fraction that would meet it
-decide: PASS when the lower bound reaches the percentile, FAIL when the upper bound is below
-it, INCONCLUSIVE otherwise. With several objectives each is judged at ``alpha / m``
-(Bonferroni), so that the verdict as a whole errs with probability at most ``alpha``; the
-SLO passes when every objective passes and fails when any fails.
-
-How many requests a verdict needs: a PASS at p99 needs a lower bound of 0.99, which even
-with no violation takes ``n >= log(alpha) / log(0.99)``: 299 requests at ``alpha = 0.05``
-(:func:`requests_to_pass`). Requests of one run share the server's batch, so they are not
-fully independent; pooling several runs limits the effect, and ``docs/statistics.md``,
-"SLO verdicts", discusses it.
+An objective "p99 TTFT <= 2 s" holds when at least 99 % of requests meet the limit; exact
+(Clopper-Pearson) bounds of the pooled requests' fraction decide, each objective at
+``alpha / m`` (``docs/statistics.md``, "SLO verdicts").
 """
 
 from __future__ import annotations

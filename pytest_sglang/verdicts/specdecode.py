@@ -1,19 +1,8 @@
 """Speculative-decoding arithmetic: break-even acceptance length, speed-up, implied cycle time.
 
-Definitions (``docs/statistics.md``, "Speculative decoding"):
-
-* acceptance length ``tau``: tokens committed per draft/verify cycle per request, *including*
-  the one token the target model always contributes, so ``tau >= 1`` and ``tau = 1`` means
-  no gain. SGLang's per-request figure is ``completion_tokens / spec_verify_ct``.
-* a speculative cycle costs ``T_cycle = T_draft + T_verify (+ overhead)``; a plain decode step
-  costs ``T_decode``, both at the same batch size (concurrency).
-* speed-up ``S = tau * T_decode / T_cycle``; speculation wins iff ``tau`` exceeds the
-  break-even ``tau_be = T_cycle / T_decode``.
-
-The draft steps belong in ``T_cycle``: a verify-only cycle understates the break-even
-(``docs/statistics.md``, "Worked example").
-
-All functions are pure; times may be in any unit as long as it is the same throughout.
+The acceptance length ``tau`` counts the target model's own token (``tau >= 1``); speculation
+wins iff ``tau`` exceeds ``tau_be = T_cycle / T_decode``. Definitions and a worked example are
+in ``docs/statistics.md``, "Speculative decoding". Pure; times in any one unit.
 """
 
 from __future__ import annotations
@@ -113,12 +102,9 @@ def estimate_cycle_time(
 ) -> CycleEstimate:
     """Infer the speculative cycle time and break-even from two measurements.
 
-    In steady-state decoding a speculative request emits ``tau`` tokens per cycle, so its
-    per-token latency is ``TPOT_spec = T_cycle / tau``, while a plain one has
-    ``TPOT_base = T_decode``. Hence ``T_cycle = tau * TPOT_spec``,
-    ``tau_be = tau * TPOT_spec / TPOT_base`` and ``S = TPOT_base / TPOT_spec`` (see
-    ``docs/statistics.md``), with no server instrumentation. Measure both at the same
-    concurrency and workload.
+    ``T_cycle = tau * TPOT_spec``, ``tau_be = T_cycle / TPOT_base`` and
+    ``S = TPOT_base / TPOT_spec`` (``docs/statistics.md``): no server instrumentation needed.
+    Measure both at the same concurrency and workload.
 
     :param spec_tpot: per-token latency (TPOT) of the speculative configuration.
     :param base_tpot: per-token latency of the plain configuration at the same concurrency.
