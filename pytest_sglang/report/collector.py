@@ -24,6 +24,7 @@ from pytest_sglang.report.entries import (
     ServerFailureRow,
     VerdictRow,
     as_row,
+    measurement_key,
 )
 from pytest_sglang.report.junit import report_entries
 
@@ -228,20 +229,7 @@ class SGLangReporter:
 
     def unique_measurements(self) -> list[MeasurementRow]:
         """Return the measurements, each once (a cached one is recorded by every user)."""
-        return _dedupe(
-            self.measurements,
-            lambda m: json.dumps(
-                [
-                    m["server"],
-                    m["workload"],
-                    m["concurrency"],
-                    len(m["runs"]),
-                    m.get("rate"),
-                    m.get("arrival"),
-                ],
-                sort_keys=True,
-            ),
-        )
+        return _dedupe(self.measurements, measurement_key)
 
     def append_markdown(self, *, interrupted: bool) -> None:
         """Append the Markdown summary to ``--sglang-markdown PATH`` (no-op without it).

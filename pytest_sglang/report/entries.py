@@ -7,6 +7,7 @@ plain JSON (``schemas/report.schema.json``); the ``record`` key names the kind.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,6 +35,7 @@ __all__ = [
     "group_warnings",
     "join_levels",
     "load_cell",
+    "measurement_key",
     "run_median",
     "run_values",
     "split_levels",
@@ -179,6 +181,16 @@ Entry: TypeAlias = ServerEntry | GpusEntry | MeasurementEntry | VerdictEntry | S
 def as_row(entry: Mapping[str, Any], test: str) -> dict[str, Any]:
     """Return ``entry`` as the report holds it: ``record`` replaced by the test's id."""
     return {"test": test, **{k: v for k, v in entry.items() if k != "record"}}
+
+
+def measurement_key(row: Mapping[str, Any]) -> str:
+    """Return what tells one measurement from another: server, workload, load and runs.
+
+    A cached measurement is recorded by every test that used it; this key keeps it once,
+    the same for the JSON report and the saved baseline (an open loop's load is its rate).
+    """
+    load = [row["concurrency"], row.get("rate"), row.get("arrival")]
+    return json.dumps([row["server"], row["workload"], *load, len(row["runs"])], sort_keys=True)
 
 
 #: A verdict warning about some load levels starts with them: ``C=70, 100: text``.

@@ -7,14 +7,19 @@ storage are in ``docs/baselines.md``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from pytest_sglang.report.entries import MeasurementRow, ServerEntry, VerdictEntry, as_row
+from pytest_sglang.report.entries import (
+    MeasurementRow,
+    ServerEntry,
+    VerdictEntry,
+    as_row,
+    measurement_key,
+)
 from pytest_sglang.report.junit import add_entry, report_entries
 from pytest_sglang.verdicts.baseline_options import BaselineOptions
 
@@ -32,12 +37,6 @@ class _Outcome:
     label: str
     outcome: str  # pass / fail / inconclusive / refused / none
     text: str
-
-
-def _measurement_key(row: Mapping[str, Any]) -> str:
-    return json.dumps(
-        [row["server"], row["workload"], row["concurrency"], len(row["runs"])], sort_keys=True
-    )
 
 
 class BaselineGate:
@@ -181,7 +180,7 @@ class BaselineGate:
         """Return the measurements, each once (a cached one is recorded by every user)."""
         seen: dict[str, MeasurementRow] = {}
         for row in self.rows:
-            seen.setdefault(_measurement_key(row), row)
+            seen.setdefault(measurement_key(row), row)
         return list(seen.values())
 
     @pytest.hookimpl

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_sglang.measure.session_format import measurements_of
 from pytest_sglang.measure.store import BaselineStore
 from tests.bench_data import BASE_CONFIG, result
 
@@ -169,3 +170,30 @@ def test_a_save_that_fails_at_the_end_keeps_the_session(suite: pytest.Pytester) 
     assert [m.row["server"] for m in session.measurements] == ["baseline"]
     assert json.loads(kept.read_text())["benchmarks"]
     shutil.rmtree(suite.path / "store")
+
+
+OPEN_LOOPS = """
+from pytest_sglang.report.context import record
+from bench_data import BASE_CONFIG, result
+
+def test_two_rates():
+    for rate in (10.0, 20.0):  # one server, one workload, one cap: only the rate differs
+        r = result("baseline", [100.0, 100.5, 99.5], config=BASE_CONFIG)
+        record({"record": "measurement", **r.as_dict(), "rate": rate, "arrival": "poisson",
+                "max_concurrency": 4})
+"""
+
+
+def test_open_loops_at_two_rates_are_both_saved(suite: pytest.Pytester) -> None:
+    # The gate and the JSON report tell measurements apart by the same key: an open loop's
+    # rate and arrival are part of it, so no finished measurement is dropped from the save.
+    suite.makepyfile(test_suite=OPEN_LOOPS)
+    store = _store(suite.path)
+    result = suite.runpytest("-p", "sglang", f"-osglang_storage={store.uri}",
+                             "--sglang-save=rates", "--sglang-report=r.json")  # fmt: skip
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    saved = json.loads(next(store.folder.rglob("*rates.json")).read_text())
+    stored = measurements_of(saved, "rates")
+    assert sorted(m.result.open_loop.rate for m in stored if m.result.open_loop) == [10.0, 20.0]
+    reported = json.loads((suite.path / "r.json").read_text())["measurements"]
+    assert sorted(m["rate"] for m in reported) == [10.0, 20.0]
