@@ -1,21 +1,7 @@
 """The layered readiness gate: the server is really ready, and it is the right one.
 
-The phases ``connect``, ``health``, ``models``, ``identity`` and ``server_info`` run in order,
-each timed; what each checks, and the variant for plain OpenAI-compatible servers
-(``kind="openai"``), is in ``docs/architecture.md``, "The readiness gate". Every failure
-message names the endpoints the failing phase tried, with their answers.
-
-The ready timeout is one hard deadline: each probe (:mod:`~pytest_sglang.server.probing`) gets
-the time left, at most its own bound, for its whole answer. A port that speaks another scheme
-than the URL says fails the gate at once: waiting does not change a port's scheme.
-
-Waiting: ``/ready`` runs no generation and a refused connection costs nothing, so both are
-polled every :data:`CHEAP_POLL_INTERVAL`; ``/health_generate`` runs one, so its polls back off
-to :data:`MAX_POLL_INTERVAL`. In launch mode the server's log tells readiness (``ready_line``,
-from the log pump): every probe backs off, and the ready line ends the wait at once.
-
-Clock, sleep and the HTTP transport are injectable: tests script a server without sockets or
-real waiting.
+Phases, waiting and failure messages: ``docs/architecture.md``, "The readiness gate". Clock,
+sleep and the HTTP transport are injectable, so tests script a server without sockets.
 """
 
 from __future__ import annotations
