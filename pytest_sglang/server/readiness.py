@@ -62,16 +62,14 @@ class ReadinessGate:
     :param url: base URL without trailing slash.
     :param timeout: seconds for the whole gate; ``timeout_source`` says where it was set.
     :param expectations: identity checks (model id, ``max_model_len``, server-info keys).
-    :param kind: ``"sglang"`` (every phase) or ``"openai"``: a plain OpenAI-compatible
-        server, whose gate checks ``/health`` (or ``/v1/models``) and the OpenAI model list
-        and skips the SGLang-only ``server_info`` phase.
+    :param kind: ``"sglang"`` (every phase) or ``"openai"`` (a plain OpenAI-compatible
+        server: no SGLang-only ``server_info`` phase).
     :param headers: extra headers for every probe (``--sglang-header``); values are secrets.
     :param transport: an httpx (async) transport to use instead of the network (tests).
-    :param watch: called with (phase, elapsed seconds) before every wait between probes:
-        launch mode uses it to notice a dead process at once and to show progress; it may
-        raise to abort the gate.
-    :param ready_line: waits up to the given seconds, returning as soon as the server's log
-        shows its ready line (launch mode); used instead of ``sleep``.
+    :param watch: called with (phase, elapsed seconds) before every wait (launch mode: notice
+        a dead process, show progress); it may raise to abort the gate.
+    :param ready_line: waits up to the given seconds, returning early when the server logs
+        its ready line (launch mode); used instead of ``sleep``.
     """
 
     def __init__(
@@ -106,18 +104,15 @@ class ReadinessGate:
         self._next_interval = POLL_INTERVAL
         self._watch = watch
         self._ready_line = ready_line
-        # Failure messages quote responses and URLs: one redaction rule, with the key known.
         self._redact = Redactor((*secrets, *([api_key] if api_key else []), *self.headers.values()))
         self._phases: dict[str, float] = {}
         self._probes = 0
         self._last: Seen | None = None
         #: Every endpoint each phase tried, with its last answer: ``{phase: {path: answer}}``.
         self._tried: dict[str, dict[str, str]] = {}
-        #: The last ``Server`` header seen.
         self._server_header: str | None = None
         self._start = 0.0
         self._phase_start = 0.0
-        #: Runs every probe on the gate's own event loop, while :meth:`wait` runs.
         self._prober: Prober | None = None
         self._tls_checked = False
         self._validators_built = False
