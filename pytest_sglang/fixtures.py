@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, NoReturn
 
 import pytest
@@ -89,17 +89,6 @@ def failure_entry(name: str, error: SGLangError, settings: Settings) -> ServerFa
     }
 
 
-def terminal_writer(config: pytest.Config) -> Callable[[str], None]:
-    """Return a function that shows one progress line live, past output capturing.
-
-    On the terminal (flushed: a CI log is a pipe), or on an xdist worker's standard error
-    with the worker's id (``report/progress.py``).
-    """
-    from pytest_sglang.report.progress import progress_writer
-
-    return progress_writer(config)
-
-
 @pytest.fixture(scope="session")
 def sglang_settings(pytestconfig: pytest.Config) -> Settings:
     """The plugin's effective settings (servers, profiles, timeouts, expectations).
@@ -122,6 +111,7 @@ def sglang_servers(
     a time; the session's end stops it and checks its GPU memory is released).
     """
     from pytest_sglang.config.xdist_groups import shared_folder
+    from pytest_sglang.report.progress import progress_writer
     from pytest_sglang.server.pool import ServerPool
 
     bridge = pytestconfig.stash.get(BRIDGE_KEY, None)
@@ -129,10 +119,9 @@ def sglang_servers(
     pool = ServerPool(
         sglang_settings,
         log_dir=basetemp / "sglang-logs",
-        progress=terminal_writer(pytestconfig),
+        progress=progress_writer(pytestconfig),
         xdist_worker=xdist_worker(pytestconfig),
         outside_test_timeout=bridge.suspended if bridge is not None else contextlib.nullcontext,
-        # One measurement of a server at a time, across the session's xdist workers too.
         lock_dir=(shared_folder(pytestconfig) or basetemp) / "sglang-locks",
     )
     pytestconfig.stash[POOL_KEY] = pool
@@ -141,8 +130,8 @@ def sglang_servers(
         # test launched it (even one that measures nothing): no relaunch to take them.
         pool.on_launched = lambda server: session_bench(pytestconfig, pool).take_declared(server)
     yield pool
-    # The last test's teardown runs this: stopping a server and waiting for its GPU memory
-    # (up to a minute on TP=8) is the session's time, not that test's pytest-timeout.
+    # Stopping a server and waiting for its GPU memory is the session's time, not the last
+    # test's pytest-timeout.
     with bridge.suspended() if bridge is not None else contextlib.nullcontext():
         pool.close()
 
@@ -160,10 +149,9 @@ def xdist_worker(config: pytest.Config) -> tuple[int, int] | None:
 def sglang_target() -> str | None:
     """The server name an unmarked test runs against (None: the default server).
 
-    With several servers configured and none called ``default``, a test that needs a server
-    and has no ``sglang_profile`` marker runs once per server, this holding the run's name.
-    To run such tests against one server, mark them (``pytestmark`` covers a module) or call
-    that server ``default``; overriding this fixture does not stop the parametrization.
+    With several servers and none called ``default``, an unmarked test that needs a server
+    runs once per server, this holding the run's name. Overriding it does not stop that:
+    mark the tests, or call one server ``default``.
     """
     return None
 
@@ -175,13 +163,11 @@ def sglang_server(
     sglang_settings: Settings,
     sglang_target: str | None,
 ) -> SGLangServer:
-    """The ready SGLang server this test runs against.
+    """The ready SGLang server this test runs against, past the readiness gate.
 
-    The server named by the closest ``@pytest.mark.sglang_profile(NAME)`` (attached with
-    ``--sglang-url NAME=URL`` or launched from profile NAME), else the only one configured
-    (or the one named ``default``). It has passed the layered readiness gate: health,
-    ``/v1/models`` schema, identity and ``/server_info`` checks. Tests are skipped when no
-    server is configured, or fail under ``--sglang-require``.
+    The server named by the closest ``@pytest.mark.sglang_profile(NAME)``, else the only one
+    configured (or the one named ``default``). Skipped when no server is configured, a
+    failure under ``--sglang-require``.
     """
     # measure.bench (CONFIG_KEYS, for server_entry) is imported before the server is waited
     # for, not after it is ready: the test starts as soon as the gate passes.
@@ -278,11 +264,11 @@ def session_bench(config: pytest.Config, pool: ServerPool) -> Bench:
         "load_workers": settings.load_workers.value,
         "ray_address": settings.ray_address.value,
     }
-    from pytest_sglang.report.progress import run_line
+    from pytest_sglang.report.progress import progress_writer, run_line
 
     bench = Bench(
         pool,
-        progress=terminal_writer(config),
+        progress=progress_writer(config),
         run_line=run_line(config),
         generator_options=limits,
         plans=config.stash.get(PLANS_KEY, None),
@@ -295,13 +281,10 @@ def session_bench(config: pytest.Config, pool: ServerPool) -> Bench:
 def sglang_bench(request: pytest.FixtureRequest, _sglang_bench_session: Bench) -> Bench:
     """Measure a workload on a server: ``sglang_bench(SERVER, workload, concurrency, repeats)``.
 
-    SERVER is a profile or attached server name (launched through the pool when needed) or
-    an ``SGLangServer``. Returns a ``BenchResult`` (``repeats`` whole runs, warm-up excluded,
-    default 5) or, for a list of concurrencies, a ``Sweep``. Results are cached per
-    (server, workload, concurrency, repeats) for the session, so tests share measurements,
-    and recorded for the results table and ``--sglang-report``.
-    ``sglang_bench.pair(A, B, workload, concurrency)`` interleaves A B A B when both servers
-    can run at once (two attached URLs), in blocks otherwise.
+    SERVER is a server name or an ``SGLangServer``. Returns a ``BenchResult`` (``repeats``
+    runs, default 5, warm-up excluded) or, for a list of concurrencies, a ``Sweep``; cached
+    for the session, so tests share measurements. ``sglang_bench.pair(A, B, workload,
+    concurrency)`` compares two servers, interleaved when both can run at once.
     """
     settings = _sglang_bench_session.pool.settings
 

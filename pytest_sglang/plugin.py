@@ -154,11 +154,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def _refuse_launch_under_xdist(config: pytest.Config, settings: Settings) -> None:
     """One clear startup error when launch mode cannot share the GPUs out under ``-n N``.
 
-    Every xdist worker has its own pool and launches its own servers, each on an equal,
-    disjoint share of the host's GPUs (``ServerPool``). Checked once in the controller,
-    before any worker starts, instead of every test failing alike: the GPUs must be
-    readable, and at least one per worker. (A profile too big for one share fails its
-    launch in the worker, naming the share.)
+    Each worker launches on its own share of the GPUs (``ServerPool``): checked once in the
+    controller, before any worker starts, instead of every test failing alike.
     """
     if hasattr(config, "workerinput") or config.option.collectonly:
         return
@@ -235,11 +232,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Validate markers, group tests by server profile, evaluate ``sglang_requires``.
-
-    Grouping (stable within a group) and the declared measurements (``sglang_measure``,
-    taken while their server is up) let each profile's server launch once per session.
-    """
+    """Validate markers, group tests by profile (one launch each), evaluate ``sglang_requires``."""
     validate_markers(items)
     items[:] = order_by_profile(items)
     settings = config.stash.get(SETTINGS_KEY, None)

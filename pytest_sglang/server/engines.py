@@ -1,23 +1,9 @@
 """Well-known servers that are not SGLang, recognised from what they answer (pure, no I/O).
 
-When the readiness gate refuses a server as "not SGLang", it says which engine it met, if it
-can tell, and how to measure it anyway: declare it as a plain OpenAI-compatible server
-(``--sglang-url NAME=openai+URL``). The signatures, each read in the engine's own source:
-
-* llama.cpp's ``llama-server``: every response carries ``Server: llama.cpp``
-  (``set_default_headers({{"Server", "llama.cpp"}})`` in its server), and ``/v1/models``
-  says ``owned_by: "llamacpp"``.
-* vLLM: ``owned_by: "vllm"`` (the ``ModelCard`` default in
-  ``vllm/entrypoints/openai/protocol.py``); its ``Server`` header is uvicorn's, as SGLang's
-  is, so only the model list tells them apart (SGLang says ``owned_by: "sglang"``).
-* TensorRT-LLM's ``trtllm-serve``: ``owned_by: "tensorrt_llm"``
-  (``tensorrt_llm/serve/openai_protocol.py``).
-* Triton Inference Server's OpenAI frontend: ``owned_by: "Triton Inference Server"``
-  (``python/openai/openai_frontend/engine/triton_engine.py``).
-* Text Generation Inference: one model whose ``owned_by`` is its own id
-  (``openai_get_model_info`` in ``router/src/server.rs``).
-* Ollama: ``owned_by`` is the model name's namespace, ``library`` for its official models
-  (``ToListCompletion`` in ``openai/openai.go``); Go's HTTP server sends no ``Server``.
+When the gate refuses a server as "not SGLang", it names the engine it met and how to measure
+it anyway (``--sglang-url NAME=openai+URL``). Each signature was read in the engine's own
+source. vLLM's ``Server`` header is uvicorn's, as SGLang's is: only ``owned_by`` tells them
+apart. TGI lists one model whose ``owned_by`` is its own id.
 """
 
 from __future__ import annotations

@@ -175,11 +175,9 @@ class ReadinessTimings:
 class SGLangServer:
     """A server that passed the readiness gate.
 
-    ``model`` is the served model's card from ``/v1/models``; ``server_info`` the flat
-    resolved server arguments from ``/server_info`` (or ``/get_server_info`` on older
-    releases); ``version`` SGLang's version string from it. ``kind`` is ``"openai"`` for a
-    server declared plain OpenAI-compatible: its ``server_info`` and ``model_info`` are
-    empty and :data:`OPENAI_NOT_APPLICABLE` says what that costs.
+    ``model`` is the served model's ``/v1/models`` card; ``server_info`` its resolved
+    arguments from ``/server_info`` (empty for ``kind == "openai"``: see
+    :data:`OPENAI_NOT_APPLICABLE`).
     """
 
     name: str
@@ -221,16 +219,12 @@ class SGLangServer:
         key = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         return {**key, **self.extra_headers}
 
-    # -- effective configuration: where a real server puts what it resolved (issue 12) ----
-
     @property
     def max_running_requests(self) -> int | None:
-        """The most requests the server runs at once, as its scheduler resolved it.
+        """The most requests the server runs at once, as its scheduler resolved it, or None.
 
-        ``internal_states[*].effective_max_running_requests_per_dp`` summed over the DP ranks
-        (SGLang sizes it from the KV capacity; ``/server_info``'s ``max_running_requests`` is
-        ``null`` unless given, or 48 as speculative decoding declares it); else that key when
-        it is a number; ``None`` when the server reports neither.
+        Summed over the DP ranks' ``internal_states``: ``/server_info``'s own
+        ``max_running_requests`` is ``null`` unless given (the fallback when a number).
         """
         return effective_max_running_requests(self.server_info)
 
@@ -246,11 +240,9 @@ class SGLangServer:
     def vocab_size(self) -> int | None:
         """The served model's vocabulary size, or ``None`` when it cannot be learned here.
 
-        SGLang 0.5.23 reports it nowhere over HTTP, so this reads ``vocab_size`` (or
-        ``text_config.vocab_size``) from ``config.json`` in the model directory
-        (``/server_info``'s ``model_path``) when that directory is on this machine; a Hub
-        id or a remote server gives ``None``. Use it as ``Workload(vocab_size=...)``:
-        workloads without it draw prompt ids every tokenizer has.
+        SGLang reports it nowhere over HTTP, so this reads the model directory's
+        ``config.json`` when that directory is on this machine. Use it as
+        ``Workload(vocab_size=...)``.
         """
         for source in (self.model_info, self.server_info):
             value = source.get("vocab_size")

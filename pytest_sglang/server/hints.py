@@ -1,9 +1,7 @@
 """Known failure signatures in a server log, turned into hints that say what to do.
 
-Signatures match case-insensitively (uvicorn logs "address already in use", Python's
-``OSError`` "Address already in use"). :func:`without_probes` drops the readiness gate's
-own requests from a log tail, so that a failure shows what the server said, not our polls.
-:func:`gate_hint` and :func:`auth_problem` explain the readiness gate's failures.
+:func:`without_probes` drops the gate's own requests from a log tail; :func:`gate_hint` and
+:func:`auth_problem` explain the readiness gate's failures.
 """
 
 from __future__ import annotations

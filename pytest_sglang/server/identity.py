@@ -1,10 +1,7 @@
 """Identity checks: the model and configuration a server serves against expectations.
 
-A real SGLang server reports an argument that was not given on its command line as ``null``
-in ``/server_info`` (``context_length``, ``max_running_requests``); the value it runs with
-lives elsewhere (:data:`EFFECTIVE`). An expectation on such a key is checked against that
-effective value, and the message says so: an ``expect = { max_running_requests = 48 }``
-means the same on a real server as on the emulator.
+SGLang reports an argument not given on its command line as ``null`` in ``/server_info``; an
+expectation on such a key is checked against the effective value (:data:`EFFECTIVE`).
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from pytest_sglang.config.flags import split_flags
 from pytest_sglang.config.profiles import Profile
-from pytest_sglang.config.redaction import redact_argv
 from pytest_sglang.config.settings import Settings
 from pytest_sglang.config.targets import ServerTarget
 from pytest_sglang.errors import (
@@ -38,7 +38,7 @@ from pytest_sglang.server.hints import exit_hint, hints_for, without_probes
 from pytest_sglang.server.process import ServerProcess
 from pytest_sglang.server.readiness import ReadinessGate
 
-__all__ = ["Launch", "LaunchInfo", "build_command", "redact", "server_environment"]
+__all__ = ["Launch", "LaunchInfo", "build_command", "server_environment"]
 
 #: Progress lines during a long launch: the first after this many seconds, then every
 #: PROGRESS_EVERY, so a 10-minute load shows a pulse without flooding the terminal.
@@ -100,18 +100,9 @@ def server_environment(
     return {**inherited, **profile_env}
 
 
-def redact(argv: Sequence[str]) -> list[str]:
-    """Return ``argv`` with the values of secret flags (``--api-key``...) as ``***``."""
-    return redact_argv(argv)
-
-
 def _flag_value(argv: Sequence[str], flag: str) -> str | None:
-    for index, token in enumerate(argv):
-        if token == flag and index + 1 < len(argv):
-            return argv[index + 1]
-        if token.startswith(flag + "="):
-            return token.split("=", 1)[1]
-    return None
+    """Return the first value given to ``flag`` in ``argv`` (``--flag v`` or ``--flag=v``)."""
+    return next((values[0] for name, values in split_flags(argv) if name == flag and values), None)
 
 
 def pick_port(host: str) -> int:

@@ -1,13 +1,8 @@
 """One measurement of a server at a time, across the session's pytest-xdist workers too.
 
-Every server (by URL) has a lock file in a folder the workers of a session share (the
-controller's temporary directory); an exclusive ``fcntl.flock`` on it is held for a whole
-measurement, and for the whole of a paired comparison on both of its servers. The kernel
-releases a lock when its process ends, however it ends: a worker that crashed holds
-nothing. Within a process the locks are reentrant (a comparison holds its two servers,
-then measures each), and always taken in one order, so two workers comparing the same
-servers cannot deadlock. Collection keeps the tests of one server on one worker
-(``config/xdist_groups.py``); these locks are the guard for what collection cannot see.
+An exclusive ``fcntl.flock`` per server URL, in a folder the workers share, held for a whole
+measurement (both servers of a comparison); the kernel releases it when a worker dies.
+Reentrant within a process and taken in one order, so comparisons cannot deadlock.
 """
 
 from __future__ import annotations

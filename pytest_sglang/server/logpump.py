@@ -1,22 +1,12 @@
 """Copy a launched server's output into its log file, secrets hidden: ``python -m`` this.
 
-A server prints its arguments when it starts (SGLang: ``server_args=ServerArgs(...,
-api_key='...')``), and the log is a CI artifact (``docs/ci.md``). So the server's stdout and
-stderr are a pipe to this process, which appends each line to the log with the session's
-known secrets and every secret-looking value (``config/redaction.py``) replaced by ``***``,
-every other byte as the server wrote it. A line ends at a newline or a carriage return (a
-progress bar); one longer than :data:`MAX_LINE` is written in pieces.
+The log is a CI artifact and a server prints its arguments (API key included), so each line
+is written with secrets replaced by ``***`` (``config/redaction.py``). The pump also signals
+SGLang's :data:`READY_LINE` on a file descriptor, so the gate learns of it at once.
 
-The pump also watches for SGLang's :data:`READY_LINE`: when given a file descriptor, it
-writes one byte there as the line passes, so the readiness gate learns of it at once
-(``ServerProcess.wait_ready_line``) instead of at its next probe.
-
-A process of its own, not a thread of pytest: a test process busy generating load must never
-make the server block on a full pipe. It carries no launch id, so the teardown's signals do
-not cut it short: it ends at the pipe's end of file, when the server and every child that
-shares its output are gone (``server/process.py`` waits for that, and stops it otherwise).
-The secrets come in the environment variable :data:`SECRETS_ENV` (a JSON list), not on the
-command line, which every user of the host can read.
+A process of its own, so that a busy test process never blocks the server on a full pipe;
+it carries no launch id and ends at the pipe's end of file. Secrets come in
+:data:`SECRETS_ENV`, not on the command line, which every user of the host can read.
 """
 
 from __future__ import annotations

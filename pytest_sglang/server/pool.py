@@ -1,23 +1,10 @@
 """The session's servers: attached ones gated once, launched ones started once, one at a time.
 
-* An attached server (``--sglang-url NAME=URL``) passes the readiness gate once per session.
-* A profile's server is launched on first use. Launched servers share the GPUs, so at most
-  one runs at a time: asking for another profile stops the running one first. Each is
-  launched once: collection orders tests by profile, and once up a server takes every
-  measurement the selected tests declared for it (:attr:`ServerPool.on_launched`). The
-  session's end stops the last one. Gates, launches and that work run outside the asking
-  test's pytest-timeout (``outside_test_timeout``).
-* In a pytest-xdist worker, launches are pinned to the worker's equal share of the GPUs.
-* One measurement of a server at a time, across the session's workers too
-  (:meth:`ServerPool.measuring`, ``server/locks.py``); an attached server's gate waits too.
-* A server whose gate or launch failed (or was interrupted) is not tried again: later tests
-  that need it fail at once with the original cause (labgrid's "broken" state), instead of
-  another 10-minute load.
-* A server that dies while serving (its process exited; an attached one stops accepting
-  connections) is found when a test next asks for it, and by a measurement whose requests
-  failed (:meth:`ServerPool.check`): that test fails naming the death (exit code, log tail,
-  hints), and so does every later test that needs the server, at once. The launch record
-  says ``died`` with the cause, for the summary and the report.
+Launched servers share the GPUs, so at most one runs (an xdist worker gets its share of them);
+once up, a server takes every measurement declared for it (:attr:`ServerPool.on_launched`).
+One measurement of a server at a time (``server/locks.py``). A server whose gate or launch
+failed, or that died while serving (:meth:`ServerPool.check`), fails every later test that
+needs it at once, with the original cause. The life of a server name: ``docs/architecture.md``.
 """
 
 from __future__ import annotations
@@ -68,16 +55,12 @@ class ServerPool:
         lock_dir: Path | None = None,
     ) -> None:
         self.settings = settings
-        # Launches and gates run outside the asking test's pytest-timeout (the bridge in
-        # pytest_sglang.timeouts): they are bounded by --sglang-ready-timeout instead.
+        # Gates and launches are bounded by --sglang-ready-timeout, not the test's timeout.
         self._outside_test_timeout = outside_test_timeout
-        #: (index, count) when this session is a pytest-xdist worker (each worker has its
-        #: own pool, and owns an equal share of the host's GPUs), else None.
+        #: (index, count) when this session is a pytest-xdist worker, else None.
         self.xdist_worker = xdist_worker
         self.log_dir = log_dir or Path.cwd() / ".sglang-logs"
         self._progress = progress
-        #: One measurement of a server at a time: shared by the session's workers through
-        #: ``lock_dir`` (None: this process alone).
         worker = f"pytest-xdist worker gw{xdist_worker[0]}, " if xdist_worker else ""
         self.locks = ServerLocks(lock_dir, owner=f"{worker}pid {os.getpid()}", progress=self._say)
         self._ready: dict[str, SGLangServer] = {}
@@ -171,9 +154,8 @@ class ServerPool:
     def get(self, name: str, *, during: str = "", why: str = "") -> SGLangServer:
         """Return the ready server ``name``: gated (attached) or launched on first use.
 
-        ``during`` names who asks (a test id), for the message if the server died and for
-        the launch record; ``why`` what for, when a launch for it may be avoidable (the
-        summary quotes it when a profile had to be launched again).
+        ``during`` names who asks (a test id); ``why`` what for, when a launch may be
+        avoidable (the summary quotes it when a profile was launched again).
 
         :raises ServerUnavailable: nothing of that name is configured.
         :raises ServerDied: it passed its gate but has died since (now or earlier).
@@ -285,11 +267,9 @@ class ServerPool:
             raise
 
     def _owned_gpus(self, name: str, tp: int) -> tuple[str, ...] | None:
-        """Return the GPUs this pytest-xdist worker owns (None: not a worker, or no GPUs).
+        """Return this pytest-xdist worker's equal, disjoint share of the host's GPUs, or None.
 
-        Every worker has its own pool and launches its own servers: each owns an equal,
-        disjoint share of the host's GPUs (worker k of n the k-th share) and pins its
-        launches to it, so that two TP=4 servers run side by side on an 8-GPU host.
+        Each worker pins its launches to its share: two TP=4 servers fit an 8-GPU host.
 
         :raises ServerNotReady: the share cannot be known, or is too small for ``tp``.
         """
@@ -318,9 +298,8 @@ class ServerPool:
 
     @property
     def _emulated_gpus_only(self) -> bool:
-        # The emulator holds no GPU. On a GPU host its launches are not judged by the real
-        # GPUs: a dry run must not fail because another job holds them, nor pin the emulator
-        # to them. A fake-GPU directory is different: the emulator simulates holders there.
+        # A dry run must not fail because another job holds the real GPUs; a fake-GPU
+        # directory is different: the emulator simulates holders there.
         return self.settings.launcher.value == "emulator" and self.settings.gpu_fake.value is None
 
     @property

@@ -1,13 +1,8 @@
 """The readiness gate's probes: a whole answer within a hard limit, and which scheme a port speaks.
 
-Each probe runs on the gate's own event loop under :func:`asyncio.timeout`: the limit bounds
-the whole answer, not each read, so a server that dribbles bytes gets no more time than a
-silent one. A body is read up to :data:`~pytest_sglang.loadgen.jsoncodec.MAX_BODY_BYTES`
-(decoded, so a compressed body cannot expand past it either).
-
-A port that speaks another scheme than the URL says never turns ready by waiting: a failed
-TLS handshake is named with the fix (:func:`tls_failure`), and a plain request that a TLS
-server drops or refuses is confirmed by one handshake (:meth:`Prober.speaks_tls`).
+The limit bounds the whole answer (:func:`asyncio.timeout`), not each read; a body is read up
+to :data:`~pytest_sglang.loadgen.jsoncodec.MAX_BODY_BYTES` decoded. A port speaking another
+scheme than the URL says is named with the fix (:func:`tls_failure`, :meth:`Prober.speaks_tls`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """A launched server process: its own session, a log file, and a teardown that leaves nothing.
 
-Every process we start carries a launch id in its environment (``PYTEST_SGLANG_LAUNCH_ID``);
-children inherit it, even those that start a session of their own to escape the process
-group. Teardown signals the group (SIGTERM, grace period, SIGKILL), then scans for processes
-still carrying our id and kills those too, naming them. Nothing without our id is signalled.
-A reaper process watches pytest and runs the same teardown if pytest dies without it
-(``os._exit`` from pytest-timeout's thread method, SIGKILL, a crash).
+Every process we start carries ``PYTEST_SGLANG_LAUNCH_ID``, inherited by its children.
+Teardown signals the group (SIGTERM, grace, SIGKILL), then kills and names what still carries
+our id; nothing else is signalled. A reaper runs the same teardown if pytest dies without it.
 """
 
 from __future__ import annotations

@@ -1,21 +1,7 @@
 """The layered readiness gate: the server is really ready, and it is the right one.
 
-The phases ``connect``, ``health``, ``models``, ``identity`` and ``server_info`` run in order,
-each timed; what each checks, and the variant for plain OpenAI-compatible servers
-(``kind="openai"``), is in ``docs/architecture.md``, "The readiness gate". Every failure
-message names the endpoints the failing phase tried, with their answers.
-
-The ready timeout is one hard deadline: each probe (:mod:`~pytest_sglang.server.probing`) gets
-the time left, at most its own bound, for its whole answer. A port that speaks another scheme
-than the URL says fails the gate at once: waiting does not change a port's scheme.
-
-Waiting: ``/ready`` runs no generation and a refused connection costs nothing, so both are
-polled every :data:`CHEAP_POLL_INTERVAL`; ``/health_generate`` runs one, so its polls back off
-to :data:`MAX_POLL_INTERVAL`. In launch mode the server's log tells readiness (``ready_line``,
-from the log pump): every probe backs off, and the ready line ends the wait at once.
-
-Clock, sleep and the HTTP transport are injectable: tests script a server without sockets or
-real waiting.
+Phases, waiting and failure messages: ``docs/architecture.md``, "The readiness gate". Clock,
+sleep and the HTTP transport are injectable, so tests script a server without sockets.
 """
 
 from __future__ import annotations
@@ -76,16 +62,14 @@ class ReadinessGate:
     :param url: base URL without trailing slash.
     :param timeout: seconds for the whole gate; ``timeout_source`` says where it was set.
     :param expectations: identity checks (model id, ``max_model_len``, server-info keys).
-    :param kind: ``"sglang"`` (every phase) or ``"openai"``: a plain OpenAI-compatible
-        server, whose gate checks ``/health`` (or ``/v1/models``) and the OpenAI model list
-        and skips the SGLang-only ``server_info`` phase.
+    :param kind: ``"sglang"`` (every phase) or ``"openai"`` (a plain OpenAI-compatible
+        server: no SGLang-only ``server_info`` phase).
     :param headers: extra headers for every probe (``--sglang-header``); values are secrets.
     :param transport: an httpx (async) transport to use instead of the network (tests).
-    :param watch: called with (phase, elapsed seconds) before every wait between probes:
-        launch mode uses it to notice a dead process at once and to show progress; it may
-        raise to abort the gate.
-    :param ready_line: waits up to the given seconds, returning as soon as the server's log
-        shows its ready line (launch mode); used instead of ``sleep``.
+    :param watch: called with (phase, elapsed seconds) before every wait (launch mode: notice
+        a dead process, show progress); it may raise to abort the gate.
+    :param ready_line: waits up to the given seconds, returning early when the server logs
+        its ready line (launch mode); used instead of ``sleep``.
     """
 
     def __init__(
@@ -120,18 +104,15 @@ class ReadinessGate:
         self._next_interval = POLL_INTERVAL
         self._watch = watch
         self._ready_line = ready_line
-        # Failure messages quote responses and URLs: one redaction rule, with the key known.
         self._redact = Redactor((*secrets, *([api_key] if api_key else []), *self.headers.values()))
         self._phases: dict[str, float] = {}
         self._probes = 0
         self._last: Seen | None = None
         #: Every endpoint each phase tried, with its last answer: ``{phase: {path: answer}}``.
         self._tried: dict[str, dict[str, str]] = {}
-        #: The last ``Server`` header seen.
         self._server_header: str | None = None
         self._start = 0.0
         self._phase_start = 0.0
-        #: Runs every probe on the gate's own event loop, while :meth:`wait` runs.
         self._prober: Prober | None = None
         self._tls_checked = False
         self._validators_built = False

@@ -1,9 +1,7 @@
 """The reaper: stops a launched server when the pytest process that launched it is gone.
 
-Started by :class:`~pytest_sglang.server.process.ServerProcess` with a pipe on stdin; it
-blocks until the pipe closes (pytest closed it after a normal teardown, or pytest died and
-the kernel closed it), then runs the same teardown. Run as
-``python -m pytest_sglang.server.reaper LAUNCH_ID PGID``.
+Blocks until the pipe on its stdin closes (after a normal teardown, or when pytest died),
+then runs the same teardown: ``python -m pytest_sglang.server.reaper LAUNCH_ID PGID``.
 """
 
 from __future__ import annotations

@@ -109,10 +109,10 @@ def test_an_xdist_worker_reports_progress_to_the_controllers_log(pytester: pytes
     pytester.makepyfile(
         HANDSHAKE.format(wait=WAIT)
         + """
-from pytest_sglang.fixtures import terminal_writer
+from pytest_sglang.report.progress import progress_writer
 
 def test_reports(request):
-    terminal_writer(request.config)("sglang: measuring x C=1 run 1/1: 3/8 requests")
+    progress_writer(request.config)("sglang: measuring x C=1 run 1/1: 3/8 requests")
     wait_for_the_reader()
 
 def test_other():
