@@ -192,7 +192,7 @@ def test_fixtures_are_documented(pytester: pytest.Pytester) -> None:
     out = pytester.runpytest("--fixtures").stdout.str()
     for fixture in ("sglang_server", "sglang_client", "sglang_servers", "sglang_settings"):
         assert fixture in out
-    assert "The ready SGLang server this test runs against." in out
+    assert "The ready SGLang server this test runs against" in out
 
 
 def test_disabled_with_p_no_sglang(pytester: pytest.Pytester) -> None:
