@@ -422,8 +422,11 @@ class LoadGenerator:
         repeat: int = 0,
     ) -> LoadRun:
         """Blocking :meth:`open_loop` (runs its own event loop, see :func:`run_blocking`)."""
-        load = OpenLoop(rate, arrival, max_concurrency)
-        return run_blocking(self.run(workload, load, repeat=repeat))
+        return run_blocking(
+            self.open_loop(
+                workload, rate, arrival=arrival, max_concurrency=max_concurrency, repeat=repeat
+            )
+        )
 
     def run_sweep(
         self, workload: Workload, concurrencies: Sequence[int], *, repeat: int = 0
