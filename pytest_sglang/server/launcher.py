@@ -44,6 +44,8 @@ __all__ = ["Launch", "LaunchInfo", "build_command", "server_environment"]
 #: PROGRESS_EVERY, so a 10-minute load shows a pulse without flooding the terminal.
 PROGRESS_FIRST = 5.0
 PROGRESS_EVERY = 15.0
+#: A server that closes its port to die exits within this many seconds of closing it.
+DYING_GRACE = 2.0
 LOG_TAIL_LINES = 25
 #: Lines read for the tail before the gate's probe lines are left out.
 LOG_TAIL_WINDOW = 2000
@@ -153,6 +155,7 @@ class Launch:
         self._ready_at: float | None = None
         #: Whether the process listening on the port was found to be ours.
         self._fresh = False
+        self._started = 0.0
         self._baseline: GpuSnapshot | None = None
         self._next_progress = PROGRESS_FIRST
         self.info = LaunchInfo(target.name, settings.launcher.value, [], log_path)
@@ -170,7 +173,7 @@ class Launch:
         # The command and environment carry the profile's secrets (--api-key, HF_TOKEN):
         # they are built inside _new_process, never held in this frame, whose locals
         # pytest -l would print with a failure.
-        started = self._clock()
+        started = self._started = self._clock()
         try:
             # Everything before the process runs may fail too (a port, the GPU pre-flight,
             # the command itself): the launch record then says so, with the command.
@@ -288,6 +291,8 @@ class Launch:
         )
         server = gate.wait()
         self._check_fresh()
+        if self._process.poll() is not None:  # it died after answering: report its exit
+            self._watch("freshness", self._clock() - self._started)
         return replace(server, launch=self.info)
 
     def _check_fresh(self) -> None:
@@ -302,6 +307,8 @@ class Launch:
             return
         port = self.info.port
         if not self._process.listens_on(port):
+            if self._process.exits_within(DYING_GRACE):
+                return  # it closed its port to die: the caller reports the exit
             raise ServerNotReady(
                 f"SGLang server {self.profile.name!r} at http://{self.host}:{port} answered, "
                 f"but no process we started listens on port {port}: another server took the "
@@ -315,6 +322,7 @@ class Launch:
         code = self._process.poll()
         if code is None and phase != "connect":
             self._check_fresh()  # the port answers: whose is it?
+            code = self._process.poll()
         if code is not None:
             self.info.exit_code = code
             self.info.cause = (

@@ -201,6 +201,16 @@ class ServerProcess:
         """Return the exit code if the server process has exited, else None."""
         return self._popen.poll() if self._popen is not None else None
 
+    def exits_within(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the server process to exit; return whether it did."""
+        if self._popen is None:
+            return False
+        try:
+            self._popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
     def wait_ready_line(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the ready line in the log; return whether it came.
 

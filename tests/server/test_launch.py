@@ -139,6 +139,38 @@ def test_failure_within_seconds_of_exit(pytester: pytest.Pytester) -> None:
     assert float(setup.split("s", 1)[0]) < 10, setup
 
 
+DYING_UNSEEN = """
+import pytest
+from pytest_sglang.server.process import ServerProcess
+
+@pytest.fixture(autouse=True, scope="session")
+def _never_seen_listening():
+    # The moment a dying server has closed its port but not yet exited, stretched to always.
+    patch = pytest.MonkeyPatch()
+    patch.setattr(ServerProcess, "listens_on", lambda self, port: False)
+    yield
+    patch.undo()
+"""
+
+
+def test_a_server_dying_as_its_port_is_checked_is_reported_as_its_exit(
+    pytester: pytest.Pytester,
+) -> None:
+    # The warm-up fails after the port answered: the server closes its socket, then exits.
+    # Checked in between, the port has no listener of ours; that is its death, not a thief.
+    tag = profiles(pytester, baseline_args=', "--emulator-fault", "crash-in-warmup"')
+    pytester.makeconftest(DYING_UNSEEN)
+    pytester.makepyfile(
+        "import pytest\n\n@pytest.mark.sglang_profile('baseline')\n"
+        "def test_a(sglang_server): pass\n"
+    )
+    result = pytester.runpytest("--sglang-launcher=emulator")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*SGLang server 'baseline' (emulator) exited with code *"])
+    result.stdout.no_fnmatch_line("*another server took the port*")
+    assert emulators(tag) == []
+
+
 TAKEN_PORT = """
 import pytest
 from pytest_sglang.server import launcher
