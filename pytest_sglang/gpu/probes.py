@@ -174,9 +174,9 @@ class NvmlProbe:
     def snapshot(self) -> GpuSnapshot:
         """Read every GPU's identity, memory, telemetry and compute processes."""
         nvml = self._nvml
-        self._drain_xids()
         gpus, processes = [], []
         try:
+            self._drain_xids()
             for index in range(nvml.nvmlDeviceGetCount()):
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
                 gpu = self._gpu(index, handle)

@@ -216,11 +216,11 @@ def group_warnings(warnings: Iterable[str]) -> list[str]:
     ``C=70: x``, ``C=100: x`` and ``C=250: x`` become ``C=70, 100, 250: x``, so that a
     warning that holds at several levels (a request cap, say) is one line naming them.
     """
-    levels: dict[str, set[int]] = {}
+    levels: dict[tuple[str, bool], set[int]] = {}
     for warning in warnings:
         found, text = split_levels(warning)
-        levels.setdefault(text, set()).update(found)
-    return [join_levels(found, text) for text, found in levels.items()]
+        levels.setdefault((text, bool(found)), set()).update(found)  # no levels: every level
+    return [join_levels(found, text) for (text, _), found in levels.items()]
 
 
 def run_values(runs: Sequence[Mapping[str, Any]], metric: str) -> list[float]:

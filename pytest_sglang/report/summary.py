@@ -206,7 +206,7 @@ def render_tables(
         lines += _row_splits(measurements, title)
         lines.append("")
     tables: dict[str, str] = {}
-    warnings: dict[str, tuple[set[int], list[str]]] = {}
+    warnings: dict[tuple[str, bool], tuple[set[int], list[str]]] = {}
     for verdict in verdicts:
         test = verdict["test"]
         lines.append(f"[{_tag(verdict)}] {test}: {verdict['summary']}")
@@ -220,10 +220,11 @@ def render_tables(
         lines += [f"    {line}" for line in breakdown_lines(verdict.get("evidence", {}))]
         for warning in verdict.get("warnings", []):
             levels, text = split_levels(warning)
-            found, tests = warnings.setdefault(text, (set(), []))
+            # A warning without levels holds at every level: never merged into one that has.
+            found, tests = warnings.setdefault((text, bool(levels)), (set(), []))
             found.update(levels)
             tests += [] if test in tests else [test]
-    for text, (levels, tests) in warnings.items():
+    for (text, _), (levels, tests) in warnings.items():
         lines.append(f"warning: {join_levels(levels, text)} [{', '.join(tests)}]")
     return lines
 

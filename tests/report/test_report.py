@@ -259,3 +259,20 @@ def test_the_terminal_summary_says_each_warning_and_table_once() -> None:
     (cap_line,) = [line for line in lines if cap in line]
     assert "C=70, 100, 250" in cap_line
     assert all(test in text for test in ("test_crossover", "test_story", "test_load"))
+
+
+def test_a_warning_without_levels_is_not_merged_into_one_with_levels() -> None:
+    # "x" holds at every level; "C=70: x" at one. One line "C=70: x [a, b]" would tell test a
+    # that its warning held at C=70 only.
+    from pytest_sglang.report.entries import group_warnings
+    from pytest_sglang.report.summary import render_tables
+
+    verdicts = [
+        {"test": "a", "kind": "assert_faster", "outcome": "pass", "summary": "PASS",
+         "table": "", "warnings": ["x"]},
+        {"test": "b", "kind": "assert_faster", "outcome": "pass", "summary": "PASS",
+         "table": "", "warnings": ["C=70: x"]},
+    ]  # fmt: skip
+    lines = render_tables([], verdicts)  # type: ignore[arg-type]
+    assert "warning: x [a]" in lines and "warning: C=70: x [b]" in lines
+    assert group_warnings(["x", "C=70: x", "C=100: x"]) == ["x", "C=70, 100: x"]
