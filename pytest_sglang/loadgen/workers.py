@@ -13,7 +13,7 @@ import multiprocessing
 import queue
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from multiprocessing.sharedctypes import Synchronized
@@ -62,8 +62,9 @@ class RunPlan:
     """What every worker runs: the same generator options, workload and load."""
 
     #: :class:`~pytest_sglang.loadgen.runner.LoadGenerator`'s keyword arguments plus ``url``
-    #: (picklable values only: no progress callback).
-    options: dict[str, Any]
+    #: (picklable values only: no progress callback). Not in the repr: its headers carry the
+    #: API key, and a traceback under ``pytest -l`` prints reprs.
+    options: dict[str, Any] = field(repr=False)
     workload: Workload
     load: Load
     repeat: int = 0

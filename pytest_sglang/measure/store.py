@@ -229,7 +229,7 @@ class BaselineStore:
         """Save a document of :func:`build_document` under ``name``; return where it landed."""
         if self.path is None:
             self._elasticsearch().save(document, name)
-            return f"{self.uri} ({MACHINE_ID}_{name})"
+            return f"{self} ({MACHINE_ID}_{name})"  # str(): the URI's password as ***
         return str(self._save_file(name, document))
 
     def _next_number(self) -> int:

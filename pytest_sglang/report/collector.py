@@ -24,7 +24,7 @@ from pytest_sglang.report.entries import (
     ServerFailureRow,
     VerdictRow,
     as_row,
-    measurement_key,
+    unique_measurements,
 )
 from pytest_sglang.report.junit import report_entries
 
@@ -229,7 +229,7 @@ class SGLangReporter:
 
     def unique_measurements(self) -> list[MeasurementRow]:
         """Return the measurements, each once (a cached one is recorded by every user)."""
-        return _dedupe(self.measurements, measurement_key)
+        return unique_measurements(self.measurements)
 
     def append_markdown(self, *, interrupted: bool) -> None:
         """Append the Markdown summary to ``--sglang-markdown PATH`` (no-op without it).

@@ -39,6 +39,7 @@ __all__ = [
     "run_median",
     "run_values",
     "split_levels",
+    "unique_measurements",
 ]
 
 #: The assertion that produced a verdict.
@@ -191,6 +192,20 @@ def measurement_key(row: Mapping[str, Any]) -> str:
     """
     load = [row["concurrency"], row.get("rate"), row.get("arrival")]
     return json.dumps([row["server"], row["workload"], *load, len(row["runs"])], sort_keys=True)
+
+
+def unique_measurements(rows: Iterable[Mapping[str, Any]]) -> list[Any]:
+    """Return ``rows`` with each measurement once: its first whole row, else its cut one.
+
+    A run cut by an interrupt or a timeout is not cached, so a later test may measure the
+    same thing whole; the whole row is the one kept.
+    """
+    kept: dict[str, Mapping[str, Any]] = {}
+    for row in rows:
+        key = measurement_key(row)
+        if key not in kept or ("cut" in kept[key] and "cut" not in row):
+            kept[key] = row
+    return list(kept.values())
 
 
 #: A verdict warning about some load levels starts with them: ``C=70, 100: text``.

@@ -18,7 +18,7 @@ from pytest_sglang.report.entries import (
     ServerEntry,
     VerdictEntry,
     as_row,
-    measurement_key,
+    unique_measurements,
 )
 from pytest_sglang.report.junit import add_entry, report_entries
 from pytest_sglang.verdicts.baseline_options import BaselineOptions
@@ -178,10 +178,7 @@ class BaselineGate:
 
     def unique_rows(self) -> list[MeasurementRow]:
         """Return the measurements, each once (a cached one is recorded by every user)."""
-        seen: dict[str, MeasurementRow] = {}
-        for row in self.rows:
-            seen.setdefault(measurement_key(row), row)
-        return list(seen.values())
+        return unique_measurements(self.rows)
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:

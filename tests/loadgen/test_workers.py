@@ -152,3 +152,11 @@ def test_a_killed_worker_keeps_the_requests_it_had_finished(tmp_path: Path) -> N
     # only the rest (in flight or not yet sent back, and never sent) are failed.
     assert 0 < m.failed < 20, (m.completed, m.failed)
     assert any("died with exit code -9" in message for message, _ in m.errors), m.errors
+
+
+def test_a_run_plan_does_not_show_its_headers() -> None:
+    # Its options carry the API key; a traceback under pytest -l prints a plan's repr.
+    options = {"url": "http://h:1", "headers": {"Authorization": "Bearer sk-plan-secret"}}
+    plan = RunPlan(options, Workload(input_len=8, output_len=8, requests=2), ClosedLoop(1))
+    assert "sk-plan-secret" not in repr(plan)
+    assert plan.options["headers"]["Authorization"] == "Bearer sk-plan-secret"

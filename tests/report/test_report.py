@@ -276,3 +276,15 @@ def test_a_warning_without_levels_is_not_merged_into_one_with_levels() -> None:
     lines = render_tables([], verdicts)  # type: ignore[arg-type]
     assert "warning: x [a]" in lines and "warning: C=70: x [b]" in lines
     assert group_warnings(["x", "C=70: x", "C=100: x"]) == ["x", "C=70, 100: x"]
+
+
+def test_a_cut_measurement_gives_way_to_the_same_one_measured_whole() -> None:
+    # A run cut by a timeout is not cached: a later test measures it whole, and the saved
+    # baseline and the JSON report keep the whole one.
+    from pytest_sglang.report.entries import unique_measurements
+
+    base = {"server": "a", "workload": {"input_len": 8}, "concurrency": 1, "runs": [{}] * 5}
+    cut, whole = {**base, "cut": "timeout"}, dict(base)
+    assert unique_measurements([cut, whole]) == [whole]
+    assert unique_measurements([whole, cut]) == [whole]
+    assert unique_measurements([cut]) == [cut]
