@@ -169,8 +169,8 @@ def sglang_server(
     configured (or the one named ``default``). Skipped when no server is configured, a
     failure under ``--sglang-require``.
     """
-    # measure.bench (CONFIG_KEYS, for server_entry) is imported before the server is waited
-    # for, not after it is ready: the test starts as soon as the gate passes.
+    # What the test will use (sglang_bench's modules, CONFIG_KEYS for server_entry) is
+    # imported while the server starts, not after it is ready.
     import pytest_sglang.measure.bench  # noqa: F401
     from pytest_sglang.errors import ServerUnavailable, SGLangError
     from pytest_sglang.server.identity import (

@@ -247,15 +247,15 @@ def test_smi_reader_parses_query_csv(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_sampling_runs_on_its_own_thread() -> None:
-    seen: list[str] = []
+    sampled = threading.Event()
 
     def record(t: int) -> GpuSnapshot:
-        seen.append(threading.current_thread().name)
+        if threading.current_thread().name == "sglang-telemetry":
+            sampled.set()
         return GpuSnapshot((), ())
 
     with TelemetrySampler(Probe(record), interval=0.01):
-        time.sleep(0.05)
-    assert "sglang-telemetry" in seen
+        assert sampled.wait(timeout=30), "the sampler thread never read the GPUs"
 
 
 @pytest.mark.slow
