@@ -509,7 +509,6 @@ class LoadGenerator:
             await exchange(state.client(), workload.endpoint, attempt, body, parser)
             if attempt.close:
                 habits.closes("a response said Connection: close")
-                state.stop_reuse()
             elif attempt.reused:
                 habits.keeps("a pooled connection served a second request")
             elif attempt.created and state.probing:
@@ -531,7 +530,6 @@ class LoadGenerator:
             first = describe(exc)
             record.retries += 1
             habits.closes(f"a reused connection failed before any response byte: {first}")
-            state.stop_reuse()
             try:
                 fresh = state.client(fresh=True)
                 await exchange(fresh, workload.endpoint, Attempt(record), body, parser)

@@ -40,8 +40,6 @@ class RunState:
         self._connections = connections
         self._pooled: httpx.AsyncClient | None = None
         self._fresh: httpx.AsyncClient | None = None
-        #: False once the server was seen closing connections: a fresh one per request.
-        self.reuse = habits.reuse
         #: The warm-up's probe is sending its second request (see ``LoadGenerator._probe``).
         self.probing = False
         #: Requests in a row that ended without an answer.
@@ -58,17 +56,13 @@ class RunState:
 
     def client(self, *, fresh: bool = False) -> httpx.AsyncClient:
         """Return the pooled client, or the one that opens a fresh connection per request."""
-        if fresh or not self.reuse or not self._habits.reuse:
+        if fresh or not self._habits.reuse:  # a server that closes: a fresh one per request
             if self._fresh is None:
                 self._fresh = self._client(self._connections, reuse=False)
             return self._fresh
         if self._pooled is None:
             self._pooled = self._client(self._connections)
         return self._pooled
-
-    def stop_reuse(self) -> None:
-        """Send every later request of the run on a fresh connection."""
-        self.reuse = False
 
     def settle(self, record: RequestRecord, unanswered: bool) -> None:
         """Count a finished request towards (or reset) the unanswered streak."""
