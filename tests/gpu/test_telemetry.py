@@ -17,6 +17,7 @@ from pytest_sglang.errors import GpuUnavailable
 from pytest_sglang.gpu.model import Gpu, GpuSnapshot, throttle_names
 from pytest_sglang.gpu.probes import FakeProbe, NvmlProbe, SmiProbe, write_fake_gpus
 from pytest_sglang.gpu.telemetry import TelemetrySampler
+from tests.faults.harness import wait_for
 from tests.gpu.test_gpu import hold, install
 
 UUIDS = ["GPU-a", "GPU-b"]
@@ -258,8 +259,18 @@ def test_sampling_runs_on_its_own_thread() -> None:
         assert sampled.wait(timeout=30), "the sampler thread never read the GPUs"
 
 
+def published_idle(directory: Path) -> bool:
+    """Whether every GPU in the fake directory's telemetry was last published idle."""
+    try:
+        gpus = json.loads((directory / "telemetry.json").read_text())["gpus"]
+    except (OSError, ValueError, KeyError):
+        return False
+    return all(gpu["utilization"] == 0 for gpu in gpus.values())
+
+
 @pytest.mark.slow
 def test_energy_per_token_matches_the_emulators_ground_truth(tmp_path: Path) -> None:
+    from pytest_sglang.emulator.engine.power import IDLE_W
     from pytest_sglang.emulator.engine.trace import read_trace
     from pytest_sglang.loadgen.runner import LoadGenerator
     from pytest_sglang.loadgen.workload import Workload
@@ -277,6 +288,9 @@ def test_energy_per_token_matches_the_emulators_ground_truth(tmp_path: Path) -> 
         sampler = TelemetrySampler(FakeProbe(gpus), uuids, interval=0.1)
         with sampler:
             run = LoadGenerator(emulator.url).run_closed_loop(workload, 8)
+            # The last reading grows the published counter at its published rate: stop once
+            # the emulator has published its GPUs idle (at once unless the machine is busy).
+            assert wait_for(lambda: published_idle(gpus), 30), "the GPUs never went idle"
         emulator.stop()
     _, _, summary = read_trace(trace)
     assert summary is not None
@@ -284,7 +298,9 @@ def test_energy_per_token_matches_the_emulators_ground_truth(tmp_path: Path) -> 
 
     def energy_at(t: float) -> float:  # the meter's total, linear between its changes
         before = max((p for p in log if p[0] <= t), key=lambda p: p[0])
-        after = min((p for p in log if p[0] >= t), key=lambda p: p[0], default=before)
+        after = min((p for p in log if p[0] >= t), key=lambda p: p[0], default=None)
+        if after is None:  # idle since the last change: idle power, in model time
+            return float(before[1] + IDLE_W * 10 * len(uuids) * (t - before[0]))
         if after[0] == before[0]:
             return float(before[1])
         return before[1] + (after[1] - before[1]) * (t - before[0]) / (after[0] - before[0])
