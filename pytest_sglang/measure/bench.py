@@ -110,7 +110,6 @@ class Bench:
         view = copy.copy(self)  # the containers are shared: one session cache
         view._record, view._on_unavailable, view._on_failure = record, unavailable, failure
         view._server_failed, view._during = server_failed, during
-        view._runner = self._runner.view(during=during, server_failed=server_failed)
         return view
 
     def _server(self, server: str | SGLangServer, *, why: str = "") -> SGLangServer:
@@ -234,7 +233,9 @@ class Bench:
                 servers = (self._server(a), self._server(b))
 
                 def take(runs: tuple[list[Measurement], ...]) -> None:
-                    self._runner.interleaved(servers, workload, level, repeats, (runs[0], runs[1]))
+                    for repeat in range(repeats):  # A B A B, so that drift cancels
+                        for side, server in enumerate(servers):
+                            runs[side].append(self._run(server, workload, level, repeat, repeats))
 
                 taken = self._taken(servers, workload, level, repeats, take, "interleaved")
                 self._cache.update(zip(keys, taken, strict=True))
@@ -273,7 +274,7 @@ class Bench:
         handle = self._server(server)
         try:
             with self.pool.measuring(handle, during=self._during):
-                return self._runner.run(handle, workload, level, repeat, repeat + 1, load=load)
+                return self._run(handle, workload, level, repeat, repeat + 1, load)
         except Interrupted as stop:
             self._fail(stop.error)
 
@@ -372,11 +373,38 @@ class Bench:
         __tracebackhide__ = True
 
         def take(runs: tuple[list[Measurement], ...]) -> None:
-            self._runner.repeated(handle, workload, concurrency, repeats, runs[0], load=load)
+            if load is None:
+                self._runner.note_cap(handle, concurrency)
+            with self.pool.measuring(handle, during=self._during):
+                for repeat in range(repeats):
+                    runs[0].append(self._run(handle, workload, concurrency, repeat, repeats, load))
 
         key = _key(handle.name, workload, concurrency, repeats, load)
         (self._cache[key],) = self._taken(
             (handle,), workload, concurrency, repeats, take, load=load
+        )
+
+    def _run(
+        self,
+        server: SGLangServer,
+        workload: Workload,
+        concurrency: int,
+        repeat: int,
+        repeats: int,
+        load: OpenLoop | None = None,
+    ) -> Measurement:
+        """Take one run for this view's test (see :meth:`Runner.run`)."""
+        __tracebackhide__ = True
+        during, failed = self._during, self._server_failed
+        return self._runner.run(
+            server,
+            workload,
+            concurrency,
+            repeat,
+            repeats,
+            load=load,
+            during=during,
+            server_failed=failed,
         )
 
     def _taken(

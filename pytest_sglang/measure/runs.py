@@ -9,7 +9,6 @@ measurement (:class:`Interrupted`).
 from __future__ import annotations
 
 import contextlib
-import copy
 import ctypes
 import dataclasses
 import gc
@@ -52,7 +51,7 @@ class Runner:
     """Takes the runs of measurements for a bench: where the load runs, what is read around.
 
     ``generator_options``: the load generator's keyword arguments, with ``load_workers`` and
-    ``ray_address``. A :meth:`view` shares the session state, for one test.
+    ``ray_address``.
     """
 
     def __init__(
@@ -69,19 +68,11 @@ class Runner:
         self._ray_address = self._options.pop("ray_address", None)
         self._progress = progress
         self._run_line = run_line or RunLine(None, lambda write: write())
-        self._during = ""  # the test id measuring, for a server's death message
-        self._server_failed: Callable[[str, SGLangError], None] = lambda name, error: None
         self._gpu = _gpu_probe(pool)
         self._ray_pools = RayPools()
         self._noted: set[tuple[str, int]] = set()
         # The server and finished part of a run a test timeout or Ctrl-C cut, until reported.
         self._cut: tuple[str, LoadRun | None] | None = None
-
-    def view(self, *, during: str, server_failed: Callable[[str, SGLangError], None]) -> Runner:
-        """Return a runner that shares this one's session state, for the test ``during``."""
-        view = copy.copy(self)
-        view._during, view._server_failed, view._cut = during, server_failed, None
-        return view
 
     def close(self) -> None:
         """Release what is kept between runs (the Ray load-worker actors)."""
@@ -94,40 +85,6 @@ class Runner:
         run, self._cut = self._cut[1], None
         return run
 
-    def repeated(
-        self,
-        server: SGLangServer,
-        workload: Workload,
-        concurrency: int,
-        repeats: int,
-        runs: list[Measurement],
-        *,
-        load: OpenLoop | None = None,
-    ) -> None:
-        """Take ``repeats`` runs on ``server`` into ``runs`` (which keeps them if one fails)."""
-        __tracebackhide__ = True
-        if load is None:
-            self._note_cap(server, concurrency)
-        with self.pool.measuring(server, during=self._during):
-            runs.extend(
-                self.run(server, workload, concurrency, repeat, repeats, load=load)
-                for repeat in range(repeats)
-            )
-
-    def interleaved(
-        self,
-        servers: tuple[SGLangServer, SGLangServer],
-        workload: Workload,
-        concurrency: int,
-        repeats: int,
-        runs: tuple[list[Measurement], list[Measurement]],
-    ) -> None:
-        """Take ``repeats`` runs on each of two servers, A B A B, so that drift cancels."""
-        __tracebackhide__ = True
-        for repeat in range(repeats):
-            for side, server in enumerate(servers):
-                runs[side].append(self.run(server, workload, concurrency, repeat, repeats))
-
     def run(
         self,
         server: SGLangServer,
@@ -137,8 +94,12 @@ class Runner:
         repeats: int,
         *,
         load: OpenLoop | None = None,
+        during: str = "",
+        server_failed: Callable[[str, SGLangError], None] = lambda name, error: None,
     ) -> Measurement:
         """Take run ``repeat`` (of ``repeats``) on ``server``: a closed loop, or ``load``.
+
+        ``during`` (the test) and ``server_failed`` name and report a server that died.
 
         :raises Interrupted: the server died, or the run gave up on it.
         """
@@ -156,6 +117,7 @@ class Runner:
                 "/generate endpoint; measure it (and the SGLang servers it is compared with) "
                 'with Workload(endpoint="completions") or Workload(endpoint="chat")'
             )
+        self._cut = None
         label = f"{server.name} {load.describe() if load else f'C={concurrency}'}"
         label += f" run {repeat + 1}/{repeats}"
         line, last = "", time.monotonic()
@@ -225,7 +187,7 @@ class Runner:
             stopped.run = dataclasses.replace(stopped.run, records=())
         give_back_memory()
         if measurement.failed or stopped is not None:
-            self._check_server(server, measurement, gave_up=stopped is not None)
+            self._check_server(server, measurement, stopped is not None, during, server_failed)
         if stopped is not None:
             message = [
                 f"the measurement of {server.name} @ C={concurrency} ({server.url}) was stopped "
@@ -237,7 +199,14 @@ class Runner:
             raise Interrupted(server, measurement, MeasurementFailed("\n".join(message)))
         return measurement
 
-    def _check_server(self, server: SGLangServer, measurement: Measurement, gave_up: bool) -> None:
+    def _check_server(
+        self,
+        server: SGLangServer,
+        measurement: Measurement,
+        gave_up: bool,
+        during: str,
+        server_failed: Callable[[str, SGLangError], None],
+    ) -> None:
         """End the measurement naming the server's death if it died under the load."""
         __tracebackhide__ = True
         from pytest_sglang.errors import ServerDied
@@ -245,10 +214,10 @@ class Runner:
         # Give a dying process a moment to be reaped when the run looks like a death.
         tail = measurement.records[-5:]
         wait = 2.0 if gave_up or (tail and all(not r.ok for r in tail)) else 0.0
-        died = self.pool.check(server.name, during=self._during, wait=wait)
+        died = self.pool.check(server.name, during=during, wait=wait)
         if died is None:
             return
-        self._server_failed(server.name, died)
+        server_failed(server.name, died)
         lost = (
             f"{died}\n  the measurement ({server.name} C={measurement.concurrency}, run "
             f"{measurement.repeat + 1}) lost {measurement.failed} of {measurement.requests} "
@@ -257,7 +226,7 @@ class Runner:
         error = ServerDied(lost, phase=died.phase, exit_code=died.exit_code)
         raise Interrupted(server, measurement, error)
 
-    def _note_cap(self, server: SGLangServer, concurrency: int) -> None:
+    def note_cap(self, server: SGLangServer, concurrency: int) -> None:
         """Say so when ``concurrency`` exceeds the requests the server runs at once."""
         cap = server.max_running_requests
         if (

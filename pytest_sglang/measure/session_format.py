@@ -398,8 +398,8 @@ def server_for(row: Mapping[str, Any], servers: Sequence[ServerEntry]) -> Server
 def build_document(
     name: str,
     rows: Sequence[MeasurementRow],
-    servers: Sequence[ServerEntry],
-    gpus: Sequence[str],
+    servers: Sequence[ServerEntry] = (),
+    gpus: Sequence[str] = (),
     *,
     commit: Mapping[str, Any] | None = None,
     machine: Mapping[str, Any] | None = None,

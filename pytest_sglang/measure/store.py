@@ -27,7 +27,7 @@ from pytest_sglang.measure.session_format import (
     measurements_of,
     read_document,
 )
-from pytest_sglang.report.entries import MeasurementRow, ServerEntry
+from pytest_sglang.report.entries import MeasurementRow
 from pytest_sglang.report.writing import write_atomic
 
 __all__ = ["MACHINE_ID", "BaselineStore", "StoredSession"]
@@ -137,25 +137,17 @@ class BaselineStore:
             self.check_reachable(timeout=timeout)
             return
         folder = self.folder
-        for above in (folder, *folder.parents):
-            if above.exists():
-                if not above.is_dir():
-                    raise OSError(f"cannot write to {folder}: {above} is a file, not a folder")
-                break
+        above = next(p for p in (folder, *folder.parents) if p.exists())
+        if not above.is_dir():
+            raise OSError(f"cannot write to {folder}: {above} is a file, not a folder")
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            fd, probe = tempfile.mkstemp(prefix=".probe-", suffix=".partial", dir=folder)
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".probe-", suffix=".partial") as f:
+                f.write(b"\0" * 65536)  # about what a session of a few sweeps takes
+                f.flush()
+                os.fsync(f.fileno())
         except OSError as exc:
             raise OSError(f"cannot write to {folder}: {exc.strerror or exc}") from None
-        try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(b"\0" * 65536)  # about what a session of a few sweeps takes
-                file.flush()
-                os.fsync(file.fileno())
-        except OSError as exc:
-            raise OSError(f"cannot write to {folder}: {exc.strerror or exc}") from None
-        finally:
-            Path(probe).unlink(missing_ok=True)
 
     def check_reachable(self, *, timeout: float = 10.0) -> None:
         """Check that an Elasticsearch host accepts a TCP connection and its client is installed.
@@ -164,6 +156,7 @@ class BaselineStore:
         """
         if self.path is not None:
             return
+        import importlib.util
         import socket
         from urllib.parse import urlsplit
 
@@ -176,54 +169,27 @@ class BaselineStore:
         for host in hosts:
             url = urlsplit(host if "://" in host else f"http://{host}")
             try:
-                port = url.port or 9200
+                where = (url.hostname, url.port or 9200)
+                socket.create_connection(where, timeout).close()
+                break
             except ValueError:
                 tried.append(f"{url.hostname} (not a port number)")
-                continue
-            where = f"{url.hostname}:{port}"
-            try:
-                socket.create_connection((url.hostname, port), timeout).close()
             except OSError as exc:
-                tried.append(f"{where} ({exc.strerror or exc})")
-                continue
-            break
+                tried.append(f"{url.hostname}:{url.port or 9200} ({exc.strerror or exc})")
         else:
             raise OSError(
                 f"Elasticsearch at {', '.join(tried)} does not answer within {timeout:g} s"
             )
-        import importlib.util
-
         if importlib.util.find_spec("elasticsearch") is None:
             raise OSError("the Elasticsearch storage needs its client: pip install elasticsearch")
 
-    def save(
-        self,
-        name: str,
-        rows: Sequence[MeasurementRow],
-        servers: Sequence[ServerEntry] = (),
-        gpus: Sequence[str] = (),
-        *,
-        commit: Mapping[str, Any] | None = None,
-        machine: Mapping[str, Any] | None = None,
-        verdicts: Sequence[Mapping[str, Any]] = (),
-        interrupted: bool = False,
-    ) -> str:
-        """Save one session's measurements (and verdicts) under ``name``; return where."""
+    def save(self, name: str, rows: Sequence[MeasurementRow], *args: Any, **options: Any) -> str:
+        """Save one session (:func:`build_document`'s arguments) under ``name``; return where."""
         if not _SAVE_NAME.match(name):
             raise ValueError(
                 f"cannot save under {name!r}: use letters, digits, '_', '.', '+' and '-'"
             )
-        document = build_document(
-            name,
-            rows,
-            servers,
-            gpus,
-            commit=commit,
-            machine=machine,
-            verdicts=verdicts,
-            interrupted=interrupted,
-        )
-        return self.save_document(name, document)
+        return self.save_document(name, build_document(name, rows, *args, **options))
 
     def save_document(self, name: str, document: Mapping[str, Any]) -> str:
         """Save a document of :func:`build_document` under ``name``; return where it landed."""
