@@ -451,14 +451,13 @@ def find_counterpart(
 
     Near misses have the same workload and concurrency but differ in a field that must match.
     """
-    match = None
-    near = []
+    match, near = None, []
+    same = (fingerprint.fields.get("workload"), fingerprint.fields.get("concurrency"))
     for stored in reversed(candidates):
+        theirs = stored.fingerprint.fields
         if fingerprint.matches(stored.fingerprint):
             match = match or stored
-        elif stored.fingerprint.fields.get("workload") == fingerprint.fields.get(
-            "workload"
-        ) and stored.fingerprint.fields.get("concurrency") == fingerprint.fields.get("concurrency"):
+        elif (theirs.get("workload"), theirs.get("concurrency")) == same:
             near.append(stored)
     return match, near
 
@@ -475,8 +474,7 @@ def report_measurements(document: Mapping[str, Any], source: str) -> list[Stored
         "datetime": document.get("created"),
         "plugin_version": environment.get("plugin_version"),
     }
-    out = []
-    for row in document.get("measurements", []):
-        fp = fingerprint_of(row, server_for(row, servers), gpus)
-        out.append(StoredMeasurement(cast("MeasurementRow", row), fp, source, labels))
-    return out
+    return [
+        StoredMeasurement(row, fingerprint_of(row, server_for(row, servers), gpus), source, labels)
+        for row in cast("list[MeasurementRow]", document.get("measurements", []))
+    ]

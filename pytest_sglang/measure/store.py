@@ -8,8 +8,10 @@ are atomic and take the first free number under a lock, so concurrent CI jobs bo
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -63,17 +65,12 @@ class StoredSession:
 @contextlib.contextmanager
 def _folder_lock(folder: Path) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``folder/.lock`` (a no-op where flock does not exist)."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: numbers may then race, files never replace each other
-        yield
-        return
     with open(folder / ".lock", "a") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        if sys.platform != "win32":  # Windows: numbers may race, files never replace each other
+            import fcntl
+
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 class BaselineStore:
@@ -87,7 +84,6 @@ class BaselineStore:
     def __init__(self, uri: str = DEFAULT_STORAGE, *, base: Path | None = None) -> None:
         self.uri = uri if "://" in uri else f"file://{uri}"
         self.base = base or Path.cwd()
-        self._elastic: Any = None
         if self.uri.startswith("file://"):
             path = Path(self.uri[len("file://") :]).expanduser()
             self.path: Path | None = path if path.is_absolute() else self.base / path
@@ -111,18 +107,17 @@ class BaselineStore:
         assert self.path is not None
         return self.path / MACHINE_ID
 
+    @functools.cached_property
     def _elasticsearch(self) -> Any:
-        if self._elastic is None:
-            from pytest_benchmark.logger import Logger
-            from pytest_benchmark.utils import load_storage
+        from pytest_benchmark.logger import Logger
+        from pytest_benchmark.utils import load_storage
 
-            self._elastic = load_storage(  # type: ignore[no-untyped-call]
-                self.uri,
-                logger=Logger(Logger.QUIET),  # type: ignore[no-untyped-call]
-                default_machine_id=MACHINE_ID,
-                netrc="",  # pytest-benchmark's "no netrc file" (None is a TypeError there)
-            )
-        return self._elastic
+        return load_storage(  # type: ignore[no-untyped-call]
+            self.uri,
+            logger=Logger(Logger.QUIET),  # type: ignore[no-untyped-call]
+            default_machine_id=MACHINE_ID,
+            netrc="",  # pytest-benchmark's "no netrc file" (None is a TypeError there)
+        )
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -194,7 +189,7 @@ class BaselineStore:
     def save_document(self, name: str, document: Mapping[str, Any]) -> str:
         """Save a document of :func:`build_document` under ``name``; return where it landed."""
         if self.path is None:
-            self._elasticsearch().save(document, name)
+            self._elasticsearch.save(document, name)
             return f"{self} ({MACHINE_ID}_{name})"  # str(): the URI's password as ***
         return str(self._save_file(name, document))
 
@@ -228,7 +223,7 @@ class BaselineStore:
             holds a malformed record (never skipped: it may be the latest).
         """
         if self.path is None:
-            loaded = list(self._elasticsearch().load())
+            loaded = list(self._elasticsearch.load())
             return [self._session(str(key), data, None) for key, data in loaded]
         if not self.folder.is_dir():
             return []
