@@ -2,7 +2,7 @@
 
 A :class:`BenchResult` holds the runs (each one :class:`Measurement`, the verdicts' sample
 unit) of one server, workload and concurrency; a :class:`Sweep`, one result per level. Records
-are packed in arrays (:class:`PackedRecords`) so that the session cache stays small.
+are packed (:class:`PackedRecords`) so that the session cache stays small.
 """
 
 from __future__ import annotations
