@@ -24,7 +24,7 @@ from pytest_sglang.measure.budget import (
 )
 from pytest_sglang.measure.measurement import Measurement
 from pytest_sglang.measure.plans import DEFAULT_REPEATS, MeasurementPlans
-from pytest_sglang.measure.results import BenchResult, Sweep, packed
+from pytest_sglang.measure.results import CONFIG_KEYS, BenchResult, Sweep, packed
 from pytest_sglang.measure.runs import Interrupted, Runner, cut_by
 from pytest_sglang.report.entries import Schedule
 from pytest_sglang.report.progress import RunLine
@@ -284,14 +284,9 @@ class Bench:
         The pool calls this after a launch. One that fails is not cached: its test measures
         again and fails with its own message.
         """
-        pending = sorted(
-            (
-                d
-                for key, d in self._plans.items()
-                if d.server == server.name and key not in self._cache
-            ),
-            key=lambda d: d.concurrency,
-        )
+        cached = self._cache.keys()
+        pending = [d for k, d in self._plans.items() if d.server == server.name and k not in cached]
+        pending.sort(key=lambda d: d.concurrency)
         if not pending:
             return
         self._progress(
@@ -418,18 +413,29 @@ class Bench:
         *,
         load: OpenLoop | None = None,
     ) -> list[BenchResult]:
-        """Return the results of ``take``'s runs, one per server.
+        """Return the results of ``take``'s runs, one per server (neither cached nor recorded).
 
-        A run that ended the measurement is recorded with the runs before it and fails the
-        test; a measurement cut short (a test timeout, Ctrl-C) is recorded labelled as cut.
-        Neither is cached.
+        An ended measurement is recorded and fails the test; a cut one is recorded, labelled.
         """
         __tracebackhide__ = True
         runs: tuple[list[Measurement], ...] = tuple([] for _ in servers)
 
         def result(server: SGLangServer, taken: list[Measurement]) -> BenchResult:
-            self._handles[server.name] = server
-            return BenchResult.of(server, workload, concurrency, taken, schedule, load=load)
+            self._handles[server.name] = server  # kept for the report
+            info = server.server_info
+            config = {k: info[k] for k in CONFIG_KEYS if k in info}
+            runs = tuple(map(packed, taken))
+            return BenchResult(
+                server.name,
+                workload,
+                concurrency,
+                runs,
+                config,
+                schedule,
+                server.url,
+                open_loop=load,
+                not_applicable=server.not_applicable,
+            )
 
         try:
             take(runs)

@@ -1,8 +1,7 @@
 """The results of measurements: what ``sglang_bench`` returns and the session cache keeps.
 
-A :class:`BenchResult` holds the runs (each one :class:`Measurement`, the verdicts' sample
-unit) of one server, workload and concurrency; a :class:`Sweep`, one result per level. Records
-are packed (:class:`PackedRecords`) so that the session cache stays small.
+A :class:`BenchResult` holds the runs of one server, workload and concurrency; a
+:class:`Sweep`, one result per level.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ import zlib
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, cast, overload
+from typing import Any, cast, overload
 
 from pytest_sglang.loadgen.records import RequestRecord
 from pytest_sglang.loadgen.schedule import OpenLoop
@@ -21,9 +20,6 @@ from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import Measurement
 from pytest_sglang.measure.metrics import metric_spec
 from pytest_sglang.report.entries import MeasurementBody, Schedule
-
-if TYPE_CHECKING:
-    from pytest_sglang.server.handle import SGLangServer
 
 __all__ = ["CONFIG_KEYS", "PERFORMANCE_FLAGS", "BenchResult", "PackedRecords", "Sweep", "packed"]
 
@@ -66,32 +62,6 @@ class BenchResult:
     open_loop: OpenLoop | None = None
     #: The checks that did not apply to the server, and why (``SGLangServer.not_applicable``).
     not_applicable: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def of(
-        cls,
-        server: SGLangServer,
-        workload: Workload,
-        concurrency: int,
-        runs: Sequence[Measurement],
-        schedule: Schedule = "blocks",
-        *,
-        load: OpenLoop | None = None,
-    ) -> BenchResult:
-        """Return the result of ``runs`` on ``server``, their records packed."""
-        config = {k: server.server_info[k] for k in CONFIG_KEYS if k in server.server_info}
-        taken = tuple(packed(run) for run in runs)
-        return cls(
-            server.name,
-            workload,
-            concurrency,
-            taken,
-            config,
-            schedule,
-            server.url,
-            open_loop=load,
-            not_applicable=server.not_applicable,
-        )
 
     def values(self, metric: str) -> list[float]:
         """Return ``metric`` of every run (runs where it is unmeasurable are left out)."""

@@ -1,9 +1,7 @@
-"""The runs of a measurement: one run, repeated runs, runs interleaved across two servers.
+"""One run of a measurement: its load sent wherever the session places it (``docs/scaling.md``).
 
-A run sends a workload (warm-up first) through the load generator wherever the session places
-it (``docs/scaling.md``) and becomes a :class:`Measurement` with the server's ``/metrics`` deltas
-and GPU telemetry, its records packed. A dead server, or a run that gave up on it, ends the
-measurement (:class:`Interrupted`).
+Each run is a packed :class:`Measurement` with the server's ``/metrics`` deltas and GPU
+telemetry; a dead server, or a run that gave up on it, ends the measurement (:class:`Interrupted`).
 """
 
 from __future__ import annotations
@@ -37,22 +35,17 @@ if TYPE_CHECKING:
 __all__ = ["Interrupted", "Runner", "cut_by", "give_back_memory", "load_generator_for"]
 
 
+@dataclasses.dataclass(eq=False)
 class Interrupted(Exception):
     """A run that ended the measurement (its server died, or the run gave up)."""
 
-    def __init__(self, server: SGLangServer, measurement: Measurement, error: SGLangError) -> None:
-        super().__init__(str(error))
-        self.server = server
-        self.measurement = measurement
-        self.error = error
+    server: SGLangServer
+    measurement: Measurement
+    error: SGLangError
 
 
 class Runner:
-    """Takes the runs of measurements for a bench: where the load runs, what is read around.
-
-    ``generator_options``: the load generator's keyword arguments, with ``load_workers`` and
-    ``ray_address``.
-    """
+    """Takes a bench's runs (``generator_options``: the load generator's, and its placement)."""
 
     def __init__(
         self,
@@ -99,9 +92,7 @@ class Runner:
     ) -> Measurement:
         """Take run ``repeat`` (of ``repeats``) on ``server``: a closed loop, or ``load``.
 
-        ``during`` (the test) and ``server_failed`` name and report a server that died.
-
-        :raises Interrupted: the server died, or the run gave up on it.
+        :raises Interrupted: the server died (reported to ``server_failed``), or the run gave up.
         """
         from pytest_sglang.errors import MeasurementFailed
         from pytest_sglang.gpu.telemetry import TelemetrySampler

@@ -217,10 +217,9 @@ class BaselineStore:
     def sessions(self, *, damaged: bool = False) -> list[StoredSession]:
         """Return every stored session that has pytest-sglang measurements, oldest first.
 
-        :param damaged: also return the damaged ones (``problem`` says what is wrong), in
-            their place, instead of raising.
-        :raises DamagedSession: a session file in the store cannot be read, is cut short or
-            holds a malformed record (never skipped: it may be the latest).
+        ``damaged``: the damaged ones too (``problem`` says why), in their place.
+
+        :raises DamagedSession: a damaged session file (never skipped: it may be the latest).
         """
         if self.path is None:
             loaded = list(self._elasticsearch.load())
@@ -267,10 +266,7 @@ class BaselineStore:
         )
 
     def find(self, ref: str) -> StoredSession:
-        """Return the session that ``ref`` names.
-
-        ``ref`` is ``latest``, a number (``3``, ``0003``), a save name (the newest of that
-        name), an id (``sglang/0003_nightly``) or a file path.
+        """Return the session ``ref`` names: ``latest``, a number, a save name, an id or a path.
 
         :raises LookupError: with the sessions there are.
         :raises DamagedSession: the file, or a session file in the store, is damaged.
