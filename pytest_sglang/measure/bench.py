@@ -301,8 +301,9 @@ class Bench:
         quiet = self.with_recorder(keep_cut)
         for number, declared in enumerate(pending, 1):
             started = time.monotonic()
+            key = _key(server.name, declared.workload, declared.concurrency, declared.repeats)
             try:
-                quiet._fill(server, declared.workload, declared.concurrency, declared.repeats)
+                quiet._fill(server, declared.workload, declared.concurrency, declared.repeats, key)
             except Exception as exc:  # the declaring test measures again, and says why
                 first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 self._progress(
@@ -344,7 +345,7 @@ class Bench:
                 )
             handle = self._server(server, why=why)
             if key not in self._cache:
-                self._fill(handle, workload, concurrency, repeats, load=load)
+                self._fill(handle, workload, concurrency, repeats, key, load=load)
         result = self._cache[key]
         self._record(result, self._handles.get(result.server))
         self._recorded.add(id(result))
@@ -361,10 +362,11 @@ class Bench:
         workload: Workload,
         concurrency: int,
         repeats: int,
+        key: _Key,
         *,
         load: OpenLoop | None = None,
     ) -> None:
-        """Measure ``repeats`` runs on ``handle`` into the session cache (``load``: open loop)."""
+        """Measure ``repeats`` runs on ``handle`` into the cache at ``key`` (``load``: open)."""
         __tracebackhide__ = True
 
         def take(runs: tuple[list[Measurement], ...]) -> None:
@@ -374,7 +376,6 @@ class Bench:
                 for repeat in range(repeats):
                     runs[0].append(self._run(handle, workload, concurrency, repeat, repeats, load))
 
-        key = _key(handle.name, workload, concurrency, repeats, load)
         (self._cache[key],) = self._taken(
             (handle,), workload, concurrency, repeats, take, load=load
         )
