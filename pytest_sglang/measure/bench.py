@@ -24,7 +24,7 @@ from pytest_sglang.measure.budget import (
 )
 from pytest_sglang.measure.measurement import Measurement
 from pytest_sglang.measure.plans import DEFAULT_REPEATS, MeasurementPlans
-from pytest_sglang.measure.results import BenchResult, Sweep, packed
+from pytest_sglang.measure.results import CONFIG_KEYS, BenchResult, Sweep, packed
 from pytest_sglang.measure.runs import Interrupted, Runner, cut_by
 from pytest_sglang.report.entries import Schedule
 from pytest_sglang.report.progress import RunLine
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["Bench"]
 
 _Key = tuple[str, str, int, int]
+_Record = Callable[[BenchResult, "SGLangServer | None"], None]
 
 
 class Bench:
@@ -53,19 +54,18 @@ class Bench:
         self,
         pool: ServerPool,
         *,
-        record: Callable[[BenchResult, SGLangServer | None], None] = lambda result, server: None,
         progress: Callable[[str], None] = lambda message: None,
         generator_options: dict[str, Any] | None = None,
         plans: MeasurementPlans | None = None,
         run_line: RunLine | None = None,
     ) -> None:
         self.pool = pool
-        self._record = record
+        self._record: _Record = lambda result, server: None
         self._progress = progress
         self._runner = Runner(
             pool, generator_options=generator_options, progress=progress, run_line=run_line
         )
-        self._plans = plans or MeasurementPlans()
+        self._plans = plans or {}
         # Set by ``with_recorder`` for a test; without them the errors propagate.
         self._on_unavailable: Callable[[str], NoReturn] | None = None
         self._on_failure: Callable[[str], NoReturn] | None = None
@@ -83,10 +83,7 @@ class Bench:
         self._runner.close()
 
     def take_unreported(self) -> list[tuple[BenchResult, SGLangServer | None]]:
-        """Return, once, the measurements taken that no test has recorded, with their server.
-
-        An interrupted session reports them, so that no finished run is lost.
-        """
+        """Return, once, the measurements no test has recorded, so an interrupt loses none."""
         taken = [
             (result, self._handles.get(result.server))
             for result in self._cache.values()
@@ -99,7 +96,7 @@ class Bench:
 
     def with_recorder(
         self,
-        record: Callable[[BenchResult, SGLangServer | None], None],
+        record: _Record,
         unavailable: Callable[[str], NoReturn] | None = None,
         failure: Callable[[str], NoReturn] | None = None,
         server_failed: Callable[[str, SGLangError], None] = lambda name, error: None,
@@ -113,21 +110,22 @@ class Bench:
         view = copy.copy(self)  # the containers are shared: one session cache
         view._record, view._on_unavailable, view._on_failure = record, unavailable, failure
         view._server_failed, view._during = server_failed, during
-        view._runner = self._runner.view(during=during, server_failed=server_failed)
         return view
 
-    def _server(self, name: str, *, why: str = "") -> SGLangServer:
+    def _server(self, server: str | SGLangServer, *, why: str = "") -> SGLangServer:
         from pytest_sglang.errors import ServerUnavailable, SGLangError
 
         __tracebackhide__ = True
+        if not isinstance(server, str):
+            return server
         try:
-            return self.pool.get(name, during=self._during, why=why)
+            return self.pool.get(server, during=self._during, why=why)
         except ServerUnavailable as exc:
             if self._on_unavailable is None:
                 raise
             message, handler = str(exc), self._on_unavailable
         except SGLangError as exc:
-            self._server_failed(name, exc)
+            self._server_failed(server, exc)
             if self._on_failure is None:
                 raise
             message, handler = str(exc), self._on_failure
@@ -192,8 +190,9 @@ class Bench:
         ``docs/workloads.md``, "Open-loop load").
         """
         __tracebackhide__ = True
-        given = None if concurrency == 1 else concurrency
-        load = open_loop_of(given, rate, arrival, max_concurrency)
+        load = open_loop_of(
+            None if concurrency == 1 else concurrency, rate, arrival, max_concurrency
+        )
         levels = [load.max_concurrency or 0] if load is not None else levels_of(concurrency)
         repeats = repeats_of(repeats)
         budget = Budget.of(allow_errors, allow_checks)
@@ -203,8 +202,7 @@ class Bench:
         )
         if isinstance(concurrency, int):
             return points[0]
-        name = server if isinstance(server, str) else server.name
-        return Sweep(name, workload, points)
+        return Sweep(server if isinstance(server, str) else server.name, workload, points)
 
     def pair(
         self,
@@ -229,186 +227,20 @@ class Bench:
         budget = Budget.of(allow_errors, allow_checks)
         with self.pool.measuring(a, b, during=self._during):
             attached = {s.name for s in self.pool.settings.servers}
-            keys = [self._key(name, workload, level, repeats) for name in (a, b)]
-            if a in attached and b in attached and not any(key in self._cache for key in keys):
+            keys = [_key(name, workload, level, repeats) for name in (a, b)]
+            if {a, b} <= attached and not any(key in self._cache for key in keys):
                 check_fills(workload, level)
                 servers = (self._server(a), self._server(b))
-                runs: tuple[list[Measurement], list[Measurement]] = ([], [])
-                try:
-                    self._runner.interleaved(servers, workload, level, repeats, runs)
-                except Interrupted as stop:
-                    side = servers.index(stop.server)
-                    runs[side].append(stop.measurement)
-                    partial = self._result(stop.server, workload, level, runs[side], "interleaved")
-                    self._record(partial, stop.server)
-                    self._fail(stop.error)
-                except BaseException as error:  # a test timeout or Ctrl-C
-                    for server, taken in zip(servers, runs, strict=True):
-                        cut = (server, workload, level, taken, repeats, error)
-                        self._record_cut(*cut, schedule="interleaved")
-                    raise
-                for key, server, taken in zip(keys, servers, runs, strict=True):
-                    self._cache[key] = self._result(server, workload, level, taken, "interleaved")
+
+                def take(runs: tuple[list[Measurement], ...]) -> None:
+                    for repeat in range(repeats):  # A B A B, so that drift cancels
+                        for side, server in enumerate(servers):
+                            runs[side].append(self._run(server, workload, level, repeat, repeats))
+
+                taken = self._taken(servers, workload, level, repeats, take, "interleaved")
+                self._cache.update(zip(keys, taken, strict=True))
             first = self._measure(a, workload, level, repeats, budget)
             return first, self._measure(b, workload, level, repeats, budget)
-
-    # -- internals ------------------------------------------------------------------------
-
-    @staticmethod
-    def _key(
-        server: str,
-        workload: Workload,
-        concurrency: int,
-        repeats: int,
-        load: OpenLoop | None = None,
-    ) -> _Key:
-        what = workload.key() if load is None else f"{workload.key()}|{load.key()}"
-        return (server, what, concurrency, repeats)
-
-    def _measure(
-        self,
-        server: str | SGLangServer,
-        workload: Workload,
-        concurrency: int,
-        repeats: int,
-        budget: Budget,
-        *,
-        load: OpenLoop | None = None,
-    ) -> BenchResult:
-        """Measure (or fetch) ``repeats`` runs: a closed loop, or the open loop ``load``."""
-        __tracebackhide__ = True
-        name = server if isinstance(server, str) else server.name
-        key = self._key(name, workload, concurrency, repeats, load)
-        if key not in self._cache:
-            if load is None:
-                check_fills(workload, concurrency)
-            if isinstance(server, str):
-                why = self._undeclared(key, concurrency) if load is None else ""
-                handle = self._server(server, why=why)
-            else:
-                handle = server
-            if key not in self._cache:
-                self._fill(handle, workload, concurrency, repeats, key, load=load)
-        return self._judged(self._cache[key], budget)
-
-    def _judged(self, result: BenchResult, budget: Budget) -> BenchResult:
-        """Record ``result`` for the test, then fail it if it is broken or invalid."""
-        __tracebackhide__ = True
-        self._record(result, self._handles.get(result.server))
-        self._recorded.add(id(result))
-        broken = broken_message(result, budget)
-        if broken is not None:
-            from pytest_sglang.errors import MeasurementFailed
-
-            self._fail(MeasurementFailed(broken))
-        return result
-
-    def _fill(
-        self,
-        handle: SGLangServer,
-        workload: Workload,
-        concurrency: int,
-        repeats: int,
-        key: _Key,
-        *,
-        load: OpenLoop | None = None,
-    ) -> None:
-        """Measure ``repeats`` runs on ``handle`` into the session cache (``load``: open loop)."""
-        __tracebackhide__ = True
-        runs: list[Measurement] = []
-        try:
-            self._runner.repeated(handle, workload, concurrency, repeats, runs, load=load)
-        except Interrupted as stop:  # reported, not cached
-            runs.append(stop.measurement)
-            partial = self._result(handle, workload, concurrency, runs, "blocks", load=load)
-            self._record(partial, handle)
-            self._fail(stop.error)
-        except BaseException as error:  # a test timeout or Ctrl-C
-            self._record_cut(handle, workload, concurrency, runs, repeats, error, load=load)
-            raise
-        self._cache[key] = self._result(handle, workload, concurrency, runs, "blocks", load=load)
-
-    def take_declared(self, server: SGLangServer) -> None:
-        """Take every measurement the selected tests declared for ``server``, now it is up.
-
-        The pool calls this after a launch. One that fails is not cached: its test measures
-        again and fails with its own message.
-        """
-        pending = [
-            declared
-            for declared in self._plans.for_server(server.name)
-            if self._key(server.name, declared.workload, declared.concurrency, declared.repeats)
-            not in self._cache
-        ]
-        if not pending:
-            return
-        self._progress(
-            f"sglang: {server.name!r} is up: taking the {len(pending)} measurement(s) declared "
-            f"for it ({', '.join(d.label() for d in pending)})"
-        )
-
-        def keep_cut(result: BenchResult, handle: SGLangServer | None) -> None:
-            if result.cut is not None and handle is not None:  # Ctrl-C: reported at the end
-                self._unrecorded_cuts.append((result, handle))
-
-        quiet = self.with_recorder(keep_cut)
-        for number, declared in enumerate(pending, 1):
-            key = self._key(server.name, declared.workload, declared.concurrency, declared.repeats)
-            started = time.monotonic()
-            try:
-                check_fills(declared.workload, declared.concurrency)
-                quiet._fill(server, declared.workload, declared.concurrency, declared.repeats, key)
-            except Exception as exc:  # the declaring test measures again, and says why
-                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                self._progress(
-                    f"sglang: the declared measurement {declared.label()} failed: {first}"
-                )
-                if self.pool.check(server.name) is not None:
-                    return  # the server died: the tests that need it fail naming the death
-                continue
-            self._progress(
-                f"sglang: declared measurement {number}/{len(pending)} of {server.name!r} "
-                f"done: {declared.label()} in {time.monotonic() - started:.0f}s"
-            )
-
-    def _undeclared(self, key: _Key, concurrency: int) -> str:
-        """Say why a launch for this measurement may be a relaunch (for the summary)."""
-        if not len(self._plans) or self._plans.declares(key):
-            return ""
-        return (
-            f"a measurement no selected test declared ({key[0]} @ C={concurrency}, "
-            f"x{key[3]}): add it to the test's @pytest.mark.sglang_measure so that it is "
-            "taken while the server is up"
-        )
-
-    def _record_cut(
-        self,
-        server: SGLangServer,
-        workload: Workload,
-        concurrency: int,
-        runs: list[Measurement],
-        repeats: int,
-        error: BaseException,
-        *,
-        load: OpenLoop | None = None,
-        schedule: Schedule = "blocks",
-    ) -> None:
-        """Record the runs of a measurement something cut short, saying what (not cached)."""
-        from pytest_sglang.measure.measurement import measure
-
-        interrupted = self._runner.take_cut(server.name)
-        finished = list(runs)
-        if interrupted is not None and interrupted.measured:
-            try:
-                finished.append(packed(measure(interrupted)))
-            except ValueError:
-                pass  # too little to measure: the finished runs stand alone
-        if not finished:
-            return  # nothing finished: the test's own failure says what cut it
-        cut = f"{cut_by(error)}, in run {len(runs) + 1} of {repeats}"
-        result = self._result(server, workload, concurrency, finished, schedule, load=load)
-        self._record(replace(result, cut=cut, finished_runs=len(runs)), server)
-        self._progress(f"sglang: the measurement {result.label()} was cut: {cut}")
 
     def run_once(
         self,
@@ -439,23 +271,204 @@ class Bench:
             check_fills(workload, level)
         else:
             level = load.max_concurrency or 0
-        handle = self._server(server) if isinstance(server, str) else server
+        handle = self._server(server)
         try:
             with self.pool.measuring(handle, during=self._during):
-                return self._runner.run(handle, workload, level, repeat, repeat + 1, load=load)
+                return self._run(handle, workload, level, repeat, repeat + 1, load)
         except Interrupted as stop:
             self._fail(stop.error)
 
-    def _result(
+    def take_declared(self, server: SGLangServer) -> None:
+        """Take every measurement the selected tests declared for ``server``, now it is up.
+
+        The pool calls this after a launch. One that fails is not cached: its test measures
+        again and fails with its own message.
+        """
+        cached = self._cache.keys()
+        pending = [d for k, d in self._plans.items() if d.server == server.name and k not in cached]
+        pending.sort(key=lambda d: d.concurrency)
+        if not pending:
+            return
+        self._progress(
+            f"sglang: {server.name!r} is up: taking the {len(pending)} measurement(s) declared "
+            f"for it ({', '.join(d.label() for d in pending)})"
+        )
+
+        def keep_cut(result: BenchResult, handle: SGLangServer | None) -> None:
+            if result.cut is not None and handle is not None:  # Ctrl-C: reported at the end
+                self._unrecorded_cuts.append((result, handle))
+
+        quiet = self.with_recorder(keep_cut)
+        for number, declared in enumerate(pending, 1):
+            started = time.monotonic()
+            key = _key(server.name, declared.workload, declared.concurrency, declared.repeats)
+            try:
+                quiet._fill(server, declared.workload, declared.concurrency, declared.repeats, key)
+            except Exception as exc:  # the declaring test measures again, and says why
+                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                self._progress(
+                    f"sglang: the declared measurement {declared.label()} failed: {first}"
+                )
+                if self.pool.check(server.name) is not None:
+                    return  # the server died: the tests that need it fail naming the death
+                continue
+            self._progress(
+                f"sglang: declared measurement {number}/{len(pending)} of {server.name!r} "
+                f"done: {declared.label()} in {time.monotonic() - started:.0f}s"
+            )
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _measure(
+        self,
+        server: str | SGLangServer,
+        workload: Workload,
+        concurrency: int,
+        repeats: int,
+        budget: Budget,
+        *,
+        load: OpenLoop | None = None,
+    ) -> BenchResult:
+        """Measure (or fetch) ``repeats`` runs, then record the result and judge it."""
+        __tracebackhide__ = True
+        name = server if isinstance(server, str) else server.name
+        key = _key(name, workload, concurrency, repeats, load)
+        if key not in self._cache:
+            if load is None:
+                check_fills(workload, concurrency)
+            why = ""
+            if load is None and self._plans and key not in self._plans:
+                why = (
+                    f"a measurement no selected test declared ({name} @ C={concurrency}, "
+                    f"x{repeats}): add it to the test's @pytest.mark.sglang_measure so that "
+                    "it is taken while the server is up"
+                )
+            handle = self._server(server, why=why)
+            if key not in self._cache:
+                self._fill(handle, workload, concurrency, repeats, key, load=load)
+        result = self._cache[key]
+        self._record(result, self._handles.get(result.server))
+        self._recorded.add(id(result))
+        broken = broken_message(result, budget)
+        if broken is not None:
+            from pytest_sglang.errors import MeasurementFailed
+
+            self._fail(MeasurementFailed(broken))
+        return result
+
+    def _fill(
+        self,
+        handle: SGLangServer,
+        workload: Workload,
+        concurrency: int,
+        repeats: int,
+        key: _Key,
+        *,
+        load: OpenLoop | None = None,
+    ) -> None:
+        """Measure ``repeats`` runs on ``handle`` into the cache at ``key`` (``load``: open)."""
+        __tracebackhide__ = True
+
+        def take(runs: tuple[list[Measurement], ...]) -> None:
+            if load is None:
+                self._runner.note_cap(handle, concurrency)
+            with self.pool.measuring(handle, during=self._during):
+                for repeat in range(repeats):
+                    runs[0].append(self._run(handle, workload, concurrency, repeat, repeats, load))
+
+        (self._cache[key],) = self._taken(
+            (handle,), workload, concurrency, repeats, take, load=load
+        )
+
+    def _run(
         self,
         server: SGLangServer,
         workload: Workload,
         concurrency: int,
-        runs: list[Measurement],
-        schedule: Schedule,
+        repeat: int,
+        repeats: int,
+        load: OpenLoop | None = None,
+    ) -> Measurement:
+        """Take one run for this view's test (see :meth:`Runner.run`)."""
+        __tracebackhide__ = True
+        during, failed = self._during, self._server_failed
+        return self._runner.run(
+            server,
+            workload,
+            concurrency,
+            repeat,
+            repeats,
+            load=load,
+            during=during,
+            server_failed=failed,
+        )
+
+    def _taken(
+        self,
+        servers: tuple[SGLangServer, ...],
+        workload: Workload,
+        concurrency: int,
+        repeats: int,
+        take: Callable[[tuple[list[Measurement], ...]], None],
+        schedule: Schedule = "blocks",
         *,
         load: OpenLoop | None = None,
-    ) -> BenchResult:
-        """Return the result of ``runs``, keeping ``server`` for the report."""
-        self._handles[server.name] = server
-        return BenchResult.of(server, workload, concurrency, runs, schedule, load=load)
+    ) -> list[BenchResult]:
+        """Return the results of ``take``'s runs, one per server (neither cached nor recorded).
+
+        An ended measurement is recorded and fails the test; a cut one is recorded, labelled.
+        """
+        __tracebackhide__ = True
+        runs: tuple[list[Measurement], ...] = tuple([] for _ in servers)
+
+        def result(server: SGLangServer, taken: list[Measurement]) -> BenchResult:
+            self._handles[server.name] = server  # kept for the report
+            info = server.server_info
+            config = {k: info[k] for k in CONFIG_KEYS if k in info}
+            runs = tuple(map(packed, taken))
+            return BenchResult(
+                server.name,
+                workload,
+                concurrency,
+                runs,
+                config,
+                schedule,
+                server.url,
+                open_loop=load,
+                not_applicable=server.not_applicable,
+            )
+
+        try:
+            take(runs)
+        except Interrupted as stop:
+            side = runs[servers.index(stop.server)]
+            side.append(stop.measurement)
+            self._record(result(stop.server, side), stop.server)
+            self._fail(stop.error)
+        except BaseException as error:  # a test timeout or Ctrl-C
+            from pytest_sglang.measure.measurement import measure
+
+            for server, taken in zip(servers, runs, strict=True):
+                finished = list(taken)
+                interrupted = self._runner.take_cut(server.name)
+                if interrupted is not None and interrupted.measured:
+                    try:
+                        finished.append(packed(measure(interrupted)))
+                    except ValueError:
+                        pass  # too little to measure: the finished runs stand alone
+                if not finished:
+                    continue  # nothing finished: the test's own failure says what cut it
+                cut = f"{cut_by(error)}, in run {len(taken) + 1} of {repeats}"
+                whole = result(server, finished)
+                self._record(replace(whole, cut=cut, finished_runs=len(taken)), server)
+                self._progress(f"sglang: the measurement {whole.label()} was cut: {cut}")
+            raise
+        return [result(server, taken) for server, taken in zip(servers, runs, strict=True)]
+
+
+def _key(
+    server: str, workload: Workload, concurrency: int, repeats: int, load: OpenLoop | None = None
+) -> _Key:
+    """Return the session cache's key of a measurement."""
+    what = workload.key() if load is None else f"{workload.key()}|{load.key()}"
+    return (server, what, concurrency, repeats)

@@ -11,6 +11,7 @@ do not add up, so :func:`summary_line` shows the TTFT's own beside them.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,15 +20,7 @@ from typing import Any
 from pytest_sglang.loadgen.records import RequestRecord
 from pytest_sglang.measure.distribution import Distribution
 
-__all__ = [
-    "PARTS",
-    "TtftBreakdown",
-    "TtftSplit",
-    "breakdown_summary",
-    "split_ttft",
-    "summary_line",
-    "ttft_breakdown",
-]
+__all__ = ["PARTS", "breakdown_summary", "split_ttft", "summary_line", "ttft_breakdown"]
 
 #: The parts of a split, in order; ``server_other`` and ``transport`` only with the server's
 #: receive and send timestamps.
@@ -48,22 +41,21 @@ class TtftSplit:
 
 def split_ttft(record: RequestRecord) -> TtftSplit | None:
     """Split ``record``'s TTFT, or ``None`` without a TTFT or the server's timings."""
-    ttft = record.ttft
-    times = record.server_times
-    if ttft is None or not times or record.error is not None:
+    ttft, times = record.ttft, record.server_times or {}
+    if ttft is None or record.error is not None or "queue_time" not in times:
         return None
-    try:
-        queue = times["queue_time"]
-        prefill = times["prefill_finished_time"] - times["forward_entry_time"]
-    except KeyError:
+    if "prefill_finished_time" not in times or "forward_entry_time" not in times:
         return None
-    rest = ttft - queue - prefill
-    received = times.get("request_received_ts")
-    sent = times.get("response_sent_to_client_ts")
+    queue = times["queue_time"]
+    prefill = times["prefill_finished_time"] - times["forward_entry_time"]
+    split = TtftSplit(ttft, queue, prefill, ttft - queue - prefill)
+    received, sent = times.get("request_received_ts"), times.get("response_sent_to_client_ts")
     if received is None or sent is None:
-        return TtftSplit(ttft, queue, prefill, rest)
+        return split
     server = sent - received
-    return TtftSplit(ttft, queue, prefill, rest, server - queue - prefill, ttft - server)
+    return dataclasses.replace(
+        split, server_other=server - queue - prefill, transport=ttft - server
+    )
 
 
 @dataclass(frozen=True)
@@ -81,61 +73,38 @@ class TtftBreakdown:
     #: Per request: ``|queue + prefill + rest - ttft|``, the median (0 by construction).
     residual_p50: float = 0.0
 
-    def part(self, name: str) -> Distribution | None:
-        """Return the distribution of part ``name`` (:data:`PARTS`) or ``ttft``."""
-        value = getattr(self, name)
-        return value if isinstance(value, Distribution) else None
-
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON: counts, and each part's distribution (seconds)."""
-        data: dict[str, Any] = {"requests": self.requests, "split": self.split,
-                                "residual_p50": self.residual_p50}  # fmt: skip
-        for name in ("ttft", *PARTS):
-            dist = self.part(name)
-            data[name] = None if dist is None else dist.as_dict()
-        return data
+        return dataclasses.asdict(self)
 
 
 def ttft_breakdown(records: Iterable[RequestRecord]) -> TtftBreakdown | None:
     """Split a run's (measured) records' TTFT; ``None`` when no request can be split."""
     with_ttft = [r for r in records if r.ok and r.ttft is not None]
-    splits = [s for s in (split_ttft(r) for r in with_ttft) if s is not None]
+    splits = [s for s in map(split_ttft, with_ttft) if s is not None]
     if not splits:
         return None
-
-    def dist(values: Sequence[float]) -> Distribution:
-        result = Distribution.of(values)
-        assert result is not None
-        return result
-
-    other = [s.server_other for s in splits if s.server_other is not None]
-    transport = [s.transport for s in splits if s.transport is not None]
-    complete = len(other) == len(splits)
+    parts: dict[str, Any] = {}
+    for name in ("ttft", *PARTS):
+        values = [v for s in splits if (v := getattr(s, name)) is not None]
+        parts[name] = Distribution.of(values) if len(values) == len(splits) else None
+    residuals = (abs(s.queue + s.prefill + s.rest - s.ttft) for s in splits)
     return TtftBreakdown(
-        requests=len(with_ttft),
-        split=len(splits),
-        ttft=dist([s.ttft for s in splits]),
-        queue=dist([s.queue for s in splits]),
-        prefill=dist([s.prefill for s in splits]),
-        rest=dist([s.rest for s in splits]),
-        server_other=dist(other) if complete else None,
-        transport=dist(transport) if complete else None,
-        residual_p50=statistics.median(abs(s.queue + s.prefill + s.rest - s.ttft) for s in splits),
+        len(with_ttft), len(splits), residual_p50=statistics.median(residuals), **parts
     )
 
 
 def breakdown_summary(runs: Sequence[Any]) -> dict[str, Any] | None:
-    """Medians over runs of each part's p50 and p99 (seconds), for evidence and reports.
+    """Medians over runs (measurements) of each part's p50 and p99 (seconds), or None.
 
-    ``runs`` are measurements (anything with ``records``); ``None`` when no run could be
-    split (the server reported no timings).
+    None when no run could be split (the server reported no timings).
     """
-    breakdowns = [b for b in (ttft_breakdown(getattr(r, "records", ())) for r in runs) if b]
+    breakdowns = [b for b in (ttft_breakdown(r.records) for r in runs) if b]
     if not breakdowns:
         return None
     summary: dict[str, Any] = {"runs": len(breakdowns), "of_runs": len(runs)}
     for name in ("ttft", *PARTS):
-        dists = [d for d in (b.part(name) for b in breakdowns) if d is not None]
+        dists: list[Distribution] = [d for b in breakdowns if (d := getattr(b, name))]
         if len(dists) == len(breakdowns):
             summary[name] = {
                 "p50": statistics.median(d.p50 for d in dists),

@@ -32,8 +32,6 @@ __all__ = [
 
 #: How many characters of each failure kind's example a message quotes.
 _EXAMPLE_CHARS = 300
-#: Checks a budget of its own governs (``allow_errors``).
-_BUDGETED = frozenset({"no_failed_requests"})
 
 
 def _refuse(
@@ -100,20 +98,18 @@ def open_loop_of(
     ``concurrency`` is None where the call gave none: a closed loop's concurrency and an open
     loop's rate exclude each other; an open loop's cap is ``max_concurrency``.
     """
-    if rate is None:
-        if max_concurrency is not None:
-            raise ValueError(
-                "max_concurrency caps an open loop: give its rate too, e.g. "
-                "sglang_bench(server, workload, rate=20.0, max_concurrency=64)"
-            )
-        return None
-    if concurrency is not None:
+    if rate is None and max_concurrency is not None:
+        raise ValueError(
+            "max_concurrency caps an open loop: give its rate too, e.g. "
+            "sglang_bench(server, workload, rate=20.0, max_concurrency=64)"
+        )
+    if rate is not None and concurrency is not None:
         raise ValueError(
             f"give concurrency (a closed loop) or rate (an open loop), not both (got "
             f"concurrency={concurrency!r}, rate={rate!r}); cap the requests an open loop "
             "keeps in flight with max_concurrency"
         )
-    return OpenLoop(rate, arrival, max_concurrency)
+    return None if rate is None else OpenLoop(rate, arrival, max_concurrency)
 
 
 @dataclass(frozen=True)
@@ -128,24 +124,20 @@ class Budget:
         """Return the budget of a call's ``allow_errors`` and ``allow_checks``."""
         from pytest_sglang.measure.checks import CHECK_NAMES
 
-        if (
-            isinstance(allow_errors, bool)
-            or not isinstance(allow_errors, int | float)
-            or not 0.0 <= allow_errors <= 1.0
-        ):
-            error = ValueError if isinstance(allow_errors, int | float) else TypeError
-            wanted = "between 0 and 1 (the fraction of each run's requests that may fail)"
-            _refuse(error, "allow_errors", wanted, allow_errors, "allow_errors=0.05")
+        wanted = "between 0 and 1 (the fraction of each run's requests that may fail)"
+        if not isinstance(allow_errors, int | float) or isinstance(allow_errors, bool):
+            _refuse(TypeError, "allow_errors", wanted, allow_errors, "allow_errors=0.05")
+        if not 0.0 <= allow_errors <= 1.0:
+            _refuse(ValueError, "allow_errors", wanted, allow_errors, "allow_errors=0.05")
         if isinstance(allow_checks, str) or not isinstance(allow_checks, Iterable):
             wanted, example = "a list of validity check names", 'allow_checks=["token_counts"]'
             _refuse(TypeError, "allow_checks", wanted, allow_checks, example)
         checks = frozenset(allow_checks)
-        for name in sorted(checks, key=str):
-            if name not in CHECK_NAMES:
-                raise ValueError(
-                    f"allow_checks: no validity check {name!r}; the checks are "
-                    f"{', '.join(CHECK_NAMES)} (docs/metrics.md, 'Validity checks')"
-                )
+        for name in sorted(checks - set(CHECK_NAMES), key=str):
+            raise ValueError(
+                f"allow_checks: no validity check {name!r}; the checks are "
+                f"{', '.join(CHECK_NAMES)} (docs/metrics.md, 'Validity checks')"
+            )
         return cls(float(allow_errors), checks)
 
 
@@ -160,31 +152,30 @@ def broken_message(result: BenchResult, budget: Budget) -> str | None:
 
 def failed_requests_message(result: BenchResult, allow_errors: float) -> str | None:
     """Return why ``result`` breaks its error budget (None when every run keeps it)."""
-    over = [
-        (index, run)
-        for index, run in enumerate(result.runs)
+    over = {
+        i: run
+        for i, run in enumerate(result.runs)
         if run.requests and run.failed / run.requests > allow_errors
-    ]
+    }
     if not over:
         return None
-    failed = sum(run.failed for _, run in over)
-    requests = sum(run.requests for _, run in over)
+    failed = sum(run.failed for run in over.values())
+    requests = sum(run.requests for run in over.values())
     budget = (
         "no failed request is allowed"
         if allow_errors == 0
         else f"at most {allow_errors:.1%} of each run's requests may fail"
     )
-    runs = ", ".join(f"run {i + 1}: {run.failed} of {run.requests}" for i, run in over)
-    lines = [
-        f"the measurement of {result.label()} ({result.url}) is broken: {failed} of {requests} "
-        f"measured requests failed ({runs}); {budget}",
-    ]
-    lines += failure_kinds([run for _, run in over])
-    lines.append(
-        "  fix: find out why the server failed them (its log); if failures are expected, "
-        "allow them: sglang_bench(..., allow_errors=0.05)"
+    runs = ", ".join(f"run {i + 1}: {run.failed} of {run.requests}" for i, run in over.items())
+    return "\n".join(
+        [
+            f"the measurement of {result.label()} ({result.url}) is broken: {failed} of "
+            f"{requests} measured requests failed ({runs}); {budget}",
+            *failure_kinds(list(over.values())),
+            "  fix: find out why the server failed them (its log); if failures are expected, "
+            "allow them: sglang_bench(..., allow_errors=0.05)",
+        ]
     )
-    return "\n".join(lines)
 
 
 def failed_checks_message(result: BenchResult, allowed: frozenset[str]) -> str | None:
@@ -194,25 +185,26 @@ def failed_checks_message(result: BenchResult, allowed: frozenset[str]) -> str |
     """
     from pytest_sglang.measure.checks import LOAD_CHECKS
 
-    failed: dict[str, list[int]] = {}
-    lines = []
-    for index, run in enumerate(result.runs):
-        for check in run.checks:
-            if check.passed is False and check.name not in allowed | _BUDGETED | LOAD_CHECKS:
-                failed.setdefault(check.name, []).append(index)
-                lines.append(f"  run {index + 1}: {check.name}: {check.detail}")
+    skip = allowed | LOAD_CHECKS | {"no_failed_requests"}
+    failed = [
+        (index, check)
+        for index, run in enumerate(result.runs)
+        for check in run.checks
+        if check.passed is False and check.name not in skip
+    ]
     if not failed:
         return None
-    names = ", ".join(f'"{name}"' for name in failed)
+    names = list(dict.fromkeys(check.name for _, check in failed))
+    quoted = ", ".join(f'"{name}"' for name in names)
     return "\n".join(
         [
             f"the measurement of {result.label()} ({result.url}) is invalid: a validity "
-            f"check failed ({', '.join(failed)}), so its figures are not what the workload "
+            f"check failed ({', '.join(names)}), so its figures are not what the workload "
             "asked for",
-            *lines,
+            *(f"  run {i + 1}: {check.name}: {check.detail}" for i, check in failed),
             "  fix: find out why (docs/metrics.md, 'Validity checks'); if the server is known "
             f"to fail it and the figures still serve, allow it: sglang_bench(..., "
-            f"allow_checks=[{names}])",
+            f"allow_checks=[{quoted}])",
         ]
     )
 
@@ -226,12 +218,10 @@ def failure_kinds(runs: Sequence[Measurement]) -> list[str]:
         return []
     lines = ["  failures by kind (the server's answer quoted):"]
     for kind, records in ranked[:ERROR_KINDS]:
-        count, example = len(records), records[0].error or ""
-        if example.startswith(kind + ": "):
-            example = example[len(kind) + 2 :]
+        example = (records[0].error or "").removeprefix(kind + ": ")
         if len(example) > _EXAMPLE_CHARS:
             example = example[:_EXAMPLE_CHARS] + " …"
-        lines.append(f"    {count} x {kind}: {example}")
+        lines.append(f"    {len(records)} x {kind}: {example}")
     if len(ranked) > ERROR_KINDS:
         lines.append(f"    ... and {len(ranked) - ERROR_KINDS} other kinds")
     return lines
@@ -240,18 +230,12 @@ def failure_kinds(runs: Sequence[Measurement]) -> list[str]:
 def impossible_counts_message(result: BenchResult) -> str | None:
     """Return why ``result``'s token counts cannot be right (negative), or None."""
     for index, run in enumerate(result.runs):
-        bad = [
-            r
-            for r in run.records
-            if (r.output_tokens is not None and r.output_tokens < 0)
-            or (r.prompt_tokens is not None and r.prompt_tokens < 0)
-        ]
+        bad = [r for r in run.records if min(r.output_tokens or 0, r.prompt_tokens or 0) < 0]
         if bad or run.output_tokens < 0 or run.input_tokens < 0:
-            example = bad[0] if bad else None
             detail = (
-                f" (e.g. request {example.index}: completion_tokens {example.output_tokens}, "
-                f"prompt_tokens {example.prompt_tokens})"
-                if example is not None
+                f" (e.g. request {bad[0].index}: completion_tokens {bad[0].output_tokens}, "
+                f"prompt_tokens {bad[0].prompt_tokens})"
+                if bad
                 else ""
             )
             return (

@@ -5,6 +5,7 @@ Each check, its floor and what a failure means: ``docs/metrics.md``, "Validity c
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Sequence
@@ -13,7 +14,6 @@ from typing import Any
 
 from pytest_sglang.gpu.telemetry import RunTelemetry
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
-from pytest_sglang.loadgen.workload import Workload
 
 __all__ = ["CHECK_NAMES", "LOAD_CHECKS", "Check", "error_kind", "errors_by_kind", "run_checks"]
 
@@ -32,6 +32,14 @@ CONCURRENCY_SLACK = 0.05
 #: Open loop: allowed send lag, fixed part (seconds) and fraction of the mean arrival gap.
 SCHEDULE_LAG_FIXED = 0.05
 SCHEDULE_LAG_FRACTION = 0.1
+#: The client is saturated when its process uses this much of a core (asyncio runs on one).
+CLIENT_CPU_LIMIT = 0.9
+#: Loop lag above a quarter of the median chunk gap (and 2 ms) is reported, not judged: only a
+#: saturated core says the client could not keep up (``docs/metrics.md``, "Client saturation").
+CLIENT_LAG_SHARE = 0.25
+CLIENT_LAG_FLOOR = 0.002
+#: How many kinds of failure a check or a failure message lists.
+ERROR_KINDS = 5
 
 
 @dataclass(frozen=True)
@@ -44,13 +52,22 @@ class Check:
 
     def as_dict(self) -> dict[str, Any]:
         """Return plain JSON types."""
-        return {"name": self.name, "passed": self.passed, "detail": self.detail}
+        return dataclasses.asdict(self)
 
 
-#: How many kinds of failure a check or a failure message lists.
-ERROR_KINDS = 5
-#: How long an error message's head may be to serve as its kind.
-_KIND_MAX = 60
+def error_kind(message: str) -> str:
+    """Return the kind of an error: its message's head before ``": "`` (``HTTP 503``)."""
+    head = message.split(": ", 1)[0]
+    return message[:60] if len(head) > 60 or "'" in head else head
+
+
+def errors_by_kind(records: Sequence[RequestRecord]) -> list[tuple[str, list[RequestRecord]]]:
+    """Return the failed ``records`` grouped by :func:`error_kind`, the most frequent first."""
+    kinds: dict[str, list[RequestRecord]] = {}
+    for r in records:
+        if not r.ok:
+            kinds.setdefault(error_kind(r.error or ""), []).append(r)
+    return sorted(kinds.items(), key=lambda item: -len(item[1]))
 
 
 def run_checks(
@@ -66,130 +83,105 @@ def run_checks(
     ``records``: the measured ones, ``done``: the completed ones; ``duration``: the window,
     ``realised``: the realised concurrency, ``longest``: the longest e2e latency (seconds).
     """
-    checks = [
-        _check_failures(records),
-        _check_tokens_counted(done, run.workload.stream),
-        _check_output_length(run.workload, done),
-        _check_token_counts(done),
-        _check_input_length(run.workload, done),
-    ]
-    if run.mode == "closed" and run.concurrency is not None:
-        units, tail, unit = len(records), longest, "request"
-        if run.workload.turns is not None:
-            spans = _session_spans(run.workload, records)
-            units, tail, unit = len(spans), max(spans, default=longest), "session"
-        concurrency = _check_concurrency(
-            run.concurrency, units, realised, tail, duration, unit, records
+    workload, stream = run.workload, run.workload.stream
+    failed = [r for r in records if not r.ok]
+    if failed:
+        ranked = errors_by_kind(failed)
+        parts = [
+            f"{len(rs)} x {kind} (e.g. request {rs[0].index}: {rs[0].error})"
+            for kind, rs in ranked[:ERROR_KINDS]
+        ]
+        if len(ranked) > ERROR_KINDS:
+            parts.append(f"{len(ranked) - ERROR_KINDS} other kinds")
+        detail = f"{len(failed)} of {len(records)} measured requests failed: {'; '.join(parts)}"
+        checks = [Check("no_failed_requests", False, detail)]
+    else:
+        detail = f"all {len(records)} measured requests completed"
+        checks = [Check("no_failed_requests", True, detail)]
+
+    uncounted = [r for r in done if not r.output_tokens or (stream and not sum(r.chunk_tokens))]
+    if uncounted:
+        first = uncounted[0]
+        detail = (
+            f"{len(uncounted)} of {len(done)} completed requests counted no generated tokens "
+            f"(request {first.index}: server count {first.output_tokens_server}, client count "
+            f"{first.output_tokens_client}, {len(first.chunk_tokens)} token chunks): the "
+            "response arrived but its tokens could not be counted; the server sent no usage the "
+            "client understands (stream_options.include_usage ignored?), so throughput would "
+            "read 0"
         )
-        failed = len(records) - len(done)
-        if failed and concurrency.passed is False:
-            # Failed requests turn slots over fast; ``no_failed_requests`` judges them.
-            concurrency = Check(
-                "concurrency",
-                None,
-                f"{concurrency.detail}; not judged: {failed} failed requests turned their "
-                "slots over faster than served ones",
-            )
-        checks.append(concurrency)
+        checks.append(Check("tokens_counted", False, detail))
+    else:
+        detail = f"every one of {len(done)} completed requests counted tokens"
+        checks.append(Check("tokens_counted", True, detail))
+
+    counted = [r for r in done if r.output_tokens is not None]
+    wrong = [r for r in counted if r.output_tokens != r.output_len]
+    asked = "number of tokens"
+    if {r.output_len for r in counted} == {workload.output_len}:
+        asked = f"{workload.output_len} tokens"
+    if not counted:
+        checks.append(
+            Check("output_length", None, "no completed request reported its output length")
+        )
+    elif wrong:
+        sample = ", ".join(
+            f"request {r.index}: {r.output_tokens} of {r.output_len}" for r in wrong[:3]
+        )
+        detail = (
+            f"{len(wrong)} of {len(counted)} requests did not generate the requested {asked} "
+            f"({sample}); is ignore_eos honoured, does the context length fit input_len + "
+            "output_len?"
+        )
+        checks.append(Check("output_length", False, detail))
+    else:
+        detail = f"all {len(counted)} completed requests generated the {asked}"
+        checks.append(Check("output_length", True, detail))
+
+    checks.append(_token_counts(done))
+    checks.append(_input_length(run, done))
+    if run.mode == "closed" and run.concurrency is not None:
+        checks.append(_concurrency(run, records, len(failed), realised, longest, duration))
     if run.mode == "open" and run.rate:
-        checks.append(_check_schedule(run.rate, records))
-    checks.append(_check_chunk_counts(done, run.workload.stream))
-    checks.append(_check_client(run, done))
-    checks.append(_check_retries(records))
+        lags = [r.sent - r.scheduled for r in records if r.scheduled is not None]
+        allowed = SCHEDULE_LAG_FIXED + SCHEDULE_LAG_FRACTION / run.rate
+        if lags:
+            detail = (
+                f"largest send delay behind schedule {max(lags) * 1000:.1f} ms (allowed "
+                f"{allowed * 1000:.1f} ms at {run.rate:g} requests/s)"
+            )
+            checks.append(Check("schedule", max(lags) <= allowed, detail))
+        else:
+            checks.append(Check("schedule", None, "no request had a schedule"))
+
+    inexact = [r for r in done if not r.chunk_tokens_exact]
+    if not stream:
+        checks.append(Check("chunk_token_counts", None, "not streamed: no chunks"))
+    elif inexact:
+        detail = (
+            f"{len(inexact)} requests had no per-chunk token counts (the server ignored "
+            "stream_options.continuous_usage_stats); their tokens were spread evenly over their "
+            "chunks: per-token ITL percentiles are approximate, its mean and ITL per chunk exact"
+        )
+        checks.append(Check("chunk_token_counts", None, detail))
+    else:
+        detail = "every chunk's token count came from the server"
+        checks.append(Check("chunk_token_counts", True, detail))
+    checks.append(_client(run, done))
+
+    retried = sum(1 for r in records if r.retries)
+    detail = (
+        f"{retried} of {len(records)} measured requests failed on a reused connection before "
+        "any response byte (the server had closed it) and were sent again on a fresh one; "
+        "counted once each, not as failures"
+        if retried
+        else "no request needed a fresh connection"
+    )
+    checks.append(Check("connection_retries", True, detail))
     return tuple(checks)
 
 
-def _check_failures(records: Sequence[RequestRecord]) -> Check:
-    failed = [r for r in records if not r.ok]
-    if not failed:
-        return Check("no_failed_requests", True, f"all {len(records)} measured requests completed")
-    ranked = errors_by_kind(failed)
-    parts = [
-        f"{len(rs)} x {kind} (e.g. request {rs[0].index}: {rs[0].error})"
-        for kind, rs in ranked[:ERROR_KINDS]
-    ]
-    if len(ranked) > ERROR_KINDS:
-        parts.append(f"{len(ranked) - ERROR_KINDS} other kinds")
-    return Check(
-        "no_failed_requests",
-        False,
-        f"{len(failed)} of {len(records)} measured requests failed: {'; '.join(parts)}",
-    )
-
-
-def error_kind(message: str) -> str:
-    """Return the kind of an error: its message's head before ``": "`` (``HTTP 503``)."""
-    head = message.split(": ", 1)[0]
-    if len(head) > _KIND_MAX or "'" in head:
-        head = message[:_KIND_MAX]
-    return head
-
-
-def errors_by_kind(records: Sequence[RequestRecord]) -> list[tuple[str, list[RequestRecord]]]:
-    """Return the failed ``records`` grouped by :func:`error_kind`, the most frequent first."""
-    kinds: dict[str, list[RequestRecord]] = {}
-    for r in records:
-        if not r.ok:
-            kinds.setdefault(error_kind(r.error or ""), []).append(r)
-    return sorted(kinds.items(), key=lambda item: -len(item[1]))
-
-
-def _check_tokens_counted(done: Sequence[RequestRecord], stream: bool) -> Check:
-    uncounted = [r for r in done if not r.output_tokens or (stream and not sum(r.chunk_tokens))]
-    if not uncounted:
-        return Check(
-            "tokens_counted", True, f"every one of {len(done)} completed requests counted tokens"
-        )
-    first = uncounted[0]
-    return Check(
-        "tokens_counted",
-        False,
-        f"{len(uncounted)} of {len(done)} completed requests counted no generated tokens "
-        f"(request {first.index}: server count {first.output_tokens_server}, client count "
-        f"{first.output_tokens_client}, {len(first.chunk_tokens)} token chunks): the response "
-        "arrived but its tokens could not be counted; the server sent no usage the client "
-        "understands (stream_options.include_usage ignored?), so throughput would read 0",
-    )
-
-
-def _check_retries(records: Sequence[RequestRecord]) -> Check:
-    retried = sum(1 for r in records if r.retries)
-    if not retried:
-        return Check("connection_retries", True, "no request needed a fresh connection")
-    return Check(
-        "connection_retries",
-        True,
-        f"{retried} of {len(records)} measured requests failed on a reused connection before "
-        "any response byte (the server had closed it) and were sent again on a fresh one; "
-        "counted once each, not as failures",
-    )
-
-
-def _check_output_length(workload: Workload, done: Sequence[RequestRecord]) -> Check:
-    counted = [r for r in done if r.output_tokens is not None]
-    if not counted:
-        return Check("output_length", None, "no completed request reported its output length")
-    wrong = [r for r in counted if r.output_tokens != r.output_len]
-    asked = (
-        f"{workload.output_len} tokens"
-        if {r.output_len for r in counted} == {workload.output_len}
-        else "number of tokens"
-    )
-    if not wrong:
-        return Check(
-            "output_length", True, f"all {len(counted)} completed requests generated the {asked}"
-        )
-    sample = ", ".join(f"request {r.index}: {r.output_tokens} of {r.output_len}" for r in wrong[:3])
-    return Check(
-        "output_length",
-        False,
-        f"{len(wrong)} of {len(counted)} requests did not generate the requested "
-        f"{asked} ({sample}); is ignore_eos honoured, does the context "
-        f"length fit input_len + output_len?",
-    )
-
-
-def _check_token_counts(done: Sequence[RequestRecord]) -> Check:
+def _token_counts(done: Sequence[RequestRecord]) -> Check:
     compared = 0
     wrong: list[str] = []
     for r in done:
@@ -206,86 +198,84 @@ def _check_token_counts(done: Sequence[RequestRecord]) -> Check:
             if sum(r.chunk_tokens) != server:
                 wrong.append(f"request {r.index}: chunks {sum(r.chunk_tokens)}, server {server}")
     if compared == 0:
-        return Check(
-            "token_counts", None, "no request had both a client-side and a server-side count"
-        )
+        detail = "no request had both a client-side and a server-side count"
+        return Check("token_counts", None, detail)
     if wrong:
-        return Check(
-            "token_counts",
-            False,
-            f"{len(wrong)} requests' token counts disagree ({'; '.join(wrong[:3])})",
-        )
+        detail = f"{len(wrong)} requests' token counts disagree ({'; '.join(wrong[:3])})"
+        return Check("token_counts", False, detail)
     return Check("token_counts", True, f"client and server counts agree ({compared} compared)")
 
 
-def _check_input_length(workload: Workload, done: Sequence[RequestRecord]) -> Check:
+def _input_length(run: LoadRun, done: Sequence[RequestRecord]) -> Check:
+    workload = run.workload
     reported = [r.prompt_tokens for r in done if r.prompt_tokens is not None]
     if not reported:
         return Check("input_length", None, "the server reported no prompt_tokens")
     mean = sum(reported) / len(reported)
     if workload.dataset is not None or workload.turns is not None:
         estimate = sum(r.input_len for r in done) / len(done)
-        return Check(
-            "input_length",
-            None,
+        detail = (
             f"text prompts ({'dataset' if workload.dataset else 'multi-turn sessions'}): the "
             f"server counted {mean:.1f} prompt tokens on average (estimated {estimate:.1f}); "
-            "each record keeps the server's count",
+            "each record keeps the server's count"
         )
+        return Check("input_length", None, detail)
     if workload.endpoint == "chat":
-        return Check(
-            "input_length",
-            None,
+        detail = (
             f"chat: the server saw {mean:.1f} prompt tokens on average for a message of "
             f"~{workload.input_len} words ({mean - workload.input_len:+.1f}: the chat template "
-            f"and tokenization)",
+            "and tokenization)"
         )
+        return Check("input_length", None, detail)
     wrong = [r for r in done if r.prompt_tokens is not None and r.prompt_tokens != r.input_len]
     if not wrong:
         return Check("input_length", True, "every prompt had the requested tokens on the server")
     sample = ", ".join(f"request {r.index}: {r.prompt_tokens} of {r.input_len}" for r in wrong[:3])
-    return Check(
-        "input_length",
-        False,
+    detail = (
         f"{len(wrong)} of {len(reported)} prompts did not have the requested tokens on the "
-        f"server ({sample}; mean {mean:.1f})",
+        f"server ({sample}; mean {mean:.1f})"
     )
+    return Check("input_length", False, detail)
 
 
-def _session_spans(workload: Workload, records: Sequence[RequestRecord]) -> list[float]:
-    """Return each multi-turn session's span: its first send to its last end (seconds)."""
-    bounds: dict[int, tuple[float, float]] = {}
-    for r in records:
-        if r.end is None:
-            continue
-        session = workload.session(r.index)[0]
-        first, last = bounds.get(session, (r.sent, r.end))
-        bounds[session] = (min(first, r.sent), max(last, r.end))
-    return [last - first for first, last in bounds.values()]
-
-
-def _check_concurrency(
-    concurrency: int,
-    requests: int,
+def _concurrency(
+    run: LoadRun,
+    records: Sequence[RequestRecord],
+    failed: int,
     realised: float,
     longest: float,
     duration: float,
-    unit: str = "request",
-    records: Sequence[RequestRecord] = (),
 ) -> Check:
+    """Whether the closed loop held its slots full, allowing a ramp-down tail."""
+    concurrency = run.concurrency or 0
+    units, unit = len(records), "request"
+    if run.workload.turns is not None:  # a session holds its slot from first send to last end
+        bounds: dict[int, tuple[float, float]] = {}
+        for r in records:
+            if r.end is not None:
+                session = run.workload.session(r.index)[0]
+                first, last = bounds.get(session, (r.sent, r.end))
+                bounds[session] = (min(first, r.sent), max(last, r.end))
+        spans = [last - first for first, last in bounds.values()]
+        units, longest, unit = len(spans), max(spans, default=longest), "session"
     if duration <= 0:
         return Check("concurrency", None, "the run had no duration")
-    target = min(concurrency, requests)
+    target = min(concurrency, units)
     floor = target * max(0.0, 1 - longest / duration) * (1 - CONCURRENCY_SLACK)
-    ceiling = target * 1.001 + 1e-9
     detail = (
         f"realised {realised:.2f} for {concurrency} requested; allowed "
         f"[{floor:.2f}, {target}] (ramp-down tail of at most the longest {unit}, "
         f"{longest:.3g} s of {duration:.3g} s)"
     )
-    passed = floor <= realised <= ceiling
+    passed: bool | None = floor <= realised <= target * 1.001 + 1e-9
     if realised < floor:
         detail += _shortfall(floor, records)
+    if failed and not passed:  # failed requests turn slots over fast: the errors judge them
+        passed = None
+        detail += (
+            f"; not judged: {failed} failed requests turned their slots over faster than "
+            "served ones"
+        )
     return Check("concurrency", passed, detail)
 
 
@@ -311,52 +301,13 @@ def _shortfall(floor: float, records: Sequence[RequestRecord]) -> str:
     )
 
 
-def _check_schedule(rate: float, records: Sequence[RequestRecord]) -> Check:
-    lags = [r.sent - r.scheduled for r in records if r.scheduled is not None]
-    if not lags:
-        return Check("schedule", None, "no request had a schedule")
-    allowed = SCHEDULE_LAG_FIXED + SCHEDULE_LAG_FRACTION / rate
-    worst = max(lags)
-    return Check(
-        "schedule",
-        worst <= allowed,
-        f"largest send delay behind schedule {worst * 1000:.1f} ms (allowed "
-        f"{allowed * 1000:.1f} ms at {rate:g} requests/s)",
-    )
-
-
-def _check_chunk_counts(done: Sequence[RequestRecord], stream: bool) -> Check:
-    if not stream:
-        return Check("chunk_token_counts", None, "not streamed: no chunks")
-    inexact = [r for r in done if not r.chunk_tokens_exact]
-    if not inexact:
-        return Check("chunk_token_counts", True, "every chunk's token count came from the server")
-    return Check(
-        "chunk_token_counts",
-        None,
-        f"{len(inexact)} requests had no per-chunk token counts (the server ignored "
-        f"stream_options.continuous_usage_stats); their tokens were spread evenly over their "
-        f"chunks: per-token ITL percentiles are approximate, its mean and ITL per chunk exact",
-    )
-
-
-#: The client is saturated when its process uses this much of a core (asyncio runs on one).
-CLIENT_CPU_LIMIT = 0.9
-#: Loop lag above a quarter of the median chunk gap (and 2 ms) is reported, not judged: only a
-#: saturated core says the client could not keep up (``docs/metrics.md``, "Client saturation").
-CLIENT_LAG_SHARE = 0.25
-CLIENT_LAG_FLOOR = 0.002
-
-
-def _check_client(run: LoadRun, done: Sequence[RequestRecord]) -> Check:
+def _client(run: LoadRun, done: Sequence[RequestRecord]) -> Check:
     """Whether the load generator kept up (``docs/metrics.md``, "Client saturation")."""
     load = run.client
     if load is None or load.samples == 0:
         return Check("client_bound", None, "the client's own load was not measured")
-    gaps = sorted(
-        b - a for r in done for a, b in zip(r.chunk_times, r.chunk_times[1:], strict=False)
-    )
-    gap = gaps[len(gaps) // 2] if gaps else None
+    gaps = [b - a for r in done for a, b in zip(r.chunk_times, r.chunk_times[1:], strict=False)]
+    gap = sorted(gaps)[len(gaps) // 2] if gaps else None
     lag_limit = max(CLIENT_LAG_FLOOR, CLIENT_LAG_SHARE * gap) if gap else CLIENT_LAG_FLOOR
     detail = (
         f"client CPU {load.cpu_fraction:.2f} of a core (limit {CLIENT_CPU_LIMIT}), event-loop "
@@ -364,20 +315,18 @@ def _check_client(run: LoadRun, done: Sequence[RequestRecord]) -> Check:
         + (f", a quarter of the median chunk gap {gap * 1000:.1f} ms" if gap else "")
         + ")"
     )
-    late = load.lag_p99 > lag_limit
     bound = load.cpu_fraction >= CLIENT_CPU_LIMIT
-    if late and not bound:
-        return Check(
-            "client_bound",
-            None,
-            detail + ": the loop was late with CPU to spare, so other work (another process, "
-            "this one's other threads) held it back; the latencies may carry that delay",
-        )
     if bound:
         detail += (
             ": the client could not keep up and its figures measure itself; spread the load "
             "over processes (processes=N) or hosts"
         )
+    elif load.lag_p99 > lag_limit:
+        detail = (
+            detail + ": the loop was late with CPU to spare, so other work (another process, "
+            "this one's other threads) held it back; the latencies may carry that delay"
+        )
+        return Check("client_bound", None, detail)
     return Check("client_bound", not bound, detail)
 
 
@@ -385,29 +334,31 @@ def telemetry_checks(gpu: RunTelemetry) -> tuple[Check, ...]:
     """Return the checks of what the GPUs did during a run (``pytest_sglang.gpu.telemetry``)."""
     if gpu.samples == 0:
         return (Check("gpu_throttled", None, "no GPU telemetry was read"),)
-    throttled = Check(
-        "gpu_throttled",
-        gpu.throttled_fraction == 0,
-        "no GPU throttled"
-        if gpu.throttled_fraction == 0
-        else f"GPUs throttled in {gpu.throttled_fraction:.0%} of the samples "
-        f"({', '.join(gpu.throttle_reasons)}): the server ran below its clocks, so its figures "
-        "are not its capacity",
-    )
-    foreign = Check(
-        "gpu_foreign_process",
-        not gpu.foreign_pids,
-        "no other process appeared on the server's GPUs"
-        if not gpu.foreign_pids
-        else f"processes {', '.join(map(str, gpu.foreign_pids))} appeared on the server's GPUs "
-        "during the run and shared them",
-    )
+    throttled, foreign = gpu.throttled_fraction, gpu.foreign_pids
     errors = gpu.new_xid_errors + gpu.new_ecc_errors
-    hardware = Check(
-        "gpu_errors",
-        errors == 0,
-        "no new XID or ECC errors"
-        if errors == 0
-        else f"{gpu.new_xid_errors} XID and {gpu.new_ecc_errors} ECC errors during the run",
+    reasons = ", ".join(gpu.throttle_reasons)
+    return (
+        Check(
+            "gpu_throttled",
+            throttled == 0,
+            f"GPUs throttled in {throttled:.0%} of the samples ({reasons}): the server ran "
+            "below its clocks, so its figures are not its capacity"
+            if throttled
+            else "no GPU throttled",
+        ),
+        Check(
+            "gpu_foreign_process",
+            not foreign,
+            f"processes {', '.join(map(str, foreign))} appeared on the server's GPUs during the "
+            "run and shared them"
+            if foreign
+            else "no other process appeared on the server's GPUs",
+        ),
+        Check(
+            "gpu_errors",
+            errors == 0,
+            f"{gpu.new_xid_errors} XID and {gpu.new_ecc_errors} ECC errors during the run"
+            if errors
+            else "no new XID or ECC errors",
+        ),
     )
-    return (throttled, foreign, hardware)

@@ -8,12 +8,28 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Distribution", "percentile"]
+
+
+def _interpolate(at: Callable[[int], float], count: int, q: float) -> float:
+    """Return the *q*-th percentile of ``count`` ordered values, the ``i``-th being ``at(i)``."""
+    h = (count - 1) * (q / 100.0)  # numpy's order of operations, for identical rounding
+    lo = math.floor(h)
+    if lo >= count - 1:
+        return float(at(count - 1))
+    frac = h - lo
+    below, above = float(at(lo)), float(at(lo + 1))
+    if frac == 0.0 or below == above:
+        return below
+    # Same lerp as numpy: anchored on the nearer end, so q=100-ish values never overshoot.
+    diff = above - below
+    return above - diff * (1.0 - frac) if frac >= 0.5 else below + diff * frac
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -25,20 +41,9 @@ def percentile(values: Sequence[float], q: float) -> float:
         raise ValueError(f"percentile q must be between 0 and 100, got {q!r}")
     if len(values) == 0:
         raise ValueError("percentile of an empty sample is undefined")
-    xs = sorted(values)
-    if any(math.isnan(x) for x in xs):
+    if any(math.isnan(x) for x in values):
         raise ValueError("percentile: the sample holds NaN")
-    h = (len(xs) - 1) * (q / 100.0)  # numpy's order of operations, for identical rounding
-    lo = math.floor(h)
-    if lo >= len(xs) - 1:
-        return float(xs[-1])
-    frac = h - lo
-    below, above = float(xs[lo]), float(xs[lo + 1])
-    if frac == 0.0 or below == above:
-        return below
-    # Same lerp as numpy: anchored on the nearer end, so q=100-ish values never overshoot.
-    diff = above - below
-    return above - diff * (1.0 - frac) if frac >= 0.5 else below + diff * frac
+    return _interpolate(sorted(values).__getitem__, len(values), q)
 
 
 @dataclass(frozen=True)
@@ -56,49 +61,29 @@ class Distribution:
     @classmethod
     def of(cls, values: Sequence[float]) -> Distribution | None:
         """Summarise ``values``; ``None`` when there are none."""
-        if not values:
-            return None
-        ordered = sorted(values)
-        return cls(
-            count=len(ordered),
-            mean=math.fsum(ordered) / len(ordered),
-            p50=percentile(ordered, 50),
-            p90=percentile(ordered, 90),
-            p99=percentile(ordered, 99),
-            min=ordered[0],
-            max=ordered[-1],
-        )
+        return cls.weighted(values, [1] * len(values))
 
     @classmethod
     def weighted(cls, values: Sequence[float], weights: Sequence[int]) -> Distribution | None:
-        """Summarise ``values`` where value ``i`` occurs ``weights[i]`` times.
+        """Summarise ``values`` where value ``i`` occurs ``weights[i]`` times (per-token ITL).
 
-        Equals :meth:`of` on the expanded list, without building it (per-token ITL).
+        Equals :meth:`of` on the expanded list, without building it.
         """
         pairs = sorted((v, w) for v, w in zip(values, weights, strict=True) if w > 0)
         if not pairs:
             return None
-        cumulative: list[int] = []
-        total = 0
-        for _, weight in pairs:
-            total += weight
-            cumulative.append(total)
+        cumulative = list(itertools.accumulate(w for _, w in pairs))
+        total = cumulative[-1]
 
         def at(rank: int) -> float:
             return pairs[bisect.bisect_right(cumulative, rank)][0]
 
-        def percentile(q: float) -> float:
-            position = (total - 1) * q / 100
-            low = math.floor(position)
-            high = min(low + 1, total - 1)
-            return at(low) + (at(high) - at(low)) * (position - low)
-
         return cls(
             count=total,
             mean=math.fsum(v * w for v, w in pairs) / total,
-            p50=percentile(50),
-            p90=percentile(90),
-            p99=percentile(99),
+            p50=_interpolate(at, total, 50),
+            p90=_interpolate(at, total, 90),
+            p99=_interpolate(at, total, 99),
             min=pairs[0][0],
             max=pairs[-1][0],
         )
@@ -110,4 +95,4 @@ class Distribution:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Distribution:
         """Rebuild from :meth:`as_dict` output."""
-        return cls(**dict(data))
+        return cls(**data)

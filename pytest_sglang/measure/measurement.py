@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
@@ -87,16 +87,13 @@ class Measurement:
 
     def as_dict(self, *, include_records: bool = False) -> dict[str, Any]:
         """Return plain JSON types (``include_records``: times relative to the first send)."""
-        data: dict[str, Any] = {
-            "workload": self.workload.as_dict(),
-            **{name: getattr(self, name) for name in _SCALAR_FIELDS + _OPTIONAL_FIELDS},
-            "errors": [{"message": m, "count": n} for m, n in self.errors],
-            "checks": [c.as_dict() for c in self.checks],
-            "valid": self.valid,
-        }
-        for name in _DISTRIBUTIONS:
+        data: dict[str, Any] = {"workload": self.workload.as_dict()}
+        for name in _PLAIN:
             value = getattr(self, name)
-            data[name] = None if value is None else value.as_dict()
+            data[name] = value.as_dict() if isinstance(value, Distribution) else value
+        data["errors"] = [{"message": m, "count": n} for m, n in self.errors]
+        data["checks"] = [c.as_dict() for c in self.checks]
+        data["valid"] = self.valid
         if include_records:
             origin = min((r.sent for r in self.records), default=0.0)
             data["records"] = [r.as_dict(origin) for r in self.records]
@@ -105,67 +102,55 @@ class Measurement:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Measurement:
-        """Rebuild a measurement from :meth:`as_dict` output (records when it has them)."""
-        values = {k: data[k] for k in _SCALAR_FIELDS}
-        values.update({k: data.get(k) for k in _OPTIONAL_FIELDS})
+        """Rebuild a measurement from :meth:`as_dict` output (records when it has them).
+
+        Fields with a default were added later and may be missing.
+        """
+        values: dict[str, Any] = {n: data[n] if n in _REQUIRED else data.get(n) for n in _PLAIN}
         for name in _DISTRIBUTIONS:
-            raw = data.get(name)
-            values[name] = None if raw is None else Distribution.from_dict(raw)
+            values[name] = values[name] and Distribution.from_dict(values[name])
         return cls(
             workload=Workload.from_dict(data["workload"]),
             errors=tuple((e["message"], e["count"]) for e in data.get("errors", [])),
             checks=tuple(Check(**c) for c in data.get("checks", [])),
             records=tuple(RequestRecord.from_dict(r) for r in data.get("records", [])),
-            warmup_records=tuple(
-                RequestRecord.from_dict(r) for r in data.get("warmup_records", [])
-            ),
+            warmup_records=tuple(map(RequestRecord.from_dict, data.get("warmup_records", []))),
             **values,
         )
 
 
 _DISTRIBUTIONS = ("ttft", "itl", "itl_chunk", "tpot", "e2e_latency")
-_FIELDS = [
-    f
-    for f in fields(Measurement)
-    if f.name not in {"workload", "errors", "checks", "records", "warmup_records", *_DISTRIBUTIONS}
-]
-#: Every report has these; the fields with a default were added later and may be missing.
-_SCALAR_FIELDS = tuple(f.name for f in _FIELDS if f.default is MISSING)
-_OPTIONAL_FIELDS = tuple(f.name for f in _FIELDS if f.default is not MISSING)
+_OWN = {"workload", "errors", "checks", "records", "warmup_records"}
+#: The fields as_dict writes as they are (distributions as dicts).
+_PLAIN = tuple(f.name for f in fields(Measurement) if f.name not in _OWN)
+_REQUIRED = {f.name for f in fields(Measurement) if f.default is MISSING} - set(_DISTRIBUTIONS)
 
 
 def measure(run: LoadRun) -> Measurement:
     """Compute the :class:`Measurement` of ``run``'s measured requests."""
-    workload = run.workload
     records = run.measured
     done = [r for r in records if r.ok]
-    failed = len(records) - len(done)
-
-    sends = [r.sent for r in records]
+    start = min((r.sent for r in records), default=0.0)
     ends = [r.end for r in records if r.end is not None]
-    start = min(sends, default=0.0)
     duration = max(max(ends, default=start) - start, 0.0)
-
     output_tokens = sum(r.output_tokens or 0 for r in done)
-    input_tokens = sum(
-        r.prompt_tokens if r.prompt_tokens is not None else r.input_len for r in done
-    )
+    input_tokens = sum(r.input_len if r.prompt_tokens is None else r.prompt_tokens for r in done)
     e2es = [r.end - r.sent for r in records if r.end is not None]
     realised = math.fsum(e2es) / duration if duration > 0 else 0.0
+    # One (gap, tokens) per chunk after a request's first: per-chunk and per-token ITL.
+    gaps = [
+        (b - a, n)
+        for r in done
+        for a, b, n in zip(r.chunk_times, r.chunk_times[1:], r.chunk_tokens[1:], strict=False)
+    ]
+    spec = [r for r in done if r.spec_verify_ct and r.output_tokens_server is not None]
+    cached = [r for r in done if r.cached_tokens is not None and r.prompt_tokens]
 
-    gaps: list[float] = []
-    per_token: list[float] = []
-    weights: list[int] = []
-    for record in done:
-        times, tokens = record.chunk_times, record.chunk_tokens
-        for i in range(1, len(times)):
-            gap = times[i] - times[i - 1]
-            gaps.append(gap)
-            per_token.append(gap / tokens[i])
-            weights.append(tokens[i])
+    def rate(amount: float) -> float:
+        return amount / duration if duration > 0 else 0.0
 
     return Measurement(
-        workload=workload,
+        workload=run.workload,
         mode=run.mode,
         concurrency=run.concurrency,
         rate=run.rate,
@@ -174,46 +159,33 @@ def measure(run: LoadRun) -> Measurement:
         repeat=run.repeat,
         requests=len(records),
         completed=len(done),
-        failed=failed,
+        failed=len(records) - len(done),
         duration=duration,
         input_tokens=input_tokens,
         output_tokens=output_tokens,
-        output_throughput=_rate(output_tokens, duration),
-        total_throughput=_rate(input_tokens + output_tokens, duration),
-        request_throughput=_rate(len(done), duration),
+        output_throughput=rate(output_tokens),
+        total_throughput=rate(input_tokens + output_tokens),
+        request_throughput=rate(len(done)),
         ttft=Distribution.of([t for r in done if (t := r.ttft) is not None]),
-        itl=Distribution.weighted(per_token, weights),
-        itl_chunk=Distribution.of(gaps),
+        itl=Distribution.weighted([g / n for g, n in gaps], [n for _, n in gaps]),
+        itl_chunk=Distribution.of([g for g, _ in gaps]),
         tpot=Distribution.of([t for r in done if (t := r.tpot) is not None]),
         e2e_latency=Distribution.of([t for r in done if (t := r.e2e) is not None]),
-        acceptance_length=_acceptance_length(done),
+        # Requests without verify forwards (no speculation, or 0.5.5's spec_verify_ct 0)
+        # carry no information about acceptance and are left out of both sums.
+        acceptance_length=sum(r.output_tokens_server or 0 for r in spec)
+        / sum(r.spec_verify_ct or 0 for r in spec)
+        if spec
+        else None,
         realised_concurrency=realised,
         client_cpu_fraction=None if run.client is None else run.client.cpu_fraction,
         loop_lag_p99=None if run.client is None else run.client.lag_p99,
-        cache_hit_ratio=_cache_hit_ratio(done),
+        cache_hit_ratio=sum(r.cached_tokens or 0 for r in cached)
+        / sum(r.prompt_tokens or 0 for r in cached)
+        if cached
+        else None,
         errors=tuple(Counter(r.error for r in records if r.error).most_common(ERROR_SAMPLES)),
         checks=run_checks(run, records, done, duration, realised, max(e2es, default=0.0)),
         records=records,
         warmup_records=run.warmup_records,
     )
-
-
-def _rate(amount: float, duration: float) -> float:
-    return amount / duration if duration > 0 else 0.0
-
-
-def _acceptance_length(done: Sequence[RequestRecord]) -> float | None:
-    # Requests without verify forwards (no speculation, or 0.5.5's spec_verify_ct 0) carry
-    # no information about acceptance and are left out of both sums.
-    spec = [r for r in done if r.spec_verify_ct and r.output_tokens_server is not None]
-    if not spec:
-        return None
-    verify = sum(r.spec_verify_ct or 0 for r in spec)
-    return sum(r.output_tokens_server or 0 for r in spec) / verify
-
-
-def _cache_hit_ratio(done: Sequence[RequestRecord]) -> float | None:
-    reported = [r for r in done if r.cached_tokens is not None and r.prompt_tokens]
-    if not reported:
-        return None
-    return sum(r.cached_tokens or 0 for r in reported) / sum(r.prompt_tokens or 0 for r in reported)

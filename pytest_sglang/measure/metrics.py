@@ -1,7 +1,7 @@
 """The metric vocabulary: every metric's name, unit, direction and definition, once.
 
-A single number is addressed as ``"ttft.p99"``; a bare ``"ttft"`` means its mean
-(``docs/metrics.md``).
+A single number is addressed as ``"ttft.p99"``; a bare ``"ttft"`` means its mean; the full
+definitions are in ``docs/metrics.md``.
 """
 
 from __future__ import annotations
@@ -35,133 +35,27 @@ class MetricSpec:
         return "larger is better" if self.larger_is_better else "smaller is better"
 
 
-def _spec(
-    name: str,
-    unit: str,
-    larger_is_better: bool | None,
-    kind: Literal["scalar", "distribution"],
-    definition: str,
-) -> tuple[str, MetricSpec]:
-    return name, MetricSpec(name, unit, larger_is_better, kind, definition)
-
-
+_WINDOW = "of the completed measured requests / (last response end - first request sent)"
 METRICS: Mapping[str, MetricSpec] = MappingProxyType(
-    dict(
-        [
-            _spec(
-                "output_throughput",
-                "tok/s",
-                True,
-                "scalar",
-                "generated tokens of the completed measured requests / (last measured response "
-                "end - first measured request sent)",
-            ),
-            _spec(
-                "total_throughput",
-                "tok/s",
-                True,
-                "scalar",
-                "(prompt + generated tokens) of the completed measured requests / the same window",
-            ),
-            _spec(
-                "request_throughput",
-                "req/s",
-                True,
-                "scalar",
-                "completed measured requests / the same window",
-            ),
-            _spec(
-                "ttft",
-                "s",
-                False,
-                "distribution",
-                "time to first token: request sent -> first chunk carrying generated tokens, "
-                "one value per completed streamed request",
-            ),
-            _spec(
-                "itl",
-                "s",
-                False,
-                "distribution",
-                "inter-token latency per token: the gap between two chunks / the tokens the "
-                "later chunk carried, counted once per token (a 3-token chunk contributes 3 "
-                "values), so percentiles are token-weighted; the mean is sum(gaps) / tokens",
-            ),
-            _spec(
-                "itl_chunk",
-                "s",
-                False,
-                "distribution",
-                "inter-chunk latency: the gap between consecutive token-carrying chunks, one "
-                "value per gap (differs from itl when chunks carry several tokens, as under "
-                "speculative decoding)",
-            ),
-            _spec(
-                "tpot",
-                "s",
-                False,
-                "distribution",
-                "time per output token: (e2e - ttft) / (output tokens - 1), one value per "
-                "completed streamed request with at least 2 tokens",
-            ),
-            _spec(
-                "e2e_latency",
-                "s",
-                False,
-                "distribution",
-                "end-to-end latency: request sent -> response complete, per completed request",
-            ),
-            _spec(
-                "acceptance_length",
-                "tok/verify",
-                True,
-                "scalar",
-                "speculative acceptance length: sum(completion_tokens) / sum(spec_verify_ct) "
-                "over the completed measured requests (bonus token included; 1.0 = no gain); "
-                "None without speculative decoding",
-            ),
-            _spec(
-                "realised_concurrency",
-                "requests",
-                None,
-                "scalar",
-                "time-weighted mean of measured requests in flight over the window: "
-                "sum(e2e of all measured requests) / window",
-            ),
-            _spec(
-                "cache_hit_ratio",
-                "fraction",
-                None,
-                "scalar",
-                "prompt tokens served from the server's prefix cache / all prompt tokens, over "
-                "the completed requests that reported cached_tokens",
-            ),
-            _spec(
-                "client_cpu_fraction",
-                "cores",
-                None,
-                "scalar",
-                "the load generator's own CPU seconds per wall second over the measured "
-                "requests (1.0: one core busy); a client near 1.0 cannot keep up",
-            ),
-            _spec(
-                "loop_lag_p99",
-                "s",
-                False,
-                "scalar",
-                "p99 of how late the load generator's event loop woke from a 50 ms sleep "
-                "during the measured requests: the client's own delay on every chunk it read",
-            ),
-            _spec(
-                "failed",
-                "requests",
-                False,
-                "scalar",
-                "measured requests that failed (HTTP error, transport error, timeout, "
-                "incomplete stream)",
-            ),
-        ]
-    )
+    {
+        spec.name: spec
+        for spec in (
+            MetricSpec("output_throughput", "tok/s", True, "scalar", f"generated tokens {_WINDOW}"),
+            MetricSpec("total_throughput", "tok/s", True, "scalar", f"all tokens {_WINDOW}"),
+            MetricSpec("request_throughput", "req/s", True, "scalar", f"count {_WINDOW}"),
+            MetricSpec("ttft", "s", False, "distribution", "request sent -> first token chunk"),
+            MetricSpec("itl", "s", False, "distribution", "chunk gap / its tokens, per token"),
+            MetricSpec("itl_chunk", "s", False, "distribution", "gap between token chunks"),
+            MetricSpec("tpot", "s", False, "distribution", "(e2e - ttft) / (output tokens - 1)"),
+            MetricSpec("e2e_latency", "s", False, "distribution", "request sent -> response end"),
+            MetricSpec("acceptance_length", "tok/verify", True, "scalar", "tokens / verify calls"),
+            MetricSpec("realised_concurrency", "requests", None, "scalar", "sum(e2e) / window"),
+            MetricSpec("cache_hit_ratio", "fraction", None, "scalar", "cached / prompt tokens"),
+            MetricSpec("client_cpu_fraction", "cores", None, "scalar", "load generator's CPU"),
+            MetricSpec("loop_lag_p99", "s", False, "scalar", "p99 of the client's loop lag"),
+            MetricSpec("failed", "requests", False, "scalar", "measured requests that failed"),
+        )
+    }
 )
 
 

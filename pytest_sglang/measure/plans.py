@@ -6,7 +6,7 @@ They are taken while that server is up, so each profile launches once per sessio
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,6 @@ __all__ = [
     "PLANS_KEY",
     "Declared",
     "MeasurementPlans",
-    "declared_by_marker",
     "declared_measurements",
 ]
 
@@ -37,7 +36,10 @@ MEASURE_MARKER = (
     "measure what it did not declare, at the price of a relaunch the summary points out."
 )
 
-_KEYWORDS = frozenset({"workload", "concurrency", "repeats"})
+_EXAMPLE = (
+    "write e.g. @pytest.mark.sglang_measure('baseline', 'eagle3', workload=CHAT, "
+    "concurrency=[1, 64], repeats=5)"
+)
 
 
 @dataclass(frozen=True)
@@ -48,8 +50,6 @@ class Declared:
     workload: Workload
     concurrency: int
     repeats: int
-    #: The first test that declared it (node id).
-    test: str
 
     def key(self) -> tuple[str, Any, int, int]:
         """Return the session cache's key of this measurement."""
@@ -60,81 +60,33 @@ class Declared:
         return f"{self.server} @ C={self.concurrency} (x{self.repeats})"
 
 
-def declared_by_marker(
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
-    *,
-    test: str,
-    default_repeats: int = DEFAULT_REPEATS,
-) -> list[Declared]:
-    """Return the measurements one ``sglang_measure`` marker declares.
-
-    :raises ValueError: naming what is wrong with the marker and how to write it.
-    """
-    example = (
-        "write e.g. @pytest.mark.sglang_measure('baseline', 'eagle3', workload=CHAT, "
-        "concurrency=[1, 64], repeats=5)"
-    )
-    unknown = sorted(set(kwargs) - _KEYWORDS)
-    if unknown:
-        raise ValueError(f"unknown keyword(s) {', '.join(unknown)}; {example}")
-    servers = list(args)
-    if not servers or not all(isinstance(s, str) and s for s in servers):
-        raise ValueError(f"name one or more servers first, got {tuple(args)!r}; {example}")
-    from pytest_sglang.loadgen.workload import Workload  # not with the plugin: marked tests only
-    from pytest_sglang.measure.budget import check_fills
-
-    workload = kwargs.get("workload")
-    if not isinstance(workload, Workload):
-        raise ValueError(
-            f"workload= must be a pytest_sglang.Workload, got {type(workload).__name__}; {example}"
-        )
-    levels_given = kwargs.get("concurrency", 1)
-    levels = [levels_given] if isinstance(levels_given, int) else list(levels_given)
-    if not levels or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1
-                             for c in levels):  # fmt: skip
-        raise ValueError(
-            f"concurrency= must be an integer >= 1 or a list of them, got {levels_given!r}"
-        )
-    for level in levels:
-        check_fills(workload, level)
-    repeats = kwargs.get("repeats", default_repeats)
-    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
-        raise ValueError(f"repeats= must be an integer >= 1, got {repeats!r}")
-    return [
-        Declared(server, workload, level, repeats, test)
-        for server in servers
-        for level in sorted(set(levels))
-    ]
-
-
-class MeasurementPlans:
-    """Every measurement the selected tests declared, by server, in declaration order."""
-
-    def __init__(self, declared: Iterable[Declared] = ()) -> None:
-        self._by_key: dict[tuple[str, Any, int, int], Declared] = {}
-        for item in declared:
-            self._by_key.setdefault(item.key(), item)
-
-    def __len__(self) -> int:
-        return len(self._by_key)
-
-    def for_server(self, server: str) -> list[Declared]:
-        """Return the measurements declared for ``server``, lower levels first."""
-        found = [d for d in self._by_key.values() if d.server == server]
-        return sorted(found, key=lambda d: d.concurrency)
-
-    def declares(self, key: tuple[str, Any, int, int]) -> bool:
-        """Return whether some selected test declared the measurement with this cache key."""
-        return key in self._by_key
-
-    def servers(self) -> list[str]:
-        """Return the servers some measurement is declared for, in order of declaration."""
-        return list(dict.fromkeys(d.server for d in self._by_key.values()))
-
+#: Every measurement the selected tests declared, by cache key, in declaration order.
+MeasurementPlans = dict[tuple[str, Any, int, int], Declared]
 
 #: The measurements the selected tests declare (``sglang_measure``), set at collection.
 PLANS_KEY = pytest.StashKey[MeasurementPlans]()
+
+
+def _declared(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Declared]:
+    """Return the measurements one ``sglang_measure`` marker declares (ValueError: why not)."""
+    from pytest_sglang.loadgen.workload import Workload  # not with the plugin: marked tests only
+    from pytest_sglang.measure.budget import check_fills, levels_of, repeats_of
+
+    unknown = sorted(set(kwargs) - {"workload", "concurrency", "repeats"})
+    if unknown:
+        raise ValueError(f"unknown keyword(s) {', '.join(unknown)}; {_EXAMPLE}")
+    if not args or not all(isinstance(s, str) and s for s in args):
+        raise ValueError(f"name one or more servers first, got {args!r}; {_EXAMPLE}")
+    workload = kwargs.get("workload")
+    if not isinstance(workload, Workload):
+        raise ValueError(
+            f"workload= must be a pytest_sglang.Workload, got {type(workload).__name__}; {_EXAMPLE}"
+        )
+    levels = sorted(levels_of(kwargs.get("concurrency", 1)))
+    repeats = repeats_of(kwargs.get("repeats", DEFAULT_REPEATS))
+    for level in levels:
+        check_fills(workload, level)
+    return [Declared(server, workload, level, repeats) for server in args for level in levels]
 
 
 def declared_measurements(items: Iterable[pytest.Item]) -> MeasurementPlans:
@@ -142,13 +94,15 @@ def declared_measurements(items: Iterable[pytest.Item]) -> MeasurementPlans:
 
     :raises pytest.UsageError: a malformed marker, naming the test and the fix.
     """
-    declared: list[Declared] = []
+    plans: MeasurementPlans = {}
     for item in items:
         for marker in item.iter_markers("sglang_measure"):
             try:
-                declared += declared_by_marker(marker.args, marker.kwargs, test=item.nodeid)
-            except ValueError as exc:
+                declared = _declared(marker.args, marker.kwargs)
+            except (TypeError, ValueError) as exc:
                 raise pytest.UsageError(
                     f"{item.nodeid}: @pytest.mark.sglang_measure: {exc}"
                 ) from None
-    return MeasurementPlans(declared)
+            for one in declared:
+                plans.setdefault(one.key(), one)
+    return plans

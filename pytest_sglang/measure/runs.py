@@ -1,14 +1,12 @@
-"""The runs of a measurement: one run, repeated runs, runs interleaved across two servers.
+"""One run of a measurement: its load sent wherever the session places it (``docs/scaling.md``).
 
-A run sends a workload (warm-up first) through the load generator wherever the session places
-it (``docs/scaling.md``) and becomes a :class:`Measurement` with the server's ``/metrics`` deltas
-and GPU telemetry, its records packed. A dead server, or a run that gave up on it, ends the
-measurement (:class:`Interrupted`).
+Each run is a packed :class:`Measurement` with the server's ``/metrics`` deltas and GPU
+telemetry; a dead server, or a run that gave up on it, ends the measurement (:class:`Interrupted`).
 """
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import ctypes
 import dataclasses
 import gc
@@ -18,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pytest_sglang.loadgen.ray_pools import RayPools
-from pytest_sglang.loadgen.schedule import OpenLoop
+from pytest_sglang.loadgen.schedule import ClosedLoop, OpenLoop
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.budget import failure_kinds
 from pytest_sglang.measure.measurement import Measurement
@@ -28,38 +26,26 @@ from pytest_sglang.report.progress import RunLine
 if TYPE_CHECKING:
     from pytest_sglang.errors import SGLangError
     from pytest_sglang.gpu.probes import GpuProbe
-    from pytest_sglang.gpu.telemetry import TelemetrySampler
     from pytest_sglang.loadgen.records import LoadRun
     from pytest_sglang.loadgen.runner import LoadGenerator
     from pytest_sglang.measure.server_metrics import MetricsSnapshot
     from pytest_sglang.server.handle import SGLangServer
     from pytest_sglang.server.pool import ServerPool
 
-__all__ = [
-    "Interrupted",
-    "Runner",
-    "cut_by",
-    "give_back_memory",
-    "load_generator_for",
-]
+__all__ = ["Interrupted", "Runner", "cut_by", "give_back_memory", "load_generator_for"]
 
 
+@dataclasses.dataclass(eq=False)
 class Interrupted(Exception):
     """A run that ended the measurement (its server died, or the run gave up)."""
 
-    def __init__(self, server: SGLangServer, measurement: Measurement, error: SGLangError) -> None:
-        super().__init__(str(error))
-        self.server = server
-        self.measurement = measurement
-        self.error = error
+    server: SGLangServer
+    measurement: Measurement
+    error: SGLangError
 
 
 class Runner:
-    """Takes the runs of measurements for a bench: where the load runs, what is read around.
-
-    ``generator_options``: the load generator's keyword arguments, with ``load_workers`` and
-    ``ray_address``. A :meth:`view` shares the session state, for one test.
-    """
+    """Takes a bench's runs (``generator_options``: the load generator's, and its placement)."""
 
     def __init__(
         self,
@@ -71,21 +57,15 @@ class Runner:
     ) -> None:
         self.pool = pool
         self._options = dict(generator_options or {})
+        self._workers = int(self._options.pop("load_workers", 1))
+        self._ray_address = self._options.pop("ray_address", None)
         self._progress = progress
         self._run_line = run_line or RunLine(None, lambda write: write())
-        self._during = ""  # the test id measuring, for a server's death message
-        self._server_failed: Callable[[str, SGLangError], None] = lambda name, error: None
-        self._gpu = _GpuTelemetry(pool)
+        self._gpu = _gpu_probe(pool)
         self._ray_pools = RayPools()
         self._noted: set[tuple[str, int]] = set()
         # The server and finished part of a run a test timeout or Ctrl-C cut, until reported.
         self._cut: tuple[str, LoadRun | None] | None = None
-
-    def view(self, *, during: str, server_failed: Callable[[str, SGLangError], None]) -> Runner:
-        """Return a runner that shares this one's session state, for the test ``during``."""
-        view = copy.copy(self)
-        view._during, view._server_failed, view._cut = during, server_failed, None
-        return view
 
     def close(self) -> None:
         """Release what is kept between runs (the Ray load-worker actors)."""
@@ -98,43 +78,6 @@ class Runner:
         run, self._cut = self._cut[1], None
         return run
 
-    def repeated(
-        self,
-        server: SGLangServer,
-        workload: Workload,
-        concurrency: int,
-        repeats: int,
-        runs: list[Measurement],
-        *,
-        load: OpenLoop | None = None,
-    ) -> None:
-        """Take ``repeats`` runs on ``server`` into ``runs`` (which keeps them if one fails).
-
-        A closed loop at ``concurrency``, or the open loop ``load`` (``concurrency``: its cap).
-        """
-        __tracebackhide__ = True
-        if load is None:
-            self._note_cap(server, concurrency)
-        with self.pool.measuring(server, during=self._during):
-            runs.extend(
-                self.run(server, workload, concurrency, repeat, repeats, load=load)
-                for repeat in range(repeats)
-            )
-
-    def interleaved(
-        self,
-        servers: tuple[SGLangServer, SGLangServer],
-        workload: Workload,
-        concurrency: int,
-        repeats: int,
-        runs: tuple[list[Measurement], list[Measurement]],
-    ) -> None:
-        """Take ``repeats`` runs on each of two servers, A B A B, so that drift cancels."""
-        __tracebackhide__ = True
-        for repeat in range(repeats):
-            for side, server in enumerate(servers):
-                runs[side].append(self.run(server, workload, concurrency, repeat, repeats))
-
     def run(
         self,
         server: SGLangServer,
@@ -144,64 +87,67 @@ class Runner:
         repeats: int,
         *,
         load: OpenLoop | None = None,
+        during: str = "",
+        server_failed: Callable[[str, SGLangError], None] = lambda name, error: None,
     ) -> Measurement:
         """Take run ``repeat`` (of ``repeats``) on ``server``: a closed loop, or ``load``.
 
-        :raises Interrupted: the server died, or the run gave up on it.
+        :raises Interrupted: the server died (reported to ``server_failed``), or the run gave up.
         """
+        from pytest_sglang.errors import MeasurementFailed
+        from pytest_sglang.gpu.telemetry import TelemetrySampler
+        from pytest_sglang.loadgen.placement import run_on_workers
+        from pytest_sglang.loadgen.runner import ServerStoppedAnswering
+        from pytest_sglang.measure.checks import telemetry_checks
         from pytest_sglang.measure.measurement import measure
+        from pytest_sglang.measure.server_metrics import delta
 
-        _check_endpoint(server, workload)
-        at = f"C={concurrency}" if load is None else load.describe()
-        label = f"{server.name} {at} run {repeat + 1}/{repeats}"
-        last = [0.0]
-
+        if server.kind == "openai" and workload.endpoint == "generate":
+            raise ValueError(
+                f"{server.name} ({server.url}) is declared OpenAI-compatible: it has no SGLang "
+                "/generate endpoint; measure it (and the SGLang servers it is compared with) "
+                'with Workload(endpoint="completions") or Workload(endpoint="chat")'
+            )
+        self._cut = None
+        label = f"{server.name} {load.describe() if load else f'C={concurrency}'}"
+        label += f" run {repeat + 1}/{repeats}"
+        line, last = "", time.monotonic()
         live = self._run_line
-        line = [""]
 
         def progress(done: int, total: int, output_tokens: int, elapsed: float) -> None:
             # In place on a terminal; elsewhere a line every 10 s, for CI logs.
+            nonlocal line, last
             rate = output_tokens / elapsed if elapsed > 0 else 0.0
-            line[0] = f"sglang: measuring {label}: {done}/{total} requests, {rate:.0f} output tok/s"
-            live.show(line[0])
-            now = time.monotonic()
-            if now - last[0] >= 10.0 and not live.in_place and not live.quiet:
-                last[0] = now
-                self._progress(line[0])
+            line = f"sglang: measuring {label}: {done}/{total} requests, {rate:.0f} output tok/s"
+            live.show(line)
+            if time.monotonic() - last >= 10.0 and not live.in_place and not live.quiet:
+                last = time.monotonic()
+                self._progress(line)
 
-        last[0] = time.monotonic()
-        from pytest_sglang.loadgen.placement import closed_loop_on_workers, open_loop_on_workers
-        from pytest_sglang.loadgen.runner import ServerStoppedAnswering
-
-        counters = _CounterScrapes(server)
-        sampler = self._gpu.sampler(server)
+        launch = server.launch
+        sampler = None
+        if self._gpu is not None:
+            pids = frozenset({launch.pid} if launch is not None and launch.pid else ())
+            uuids = tuple(launch.gpus) if launch is not None else ()
+            sampler = TelemetrySampler(self._gpu, uuids, allowed_pids=pids)
+        scrapes: list[MetricsSnapshot | None] = []
 
         def before_measured() -> None:
-            counters.before()
+            scrapes.append(_scrape(server))
             if sampler is not None:
                 sampler.start()
 
-        options = dict(self._options)
-        workers = int(options.pop("load_workers", 1))
-        ray_address = options.pop("ray_address", None)
         generator = load_generator_for(
-            server, progress=progress, before_measured=before_measured, **options
+            server, progress=progress, before_measured=before_measured, **self._options
         )
+        level = concurrency if load is None else load.max_concurrency or 1
         stopped: ServerStoppedAnswering | None = None
         try:
-            if load is None:
-                run = closed_loop_on_workers(
-                    generator, workload.for_concurrency(concurrency), concurrency, repeat=repeat,
-                    workers=workers, ray_address=ray_address, before_measured=before_measured,
-                    ray_pools=self._ray_pools,
-                )  # fmt: skip
-            else:
-                run = open_loop_on_workers(
-                    generator, workload.for_concurrency(load.max_concurrency or 1), load.rate,
-                    arrival=load.arrival, max_concurrency=load.max_concurrency, repeat=repeat,
-                    workers=workers, ray_address=ray_address, before_measured=before_measured,
-                    ray_pools=self._ray_pools,
-                )  # fmt: skip
+            run = run_on_workers(
+                generator, workload.for_concurrency(level), load or ClosedLoop(concurrency),
+                workers=self._workers, ray_address=self._ray_address, repeat=repeat,
+                before_measured=before_measured, ray_pools=self._ray_pools,
+            )  # fmt: skip
         except ServerStoppedAnswering as exc:
             stopped, run = exc, exc.run
         except BaseException:
@@ -210,68 +156,68 @@ class Runner:
         finally:
             if sampler is not None and sampler.started_at:
                 sampler.stop()
-        if line[0]:
-            live.end(line[0])
+        if line:
+            live.end(line)
         measurement = measure(run)
-        if stopped is None:
-            measurement = dataclasses.replace(measurement, server_counters=counters.delta())
+        before = scrapes[0] if scrapes and stopped is None else None
+        after = _scrape(server) if before is not None else None
+        if before is not None and after is not None:
+            with contextlib.suppress(ValueError):  # restarted, or not SGLang's counters
+                counters = delta(before, after)
+                measurement = dataclasses.replace(measurement, server_counters=counters)
         if sampler is not None and sampler.started_at:
-            measurement = _with_telemetry(measurement, sampler)
+            summary = sampler.summary()
+            measurement = dataclasses.replace(
+                measurement,
+                gpu_telemetry=summary.as_dict(measurement.output_tokens),
+                checks=measurement.checks + telemetry_checks(summary),
+            )
         measurement = packed(measurement)
         del run, generator
         if stopped is not None:
             stopped.run = dataclasses.replace(stopped.run, records=())
         give_back_memory()
         if measurement.failed or stopped is not None:
-            self._check_server(server, measurement, gave_up=stopped is not None)
+            self._check_server(server, measurement, stopped is not None, during, server_failed)
         if stopped is not None:
-            from pytest_sglang.errors import MeasurementFailed
-
-            raise Interrupted(
-                server,
-                measurement,
-                MeasurementFailed(
-                    "\n".join(
-                        [
-                            f"the measurement of {server.name} @ C={concurrency} ({server.url}) "
-                            f"was stopped in run {repeat + 1}: {stopped}",
-                            *failure_kinds([measurement]),
-                            "  the server still accepts connections, but left that many "
-                            "requests in a row without an answer: read its log (a hung "
-                            "scheduler? streams that stall?)",
-                        ]
-                    )
-                ),
-            )
+            message = [
+                f"the measurement of {server.name} @ C={concurrency} ({server.url}) was stopped "
+                f"in run {repeat + 1}: {stopped}",
+                *failure_kinds([measurement]),
+                "  the server still accepts connections, but left that many requests in a row "
+                "without an answer: read its log (a hung scheduler? streams that stall?)",
+            ]
+            raise Interrupted(server, measurement, MeasurementFailed("\n".join(message)))
         return measurement
 
     def _check_server(
-        self, server: SGLangServer, measurement: Measurement, *, gave_up: bool = False
+        self,
+        server: SGLangServer,
+        measurement: Measurement,
+        gave_up: bool,
+        during: str,
+        server_failed: Callable[[str, SGLangError], None],
     ) -> None:
         """End the measurement naming the server's death if it died under the load."""
         __tracebackhide__ = True
+        from pytest_sglang.errors import ServerDied
+
         # Give a dying process a moment to be reaped when the run looks like a death.
         tail = measurement.records[-5:]
         wait = 2.0 if gave_up or (tail and all(not r.ok for r in tail)) else 0.0
-        died = self.pool.check(server.name, during=self._during, wait=wait)
+        died = self.pool.check(server.name, during=during, wait=wait)
         if died is None:
             return
-        self._server_failed(server.name, died)
-        from pytest_sglang.errors import ServerDied
-
-        raise Interrupted(
-            server,
-            measurement,
-            ServerDied(
-                f"{died}\n  the measurement ({server.name} C={measurement.concurrency}, run "
-                f"{measurement.repeat + 1}) lost {measurement.failed} of "
-                f"{measurement.requests} requests to it",
-                phase=died.phase,
-                exit_code=died.exit_code,
-            ),
+        server_failed(server.name, died)
+        lost = (
+            f"{died}\n  the measurement ({server.name} C={measurement.concurrency}, run "
+            f"{measurement.repeat + 1}) lost {measurement.failed} of {measurement.requests} "
+            "requests to it"
         )
+        error = ServerDied(lost, phase=died.phase, exit_code=died.exit_code)
+        raise Interrupted(server, measurement, error)
 
-    def _note_cap(self, server: SGLangServer, concurrency: int) -> None:
+    def note_cap(self, server: SGLangServer, concurrency: int) -> None:
         """Say so when ``concurrency`` exceeds the requests the server runs at once."""
         cap = server.max_running_requests
         if (
@@ -291,84 +237,31 @@ class Runner:
         )
 
 
-class _GpuTelemetry:
-    """The session's GPU telemetry reader (or why there is none), made on first use."""
+def _gpu_probe(pool: ServerPool) -> GpuProbe | None:
+    """Return the session's GPU telemetry reader, or None where no GPU is read."""
+    from pytest_sglang.errors import GpuUnavailable
+    from pytest_sglang.gpu.probes import make_probe
 
-    def __init__(self, pool: ServerPool) -> None:
-        self.pool = pool
-        self._reader: GpuProbe | None = None
-        self._tried = False
-
-    def sampler(self, server: SGLangServer) -> TelemetrySampler | None:
-        """Return a sampler of ``server``'s GPUs for one run, or None where none is read."""
-        from pytest_sglang.errors import GpuUnavailable
-        from pytest_sglang.gpu.probes import make_probe
-        from pytest_sglang.gpu.telemetry import TelemetrySampler
-
-        settings = self.pool.settings
-        if not self._tried:
-            self._tried = True
-            emulated = settings.launcher.value == "emulator" and settings.gpu_fake.value is None
-            if not emulated or settings.servers:
-                try:
-                    self._reader = make_probe(
-                        host=settings.gpu_host.value, fake_dir=settings.gpu_fake.value
-                    )
-                except GpuUnavailable:
-                    self._reader = None
-        if self._reader is None:
-            return None
-        uuids = tuple(server.launch.gpus) if server.launch is not None else ()
-        pid = server.launch.pid if server.launch is not None else None
-        pids = frozenset({pid}) if pid else frozenset()
-        return TelemetrySampler(self._reader, uuids, allowed_pids=pids)
+    settings = pool.settings
+    emulated = settings.launcher.value == "emulator" and settings.gpu_fake.value is None
+    if emulated and not settings.servers:
+        return None
+    try:
+        return make_probe(host=settings.gpu_host.value, fake_dir=settings.gpu_fake.value)
+    except GpuUnavailable:
+        return None
 
 
-def _with_telemetry(measurement: Measurement, sampler: TelemetrySampler) -> Measurement:
-    from pytest_sglang.measure.checks import telemetry_checks
+def _scrape(server: SGLangServer) -> MetricsSnapshot | None:
+    """Scrape the server's ``/metrics``; None where it serves none (its figures stand alone)."""
+    import httpx
 
-    summary = sampler.summary()
-    return dataclasses.replace(
-        measurement,
-        gpu_telemetry=summary.as_dict(measurement.output_tokens),
-        checks=measurement.checks + telemetry_checks(summary),
-    )
+    from pytest_sglang.measure.server_metrics import scrape
 
-
-class _CounterScrapes:
-    """The server's ``/metrics`` around a run's measured requests (when it serves them)."""
-
-    def __init__(self, server: SGLangServer) -> None:
-        self.server = server
-        self._before: MetricsSnapshot | None = None
-
-    def _scrape(self) -> MetricsSnapshot | None:
-        import httpx
-
-        from pytest_sglang.measure.server_metrics import scrape
-
-        try:
-            return scrape(self.server.url, self.server.headers)
-        except (httpx.HTTPError, ValueError):
-            return None  # no metrics: the client's figures stand alone
-
-    def before(self) -> None:
-        """Take the reading before the measured requests."""
-        self._before = self._scrape()
-
-    def delta(self) -> dict[str, Any] | None:
-        """Return what the server counted since :meth:`before`, or None."""
-        from pytest_sglang.measure.server_metrics import delta
-
-        if self._before is None:
-            return None
-        after = self._scrape()
-        if after is None:
-            return None
-        try:
-            return delta(self._before, after).as_dict()
-        except ValueError:
-            return None  # restarted, or not SGLang's counters: nothing to say
+    try:
+        return scrape(server.url, server.headers)
+    except (httpx.HTTPError, ValueError):
+        return None
 
 
 def give_back_memory() -> None:
@@ -377,23 +270,9 @@ def give_back_memory() -> None:
     Otherwise the C allocator keeps the run's peak, and a session of long runs grows.
     """
     gc.collect()
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
-        return
-    trim(0)
-
-
-def _check_endpoint(server: SGLangServer, workload: Workload) -> None:
-    """Refuse a native ``/generate`` workload on a server declared OpenAI-compatible."""
-    if server.kind == "openai" and workload.endpoint == "generate":
-        raise ValueError(
-            f"{server.name} ({server.url}) is declared OpenAI-compatible: it has no SGLang "
-            "/generate endpoint; measure it (and the SGLang servers it is compared with) with "
-            'Workload(endpoint="completions") or Workload(endpoint="chat")'
-        )
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):  # not glibc (musl): no malloc_trim
+            ctypes.CDLL(None).malloc_trim(0)
 
 
 def cut_by(error: BaseException) -> str:

@@ -8,9 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-__all__ = ["MetricsSnapshot", "ServerDelta", "delta", "parse_metrics", "scrape"]
+__all__ = ["MetricsSnapshot", "delta", "parse_metrics", "scrape"]
+
+#: The deltas a run reports, by the SGLang counter each comes from.
+_COUNTERS = {
+    "requests": "num_requests_total",
+    "prompt_tokens": "prompt_tokens_total",
+    "generation_tokens": "generation_tokens_total",
+    "cached_tokens": "cached_tokens_total",
+    "verify_calls": "spec_verify_calls_total",
+    "queue_time_sum": "queue_time_seconds_sum",
+    "queue_time_count": "queue_time_seconds_count",
+}
 
 
 @dataclass(frozen=True)
@@ -38,16 +48,14 @@ def parse_metrics(text: str) -> MetricsSnapshot:
     return MetricsSnapshot(totals)
 
 
-def scrape(url: str, headers: Mapping[str, str] | None = None, timeout: float = 10.0) -> (
-    MetricsSnapshot | None
-):  # fmt: skip
+def scrape(url: str, headers: Mapping[str, str] | None = None) -> MetricsSnapshot | None:
     """Scrape ``URL/metrics``; None when the server does not serve metrics (404).
 
     :raises httpx.HTTPError: the server could not be reached or answered another error.
     """
     import httpx
 
-    with httpx.Client(timeout=timeout, trust_env=False) as client:
+    with httpx.Client(timeout=10.0, trust_env=False) as client:
         response = client.get(f"{url.rstrip('/')}/metrics", headers=dict(headers or {}))
     if response.status_code == 404:
         return None
@@ -55,83 +63,33 @@ def scrape(url: str, headers: Mapping[str, str] | None = None, timeout: float = 
     return parse_metrics(response.text)
 
 
-@dataclass(frozen=True)
-class ServerDelta:
-    """What the server counted between two scrapes."""
-
-    requests: float
-    prompt_tokens: float
-    generation_tokens: float
-    cached_tokens: float | None
-    verify_calls: float | None
-    queue_time_sum: float | None
-    queue_time_count: float | None
-
-    @property
-    def acceptance_length(self) -> float | None:
-        """Generated tokens per verify forward (speculative decoding only)."""
-        if not self.verify_calls:
-            return None
-        return self.generation_tokens / self.verify_calls
-
-    @property
-    def cache_hit_ratio(self) -> float | None:
-        """Prompt tokens served from the prefix cache, as a fraction of all prompt tokens."""
-        if self.cached_tokens is None or not self.prompt_tokens:
-            return None
-        return self.cached_tokens / self.prompt_tokens
-
-    @property
-    def mean_queue_time(self) -> float | None:
-        """Seconds a request waited in the scheduler's queue, on average."""
-        if not self.queue_time_count or self.queue_time_sum is None:
-            return None
-        return self.queue_time_sum / self.queue_time_count
-
-    def as_dict(self) -> dict[str, Any]:
-        """Return plain JSON types, with the derived figures."""
-        return {
-            "requests": self.requests,
-            "prompt_tokens": self.prompt_tokens,
-            "generation_tokens": self.generation_tokens,
-            "cached_tokens": self.cached_tokens,
-            "verify_calls": self.verify_calls,
-            "acceptance_length": self.acceptance_length,
-            "cache_hit_ratio": self.cache_hit_ratio,
-            "mean_queue_time": self.mean_queue_time,
-        }
-
-
-def _diff(before: MetricsSnapshot, after: MetricsSnapshot, name: str) -> float | None:
-    old, new = before.get(name), after.get(name)
-    if old is None or new is None:
-        return None
-    if new < old:
-        raise ValueError(
-            f"sglang:{name} went down between the scrapes ({old:g} -> {new:g}): the server "
-            "restarted during the run, so its counters say nothing about it"
-        )
-    return new - old
-
-
-def delta(before: MetricsSnapshot, after: MetricsSnapshot) -> ServerDelta:
-    """Return what the server counted between ``before`` and ``after``.
+def delta(before: MetricsSnapshot, after: MetricsSnapshot) -> dict[str, float | None]:
+    """Return what the server counted between the scrapes, with the figures derived from it.
 
     :raises ValueError: a counter went down (the server restarted) or the scrapes lack the
         request and token counters (not SGLang's metrics).
     """
-    required = [_diff(before, after, n) for n in ("num_requests_total", "generation_tokens_total")]
-    if any(value is None for value in required):
+    counted: dict[str, float | None] = {}
+    for key, name in _COUNTERS.items():
+        old, new = before.get(name), after.get(name)
+        if old is not None and new is not None and new < old:
+            raise ValueError(
+                f"sglang:{name} went down between the scrapes ({old:g} -> {new:g}): the server "
+                "restarted during the run, so its counters say nothing about it"
+            )
+        counted[key] = None if old is None or new is None else new - old
+    generated, prompt = counted["generation_tokens"], counted["prompt_tokens"] or 0.0
+    if counted["requests"] is None or generated is None:
         raise ValueError(
             "the scrapes have no sglang:num_requests_total or sglang:generation_tokens_total: "
             "is this SGLang's /metrics (launched with --enable-metrics)?"
         )
-    return ServerDelta(
-        requests=required[0] or 0.0,
-        prompt_tokens=_diff(before, after, "prompt_tokens_total") or 0.0,
-        generation_tokens=required[1] or 0.0,
-        cached_tokens=_diff(before, after, "cached_tokens_total"),
-        verify_calls=_diff(before, after, "spec_verify_calls_total"),
-        queue_time_sum=_diff(before, after, "queue_time_seconds_sum"),
-        queue_time_count=_diff(before, after, "queue_time_seconds_count"),
-    )
+    verify, cached = counted.pop("verify_calls"), counted["cached_tokens"]
+    queued, waited = counted.pop("queue_time_count"), counted.pop("queue_time_sum")
+    return counted | {
+        "prompt_tokens": prompt,
+        "verify_calls": verify,
+        "acceptance_length": generated / verify if verify else None,
+        "cache_hit_ratio": cached / prompt if cached is not None and prompt else None,
+        "mean_queue_time": waited / queued if queued and waited is not None else None,
+    }

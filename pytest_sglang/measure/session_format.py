@@ -24,10 +24,7 @@ from pytest_sglang.measure.results import PERFORMANCE_FLAGS, BenchResult
 from pytest_sglang.report.entries import MeasurementRow, ServerEntry
 
 __all__ = [
-    "FINGERPRINT_FIELDS",
-    "SAVED_METRICS",
     "DamagedSession",
-    "FieldDifference",
     "Fingerprint",
     "StoredMeasurement",
     "autosave_name",
@@ -87,27 +84,23 @@ def read_document(path: Path, *, folder: Path | None = None) -> dict[str, Any]:
 
     :raises DamagedSession: unreadable, cut short (not valid JSON) or not a JSON object.
     """
+    text = ""
     try:
         text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise DamagedSession(
-            path, f"not UTF-8 text ({exc.reason} at byte {exc.start})", folder=folder
-        ) from None
-    except OSError as exc:
-        raise DamagedSession(
-            path, f"cannot be read ({exc.strerror or exc})", folder=folder
-        ) from None
-    try:
         document = json.loads(text)
+    except UnicodeDecodeError as exc:
+        problem = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+    except OSError as exc:
+        problem = f"cannot be read ({exc.strerror or exc})"
     except json.JSONDecodeError as exc:
         early = exc.pos >= len(text.rstrip()) - 1  # the text ended where more was due
         hint = f" (it ends after {len(text.encode())} bytes: cut short?)" if early else ""
-        raise DamagedSession(path, f"not valid JSON: {exc}{hint}", folder=folder) from None
-    if not isinstance(document, dict):
-        raise DamagedSession(
-            path, f"holds a JSON {type(document).__name__}, not an object", folder=folder
-        )
-    return document
+        problem = f"not valid JSON: {exc}{hint}"
+    else:
+        if isinstance(document, dict):
+            return document
+        problem = f"holds a JSON {type(document).__name__}, not an object"
+    raise DamagedSession(path, problem, folder=folder)
 
 
 @dataclass(frozen=True)
@@ -144,14 +137,14 @@ class Fingerprint:
 
     def differences(self, stored: Fingerprint) -> list[FieldDifference]:
         """Return every field that differs from ``stored``'s, refused or only shown."""
-        out = []
-        for name in FINGERPRINT_FIELDS:
-            mine, theirs = self.fields.get(name), stored.fields.get(name)
-            if mine == theirs:
-                continue
-            unknown = name in SOFT_FIELDS and (mine in (None, 0) or theirs in (None, 0))
-            out.append(FieldDifference(name, mine, theirs, refused=not unknown))
-        return out
+        pairs = [(n, self.fields.get(n), stored.fields.get(n)) for n in FINGERPRINT_FIELDS]
+        return [
+            FieldDifference(
+                n, a, b, n not in SOFT_FIELDS or (a not in (None, 0) and b not in (None, 0))
+            )
+            for n, a, b in pairs
+            if a != b
+        ]
 
     def matches(self, stored: Fingerprint) -> bool:
         """Whether no field refuses the comparison."""
@@ -286,64 +279,50 @@ def _stats(values: Sequence[float]) -> dict[str, Any]:
     for value in values:
         stats.update(value)  # type: ignore[no-untyped-call]
     out: dict[str, Any] = stats.as_dict()  # type: ignore[no-untyped-call]
-    out["data"] = list(values)
-    out["iterations"] = 1
-    return out
-
-
-def _workload_title(row: Mapping[str, Any]) -> str:
-    w = row["workload"]
-    return f"{w['endpoint']} in={w['input_len']} out={w['output_len']} C={row['concurrency']}"
+    return out | {"data": list(values), "iterations": 1}
 
 
 def _metric_values(row: Mapping[str, Any], metric: str) -> list[float]:
     base, _, stat = metric.partition(".")
-    values = []
-    for run in row["runs"]:
-        value = run.get(base)
-        if stat:
-            value = value.get(stat) if isinstance(value, dict) else None
-        if isinstance(value, int | float) and value > 0:
-            values.append(float(value))
-    return values
+    values = [run.get(base) for run in row["runs"]]
+    if stat:
+        values = [value.get(stat) if isinstance(value, dict) else None for value in values]
+    return [float(v) for v in values if isinstance(v, int | float) and v > 0]
 
 
 def benchmark_entries(
     row: MeasurementRow, fingerprint: Fingerprint, labels: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
     """Return the pytest-benchmark entries of one measurement (see :data:`SAVED_METRICS`)."""
+    w, server, level, key = row["workload"], row["server"], row["concurrency"], fingerprint.key
+    title = f"{w['endpoint']} in={w['input_len']} out={w['output_len']} C={level}"
     entries = []
-    test = row.get("test") or "session"
-    title = _workload_title(row)
     for metric, unit in SAVED_METRICS:
         values = _metric_values(row, metric)
         if not values:
             continue
-        if metric == "output_throughput":
-            values = [1.0 / v for v in values]
         options: dict[str, Any] = {"unit": unit}
         if metric == "output_throughput":
+            values = [1.0 / v for v in values]
             options["sglang"] = {
                 "format": RECORD_FORMAT,
                 "version": RECORD_VERSION,
                 "fingerprint": fingerprint.as_dict(),
-                "fingerprint_key": fingerprint.key,
+                "fingerprint_key": key,
                 "labels": dict(labels),
                 "measurement": dict(row),
             }
         entries.append(
             {
                 "group": f"{title}: {metric} ({unit})",
-                "name": f"{row['server']} C={row['concurrency']} {metric}",
-                "fullname": (
-                    f"{test}::{row['server']}@C={row['concurrency']}:{fingerprint.key}::{metric}"
-                ),
+                "name": f"{server} C={level} {metric}",
+                "fullname": f"{row.get('test') or 'session'}::{server}@C={level}:{key}::{metric}",
                 "params": None,
                 "param": None,
                 "extra_info": {
                     "metric": metric,
                     "unit": unit,
-                    "fingerprint": fingerprint.key,
+                    "fingerprint": key,
                     "runs": len(row["runs"]),
                 },
                 "options": options,
@@ -367,21 +346,19 @@ def measurements_of(document: Mapping[str, Any], session: str) -> list[StoredMea
         record = options.get("sglang") if isinstance(options, dict) else None
         if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
             continue
-        parts = ("measurement", "fingerprint", "labels")
-        missing = [k for k in parts if not isinstance(record.get(k), dict)]
+        missing = [
+            k
+            for k in ("measurement", "fingerprint", "labels")
+            if not isinstance(record.get(k), dict)
+        ]
         if not missing:
-            row = record["measurement"]
-            missing = [k for k in ("server", "workload", "concurrency", "runs") if k not in row]
-            missing = [f"measurement.{k}" for k in missing]
+            needed = ("server", "workload", "concurrency", "runs")
+            missing = [f"measurement.{k}" for k in needed if k not in record["measurement"]]
         if missing:
             raise ValueError(f"benchmarks[{index}].options.sglang lacks {', '.join(missing)}")
+        row = cast("MeasurementRow", record["measurement"])
         out.append(
-            StoredMeasurement(
-                cast("MeasurementRow", record["measurement"]),
-                Fingerprint(record["fingerprint"]),
-                session,
-                record["labels"],
-            )
+            StoredMeasurement(row, Fingerprint(record["fingerprint"]), session, record["labels"])
         )
     return out
 
@@ -421,8 +398,8 @@ def server_for(row: Mapping[str, Any], servers: Sequence[ServerEntry]) -> Server
 def build_document(
     name: str,
     rows: Sequence[MeasurementRow],
-    servers: Sequence[ServerEntry],
-    gpus: Sequence[str],
+    servers: Sequence[ServerEntry] = (),
+    gpus: Sequence[str] = (),
     *,
     commit: Mapping[str, Any] | None = None,
     machine: Mapping[str, Any] | None = None,
@@ -474,14 +451,13 @@ def find_counterpart(
 
     Near misses have the same workload and concurrency but differ in a field that must match.
     """
-    match = None
-    near = []
+    match, near = None, []
+    same = (fingerprint.fields.get("workload"), fingerprint.fields.get("concurrency"))
     for stored in reversed(candidates):
+        theirs = stored.fingerprint.fields
         if fingerprint.matches(stored.fingerprint):
             match = match or stored
-        elif stored.fingerprint.fields.get("workload") == fingerprint.fields.get(
-            "workload"
-        ) and stored.fingerprint.fields.get("concurrency") == fingerprint.fields.get("concurrency"):
+        elif (theirs.get("workload"), theirs.get("concurrency")) == same:
             near.append(stored)
     return match, near
 
@@ -498,8 +474,7 @@ def report_measurements(document: Mapping[str, Any], source: str) -> list[Stored
         "datetime": document.get("created"),
         "plugin_version": environment.get("plugin_version"),
     }
-    out = []
-    for row in document.get("measurements", []):
-        fp = fingerprint_of(row, server_for(row, servers), gpus)
-        out.append(StoredMeasurement(cast("MeasurementRow", row), fp, source, labels))
-    return out
+    return [
+        StoredMeasurement(row, fingerprint_of(row, server_for(row, servers), gpus), source, labels)
+        for row in cast("list[MeasurementRow]", document.get("measurements", []))
+    ]

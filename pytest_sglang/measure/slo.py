@@ -54,23 +54,6 @@ class Objective:
         """Return e.g. ``ttft.p99 <= 2000 ms``."""
         return f"{self.metric}.p{self.percentile:g} <= {self.limit * 1000:g} ms"
 
-    def value(self, record: RequestRecord) -> float | None:
-        """Return the request's own value of the metric (None when it has none)."""
-        if not record.ok:
-            return None
-        if self.metric == "ttft":
-            return record.ttft
-        if self.metric == "tpot":
-            return record.tpot
-        if self.metric == "e2e_latency":
-            return record.e2e
-        gaps = [
-            (record.chunk_times[i] - record.chunk_times[i - 1]) / record.chunk_tokens[i]
-            for i in range(1, len(record.chunk_times))
-            if record.chunk_tokens[i] > 0
-        ]
-        return max(gaps, default=None)
-
     def met_by(self, record: RequestRecord) -> bool:
         """Whether the request met this objective (a failed request never does).
 
@@ -79,7 +62,14 @@ class Objective:
         """
         if not record.ok:
             return False
-        value = self.value(record)
+        if self.metric == "itl":  # the request's worst gap per token
+            times, tokens = record.chunk_times, record.chunk_tokens
+            gaps = [
+                (b - a) / n for a, b, n in zip(times, times[1:], tokens[1:], strict=False) if n > 0
+            ]
+            value = max(gaps, default=None)
+        else:
+            value = getattr(record, "e2e" if self.metric == "e2e_latency" else self.metric)
         return value is None or value <= self.limit
 
 
@@ -146,13 +136,9 @@ class Attainment:
 
 def attainment(slo: Slo, records: Sequence[RequestRecord]) -> list[Attainment]:
     """Return, per objective, how many of ``records`` met it."""
-    return [
-        Attainment(o, sum(1 for r in records if o.met_by(r)), len(records)) for o in slo.objectives
-    ]
+    return [Attainment(o, sum(map(o.met_by, records)), len(records)) for o in slo.objectives]
 
 
 def goodput(slo: Slo, records: Sequence[RequestRecord], duration: float) -> float:
     """Return requests per second that met every objective over ``duration`` seconds."""
-    if duration <= 0:
-        return 0.0
-    return sum(1 for r in records if slo.met_by(r)) / duration
+    return sum(map(slo.met_by, records)) / duration if duration > 0 else 0.0

@@ -8,8 +8,10 @@ are atomic and take the first free number under a lock, so concurrent CI jobs bo
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +29,7 @@ from pytest_sglang.measure.session_format import (
     measurements_of,
     read_document,
 )
-from pytest_sglang.report.entries import MeasurementRow, ServerEntry
+from pytest_sglang.report.entries import MeasurementRow
 from pytest_sglang.report.writing import write_atomic
 
 __all__ = ["MACHINE_ID", "BaselineStore", "StoredSession"]
@@ -63,17 +65,12 @@ class StoredSession:
 @contextlib.contextmanager
 def _folder_lock(folder: Path) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``folder/.lock`` (a no-op where flock does not exist)."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: numbers may then race, files never replace each other
-        yield
-        return
     with open(folder / ".lock", "a") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        if sys.platform != "win32":  # Windows: numbers may race, files never replace each other
+            import fcntl
+
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 class BaselineStore:
@@ -87,7 +84,6 @@ class BaselineStore:
     def __init__(self, uri: str = DEFAULT_STORAGE, *, base: Path | None = None) -> None:
         self.uri = uri if "://" in uri else f"file://{uri}"
         self.base = base or Path.cwd()
-        self._elastic: Any = None
         if self.uri.startswith("file://"):
             path = Path(self.uri[len("file://") :]).expanduser()
             self.path: Path | None = path if path.is_absolute() else self.base / path
@@ -111,18 +107,17 @@ class BaselineStore:
         assert self.path is not None
         return self.path / MACHINE_ID
 
+    @functools.cached_property
     def _elasticsearch(self) -> Any:
-        if self._elastic is None:
-            from pytest_benchmark.logger import Logger
-            from pytest_benchmark.utils import load_storage
+        from pytest_benchmark.logger import Logger
+        from pytest_benchmark.utils import load_storage
 
-            self._elastic = load_storage(  # type: ignore[no-untyped-call]
-                self.uri,
-                logger=Logger(Logger.QUIET),  # type: ignore[no-untyped-call]
-                default_machine_id=MACHINE_ID,
-                netrc="",  # pytest-benchmark's "no netrc file" (None is a TypeError there)
-            )
-        return self._elastic
+        return load_storage(  # type: ignore[no-untyped-call]
+            self.uri,
+            logger=Logger(Logger.QUIET),  # type: ignore[no-untyped-call]
+            default_machine_id=MACHINE_ID,
+            netrc="",  # pytest-benchmark's "no netrc file" (None is a TypeError there)
+        )
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -137,25 +132,17 @@ class BaselineStore:
             self.check_reachable(timeout=timeout)
             return
         folder = self.folder
-        for above in (folder, *folder.parents):
-            if above.exists():
-                if not above.is_dir():
-                    raise OSError(f"cannot write to {folder}: {above} is a file, not a folder")
-                break
+        above = next(p for p in (folder, *folder.parents) if p.exists())
+        if not above.is_dir():
+            raise OSError(f"cannot write to {folder}: {above} is a file, not a folder")
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            fd, probe = tempfile.mkstemp(prefix=".probe-", suffix=".partial", dir=folder)
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".probe-", suffix=".partial") as f:
+                f.write(b"\0" * 65536)  # about what a session of a few sweeps takes
+                f.flush()
+                os.fsync(f.fileno())
         except OSError as exc:
             raise OSError(f"cannot write to {folder}: {exc.strerror or exc}") from None
-        try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(b"\0" * 65536)  # about what a session of a few sweeps takes
-                file.flush()
-                os.fsync(file.fileno())
-        except OSError as exc:
-            raise OSError(f"cannot write to {folder}: {exc.strerror or exc}") from None
-        finally:
-            Path(probe).unlink(missing_ok=True)
 
     def check_reachable(self, *, timeout: float = 10.0) -> None:
         """Check that an Elasticsearch host accepts a TCP connection and its client is installed.
@@ -164,6 +151,7 @@ class BaselineStore:
         """
         if self.path is not None:
             return
+        import importlib.util
         import socket
         from urllib.parse import urlsplit
 
@@ -176,59 +164,32 @@ class BaselineStore:
         for host in hosts:
             url = urlsplit(host if "://" in host else f"http://{host}")
             try:
-                port = url.port or 9200
+                where = (url.hostname, url.port or 9200)
+                socket.create_connection(where, timeout).close()
+                break
             except ValueError:
                 tried.append(f"{url.hostname} (not a port number)")
-                continue
-            where = f"{url.hostname}:{port}"
-            try:
-                socket.create_connection((url.hostname, port), timeout).close()
             except OSError as exc:
-                tried.append(f"{where} ({exc.strerror or exc})")
-                continue
-            break
+                tried.append(f"{url.hostname}:{url.port or 9200} ({exc.strerror or exc})")
         else:
             raise OSError(
                 f"Elasticsearch at {', '.join(tried)} does not answer within {timeout:g} s"
             )
-        import importlib.util
-
         if importlib.util.find_spec("elasticsearch") is None:
             raise OSError("the Elasticsearch storage needs its client: pip install elasticsearch")
 
-    def save(
-        self,
-        name: str,
-        rows: Sequence[MeasurementRow],
-        servers: Sequence[ServerEntry] = (),
-        gpus: Sequence[str] = (),
-        *,
-        commit: Mapping[str, Any] | None = None,
-        machine: Mapping[str, Any] | None = None,
-        verdicts: Sequence[Mapping[str, Any]] = (),
-        interrupted: bool = False,
-    ) -> str:
-        """Save one session's measurements (and verdicts) under ``name``; return where."""
+    def save(self, name: str, rows: Sequence[MeasurementRow], *args: Any, **options: Any) -> str:
+        """Save one session (:func:`build_document`'s arguments) under ``name``; return where."""
         if not _SAVE_NAME.match(name):
             raise ValueError(
                 f"cannot save under {name!r}: use letters, digits, '_', '.', '+' and '-'"
             )
-        document = build_document(
-            name,
-            rows,
-            servers,
-            gpus,
-            commit=commit,
-            machine=machine,
-            verdicts=verdicts,
-            interrupted=interrupted,
-        )
-        return self.save_document(name, document)
+        return self.save_document(name, build_document(name, rows, *args, **options))
 
     def save_document(self, name: str, document: Mapping[str, Any]) -> str:
         """Save a document of :func:`build_document` under ``name``; return where it landed."""
         if self.path is None:
-            self._elasticsearch().save(document, name)
+            self._elasticsearch.save(document, name)
             return f"{self} ({MACHINE_ID}_{name})"  # str(): the URI's password as ***
         return str(self._save_file(name, document))
 
@@ -256,13 +217,12 @@ class BaselineStore:
     def sessions(self, *, damaged: bool = False) -> list[StoredSession]:
         """Return every stored session that has pytest-sglang measurements, oldest first.
 
-        :param damaged: also return the damaged ones (``problem`` says what is wrong), in
-            their place, instead of raising.
-        :raises DamagedSession: a session file in the store cannot be read, is cut short or
-            holds a malformed record (never skipped: it may be the latest).
+        ``damaged``: the damaged ones too (``problem`` says why), in their place.
+
+        :raises DamagedSession: a damaged session file (never skipped: it may be the latest).
         """
         if self.path is None:
-            loaded = list(self._elasticsearch().load())
+            loaded = list(self._elasticsearch.load())
             return [self._session(str(key), data, None) for key, data in loaded]
         if not self.folder.is_dir():
             return []
@@ -306,10 +266,7 @@ class BaselineStore:
         )
 
     def find(self, ref: str) -> StoredSession:
-        """Return the session that ``ref`` names.
-
-        ``ref`` is ``latest``, a number (``3``, ``0003``), a save name (the newest of that
-        name), an id (``sglang/0003_nightly``) or a file path.
+        """Return the session ``ref`` names: ``latest``, a number, a save name, an id or a path.
 
         :raises LookupError: with the sessions there are.
         :raises DamagedSession: the file, or a session file in the store, is damaged.
