@@ -1,98 +1,36 @@
-"""Parsers for option values; every error names the option, the value's source and the fix.
+"""Parsers for the option values no schema can check (the rest: :func:`~.schema.check_settings`).
 
-Values whose format the schema states (``schemas/config.schema.json``: booleans, durations)
-are validated there, by :func:`~.schema.check_settings`, before they reach these parsers.
+Every error names the option, the value's source and the fix.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shlex
 from urllib.parse import urlsplit
 
 import pytest
 
-from pytest_sglang.config.defaults import DEFAULT_SERVER_NAME, INCONCLUSIVE_CHOICES, LAUNCHERS
+from pytest_sglang.config.defaults import DEFAULT_SERVER_NAME
 from pytest_sglang.config.options import EXPECT, HEADER, OptionSpec
 from pytest_sglang.config.redaction import redact
 from pytest_sglang.config.values import NAME_RE, Expectation, Header, ServerUrl
 
-__all__ = [
-    "is_valid_expect_key",
-    "parse_args",
-    "parse_bool",
-    "parse_count",
-    "parse_duration",
-    "parse_expectation",
-    "parse_header",
-    "parse_inconclusive",
-    "parse_launcher",
-    "parse_ray_address",
-    "parse_server_url",
-    "parse_workers",
-    "usage_error",
-]
+__all__ = ["parse_expectation", "parse_header", "parse_server_url", "usage_error"]
 
-_DURATION_RE = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|h)?\s*$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+#: The scheme prefix that declares a plain OpenAI-compatible server: ``openai+http://h:8000``.
+_OPENAI_PREFIX = "openai+"
+#: An HTTP header name (RFC 9110 token characters).
+_HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_EXPECT_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def usage_error(spec: OptionSpec, source: str, problem: str, fix: str) -> pytest.UsageError:
-    # One grammar for every configuration error: what is wrong, where it came from, how to fix.
-    # The value quoted may carry a secret (an --api-key in args, user:pw@ in a URL).
+    """Return the one configuration error: what is wrong, where it came from, how to fix it.
+
+    Redacted: the value quoted may carry a secret (an --api-key in args, user:pw@ in a URL).
+    """
     return pytest.UsageError(redact(f"{spec.label}: {problem} (from {source}); {fix}"))
-
-
-def parse_duration(spec: OptionSpec, raw: str, source: str) -> float:
-    """Convert a duration the schema accepted (``90``, ``1.5s``, ``500ms``, ``10m``) to seconds."""
-    match = _DURATION_RE.match(raw)
-    if match is None:  # the schema refuses it first; kept so a drift names the value
-        raise usage_error(spec, source, f"{raw!r} is not a duration", "e.g. 90, 1.5s, 500ms")
-    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-
-
-def parse_count(spec: OptionSpec, raw: str, source: str) -> int:
-    """Parse a whole number of at least zero, such as ``8`` or ``0``."""
-    text = raw.strip()
-    if not text.isdigit():
-        raise usage_error(
-            spec, source, f"{raw!r} is not a whole number", "give a count such as 8 (0: never)"
-        )
-    return int(text)
-
-
-def parse_workers(spec: OptionSpec, raw: str, source: str) -> int:
-    """Parse a number of load-generator workers: a whole number of at least 1."""
-    text = raw.strip()
-    if not text.isdigit() or int(text) < 1:
-        raise usage_error(
-            spec, source, f"{raw!r} is not a number of workers", "give a whole number >= 1, e.g. 2"
-        )
-    return int(text)
-
-
-def parse_ray_address(spec: OptionSpec, raw: str, source: str) -> str:
-    """Parse a Ray cluster address: ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``."""
-    text = raw.strip()
-    if text == "auto":
-        return text
-    host, _, port = text.removeprefix("ray://").rpartition(":")
-    valid_port = port.isdigit() and 0 < int(port) < 65536
-    if not host or not valid_port or any(c.isspace() for c in text):
-        raise usage_error(
-            spec,
-            source,
-            f"{raw!r} is not a Ray cluster address",
-            "give the head node's HOST:PORT as `ray start --head` printed it (e.g. "
-            "10.0.0.5:6379), ray://HOST:PORT for Ray Client, or auto",
-        )
-    return text
-
-
-def parse_bool(spec: OptionSpec, raw: str, source: str) -> bool:
-    """Convert a boolean the schema accepted (true/false, yes/no, on/off, 1/0, any case)."""
-    return raw.strip().lower() in {"1", "true", "yes", "on"}
 
 
 def parse_server_url(spec: OptionSpec, raw: str, source: str) -> ServerUrl:
@@ -171,12 +109,6 @@ def parse_server_url(spec: OptionSpec, raw: str, source: str) -> ServerUrl:
             "give the server's base URL only, e.g. http://127.0.0.1:30000",
         )
     return ServerUrl(name=name, url=url.rstrip("/"), source=source, kind=kind)
-
-
-#: The scheme prefix that declares a plain OpenAI-compatible server: ``openai+http://h:8000``.
-_OPENAI_PREFIX = "openai+"
-#: An HTTP header name (RFC 9110 token characters).
-_HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
 def _check_usable(spec: OptionSpec, source: str, url: str) -> None:
@@ -259,7 +191,7 @@ def parse_expectation(raw: str, source: str, spec: OptionSpec = EXPECT) -> Expec
             f"server name {server_name!r} in {raw!r} is not valid",
             "use letters, digits, '_', '.' or '-' before the ':'",
         )
-    if not is_valid_expect_key(key):
+    if not _EXPECT_KEY_RE.match(key):
         raise usage_error(
             spec,
             source,
@@ -271,39 +203,3 @@ def parse_expectation(raw: str, source: str, spec: OptionSpec = EXPECT) -> Expec
     except ValueError:
         value = value_text.strip()
     return Expectation(key=key, value=value, source=source, server=server_name)
-
-
-_EXPECT_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def is_valid_expect_key(key: str) -> bool:
-    """Return whether ``key`` can name an expectation (``model_id``, a /server_info key)."""
-    return bool(_EXPECT_KEY_RE.match(key))
-
-
-def parse_args(spec: OptionSpec, raw: str, source: str) -> tuple[str, ...]:
-    """Split a command-line fragment the way a shell would."""
-    try:
-        return tuple(shlex.split(raw))
-    except ValueError as exc:
-        raise usage_error(
-            spec, source, f"{raw!r} cannot be split: {exc}", "quote arguments the way a shell would"
-        ) from None
-
-
-def parse_launcher(spec: OptionSpec, raw: str, source: str) -> str:
-    """Parse a launcher name."""
-    return _choice(spec, raw, source, LAUNCHERS, "a launcher")
-
-
-def parse_inconclusive(spec: OptionSpec, raw: str, source: str) -> str:
-    """Parse what an inconclusive verdict does: fail, skip or warn (any case)."""
-    return _choice(spec, raw.strip().lower(), source, INCONCLUSIVE_CHOICES, "a choice")
-
-
-def _choice(spec: OptionSpec, raw: str, source: str, choices: tuple[str, ...], what: str) -> str:
-    if raw not in choices:
-        raise usage_error(
-            spec, source, f"{raw!r} is not {what}", f"use one of {', '.join(choices)}"
-        )
-    return raw

@@ -36,18 +36,13 @@ def read_schema(name: str) -> dict[str, Any]:
 
 @functools.cache
 def _settings_schema() -> dict[str, Any]:
-    """Return ``#/$defs/settings`` with a property per option whose values it constrains.
-
-    A flag's values are booleans; an option's whose metavar ``metavars`` names, that kind.
-    """
+    """Return ``#/$defs/settings`` with a property per option of a kind (``OptionSpec.kind``)."""
     schema = read_schema("config")
-    settings = schema["$defs"]["settings"]
-    properties = {}
-    for spec in OPTIONS:
-        kind = settings["flag"] if spec.flag else settings["metavars"].get(spec.metavar)
-        if kind is not None:
-            properties[spec.ini] = {"type": "array", "items": {"$ref": f"#/$defs/{kind}"}}
-    defs = {**schema["$defs"], "settings": {**settings, "properties": properties}}
+    properties = {
+        s.ini: {"type": "array", "items": {"$ref": f"#/$defs/{s.kind}"}} for s in OPTIONS if s.kind
+    }
+    settings = {**schema["$defs"]["settings"], "properties": properties}
+    defs = {**schema["$defs"], "settings": settings}
     return {**schema, "$ref": "#/$defs/settings", "$defs": defs}
 
 

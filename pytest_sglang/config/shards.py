@@ -16,6 +16,7 @@ import pytest
 __all__ = ["Shard", "ShardSelector", "assign_shards", "launch_groups", "parse_shard"]
 
 _SHARD_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+_SHARD_FIX = "give K/N with 1 <= K <= N, e.g. 1/2 and 2/2 on two runners"
 
 
 @dataclass(frozen=True)
@@ -30,16 +31,12 @@ class Shard:
 
 
 def parse_shard(raw: str) -> Shard:
-    """Parse ``K/N`` (1 <= K <= N).
-
-    :raises ValueError: with what is wrong; the caller adds where the value came from.
-    """
+    """Parse ``K/N`` (1 <= K <= N); a ``ValueError(problem, fix)`` when it is not."""
     match = _SHARD_RE.match(raw)
-    if match is None:
-        raise ValueError(f"{raw!r} is not K/N")
-    index, count = int(match.group(1)), int(match.group(2))
+    index, count = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
     if count < 1 or not 1 <= index <= count:
-        raise ValueError(f"{raw!r}: K must be between 1 and N, and N at least 1")
+        problem = f"{raw!r}: K must be between 1 and N, and N at least 1" if match else ""
+        raise ValueError(problem or f"{raw!r} is not K/N", _SHARD_FIX)
     return Shard(index, count)
 
 
