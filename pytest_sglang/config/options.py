@@ -155,30 +155,7 @@ RAY_ADDRESS = OptionSpec(
 )
 STORAGE = OptionSpec("storage", f"Baselines' storage. Default: {DEFAULT_STORAGE}", per_project=True)
 
-OPTIONS: tuple[OptionSpec, ...] = (
-    URL,
-    HEADER,
-    API_KEY,
-    EXPECT,
-    REQUIRE,
-    READY_TIMEOUT,
-    PROFILES,
-    LAUNCHER,
-    INCONCLUSIVE,
-    SHARD,
-    REPORT,
-    MARKDOWN,
-    SAVE,
-    COMPARE,
-    COMPARE_FAIL,
-    EMULATOR_ARGS,
-    GPU_HOST,
-    GPU_FAKE,
-    REQUEST_TIMEOUT,
-    STALL_TIMEOUT,
-    FIRST_TOKEN_TIMEOUT,
-    MAX_CONSECUTIVE_FAILURES,
-    LOAD_WORKERS,
-    RAY_ADDRESS,
-    STORAGE,
+#: Every setting, in the order of ``pytest --help``: the specs above, as defined.
+OPTIONS: tuple[OptionSpec, ...] = tuple(
+    v for v in dict(globals()).values() if isinstance(v, OptionSpec)
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -53,25 +53,17 @@ class Profile:
         # pytest -l shows locals: never the profile's --api-key or HF_TOKEN.
         secrets = secret_flag_values(self.args)
         secrets += [v for k, v in self.env.items() if is_secret_name(k)]
-        body = (
-            f"name={self.name!r}, model_path={self.model_path!r}, tp={self.tp!r}, "
-            f"args={self.args!r}, env={dict(self.env)!r}, expect={dict(self.expect)!r}, "
-            f"command={self.command!r}, source={self.source!r}, kind={self.kind!r}"
-        )
+        body = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
         return Redactor(secrets)(f"Profile({body})")
 
 
 def _error(path: Path | str, prefix: str, name: str, key: str, problem: str, fix: str) -> Exception:
-    """Return the error for key ``key`` of profile ``name`` under table ``prefix``."""
     table = toml_table(*prefix.split("."), name)
     return pytest.UsageError(f"{path}: {table} {key}: {problem}; {fix}")
 
 
 def merge_args(base: list[str], override: list[str]) -> list[str]:
-    """Merge two server argument lists flag by flag; ``override``'s value of a flag wins.
-
-    Flags keep the base's order; flags new in ``override`` follow in their own order.
-    """
+    """Merge two server argument lists flag by flag: ``override``'s values win, order kept."""
     merged: dict[str, list[str]] = {}
     for flag, values in split_flags(base) + split_flags(override):
         merged[flag.replace("_", "-")] = values
@@ -91,26 +83,17 @@ def _chain(
             cycle = " -> ".join((*chain, parent_name))
             raise _error(path, prefix, name, "extends", f"cycle {cycle}", "remove an extends")
         if parent_name not in tables:
+            fix = f"define {toml_table(*prefix.split('.'), parent_name)} or use one of "
+            problem = f"no profile named {parent_name!r}"
             raise _error(
-                path,
-                prefix,
-                chain[-1],
-                "extends",
-                f"no profile named {parent_name!r}",
-                f"define {toml_table(*prefix.split('.'), parent_name)} or use one of "
-                f"{', '.join(sorted(tables))}",
+                path, prefix, chain[-1], "extends", problem, fix + ", ".join(sorted(tables))
             )
         chain.append(parent_name)
         if len(chain) > MAX_EXTENDS_DEPTH:
             shown = " -> ".join((*chain[:3], "...", chain[-1]))
-            raise _error(
-                path,
-                prefix,
-                name,
-                "extends",
-                f"the extends chain is more than {MAX_EXTENDS_DEPTH} profiles deep ({shown})",
-                "let profiles extend a common base instead of each other in a line",
-            )
+            problem = f"the extends chain is more than {MAX_EXTENDS_DEPTH} profiles deep ({shown})"
+            fix = "let profiles extend a common base instead of each other in a line"
+            raise _error(path, prefix, name, "extends", problem, fix)
 
 
 def profiles_from_tables(
@@ -130,13 +113,9 @@ def profiles_from_tables(
             merged["env"] |= {k: str(v) for k, v in raw.get("env", {}).items()}
             merged["expect"] |= raw.get("expect", {})
         if "model-path" not in merged and merged.get("kind") != "openai":
+            problem, fix = "missing (also in the profiles it extends)", "add model-path = "
             raise _error(
-                path,
-                prefix,
-                name,
-                "model-path",
-                "missing (also in the profiles it extends)",
-                'add model-path = "ORG/MODEL" or a local path',
+                path, prefix, name, "model-path", problem, fix + '"ORG/MODEL" or a local path'
             )
         command = merged.get("command")
         profiles[name] = Profile(
