@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from pytest_sglang.config.flags import split_flags
-from pytest_sglang.config.redaction import Redactor, is_secret_name, secret_flag_values
+from pytest_sglang.config.redaction import Redactor, server_secrets
 from pytest_sglang.config.schema import profile_errors, toml_table
 from pytest_sglang.config.values import Expectation
 
@@ -51,10 +51,8 @@ class Profile:
 
     def __repr__(self) -> str:
         # pytest -l shows locals: never the profile's --api-key or HF_TOKEN.
-        secrets = secret_flag_values(self.args)
-        secrets += [v for k, v in self.env.items() if is_secret_name(k)]
         body = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
-        return Redactor(secrets)(f"Profile({body})")
+        return Redactor(server_secrets(self.args, self.env))(f"Profile({body})")
 
 
 def _error(path: Path | str, prefix: str, name: str, key: str, problem: str, fix: str) -> Exception:

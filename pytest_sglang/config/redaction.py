@@ -13,7 +13,7 @@ letter nor by a limit's or unit's word (``first_token_timeout``, ``draft_per_tok
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pytest_sglang.config.flags import split_flags
@@ -26,6 +26,7 @@ __all__ = [
     "redact",
     "redact_json",
     "secret_flag_values",
+    "server_secrets",
 ]
 
 MASK = "***"
@@ -75,6 +76,12 @@ def secret_flag_values(argv: Iterable[str]) -> list[str]:
         for flag, values in split_flags(argv)
         if flag.startswith("--") and is_secret_name(flag[2:]) and values
     ]
+
+
+def server_secrets(args: Iterable[object], env: Mapping[Any, Any]) -> list[str]:
+    """Return the secrets in a server's ``args`` and ``env``: secret flags', secret names' values."""
+    found = secret_flag_values(map(str, args))
+    return found + [str(v) for k, v in env.items() if is_secret_name(str(k)) and v]
 
 
 def _masked_if_secret(match: re.Match[str]) -> str:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_sglang.config.options import OPTIONS, OptionSpec
 from pytest_sglang.config.parsing import usage_error
-from pytest_sglang.config.redaction import Redactor, is_secret_name, secret_flag_values
+from pytest_sglang.config.redaction import Redactor, is_secret_name, server_secrets
 
 if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError
@@ -100,13 +100,9 @@ def _secrets(tables: object) -> list[str]:
     """Return the secret values in raw profile tables, as far as their shape allows."""
     found: list[str] = []
     for raw in tables.values() if isinstance(tables, dict) else ():
-        if not isinstance(raw, dict):
-            continue
-        args, env = raw.get("args"), raw.get("env")
-        if isinstance(args, list):
-            found += secret_flag_values([str(a) for a in args])
-        if isinstance(env, dict):
-            found += [str(v) for k, v in env.items() if is_secret_name(str(k))]
+        args, env = (raw.get("args"), raw.get("env")) if isinstance(raw, dict) else ([], {})
+        args, env = args if isinstance(args, list) else [], env if isinstance(env, dict) else {}
+        found += server_secrets(args, env)
     return found
 
 

@@ -61,7 +61,7 @@ from pytest_sglang.config.parsing import (
     usage_error,
 )
 from pytest_sglang.config.paths import OUTPUT_FIX, output_path, output_problem
-from pytest_sglang.config.redaction import Redactor, is_secret_name, secret_flag_values
+from pytest_sglang.config.redaction import Redactor, secret_flag_values, server_secrets
 from pytest_sglang.config.schema import check_settings
 from pytest_sglang.config.shards import Shard, parse_shard
 from pytest_sglang.config.targets import ServerTarget, build_targets
@@ -140,8 +140,7 @@ class Settings:
             found += [header.value, header.value.rpartition(" ")[2]]
         found += secret_flag_values(self.emulator_args.value)
         for profile in self.profiles.values():
-            found += secret_flag_values(profile.args)
-            found += [v for k, v in profile.env.items() if is_secret_name(k) and v]
+            found += server_secrets(profile.args, profile.env)
         return tuple(dict.fromkeys(found))
 
     @functools.cached_property

@@ -42,27 +42,14 @@ def parse_shard(raw: str) -> Shard:
 
 def launch_groups(servers: Mapping[str, frozenset[str]]) -> list[tuple[frozenset[str], list[str]]]:
     """Return the launch groups: (profiles, test ids), tying profiles a test names together."""
-    parent: dict[str, str] = {}
-
-    def root(name: str) -> str:
-        while parent.setdefault(name, name) != name:
-            parent[name] = parent[parent[name]]
-            name = parent[name]
-        return name
-
-    for names in servers.values():
-        if not names:
-            continue
-        first, *rest = sorted(names)
-        for name in rest:
-            parent[root(name)] = root(first)
-    groups: dict[str, tuple[set[str], list[str]]] = {}
+    groups: list[tuple[frozenset[str], list[str]]] = []
     for test, names in servers.items():
         if names:
-            profiles, tests = groups.setdefault(root(min(names)), (set(), []))
-            profiles.update(names)
-            tests.append(test)
-    return [(frozenset(profiles), sorted(tests)) for profiles, tests in groups.values()]
+            joined = [g for g in groups if g[0] & names]
+            groups = [g for g in groups if not g[0] & names]
+            tests = [t for g in joined for t in g[1]]
+            groups.append((names.union(*(g[0] for g in joined)), [*tests, test]))
+    return [(profiles, sorted(tests)) for profiles, tests in groups]
 
 
 def assign_shards(servers: Mapping[str, frozenset[str]], count: int) -> dict[str, int]:

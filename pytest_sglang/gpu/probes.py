@@ -284,11 +284,11 @@ class FakeProbe(GpuProbe):
         """Return ``fake GPUs in DIR``."""
         return f"fake GPUs in {self.directory}"
 
-    def _telemetry(self) -> dict[str, dict[str, Any]]:
+    def _read(self, name: str) -> Any:
         try:
-            return dict(json.loads((self.directory / "telemetry.json").read_text())["gpus"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return {}  # not written (yet): no telemetry
+            return json.loads((self.directory / name).read_text())
+        except (OSError, ValueError):
+            return None  # not written yet, or being written or removed right now
 
     def snapshot(self) -> GpuSnapshot:
         """Combine the GPU list, the holders whose process is alive, and the telemetry."""
@@ -296,28 +296,26 @@ class FakeProbe(GpuProbe):
             listed = read_fake_gpus(self.directory / "gpus.json")
         except ValueError as exc:
             raise GpuUnavailable(str(exc)) from None
-        holders = []
-        for path in sorted(self.directory.glob("holder-*.json")):
-            try:
-                holder = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue  # being written or removed right now
-            if _pid_alive(int(holder["pid"])):
-                holders.append(holder)
+        holders = (self._read(p.name) for p in sorted(self.directory.glob("holder-*.json")))
         processes = [
             GpuProcess(int(h["pid"]), uuid, int(h["used_mib"]) * MIB, str(h.get("name", "")))
             for h in holders
+            if h is not None and _pid_alive(int(h["pid"]))
             for uuid in h["gpus"]
         ]
-        telemetry = self._telemetry()
+        telemetry = self._read("telemetry.json")
+        telemetry = telemetry.get("gpus") if isinstance(telemetry, dict) else None
         now = time.monotonic()
         gpus = []
         for index, gpu in enumerate(listed):
             total = int(gpu["total_mib"]) * MIB
-            used = int(gpu.get("base_used_mib", 0)) * MIB + sum(
-                p.used_memory or 0 for p in processes if p.gpu_uuid == gpu["uuid"]
-            )
-            t = telemetry.get(gpu["uuid"], {})
+            held = sum(p.used_memory or 0 for p in processes if p.gpu_uuid == gpu["uuid"])
+            used = int(gpu.get("base_used_mib", 0)) * MIB + held
+            t = telemetry.get(gpu["uuid"], {}) if isinstance(telemetry, dict) else {}
+            energy = t.get("energy_j")
+            if energy is not None and "energy_rate" in t and "written_at" in t:
+                # time.monotonic() is one clock for every process of a host (Linux).
+                energy += t["energy_rate"] * max(0.0, now - t["written_at"])
             gpus.append(
                 Gpu(
                     index,
@@ -326,29 +324,17 @@ class FakeProbe(GpuProbe):
                     total,
                     used,
                     max(total - used, 0),
-                    utilization=t.get("utilization"),
-                    power=t.get("power_w"),
-                    energy=_energy_now(t, now),
-                    sm_clock=t.get("sm_clock_mhz"),
-                    temperature=t.get("temperature_c"),
+                    utilization=_number(t.get("utilization")),
+                    power=_number(t.get("power_w")),
+                    energy=_number(energy),
+                    sm_clock=_number(t.get("sm_clock_mhz")),
+                    temperature=_number(t.get("temperature_c")),
                     throttle=tuple(t.get("throttle", ())),
                     xid_errors=int(t.get("xid_errors", 0)),
                     ecc_errors=t.get("ecc_errors"),
                 )
             )
         return GpuSnapshot(tuple(gpus), tuple(processes), at=now)
-
-
-def _energy_now(gpu: dict[str, Any], now: float) -> float | None:
-    """Return the energy counter at ``now``: the file's value, grown at its rate since written."""
-    energy = gpu.get("energy_j")
-    if energy is None:
-        return None
-    rate, written = gpu.get("energy_rate"), gpu.get("written_at")
-    if rate is None or written is None:
-        return float(energy)
-    # time.monotonic() is one clock for every process of a host (Linux).
-    return float(energy) + float(rate) * max(0.0, now - float(written))
 
 
 def write_fake_gpus(
