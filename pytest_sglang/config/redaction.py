@@ -79,7 +79,7 @@ def secret_flag_values(argv: Iterable[str]) -> list[str]:
 
 
 def server_secrets(args: Iterable[object], env: Mapping[Any, Any]) -> list[str]:
-    """Return the secrets in a server's ``args`` and ``env``: secret flags', secret names' values."""
+    """Return the secrets in a server's args and env: secret flags' and secret names' values."""
     found = secret_flag_values(map(str, args))
     return found + [str(v) for k, v in env.items() if is_secret_name(str(k)) and v]
 
