@@ -1,10 +1,8 @@
 """The option catalogue: every setting's flag, ini key, environment variable and help text.
 
-A setting changed from run to run is a command-line option ``--sglang-NAME``; one set once per
-project is not (``per_project``). Every setting is also the ini key ``sglang_NAME`` (on a
-command line: ``-o sglang_NAME=VALUE``) and the environment variable ``PYTEST_SGLANG_NAME``
-(never ``SGLANG_*``, which SGLang itself reads). Help texts are one line of ``pytest --help``;
-the details are in ``docs/guide.md`` ("Options").
+A setting changed from run to run is a flag ``--sglang-NAME``; one set once per project is
+not (``per_project``). Every setting is also the ini key ``sglang_NAME`` and the environment
+variable ``PYTEST_SGLANG_NAME`` (never ``SGLANG_*``, which SGLang itself reads).
 """
 
 from __future__ import annotations

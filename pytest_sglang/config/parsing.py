@@ -27,10 +27,7 @@ _EXPECT_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def usage_error(spec: OptionSpec, source: str, problem: str, fix: str) -> pytest.UsageError:
-    """Return the one configuration error: what is wrong, where it came from, how to fix it.
-
-    Redacted: the value quoted may carry a secret (an --api-key in args, user:pw@ in a URL).
-    """
+    """Return the one configuration error (what, where from, how to fix), redacted."""
     return pytest.UsageError(redact(f"{spec.label}: {problem} (from {source}); {fix}"))
 
 

@@ -1,9 +1,8 @@
 """Server profiles: named launch recipes read from TOML (format in docs/guide.md).
 
-Profiles live in ``pyproject.toml`` under ``[tool.pytest-sglang.profiles.NAME]`` or in the
-``--sglang-profiles`` file under ``[profiles.NAME]``; ``extends`` merges ``args`` flag by
-flag and ``env``/``expect`` key by key. Validated with ``schemas/config.schema.json``
-(:mod:`.schema`); every mistake is a :class:`pytest.UsageError` naming file, table and key.
+``[tool.pytest-sglang.profiles.NAME]`` in ``pyproject.toml`` or ``[profiles.NAME]`` in the
+``--sglang-profiles`` file; ``extends`` merges ``args`` flag by flag and ``env``/``expect`` key
+by key. Validated by :mod:`.schema`; a mistake is a usage error naming file, table and key.
 """
 
 from __future__ import annotations
@@ -151,10 +150,7 @@ def _read_toml(path: Path, option: str) -> dict[str, Any]:
 
 
 def load_profiles(pyproject: Path | None, profiles_file: Path | None) -> dict[str, Profile]:
-    """Load profiles from ``pyproject.toml`` and/or a profiles file.
-
-    :raises pytest.UsageError: on any invalid profile, or a name defined in both files.
-    """
+    """Load the profiles of ``pyproject.toml`` and a profiles file (a name in both is an error)."""
     profiles: dict[str, Profile] = {}
     if pyproject is not None and pyproject.is_file():
         data = _read_toml(pyproject, "pyproject.toml")

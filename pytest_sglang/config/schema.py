@@ -1,9 +1,7 @@
 """The configuration's JSON Schema (``schemas/config.schema.json``) and its error messages.
 
-Profiles and option values are validated with jsonschema; a violation names the file and
-TOML table (profiles) or the option and its source, what is allowed and the fix. The
-options' part of the schema is built from :data:`~.options.OPTIONS`, so a new option needs
-no schema edit. The server stage reads its response schemas through :func:`read_schema`.
+A violation names the file and TOML table (profiles) or the option and its source, what is
+allowed and the fix. The options' part is built from each option's ``kind``.
 """
 
 from __future__ import annotations
@@ -47,11 +45,7 @@ def _settings_schema() -> dict[str, Any]:
 
 
 def check_settings(values: Mapping[OptionSpec, tuple[Sequence[str], str]]) -> None:
-    """Validate the options' values, each ``(raw values, source)`` from its winning source.
-
-    :raises pytest.UsageError: for the first violation: the option, the value, where it
-        came from, what is allowed and the fix.
-    """
+    """Validate the options' ``(raw values, source)``; a usage error for the first violation."""
     schema = _settings_schema()
     constrained = schema["$defs"]["settings"]["properties"]
     instance = {spec.ini: list(raw) for spec, (raw, _) in values.items() if spec.ini in constrained}
@@ -80,11 +74,9 @@ def toml_table(*keys: str) -> str:
 
 
 def profile_errors(tables: object, path: Path | str, prefix: str) -> list[str]:
-    """Validate the raw ``[prefix]`` table of profiles; return one message per violation.
+    """Validate the raw profiles under the dotted table ``prefix``; one message per violation.
 
-    ``prefix`` is the dotted table the profiles live under (``profiles`` or
-    ``tool.pytest-sglang.profiles``). Secrets in the tables (``--api-key`` values, secret
-    ``env`` values) never appear in a message.
+    Secrets in the tables never appear in a message.
     """
     # Imported here: jsonschema costs tens of milliseconds, paid only when profiles exist.
     from jsonschema import Draft202012Validator

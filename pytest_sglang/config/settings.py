@@ -121,8 +121,7 @@ class Settings:
     def default_server(self) -> str | None:
         """Return the server a test that names none gets, or None when that is ambiguous.
 
-        The one called ``default``; else the only attached server; else, with none
-        attached, the only profile.
+        ``default``, else the only attached server, else (none attached) the only profile.
         """
         if DEFAULT_SERVER_NAME in self.targets:
             return DEFAULT_SERVER_NAME
@@ -168,10 +167,7 @@ class Raw:
 def lookup(
     spec: OptionSpec, config: pytest.Config, environ: Mapping[str, str] | None = None
 ) -> Raw | None:
-    """Return the highest-precedence raw value of ``spec`` as a list of strings, or None.
-
-    Precedence: the flag, ``-o sglang_NAME=VALUE``, the environment, the ini file.
-    """
+    """Return the highest-precedence raw value: flag, ``-o``, environment, ini; or None."""
     env_map = os.environ if environ is None else environ
     invoked = Path(config.invocation_params.dir)
     cli = config.getoption(spec.dest, default=None) if spec.cli else None
@@ -286,10 +282,9 @@ def _resolve_path(
     *,
     output: bool = False,
 ) -> Sourced[Path | None]:
-    """Resolve a path option, relative to where its value was written, and check it.
+    """Resolve a path option, relative to where it was written, and refuse what ``problem`` names.
 
-    ``problem`` says what is wrong with the path, or None. An ``output`` path's last part is
-    not resolved: a link there is judged, not followed.
+    An ``output`` path's last part is not resolved: a link there is judged, not followed.
     """
     raw = _lookup_one(spec, config, environ)
     if raw is None:
@@ -341,10 +336,7 @@ def _resolve_profiles(config: pytest.Config, environ: Mapping[str, str]) -> dict
 
 
 def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = None) -> Settings:
-    """Resolve every setting (flag > ``-o`` > environment > ini file > default), validated.
-
-    :raises pytest.UsageError: naming the option, the source of the bad value and the fix.
-    """
+    """Resolve every setting (flag > ``-o`` > environment > ini file > default), validated."""
     env = os.environ if environ is None else environ
     check_settings({s: (r.value, r.source) for s in OPTIONS if (r := lookup(s, config, env))})
     values: dict[str, Any] = {}
@@ -388,11 +380,7 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
 
 
 def _check_one_authorization(api_key: Raw, headers: Sequence[Header]) -> None:
-    """One source for a server's ``Authorization``: ``--sglang-api-key`` or a header, not both.
-
-    An ``Authorization`` header would replace the key for its servers, and a 401 would then
-    blame a key that was never sent.
-    """
+    """Refuse ``--sglang-api-key`` with an ``Authorization`` header: one would replace the other."""
     for header in headers:
         if header.name.lower() == "authorization":
             servers = f"server {header.server!r}" if header.server else "every server"
@@ -409,10 +397,7 @@ def _check_one_authorization(api_key: Raw, headers: Sequence[Header]) -> None:
 def _check_distinct_outputs(
     config: pytest.Config, outputs: Sequence[tuple[OptionSpec, Sourced[Path | None]]]
 ) -> None:
-    """Refuse two outputs that name one file (``--junitxml`` too): each would corrupt the other.
-
-    Paths are compared resolved (links, ``..``), and by inode when both exist.
-    """
+    """Refuse two outputs (``--junitxml`` too) that name one file: each would corrupt the other."""
     seen: list[tuple[str, str, Path]] = []
     xmlpath = getattr(config.option, "xmlpath", None)
     if xmlpath:

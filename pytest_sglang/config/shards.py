@@ -1,8 +1,7 @@
 """``--sglang-shard K/N``: split a suite over N CI runners, whole launch groups per runner.
 
-A launched profile costs minutes of a GPU host, so no two shards launch the same profile.
-The grouping and dealing rules are in docs/ci.md; pure and deterministic, so every runner
-computes the same split whatever the collection order.
+No two shards launch the same profile; pure and deterministic, so every runner computes the
+same split (rules in docs/ci.md).
 """
 
 from __future__ import annotations
@@ -53,10 +52,7 @@ def launch_groups(servers: Mapping[str, frozenset[str]]) -> list[tuple[frozenset
 
 
 def assign_shards(servers: Mapping[str, frozenset[str]], count: int) -> dict[str, int]:
-    """Return the shard (1..``count``) of every test, given the servers each test names.
-
-    :param servers: test id -> the server names pytest can see it use (may be empty).
-    """
+    """Return the shard (1..``count``) of every test, given the server names each test uses."""
     launches = [0] * count
     tests = [0] * count
     shard_of: dict[str, int] = {}
@@ -74,10 +70,7 @@ def assign_shards(servers: Mapping[str, frozenset[str]], count: int) -> dict[str
 
 
 class ShardSelector:
-    """Deselects the tests of other shards (a plugin ``plugin.py`` registers under the option).
-
-    :param servers_of: the server names pytest can see a test use.
-    """
+    """Deselects the tests of other shards (``plugin.py`` registers it under the option)."""
 
     def __init__(self, shard: Shard, servers_of: Callable[[pytest.Item], frozenset[str]]) -> None:
         self.shard = shard
@@ -118,11 +111,7 @@ class ShardSelector:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """Exit 0, not 5, when the split alone left this shard without tests.
-
-        A CI job fails on pytest's "no tests collected" (5); a shard that other shards' launch
-        groups emptied has done all it was given. A suite with no tests at all still exits 5.
-        """
+        """Exit 0, not 5, when the split alone left this shard without tests (CI fails on 5)."""
         if session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and self.deselected:
             session.exitstatus = pytest.ExitCode.OK
             reporter = session.config.pluginmanager.get_plugin("terminalreporter")

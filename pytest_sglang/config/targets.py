@@ -1,9 +1,4 @@
-"""One resolved target per server: what the later stages need to know, decided up front.
-
-A target is a server the session knows by name: attached, a profile to launch, or both. Its
-expectations are merged once here, so the pool, the readiness gate and the launcher never
-come back to the settings.
-"""
+"""One resolved target per server (attached, a profile to launch, or both), decided up front."""
 
 from __future__ import annotations
 

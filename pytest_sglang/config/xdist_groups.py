@@ -1,9 +1,8 @@
 """pytest-xdist: the tests of one launch group run on one worker.
 
 Each worker writes the launch group of every test it collected to a folder shared with the
-controller, which schedules whole groups (:mod:`.xdist_scheduling`); docs/ci.md explains the
-rules. Not xdist's own ``loadgroup``: it renames test ids, and with pytest 9.2 it no longer
-groups at all (pytest-xdist issue #1386).
+controller, whose scheduler (:mod:`.xdist_scheduling`) keeps groups whole (docs/ci.md). Not
+xdist's ``loadgroup``: it renames test ids and no longer groups with pytest 9.2 (#1386).
 """
 
 from __future__ import annotations
@@ -38,8 +37,7 @@ def configure_xdist(
 ) -> None:
     """In the controller, schedule by launch group; in a worker, write the groups.
 
-    :param servers_of: the server names pytest can see a test use.
-    :raises pytest.UsageError: a distribution mode that splits launch groups.
+    A distribution mode that would split launch groups is a usage error.
     """
     folder = shared_folder(config)
     if folder is not None:
@@ -119,10 +117,7 @@ class _WorkerGroups:
         self._default = settings.default_server()
 
     def servers(self, item: pytest.Item) -> frozenset[str]:
-        """Return what ties ``item`` to other tests: its servers and ``xdist_group`` marks.
-
-        A test that names no server but uses one has the default server, if there is one.
-        """
+        """Return what ties ``item`` to other tests: its servers and ``xdist_group`` marks."""
         names = set(self._servers_of(item))
         if not names and self._default is not None:
             if _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):

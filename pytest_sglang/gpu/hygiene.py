@@ -1,8 +1,7 @@
 """GPU hygiene around a launch: clean before (pre-flight), released after (post-flight).
 
-A zombie server holding the weights makes the next launch fail or run short of memory:
-pre-flight refuses held GPUs and names the holders; post-flight waits for the memory to come
-back after teardown and names the pids that still hold it.
+A zombie server holding the weights makes the next launch fail: pre-flight refuses held GPUs,
+post-flight waits for the memory to come back; both name the holders.
 """
 
 from __future__ import annotations
@@ -30,8 +29,8 @@ RELEASE_TOLERANCE = 256 * MIB
 def visible_gpus(snapshot: GpuSnapshot, env: Mapping[str, str]) -> tuple[str, ...]:
     """Return the UUIDs of the GPUs a process with ``env`` sees, in CUDA's order.
 
-    ``CUDA_VISIBLE_DEVICES`` (indices in NVML order, or UUID prefixes) is honoured the way
-    CUDA parses it: up to the first invalid entry. Without it, every GPU.
+    ``CUDA_VISIBLE_DEVICES`` (indices or UUID prefixes) is read as CUDA does: up to the first
+    invalid entry.
     """
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
@@ -49,22 +48,16 @@ def visible_gpus(snapshot: GpuSnapshot, env: Mapping[str, str]) -> tuple[str, ..
 
 
 def worker_gpus(visible: Sequence[str], index: int, count: int) -> tuple[str, ...]:
-    """Return the GPUs pytest-xdist worker ``index`` of ``count`` owns: its equal share.
+    """Return pytest-xdist worker ``index``'s equal, contiguous share of ``visible``.
 
-    Contiguous shares (worker 0 the first ``len(visible) // count``...), so that a TP group
-    stays on neighbouring GPUs; what does not divide evenly is left unused.
+    A TP group stays on neighbouring GPUs; a remainder is left unused.
     """
     share = len(visible) // count
     return tuple(visible[index * share : (index + 1) * share])
 
 
 def server_gpus(snapshot: GpuSnapshot, tp: int, env: Mapping[str, str]) -> tuple[str, ...]:
-    """Return the UUIDs of the GPUs a server with ``tp`` ranks and ``env`` will use.
-
-    The first ``tp`` of :func:`visible_gpus`.
-
-    :raises GpuNotClean: when fewer GPUs than ``tp`` are visible.
-    """
+    """Return the first ``tp`` visible GPUs of a server with ``env``; GpuNotClean when too few."""
     visible = env.get("CUDA_VISIBLE_DEVICES")
     uuids = visible_gpus(snapshot, env)
     if len(uuids) < tp:
@@ -111,10 +104,7 @@ def preflight(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> GpuSnapshot:
-    """Check the GPUs are clean (no compute process, little memory used); return the baseline.
-
-    :raises GpuNotClean: listing the holders (pid, name, memory) per GPU.
-    """
+    """Return the baseline once the GPUs are clean; GpuNotClean listing the holders if not."""
 
     def dirty(snapshot: GpuSnapshot) -> list[str]:
         used = {u: snapshot.gpu(u).memory_used for u in uuids}
@@ -143,7 +133,7 @@ def postflight(
 ) -> float:
     """Wait until memory on ``uuids`` is back to ``baseline``; return the seconds it took.
 
-    :raises GpuMemoryNotReleased: naming the pids still holding memory.
+    GpuMemoryNotReleased names the pids still holding memory.
     """
     known = {(p.pid, p.gpu_uuid) for p in baseline.processes}
 

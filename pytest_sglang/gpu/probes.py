@@ -54,10 +54,7 @@ class GpuProbe(Protocol):
 
 
 def _number(value: Any, scale: float = 1.0) -> float | None:
-    """Return a reading as a float times ``scale``; None where the source could not tell.
-
-    nvidia-smi prints ``[N/A]``, ``[Not Supported]``... even with ``nounits``.
-    """
+    """Return a reading times ``scale``; None where the source could not tell (``[N/A]``)."""
     try:
         return None if value is None else float(value) * scale
     except ValueError:
@@ -189,10 +186,7 @@ class SmiProbe(GpuProbe):
         return f"nvidia-smi on {self.host}" if self.host else "nvidia-smi"
 
     def run(self, query: str) -> list[list[str]]:
-        """Run ``nvidia-smi --query-...=FIELDS`` (over ssh when a host is set); return its rows.
-
-        :raises GpuUnavailable: not found, timed out, or failed (with its last line).
-        """
+        """Run an nvidia-smi query (over ssh with a host) and return its CSV rows."""
         argv = ["nvidia-smi", query, "--format=csv,noheader,nounits"]
         if self.host:
             # ssh joins the remote argv with spaces: send one pre-quoted string. BatchMode
@@ -349,10 +343,7 @@ def write_fake_gpus(
 
 
 def make_probe(*, host: str | None, fake_dir: Path | None) -> GpuProbe:
-    """Return the probe the settings ask for: fake, nvidia-smi over ssh, or NVML.
-
-    :raises GpuUnavailable: with the reason when it cannot work here.
-    """
+    """Return the probe the settings ask for: fake, nvidia-smi over ssh, or NVML."""
     if fake_dir is not None:
         return FakeProbe(fake_dir)
     if host is not None:

@@ -1,9 +1,4 @@
-"""What the GPUs did during a run: sampled telemetry, energy per token, throttling.
-
-A :class:`TelemetrySampler` snapshots the GPUs on its own thread (so the load generator's
-timing is undisturbed) while a measurement runs; :meth:`TelemetrySampler.summary` turns the
-snapshots into a :class:`RunTelemetry`.
-"""
+"""What the GPUs did during a run: telemetry sampled on a thread, energy per token, throttling."""
 
 from __future__ import annotations
 
@@ -59,10 +54,9 @@ class RunTelemetry:
 
 @dataclass
 class TelemetrySampler:
-    """Snapshots ``uuids`` (all GPUs when empty) on a thread between :meth:`start` and :meth:`stop`.
+    """Snapshots ``uuids`` (all when empty) on a thread between :meth:`start` and :meth:`stop`.
 
-    ``allowed_pids`` are processes expected on the GPUs (the server's); any other compute
-    process that was not there at :meth:`start` counts as foreign.
+    A compute process not there at the start nor in ``allowed_pids`` counts as foreign.
     """
 
     probe: GpuProbe
