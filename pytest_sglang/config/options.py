@@ -37,8 +37,8 @@ class OptionSpec:
     const: str | None = None
     #: Set once per project: an ini key and an environment variable, no command-line flag.
     per_project: bool = False
-    #: The ``$defs`` entry of ``schemas/config.schema.json`` its values must match (a flag's:
-    #: ``boolean``); None: its parser checks it.
+    #: What kind of value it takes: the ``$defs`` entry of ``schemas/config.schema.json`` its
+    #: values must match, if there is one, and how ``config/settings.py`` converts them.
     kind: str | None = None
 
     @property
@@ -97,7 +97,7 @@ INCONCLUSIVE = OptionSpec(
     "{" + ",".join(INCONCLUSIVE_CHOICES) + "}",
     kind="inconclusive",
 )
-SHARD = OptionSpec("shard", "Run shard K of N (whole launch groups)", "K/N")
+SHARD = OptionSpec("shard", "Run shard K of N (whole launch groups)", "K/N", kind="shard")
 REPORT = OptionSpec("report", "Write the results as JSON", "PATH")
 MARKDOWN = OptionSpec("markdown", "Append the results as Markdown", "PATH")
 # Stored baselines (docs/baselines.md says why these are not pytest-benchmark's flags).
@@ -109,7 +109,7 @@ COMPARE_FAIL = OptionSpec(
 
 # Set once per project: ini keys and environment variables only.
 EMULATOR_ARGS = OptionSpec(
-    "emulator-args", "Extra emulator arguments (launcher emulator)", per_project=True
+    "emulator-args", "Extra emulator arguments (launcher emulator)", per_project=True, kind="args"
 )
 GPU_HOST = OptionSpec(
     "gpu-host", "Read GPU state over ssh on [USER@]HOST", per_project=True, kind="host"

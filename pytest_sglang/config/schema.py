@@ -34,10 +34,11 @@ def read_schema(name: str) -> dict[str, Any]:
 
 @functools.cache
 def _settings_schema() -> dict[str, Any]:
-    """Return ``#/$defs/settings`` with a property per option of a kind (``OptionSpec.kind``)."""
+    """Return ``#/$defs/settings`` with a property per option whose kind the schema defines."""
     schema = read_schema("config")
+    kinds = {s.ini: s.kind for s in OPTIONS if s.kind in schema["$defs"]}
     properties = {
-        s.ini: {"type": "array", "items": {"$ref": f"#/$defs/{s.kind}"}} for s in OPTIONS if s.kind
+        ini: {"type": "array", "items": {"$ref": f"#/$defs/{k}"}} for ini, k in kinds.items()
     }
     settings = {**schema["$defs"]["settings"], "properties": properties}
     defs = {**schema["$defs"], "settings": settings}

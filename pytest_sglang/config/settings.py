@@ -31,26 +31,13 @@ from pytest_sglang.config.defaults import (
 )
 from pytest_sglang.config.options import (
     API_KEY,
-    EMULATOR_ARGS,
     EXPECT,
-    FIRST_TOKEN_TIMEOUT,
     GPU_FAKE,
-    GPU_HOST,
     HEADER,
-    INCONCLUSIVE,
-    LAUNCHER,
-    LOAD_WORKERS,
     MARKDOWN,
-    MAX_CONSECUTIVE_FAILURES,
     OPTIONS,
     PROFILES,
-    RAY_ADDRESS,
-    READY_TIMEOUT,
     REPORT,
-    REQUEST_TIMEOUT,
-    REQUIRE,
-    SHARD,
-    STALL_TIMEOUT,
     URL,
     OptionSpec,
 )
@@ -216,22 +203,19 @@ def _split(text: str) -> tuple[str, ...]:
         raise ValueError(problem, "quote arguments the way a shell would") from None
 
 
-#: The single-valued settings: the option each comes from and how its text, checked by the
-#: schema, becomes the value (a ``ValueError(problem, fix)`` for what the schema cannot say).
-_SINGLE: dict[str, tuple[OptionSpec, Callable[[str], object]]] = {
-    "ready_timeout": (READY_TIMEOUT, _seconds),
-    "require": (REQUIRE, lambda text: text.strip().lower() in {"1", "true", "yes", "on"}),
-    "launcher": (LAUNCHER, str),
-    "emulator_args": (EMULATOR_ARGS, _split),
-    "gpu_host": (GPU_HOST, str),
-    "request_timeout": (REQUEST_TIMEOUT, _seconds),
-    "stall_timeout": (STALL_TIMEOUT, _seconds),
-    "first_token_timeout": (FIRST_TOKEN_TIMEOUT, _seconds),
-    "max_consecutive_failures": (MAX_CONSECUTIVE_FAILURES, int),
-    "load_workers": (LOAD_WORKERS, int),
-    "ray_address": (RAY_ADDRESS, str.strip),
-    "inconclusive": (INCONCLUSIVE, lambda text: text.strip().lower()),
-    "shard": (SHARD, parse_shard),
+#: How the text of each kind of option, checked by the schema, becomes the setting of the
+#: option's name (a ``ValueError(problem, fix)`` for what no schema can say).
+_CONVERT: dict[str, Callable[[str], object]] = {
+    "boolean": lambda text: text.strip().lower() in {"1", "true", "yes", "on"},
+    "duration": _seconds,
+    "count": int,
+    "workers": int,
+    "launcher": str,
+    "inconclusive": lambda text: text.strip().lower(),
+    "host": str,
+    "ray-address": str.strip,
+    "args": _split,
+    "shard": parse_shard,
 }
 
 
@@ -340,13 +324,15 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
     env = os.environ if environ is None else environ
     check_settings({s: (r.value, r.source) for s in OPTIONS if (r := lookup(s, config, env))})
     values: dict[str, Any] = {}
-    for name, (spec, convert) in _SINGLE.items():
-        raw = _lookup_one(spec, config, env)
-        if raw is not None:
+    for spec in OPTIONS:
+        convert = _CONVERT.get(spec.kind or "")
+        raw = _lookup_one(spec, config, env) if convert else None
+        if convert and raw:
             try:
-                values[name] = Sourced(convert(raw.value[0]), raw.source)
+                value = convert(raw.value[0])
             except ValueError as exc:
                 raise usage_error(spec, raw.source, *exc.args) from None
+            values[spec.dest.removeprefix("sglang_")] = Sourced(value, raw.source)
     servers = _resolve_servers(lookup(URL, config, env))
     expectations = _each(lookup(EXPECT, config, env), parse_expectation)
     if servers:

@@ -69,10 +69,8 @@ def shared_folder(config: pytest.Config) -> Path | None:
 
 def read_groups(folder: Path) -> dict[str, str]:
     """Return the launch group of every test the workers wrote (test id -> group)."""
-    groups: dict[str, str] = {}
-    for path in sorted(folder.glob("groups-*.json")):
-        groups.update(json.loads(path.read_text(encoding="utf-8")))
-    return groups
+    files = sorted(folder.glob("groups-*.json"))
+    return {k: v for f in files for k, v in json.loads(f.read_text(encoding="utf-8")).items()}
 
 
 class _Controller:
@@ -136,11 +134,8 @@ class _WorkerGroups:
             for names, tests in launch_groups(servers)
             for test in tests
         }
-        _write_json(self._path, groups)
-
-
-def _write_json(path: Path, data: object) -> None:
-    """Write ``data`` whole or not at all (the controller may read at any moment)."""
-    partial = path.with_suffix(f".{os.getpid()}.tmp")
-    partial.write_text(json.dumps(data), encoding="utf-8")
-    os.replace(partial, path)
+        # Whole or not at all: the controller may read at any moment. (Not report/writing.py:
+        # config may not import the report stage.)
+        partial = self._path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(groups), encoding="utf-8")
+        os.replace(partial, self._path)
