@@ -113,7 +113,9 @@ def _describe(error: ValidationError, schema: Mapping[str, Any], prefix: str) ->
             owner = defs["profile"] if steps else defs["profiles"]
     where = toml_table(*prefix.split("."), *(str(s) for s in steps[:1]))
     if len(steps) > 1:
-        where += " " + str(steps[1]) + "".join(_step(s) for s in steps[2:])
+        where += f" {steps[1]}" + "".join(
+            f"[{s}]" if isinstance(s, int) else f".{s}" for s in steps[2:]
+        )
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         known = list(defs["profile"]["properties"])
         unknown = sorted(set(error.instance) - set(known))
@@ -127,10 +129,6 @@ def _describe(error: ValidationError, schema: Mapping[str, Any], prefix: str) ->
     else:
         got = f"got {_toml(error.instance)}"
     return f"{where}: expected {owner['description']}, {got}; {owner['fix']}"
-
-
-def _step(step: str | int) -> str:
-    return f"[{step}]" if isinstance(step, int) else f".{step}"
 
 
 def _toml(value: object) -> str:
