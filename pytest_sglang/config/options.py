@@ -118,21 +118,18 @@ GPU_FAKE = OptionSpec("gpu-fake", "Read GPU state from a fake-GPU directory", pe
 REQUEST_TIMEOUT = OptionSpec(
     "request-timeout",
     f"A measured request's deadline. Default: {DEFAULT_REQUEST_TIMEOUT:g}s",
-    "SECONDS",
     per_project=True,
     kind="duration",
 )
 STALL_TIMEOUT = OptionSpec(
     "stall-timeout",
     f"Longest silence of a stream. Default: {DEFAULT_STALL_TIMEOUT:g}s",
-    "SECONDS",
     per_project=True,
     kind="duration",
 )
 FIRST_TOKEN_TIMEOUT = OptionSpec(
     "first-token-timeout",
     f"First-token wait on a frozen server. Default: {DEFAULT_FIRST_TOKEN_TIMEOUT:g}s",
-    "SECONDS",
     per_project=True,
     kind="duration",
 )

@@ -56,11 +56,8 @@ def output_problem(path: Path) -> str | None:
             f"is {kind}: an output is written to a new file renamed over its path, which "
             "would replace what stands there (and writing into a FIFO would block the run)"
         )
-    directory = path.parent
-    while not directory.exists():
-        if directory.parent == directory:
-            break
-        directory = directory.parent
+    # Its directory, or the closest one above it that exists (to be created in).
+    directory = next((d for d in (path.parent, *path.parent.parents) if d.exists()), path.parent)
     if not directory.is_dir():
         return f"cannot be created: {directory} is not a directory"
     if not _writable(directory):

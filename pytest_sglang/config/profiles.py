@@ -7,6 +7,7 @@ by key. Validated by :mod:`.schema`; a mistake is a usage error naming file, tab
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -71,26 +72,24 @@ def _chain(
     name: str, tables: Mapping[str, Mapping[str, Any]], path: Path | str, prefix: str
 ) -> list[str]:
     """Return ``name``'s ``extends`` chain, itself first; iterative, so any depth is safe."""
-    chain = [name]
+    chain, fail = [name], functools.partial(_error, path, prefix)
     while True:
         parent_name = tables[chain[-1]].get("extends")
         if parent_name is None:
             return chain
         if parent_name in chain:
             cycle = " -> ".join((*chain, parent_name))
-            raise _error(path, prefix, name, "extends", f"cycle {cycle}", "remove an extends")
+            raise fail(name, "extends", f"cycle {cycle}", "remove an extends")
         if parent_name not in tables:
             fix = f"define {toml_table(*prefix.split('.'), parent_name)} or use one of "
             problem = f"no profile named {parent_name!r}"
-            raise _error(
-                path, prefix, chain[-1], "extends", problem, fix + ", ".join(sorted(tables))
-            )
+            raise fail(chain[-1], "extends", problem, fix + ", ".join(sorted(tables)))
         chain.append(parent_name)
         if len(chain) > MAX_EXTENDS_DEPTH:
             shown = " -> ".join((*chain[:3], "...", chain[-1]))
             problem = f"the extends chain is more than {MAX_EXTENDS_DEPTH} profiles deep ({shown})"
             fix = "let profiles extend a common base instead of each other in a line"
-            raise _error(path, prefix, name, "extends", problem, fix)
+            raise fail(name, "extends", problem, fix)
 
 
 def profiles_from_tables(
