@@ -58,13 +58,8 @@ def check_settings(values: Mapping[OptionSpec, tuple[Sequence[str], str]]) -> No
     if error is None:
         return
     spec = next(s for s in values if s.ini == error.absolute_path[0])
-    source = values[spec][1]
-    raise usage_error(
-        spec,
-        source,
-        f"{error.instance!r} is not {error.schema['description']}",
-        error.schema["fix"],
-    )
+    problem = f"{error.instance!r} is not {error.schema['description']}"
+    raise usage_error(spec, values[spec][1], problem, error.schema["fix"])
 
 
 def toml_table(*keys: str) -> str:

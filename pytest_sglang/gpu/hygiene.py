@@ -37,7 +37,7 @@ def visible_gpus(snapshot: GpuSnapshot, env: Mapping[str, str]) -> tuple[str, ..
         return tuple(g.uuid for g in snapshot.gpus)
     uuids: list[str] = []
     for entry in (e.strip() for e in visible.split(",")):
-        if entry.isdigit() and int(entry) < len(snapshot.gpus):
+        if entry.isascii() and entry.isdigit() and int(entry) < len(snapshot.gpus):
             uuids.append(snapshot.gpus[int(entry)].uuid)
             continue
         matches = [g.uuid for g in snapshot.gpus if entry and g.uuid.startswith(entry)]
