@@ -1,8 +1,6 @@
-"""The fake-GPU file (``gpus.json``): its format and its one reader on the plugin side.
+"""The fake-GPU file (``gpus.json``, ini key ``sglang_gpu_fake``): its format and its one reader.
 
-The ini key ``sglang_gpu_fake`` names a directory whose ``gpus.json`` lists fake GPUs; the fake
-probe (:mod:`pytest_sglang.gpu.probes`) reads it for GPU state, and the settings check it at
-start-up, so a malformed file is a usage error naming the file and the key. The emulator
+The fake probe reads it for GPU state and the settings check it at start-up; the emulator
 reads the same format with its own checker (it imports nothing from the plugin).
 """
 
@@ -19,12 +17,7 @@ FAKE_GPUS_FORMAT = '{"gpus": [{"uuid": "GPU-0", "name": "NVIDIA H200", "total_mi
 
 
 def read_fake_gpus(path: Path) -> list[dict[str, Any]]:
-    """Return the GPUs a fake-GPU file (``gpus.json``) lists, each checked.
-
-    The one reader of the format, for the fake probe and the emulator alike.
-
-    :raises ValueError: naming the file and the key that is wrong, and the format.
-    """
+    """Return the GPUs a ``gpus.json`` lists, each checked; a ``ValueError`` names file and key."""
     try:
         spec = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:

@@ -8,10 +8,9 @@ __all__ = ["split_flags"]
 
 
 def split_flags(argv: Iterable[str]) -> list[tuple[str, list[str]]]:
-    """Group ``argv`` into (flag, values) pairs; ``--flag=value`` becomes (flag, [value]).
+    """Group ``argv`` into (flag, values): a flag's values run to the next ``--`` token.
 
-    A flag's values are the tokens up to the next ``--`` token; a leading token that is no
-    flag forms a group of its own.
+    ``--flag=value`` becomes (flag, [value]); a leading token that is no flag forms a group.
     """
     groups: list[tuple[str, list[str]]] = []
     for token in argv:

@@ -1,10 +1,8 @@
 """The option catalogue: every setting's flag, ini key, environment variable and help text.
 
-A setting changed from run to run is a command-line option ``--sglang-NAME``; one set once per
-project is not (``per_project``). Every setting is also the ini key ``sglang_NAME`` (on a
-command line: ``-o sglang_NAME=VALUE``) and the environment variable ``PYTEST_SGLANG_NAME``
-(never ``SGLANG_*``, which SGLang itself reads). Help texts are one line of ``pytest --help``;
-the details are in ``docs/guide.md`` ("Options").
+A setting changed from run to run is a flag ``--sglang-NAME``; one set once per project is
+not (``per_project``). Every setting is also the ini key ``sglang_NAME`` and the environment
+variable ``PYTEST_SGLANG_NAME`` (never ``SGLANG_*``, which SGLang itself reads).
 """
 
 from __future__ import annotations
@@ -39,6 +37,9 @@ class OptionSpec:
     const: str | None = None
     #: Set once per project: an ini key and an environment variable, no command-line flag.
     per_project: bool = False
+    #: What kind of value it takes: the ``$defs`` entry of ``schemas/config.schema.json`` its
+    #: values must match, if there is one, and how ``config/settings.py`` converts them.
+    kind: str | None = None
 
     @property
     def cli(self) -> str | None:
@@ -47,13 +48,10 @@ class OptionSpec:
 
     @property
     def dest(self) -> str:
-        """The ``config.option`` attribute the flag is stored in."""
+        """The ``config.option`` attribute and the ini key, e.g. ``sglang_url``."""
         return "sglang_" + self.name.replace("-", "_")
 
-    @property
-    def ini(self) -> str:
-        """The ini key, e.g. ``sglang_url``."""
-        return self.dest
+    ini = dest
 
     @property
     def env(self) -> str:
@@ -77,22 +75,29 @@ API_KEY = OptionSpec("api-key", "The servers' API key (never printed)", "KEY")
 EXPECT = OptionSpec(
     "expect", "Identity the readiness gate checks (repeatable)", "[NAME:]K=V", repeatable=True
 )
-REQUIRE = OptionSpec("require", "Fail, not skip, tests without server or GPU", flag=True)
+REQUIRE = OptionSpec(
+    "require", "Fail, not skip, tests without server or GPU", flag=True, kind="boolean"
+)
 READY_TIMEOUT = OptionSpec(
-    "ready-timeout", f"Readiness deadline. Default: {DEFAULT_READY_TIMEOUT:g}s", "SECONDS"
+    "ready-timeout",
+    f"Readiness deadline. Default: {DEFAULT_READY_TIMEOUT:g}s",
+    "SECONDS",
+    kind="duration",
 )
 PROFILES = OptionSpec("profiles", "TOML file of [profiles.NAME] tables", "PATH")
 LAUNCHER = OptionSpec(
     "launcher",
     f"What launches a profile. Default: {LAUNCHERS[0]}",
     "{" + ",".join(LAUNCHERS) + "}",
+    kind="launcher",
 )
 INCONCLUSIVE = OptionSpec(
     "inconclusive",
     f"What an inconclusive verdict does. Default: {INCONCLUSIVE_CHOICES[0]}",
     "{" + ",".join(INCONCLUSIVE_CHOICES) + "}",
+    kind="inconclusive",
 )
-SHARD = OptionSpec("shard", "Run shard K of N (whole launch groups)", "K/N")
+SHARD = OptionSpec("shard", "Run shard K of N (whole launch groups)", "K/N", kind="shard")
 REPORT = OptionSpec("report", "Write the results as JSON", "PATH")
 MARKDOWN = OptionSpec("markdown", "Append the results as Markdown", "PATH")
 # Stored baselines (docs/baselines.md says why these are not pytest-benchmark's flags).
@@ -104,63 +109,48 @@ COMPARE_FAIL = OptionSpec(
 
 # Set once per project: ini keys and environment variables only.
 EMULATOR_ARGS = OptionSpec(
-    "emulator-args", "Extra emulator arguments (launcher emulator)", per_project=True
+    "emulator-args", "Extra emulator arguments (launcher emulator)", per_project=True, kind="args"
 )
-GPU_HOST = OptionSpec("gpu-host", "Read GPU state over ssh on [USER@]HOST", per_project=True)
+GPU_HOST = OptionSpec(
+    "gpu-host", "Read GPU state over ssh on [USER@]HOST", per_project=True, kind="host"
+)
 GPU_FAKE = OptionSpec("gpu-fake", "Read GPU state from a fake-GPU directory", per_project=True)
 REQUEST_TIMEOUT = OptionSpec(
     "request-timeout",
     f"A measured request's deadline. Default: {DEFAULT_REQUEST_TIMEOUT:g}s",
-    "SECONDS",
     per_project=True,
+    kind="duration",
 )
 STALL_TIMEOUT = OptionSpec(
     "stall-timeout",
     f"Longest silence of a stream. Default: {DEFAULT_STALL_TIMEOUT:g}s",
-    "SECONDS",
     per_project=True,
+    kind="duration",
 )
 FIRST_TOKEN_TIMEOUT = OptionSpec(
     "first-token-timeout",
     f"First-token wait on a frozen server. Default: {DEFAULT_FIRST_TOKEN_TIMEOUT:g}s",
-    "SECONDS",
     per_project=True,
+    kind="duration",
 )
 MAX_CONSECUTIVE_FAILURES = OptionSpec(
     "max-consecutive-failures",
     f"Unanswered requests that end a run. Default: {DEFAULT_MAX_CONSECUTIVE_FAILURES}",
     per_project=True,
+    kind="count",
 )
 LOAD_WORKERS = OptionSpec(
-    "load-workers", f"Load-generator processes. Default: {DEFAULT_LOAD_WORKERS}", per_project=True
+    "load-workers",
+    f"Load-generator processes. Default: {DEFAULT_LOAD_WORKERS}",
+    per_project=True,
+    kind="workers",
 )
-RAY_ADDRESS = OptionSpec("ray-address", "Ray cluster for the load workers", per_project=True)
+RAY_ADDRESS = OptionSpec(
+    "ray-address", "Ray cluster for the load workers", per_project=True, kind="ray-address"
+)
 STORAGE = OptionSpec("storage", f"Baselines' storage. Default: {DEFAULT_STORAGE}", per_project=True)
 
-OPTIONS: tuple[OptionSpec, ...] = (
-    URL,
-    HEADER,
-    API_KEY,
-    EXPECT,
-    REQUIRE,
-    READY_TIMEOUT,
-    PROFILES,
-    LAUNCHER,
-    INCONCLUSIVE,
-    SHARD,
-    REPORT,
-    MARKDOWN,
-    SAVE,
-    COMPARE,
-    COMPARE_FAIL,
-    EMULATOR_ARGS,
-    GPU_HOST,
-    GPU_FAKE,
-    REQUEST_TIMEOUT,
-    STALL_TIMEOUT,
-    FIRST_TOKEN_TIMEOUT,
-    MAX_CONSECUTIVE_FAILURES,
-    LOAD_WORKERS,
-    RAY_ADDRESS,
-    STORAGE,
+#: Every setting, in the order of ``pytest --help``: the specs above, as defined.
+OPTIONS: tuple[OptionSpec, ...] = tuple(
+    v for v in dict(globals()).values() if isinstance(v, OptionSpec)
 )

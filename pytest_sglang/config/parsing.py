@@ -1,162 +1,86 @@
-"""Parsers for option values; every error names the option, the value's source and the fix.
+"""Parsers for the option values no schema can check (the rest: :func:`~.schema.check_settings`).
 
-Values whose format the schema states (``schemas/config.schema.json``: booleans, durations)
-are validated there, by :func:`~.schema.check_settings`, before they reach these parsers.
+Every error names the option, the value's source and the fix.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-import shlex
 from urllib.parse import urlsplit
 
 import pytest
 
-from pytest_sglang.config.defaults import DEFAULT_SERVER_NAME, INCONCLUSIVE_CHOICES, LAUNCHERS
+from pytest_sglang.config.defaults import DEFAULT_SERVER_NAME
 from pytest_sglang.config.options import EXPECT, HEADER, OptionSpec
 from pytest_sglang.config.redaction import redact
 from pytest_sglang.config.values import NAME_RE, Expectation, Header, ServerUrl
 
-__all__ = [
-    "is_valid_expect_key",
-    "parse_args",
-    "parse_bool",
-    "parse_count",
-    "parse_duration",
-    "parse_expectation",
-    "parse_header",
-    "parse_inconclusive",
-    "parse_launcher",
-    "parse_ray_address",
-    "parse_server_url",
-    "parse_workers",
-    "usage_error",
-]
+__all__ = ["parse_expectation", "parse_header", "parse_server_url", "usage_error"]
 
-_DURATION_RE = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|h)?\s*$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+#: The scheme prefix that declares a plain OpenAI-compatible server: ``openai+http://h:8000``.
+_OPENAI_PREFIX = "openai+"
+#: An HTTP header name (RFC 9110 token characters).
+_HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_EXPECT_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def usage_error(spec: OptionSpec, source: str, problem: str, fix: str) -> pytest.UsageError:
-    # One grammar for every configuration error: what is wrong, where it came from, how to fix.
-    # The value quoted may carry a secret (an --api-key in args, user:pw@ in a URL).
+    """Return the one configuration error (what, where from, how to fix), redacted."""
     return pytest.UsageError(redact(f"{spec.label}: {problem} (from {source}); {fix}"))
-
-
-def parse_duration(spec: OptionSpec, raw: str, source: str) -> float:
-    """Convert a duration the schema accepted (``90``, ``1.5s``, ``500ms``, ``10m``) to seconds."""
-    match = _DURATION_RE.match(raw)
-    if match is None:  # the schema refuses it first; kept so a drift names the value
-        raise usage_error(spec, source, f"{raw!r} is not a duration", "e.g. 90, 1.5s, 500ms")
-    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-
-
-def parse_count(spec: OptionSpec, raw: str, source: str) -> int:
-    """Parse a whole number of at least zero, such as ``8`` or ``0``."""
-    text = raw.strip()
-    if not text.isdigit():
-        raise usage_error(
-            spec, source, f"{raw!r} is not a whole number", "give a count such as 8 (0: never)"
-        )
-    return int(text)
-
-
-def parse_workers(spec: OptionSpec, raw: str, source: str) -> int:
-    """Parse a number of load-generator workers: a whole number of at least 1."""
-    text = raw.strip()
-    if not text.isdigit() or int(text) < 1:
-        raise usage_error(
-            spec, source, f"{raw!r} is not a number of workers", "give a whole number >= 1, e.g. 2"
-        )
-    return int(text)
-
-
-def parse_ray_address(spec: OptionSpec, raw: str, source: str) -> str:
-    """Parse a Ray cluster address: ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``."""
-    text = raw.strip()
-    if text == "auto":
-        return text
-    host, _, port = text.removeprefix("ray://").rpartition(":")
-    valid_port = port.isdigit() and 0 < int(port) < 65536
-    if not host or not valid_port or any(c.isspace() for c in text):
-        raise usage_error(
-            spec,
-            source,
-            f"{raw!r} is not a Ray cluster address",
-            "give the head node's HOST:PORT as `ray start --head` printed it (e.g. "
-            "10.0.0.5:6379), ray://HOST:PORT for Ray Client, or auto",
-        )
-    return text
-
-
-def parse_bool(spec: OptionSpec, raw: str, source: str) -> bool:
-    """Convert a boolean the schema accepted (true/false, yes/no, on/off, 1/0, any case)."""
-    return raw.strip().lower() in {"1", "true", "yes", "on"}
 
 
 def parse_server_url(spec: OptionSpec, raw: str, source: str) -> ServerUrl:
     """Parse ``URL`` or ``NAME=URL`` into a :class:`ServerUrl`, validating both parts."""
+    fail = functools.partial(usage_error, spec, source)
     name, sep, url = raw.partition("=")
     # A bare URL may itself contain '=' in a query string; only a NAME= prefix without
     # "://" before the '=' counts as a name.
     if not sep or "://" in name:
         name, url = DEFAULT_SERVER_NAME, raw
     name, url = name.strip(), url.strip()
-    kind = "sglang"
-    if url.startswith(_OPENAI_PREFIX):
-        kind, url = "openai", url[len(_OPENAI_PREFIX) :]
+    kind = "openai" if url.startswith(_OPENAI_PREFIX) else "sglang"
+    url = url.removeprefix(_OPENAI_PREFIX)
+    example = "e.g. http://127.0.0.1:30000"
     if not NAME_RE.match(name):
-        raise usage_error(
-            spec,
-            source,
-            f"server name {name!r} in {raw!r} is not valid",
-            "use letters, digits, '_', '.' or '-', e.g. eagle3=http://gpu-host:30000",
-        )
+        fix = "use letters, digits, '_', '.' or '-', e.g. eagle3=http://gpu-host:30000"
+        raise fail(f"server name {name!r} in {raw!r} is not valid", fix)
     try:
         parts = urlsplit(url)
     except ValueError as exc:  # "Invalid IPv6 URL": an unclosed or stray bracket
-        raise usage_error(
-            spec,
-            source,
-            f"URL {url!r} is not a valid URL ({exc})",
-            "write an IPv6 address in closed brackets, e.g. http://[::1]:30000"
-            if "IPv6" in str(exc)
-            else "write it as http://HOST:PORT, e.g. http://127.0.0.1:30000",
-        ) from None
+        fix = "write an IPv6 address in closed brackets, e.g. http://[::1]:30000"
+        fix = fix if "IPv6" in str(exc) else f"write it as http://HOST:PORT, {example}"
+        raise fail(f"URL {url!r} is not a valid URL ({exc})", fix) from None
     if parts.scheme not in {"http", "https"}:
-        example = f"http://{url}" if "://" not in url else "http://127.0.0.1:30000"
-        raise usage_error(
-            spec,
-            source,
-            f"URL {url!r} has no http:// or https:// scheme"
-            if "://" not in url
-            else f"URL {url!r} has scheme {parts.scheme!r}, not http or https",
-            f"write it with a scheme, e.g. {example}",
-        )
+        fix = f"write it with a scheme, e.g. http://{url}"
+        if "://" not in url:
+            raise fail(f"URL {url!r} has no http:// or https:// scheme", fix)
+        problem = f"URL {url!r} has scheme {parts.scheme!r}, not http or https"
+        raise fail(problem, f"write it with a scheme, {example}")
     if not parts.hostname:
-        raise usage_error(
-            spec,
-            source,
-            f"URL {url!r} has no host",
-            "write it as http://HOST:PORT, e.g. http://127.0.0.1:30000",
-        )
+        raise fail(f"URL {url!r} has no host", f"write it as http://HOST:PORT, {example}")
     try:
         parts.port  # noqa: B018 - urlsplit validates the port lazily, on access
     except ValueError:
-        raise usage_error(
-            spec,
-            source,
-            f"URL {url!r} has an invalid port",
-            "give a port between 1 and 65535, e.g. http://127.0.0.1:30000",
+        fix = f"give a port between 1 and 65535, {example}"
+        raise fail(f"URL {url!r} has an invalid port", fix) from None
+    import httpx  # only when a URL is given; every probe and request goes through it
+
+    try:
+        httpx.URL(url)  # refuse what the client would refuse in every test (no IDNA host)
+    except httpx.InvalidURL as exc:
+        what = "has a host name that" if "host" in str(exc).lower() else "is a URL that"
+        raise fail(
+            f"URL {url!r} {what} cannot be used ({exc})",
+            "write the host as an IP address or a DNS name (letters, digits, '-' and '.'; "
+            "a non-ASCII name must be a valid internationalised domain name), "
+            "e.g. http://gpu-host:30000",
         ) from None
-    _check_usable(spec, source, url)
     if parts.username is not None or parts.password is not None:
         # Refused rather than turned into auth: SGLang reads a Bearer key, and a password in
         # a URL ends up in every message, report and JUnit file that names the server.
-        raise usage_error(
-            spec,
-            source,
+        raise fail(
             f"URL {url!r} carries credentials (user:password@)",
             "give the URL without them, e.g. http://"
             f"{parts.hostname}{':' + str(parts.port) if parts.port else ''}, and the server's "
@@ -164,37 +88,9 @@ def parse_server_url(spec: OptionSpec, raw: str, source: str) -> ServerUrl:
             "never printed)",
         )
     if parts.query or parts.fragment:
-        raise usage_error(
-            spec,
-            source,
-            f"URL {url!r} has a query or fragment",
-            "give the server's base URL only, e.g. http://127.0.0.1:30000",
-        )
+        fix = f"give the server's base URL only, {example}"
+        raise fail(f"URL {url!r} has a query or fragment", fix)
     return ServerUrl(name=name, url=url.rstrip("/"), source=source, kind=kind)
-
-
-#: The scheme prefix that declares a plain OpenAI-compatible server: ``openai+http://h:8000``.
-_OPENAI_PREFIX = "openai+"
-#: An HTTP header name (RFC 9110 token characters).
-_HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-
-
-def _check_usable(spec: OptionSpec, source: str, url: str) -> None:
-    """Refuse a URL the HTTP client would refuse in every test (a host that is no IDNA name)."""
-    import httpx  # only when a URL is given; every probe and request goes through it
-
-    try:
-        httpx.URL(url)
-    except httpx.InvalidURL as exc:
-        what = "has a host name that" if "host" in str(exc).lower() else "is a URL that"
-        raise usage_error(
-            spec,
-            source,
-            f"URL {url!r} {what} cannot be used ({exc})",
-            "write the host as an IP address or a DNS name (letters, digits, '-' and '.'; "
-            "a non-ASCII name must be a valid internationalised domain name), "
-            "e.g. http://gpu-host:30000",
-        ) from None
 
 
 def parse_header(raw: str, source: str, spec: OptionSpec = HEADER) -> Header:
@@ -202,108 +98,50 @@ def parse_header(raw: str, source: str, spec: OptionSpec = HEADER) -> Header:
 
     The value may contain ``=`` and ``:``; error messages never quote it.
     """
+    fail = functools.partial(usage_error, spec, source)
     head, sep, value = raw.partition("=")
     server, colon, name = head.rpartition(":")
     server_name = server.strip() if colon else None
     name = name.strip()
     if not sep or not name:
         # Without '=' the text may be "Authorization: Bearer KEY": it is not quoted.
-        raise usage_error(
-            spec,
-            source,
+        raise fail(
             "no '=' between a header name and its value: not HEADER=VALUE (the text is not "
             "shown: it may hold the secret)",
             "write e.g. Authorization=Bearer KEY, or vllm:Authorization=Bearer KEY for one server",
         )
     if server_name is not None and not NAME_RE.match(server_name):
-        raise usage_error(
-            spec,
-            source,
-            f"server name {server_name!r} before {name!r} is not valid",
-            "use letters, digits, '_', '.' or '-' before the ':'",
-        )
+        problem = f"server name {server_name!r} before {name!r} is not valid"
+        raise fail(problem, "use letters, digits, '_', '.' or '-' before the ':'")
     if not _HEADER_NAME_RE.match(name):
         # A name with spaces may be "Authorization: Bearer KEY" written before an '=': shown
         # only when it is one word.
         shown = repr(name) if len(name.split()) == 1 else "the text before '='"
-        raise usage_error(
-            spec,
-            source,
-            f"{shown} is not an HTTP header name",
-            "use letters, digits and '-', e.g. Authorization or X-Api-Key",
-        )
+        fix = "use letters, digits and '-', e.g. Authorization or X-Api-Key"
+        raise fail(f"{shown} is not an HTTP header name", fix)
     if "\r" in value or "\n" in value:
-        raise usage_error(
-            spec, source, f"the value of {name!r} holds a line break", "give a one-line value"
-        )
+        raise fail(f"the value of {name!r} holds a line break", "give a one-line value")
     return Header(name=name, value=value.strip(), source=source, server=server_name)
 
 
 def parse_expectation(raw: str, source: str, spec: OptionSpec = EXPECT) -> Expectation:
     """Parse ``[NAME:]KEY=VALUE``; VALUE is decoded as JSON when it is valid JSON."""
+    fail = functools.partial(usage_error, spec, source)
     head, sep, value_text = raw.partition("=")
     if not sep or not head.strip():
-        raise usage_error(
-            spec,
-            source,
-            f"{raw!r} is not KEY=VALUE",
-            "write e.g. max_model_len=131072, tp_size=8 or eagle3:speculative_algorithm=EAGLE3",
-        )
+        fix = "write e.g. max_model_len=131072, tp_size=8 or eagle3:speculative_algorithm=EAGLE3"
+        raise fail(f"{raw!r} is not KEY=VALUE", fix)
     server, colon, key = head.rpartition(":")
     server_name = server.strip() if colon else None
     key = key.strip()
     if server_name is not None and not NAME_RE.match(server_name):
-        raise usage_error(
-            spec,
-            source,
-            f"server name {server_name!r} in {raw!r} is not valid",
-            "use letters, digits, '_', '.' or '-' before the ':'",
-        )
-    if not is_valid_expect_key(key):
-        raise usage_error(
-            spec,
-            source,
-            f"key {key!r} in {raw!r} is not valid",
-            "use model_id, max_model_len or a /server_info key such as tp_size",
-        )
+        problem = f"server name {server_name!r} in {raw!r} is not valid"
+        raise fail(problem, "use letters, digits, '_', '.' or '-' before the ':'")
+    if not _EXPECT_KEY_RE.match(key):
+        fix = "use model_id, max_model_len or a /server_info key such as tp_size"
+        raise fail(f"key {key!r} in {raw!r} is not valid", fix)
     try:
         value: object = json.loads(value_text)
     except ValueError:
         value = value_text.strip()
     return Expectation(key=key, value=value, source=source, server=server_name)
-
-
-_EXPECT_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def is_valid_expect_key(key: str) -> bool:
-    """Return whether ``key`` can name an expectation (``model_id``, a /server_info key)."""
-    return bool(_EXPECT_KEY_RE.match(key))
-
-
-def parse_args(spec: OptionSpec, raw: str, source: str) -> tuple[str, ...]:
-    """Split a command-line fragment the way a shell would."""
-    try:
-        return tuple(shlex.split(raw))
-    except ValueError as exc:
-        raise usage_error(
-            spec, source, f"{raw!r} cannot be split: {exc}", "quote arguments the way a shell would"
-        ) from None
-
-
-def parse_launcher(spec: OptionSpec, raw: str, source: str) -> str:
-    """Parse a launcher name."""
-    return _choice(spec, raw, source, LAUNCHERS, "a launcher")
-
-
-def parse_inconclusive(spec: OptionSpec, raw: str, source: str) -> str:
-    """Parse what an inconclusive verdict does: fail, skip or warn (any case)."""
-    return _choice(spec, raw.strip().lower(), source, INCONCLUSIVE_CHOICES, "a choice")
-
-
-def _choice(spec: OptionSpec, raw: str, source: str, choices: tuple[str, ...], what: str) -> str:
-    if raw not in choices:
-        raise usage_error(
-            spec, source, f"{raw!r} is not {what}", f"use one of {', '.join(choices)}"
-        )
-    return raw

@@ -1,9 +1,7 @@
-"""Output paths (``--sglang-report``, ``--sglang-markdown``, ``report -o``): checked at startup.
+"""Output paths (``--sglang-report``, ``--sglang-markdown``, ``report -o``), checked at startup.
 
-A report must never be the reason a run fails or loses data: only nothing or a regular file
-may stand at the path (replacing a link, FIFO, device or directory would replace what it
-stands for, or block forever). Pure apart from ``stat`` and ``access``; the write itself is
-atomic, in ``report/writing.py``.
+Only nothing or a regular file may stand at the path: replacing a link, FIFO, device or
+directory would replace what it stands for, or block. The write is in ``report/writing.py``.
 """
 
 from __future__ import annotations
@@ -19,11 +17,7 @@ OUTPUT_FIX = "give the path of a regular file, new or existing, in a writable di
 
 
 def output_path(base: Path, value: str) -> Path:
-    """Return ``value`` as an absolute path, without following a link at its last part.
-
-    The directories are resolved (a link to a directory is fine: the file is written in
-    it); the file name itself is kept, so a link there is seen, not followed.
-    """
+    """Return ``value`` as an absolute path, directories resolved, a link at its last part kept."""
     path = Path(base, value)
     if not path.name or path.name in (".", ".."):
         return path.resolve()
@@ -44,11 +38,7 @@ def describe_kind(mode: int) -> str:
 
 
 def output_problem(path: Path) -> str | None:
-    """Return why ``path`` cannot take an output file, or None when it can.
-
-    The path must be absent or a regular file (not followed if a link), and its directory,
-    or the closest existing one above it, a directory this process may write in.
-    """
+    """Return why ``path`` cannot take an output file, or None when it can."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -66,11 +56,8 @@ def output_problem(path: Path) -> str | None:
             f"is {kind}: an output is written to a new file renamed over its path, which "
             "would replace what stands there (and writing into a FIFO would block the run)"
         )
-    directory = path.parent
-    while not directory.exists():
-        if directory.parent == directory:
-            break
-        directory = directory.parent
+    # Its directory, or the closest one above it that exists (to be created in).
+    directory = next((d for d in (path.parent, *path.parent.parents) if d.exists()), path.parent)
     if not directory.is_dir():
         return f"cannot be created: {directory} is not a directory"
     if not _writable(directory):

@@ -1,23 +1,23 @@
 """Server profiles: named launch recipes read from TOML (format in docs/guide.md).
 
-Profiles live in ``pyproject.toml`` under ``[tool.pytest-sglang.profiles.NAME]`` or in the
-``--sglang-profiles`` file under ``[profiles.NAME]``; ``extends`` merges ``args`` flag by
-flag and ``env``/``expect`` key by key. Validated with ``schemas/config.schema.json``
-(:mod:`.schema`); every mistake is a :class:`pytest.UsageError` naming file, table and key.
+``[tool.pytest-sglang.profiles.NAME]`` in ``pyproject.toml`` or ``[profiles.NAME]`` in the
+``--sglang-profiles`` file; ``extends`` merges ``args`` flag by flag and ``env``/``expect`` key
+by key. Validated by :mod:`.schema`; a mistake is a usage error naming file, table and key.
 """
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_sglang.config.flags import split_flags
-from pytest_sglang.config.redaction import Redactor, is_secret_name, secret_flag_values
+from pytest_sglang.config.redaction import Redactor, server_secrets
 from pytest_sglang.config.schema import profile_errors, toml_table
 from pytest_sglang.config.values import Expectation
 
@@ -51,27 +51,17 @@ class Profile:
 
     def __repr__(self) -> str:
         # pytest -l shows locals: never the profile's --api-key or HF_TOKEN.
-        secrets = secret_flag_values(self.args)
-        secrets += [v for k, v in self.env.items() if is_secret_name(k)]
-        body = (
-            f"name={self.name!r}, model_path={self.model_path!r}, tp={self.tp!r}, "
-            f"args={self.args!r}, env={dict(self.env)!r}, expect={dict(self.expect)!r}, "
-            f"command={self.command!r}, source={self.source!r}, kind={self.kind!r}"
-        )
-        return Redactor(secrets)(f"Profile({body})")
+        body = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
+        return Redactor(server_secrets(self.args, self.env))(f"Profile({body})")
 
 
 def _error(path: Path | str, prefix: str, name: str, key: str, problem: str, fix: str) -> Exception:
-    """Return the error for key ``key`` of profile ``name`` under table ``prefix``."""
     table = toml_table(*prefix.split("."), name)
     return pytest.UsageError(f"{path}: {table} {key}: {problem}; {fix}")
 
 
 def merge_args(base: list[str], override: list[str]) -> list[str]:
-    """Merge two server argument lists flag by flag; ``override``'s value of a flag wins.
-
-    Flags keep the base's order; flags new in ``override`` follow in their own order.
-    """
+    """Merge two server argument lists flag by flag: ``override``'s values win, order kept."""
     merged: dict[str, list[str]] = {}
     for flag, values in split_flags(base) + split_flags(override):
         merged[flag.replace("_", "-")] = values
@@ -82,35 +72,24 @@ def _chain(
     name: str, tables: Mapping[str, Mapping[str, Any]], path: Path | str, prefix: str
 ) -> list[str]:
     """Return ``name``'s ``extends`` chain, itself first; iterative, so any depth is safe."""
-    chain = [name]
+    chain, fail = [name], functools.partial(_error, path, prefix)
     while True:
         parent_name = tables[chain[-1]].get("extends")
         if parent_name is None:
             return chain
         if parent_name in chain:
             cycle = " -> ".join((*chain, parent_name))
-            raise _error(path, prefix, name, "extends", f"cycle {cycle}", "remove an extends")
+            raise fail(name, "extends", f"cycle {cycle}", "remove an extends")
         if parent_name not in tables:
-            raise _error(
-                path,
-                prefix,
-                chain[-1],
-                "extends",
-                f"no profile named {parent_name!r}",
-                f"define {toml_table(*prefix.split('.'), parent_name)} or use one of "
-                f"{', '.join(sorted(tables))}",
-            )
+            fix = f"define {toml_table(*prefix.split('.'), parent_name)} or use one of "
+            problem = f"no profile named {parent_name!r}"
+            raise fail(chain[-1], "extends", problem, fix + ", ".join(sorted(tables)))
         chain.append(parent_name)
         if len(chain) > MAX_EXTENDS_DEPTH:
             shown = " -> ".join((*chain[:3], "...", chain[-1]))
-            raise _error(
-                path,
-                prefix,
-                name,
-                "extends",
-                f"the extends chain is more than {MAX_EXTENDS_DEPTH} profiles deep ({shown})",
-                "let profiles extend a common base instead of each other in a line",
-            )
+            problem = f"the extends chain is more than {MAX_EXTENDS_DEPTH} profiles deep ({shown})"
+            fix = "let profiles extend a common base instead of each other in a line"
+            raise fail(name, "extends", problem, fix)
 
 
 def profiles_from_tables(
@@ -130,13 +109,9 @@ def profiles_from_tables(
             merged["env"] |= {k: str(v) for k, v in raw.get("env", {}).items()}
             merged["expect"] |= raw.get("expect", {})
         if "model-path" not in merged and merged.get("kind") != "openai":
+            problem, fix = "missing (also in the profiles it extends)", "add model-path = "
             raise _error(
-                path,
-                prefix,
-                name,
-                "model-path",
-                "missing (also in the profiles it extends)",
-                'add model-path = "ORG/MODEL" or a local path',
+                path, prefix, name, "model-path", problem, fix + '"ORG/MODEL" or a local path'
             )
         command = merged.get("command")
         profiles[name] = Profile(
@@ -174,10 +149,7 @@ def _read_toml(path: Path, option: str) -> dict[str, Any]:
 
 
 def load_profiles(pyproject: Path | None, profiles_file: Path | None) -> dict[str, Profile]:
-    """Load profiles from ``pyproject.toml`` and/or a profiles file.
-
-    :raises pytest.UsageError: on any invalid profile, or a name defined in both files.
-    """
+    """Load the profiles of ``pyproject.toml`` and a profiles file (a name in both is an error)."""
     profiles: dict[str, Profile] = {}
     if pyproject is not None and pyproject.is_file():
         data = _read_toml(pyproject, "pyproject.toml")

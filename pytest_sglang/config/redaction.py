@@ -1,35 +1,19 @@
 """The one redaction rule: what is never printed or stored, and how it is hidden.
 
-Every output of the plugin (terminal, failure messages, reports, JUnit properties, the
-``repr`` shown under ``pytest -l``, a launched server's log) passes through :func:`redact`
-or :func:`redact_json`. It lives in the lowest stage so that every stage can use it.
-
-What is hidden, each replaced by :data:`MASK`:
-
-* **known secrets**, wherever they appear: the API key (``--sglang-api-key``), the values
-  of ``--api-key``-like flags in a profile's ``args`` or ``sglang_emulator_args``, and
-  the values of a profile's ``env`` whose names are secret (below). Values shorter than
-  :data:`MIN_LITERAL` characters are not searched for as text (a one-character "secret"
-  would blank every digit); the patterns below still catch them in context;
-* **secret flags** in any command line or list: ``--api-key VALUE``, ``--api-key=VALUE``,
-  ``'--admin-api-key', 'VALUE'``: every ``--flag`` whose name is secret;
-* **secret assignments** in log lines and reprs: ``api_key='sk-...'`` (SGLang logs its
-  ``server_args=ServerArgs(...)`` so), ``HF_TOKEN=hf_...``, ``"password": "..."``;
-* **URL userinfo**: ``http://user:pw@host`` becomes ``http://***@host``;
-* **authorization headers**: ``Bearer ...`` and ``Basic ...`` values.
-
-A *secret name* contains ``SECRET``, ``PASSWORD`` or ``PASSWD``, or ``TOKEN`` or ``KEY``
-not followed by a letter (any case): ``HF_TOKEN``, ``OPENAI_API_KEY``, ``api_key``,
-``apiKey``, ``AWS_SECRET_ACCESS_KEY``, ``DB_PASSWORD``, but not ``tokenizer_path``,
-``max_total_num_tokens``, ``ssl_keyfile``, ``first_token_timeout`` (a limit's or a unit's word
-after it: timeout, limit, count, ms, s), ``draft_per_token_ms`` or ``fingerprint_key``, whose
-values are no secrets and help a reader. Pure: no I/O.
+Every output of the plugin (terminal, messages, reports, JUnit properties, ``repr`` under
+``pytest -l``, a launched server's log) passes through a :class:`Redactor`. Hidden, as
+:data:`MASK`: known secrets (at least :data:`MIN_LITERAL` characters) wherever they appear;
+the values of secret ``--flags``, of secret assignments (``api_key='sk-...'``,
+``HF_TOKEN=...``, ``"password": "..."``); URL userinfo; ``Bearer``/``Basic`` credentials.
+A *secret name* contains SECRET, PASSWORD or PASSWD, or TOKEN or KEY not followed by a
+letter nor by a limit's or unit's word (``first_token_timeout``, ``draft_per_token_ms`` and
+``fingerprint_key`` are no secrets). Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pytest_sglang.config.flags import split_flags
@@ -42,6 +26,7 @@ __all__ = [
     "redact",
     "redact_json",
     "secret_flag_values",
+    "server_secrets",
 ]
 
 MASK = "***"
@@ -93,6 +78,12 @@ def secret_flag_values(argv: Iterable[str]) -> list[str]:
     ]
 
 
+def server_secrets(args: Iterable[object], env: Mapping[Any, Any]) -> list[str]:
+    """Return the secrets in a server's args and env: secret flags' and secret names' values."""
+    found = secret_flag_values(map(str, args))
+    return found + [str(v) for k, v in env.items() if is_secret_name(str(k)) and v]
+
+
 def _masked_if_secret(match: re.Match[str]) -> str:
     value = match.group("value")
     if is_secret_name(match.group("name")) and value not in _EMPTY:
@@ -112,74 +103,8 @@ def _masked(match: re.Match[str]) -> str:
     return match.group("head") + MASK
 
 
-def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """Return ``text`` with every secret (see the module docstring) replaced by ``***``.
-
-    ``secrets`` are the known secret values to hide wherever they appear.
-    """
-    for secret in sorted({s for s in secrets if s and len(s) >= MIN_LITERAL}, key=len)[::-1]:
-        text = text.replace(secret, MASK)
-    if "://" in text:
-        text = _USERINFO.sub(_masked, text)
-    if "--" in text:
-        text = _FLAG_LISTED.sub(_masked_if_secret_flag, text)
-        text = _FLAG_EQ.sub(_masked_if_secret_flag, text)
-        text = _FLAG_SPACE.sub(_masked_if_secret_flag, text)
-    if "=" in text or ":" in text:
-        text = _ASSIGN_QUOTED.sub(_masked_if_secret, text)
-        text = _ASSIGN_BARE.sub(_masked_if_secret, text)
-    if "Bearer" in text or "Basic" in text:
-        text = _AUTH.sub(_masked, text)
-    return text
-
-
-def redact_argv(argv: Iterable[str], secrets: Iterable[str] = ()) -> list[str]:
-    """Return a command line with secret flags' values (and known secrets) as ``***``."""
-    out: list[str] = []
-    hide_next = False
-    known = tuple(secrets)
-    for token in argv:
-        if hide_next:
-            out.append(MASK)
-            hide_next = False
-            continue
-        if token.startswith("--"):
-            flag, eq, _ = token.partition("=")
-            if is_secret_name(flag[2:]):
-                out.append(f"{flag}={MASK}" if eq else token)
-                hide_next = not eq
-                continue
-        out.append(redact(token, known))
-    return out
-
-
-def redact_json(value: Any, secrets: Iterable[str] = ()) -> Any:
-    """Return a copy of a JSON-like value with every string redacted.
-
-    A string under a secret key (``"api_key": "sk-..."``) is masked whole.
-    """
-    known = tuple(secrets)
-    return _redact_json(value, known)
-
-
-def _redact_json(value: Any, secrets: tuple[str, ...]) -> Any:
-    if isinstance(value, str):
-        return redact(value, secrets)
-    if isinstance(value, dict):
-        out = {}
-        for key, item in value.items():
-            if isinstance(item, str) and is_secret_name(str(key)) and item not in _EMPTY:
-                out[key] = MASK
-            else:
-                out[key] = _redact_json(item, secrets)
-        return out
-    if isinstance(value, (list, tuple)):
-        return [_redact_json(item, secrets) for item in value]
-    return value
-
-
 class Redactor:
-    """:func:`redact` bound to a session's known secrets: ``redactor(text)``."""
+    """The redaction rule bound to known secret values: ``redactor(text)``."""
 
     __slots__ = ("secrets",)
 
@@ -187,16 +112,67 @@ class Redactor:
         self.secrets = tuple(sorted({s for s in secrets if s}))
 
     def __call__(self, text: str) -> str:
-        """Return ``text`` redacted."""
-        return redact(text, self.secrets)
+        """Return ``text`` with every secret (see the module docstring) replaced by ``***``."""
+        for secret in sorted((s for s in self.secrets if len(s) >= MIN_LITERAL), key=len)[::-1]:
+            text = text.replace(secret, MASK)
+        if "://" in text:
+            text = _USERINFO.sub(_masked, text)
+        if "--" in text:
+            text = _FLAG_LISTED.sub(_masked_if_secret_flag, text)
+            text = _FLAG_EQ.sub(_masked_if_secret_flag, text)
+            text = _FLAG_SPACE.sub(_masked_if_secret_flag, text)
+        if "=" in text or ":" in text:
+            text = _ASSIGN_QUOTED.sub(_masked_if_secret, text)
+            text = _ASSIGN_BARE.sub(_masked_if_secret, text)
+        if "Bearer" in text or "Basic" in text:
+            text = _AUTH.sub(_masked, text)
+        return text
 
     def json(self, value: Any) -> Any:
-        """Return a JSON-like value redacted (see :func:`redact_json`)."""
-        return _redact_json(value, self.secrets)
+        """Return a copy of a JSON-like value, every string redacted; under a secret key, whole."""
+        if isinstance(value, str):
+            return self(value)
+        if isinstance(value, dict):
+            return {
+                k: MASK
+                if isinstance(v, str) and is_secret_name(str(k)) and v not in _EMPTY
+                else self.json(v)
+                for k, v in value.items()
+            }
+        if isinstance(value, (list, tuple)):
+            return [self.json(item) for item in value]
+        return value
 
     def argv(self, argv: Iterable[str]) -> list[str]:
-        """Return a command line redacted (see :func:`redact_argv`)."""
-        return redact_argv(argv, self.secrets)
+        """Return a command line with secret flags' values (and known secrets) as ``***``."""
+        out: list[str] = []
+        hide = False
+        for token in argv:
+            flag, eq, _ = token.partition("=")
+            secret = not hide and token.startswith("--") and is_secret_name(flag[2:])
+            if hide:
+                out.append(MASK)
+            elif secret:
+                out.append(f"{flag}={MASK}" if eq else token)
+            else:
+                out.append(self(token))
+            hide = secret and not eq
+        return out
 
     def __repr__(self) -> str:
         return f"Redactor({len(self.secrets)} secrets)"
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """Return ``text`` redacted, ``secrets`` the known secret values to hide wherever found."""
+    return Redactor(secrets)(text)
+
+
+def redact_argv(argv: Iterable[str], secrets: Iterable[str] = ()) -> list[str]:
+    """Return a command line redacted (see :meth:`Redactor.argv`)."""
+    return Redactor(secrets).argv(argv)
+
+
+def redact_json(value: Any, secrets: Iterable[str] = ()) -> Any:
+    """Return a JSON-like value redacted (see :meth:`Redactor.json`)."""
+    return Redactor(secrets).json(value)

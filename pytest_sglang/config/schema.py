@@ -1,9 +1,7 @@
 """The configuration's JSON Schema (``schemas/config.schema.json``) and its error messages.
 
-Profiles and option values are validated with jsonschema; a violation names the file and
-TOML table (profiles) or the option and its source, what is allowed and the fix. The
-options' part of the schema is built from :data:`~.options.OPTIONS`, so a new option needs
-no schema edit. The server stage reads its response schemas through :func:`read_schema`.
+A violation names the file and TOML table (profiles) or the option and its source, what is
+allowed and the fix. The options' part is built from each option's ``kind``.
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_sglang.config.options import OPTIONS, OptionSpec
 from pytest_sglang.config.parsing import usage_error
-from pytest_sglang.config.redaction import Redactor, is_secret_name, secret_flag_values
+from pytest_sglang.config.redaction import Redactor, is_secret_name, server_secrets
 
 if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError
@@ -36,27 +34,19 @@ def read_schema(name: str) -> dict[str, Any]:
 
 @functools.cache
 def _settings_schema() -> dict[str, Any]:
-    """Return ``#/$defs/settings`` with a property per option whose values it constrains.
-
-    A flag's values are booleans; an option's whose metavar ``metavars`` names, that kind.
-    """
+    """Return ``#/$defs/settings`` with a property per option whose kind the schema defines."""
     schema = read_schema("config")
-    settings = schema["$defs"]["settings"]
-    properties = {}
-    for spec in OPTIONS:
-        kind = settings["flag"] if spec.flag else settings["metavars"].get(spec.metavar)
-        if kind is not None:
-            properties[spec.ini] = {"type": "array", "items": {"$ref": f"#/$defs/{kind}"}}
-    defs = {**schema["$defs"], "settings": {**settings, "properties": properties}}
+    kinds = {s.ini: s.kind for s in OPTIONS if s.kind in schema["$defs"]}
+    properties = {
+        ini: {"type": "array", "items": {"$ref": f"#/$defs/{k}"}} for ini, k in kinds.items()
+    }
+    settings = {**schema["$defs"]["settings"], "properties": properties}
+    defs = {**schema["$defs"], "settings": settings}
     return {**schema, "$ref": "#/$defs/settings", "$defs": defs}
 
 
 def check_settings(values: Mapping[OptionSpec, tuple[Sequence[str], str]]) -> None:
-    """Validate the options' values, each ``(raw values, source)`` from its winning source.
-
-    :raises pytest.UsageError: for the first violation: the option, the value, where it
-        came from, what is allowed and the fix.
-    """
+    """Validate the options' ``(raw values, source)``; a usage error for the first violation."""
     schema = _settings_schema()
     constrained = schema["$defs"]["settings"]["properties"]
     instance = {spec.ini: list(raw) for spec, (raw, _) in values.items() if spec.ini in constrained}
@@ -68,13 +58,8 @@ def check_settings(values: Mapping[OptionSpec, tuple[Sequence[str], str]]) -> No
     if error is None:
         return
     spec = next(s for s in values if s.ini == error.absolute_path[0])
-    source = values[spec][1]
-    raise usage_error(
-        spec,
-        source,
-        f"{error.instance!r} is not {error.schema['description']}",
-        error.schema["fix"],
-    )
+    problem = f"{error.instance!r} is not {error.schema['description']}"
+    raise usage_error(spec, values[spec][1], problem, error.schema["fix"])
 
 
 def toml_table(*keys: str) -> str:
@@ -85,11 +70,9 @@ def toml_table(*keys: str) -> str:
 
 
 def profile_errors(tables: object, path: Path | str, prefix: str) -> list[str]:
-    """Validate the raw ``[prefix]`` table of profiles; return one message per violation.
+    """Validate the raw profiles under the dotted table ``prefix``; one message per violation.
 
-    ``prefix`` is the dotted table the profiles live under (``profiles`` or
-    ``tool.pytest-sglang.profiles``). Secrets in the tables (``--api-key`` values, secret
-    ``env`` values) never appear in a message.
+    Secrets in the tables never appear in a message.
     """
     # Imported here: jsonschema costs tens of milliseconds, paid only when profiles exist.
     from jsonschema import Draft202012Validator
@@ -105,13 +88,9 @@ def _secrets(tables: object) -> list[str]:
     """Return the secret values in raw profile tables, as far as their shape allows."""
     found: list[str] = []
     for raw in tables.values() if isinstance(tables, dict) else ():
-        if not isinstance(raw, dict):
-            continue
-        args, env = raw.get("args"), raw.get("env")
-        if isinstance(args, list):
-            found += secret_flag_values([str(a) for a in args])
-        if isinstance(env, dict):
-            found += [str(v) for k, v in env.items() if is_secret_name(str(k))]
+        args, env = (raw.get("args"), raw.get("env")) if isinstance(raw, dict) else ([], {})
+        args, env = args if isinstance(args, list) else [], env if isinstance(env, dict) else {}
+        found += server_secrets(args, env)
     return found
 
 
@@ -129,7 +108,9 @@ def _describe(error: ValidationError, schema: Mapping[str, Any], prefix: str) ->
             owner = defs["profile"] if steps else defs["profiles"]
     where = toml_table(*prefix.split("."), *(str(s) for s in steps[:1]))
     if len(steps) > 1:
-        where += " " + str(steps[1]) + "".join(_step(s) for s in steps[2:])
+        where += f" {steps[1]}" + "".join(
+            f"[{s}]" if isinstance(s, int) else f".{s}" for s in steps[2:]
+        )
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         known = list(defs["profile"]["properties"])
         unknown = sorted(set(error.instance) - set(known))
@@ -143,10 +124,6 @@ def _describe(error: ValidationError, schema: Mapping[str, Any], prefix: str) ->
     else:
         got = f"got {_toml(error.instance)}"
     return f"{where}: expected {owner['description']}, {got}; {owner['fix']}"
-
-
-def _step(step: str | int) -> str:
-    return f"[{step}]" if isinstance(step, int) else f".{step}"
 
 
 def _toml(value: object) -> str:

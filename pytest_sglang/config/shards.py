@@ -1,8 +1,7 @@
 """``--sglang-shard K/N``: split a suite over N CI runners, whole launch groups per runner.
 
-A launched profile costs minutes of a GPU host, so no two shards launch the same profile.
-The grouping and dealing rules are in docs/ci.md; pure and deterministic, so every runner
-computes the same split whatever the collection order.
+No two shards launch the same profile; pure and deterministic, so every runner computes the
+same split (rules in docs/ci.md).
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ import pytest
 __all__ = ["Shard", "ShardSelector", "assign_shards", "launch_groups", "parse_shard"]
 
 _SHARD_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+_SHARD_FIX = "give K/N with 1 <= K <= N, e.g. 1/2 and 2/2 on two runners"
 
 
 @dataclass(frozen=True)
@@ -30,49 +30,29 @@ class Shard:
 
 
 def parse_shard(raw: str) -> Shard:
-    """Parse ``K/N`` (1 <= K <= N).
-
-    :raises ValueError: with what is wrong; the caller adds where the value came from.
-    """
+    """Parse ``K/N`` (1 <= K <= N); a ``ValueError(problem, fix)`` when it is not."""
     match = _SHARD_RE.match(raw)
-    if match is None:
-        raise ValueError(f"{raw!r} is not K/N")
-    index, count = int(match.group(1)), int(match.group(2))
+    index, count = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
     if count < 1 or not 1 <= index <= count:
-        raise ValueError(f"{raw!r}: K must be between 1 and N, and N at least 1")
+        problem = f"{raw!r}: K must be between 1 and N, and N at least 1" if match else ""
+        raise ValueError(problem or f"{raw!r} is not K/N", _SHARD_FIX)
     return Shard(index, count)
 
 
 def launch_groups(servers: Mapping[str, frozenset[str]]) -> list[tuple[frozenset[str], list[str]]]:
     """Return the launch groups: (profiles, test ids), tying profiles a test names together."""
-    parent: dict[str, str] = {}
-
-    def root(name: str) -> str:
-        while parent.setdefault(name, name) != name:
-            parent[name] = parent[parent[name]]
-            name = parent[name]
-        return name
-
-    for names in servers.values():
-        if not names:
-            continue
-        first, *rest = sorted(names)
-        for name in rest:
-            parent[root(name)] = root(first)
-    groups: dict[str, tuple[set[str], list[str]]] = {}
+    groups: list[tuple[frozenset[str], list[str]]] = []
     for test, names in servers.items():
         if names:
-            profiles, tests = groups.setdefault(root(min(names)), (set(), []))
-            profiles.update(names)
-            tests.append(test)
-    return [(frozenset(profiles), sorted(tests)) for profiles, tests in groups.values()]
+            joined = [g for g in groups if g[0] & names]
+            groups = [g for g in groups if not g[0] & names]
+            tests = [t for g in joined for t in g[1]]
+            groups.append((names.union(*(g[0] for g in joined)), [*tests, test]))
+    return [(profiles, sorted(tests)) for profiles, tests in groups]
 
 
 def assign_shards(servers: Mapping[str, frozenset[str]], count: int) -> dict[str, int]:
-    """Return the shard (1..``count``) of every test, given the servers each test names.
-
-    :param servers: test id -> the server names pytest can see it use (may be empty).
-    """
+    """Return the shard (1..``count``) of every test, given the server names each test uses."""
     launches = [0] * count
     tests = [0] * count
     shard_of: dict[str, int] = {}
@@ -90,10 +70,7 @@ def assign_shards(servers: Mapping[str, frozenset[str]], count: int) -> dict[str
 
 
 class ShardSelector:
-    """Deselects the tests of other shards (a plugin ``plugin.py`` registers under the option).
-
-    :param servers_of: the server names pytest can see a test use.
-    """
+    """Deselects the tests of other shards (``plugin.py`` registers it under the option)."""
 
     def __init__(self, shard: Shard, servers_of: Callable[[pytest.Item], frozenset[str]]) -> None:
         self.shard = shard
@@ -134,11 +111,7 @@ class ShardSelector:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """Exit 0, not 5, when the split alone left this shard without tests.
-
-        A CI job fails on pytest's "no tests collected" (5); a shard that other shards' launch
-        groups emptied has done all it was given. A suite with no tests at all still exits 5.
-        """
+        """Exit 0, not 5, when the split alone left this shard without tests (CI fails on 5)."""
         if session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and self.deselected:
             session.exitstatus = pytest.ExitCode.OK
             reporter = session.config.pluginmanager.get_plugin("terminalreporter")

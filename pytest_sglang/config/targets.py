@@ -1,9 +1,4 @@
-"""One resolved target per server: what the later stages need to know, decided up front.
-
-A target is a server the session knows by name: attached, a profile to launch, or both. Its
-expectations are merged once here, so the pool, the readiness gate and the launcher never
-come back to the settings.
-"""
+"""One resolved target per server (attached, a profile to launch, or both), decided up front."""
 
 from __future__ import annotations
 
@@ -33,8 +28,7 @@ class ServerTarget:
     expectations: tuple[Expectation, ...]
     #: Where the URL or the profile came from, for messages.
     source: str
-    #: ``sglang``, or ``openai`` for a plain OpenAI-compatible server (from the URL's
-    #: ``openai+`` prefix, else the profile's ``kind``).
+    #: ``sglang``, or ``openai`` for a plain OpenAI-compatible server.
     kind: str = "sglang"
     #: Extra HTTP headers for this server (``--sglang-header``), in order; values secret.
     headers: tuple[Header, ...] = ()
@@ -52,24 +46,6 @@ class ServerTarget:
         return self.url is not None
 
 
-def _expectations(
-    name: str, expectations: Sequence[Expectation], profile: Profile | None
-) -> tuple[Expectation, ...]:
-    own = tuple(e for e in expectations if e.server in (None, name))
-    if profile is None:
-        return own
-    # The command line (or env, ini) wins over the profile's expect for the same key.
-    keys = {e.key for e in own}
-    return own + tuple(e for e in profile.expectations() if e.key not in keys)
-
-
-def _kind(server: ServerUrl | None, profile: Profile | None) -> str:
-    # An openai+ URL declares it; otherwise the profile of the same name may.
-    if server is not None and server.kind != "sglang":
-        return server.kind
-    return profile.kind if profile is not None else "sglang"
-
-
 def build_targets(
     servers: Sequence[ServerUrl],
     profiles: Mapping[str, Profile],
@@ -77,31 +53,22 @@ def build_targets(
     headers: Sequence[Header] = (),
 ) -> dict[str, ServerTarget]:
     """Return every known server by name: attached ones first, then profiles to launch."""
+    attached = {s.name: s for s in servers}
     targets: dict[str, ServerTarget] = {}
-
-    def own(name: str) -> tuple[Header, ...]:
-        return tuple(h for h in headers if h.server in (None, name))
-
-    for server in servers:
-        profile = profiles.get(server.name)
-        targets[server.name] = ServerTarget(
-            server.name,
-            server.url,
+    for name in (*attached, *(p for p in profiles if p not in attached)):
+        server, profile = attached.get(name), profiles.get(name)
+        own = tuple(e for e in expectations if e.server in (None, name))
+        if profile is not None:  # the command line (or env, ini) wins over the profile's expect
+            own += tuple(e for e in profile.expectations() if e.key not in {o.key for o in own})
+        # An openai+ URL declares the kind; otherwise the profile of the same name may.
+        kind = server.kind if server is not None and server.kind != "sglang" else None
+        targets[name] = ServerTarget(
+            name,
+            server.url if server else None,
             profile,
-            _expectations(server.name, expectations, profile),
-            server.source,
-            _kind(server, profile),
-            own(server.name),
+            own,
+            server.source if server else profile.source if profile else "",
+            kind or (profile.kind if profile is not None else "sglang"),
+            tuple(h for h in headers if h.server in (None, name)),
         )
-    for name, profile in profiles.items():
-        if name not in targets:
-            targets[name] = ServerTarget(
-                name,
-                None,
-                profile,
-                _expectations(name, expectations, profile),
-                profile.source,
-                _kind(None, profile),
-                own(name),
-            )
     return targets

@@ -41,10 +41,7 @@ class ServerUrl:
 
 @dataclass(frozen=True)
 class Header:
-    """One HTTP header sent to server ``server`` (or every server): ``--sglang-header``.
-
-    Its value is a secret (an ``Authorization``, an ``X-Api-Key``): never in a repr.
-    """
+    """One HTTP header for ``server`` (or every server), ``--sglang-header``; its value secret."""
 
     name: str
     value: str = field(repr=False)

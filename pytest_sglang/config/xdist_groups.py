@@ -1,9 +1,8 @@
 """pytest-xdist: the tests of one launch group run on one worker.
 
 Each worker writes the launch group of every test it collected to a folder shared with the
-controller, which schedules whole groups (:mod:`.xdist_scheduling`); docs/ci.md explains the
-rules. Not xdist's own ``loadgroup``: it renames test ids, and with pytest 9.2 it no longer
-groups at all (pytest-xdist issue #1386).
+controller, whose scheduler (:mod:`.xdist_scheduling`) keeps groups whole (docs/ci.md). Not
+xdist's ``loadgroup``: it renames test ids and no longer groups with pytest 9.2 (#1386).
 """
 
 from __future__ import annotations
@@ -38,8 +37,7 @@ def configure_xdist(
 ) -> None:
     """In the controller, schedule by launch group; in a worker, write the groups.
 
-    :param servers_of: the server names pytest can see a test use.
-    :raises pytest.UsageError: a distribution mode that splits launch groups.
+    A distribution mode that would split launch groups is a usage error.
     """
     folder = shared_folder(config)
     if folder is not None:
@@ -71,10 +69,8 @@ def shared_folder(config: pytest.Config) -> Path | None:
 
 def read_groups(folder: Path) -> dict[str, str]:
     """Return the launch group of every test the workers wrote (test id -> group)."""
-    groups: dict[str, str] = {}
-    for path in sorted(folder.glob("groups-*.json")):
-        groups.update(json.loads(path.read_text(encoding="utf-8")))
-    return groups
+    files = sorted(folder.glob("groups-*.json"))
+    return {k: v for f in files for k, v in json.loads(f.read_text(encoding="utf-8")).items()}
 
 
 class _Controller:
@@ -119,10 +115,7 @@ class _WorkerGroups:
         self._default = settings.default_server()
 
     def servers(self, item: pytest.Item) -> frozenset[str]:
-        """Return what ties ``item`` to other tests: its servers and ``xdist_group`` marks.
-
-        A test that names no server but uses one has the default server, if there is one.
-        """
+        """Return what ties ``item`` to other tests: its servers and ``xdist_group`` marks."""
         names = set(self._servers_of(item))
         if not names and self._default is not None:
             if _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
@@ -141,11 +134,8 @@ class _WorkerGroups:
             for names, tests in launch_groups(servers)
             for test in tests
         }
-        _write_json(self._path, groups)
-
-
-def _write_json(path: Path, data: object) -> None:
-    """Write ``data`` whole or not at all (the controller may read at any moment)."""
-    partial = path.with_suffix(f".{os.getpid()}.tmp")
-    partial.write_text(json.dumps(data), encoding="utf-8")
-    os.replace(partial, path)
+        # Whole or not at all: the controller may read at any moment. (Not report/writing.py:
+        # config may not import the report stage.)
+        partial = self._path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(groups), encoding="utf-8")
+        os.replace(partial, self._path)

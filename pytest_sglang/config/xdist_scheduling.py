@@ -1,8 +1,6 @@
 """The pytest-xdist scheduler that keeps each launch group on one worker.
 
-xdist's ``loadscope`` scheduling, with the launch groups the workers wrote at collection
-(``xdist_groups.py``) as its scopes: whole groups go to one worker, the other tests one by
-one. Imported only in a pytest-xdist controller.
+``loadscope`` with the groups the workers wrote as scopes; imported only in a controller.
 """
 
 from __future__ import annotations
@@ -17,11 +15,7 @@ __all__ = ["LaunchGroupScheduling"]
 
 
 class LaunchGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
-    """Schedules whole launch groups: the tests of one server run on one worker.
-
-    :param groups: returns every test's launch group (test id -> group); read when the
-        workers have sent their collections, each having written its groups before.
-    """
+    """Schedules whole launch groups, read (by ``groups``) once every collection is in."""
 
     def __init__(
         self, config: pytest.Config, log: Any, groups: Callable[[], dict[str, str]]

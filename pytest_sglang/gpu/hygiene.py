@@ -1,8 +1,7 @@
 """GPU hygiene around a launch: clean before (pre-flight), released after (post-flight).
 
-A zombie server holding the weights makes the next launch fail or run short of memory:
-pre-flight refuses held GPUs and names the holders; post-flight waits for the memory to come
-back after teardown and names the pids that still hold it.
+A zombie server holding the weights makes the next launch fail: pre-flight refuses held GPUs,
+post-flight waits for the memory to come back; both name the holders.
 """
 
 from __future__ import annotations
@@ -14,16 +13,7 @@ from pytest_sglang.errors import GpuMemoryNotReleased, GpuNotClean
 from pytest_sglang.gpu.model import GIB, MIB, GpuProcess, GpuSnapshot
 from pytest_sglang.gpu.probes import GpuProbe
 
-__all__ = [
-    "PREFLIGHT_MAX_USED",
-    "RELEASE_TIMEOUT",
-    "RELEASE_TOLERANCE",
-    "postflight",
-    "preflight",
-    "server_gpus",
-    "visible_gpus",
-    "worker_gpus",
-]
+__all__ = ["postflight", "preflight", "server_gpus", "visible_gpus", "worker_gpus"]
 
 #: A GPU counts as clean below this much used memory (v2 "used" of an idle GPU is ~0).
 PREFLIGHT_MAX_USED = 1 * GIB
@@ -39,15 +29,15 @@ RELEASE_TOLERANCE = 256 * MIB
 def visible_gpus(snapshot: GpuSnapshot, env: Mapping[str, str]) -> tuple[str, ...]:
     """Return the UUIDs of the GPUs a process with ``env`` sees, in CUDA's order.
 
-    ``CUDA_VISIBLE_DEVICES`` (indices in NVML order, or UUID prefixes) is honoured the way
-    CUDA parses it: up to the first invalid entry. Without it, every GPU.
+    ``CUDA_VISIBLE_DEVICES`` (indices or UUID prefixes) is read as CUDA does: up to the first
+    invalid entry.
     """
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
         return tuple(g.uuid for g in snapshot.gpus)
     uuids: list[str] = []
     for entry in (e.strip() for e in visible.split(",")):
-        if entry.isdigit() and int(entry) < len(snapshot.gpus):
+        if entry.isascii() and entry.isdigit() and int(entry) < len(snapshot.gpus):
             uuids.append(snapshot.gpus[int(entry)].uuid)
             continue
         matches = [g.uuid for g in snapshot.gpus if entry and g.uuid.startswith(entry)]
@@ -58,22 +48,16 @@ def visible_gpus(snapshot: GpuSnapshot, env: Mapping[str, str]) -> tuple[str, ..
 
 
 def worker_gpus(visible: Sequence[str], index: int, count: int) -> tuple[str, ...]:
-    """Return the GPUs pytest-xdist worker ``index`` of ``count`` owns: its equal share.
+    """Return pytest-xdist worker ``index``'s equal, contiguous share of ``visible``.
 
-    Contiguous shares (worker 0 the first ``len(visible) // count``...), so that a TP group
-    stays on neighbouring GPUs; what does not divide evenly is left unused.
+    A TP group stays on neighbouring GPUs; a remainder is left unused.
     """
     share = len(visible) // count
     return tuple(visible[index * share : (index + 1) * share])
 
 
 def server_gpus(snapshot: GpuSnapshot, tp: int, env: Mapping[str, str]) -> tuple[str, ...]:
-    """Return the UUIDs of the GPUs a server with ``tp`` ranks and ``env`` will use.
-
-    The first ``tp`` of :func:`visible_gpus`.
-
-    :raises GpuNotClean: when fewer GPUs than ``tp`` are visible.
-    """
+    """Return the first ``tp`` visible GPUs of a server with ``env``; GpuNotClean when too few."""
     visible = env.get("CUDA_VISIBLE_DEVICES")
     uuids = visible_gpus(snapshot, env)
     if len(uuids) < tp:
@@ -91,43 +75,51 @@ def _holders(snapshot: GpuSnapshot, uuids: Sequence[str]) -> str:
         gpu = snapshot.gpu(uuid)
         procs = snapshot.processes_on(uuid)
         holders = ", ".join(p.describe() for p in procs) or "no process listed"
-        lines.append(
-            f"  GPU {gpu.index} ({gpu.name}, {uuid}): {gpu.memory_used / GIB:.1f} GiB "
-            f"used by {holders}"
-        )
+        used = f"{gpu.memory_used / GIB:.1f} GiB"
+        lines.append(f"  GPU {gpu.index} ({gpu.name}, {uuid}): {used} used by {holders}")
     return "\n".join(lines)
+
+
+def _wait(
+    probe: GpuProbe,
+    held: Callable[[GpuSnapshot], list[str]],
+    timeout: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> tuple[GpuSnapshot, list[str], float]:
+    """Snapshot until ``held`` names no GPU or ``timeout`` passed; the last, its GPUs, the time."""
+    start = clock()
+    while True:
+        snapshot = probe.snapshot()
+        uuids = held(snapshot)
+        if not uuids or clock() - start >= timeout:
+            return snapshot, uuids, clock() - start
+        sleep(0.2)
 
 
 def preflight(
     probe: GpuProbe,
     uuids: Sequence[str],
     *,
-    max_used: int = PREFLIGHT_MAX_USED,
-    wait: float = PREFLIGHT_WAIT,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> GpuSnapshot:
-    """Check the GPUs are clean (no compute process, little memory used); return the baseline.
+    """Return the baseline once the GPUs are clean; GpuNotClean listing the holders if not."""
 
-    :raises GpuNotClean: listing the holders (pid, name, memory) per GPU.
-    """
-    deadline = clock() + wait
-    while True:
-        snapshot = probe.snapshot()
-        dirty = [
-            u for u in uuids if snapshot.processes_on(u) or snapshot.gpu(u).memory_used > max_used
-        ]
-        if not dirty:
-            return snapshot
-        if clock() >= deadline:
-            raise GpuNotClean(
-                f"GPUs needed by the launch are not clean (over {max_used / GIB:.1f} GiB used or "
-                f"with compute processes) after waiting {wait:g}s, per {probe.describe()}:\n"
-                f"{_holders(snapshot, dirty)}\n"
-                "  fix: stop those processes (a leftover server?) or pick other GPUs with "
-                "CUDA_VISIBLE_DEVICES in the profile's env"
-            )
-        sleep(0.5)
+    def dirty(snapshot: GpuSnapshot) -> list[str]:
+        used = {u: snapshot.gpu(u).memory_used for u in uuids}
+        return [u for u in uuids if snapshot.processes_on(u) or used[u] > PREFLIGHT_MAX_USED]
+
+    snapshot, held, _ = _wait(probe, dirty, PREFLIGHT_WAIT, clock, sleep)
+    if held:
+        raise GpuNotClean(
+            f"GPUs needed by the launch are not clean (over {PREFLIGHT_MAX_USED / GIB:.1f} GiB "
+            f"used or with compute processes) after waiting {PREFLIGHT_WAIT:g}s, per "
+            f"{probe.describe()}:\n{_holders(snapshot, held)}\n"
+            "  fix: stop those processes (a leftover server?) or pick other GPUs with "
+            "CUDA_VISIBLE_DEVICES in the profile's env"
+        )
+    return snapshot
 
 
 def postflight(
@@ -136,37 +128,34 @@ def postflight(
     baseline: GpuSnapshot,
     *,
     timeout: float = RELEASE_TIMEOUT,
-    tolerance: int = RELEASE_TOLERANCE,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> float:
     """Wait until memory on ``uuids`` is back to ``baseline``; return the seconds it took.
 
-    :raises GpuMemoryNotReleased: naming the pids still holding memory.
+    GpuMemoryNotReleased names the pids still holding memory.
     """
-    start = clock()
     known = {(p.pid, p.gpu_uuid) for p in baseline.processes}
-    while True:
-        snapshot = probe.snapshot()
-        leftovers: list[GpuProcess] = [
+
+    def new(snapshot: GpuSnapshot) -> list[GpuProcess]:
+        return [
             p
             for p in snapshot.processes
             if p.gpu_uuid in uuids and (p.pid, p.gpu_uuid) not in known
         ]
-        over = [
-            u
-            for u in uuids
-            if snapshot.gpu(u).memory_used > baseline.gpu(u).memory_used + tolerance
-        ]
-        if not leftovers and not over:
-            return clock() - start
-        if clock() - start >= timeout:
-            pids = sorted({p.pid for p in leftovers})
-            raise GpuMemoryNotReleased(
-                f"GPU memory not back to the pre-launch baseline {timeout:g}s after teardown "
-                f"(per {probe.describe()}); still held by pid(s) "
-                f"{', '.join(map(str, pids)) or 'none listed'}:\n"
-                f"{_holders(snapshot, sorted(set(over) | {p.gpu_uuid for p in leftovers}))}\n"
-                "  fix: find and stop those processes; the next launch will refuse these GPUs"
-            )
-        sleep(0.2)
+
+    def held(snapshot: GpuSnapshot) -> list[str]:
+        limit = {u: baseline.gpu(u).memory_used + RELEASE_TOLERANCE for u in uuids}
+        over = {u for u in uuids if snapshot.gpu(u).memory_used > limit[u]}
+        return sorted(over | {p.gpu_uuid for p in new(snapshot)})
+
+    snapshot, gpus, took = _wait(probe, held, timeout, clock, sleep)
+    if gpus:
+        pids = ", ".join(map(str, sorted({p.pid for p in new(snapshot)}))) or "none listed"
+        raise GpuMemoryNotReleased(
+            f"GPU memory not back to the pre-launch baseline {timeout:g}s after teardown "
+            f"(per {probe.describe()}); still held by pid(s) {pids}:\n"
+            f"{_holders(snapshot, gpus)}\n"
+            "  fix: find and stop those processes; the next launch will refuse these GPUs"
+        )
+    return took

@@ -1,8 +1,6 @@
-"""GPU state as plain data: one :class:`Gpu` per device in a :class:`GpuSnapshot`.
+"""The one GPU state model: a :class:`GpuSnapshot` of :class:`Gpu` records and processes.
 
-The same snapshot serves the pre/post-flight checks (memory, compute processes) and the
-telemetry sampled during runs (power, energy, clocks, throttling, errors); every reader in
-:mod:`.probes` fills what its source knows and leaves the rest None.
+For the pre/post-flight checks and the telemetry alike; None where a probe cannot tell.
 """
 
 from __future__ import annotations
@@ -10,16 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-__all__ = [
-    "GIB",
-    "MIB",
-    "THROTTLE_REASONS",
-    "Gpu",
-    "GpuProcess",
-    "GpuSnapshot",
-    "SnapshotDiff",
-    "throttle_names",
-]
+__all__ = ["GIB", "MIB", "Gpu", "GpuProcess", "GpuSnapshot", "SnapshotDiff", "throttle_names"]
 
 MIB = 1024**2
 GIB = 1024**3
@@ -57,11 +46,7 @@ class GpuProcess:
 
 @dataclass(frozen=True)
 class Gpu:
-    """One GPU: identity, memory in bytes (NVML memory info v2 where available), telemetry.
-
-    Telemetry fields are None where the source cannot tell (unsupported query, no driver
-    counter, a fake directory without ``telemetry.json``).
-    """
+    """One GPU: identity, memory in bytes, telemetry (None where the source cannot tell)."""
 
     index: int
     uuid: str
@@ -81,11 +66,7 @@ class Gpu:
 
 @dataclass(frozen=True)
 class GpuSnapshot:
-    """Every GPU and compute process at one instant.
-
-    ``taken_at`` is wall-clock time (for reports); ``at`` is ``time.monotonic()``, for
-    intervals between snapshots (energy integrated over power).
-    """
+    """Every GPU and compute process at one instant (``at``: monotonic, for intervals)."""
 
     gpus: tuple[Gpu, ...]
     processes: tuple[GpuProcess, ...]
@@ -93,10 +74,7 @@ class GpuSnapshot:
     at: float = field(default_factory=time.monotonic)
 
     def gpu(self, uuid: str) -> Gpu:
-        """Return the GPU with this UUID.
-
-        :raises GpuUnavailable: when it is gone (fell off the bus, container remapped).
-        """
+        """Return the GPU with this UUID; :class:`GpuUnavailable` when it is gone."""
         for gpu in self.gpus:
             if gpu.uuid == uuid:
                 return gpu
@@ -126,20 +104,21 @@ class SnapshotDiff:
     @property
     def memory_delta(self) -> dict[str, int]:
         """Bytes of used memory gained (negative: released) per GPU UUID."""
-        return {
-            g.uuid: g.memory_used - self.before.gpu(g.uuid).memory_used
-            for g in self.after.gpus
-            if any(b.uuid == g.uuid for b in self.before.gpus)
-        }
+        before = {g.uuid: g.memory_used for g in self.before.gpus}
+        return {g.uuid: g.memory_used - before[g.uuid] for g in self.after.gpus if g.uuid in before}
 
     @property
     def new_processes(self) -> tuple[GpuProcess, ...]:
         """Processes present after but not before (by pid and GPU)."""
-        old = {(p.pid, p.gpu_uuid) for p in self.before.processes}
-        return tuple(p for p in self.after.processes if (p.pid, p.gpu_uuid) not in old)
+        return _missing(self.after, self.before)
 
     @property
     def gone_processes(self) -> tuple[GpuProcess, ...]:
         """Processes present before but not after."""
-        new = {(p.pid, p.gpu_uuid) for p in self.after.processes}
-        return tuple(p for p in self.before.processes if (p.pid, p.gpu_uuid) not in new)
+        return _missing(self.before, self.after)
+
+
+def _missing(snapshot: GpuSnapshot, other: GpuSnapshot) -> tuple[GpuProcess, ...]:
+    """Return the processes of ``snapshot`` that ``other`` lacks (by pid and GPU)."""
+    known = {(p.pid, p.gpu_uuid) for p in other.processes}
+    return tuple(p for p in snapshot.processes if (p.pid, p.gpu_uuid) not in known)

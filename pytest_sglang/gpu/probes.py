@@ -19,7 +19,6 @@ import shlex
 import subprocess
 import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,28 +26,22 @@ from pytest_sglang.config.fake_gpus import read_fake_gpus
 from pytest_sglang.errors import GpuUnavailable
 from pytest_sglang.gpu.model import MIB, Gpu, GpuProcess, GpuSnapshot, throttle_names
 
-__all__ = [
-    "FakeProbe",
-    "GpuProbe",
-    "GpuUnavailable",
-    "NvmlProbe",
-    "SmiProbe",
-    "import_nvml",
-    "make_probe",
-]
+__all__ = ["FakeProbe", "GpuProbe", "GpuUnavailable", "NvmlProbe", "SmiProbe", "make_probe"]
 
 #: nvidia-smi can hang on a GPU in a bad state; never wait for it forever.
 SMI_TIMEOUT = 30.0
+#: ``nvidia-smi --query-gpu`` fields, the name last because it may contain commas.
+SMI_GPU_FIELDS = (
+    "index,uuid,memory.total,memory.used,memory.free,utilization.gpu,power.draw,clocks.sm,"
+    "temperature.gpu,clocks_event_reasons.active,ecc.errors.uncorrected.volatile.total,name"
+)
 
 
 class GpuProbe(Protocol):
-    """Reads GPU state."""
+    """Reads GPU state; :meth:`snapshot` raises :class:`GpuUnavailable` when it cannot."""
 
     def snapshot(self) -> GpuSnapshot:
-        """Return every GPU and compute process now.
-
-        :raises GpuUnavailable: when the state cannot be read.
-        """
+        """Return every GPU and compute process now."""
         ...
 
     def describe(self) -> str:
@@ -57,44 +50,38 @@ class GpuProbe(Protocol):
 
     def close(self) -> None:
         """Release what the probe holds (NVML's reference count)."""
-        ...
+        return None
 
 
-def import_nvml() -> Any:
-    """Import ``pynvml`` (nvidia-ml-py) quietly: the deprecated ``pynvml`` package warns.
-
-    :raises GpuUnavailable: nvidia-ml-py is not installed.
-    """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        try:
-            import pynvml
-        except ImportError:
-            raise GpuUnavailable(
-                "nvidia-ml-py is not installed (pip install 'pytest-sglang[gpu]')"
-            ) from None
-    return pynvml
+def _number(value: Any, scale: float = 1.0) -> float | None:
+    """Return a reading times ``scale``; None where the source could not tell (``[N/A]``)."""
+    try:
+        return None if value is None else float(value) * scale
+    except ValueError:
+        return None
 
 
-class NvmlProbe:
+def _whole(value: Any, scale: int = 1) -> int | None:
+    number = _number(value, scale)
+    return None if number is None else int(number)
+
+
+class NvmlProbe(GpuProbe):
     """GPU state from NVML on this machine; XID errors counted from NVML's event set."""
 
     def __init__(self) -> None:
-        pynvml = import_nvml()
+        with warnings.catch_warnings():  # the deprecated pynvml package warns
+            warnings.simplefilter("ignore", FutureWarning)
+            try:
+                import pynvml
+            except ImportError:
+                raise GpuUnavailable(
+                    "nvidia-ml-py is not installed (pip install 'pytest-sglang[gpu]')"
+                ) from None
         self._nvml: Any = pynvml
-        unavailable = tuple(
-            getattr(pynvml, name)
-            for name in (
-                "NVMLError_LibraryNotFound",
-                "NVMLError_DriverNotLoaded",
-                "NVMLError_NoPermission",
-                "NVMLError_LibRmVersionMismatch",
-            )
-            if hasattr(pynvml, name)
-        )
         try:
             pynvml.nvmlInit()
-        except unavailable as exc:
+        except pynvml.NVMLError as exc:  # no library, no driver, no permission...
             raise GpuUnavailable(f"NVML unavailable: {exc}") from None
         self._driver = str(pynvml.nvmlSystemGetDriverVersion())
         self._closed = False
@@ -102,11 +89,9 @@ class NvmlProbe:
         self._events: Any = None
         try:
             self._events = pynvml.nvmlEventSetCreate()
-            for index in range(pynvml.nvmlDeviceGetCount()):
-                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-                pynvml.nvmlDeviceRegisterEvents(
-                    handle, pynvml.nvmlEventTypeXidCriticalError, self._events
-                )
+            for handle in self._handles():
+                kind = pynvml.nvmlEventTypeXidCriticalError
+                pynvml.nvmlDeviceRegisterEvents(handle, kind, self._events)
         except (pynvml.NVMLError, AttributeError):
             self._events = None  # no XID events here (permissions, old driver)
 
@@ -114,61 +99,45 @@ class NvmlProbe:
         """Return ``NVML (driver X)``."""
         return f"NVML (driver {self._driver})"
 
-    def _optional(self, call: Callable[..., Any], *args: Any) -> Any:
-        """Return ``call(*args)``, or None where the GPU does not support the query."""
+    def _handles(self) -> list[Any]:
+        nvml = self._nvml
+        return [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+
+    def _get(self, name: str, *args: Any) -> Any:
+        """Return ``nvml.NAME(*args)``, or None where the GPU does not support the query."""
         try:
-            return call(*args)
+            return getattr(self._nvml, name)(*args)
         except self._nvml.NVMLError:
             return None
 
-    def _memory(self, handle: Any) -> tuple[int, int, int]:
-        nvml = self._nvml
+    def _gpu(self, index: int, handle: Any) -> Gpu:
+        nvml, get = self._nvml, self._get
+        uuid = str(nvml.nvmlDeviceGetUUID(handle))
         try:
             # v2 "used" excludes the driver's reserve and matches nvidia-smi; v1 counts
             # hundreds of MB on an idle GPU.
-            info = nvml.nvmlDeviceGetMemoryInfo(handle, version=nvml.nvmlMemory_v2)
+            memory = nvml.nvmlDeviceGetMemoryInfo(handle, version=nvml.nvmlMemory_v2)
         except (nvml.NVMLError, TypeError, AttributeError):
-            info = nvml.nvmlDeviceGetMemoryInfo(handle)
-        return int(info.total), int(info.used), int(info.free)
-
-    def _drain_xids(self) -> None:
-        nvml = self._nvml
-        while self._events is not None:
-            try:
-                event = nvml.nvmlEventSetWait(self._events, 0)
-            except nvml.NVMLError:
-                return  # timeout: no pending event
-            uuid = str(nvml.nvmlDeviceGetUUID(event.device))
-            self._xids[uuid] = self._xids.get(uuid, 0) + 1
-
-    def _gpu(self, index: int, handle: Any) -> Gpu:
-        nvml, get = self._nvml, self._optional
-        uuid = str(nvml.nvmlDeviceGetUUID(handle))
-        rates = get(nvml.nvmlDeviceGetUtilizationRates, handle)
-        power = get(nvml.nvmlDeviceGetPowerUsage, handle)  # mW
-        energy = get(nvml.nvmlDeviceGetTotalEnergyConsumption, handle)  # mJ
-        clock = get(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)
-        temp = get(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU)
-        reasons = get(nvml.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
-        ecc = get(
-            nvml.nvmlDeviceGetTotalEccErrors,
-            handle,
-            nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-            nvml.NVML_VOLATILE_ECC,
-        )
+            memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+        rates = get("nvmlDeviceGetUtilizationRates", handle)
+        kind, counter = nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC
         return Gpu(
             index,
             uuid,
             str(nvml.nvmlDeviceGetName(handle)),
-            *self._memory(handle),
-            utilization=None if rates is None else float(rates.gpu),
-            power=None if power is None else power / 1000.0,
-            energy=None if energy is None else energy / 1000.0,
-            sm_clock=None if clock is None else float(clock),
-            temperature=None if temp is None else float(temp),
-            throttle=throttle_names(int(reasons or 0)),
+            int(memory.total),
+            int(memory.used),
+            int(memory.free),
+            utilization=_number(rates and rates.gpu),
+            power=_number(get("nvmlDeviceGetPowerUsage", handle), 1e-3),  # mW
+            energy=_number(get("nvmlDeviceGetTotalEnergyConsumption", handle), 1e-3),  # mJ
+            sm_clock=_number(get("nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_SM)),
+            temperature=_number(get("nvmlDeviceGetTemperature", handle, nvml.NVML_TEMPERATURE_GPU)),
+            throttle=throttle_names(
+                int(get("nvmlDeviceGetCurrentClocksThrottleReasons", handle) or 0)
+            ),
             xid_errors=self._xids.get(uuid, 0),
-            ecc_errors=None if ecc is None else int(ecc),
+            ecc_errors=_whole(get("nvmlDeviceGetTotalEccErrors", handle, kind, counter)),
         )
 
     def snapshot(self) -> GpuSnapshot:
@@ -176,22 +145,21 @@ class NvmlProbe:
         nvml = self._nvml
         gpus, processes = [], []
         try:
-            self._drain_xids()
-            for index in range(nvml.nvmlDeviceGetCount()):
-                handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                gpu = self._gpu(index, handle)
-                gpus.append(gpu)
+            while self._events is not None:  # count the XID events that came since
+                try:
+                    event = nvml.nvmlEventSetWait(self._events, 0)
+                except nvml.NVMLError:
+                    break  # timeout: no pending event
+                uuid = str(nvml.nvmlDeviceGetUUID(event.device))
+                self._xids[uuid] = self._xids.get(uuid, 0) + 1
+            for index, handle in enumerate(self._handles()):
+                gpus.append(gpu := self._gpu(index, handle))
                 for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                    name = self._optional(nvml.nvmlSystemGetProcessName, proc.pid) or ""
-                    used_memory = proc.usedGpuMemory
-                    processes.append(
-                        GpuProcess(
-                            int(proc.pid),
-                            gpu.uuid,
-                            None if used_memory is None else int(used_memory),
-                            os.path.basename(str(name)),
-                        )
+                    name = os.path.basename(
+                        str(self._get("nvmlSystemGetProcessName", proc.pid) or "")
                     )
+                    used = _whole(proc.usedGpuMemory)
+                    processes.append(GpuProcess(int(proc.pid), gpu.uuid, used, name))
         except nvml.NVMLError as exc:
             raise GpuUnavailable(f"NVML query failed: {exc}") from exc
         return GpuSnapshot(tuple(gpus), tuple(processes))
@@ -201,30 +169,11 @@ class NvmlProbe:
         if not self._closed:
             self._closed = True
             if self._events is not None:
-                self._optional(self._nvml.nvmlEventSetFree, self._events)
+                self._get("nvmlEventSetFree", self._events)
             self._nvml.nvmlShutdown()
 
 
-def _smi_value(text: str) -> float | None:
-    text = text.strip()
-    # Even with "nounits" nvidia-smi prints [N/A], [Not Supported], [Insufficient Permissions].
-    if not text or text.startswith("[") or text in {"N/A", "Not Supported"}:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-#: ``nvidia-smi --query-gpu`` fields: identity and memory, then telemetry, the name last
-#: because it may contain commas.
-SMI_GPU_FIELDS = (
-    "index,uuid,memory.total,memory.used,memory.free,utilization.gpu,power.draw,clocks.sm,"
-    "temperature.gpu,clocks_event_reasons.active,ecc.errors.uncorrected.volatile.total,name"
-)
-
-
-class SmiProbe:
+class SmiProbe(GpuProbe):
     """GPU state from ``nvidia-smi`` CSV queries, locally or on ``host`` over ssh."""
 
     def __init__(self, host: str | None = None, *, timeout: float = SMI_TIMEOUT) -> None:
@@ -236,49 +185,38 @@ class SmiProbe:
         """Return ``nvidia-smi on HOST``."""
         return f"nvidia-smi on {self.host}" if self.host else "nvidia-smi"
 
-    def run(self, query: list[str]) -> str:
-        """Run ``nvidia-smi QUERY...`` (over ssh when a host is set) and return its stdout.
-
-        :raises GpuUnavailable: not found, timed out, or failed (with its last line).
-        """
-        argv = ["nvidia-smi", *query]
+    def run(self, query: str) -> list[list[str]]:
+        """Run an nvidia-smi query (over ssh with a host) and return its CSV rows."""
+        argv = ["nvidia-smi", query, "--format=csv,noheader,nounits"]
         if self.host:
             # ssh joins the remote argv with spaces: send one pre-quoted string. BatchMode
             # makes a missing key fail instead of waiting for a password forever.
-            argv = [
-                "ssh",
-                "-o",
-                "BatchMode=yes",
-                "-o",
-                "ConnectTimeout=10",
-                self.host,
-                "--",
-                shlex.join(argv),
-            ]
+            ssh = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", self.host, "--"]
+            argv = [*ssh, shlex.join(argv)]
         try:
             result = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout)
         except FileNotFoundError as exc:
             raise GpuUnavailable(f"{argv[0]} not found: {exc}") from None
         except subprocess.TimeoutExpired:
-            raise GpuUnavailable(
-                f"{self.describe()} did not answer within {self.timeout:g}s"
-            ) from None
+            message = f"{self.describe()} did not answer within {self.timeout:g}s"
+            raise GpuUnavailable(message) from None
         if result.returncode != 0:
             detail = (result.stderr or result.stdout).strip().splitlines()
             raise GpuUnavailable(
                 f"{self.describe()} failed with exit code {result.returncode}: "
                 f"{detail[-1] if detail else 'no output'}"
             )
-        return result.stdout
+        cells = query.count(",")  # the last field may contain commas
+        return [
+            [c.strip() for c in line.split(",", cells)]
+            for line in result.stdout.splitlines()
+            if line.strip()
+        ]
 
-    def _gpu(self, line: str) -> Gpu:
-        cells = [c.strip() for c in line.split(",", SMI_GPU_FIELDS.count(","))]
+    def _gpu(self, cells: list[str]) -> Gpu:
         if len(cells) != SMI_GPU_FIELDS.count(",") + 1:
-            raise GpuUnavailable(f"unexpected nvidia-smi line: {line!r}")
-        total, used, free = (int(_smi_value(v) or 0) * MIB for v in cells[2:5])
-        util, power, clock, temp = (_smi_value(v) for v in cells[5:9])
-        mask = int(cells[9], 16) if cells[9].startswith("0x") else 0
-        ecc = _smi_value(cells[10])
+            raise GpuUnavailable(f"unexpected nvidia-smi line: {', '.join(cells)!r}")
+        total, used, free = (_whole(v, MIB) or 0 for v in cells[2:5])
         return Gpu(
             int(cells[0]),
             cells[1],
@@ -286,49 +224,31 @@ class SmiProbe:
             total,
             used,
             free,
-            utilization=util,
-            power=power,
-            sm_clock=clock,
-            temperature=temp,
-            throttle=throttle_names(mask),
-            ecc_errors=None if ecc is None else int(ecc),
+            utilization=_number(cells[5]),
+            power=_number(cells[6]),
+            sm_clock=_number(cells[7]),
+            temperature=_number(cells[8]),
+            throttle=throttle_names(int(cells[9], 16) if cells[9].startswith("0x") else 0),
+            ecc_errors=_whole(cells[10]),
         )
 
     def snapshot(self) -> GpuSnapshot:
         """Query GPUs and compute apps (two nvidia-smi calls)."""
         try:
-            gpu_csv = self.run([f"--query-gpu={self._fields}", "--format=csv,noheader,nounits"])
+            rows = self.run(f"--query-gpu={self._fields}")
         except GpuUnavailable as exc:
             if "clocks_event_reasons" not in str(exc):
                 raise
             # Drivers before R535 know the field by its old name.
             self._fields = SMI_GPU_FIELDS.replace("clocks_event", "clocks_throttle")
-            gpu_csv = self.run([f"--query-gpu={self._fields}", "--format=csv,noheader,nounits"])
-        gpus = [self._gpu(line) for line in filter(None, map(str.strip, gpu_csv.splitlines()))]
-        app_csv = self.run(
-            [
-                "--query-compute-apps=pid,gpu_uuid,used_memory,process_name",
-                "--format=csv,noheader,nounits",
-            ]
-        )
-        processes = []
-        for line in filter(None, (raw.strip() for raw in app_csv.splitlines())):
-            parts = [p.strip() for p in line.split(",", 3)]
-            if len(parts) != 4 or not parts[0].isdigit():
-                continue  # "No running processes found" on some drivers
-            app_used = _smi_value(parts[2])
-            processes.append(
-                GpuProcess(
-                    int(parts[0]),
-                    parts[1],
-                    None if app_used is None else int(app_used) * MIB,
-                    os.path.basename(parts[3]),
-                )
-            )
-        return GpuSnapshot(tuple(gpus), tuple(processes))
-
-    def close(self) -> None:
-        """Nothing to release."""
+            rows = self.run(f"--query-gpu={self._fields}")
+        apps = self.run("--query-compute-apps=pid,gpu_uuid,used_memory,process_name")
+        processes = [
+            GpuProcess(int(pid), uuid, _whole(used, MIB), os.path.basename(name))
+            for pid, uuid, used, name in (row for row in apps if len(row) == 4)
+            if pid.isdigit()  # not "No running processes found" (some drivers)
+        ]
+        return GpuSnapshot(tuple(map(self._gpu, rows)), tuple(processes))
 
 
 def _pid_alive(pid: int) -> bool:
@@ -346,7 +266,7 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-class FakeProbe:
+class FakeProbe(GpuProbe):
     """GPU state from a fake-GPU directory (see the module docstring for the format)."""
 
     def __init__(self, directory: Path) -> None:
@@ -358,11 +278,11 @@ class FakeProbe:
         """Return ``fake GPUs in DIR``."""
         return f"fake GPUs in {self.directory}"
 
-    def _telemetry(self) -> dict[str, dict[str, Any]]:
+    def _read(self, name: str) -> Any:
         try:
-            return dict(json.loads((self.directory / "telemetry.json").read_text())["gpus"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return {}  # not written (yet): no telemetry
+            return json.loads((self.directory / name).read_text())
+        except (OSError, ValueError):
+            return None  # not written yet, or being written or removed right now
 
     def snapshot(self) -> GpuSnapshot:
         """Combine the GPU list, the holders whose process is alive, and the telemetry."""
@@ -370,28 +290,26 @@ class FakeProbe:
             listed = read_fake_gpus(self.directory / "gpus.json")
         except ValueError as exc:
             raise GpuUnavailable(str(exc)) from None
-        holders = []
-        for path in sorted(self.directory.glob("holder-*.json")):
-            try:
-                holder = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue  # being written or removed right now
-            if _pid_alive(int(holder["pid"])):
-                holders.append(holder)
+        holders = (self._read(p.name) for p in sorted(self.directory.glob("holder-*.json")))
         processes = [
             GpuProcess(int(h["pid"]), uuid, int(h["used_mib"]) * MIB, str(h.get("name", "")))
             for h in holders
+            if h is not None and _pid_alive(int(h["pid"]))
             for uuid in h["gpus"]
         ]
-        telemetry = self._telemetry()
+        telemetry = self._read("telemetry.json")
+        telemetry = telemetry.get("gpus") if isinstance(telemetry, dict) else None
         now = time.monotonic()
         gpus = []
         for index, gpu in enumerate(listed):
             total = int(gpu["total_mib"]) * MIB
-            used = int(gpu.get("base_used_mib", 0)) * MIB + sum(
-                p.used_memory or 0 for p in processes if p.gpu_uuid == gpu["uuid"]
-            )
-            t = telemetry.get(gpu["uuid"], {})
+            held = sum(p.used_memory or 0 for p in processes if p.gpu_uuid == gpu["uuid"])
+            used = int(gpu.get("base_used_mib", 0)) * MIB + held
+            t = telemetry.get(gpu["uuid"], {}) if isinstance(telemetry, dict) else {}
+            energy = t.get("energy_j")
+            if energy is not None and "energy_rate" in t and "written_at" in t:
+                # time.monotonic() is one clock for every process of a host (Linux).
+                energy += t["energy_rate"] * max(0.0, now - t["written_at"])
             gpus.append(
                 Gpu(
                     index,
@@ -400,32 +318,17 @@ class FakeProbe:
                     total,
                     used,
                     max(total - used, 0),
-                    utilization=t.get("utilization"),
-                    power=t.get("power_w"),
-                    energy=_energy_now(t, now),
-                    sm_clock=t.get("sm_clock_mhz"),
-                    temperature=t.get("temperature_c"),
+                    utilization=_number(t.get("utilization")),
+                    power=_number(t.get("power_w")),
+                    energy=_number(energy),
+                    sm_clock=_number(t.get("sm_clock_mhz")),
+                    temperature=_number(t.get("temperature_c")),
                     throttle=tuple(t.get("throttle", ())),
                     xid_errors=int(t.get("xid_errors", 0)),
                     ecc_errors=t.get("ecc_errors"),
                 )
             )
         return GpuSnapshot(tuple(gpus), tuple(processes), at=now)
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
-def _energy_now(gpu: dict[str, Any], now: float) -> float | None:
-    """Return the energy counter at ``now``: the file's value, grown at its rate since written."""
-    energy = gpu.get("energy_j")
-    if energy is None:
-        return None
-    rate, written = gpu.get("energy_rate"), gpu.get("written_at")
-    if rate is None or written is None:
-        return float(energy)
-    # time.monotonic() is one clock for every process of a host (Linux).
-    return float(energy) + float(rate) * max(0.0, now - float(written))
 
 
 def write_fake_gpus(
@@ -440,10 +343,7 @@ def write_fake_gpus(
 
 
 def make_probe(*, host: str | None, fake_dir: Path | None) -> GpuProbe:
-    """Return the probe the settings ask for: fake, nvidia-smi over ssh, or NVML.
-
-    :raises GpuUnavailable: with the reason when it cannot work here.
-    """
+    """Return the probe the settings ask for: fake, nvidia-smi over ssh, or NVML."""
     if fake_dir is not None:
         return FakeProbe(fake_dir)
     if host is not None:

@@ -10,10 +10,9 @@ __all__ = ["unmet_requirement"]
 
 
 def unmet_requirement(snapshot: GpuSnapshot, requirement: dict[str, Any]) -> str | None:
-    """Return why ``snapshot`` does not meet ``requirement`` (the marker's kwargs), or None.
+    """Return why ``snapshot`` misses ``requirement`` (the marker's kwargs), or None.
 
-    ``gpus``: at least this many GPUs (default 1); ``gpu_name``: counted GPUs' names contain
-    it (case-insensitive); ``min_free_gib``: counted GPUs have at least this much free.
+    ``gpus`` (default 1), ``gpu_name`` (in the name, any case), ``min_free_gib``.
     """
     count = int(requirement.get("gpus", 1))
     name = requirement.get("gpu_name")

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pytest_sglang.gpu.model import GpuSnapshot, SnapshotDiff
 from pytest_sglang.gpu.probes import GpuProbe
 
 __all__ = ["GpuState"]
 
 
+@dataclass(frozen=True)
 class GpuState:
     """GPU state for tests: take snapshots, compare them."""
 
-    def __init__(self, probe: GpuProbe) -> None:
-        self.probe = probe
+    probe: GpuProbe
 
     def snapshot(self) -> GpuSnapshot:
         """Return every GPU and compute process now."""

@@ -1,13 +1,9 @@
-"""What the GPUs did during a run: sampled telemetry, energy per token, throttling.
-
-A :class:`TelemetrySampler` snapshots the GPUs on its own thread (so the load generator's
-timing is undisturbed) while a measurement runs; :meth:`TelemetrySampler.summary` turns the
-snapshots into a :class:`RunTelemetry`.
-"""
+"""What the GPUs did during a run: telemetry sampled on a thread, energy per token, throttling."""
 
 from __future__ import annotations
 
 import itertools
+import statistics
 import threading
 import time
 from collections.abc import Sequence
@@ -47,30 +43,20 @@ class RunTelemetry:
         return self.energy / output_tokens
 
     def as_dict(self, output_tokens: int = 0) -> dict[str, Any]:
-        """Return plain JSON types (with J/token when ``output_tokens`` is given)."""
-        return {
-            "duration": self.duration,
-            "samples": self.samples,
-            "energy_j": self.energy,
-            "energy_source": self.energy_source,
-            "mean_power_w": self.mean_power,
-            "mean_utilization": self.mean_utilization,
-            "throttled_fraction": self.throttled_fraction,
-            "throttle_reasons": list(self.throttle_reasons),
-            "max_temperature_c": self.max_temperature,
-            "new_xid_errors": self.new_xid_errors,
-            "new_ecc_errors": self.new_ecc_errors,
-            "foreign_pids": list(self.foreign_pids),
-            "energy_per_token_j": self.energy_per_token(output_tokens),
+        """Return plain JSON types, the unit in a key's name (with J/token, given the tokens)."""
+        units = {"energy": "energy_j", "mean_power": "mean_power_w"}
+        units["max_temperature"] = "max_temperature_c"
+        plain = {
+            units.get(k, k): list(v) if isinstance(v, tuple) else v for k, v in vars(self).items()
         }
+        return {**plain, "energy_per_token_j": self.energy_per_token(output_tokens)}
 
 
 @dataclass
 class TelemetrySampler:
-    """Snapshots ``uuids`` (all GPUs when empty) on a thread between :meth:`start` and :meth:`stop`.
+    """Snapshots ``uuids`` (all when empty) on a thread between :meth:`start` and :meth:`stop`.
 
-    ``allowed_pids`` are processes expected on the GPUs (the server's); any other compute
-    process that was not there at :meth:`start` counts as foreign.
+    A compute process not there at the start nor in ``allowed_pids`` counts as foreign.
     """
 
     probe: GpuProbe
@@ -83,13 +69,12 @@ class TelemetrySampler:
     stopped_at: float = 0.0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
-    _errors: list[str] = field(default_factory=list)
 
     def _read(self) -> None:
         try:
             self.snapshots.append(self.probe.snapshot())
-        except GpuUnavailable as exc:  # a sample lost is reported, never a crash mid-run
-            self._errors.append(str(exc))
+        except GpuUnavailable:
+            pass  # a sample lost, never a crash mid-run
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
@@ -124,11 +109,7 @@ class TelemetrySampler:
         return {p.pid for p in snapshot.processes if self._wanted(p.gpu_uuid)}
 
     def summary(self) -> RunTelemetry:
-        """Summarise the snapshots into a :class:`RunTelemetry`.
-
-        Energy comes from the driver's counter where there is one, else from the power
-        integrated over the samples.
-        """
+        """Summarise the snapshots; energy from the driver's counter, else integrated power."""
         by_gpu: dict[str, list[tuple[float, Gpu]]] = {}
         powers: list[float] = []
         for snapshot in self.snapshots:
@@ -158,8 +139,8 @@ class TelemetrySampler:
             samples=len(samples),
             energy=energy if by_gpu else None,
             energy_source=source,
-            mean_power=sum(powers) / len(powers) if powers else None,
-            mean_utilization=sum(utils) / len(utils) if utils else None,
+            mean_power=statistics.fmean(powers) if powers else None,
+            mean_utilization=statistics.fmean(utils) if utils else None,
             throttled_fraction=len(throttled) / len(samples) if samples else 0.0,
             throttle_reasons=tuple(sorted({r for g in throttled for r in g.throttle})),
             max_temperature=max(temps, default=None),

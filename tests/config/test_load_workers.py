@@ -50,6 +50,7 @@ def test_the_header_says_where_the_load_runs(pytester: pytest.Pytester) -> None:
     [
         ("-osglang_load_workers=0", "'0' is not a number of workers"),
         ("-osglang_load_workers=two", "'two' is not a number of workers"),
+        ("-osglang_load_workers=\u00b2", "'\u00b2' is not a number of workers"),
         ("-osglang_ray_address=head-node", "'head-node' is not a Ray cluster address"),
         ("-osglang_ray_address=head:99999", "'head:99999' is not a Ray cluster address"),
     ],

@@ -64,6 +64,8 @@ def test_each_source_and_the_header(
         ("-osglang_first_token_timeout=0", "'0' is not a positive duration"),
         ("-osglang_max_consecutive_failures=-1", "'-1' is not a whole number"),
         ("-osglang_max_consecutive_failures=2.5", "'2.5' is not a whole number"),
+        # str.isdigit() accepts it, int() does not: the schema's [0-9] is the one rule.
+        ("-osglang_max_consecutive_failures=\u00b2", "'\u00b2' is not a whole number"),
     ],
 )
 def test_bad_values_name_the_option_and_the_fix(

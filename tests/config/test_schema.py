@@ -130,14 +130,32 @@ def test_the_options_part_is_made_from_the_catalogue() -> None:
     from pytest_sglang.config.options import OPTIONS
     from pytest_sglang.config.schema import _settings_schema
 
-    properties = _settings_schema()["$defs"]["settings"]["properties"]
-    flags = {s.ini for s in OPTIONS if s.flag}
-    durations = {s.ini for s in OPTIONS if s.metavar == "SECONDS"}
-    assert flags and durations and set(properties) == flags | durations
-    for ini, schema in properties.items():
-        assert schema["items"]["$ref"] == (
-            "#/$defs/boolean" if ini in flags else "#/$defs/duration"
-        )
+    schema = _settings_schema()
+    properties = schema["$defs"]["settings"]["properties"]
+    kinds = {s.ini: s.kind for s in OPTIONS if s.kind in schema["$defs"]}
+    assert {s.ini for s in OPTIONS if s.flag} <= set(kinds)
+    assert {s.ini for s in OPTIONS if s.metavar == "SECONDS"} <= set(kinds)
+    assert set(properties) == set(kinds)
+    for ini, kind in kinds.items():
+        assert properties[ini]["items"]["$ref"] == f"#/$defs/{kind}"
+        assert {"description", "fix"} <= set(schema["$defs"][kind]) or kind == "duration"
+
+
+def test_every_option_of_a_kind_names_a_setting() -> None:
+    import dataclasses
+
+    from pytest_sglang.config.options import OPTIONS
+    from pytest_sglang.config.settings import _CONVERT, Settings
+
+    names = {f.name for f in dataclasses.fields(Settings)}
+    converted = {s.dest.removeprefix("sglang_") for s in OPTIONS if s.kind in _CONVERT}
+    assert converted and converted <= names
+
+
+def test_the_choices_in_the_schema_are_the_catalogue_s() -> None:
+    from pytest_sglang.config.defaults import LAUNCHERS
+
+    assert read_schema("config")["$defs"]["launcher"]["enum"] == list(LAUNCHERS)
 
 
 @pytest.mark.parametrize(

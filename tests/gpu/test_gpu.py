@@ -125,6 +125,8 @@ def test_server_gpus_honours_cuda_visible_devices(tmp_path: Path) -> None:
     assert server_gpus(snap, 1, {"CUDA_VISIBLE_DEVICES": uuids[2][:12]}) == (uuids[2],)
     with pytest.raises(GpuNotClean, match=r"needs 2 GPUs \(tp=2\) but only 1 are visible"):
         server_gpus(snap, 2, {"CUDA_VISIBLE_DEVICES": "0,-1,1"})  # CUDA stops at -1
+    with pytest.raises(GpuNotClean, match=r"needs 2 GPUs \(tp=2\) but only 1 are visible"):
+        server_gpus(snap, 2, {"CUDA_VISIBLE_DEVICES": "0,\u00b2,1"})  # no digit CUDA reads
     with pytest.raises(GpuNotClean, match="needs 8 GPUs"):
         server_gpus(snap, 8, {})
 
