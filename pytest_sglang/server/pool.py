@@ -1,10 +1,8 @@
 """The session's servers: attached ones gated once, launched ones started once, one at a time.
 
-Launched servers share the GPUs, so at most one runs (an xdist worker gets its share of them);
-once up, a server takes every measurement declared for it (:attr:`ServerPool.on_launched`).
-One measurement of a server at a time (``server/locks.py``). A server whose gate or launch
-failed, or that died while serving (:meth:`ServerPool.check`), fails every later test that
-needs it at once, with the original cause. The life of a server name: ``docs/architecture.md``.
+Launched servers share the GPUs, so at most one runs; once up, it takes every measurement
+declared for it. A server whose gate or launch failed, or that died, fails every later test
+that needs it at once, with the original cause (``docs/architecture.md``).
 """
 
 from __future__ import annotations
@@ -86,10 +84,7 @@ class ServerPool:
         return attached + tuple(p for p in self.settings.profiles if p not in attached)
 
     def default_name(self) -> str:
-        """Return the server a test without ``sglang_profile`` gets.
-
-        :raises ServerUnavailable: when that is ambiguous.
-        """
+        """Return the server a test without ``sglang_profile`` gets; raise if that is ambiguous."""
         name = self.settings.default_server()
         if name is not None:
             return name
@@ -103,17 +98,15 @@ class ServerPool:
     ) -> AbstractContextManager[None]:
         """Hold ``servers`` for a measurement: no other measures them meanwhile, in any worker.
 
-        A name holds an attached server (its URL is known before its gate); a profile's
-        server is held once it is up, by its handle. ``during`` names who measures.
+        A name holds an attached server (its URL is known before its gate), a handle any.
         """
-        urls: list[str] = []
-        for server in servers:
-            url = server.url if not isinstance(server, str) else None
-            if isinstance(server, str) and (target := self.settings.target(server)) is not None:
-                url = target.url
-            if url is not None:
-                urls.append(url)
-        return self.locks.hold(*urls, during=during)
+        urls = [
+            server.url
+            if not isinstance(server, str)
+            else getattr(self.settings.target(server), "url", None)
+            for server in servers
+        ]
+        return self.locks.hold(*filter(None, urls), during=during)
 
     def _say(self, message: str) -> None:
         self._progress(self.settings.redact(message))
@@ -140,10 +133,7 @@ class ServerPool:
         return self._gpu
 
     def gpu_names(self) -> list[str]:
-        """Return the names of the GPUs the session's probe sees (empty without a probe).
-
-        Reads one snapshot the first time; never creates the probe itself.
-        """
+        """Return the names of the GPUs the session's probe sees (empty without a probe)."""
         if self._gpu is not None and self._gpu_names is None:
             try:
                 self._gpu_names = [g.name for g in self._gpu.snapshot().gpus]
@@ -154,12 +144,8 @@ class ServerPool:
     def get(self, name: str, *, during: str = "", why: str = "") -> SGLangServer:
         """Return the ready server ``name``: gated (attached) or launched on first use.
 
-        ``during`` names who asks (a test id); ``why`` what for, when a launch may be
-        avoidable (the summary quotes it when a profile was launched again).
-
-        :raises ServerUnavailable: nothing of that name is configured.
-        :raises ServerDied: it passed its gate but has died since (now or earlier).
-        :raises SGLangError: its gate or launch failed, now or earlier in the session.
+        ``during`` names who asks (a test id); ``why`` what for (the summary quotes it when a
+        profile was launched again). Raises the gate's or launch's error, now or later.
         """
         if name in self._ready:
             died = self._died(name, during)
@@ -267,12 +253,7 @@ class ServerPool:
             raise
 
     def _owned_gpus(self, name: str, tp: int) -> tuple[str, ...] | None:
-        """Return this pytest-xdist worker's equal, disjoint share of the host's GPUs, or None.
-
-        Each worker pins its launches to its share: two TP=4 servers fit an 8-GPU host.
-
-        :raises ServerNotReady: the share cannot be known, or is too small for ``tp``.
-        """
+        """Return this pytest-xdist worker's equal, disjoint share of the host's GPUs, or None."""
         if self.xdist_worker is None or self._emulated_gpus_only:
             return None  # not a worker; or the emulator without fake GPUs holds none
         index, count = self.xdist_worker
@@ -316,9 +297,7 @@ class ServerPool:
     def check(self, name: str, *, during: str = "", wait: float = 0.0) -> ServerDied | None:
         """Return the error describing server ``name``'s death, or None while it serves.
 
-        A launched server is dead when its process has exited (``wait`` seconds are allowed
-        for a dying process to finish); an attached one when its port refuses connections.
-        A dead server is marked failed: later :meth:`get` calls raise the same error at once.
+        Launched: its process exited (within ``wait`` s); attached: its port refuses connections.
         """
         if name in self._failed:
             failed = self._failed[name]
@@ -386,11 +365,7 @@ class ServerPool:
                     self.problems.append(launch.forced)
 
     def hurry(self) -> None:
-        """Kill the launched server now, without its grace period (a second Ctrl-C).
-
-        Safe in a signal handler: a stop under way then finds its processes gone, and its
-        record says they were killed at once.
-        """
+        """Kill the launched server now, without its grace period (a second Ctrl-C)."""
         launch = self._running
         if launch is not None:
             launch.hurry()
