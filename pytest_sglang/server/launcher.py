@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import sys
 import time
@@ -33,7 +32,7 @@ from pytest_sglang.gpu.hygiene import postflight, preflight, server_gpus
 from pytest_sglang.gpu.model import GpuSnapshot
 from pytest_sglang.gpu.probes import FakeProbe, GpuProbe
 from pytest_sglang.server.handle import LaunchInfo, SGLangServer
-from pytest_sglang.server.hints import exit_hint, hints_for, without_probes
+from pytest_sglang.server.hints import exit_hint, hints_for, signal_name, without_probes
 from pytest_sglang.server.process import ServerProcess
 from pytest_sglang.server.readiness import ReadinessGate
 
@@ -133,21 +132,16 @@ class Launch:
         clock: Callable[[], float] = time.monotonic,
         visible_gpus: Sequence[str] | None = None,
     ) -> None:
-        if target.profile is None:
-            raise ValueError(f"server {target.name!r} has no profile to launch")
-        self.target = target
-        self.profile: Profile = target.profile
-        self.settings = settings
-        self.gpu = gpu
+        assert target.profile is not None, "a target without a URL is a profile's"
+        self.target, self.profile, self.settings, self.gpu = target, target.profile, settings, gpu
         #: The GPUs this launch may use (a pytest-xdist worker's share), or None: all.
-        self.visible_gpus = tuple(visible_gpus) if visible_gpus is not None else None
+        self.visible_gpus = visible_gpus
         self.host = host
         self._progress = progress
         self._clock = clock
         self._process: ServerProcess | None = None
         self._ready_at: float | None = None
-        #: Whether the process listening on the port was found to be ours.
-        self._fresh = False
+        self._fresh = False  # the process listening on the port was found to be ours
         self._started = 0.0
         self._baseline: GpuSnapshot | None = None
         self._next_progress = PROGRESS_FIRST
@@ -165,7 +159,7 @@ class Launch:
         """
         # The command and environment carry secrets: built in _new_process, never held in
         # this frame, whose locals pytest -l prints.
-        started = self._started = self._clock()
+        self._started = self._clock()
         try:
             port = self._free_port()
             self._process = self._new_process(port)
@@ -197,7 +191,11 @@ class Launch:
                 if isinstance(exc, SGLangError) and self.info.command:
                     raise exc.extended(f"\n  command: {' '.join(self.info.command)}") from None
                 raise
-            cleanup = self._stop_quietly()
+            cleanup = ""
+            try:
+                self.stop()
+            except SGLangError as stop_error:
+                cleanup = f"\n  during cleanup: {stop_error}"
             if isinstance(exc, ServerNotReady) and not isinstance(exc, ServerExited):
                 raise exc.with_message(self._with_log(str(exc)) + cleanup) from None
             if isinstance(exc, ServerExited) and cleanup:
@@ -205,7 +203,7 @@ class Launch:
             raise
         self.info.outcome = "ready"
         self._ready_at = self._clock()
-        self.info.seconds_to_ready = self._ready_at - started
+        self.info.seconds_to_ready = self._ready_at - self._started
         self.info.readiness = dict(server.readiness.phases)
         self._progress(
             f"sglang: {self.profile.name!r} ready in {self.info.seconds_to_ready:.1f}s "
@@ -346,13 +344,15 @@ class Launch:
 
     # -- while serving --------------------------------------------------------------------
 
-    def check_alive(self, during: str = "") -> ServerDied | None:
+    def check_alive(self, during: str = "", *, wait: float = 0.0) -> ServerDied | None:
         """Return the error describing this server's death if its process has exited.
 
-        Cheap (a ``waitpid``); ``during`` says who found out (a test id, ``teardown``).
+        Cheap (a ``waitpid``; ``wait`` seconds allowed for a dying process to finish);
+        ``during`` says who found out (a test id, ``teardown``).
         """
         if self._process is None or self.info.outcome not in ("ready", "died"):
             return None
+        self._process.exits_within(wait)
         code = self._process.poll()
         if code is None:
             return None
@@ -424,32 +424,22 @@ class Launch:
     @property
     def forced(self) -> str | None:
         """How teardown had to force the server down (SIGKILL after SIGTERM), or None."""
-        report = self.info.stop
-        if report is None:
-            return None
-        kill = next((sent for sent in report.signals if "SIGKILL" in sent), None)
-        if kill is None:
-            return None
+        signals = self.info.stop.signals if self.info.stop is not None else []
+        kill = next((sent for sent in signals if "SIGKILL" in sent), None)
         return (
-            f"SGLang server {self.profile.name!r} (pid {self.info.pid}) did not stop on "
-            f"SIGTERM: {kill} (its shutdown hangs, or it ignores SIGTERM)"
+            None
+            if kill is None
+            else (
+                f"SGLang server {self.profile.name!r} (pid {self.info.pid}) did not stop on "
+                f"SIGTERM: {kill} (its shutdown hangs, or it ignores SIGTERM)"
+            )
         )
-
-    def _stop_quietly(self) -> str:
-        """Stop after a failed start; return what went wrong during cleanup, for the message."""
-        try:
-            self.stop()
-        except SGLangError as exc:
-            return f"\n  during cleanup: {exc}"
-        return ""
 
 
 def _code_text(code: int) -> str:
     """Return an exit code with its signal's name: ``-9 (SIGKILL)``."""
-    if code < 0:
-        with contextlib.suppress(ValueError):
-            return f"{code} ({signal.Signals(-code).name})"
-    return str(code)
+    name = signal_name(code)
+    return f"{code} ({name})" if name else str(code)
 
 
 def _clock_text(seconds: float) -> str:

@@ -12,12 +12,10 @@ import importlib.util
 import os
 import shutil
 import socket
-import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from pytest_sglang.config.profiles import Profile
 from pytest_sglang.config.settings import Settings
@@ -33,7 +31,7 @@ from pytest_sglang.gpu.hygiene import visible_gpus, worker_gpus
 from pytest_sglang.gpu.probes import GpuProbe, make_probe
 from pytest_sglang.server.handle import SGLangServer
 from pytest_sglang.server.launcher import Launch, LaunchInfo
-from pytest_sglang.server.locks import ServerLocks
+from pytest_sglang.server.locks import ServerLocks, host_port
 from pytest_sglang.server.readiness import ReadinessGate
 
 __all__ = ["ServerPool"]
@@ -153,7 +151,9 @@ class ServerPool:
                 raise died
             return self._ready[name]
         if name in self._failed:
-            raise _again(self._failed[name])
+            raise self._failed[name].extended(
+                "\n  (this server failed earlier in the session; it is not tried again)"
+            )
         target = self.settings.target(name)
         if target is None:
             known = ", ".join(self.names) or "none"
@@ -208,35 +208,31 @@ class ServerPool:
         name, profile = target.name, target.profile
         assert profile is not None  # a target without a URL is a profile's
         missing = missing_launcher(profile, self.settings.launcher.value)
-        if missing is not None:
-            log_path = self.log_dir / f"{name}-{len(self.launches) + 1}.log"  # not created
-            refused = Launch(target, self.settings, log_path=log_path, gpu=None)
-            refused.info.requested_by, refused.info.reason = during or None, why or None
-            self.launches.append(refused.info)
-            command = refused.refuse(missing)
-            raise ServerUnavailable(
-                f"cannot launch profile {name!r}: {missing}; install it, dry-run with "
-                f"--sglang-launcher=emulator, or attach a running server with "
-                f"--sglang-url {name}=URL\n  command: {command}"
-            )
-        owned = self._owned_gpus(name, profile.tp)
-        try:
-            self.stop_running()  # they share the GPUs: one launched server at a time
-        except SGLangError as exc:
-            # The previous server's problem, not this profile's: record it and let this
-            # launch's pre-flight judge the GPUs (it waits and names any holder).
-            self.problems.append(str(exc))
-            self._progress(f"sglang: {exc}")
+        owned = self._owned_gpus(name, profile.tp) if missing is None else None
+        if missing is None:
+            try:
+                self.stop_running()  # they share the GPUs: one launched server at a time
+            except SGLangError as exc:
+                # The previous server's problem, not this profile's: record it and let this
+                # launch's pre-flight judge the GPUs (it waits and names any holder).
+                self.problems.append(str(exc))
+                self._progress(f"sglang: {exc}")
         launch = Launch(
             target,
             self.settings,
-            gpu=self._flight_probe(),
+            gpu=self._flight_probe() if missing is None else None,
             progress=self._progress,
             log_path=self.log_dir / f"{name}-{len(self.launches) + 1}.log",
             visible_gpus=owned,
         )
         launch.info.requested_by, launch.info.reason = during or None, why or None
         self.launches.append(launch.info)
+        if missing is not None:  # recorded as failed, with the command it would have run
+            raise ServerUnavailable(
+                f"cannot launch profile {name!r}: {missing}; install it, dry-run with "
+                f"--sglang-launcher=emulator, or attach a running server with "
+                f"--sglang-url {name}=URL\n  command: {launch.refuse(missing)}"
+            )
         if self.flight_skip_reason and len(self.launches) == 1:
             self._progress(f"sglang: GPU pre/post-flight checks skipped: {self.flight_skip_reason}")
         self._progress(
@@ -291,7 +287,6 @@ class ServerPool:
         return self.gpu_skip_reason
 
     def _flight_probe(self) -> GpuProbe | None:
-        """Return the probe a launch's GPU pre/post-flight uses, or None."""
         return None if self._emulated_gpus_only else self.gpu_probe()
 
     def check(self, name: str, *, during: str = "", wait: float = 0.0) -> ServerDied | None:
@@ -312,9 +307,7 @@ class ServerPool:
         running = self._running
         died: ServerDied | None = None
         if running is not None and running.profile.name == name:
-            deadline = time.monotonic() + wait
-            while (died := running.check_alive(during)) is None and time.monotonic() < deadline:
-                time.sleep(0.05)
+            died = running.check_alive(during, wait=wait)
         elif server.launch is None:
             died = self._unreachable(server, during)
         if died is not None:
@@ -325,10 +318,8 @@ class ServerPool:
     def _unreachable(self, server: SGLangServer, during: str) -> ServerDied | None:
         # A refused connection is a server gone (a loopback connect costs microseconds); a
         # slow network is not: a timeout leaves the verdict to the test's own requests.
-        parts = urlsplit(server.url)
-        port = parts.port or (443 if parts.scheme == "https" else 80)
         try:
-            with socket.create_connection((parts.hostname or "", port), timeout=2.0):
+            with socket.create_connection(host_port(server.url), timeout=2.0):
                 return None
         except (ConnectionRefusedError, ConnectionResetError) as exc:
             cause = exc.strerror or type(exc).__name__
@@ -366,9 +357,8 @@ class ServerPool:
 
     def hurry(self) -> None:
         """Kill the launched server now, without its grace period (a second Ctrl-C)."""
-        launch = self._running
-        if launch is not None:
-            launch.hurry()
+        if self._running is not None:
+            self._running.hurry()
 
     def close(self) -> None:
         """Stop everything the pool started and release the GPU probe."""
@@ -399,7 +389,3 @@ def missing_launcher(profile: Profile, launcher: str) -> str | None:
     if importlib.util.find_spec("sglang") is None:
         return "SGLang is not installed in this Python (python -m sglang.launch_server)"
     return None
-
-
-def _again(first: SGLangError) -> SGLangError:
-    return first.extended("\n  (this server failed earlier in the session; it is not tried again)")

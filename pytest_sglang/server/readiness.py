@@ -96,29 +96,18 @@ class ReadinessGate:
 
     @classmethod
     def for_target(
-        cls,
-        target: ServerTarget,
-        url: str,
-        *,
-        timeout: Sourced[float],
-        api_key: str | None,
-        watch: Callable[[str, float], None] | None = None,
-        secrets: Sequence[str] = (),
-        ready_line: Callable[[float], object] | None = None,
+        cls, target: ServerTarget, url: str, *, timeout: Sourced[float], **options: Any
     ) -> ReadinessGate:
-        """Return the gate for ``target`` at ``url``: how the pool and the launcher build it."""
+        """Return the gate for ``target`` at ``url`` (``options``: the other fields)."""
         return cls(
             target.name,
             url,
             timeout=timeout.value,
             timeout_source=timeout.source,
-            api_key=api_key,
             expectations=target.expectations,
-            watch=watch,
-            secrets=secrets,
             kind=target.kind,
             headers=target.header_map,
-            ready_line=ready_line,
+            **options,
         )
 
     def wait(self) -> SGLangServer:
@@ -138,7 +127,6 @@ class ReadinessGate:
 
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         self._start = self._phase_start = self.clock()
-        skipped: dict[str, str] = {}
         server_info: dict[str, Any] = {}
         model_info: dict[str, Any] = {}
         with asyncio.Runner() as runner:
@@ -154,21 +142,16 @@ class ReadinessGate:
             )
             try:
                 cards = self._health_and_models(client)
-                if self.kind == "openai":
-                    unchecked = [e.describe() for e in self.expectations if e.key not in MODEL_KEYS]
-                    skipped["server_info"] = (
-                        "SGLang only: an OpenAI-compatible server has no /server_info"
-                        + (
-                            f" (expectations not checked here: {', '.join(unchecked)})"
-                            if unchecked
-                            else ""
-                        )
-                    )
-                else:
+                if self.kind != "openai":
                     server_info, model_info = self._server_info(client)
             finally:
                 runner.run(client.aclose())
-        timings = ReadinessTimings(dict(self._phases), self._probes, skipped)
+        unchecked = ", ".join(e.describe() for e in self.expectations if e.key not in MODEL_KEYS)
+        skipped = "SGLang only: an OpenAI-compatible server has no /server_info" + (
+            f" (expectations not checked here: {unchecked})" if unchecked else ""
+        )
+        skips = {"server_info": skipped} if self.kind == "openai" else {}
+        timings = ReadinessTimings(dict(self._phases), self._probes, skips)
         return SGLangServer(
             name=self.name,
             url=self.url,
@@ -191,31 +174,23 @@ class ReadinessGate:
         the API key, before) confirmed by one ``/health_generate``, else ``/health_generate``
         alone; an OpenAI-compatible server's ``/health``, else ``/v1/models`` (Ollama).
         """
-        if self.kind == "openai":
-            self._until_200(
-                client,
-                ["/health", "/v1/models"],
-                (404, 405),
-                lambda path: (
-                    "neither /health nor /v1/models exists (404): not an "
-                    "OpenAI-compatible server, or the URL carries a path prefix (give the URL "
-                    "without /v1)"
-                ),
-            )
-        else:
-            self._until_200(
-                client,
-                ["/ready", "/health_generate"],
-                (401, 404),
-                lambda path: (
-                    "GET /health_generate answered 404: this is not an SGLang server, "
-                    "or the URL carries a path prefix; give the server's base URL"
-                    + self._not_sglang(client)
-                ),
-            )
+        openai = self.kind == "openai"
+        self._until_200(
+            client,
+            ["/health", "/v1/models"] if openai else ["/ready", "/health_generate"],
+            (404, 405) if openai else (401, 404),
+            lambda path: (
+                "neither /health nor /v1/models exists (404): not an OpenAI-compatible server, "
+                "or the URL carries a path prefix (give the URL without /v1)"
+                if openai
+                else "GET /health_generate answered 404: this is not an SGLang server, or the "
+                "URL carries a path prefix; give the server's base URL" + self._not_sglang(client)
+            ),
+        )
         self._pass("health")
-        schema = "openai_models" if self.kind == "openai" else "v1_models"
-        _, body = self._json(client, "/v1/models", schema=schema)
+        _, body = self._json(
+            client, "/v1/models", schema="openai_models" if openai else "v1_models"
+        )
         self._pass("models")
         cards = [ModelCard.from_json(card) for card in body["data"]]
         problems = check_model_expectations(cards, self.expectations)
