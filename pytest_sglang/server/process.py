@@ -79,18 +79,22 @@ def kill_ours(launch_id: str, pgid: int, grace: float, exclude: Sequence[int] = 
         with contextlib.suppress(psutil.Error):
             described += f" ({proc.name()}: {' '.join(proc.cmdline())[:120]})"
         report.stragglers.append(described)
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
+    _kill(stragglers)
     psutil.wait_procs(stragglers, timeout=5)
     report.seconds = time.monotonic() - start
     return report
 
 
 def _pgid(proc: psutil.Process) -> int | None:
-    try:
+    with contextlib.suppress(OSError):
         return os.getpgid(proc.pid)
-    except OSError:
-        return None
+    return None
+
+
+def _kill(procs: list[psutil.Process]) -> None:
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
 
 
 class ServerProcess:
@@ -257,9 +261,7 @@ class ServerProcess:
         if self._popen.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._popen.pid, signal.SIGKILL)
-        for proc in find_ours(self.launch_id, self._exclude()):
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
+        _kill(find_ours(self.launch_id, self._exclude()))
 
     def _exclude(self) -> list[int]:
         return [self._reaper.pid] if self._reaper is not None else []
