@@ -1,9 +1,7 @@
 """Well-known servers that are not SGLang, recognised from what they answer (pure, no I/O).
 
-When the gate refuses a server as "not SGLang", it names the engine it met and how to measure
-it anyway (``--sglang-url NAME=openai+URL``). Each signature was read in the engine's own
-source. vLLM's ``Server`` header is uvicorn's, as SGLang's is: only ``owned_by`` tells them
-apart. TGI lists one model whose ``owned_by`` is its own id.
+Each signature was read in the engine's own source; vLLM's ``Server`` header is uvicorn's, as
+SGLang's is, so only ``owned_by`` tells them apart.
 """
 
 from __future__ import annotations
@@ -33,10 +31,7 @@ class Recognised:
 
 
 def recognise(server_header: str | None, models: object) -> Recognised | None:
-    """Return the engine a ``Server`` header and a ``/v1/models`` body point to, or None.
-
-    ``models`` is the parsed body of ``GET /v1/models`` (anything: it may not be a list).
-    """
+    """Return the engine a ``Server`` header and a ``/v1/models`` body (any JSON) point to."""
     if server_header:
         product = server_header.split("/", 1)[0].strip().lower()
         if product in _SERVER_HEADER:

@@ -1,12 +1,8 @@
-"""The server handle that ``sglang_server`` returns: identity, configuration and timings.
-
-The bottom of the server stage: the plain types every other server module hands around
-(a launch's record, its stop report), importing nothing else of the plugin.
-"""
+"""The server handle that ``sglang_server`` returns, and the plain types of the server stage."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,13 +43,7 @@ class StopReport:
 
     def as_dict(self) -> dict[str, object]:
         """Return plain JSON types, for reports."""
-        return {
-            "exit_code": self.exit_code,
-            "signals": list(self.signals),
-            "stragglers": list(self.stragglers),
-            "seconds": self.seconds,
-            "stopped_at": self.stopped_at,
-        }
+        return {k: v for k, v in asdict(self).items() if k != "reaped"}
 
 
 @dataclass
@@ -85,23 +75,12 @@ class LaunchInfo:
 
     def as_dict(self) -> dict[str, Any]:
         """Return plain JSON types, for reports."""
+        stop = self.stop.as_dict() if self.stop else None
         return {
-            "profile": self.profile,
-            "launcher": self.launcher,
-            "command": self.command,
+            **asdict(self),
             "log_path": str(self.log_path),
-            "port": self.port,
-            "pid": self.pid,
             "gpus": list(self.gpus),
-            "outcome": self.outcome,
-            "cause": self.cause,
-            "exit_code": self.exit_code,
-            "seconds_to_ready": self.seconds_to_ready,
-            "readiness": dict(self.readiness),
-            "stop": self.stop.as_dict() if self.stop else None,
-            "release_seconds": self.release_seconds,
-            "requested_by": self.requested_by,
-            "reason": self.reason,
+            "stop": stop,
         }
 
 
@@ -144,11 +123,7 @@ OPENAI_NOT_APPLICABLE = {
 
 @dataclass(frozen=True)
 class ReadinessTimings:
-    """Seconds spent in each readiness-gate phase, in order, and the number of probes sent.
-
-    ``skipped`` names the phases the gate did not run, and why (the SGLang-only phases of an
-    OpenAI-compatible server).
-    """
+    """Seconds spent in each gate phase, in order, the probes sent, and the phases skipped (why)."""
 
     phases: dict[str, float]
     probes: int
@@ -161,24 +136,13 @@ class ReadinessTimings:
 
     def as_dict(self) -> dict[str, Any]:
         """Return plain JSON types, for reports."""
-        timings: dict[str, Any] = {
-            "phases": dict(self.phases),
-            "total": self.total,
-            "probes": self.probes,
-        }
-        if self.skipped:
-            timings["skipped"] = dict(self.skipped)
-        return timings
+        timings = {"phases": dict(self.phases), "total": self.total, "probes": self.probes}
+        return {**timings, "skipped": dict(self.skipped)} if self.skipped else timings
 
 
 @dataclass(frozen=True)
 class SGLangServer:
-    """A server that passed the readiness gate.
-
-    ``model`` is the served model's ``/v1/models`` card; ``server_info`` its resolved
-    arguments from ``/server_info`` (empty for ``kind == "openai"``: see
-    :data:`OPENAI_NOT_APPLICABLE`).
-    """
+    """A server that passed the readiness gate (``server_info`` is empty for ``openai``)."""
 
     name: str
     url: str
@@ -212,37 +176,25 @@ class SGLangServer:
 
     @property
     def headers(self) -> dict[str, str]:
-        """HTTP headers every request to this server needs: the API key, ``--sglang-header``.
-
-        A header given for the server wins over the API key's ``Authorization``.
-        """
+        """HTTP headers every request needs: the API key, then ``--sglang-header`` (it wins)."""
         key = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         return {**key, **self.extra_headers}
 
     @property
     def max_running_requests(self) -> int | None:
-        """The most requests the server runs at once, as its scheduler resolved it, or None.
-
-        Summed over the DP ranks' ``internal_states``: ``/server_info``'s own
-        ``max_running_requests`` is ``null`` unless given (the fallback when a number).
-        """
+        """The most requests the server runs at once, as its scheduler resolved it, or None."""
         return effective_max_running_requests(self.server_info)
 
     @property
     def context_length(self) -> int | None:
-        """The effective context length: ``/v1/models``' ``max_model_len``.
-
-        ``/server_info``'s ``context_length`` is ``null`` unless ``--context-length`` was given.
-        """
+        """The effective context length: ``/v1/models``' ``max_model_len``."""
         return self.model.max_model_len
 
     @property
     def vocab_size(self) -> int | None:
-        """The served model's vocabulary size, or ``None`` when it cannot be learned here.
+        """The served model's vocabulary size, read from its ``config.json`` if on this machine.
 
-        SGLang reports it nowhere over HTTP, so this reads the model directory's
-        ``config.json`` when that directory is on this machine. Use it as
-        ``Workload(vocab_size=...)``.
+        Use it as ``Workload(vocab_size=...)``; ``None`` when it cannot be learned here.
         """
         for source in (self.model_info, self.server_info):
             value = source.get("vocab_size")

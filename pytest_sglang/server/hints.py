@@ -1,8 +1,4 @@
-"""Known failure signatures in a server log, turned into hints that say what to do.
-
-:func:`without_probes` drops the gate's own requests from a log tail; :func:`gate_hint` and
-:func:`auth_problem` explain the readiness gate's failures.
-"""
+"""Hints that say what to do, from a log's failure signatures, an exit code, a gate failure."""
 
 from __future__ import annotations
 
@@ -19,7 +15,7 @@ _OOM = (
     "GPUs (other processes may hold memory: see nvidia-smi)"
 )
 
-#: (substring of a log line, hint). Order matters only for the order hints are shown in.
+#: (substring of a log line, hint), in the order hints are shown.
 SIGNATURES: tuple[tuple[str, str], ...] = (
     (
         "is greater than the derived context_length",
@@ -77,13 +73,20 @@ def without_probes(lines: Sequence[str]) -> tuple[list[str], int]:
     return kept, len(lines) - len(kept)
 
 
-def exit_hint(code: int | None) -> str | None:
-    """Return what an exit code says about how the server ended, or None."""
+def signal_name(code: int | None) -> str | None:
+    """Return the name of the signal a negative exit code says ended the process, or None."""
     if code is None or code >= 0:
         return None
     try:
-        name = signal.Signals(-code).name
+        return signal.Signals(-code).name
     except ValueError:
+        return None
+
+
+def exit_hint(code: int | None) -> str | None:
+    """Return what an exit code says about how the server ended, or None."""
+    name = signal_name(code)
+    if name is None:
         return None
     if name == "SIGKILL":
         return (

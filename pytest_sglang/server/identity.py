@@ -1,8 +1,4 @@
-"""Identity checks: the model and configuration a server serves against expectations.
-
-SGLang reports an argument not given on its command line as ``null`` in ``/server_info``; an
-expectation on such a key is checked against the effective value (:data:`EFFECTIVE`).
-"""
+"""Identity checks: the model and configuration a server serves against expectations."""
 
 from __future__ import annotations
 
@@ -25,10 +21,6 @@ __all__ = [
 MODEL_KEYS = frozenset({"model_id", "max_model_len"})
 
 
-def _show(value: object) -> str:
-    return json.dumps(value)
-
-
 def select_card(cards: Sequence[ModelCard], expectations: Iterable[Expectation]) -> ModelCard:
     """Return the card named by a ``model_id`` expectation, else the first (base) card."""
     wanted = next((e.value for e in expectations if e.key == "model_id"), None)
@@ -42,19 +34,13 @@ def check_model_expectations(
     expectations = list(expectations)
     card = select_card(cards, expectations)
     problems = []
-    for expectation in expectations:
-        if expectation.key == "model_id" and expectation.value not in [c.id for c in cards]:
+    for e in expectations:
+        if e.key == "model_id" and e.value not in [c.id for c in cards]:
             served = ", ".join(repr(c.id) for c in cards)
-            problems.append(
-                f"model_id: expected {_show(expectation.value)} (from {expectation.source}), "
-                f"the server serves {served}"
-            )
-        elif expectation.key == "max_model_len" and card.max_model_len != expectation.value:
-            problems.append(
-                f"max_model_len: expected {_show(expectation.value)} (from "
-                f"{expectation.source}), /v1/models reports {_show(card.max_model_len)} "
-                f"for {card.id!r}"
-            )
+            problems.append(f"{_expected(e)}, the server serves {served}")
+        elif e.key == "max_model_len" and card.max_model_len != e.value:
+            reported = json.dumps(card.max_model_len)
+            problems.append(f"{_expected(e)}, /v1/models reports {reported} for {card.id!r}")
     return problems
 
 
@@ -86,32 +72,37 @@ def check_server_info_expectations(
 ) -> list[str]:
     """Return one problem line per unmet ``/server_info`` key expectation.
 
-    A key that is ``null`` there but has an effective value elsewhere (:data:`EFFECTIVE`) is
-    checked against that value; ``models`` (the ``/v1/models`` cards) supply the effective
-    context length.
+    A key SGLang reports ``null`` (not given) is checked against its :data:`EFFECTIVE` value.
     """
     problems = []
-    for expectation in expectations:
-        if expectation.key in MODEL_KEYS:
+    for e in expectations:
+        actual = server_info.get(e.key)
+        if e.key in MODEL_KEYS:
             continue
-        if expectation.key not in server_info:
+        if e.key not in server_info:
+            version = server_info.get("version", "?")
+            problems.append(f"{_expected(e)}, but {endpoint} has no such key (SGLang {version})")
+        elif actual is None and e.key in EFFECTIVE:
+            where, effective = EFFECTIVE[e.key], effective_value(e.key, server_info, models)
+            head = f"{_expected(e)}; {endpoint} reports null (not set on the server's command line)"
+            if effective is None:
+                hint = ", expect max_model_len instead" if e.key == "context_length" else ""
+                problems.append(
+                    f"{head}, and the effective value ({where}) is not available here{hint}"
+                )
+            elif not _equal(e.key, effective, e.value):
+                problems.append(f"{head}, the effective value is {json.dumps(effective)} ({where})")
+        elif not _equal(e.key, actual, e.value):
+            adaptive_off = e.key == "speculative_adaptive" and e.value is True
             problems.append(
-                f"{expectation.key}: expected {_show(expectation.value)} (from "
-                f"{expectation.source}), but {endpoint} has no such key "
-                f"(SGLang {server_info.get('version', '?')})"
-            )
-        elif server_info[expectation.key] is None and expectation.key in EFFECTIVE:
-            problem = _check_effective(expectation, server_info, endpoint, models)
-            if problem:
-                problems.append(problem)
-        elif not _equal(expectation.key, server_info[expectation.key], expectation.value):
-            adaptive_off = expectation.key == "speculative_adaptive" and expectation.value is True
-            problems.append(
-                f"{expectation.key}: expected {_show(expectation.value)} (from "
-                f"{expectation.source}), {endpoint} reports "
-                f"{_show(server_info[expectation.key])}" + (_ADAPTIVE_OFF if adaptive_off else "")
+                f"{_expected(e)}, {endpoint} reports {json.dumps(actual)}"
+                + (_ADAPTIVE_OFF if adaptive_off else "")
             )
     return problems
+
+
+def _expected(e: Expectation) -> str:
+    return f"{e.key}: expected {json.dumps(e.value)} (from {e.source})"
 
 
 #: Why ``speculative_adaptive`` reads false on a server launched with ``--speculative-adaptive``.
@@ -121,26 +112,6 @@ _ADAPTIVE_OFF = (
     "without attention DP, multi-layer EAGLE, two-batch overlap or pdmux; its log says "
     "'speculative_adaptive disabled: <reason>'"
 )
-
-
-def _check_effective(
-    expectation: Expectation,
-    server_info: dict[str, Any],
-    endpoint: str,
-    models: Sequence[ModelCard] | None,
-) -> str | None:
-    key, where = expectation.key, EFFECTIVE[expectation.key]
-    effective = effective_value(key, server_info, models)
-    head = (
-        f"{key}: expected {_show(expectation.value)} (from {expectation.source}); {endpoint} "
-        f"reports null (not set on the server's command line), "
-    )
-    if effective is None:
-        hint = ", expect max_model_len instead" if key == "context_length" else ""
-        return f"{head}and the effective value ({where}) is not available here{hint}"
-    if _equal(key, effective, expectation.value):
-        return None
-    return f"{head}the effective value is {_show(effective)} ({where})"
 
 
 #: Keys SGLang upper-cases while resolving (``--speculative-algorithm eagle3`` → ``EAGLE3``).

@@ -1,23 +1,21 @@
 """Launch mode: start a profile's server, gate it, and stop it leaving nothing behind.
 
-The same code runs SGLang on GPU hosts and the emulator in CI: only the command's first
-words differ (``--sglang-launcher``). Around the process: GPU pre-flight before the launch,
-process-death detection and progress while the readiness gate waits, a freshness check (the
-process on the port is ours), and after teardown the post-flight check that GPU memory is
-back to the pre-launch baseline.
+SGLang on GPU hosts and the emulator in CI differ only in the command's first words. Around
+the process: GPU pre-flight, death detection and progress while the gate waits, a freshness
+check (the process on the port is ours), and the post-flight check of GPU memory.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 from pytest_sglang.config.flags import split_flags
 from pytest_sglang.config.profiles import Profile
@@ -34,14 +32,16 @@ from pytest_sglang.gpu.hygiene import postflight, preflight, server_gpus
 from pytest_sglang.gpu.model import GpuSnapshot
 from pytest_sglang.gpu.probes import FakeProbe, GpuProbe
 from pytest_sglang.server.handle import LaunchInfo, SGLangServer
-from pytest_sglang.server.hints import exit_hint, hints_for, without_probes
+from pytest_sglang.server.hints import exit_hint, hints_for, signal_name, without_probes
 from pytest_sglang.server.process import ServerProcess
 from pytest_sglang.server.readiness import ReadinessGate
 
 __all__ = ["Launch", "LaunchInfo", "build_command", "server_environment"]
 
+_Exit = TypeVar("_Exit", bound=ServerExited)
+
 #: Progress lines during a long launch: the first after this many seconds, then every
-#: PROGRESS_EVERY, so a 10-minute load shows a pulse without flooding the terminal.
+#: PROGRESS_EVERY.
 PROGRESS_FIRST = 5.0
 PROGRESS_EVERY = 15.0
 #: A server that closes its port to die exits within this many seconds of closing it.
@@ -49,10 +49,9 @@ DYING_GRACE = 2.0
 LOG_TAIL_LINES = 25
 #: Lines read for the tail before the gate's probe lines are left out.
 LOG_TAIL_WINDOW = 2000
-#: Environment variables of the test run that must not reach a launched server: pytest's own
-#: (PYTEST_CURRENT_TEST, PYTEST_ADDOPTS, our PYTEST_SGLANG_* settings, xdist's) and those by
-#: which pytest-cov and coverage.py start coverage in every Python subprocess: SGLang's
-#: scheduler under a tracer would be measured at a fraction of its speed.
+#: Environment variables of the test run that must not reach a launched server: pytest's,
+#: ours, xdist's, and coverage's (SGLang's scheduler under a tracer runs at a fraction of
+#: its speed).
 PRIVATE_ENV_PREFIXES = ("PYTEST_", "COV_CORE_")
 PRIVATE_ENV_NAMES = ("COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG")
 
@@ -62,9 +61,7 @@ def build_command(
 ) -> list[str]:
     """Return the command line that launches ``profile`` on ``host:port``.
 
-    ``launcher`` ``"sglang"`` runs ``python -m sglang.launch_server`` (or the profile's
-    ``command``, e.g. ``["sglang", "serve"]``); ``"emulator"`` runs the emulator with
-    exactly the same arguments.
+    SGLang's (or the profile's ``command``), or the emulator's with the same arguments.
     """
     if launcher == "emulator":
         base = [python, "-m", "pytest_sglang.emulator"]
@@ -89,11 +86,7 @@ def build_command(
 def server_environment(
     environ: Mapping[str, str], profile_env: Mapping[str, str]
 ) -> dict[str, str]:
-    """Return a launched server's environment: ours, less the test run's, plus the profile's.
-
-    The test run's variables are ``PRIVATE_ENV_PREFIXES`` and ``PRIVATE_ENV_NAMES``; the
-    profile's ``env`` comes last, so a profile may still set any of them on purpose.
-    """
+    """Return a launched server's environment: ours, less the test run's, plus the profile's."""
     inherited = {
         name: value
         for name, value in environ.items()
@@ -124,8 +117,7 @@ def port_in_use(host: str, port: int) -> bool:
 class Launch:
     """One launch of one profile: :meth:`start` returns the ready server, :meth:`stop` ends it.
 
-    :param gpu: the probe for pre/post-flight, or None when GPU state cannot be read here.
-    :param progress: receives one-line progress messages for the terminal.
+    ``gpu`` is the probe for the pre/post-flight checks, None where GPU state cannot be read.
     """
 
     def __init__(
@@ -140,21 +132,16 @@ class Launch:
         clock: Callable[[], float] = time.monotonic,
         visible_gpus: Sequence[str] | None = None,
     ) -> None:
-        if target.profile is None:
-            raise ValueError(f"server {target.name!r} has no profile to launch")
-        self.target = target
-        self.profile: Profile = target.profile
-        self.settings = settings
-        self.gpu = gpu
+        assert target.profile is not None, "a target without a URL is a profile's"
+        self.target, self.profile, self.settings, self.gpu = target, target.profile, settings, gpu
         #: The GPUs this launch may use (a pytest-xdist worker's share), or None: all.
-        self.visible_gpus = tuple(visible_gpus) if visible_gpus is not None else None
+        self.visible_gpus = visible_gpus
         self.host = host
         self._progress = progress
         self._clock = clock
         self._process: ServerProcess | None = None
         self._ready_at: float | None = None
-        #: Whether the process listening on the port was found to be ours.
-        self._fresh = False
+        self._fresh = False  # the process listening on the port was found to be ours
         self._started = 0.0
         self._baseline: GpuSnapshot | None = None
         self._next_progress = PROGRESS_FIRST
@@ -170,13 +157,10 @@ class Launch:
         :raises GpuNotClean: the GPUs are held by other processes (nothing was started).
         :raises ServerNotReady: the gate failed; :class:`ServerExited` if the process died.
         """
-        # The command and environment carry the profile's secrets (--api-key, HF_TOKEN):
-        # they are built inside _new_process, never held in this frame, whose locals
-        # pytest -l would print with a failure.
-        started = self._started = self._clock()
+        # The command and environment carry secrets: built in _new_process, never held in
+        # this frame, whose locals pytest -l prints.
+        self._started = self._clock()
         try:
-            # Everything before the process runs may fail too (a port, the GPU pre-flight,
-            # the command itself): the launch record then says so, with the command.
             port = self._free_port()
             self._process = self._new_process(port)
             try:
@@ -201,12 +185,17 @@ class Launch:
             else:
                 self.info.outcome = "failed"
             if self.info.cause is None:
-                self.info.cause = _first_line(self.redact(str(exc))) or type(exc).__name__
+                first = next(iter(self.redact(str(exc)).strip().splitlines()), "").strip()
+                self.info.cause = first or type(exc).__name__
             if self._process is None:  # failed before the process existed: nothing to stop
                 if isinstance(exc, SGLangError) and self.info.command:
                     raise exc.extended(f"\n  command: {' '.join(self.info.command)}") from None
                 raise
-            cleanup = self._stop_quietly()
+            cleanup = ""
+            try:
+                self.stop()
+            except SGLangError as stop_error:
+                cleanup = f"\n  during cleanup: {stop_error}"
             if isinstance(exc, ServerNotReady) and not isinstance(exc, ServerExited):
                 raise exc.with_message(self._with_log(str(exc)) + cleanup) from None
             if isinstance(exc, ServerExited) and cleanup:
@@ -214,7 +203,7 @@ class Launch:
             raise
         self.info.outcome = "ready"
         self._ready_at = self._clock()
-        self.info.seconds_to_ready = self._ready_at - started
+        self.info.seconds_to_ready = self._ready_at - self._started
         self.info.readiness = dict(server.readiness.phases)
         self._progress(
             f"sglang: {self.profile.name!r} ready in {self.info.seconds_to_ready:.1f}s "
@@ -223,11 +212,7 @@ class Launch:
         return server
 
     def refuse(self, reason: str) -> str:
-        """Record that the launch cannot even be tried (``reason``); return the command line.
-
-        The record says ``failed`` with the reason, and the command it would have run (with
-        ``PORT`` for the port, secrets redacted), as a failure after the start would.
-        """
+        """Record the launch as failed for ``reason``, before it ran; return its command line."""
         argv = build_command(self.profile, self.settings.launcher.value, self.host, 0)
         argv[argv.index("--port") + 1] = "PORT"
         self.info.command = self.redact.argv(argv)
@@ -266,8 +251,8 @@ class Launch:
         )
 
     def _free_port(self) -> int:
-        # The OS hands out a free port, but another process may take it before the server
-        # binds: check again just before launching (the freshness check catches the rest).
+        # Another process may take the OS's free port before the server binds: check again
+        # (the freshness check catches the rest).
         for _ in range(5):
             port = pick_port(self.host)
             if not port_in_use(self.host, port):
@@ -296,12 +281,7 @@ class Launch:
         return replace(server, launch=self.info)
 
     def _check_fresh(self) -> None:
-        """Make sure the server that answers is ours: a process we started has the port.
-
-        Checked once, as soon as the port answers (from :meth:`_watch`, while the server
-        warms up), else after the gate. start() adds the command, log path and tail to the
-        failure.
-        """
+        """Make sure the server that answers is ours, once: a process we started has the port."""
         assert self._process is not None
         if self._fresh:
             return
@@ -324,19 +304,8 @@ class Launch:
             self._check_fresh()  # the port answers: whose is it?
             code = self._process.poll()
         if code is not None:
-            self.info.exit_code = code
-            self.info.cause = (
-                f"exited with code {_code_text(code)} during phase {phase!r}, "
-                f"{elapsed:.1f}s after launch"
-            )
-            raise ServerExited(
-                self._with_log(
-                    f"SGLang server {self.profile.name!r} ({self.info.launcher}) {self.info.cause}",
-                    exit_code=code,
-                ),
-                phase=phase,
-                exit_code=code,
-            )
+            cause = f"during phase {phase!r}, {elapsed:.1f}s after launch"
+            raise self._exited(code, cause, ServerExited, phase=phase, pid="")
         if elapsed >= self._next_progress:
             self._next_progress = elapsed + PROGRESS_EVERY
             tail, _ = without_probes(self._process.log_tail(50))
@@ -375,33 +344,42 @@ class Launch:
 
     # -- while serving --------------------------------------------------------------------
 
-    def check_alive(self, during: str = "") -> ServerDied | None:
+    def check_alive(self, during: str = "", *, wait: float = 0.0) -> ServerDied | None:
         """Return the error describing this server's death if its process has exited.
 
-        Cheap (a ``waitpid``): the pool calls it each time a test asks for the server. The
-        launch record says ``died`` with the cause from then on. ``during`` says who found
-        out (a test id, ``teardown``), for the message.
+        Cheap (a ``waitpid``; ``wait`` seconds allowed for a dying process to finish);
+        ``during`` says who found out (a test id, ``teardown``).
         """
         if self._process is None or self.info.outcome not in ("ready", "died"):
             return None
+        self._process.exits_within(wait)
         code = self._process.poll()
         if code is None:
             return None
-        if self.info.outcome != "died":
+        cause = None
+        if self.info.outcome != "died":  # the first to find out records the cause
             self.info.outcome = "died"
-            self.info.exit_code = code
             served = self._clock() - self._ready_at if self._ready_at is not None else None
-            self.info.cause = (
-                f"exited with code {_code_text(code)} while serving"
-                + (f", {served:.1f}s after it was ready" if served is not None else "")
-                + (f" (found by {during})" if during else "")
+            cause = "while serving" + (
+                f", {served:.1f}s after it was ready" if served is not None else ""
             )
-        message = self._with_log(
-            f"SGLang server {self.profile.name!r} ({self.info.launcher}, pid {self.info.pid}) "
-            f"died: {self.info.cause}",
+            cause += f" (found by {during})" if during else ""
+        return self._exited(code, cause, ServerDied, phase="serving", pid=f", pid {self.info.pid}")
+
+    def _exited(
+        self, code: int, cause: str | None, error: type[_Exit], *, phase: str, pid: str
+    ) -> _Exit:
+        """Record the exit with ``cause`` (if given); return ``error`` with the log's tail."""
+        if cause is not None:
+            self.info.exit_code = code
+            self.info.cause = f"exited with code {_code_text(code)} {cause}"
+        died = "died: " if error is ServerDied else ""
+        message = f"SGLang server {self.profile.name!r} ({self.info.launcher}{pid}) {died}"
+        return error(
+            self._with_log(message + str(self.info.cause), exit_code=code),
+            phase=phase,
             exit_code=code,
         )
-        return ServerDied(message, phase="serving", exit_code=code)
 
     # -- stop -----------------------------------------------------------------------------
 
@@ -446,36 +424,22 @@ class Launch:
     @property
     def forced(self) -> str | None:
         """How teardown had to force the server down (SIGKILL after SIGTERM), or None."""
-        report = self.info.stop
-        if report is None:
-            return None
-        kill = next((sent for sent in report.signals if "SIGKILL" in sent), None)
-        if kill is None:
-            return None
+        signals = self.info.stop.signals if self.info.stop is not None else []
+        kill = next((sent for sent in signals if "SIGKILL" in sent), None)
         return (
-            f"SGLang server {self.profile.name!r} (pid {self.info.pid}) did not stop on "
-            f"SIGTERM: {kill} (its shutdown hangs, or it ignores SIGTERM)"
+            None
+            if kill is None
+            else (
+                f"SGLang server {self.profile.name!r} (pid {self.info.pid}) did not stop on "
+                f"SIGTERM: {kill} (its shutdown hangs, or it ignores SIGTERM)"
+            )
         )
-
-    def _stop_quietly(self) -> str:
-        """Stop after a failed start; return what went wrong during cleanup, for the message."""
-        try:
-            self.stop()
-        except SGLangError as exc:
-            return f"\n  during cleanup: {exc}"
-        return ""
-
-
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0].strip() if text.strip() else ""
 
 
 def _code_text(code: int) -> str:
     """Return an exit code with its signal's name: ``-9 (SIGKILL)``."""
-    if code < 0:
-        with contextlib.suppress(ValueError):
-            return f"{code} ({signal.Signals(-code).name})"
-    return str(code)
+    name = signal_name(code)
+    return f"{code} ({name})" if name else str(code)
 
 
 def _clock_text(seconds: float) -> str:

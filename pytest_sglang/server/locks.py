@@ -15,23 +15,26 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
-__all__ = ["ServerLocks", "server_key"]
+__all__ = ["ServerLocks", "host_port", "server_key"]
+
+
+def host_port(url: str) -> tuple[str, int]:
+    """Return the host (lower case) and port a URL reaches, the scheme's default if none."""
+    parts = urlsplit(url)
+    return (parts.hostname or "").lower(), parts.port or (443 if parts.scheme == "https" else 80)
 
 
 def server_key(url: str) -> str:
     """Return the lock name of the server at ``url``: one name however the URL is spelt."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    where = f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}{parts.path.rstrip('/')}"
+    (host, port), parts = host_port(url), urlsplit(url)
+    where = f"{parts.scheme}://{host}:{port}{parts.path.rstrip('/')}"
     return hashlib.sha256(where.encode()).hexdigest()[:20]
 
 
 class ServerLocks:
     """Exclusive holds on servers, shared by every process that uses the same ``folder``.
 
-    :param folder: where the lock files live (None: this process alone, nothing to share).
-    :param owner: who holds a lock (the worker and its pid), written for waiting processes.
-    :param progress: receives the line saying what a measurement waits for, and whom.
+    ``folder`` None: this process alone. ``owner`` is written in the lock for waiting processes.
     """
 
     def __init__(
@@ -44,59 +47,45 @@ class ServerLocks:
         self.folder = folder
         self._owner = owner or f"pid {os.getpid()}"
         self._progress = progress
-        #: key -> (open lock file, how many holds this process has on it)
-        self._held: dict[str, tuple[int, int]] = {}
+        #: key -> the open lock file (-1 without a folder), while this process holds it
+        self._held: dict[str, int] = {}
 
     @contextlib.contextmanager
     def hold(self, *urls: str, during: str = "") -> Iterator[None]:
         """Hold the servers at ``urls`` for the ``with`` block; wait while another holds one.
 
-        ``during`` (a test id) is written in the lock file, so that a waiting worker can say
-        whom it waits for.
+        ``during`` (a test id) is written in the lock, so that a waiting worker can say whom.
         """
-        keys = sorted({server_key(url): url for url in urls}.items())
-        taken: list[str] = []
+        with contextlib.ExitStack() as stack:
+            for key, url in sorted({server_key(url): url for url in urls}.items()):
+                stack.enter_context(self._hold_one(key, url, during))
+            yield
+
+    @contextlib.contextmanager
+    def _hold_one(self, key: str, url: str, during: str) -> Iterator[None]:
+        if key in self._held:  # reentrant: the outer hold releases it
+            yield
+            return
+        fd = -1
+        if self.folder is not None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.folder / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        self._held[key] = fd
         try:
-            for key, url in keys:
-                self._acquire(key, url, during)
-                taken.append(key)
+            if fd >= 0:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    holder = os.pread(fd, 1000, 0).decode(errors="replace").strip() or "another"
+                    self._progress(
+                        f"sglang: waiting for the server at {url}: {holder} is measuring it (one "
+                        "measurement of a server at a time, across pytest-xdist workers)"
+                    )
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{self._owner}{f' in {during}' if during else ''}".encode(), 0)
             yield
         finally:
-            for key in reversed(taken):
-                self._release(key)
-
-    def _acquire(self, key: str, url: str, during: str) -> None:
-        if key in self._held:
-            fd, count = self._held[key]
-            self._held[key] = (fd, count + 1)
-            return
-        if self.folder is None:
-            self._held[key] = (-1, 1)
-            return
-        self.folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.folder / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.pread(fd, 1000, 0).decode(errors="replace").strip() or "another"
-                self._progress(
-                    f"sglang: waiting for the server at {url}: {holder} is measuring it (one "
-                    "measurement of a server at a time, across pytest-xdist workers)"
-                )
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{self._owner}{f' in {during}' if during else ''}".encode(), 0)
-        except BaseException:
-            os.close(fd)  # closing the file releases a lock taken on it
-            raise
-        self._held[key] = (fd, 1)
-
-    def _release(self, key: str) -> None:
-        fd, count = self._held[key]
-        if count > 1:
-            self._held[key] = (fd, count - 1)
-            return
-        del self._held[key]
-        if fd >= 0:
-            os.close(fd)
+            del self._held[key]
+            if fd >= 0:
+                os.close(fd)  # closing the file releases the lock taken on it

@@ -1,12 +1,9 @@
 """Copy a launched server's output into its log file, secrets hidden: ``python -m`` this.
 
-The log is a CI artifact and a server prints its arguments (API key included), so each line
-is written with secrets replaced by ``***`` (``config/redaction.py``). The pump also signals
-SGLang's :data:`READY_LINE` on a file descriptor, so the gate learns of it at once.
-
-A process of its own, so that a busy test process never blocks the server on a full pipe;
-it carries no launch id and ends at the pipe's end of file. Secrets come in
-:data:`SECRETS_ENV`, not on the command line, which every user of the host can read.
+Each line is written redacted (a server prints its arguments, API key included); SGLang's
+:data:`READY_LINE` is signalled on a file descriptor. A process of its own, so a busy test
+process never blocks the server on a full pipe; secrets come in :data:`SECRETS_ENV`, not on
+the command line, which every user of the host can read.
 """
 
 from __future__ import annotations
@@ -45,10 +42,7 @@ def pump(
     redact: Callable[[str], str],
     on_ready: Callable[[], None] = lambda: None,
 ) -> None:
-    """Copy ``source`` to ``sink`` (file descriptors) line by line, redacted, until EOF.
-
-    ``on_ready`` is called once, after the first line holding :data:`READY_LINE` is written.
-    """
+    """Copy ``source`` to ``sink`` line by line, redacted, until EOF; ``on_ready`` once ready."""
     pending = b""
     ready = READY_LINE.encode()
     while chunk := os.read(source, 65536):
@@ -70,10 +64,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m pytest_sglang.server.logpump LOG [READY_FD]``: standard input to LOG.
-
-    LOG is appended to; a byte goes to the file descriptor READY_FD when the ready line passes.
-    """
+    """``python -m pytest_sglang.server.logpump LOG [READY_FD]``: append stdin to LOG."""
     secrets = json.loads(os.environ.get(SECRETS_ENV, "[]"))
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
     sink = os.open(argv[0], flags, 0o644)

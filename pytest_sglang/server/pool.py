@@ -1,10 +1,8 @@
 """The session's servers: attached ones gated once, launched ones started once, one at a time.
 
-Launched servers share the GPUs, so at most one runs (an xdist worker gets its share of them);
-once up, a server takes every measurement declared for it (:attr:`ServerPool.on_launched`).
-One measurement of a server at a time (``server/locks.py``). A server whose gate or launch
-failed, or that died while serving (:meth:`ServerPool.check`), fails every later test that
-needs it at once, with the original cause. The life of a server name: ``docs/architecture.md``.
+Launched servers share the GPUs, so at most one runs; once up, it takes every measurement
+declared for it. A server whose gate or launch failed, or that died, fails every later test
+that needs it at once, with the original cause (``docs/architecture.md``).
 """
 
 from __future__ import annotations
@@ -14,12 +12,10 @@ import importlib.util
 import os
 import shutil
 import socket
-import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from pytest_sglang.config.profiles import Profile
 from pytest_sglang.config.settings import Settings
@@ -35,7 +31,7 @@ from pytest_sglang.gpu.hygiene import visible_gpus, worker_gpus
 from pytest_sglang.gpu.probes import GpuProbe, make_probe
 from pytest_sglang.server.handle import SGLangServer
 from pytest_sglang.server.launcher import Launch, LaunchInfo
-from pytest_sglang.server.locks import ServerLocks
+from pytest_sglang.server.locks import ServerLocks, host_port
 from pytest_sglang.server.readiness import ReadinessGate
 
 __all__ = ["ServerPool"]
@@ -86,10 +82,7 @@ class ServerPool:
         return attached + tuple(p for p in self.settings.profiles if p not in attached)
 
     def default_name(self) -> str:
-        """Return the server a test without ``sglang_profile`` gets.
-
-        :raises ServerUnavailable: when that is ambiguous.
-        """
+        """Return the server a test without ``sglang_profile`` gets; raise if that is ambiguous."""
         name = self.settings.default_server()
         if name is not None:
             return name
@@ -103,17 +96,15 @@ class ServerPool:
     ) -> AbstractContextManager[None]:
         """Hold ``servers`` for a measurement: no other measures them meanwhile, in any worker.
 
-        A name holds an attached server (its URL is known before its gate); a profile's
-        server is held once it is up, by its handle. ``during`` names who measures.
+        A name holds an attached server (its URL is known before its gate), a handle any.
         """
-        urls: list[str] = []
-        for server in servers:
-            url = server.url if not isinstance(server, str) else None
-            if isinstance(server, str) and (target := self.settings.target(server)) is not None:
-                url = target.url
-            if url is not None:
-                urls.append(url)
-        return self.locks.hold(*urls, during=during)
+        urls = [
+            server.url
+            if not isinstance(server, str)
+            else getattr(self.settings.target(server), "url", None)
+            for server in servers
+        ]
+        return self.locks.hold(*filter(None, urls), during=during)
 
     def _say(self, message: str) -> None:
         self._progress(self.settings.redact(message))
@@ -140,10 +131,7 @@ class ServerPool:
         return self._gpu
 
     def gpu_names(self) -> list[str]:
-        """Return the names of the GPUs the session's probe sees (empty without a probe).
-
-        Reads one snapshot the first time; never creates the probe itself.
-        """
+        """Return the names of the GPUs the session's probe sees (empty without a probe)."""
         if self._gpu is not None and self._gpu_names is None:
             try:
                 self._gpu_names = [g.name for g in self._gpu.snapshot().gpus]
@@ -154,12 +142,8 @@ class ServerPool:
     def get(self, name: str, *, during: str = "", why: str = "") -> SGLangServer:
         """Return the ready server ``name``: gated (attached) or launched on first use.
 
-        ``during`` names who asks (a test id); ``why`` what for, when a launch may be
-        avoidable (the summary quotes it when a profile was launched again).
-
-        :raises ServerUnavailable: nothing of that name is configured.
-        :raises ServerDied: it passed its gate but has died since (now or earlier).
-        :raises SGLangError: its gate or launch failed, now or earlier in the session.
+        ``during`` names who asks (a test id); ``why`` what for (the summary quotes it when a
+        profile was launched again). Raises the gate's or launch's error, now or later.
         """
         if name in self._ready:
             died = self._died(name, during)
@@ -167,7 +151,9 @@ class ServerPool:
                 raise died
             return self._ready[name]
         if name in self._failed:
-            raise _again(self._failed[name])
+            raise self._failed[name].extended(
+                "\n  (this server failed earlier in the session; it is not tried again)"
+            )
         target = self.settings.target(name)
         if target is None:
             known = ", ".join(self.names) or "none"
@@ -222,35 +208,31 @@ class ServerPool:
         name, profile = target.name, target.profile
         assert profile is not None  # a target without a URL is a profile's
         missing = missing_launcher(profile, self.settings.launcher.value)
-        if missing is not None:
-            log_path = self.log_dir / f"{name}-{len(self.launches) + 1}.log"  # not created
-            refused = Launch(target, self.settings, log_path=log_path, gpu=None)
-            refused.info.requested_by, refused.info.reason = during or None, why or None
-            self.launches.append(refused.info)
-            command = refused.refuse(missing)
-            raise ServerUnavailable(
-                f"cannot launch profile {name!r}: {missing}; install it, dry-run with "
-                f"--sglang-launcher=emulator, or attach a running server with "
-                f"--sglang-url {name}=URL\n  command: {command}"
-            )
-        owned = self._owned_gpus(name, profile.tp)
-        try:
-            self.stop_running()  # they share the GPUs: one launched server at a time
-        except SGLangError as exc:
-            # The previous server's problem, not this profile's: record it and let this
-            # launch's pre-flight judge the GPUs (it waits and names any holder).
-            self.problems.append(str(exc))
-            self._progress(f"sglang: {exc}")
+        owned = self._owned_gpus(name, profile.tp) if missing is None else None
+        if missing is None:
+            try:
+                self.stop_running()  # they share the GPUs: one launched server at a time
+            except SGLangError as exc:
+                # The previous server's problem, not this profile's: record it and let this
+                # launch's pre-flight judge the GPUs (it waits and names any holder).
+                self.problems.append(str(exc))
+                self._progress(f"sglang: {exc}")
         launch = Launch(
             target,
             self.settings,
-            gpu=self._flight_probe(),
+            gpu=self._flight_probe() if missing is None else None,
             progress=self._progress,
             log_path=self.log_dir / f"{name}-{len(self.launches) + 1}.log",
             visible_gpus=owned,
         )
         launch.info.requested_by, launch.info.reason = during or None, why or None
         self.launches.append(launch.info)
+        if missing is not None:  # recorded as failed, with the command it would have run
+            raise ServerUnavailable(
+                f"cannot launch profile {name!r}: {missing}; install it, dry-run with "
+                f"--sglang-launcher=emulator, or attach a running server with "
+                f"--sglang-url {name}=URL\n  command: {launch.refuse(missing)}"
+            )
         if self.flight_skip_reason and len(self.launches) == 1:
             self._progress(f"sglang: GPU pre/post-flight checks skipped: {self.flight_skip_reason}")
         self._progress(
@@ -267,12 +249,7 @@ class ServerPool:
             raise
 
     def _owned_gpus(self, name: str, tp: int) -> tuple[str, ...] | None:
-        """Return this pytest-xdist worker's equal, disjoint share of the host's GPUs, or None.
-
-        Each worker pins its launches to its share: two TP=4 servers fit an 8-GPU host.
-
-        :raises ServerNotReady: the share cannot be known, or is too small for ``tp``.
-        """
+        """Return this pytest-xdist worker's equal, disjoint share of the host's GPUs, or None."""
         if self.xdist_worker is None or self._emulated_gpus_only:
             return None  # not a worker; or the emulator without fake GPUs holds none
         index, count = self.xdist_worker
@@ -310,15 +287,12 @@ class ServerPool:
         return self.gpu_skip_reason
 
     def _flight_probe(self) -> GpuProbe | None:
-        """Return the probe a launch's GPU pre/post-flight uses, or None."""
         return None if self._emulated_gpus_only else self.gpu_probe()
 
     def check(self, name: str, *, during: str = "", wait: float = 0.0) -> ServerDied | None:
         """Return the error describing server ``name``'s death, or None while it serves.
 
-        A launched server is dead when its process has exited (``wait`` seconds are allowed
-        for a dying process to finish); an attached one when its port refuses connections.
-        A dead server is marked failed: later :meth:`get` calls raise the same error at once.
+        Launched: its process exited (within ``wait`` s); attached: its port refuses connections.
         """
         if name in self._failed:
             failed = self._failed[name]
@@ -333,9 +307,7 @@ class ServerPool:
         running = self._running
         died: ServerDied | None = None
         if running is not None and running.profile.name == name:
-            deadline = time.monotonic() + wait
-            while (died := running.check_alive(during)) is None and time.monotonic() < deadline:
-                time.sleep(0.05)
+            died = running.check_alive(during, wait=wait)
         elif server.launch is None:
             died = self._unreachable(server, during)
         if died is not None:
@@ -346,10 +318,8 @@ class ServerPool:
     def _unreachable(self, server: SGLangServer, during: str) -> ServerDied | None:
         # A refused connection is a server gone (a loopback connect costs microseconds); a
         # slow network is not: a timeout leaves the verdict to the test's own requests.
-        parts = urlsplit(server.url)
-        port = parts.port or (443 if parts.scheme == "https" else 80)
         try:
-            with socket.create_connection((parts.hostname or "", port), timeout=2.0):
+            with socket.create_connection(host_port(server.url), timeout=2.0):
                 return None
         except (ConnectionRefusedError, ConnectionResetError) as exc:
             cause = exc.strerror or type(exc).__name__
@@ -386,14 +356,9 @@ class ServerPool:
                     self.problems.append(launch.forced)
 
     def hurry(self) -> None:
-        """Kill the launched server now, without its grace period (a second Ctrl-C).
-
-        Safe in a signal handler: a stop under way then finds its processes gone, and its
-        record says they were killed at once.
-        """
-        launch = self._running
-        if launch is not None:
-            launch.hurry()
+        """Kill the launched server now, without its grace period (a second Ctrl-C)."""
+        if self._running is not None:
+            self._running.hurry()
 
     def close(self) -> None:
         """Stop everything the pool started and release the GPU probe."""
@@ -424,7 +389,3 @@ def missing_launcher(profile: Profile, launcher: str) -> str | None:
     if importlib.util.find_spec("sglang") is None:
         return "SGLang is not installed in this Python (python -m sglang.launch_server)"
     return None
-
-
-def _again(first: SGLangError) -> SGLangError:
-    return first.extended("\n  (this server failed earlier in the session; it is not tried again)")

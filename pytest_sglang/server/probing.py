@@ -1,9 +1,4 @@
-"""The readiness gate's probes: a whole answer within a hard limit, and which scheme a port speaks.
-
-The limit bounds the whole answer (:func:`asyncio.timeout`), not each read; a body is read up
-to :data:`~pytest_sglang.loadgen.jsoncodec.MAX_BODY_BYTES` decoded. A port speaking another
-scheme than the URL says is named with the fix (:func:`tls_failure`, :meth:`Prober.speaks_tls`).
-"""
+"""The readiness gate's probes: a whole, bounded answer in time, and the scheme a port speaks."""
 
 from __future__ import annotations
 
@@ -59,11 +54,10 @@ class Prober:
         self.connected = False
 
     def get(self, client: httpx.AsyncClient, path: str, limit: float) -> httpx.Response:
-        """GET ``path``, the whole answer within ``limit`` seconds, whatever the server sends.
+        """GET ``path``: the whole answer within ``limit`` s, its body under ``MAX_BODY_BYTES``.
 
         :raises TimeoutError: no complete answer in time (a dribbling server included).
         :raises UnsafeBody: a body over ``MAX_BODY_BYTES``.
-        :raises httpx.TransportError: refused, reset, a failed TLS handshake...
         """
         self.connected = False
         return self._runner.run(self._fetch(client, path, limit))
@@ -93,10 +87,7 @@ class Prober:
         )
 
     def speaks_tls(self, host: str, port: int, limit: float) -> bool:
-        """Whether a TLS handshake with ``host:port`` completes within ``limit`` seconds.
-
-        The certificate is not checked: the question is only which scheme the port speaks.
-        """
+        """Whether a TLS handshake with ``host:port`` completes in ``limit`` s (any certificate)."""
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE

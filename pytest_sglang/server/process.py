@@ -2,7 +2,8 @@
 
 Every process we start carries ``PYTEST_SGLANG_LAUNCH_ID``, inherited by its children.
 Teardown signals the group (SIGTERM, grace, SIGKILL), then kills and names what still carries
-our id; nothing else is signalled. A reaper runs the same teardown if pytest dies without it.
+our id; nothing else is signalled. A reaper (``python -m`` this module) runs the same teardown
+when pytest dies without it.
 """
 
 from __future__ import annotations
@@ -33,34 +34,21 @@ LAUNCH_ID_ENV = "PYTEST_SGLANG_LAUNCH_ID"
 DEFAULT_GRACE = 15.0
 
 
-def _has_launch_id(proc: psutil.Process, launch_id: str) -> bool:
-    try:
-        return proc.environ().get(LAUNCH_ID_ENV) == launch_id
-    except (psutil.Error, OSError):
-        return False  # gone, or not ours to read: then not ours to kill either
-
-
 def find_ours(launch_id: str, exclude: Sequence[int] = ()) -> list[psutil.Process]:
     """Return the live (non-zombie) processes carrying ``launch_id`` in their environment."""
     found = []
     for proc in psutil.process_iter():
         if proc.pid in exclude or proc.pid == os.getpid():
             continue
-        try:
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-        except psutil.Error:
+        try:  # gone, or not ours to read: then not ours to kill either
+            if (
+                proc.status() != psutil.STATUS_ZOMBIE
+                and proc.environ().get(LAUNCH_ID_ENV) == launch_id
+            ):
+                found.append(proc)
+        except (psutil.Error, OSError):
             continue
-        if _has_launch_id(proc, launch_id):
-            found.append(proc)
     return found
-
-
-def _describe(proc: psutil.Process) -> str:
-    try:
-        return f"pid {proc.pid} ({proc.name()}: {' '.join(proc.cmdline())[:120]})"
-    except psutil.Error:
-        return f"pid {proc.pid}"
 
 
 def kill_ours(launch_id: str, pgid: int, grace: float, exclude: Sequence[int] = ()) -> StopReport:
@@ -70,41 +58,47 @@ def kill_ours(launch_id: str, pgid: int, grace: float, exclude: Sequence[int] = 
     """
     report = StopReport()
     start = time.monotonic()
-    members = find_ours(launch_id, exclude)
     # Signal the group only while a process of ours is in it: a pgid whose processes are all
     # gone could, in theory, be reused by somebody else's group.
-    if any(_pgid(p) == pgid for p in members):
+    members = [p for p in find_ours(launch_id, exclude) if _pgid(p) == pgid]
+    for sig, wait, said in (
+        (signal.SIGTERM, grace, "SIGTERM to the process group"),
+        (signal.SIGKILL, 5.0, f"SIGKILL to the process group after {grace:g}s"),
+    ):
+        if not members:
+            break
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGTERM)
-            report.signals.append("SIGTERM to the process group")
-        gone, alive = psutil.wait_procs([p for p in members if _pgid(p) == pgid], timeout=grace)
-        if alive:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
-                report.signals.append(f"SIGKILL to the process group after {grace:g}s")
-            killed, _ = psutil.wait_procs(alive, timeout=5)
-            gone += killed
+            os.killpg(pgid, sig)
+            report.signals.append(said)
+        gone, members = psutil.wait_procs(members, timeout=wait)
         report.reaped.update({p.pid: getattr(p, "returncode", None) for p in gone})
     # Whatever still carries our id escaped the group (setsid, double fork): name and kill it.
     stragglers = find_ours(launch_id, exclude)
     for proc in stragglers:
-        report.stragglers.append(_describe(proc))
+        described = f"pid {proc.pid}"
         with contextlib.suppress(psutil.Error):
-            proc.kill()
+            described += f" ({proc.name()}: {' '.join(proc.cmdline())[:120]})"
+        report.stragglers.append(described)
+    _kill(stragglers)
     psutil.wait_procs(stragglers, timeout=5)
     report.seconds = time.monotonic() - start
     return report
 
 
 def _pgid(proc: psutil.Process) -> int | None:
-    try:
+    with contextlib.suppress(OSError):
         return os.getpgid(proc.pid)
-    except OSError:
-        return None
+    return None
+
+
+def _kill(procs: list[psutil.Process]) -> None:
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
 
 
 class ServerProcess:
-    """Start a server command in its own session with a log file; stop it completely."""
+    """Start a server command in its own session with a redacted log file; stop it completely."""
 
     def __init__(
         self,
@@ -117,8 +111,7 @@ class ServerProcess:
         self.argv = list(argv)
         self.env = dict(env)
         self.log_path = log_path
-        #: Hidden in the log (``server/logpump.py``), with every secret-looking value.
-        self.secrets = tuple(secrets)
+        self.secrets = tuple(secrets)  # hidden in the log, with every secret-looking value
         self.launch_id = uuid.uuid4().hex
         self._popen: subprocess.Popen[bytes] | None = None
         self._reaper: subprocess.Popen[bytes] | None = None
@@ -136,33 +129,25 @@ class ServerProcess:
         return self._popen.pid
 
     def start(self) -> None:
-        """Start the server (own session, stdout+stderr to the log, redacted) and its reaper.
+        """Start the server (own session, output through the log pump) and its reaper.
 
-        The server writes into a pipe to the log pump (``server/logpump.py``), which keeps
-        the log without the secrets the server prints (its arguments, the API key), and
-        tells :meth:`wait_ready_line` when the server's ready line passes.
+        The log pump (``server/logpump.py``) keeps the log without the secrets the server
+        prints and tells :meth:`wait_ready_line` when the ready line passes.
         """
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path.touch()  # the log exists (and is writable) before anything runs
         read_end, write_end = os.pipe()
         self._ready_fd, ready_write = os.pipe()
         try:
-            self._pump = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "pytest_sglang.server.logpump",
+            try:
+                self._pump = _spawn(
+                    "logpump",
                     str(self.log_path),
                     str(ready_write),
-                ],
-                stdin=read_end,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                env={**os.environ, SECRETS_ENV: json.dumps(self.secrets)},
-                start_new_session=True,
-                pass_fds=(ready_write,),
-            )
-            try:
+                    stdin=read_end,
+                    env={**os.environ, SECRETS_ENV: json.dumps(self.secrets)},
+                    pass_fds=(ready_write,),
+                )
                 self._popen = subprocess.Popen(
                     self.argv,
                     stdout=write_end,
@@ -171,31 +156,15 @@ class ServerProcess:
                     env={**self.env, LAUNCH_ID_ENV: self.launch_id},
                     start_new_session=True,
                 )
-            except BaseException:
-                os.close(write_end)
-                write_end = -1
-                self._end_pump()
-                raise
-        finally:
-            os.close(read_end)
-            os.close(ready_write)
-            if write_end >= 0:
-                os.close(write_end)
+            finally:
+                for fd in (read_end, write_end, ready_write):
+                    os.close(fd)
+        except BaseException:
+            self._end_pump()  # it ends at EOF: the server never ran
+            raise
         # The reaper waits for EOF on its stdin: the pipe closes when this process ends in
         # any way, and then the reaper stops the server. Its own session keeps Ctrl-C away.
-        self._reaper = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "pytest_sglang.server.reaper",
-                self.launch_id,
-                str(self._popen.pid),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        self._reaper = _spawn("process", self.launch_id, str(self.pid), stdin=subprocess.PIPE)
 
     def poll(self) -> int | None:
         """Return the exit code if the server process has exited, else None."""
@@ -203,19 +172,14 @@ class ServerProcess:
 
     def exits_within(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the server process to exit; return whether it did."""
-        if self._popen is None:
-            return False
-        try:
-            self._popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return self._popen is not None and self._popen.wait(timeout) is not None
+        return False
 
     def wait_ready_line(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the ready line in the log; return whether it came.
 
-        Returns as soon as the log pump signals the line, or ends without it (the server's
-        output closed: it is dying); once either has happened, every call waits ``timeout``.
+        Once the line came, or the server's output closed without it, every call waits.
         """
         if self._ready_fd is None:
             time.sleep(timeout)
@@ -229,46 +193,32 @@ class ServerProcess:
             os.close(self._ready_fd)
             self._ready_fd = None
 
-    def _end_pump(self, timeout: float = 10.0) -> None:
+    def _end_pump(self) -> None:
         """Wait for the log pump to copy the last lines (it ends at EOF); stop it if it hangs."""
-        if self._pump is None or self._pump.poll() is not None:
-            return
-        try:
-            self._pump.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:  # a process of ours still holds the pipe open
-            self._pump.kill()
-            self._pump.wait()
+        if self._pump is not None:
+            _wait_or_kill(self._pump, 10.0)
 
     def log_tail(self, lines: int = 30) -> list[str]:
-        """Return the last ``lines`` lines of the server log.
-
-        Once the server has exited, its last words are waited for (the log pump copies them
-        within moments), so that a death's message shows what the server said last.
-        """
-        if self.poll() is not None and self._pump is not None and self._pump.poll() is None:
+        """Return the last ``lines`` lines of the server log (after an exit, its last words)."""
+        if self.poll() is not None and self._pump is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._pump.wait(timeout=2.0)
         try:
             with self.log_path.open("rb") as log:
-                log.seek(0, os.SEEK_END)
-                log.seek(max(log.tell() - 64 * 1024, 0))
-                text = log.read().decode(errors="replace")
+                log.seek(max(log.seek(0, os.SEEK_END) - 64 * 1024, 0))
+                return log.read().decode(errors="replace").splitlines()[-lines:]
         except OSError:
             return []
-        return text.splitlines()[-lines:]
 
     def listens_on(self, port: int) -> bool:
         """Return whether a process of this launch listens on TCP ``port``."""
         for proc in find_ours(self.launch_id):
-            try:
-                connections = proc.net_connections(kind="tcp")
-            except psutil.Error:
-                continue
-            if any(
-                c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
-                for c in connections
-            ):
-                return True
+            with contextlib.suppress(psutil.Error):
+                if any(
+                    c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+                    for c in proc.net_connections(kind="tcp")
+                ):
+                    return True
         return False
 
     def stop(self, grace: float = DEFAULT_GRACE) -> StopReport:
@@ -279,40 +229,31 @@ class ServerProcess:
             self._close_ready()
             self.stop_report = StopReport()
             return self.stop_report
-        exclude = [self._reaper.pid] if self._reaper is not None else []
-        report = kill_ours(self.launch_id, self._popen.pid, grace, exclude)
+        report = kill_ours(self.launch_id, self._popen.pid, grace, self._exclude())
         self._end_pump()
         self._close_ready()
         if self._killed_at_once:
             report.signals.append(KILLED_AT_ONCE)
-        try:
+        code = None
+        with contextlib.suppress(subprocess.TimeoutExpired):
             code = self._popen.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            code = None
         # psutil may have reaped the leader while waiting; then Popen only sees ECHILD and
         # reports 0, and the code psutil collected is the real one.
         report.exit_code = report.reaped.get(self._popen.pid, code)
-        if self._reaper is not None:
-            # Nothing left to reap: let the reaper find that out and exit.
+        if self._reaper is not None:  # nothing left to reap: the reaper finds that out, exits
             with contextlib.suppress(OSError):
                 assert self._reaper.stdin is not None
                 self._reaper.stdin.close()
-            try:
-                self._reaper.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._reaper.kill()
-                self._reaper.wait()
+            _wait_or_kill(self._reaper, 10.0)
         report.stopped_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
         self.stop_report = report
         return report
 
     def kill_now(self) -> None:
-        """Kill every process of this launch at once, with no grace period (a second Ctrl-C).
+        """Kill every process of this launch at once, no grace period (a second Ctrl-C).
 
-        Safe in a signal handler; a :meth:`stop` under way then finds them gone, and its
-        report says they were killed. Only processes of ours are signalled: the group while
-        its leader, our child, is not reaped (its id cannot have been reused), then every
-        process carrying our launch id.
+        Safe in a signal handler. Only ours are signalled: the group while its leader, our
+        child, is not reaped (its id cannot have been reused), then what carries our id.
         """
         if self._popen is None or self.stop_report is not None:
             return
@@ -320,7 +261,51 @@ class ServerProcess:
         if self._popen.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._popen.pid, signal.SIGKILL)
-        exclude = [self._reaper.pid] if self._reaper is not None else []
-        for proc in find_ours(self.launch_id, exclude):
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
+        _kill(find_ours(self.launch_id, self._exclude()))
+
+    def _exclude(self) -> list[int]:
+        return [self._reaper.pid] if self._reaper is not None else []
+
+
+def _spawn(
+    module: str,
+    *args: str,
+    stdin: int,
+    env: Mapping[str, str] | None = None,
+    pass_fds: Sequence[int] = (),
+) -> subprocess.Popen[bytes]:
+    """Start ``python -m pytest_sglang.server.MODULE ARGS`` in its own session, silent."""
+    return subprocess.Popen(
+        [sys.executable, "-m", f"pytest_sglang.server.{module}", *args],
+        stdin=stdin,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+        pass_fds=pass_fds,
+    )
+
+
+def _wait_or_kill(process: subprocess.Popen[bytes], timeout: float) -> None:
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:  # a process of ours still holds its pipe open
+        process.kill()
+        process.wait()
+
+
+def main(argv: list[str]) -> int:
+    """Reap: wait for EOF on stdin (pytest is gone), then stop every process of the launch.
+
+    ``python -m pytest_sglang.server.process LAUNCH_ID PGID``.
+    """
+    # Only EOF ends the wait: a Ctrl-C meant for pytest must not take the reaper with it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while os.read(sys.stdin.fileno(), 4096):
+        pass
+    kill_ours(argv[0], int(argv[1]), DEFAULT_GRACE, exclude=[os.getpid()])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

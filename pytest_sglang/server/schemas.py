@@ -9,61 +9,39 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
 
 from pytest_sglang.config.schema import read_schema
 
-__all__ = [
-    "SCHEMA_NAMES",
-    "SchemaViolation",
-    "describe_violations",
-    "first_violation",
-    "load_schema",
-    "validator",
-    "violations",
-]
-
-#: The schemas shipped in ``pytest_sglang/schemas/``.
-SCHEMA_NAMES = ("v1_models", "openai_models", "server_info", "model_info", "report")
-
+__all__ = ["SchemaViolation", "describe_violations", "first_violation", "validator", "violations"]
 
 #: How much of the body around a violation a message quotes.
 EXCERPT_CHARS = 160
 
 
+@dataclass
 class SchemaViolation:
-    """One violation of a schema: where, what, and the body around it."""
+    """One violation of a schema: where, what, and the JSON of the object holding it."""
 
-    def __init__(self, schema_name: str, json_path: str, message: str, excerpt: str = "") -> None:
-        self.schema_name = schema_name
-        self.json_path = json_path
-        self.message = message
-        #: The JSON of the object holding the violating value, cut to ``EXCERPT_CHARS``.
-        self.excerpt = excerpt
+    schema_name: str
+    json_path: str
+    message: str
+    excerpt: str = ""
 
     def __str__(self) -> str:
         return f"at {self.json_path}: {self.message} (schema {self.schema_name}.schema.json)"
 
 
-def load_schema(name: str) -> dict[str, Any]:
-    """Return the parsed JSON Schema ``schemas/<name>.schema.json``."""
-    if name not in SCHEMA_NAMES:
-        raise ValueError(f"unknown schema {name!r}; known: {', '.join(SCHEMA_NAMES)}")
-    return read_schema(name)
-
-
 @functools.cache
 def validator(name: str) -> Draft202012Validator:
-    """Return the validator of schema ``name``, built once.
-
-    jsonschema is imported on first use, not with the plugin: it costs tens of milliseconds.
-    """
+    """Return the validator of ``schemas/<name>.schema.json``, built once, on first use."""
     from jsonschema import Draft202012Validator
 
-    return Draft202012Validator(load_schema(name))
+    return Draft202012Validator(read_schema(name))
 
 
 def first_violation(instance: object, name: str) -> SchemaViolation | None:
@@ -77,10 +55,7 @@ def first_violation(instance: object, name: str) -> SchemaViolation | None:
 
 
 def _excerpt(instance: object, path: Sequence[object]) -> str:
-    """Return the JSON around the violation: the object at ``path`` or the one holding it.
-
-    Long text is cut to a window of ``EXCERPT_CHARS`` around the violating key.
-    """
+    """Return the JSON of the object at ``path`` or holding it, cut to ``EXCERPT_CHARS``."""
     steps = list(path)
     nodes: list[object] = [instance]
     for step in steps:

@@ -105,7 +105,7 @@ def _ours(proc: psutil.Process, tag: str, pids: set[int]) -> bool:
     if any(tag in part for part in cmdline):
         return True
     # The reaper of a launch names the server's pid last.
-    return "pytest_sglang.server.reaper" in cmdline and cmdline[-1:] in ([str(p)] for p in pids)
+    return "pytest_sglang.server.process" in cmdline and cmdline[-1:] in ([str(p)] for p in pids)
 
 
 def leftovers(tag: str, report: dict[str, Any] | None = None, wait: float = 30.0) -> list[str]:

@@ -211,7 +211,7 @@ def test_failed_gate_is_not_polled_again(pytester: pytest.Pytester, start_emulat
     emulator = start_emulator("--emulator-fault", "never-ready", wait="port")
     pytester.makepyfile("def test_a(sglang_server): pass\n\ndef test_b(sglang_server): pass\n")
     result = pytester.runpytest(
-        f"--sglang-url={emulator.url}", "--sglang-ready-timeout=2", "--durations=2", "-vv"
+        f"--sglang-url={emulator.url}", "--sglang-ready-timeout=2", "--durations=0", "-vv"
     )
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines(
