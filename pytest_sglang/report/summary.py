@@ -23,7 +23,7 @@ from pytest_sglang.report.entries import (
     split_levels,
 )
 
-__all__ = ["emulated_speedups", "render_markdown", "render_tables", "table"]
+__all__ = ["describe_workload", "emulated_speedups", "render_markdown", "render_tables", "table"]
 
 #: Column titles and their widths in the terminal table.
 COLUMNS = (
@@ -99,9 +99,10 @@ def _cells(entry: MeasurementRow) -> list[str]:
     ]
 
 
-def _title(workload: Mapping[str, Any]) -> str:
+def describe_workload(workload: Mapping[str, Any]) -> str:
+    """Return a workload in words: endpoint, lengths, requests, dataset and turns."""
     text = (
-        f"workload: {workload['endpoint']}, input {workload['input_len']}, output "
+        f"{workload['endpoint']}, input {workload['input_len']}, output "
         f"{workload['output_len']} tokens, {workload['requests']} requests"
     )
     if workload.get("requests_per_slot"):
@@ -110,7 +111,11 @@ def _title(workload: Mapping[str, Any]) -> str:
         text += f", dataset {str(workload['dataset']).rsplit('/', 1)[-1]}"
     if workload.get("turns"):
         text += f", {workload['turns']}-turn sessions"
-    return text + "; medians over runs, times in ms"
+    return text
+
+
+def _title(workload: Mapping[str, Any]) -> str:
+    return f"workload: {describe_workload(workload)}; medians over runs, times in ms"
 
 
 def emulated_speedups(servers: Sequence[ServerEntry]) -> dict[str, float]:
