@@ -58,18 +58,27 @@ def _output(option: str, value: str) -> Path:
     return path
 
 
-def _write(path: Path, value: str, text: str, *, summary: bool = False) -> None:
-    """Write ``text`` (or append a Markdown ``summary``) through the one atomic writer."""
+def _emit(
+    text: str, target: Path | None, value: str, out: TextIO, done: str, *, summary: bool = False
+) -> None:
+    """Write ``text`` to standard output (no target) or ``target``, atomically, saying ``done``.
+
+    A Markdown ``summary`` is appended, as ``$GITHUB_STEP_SUMMARY`` collects each step's.
+    """
     from pytest_sglang.report.writing import append_summary, write_atomic
 
+    if target is None:
+        out.write(text)
+        return
     try:
         if summary:
-            append_summary(path, text)
+            append_summary(target, text)
         else:
-            write_atomic(path, text)
+            write_atomic(target, text)
     except OSError as exc:
         message = f"cannot write {value}: {exc.strerror or exc}; {value} was left as it was"
         raise _Misuse(message) from None
+    print(done, file=out)
 
 
 def _report(path: Path) -> dict[str, Any] | None:
@@ -316,29 +325,24 @@ def _cmd_report(args: argparse.Namespace, out: TextIO) -> int:
         baselines = [dict(m.row, session=m.session) for m in stored]
     unstored = document.get("verdicts_stored") is False and not document.get("verdicts")
     if (args.format or ("html" if str(args.output).endswith(".html") else "")) == "html":
-        try:
-            from pytest_sglang.report.html import render_html
-        except ImportError as exc:  # pragma: no cover - depends on the extra
-            raise _Misuse(
-                f"the HTML report needs the plotting extra: pip install 'pytest-sglang[report]' "
-                f"({exc})"
-            ) from None
+        from pytest_sglang.report.html import render_html
+
         no_verdicts = NO_STORED_VERDICTS if unstored else None
-        text = render_html(document, baselines=baselines, no_verdicts=no_verdicts)
+        try:
+            text = render_html(document, baselines=baselines, no_verdicts=no_verdicts)
+        except ImportError as exc:  # matplotlib, of the "report" extra
+            extra = "pip install 'pytest-sglang[report]'"
+            raise _Misuse(f"the HTML report needs the plotting extra: {extra} ({exc})") from None
     else:
         text = _markdown(document, f"pytest-sglang results: {args.source}")
-    if target is None:
-        out.write(text)
-        return OK
-    _write(target, args.output, text)
-    print(f"wrote {args.output}", file=out)
+    _emit(text, target, args.output, out, f"wrote {args.output}")
     return OK
 
 
 def _cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
     target = _output("the merged report", args.output)
-    summary = None if args.markdown in (None, "-") else _output("--markdown", args.markdown)
-    if summary == target:
+    markdown = None if args.markdown in (None, "-") else _output("--markdown", args.markdown)
+    if markdown == target:
         raise _Misuse(
             f"--markdown {args.markdown!r} is the merged report's own path: the two would "
             "corrupt each other; give each its own path"
@@ -346,7 +350,7 @@ def _cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
     documents = []
     for index, source in enumerate(args.reports, 1):
         if not Path(source).is_file():
-            raise _Misuse(f"cannot read {source}: no such file")
+            raise _Misuse(f"cannot read {source}: no such file; give a --sglang-report file")
         if (document := _report(Path(source))) is None:
             raise _Misuse(f"report {index} ({source}) is not a pytest-sglang report")
         documents.append(document)
@@ -355,20 +359,14 @@ def _cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
     problems = validate_report(merged)
     if problems:
         raise _Misuse("the merged report does not validate:\n  " + "\n  ".join(problems))
-    _write(target, args.output, json.dumps(merged, indent=1) + "\n")
-    print(
-        f"merged {len(documents)} reports into {args.output}: "
-        f"{len(merged['measurements'])} measurements, {len(merged['verdicts'])} verdicts",
-        file=out,
-    )
+    counts = f"{len(merged['measurements'])} measurements, {len(merged['verdicts'])} verdicts"
+    done = f"merged {len(documents)} reports into {args.output}: {counts}"
+    _emit(json.dumps(merged, indent=1) + "\n", target, args.output, out, done)
     if args.markdown:
         shards = merged["environment"]["merged_from"]
         text = _markdown(merged, "pytest-sglang results (merged)", shards)
-        if summary is None:
-            out.write(text)
-        else:
-            _write(summary, args.markdown, text, summary=True)
-            print(f"appended the Markdown summary to {args.markdown}", file=out)
+        done = f"appended the Markdown summary to {args.markdown}"
+        _emit(text, markdown, args.markdown, out, done, summary=True)
     return OK
 
 

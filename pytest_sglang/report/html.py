@@ -10,11 +10,11 @@ import html
 import json
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from pytest_sglang.config.redaction import redact_argv
-from pytest_sglang.report.entries import load_cell, run_values
-from pytest_sglang.report.summary import describe_workload
+from pytest_sglang.report.entries import MeasurementRow
+from pytest_sglang.report.summary import HEADER, cells, describe_workload
 
 __all__ = ["render_html"]
 
@@ -73,13 +73,12 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[object]], numeric: int
     return "<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in header) + f"</tr>{body}</table>"
 
 
-def _median(runs: Sequence[Mapping[str, Any]], metric: str, scale: float = 1.0) -> str:
-    """Return the median over runs, with half the range of the runs as a percentage."""
-    values = [value * scale for value in run_values(runs, metric)]
+def _median(values: Sequence[float], scale: float, digits: int) -> str:
+    """Return the median of the runs' values to two decimals, ± half their range in percent."""
     if not values:
         return "-"
-    median = statistics.median(values)
-    spread = (max(values) - min(values)) / median * 100 if median else 0.0
+    median = statistics.median(values) * scale
+    spread = (max(values) - min(values)) * scale / median * 100 if median else 0.0
     return f"{median:.2f} (±{spread / 2:.1f}%)" if len(values) > 1 else f"{median:.2f}"
 
 
@@ -144,33 +143,6 @@ def _verdict_html(verdict: Mapping[str, Any]) -> str:
     )
 
 
-#: The columns of a workload's table.
-_COLUMNS = (
-    "server",
-    "C",
-    "runs",
-    "out tok/s",
-    "TTFT p50 ms",
-    "TTFT p99 ms",
-    "ITL p50 ms",
-    "errors",
-)
-_METRICS = (
-    ("output_throughput", 1.0),
-    ("ttft.p50", 1000.0),
-    ("ttft.p99", 1000.0),
-    ("itl.p50", 1000.0),
-)
-_SERVER_COLUMNS = (
-    "name",
-    "url",
-    "SGLang",
-    "model",
-    "launch command (secrets redacted)",
-    "ready in (s)",
-)
-
-
 def _workload_html(
     index: int,
     rows: Sequence[Mapping[str, Any]],
@@ -187,24 +159,16 @@ def _workload_html(
         crossovers=_crossovers(verdicts),
         regressions=_regressed_levels(verdicts, rows),
     )
-    table_rows = [
-        [
-            r["server"],
-            load_cell(r),
-            len(r["runs"]),
-            *(_median(r["runs"], metric, scale) for metric, scale in _METRICS),
-            sum(int(run.get("failed", 0)) for run in r["runs"]),
-        ]
-        for r in sorted(rows, key=lambda r: (r["concurrency"], r["server"]))
-    ]
+    ordered = sorted(rows, key=lambda r: (r["concurrency"], r["server"]))
+    table_rows = [cells(cast("MeasurementRow", r), _median) for r in ordered]
     return [
         f"<h2>Workload {index}: {_e(title)}</h2>",
         *(
             f'<figure class="plot">{svg}<figcaption class="muted">{_e(text)}</figcaption></figure>'
             for text, svg in plots
         ),
-        _table(_COLUMNS, table_rows, numeric=1),
-        '<p class="muted">medians over runs; ± half the range of the runs</p>',
+        _table(HEADER, table_rows, numeric=1),
+        '<p class="muted">medians over runs, times in ms; ± half the range of the runs</p>',
     ]
 
 
@@ -247,22 +211,16 @@ def render_html(
         for k, v in document.get("environment", {}).items()
     ]
     parts += ["<h2>Environment</h2>", _table(("what", "value"), environment)]
-    servers = [
-        (
-            s.get("name"),
-            s.get("url"),
-            s.get("version"),
-            s.get("model"),
-            " ".join(redact_argv([str(a) for a in (s.get("launch") or {}).get("command", [])]))
-            or "(attached)",
-            f"{total:.1f}"
-            if isinstance(total := (s.get("readiness") or {}).get("total"), (int, float))
-            else "",
-        )
-        for s in document.get("servers", [])
-    ]
+    servers = []
+    for server in document.get("servers", []):
+        command = redact_argv([str(a) for a in (server.get("launch") or {}).get("command", [])])
+        ready = (server.get("readiness") or {}).get("total")
+        servers.append([server.get(key) for key in ("name", "url", "version", "model")])
+        ready_s = f"{ready:.1f}" if isinstance(ready, (int, float)) else ""
+        servers[-1] += [" ".join(command) or "(attached)", ready_s]
     if servers:
-        parts += ["<h2>Servers</h2>", _table(_SERVER_COLUMNS, servers)]
+        header = ("name", "url", "SGLang", "model", "launch command (secrets redacted)")
+        parts += ["<h2>Servers</h2>", _table((*header, "ready in (s)"), servers)]
     measurements = list(document.get("measurements", []))
     configs: dict[str, tuple[str, str]] = {}
     for row in measurements:

@@ -9,7 +9,7 @@ import contextlib
 import json
 import statistics
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pytest_sglang.report.entries import (
@@ -18,7 +18,6 @@ from pytest_sglang.report.entries import (
     VerdictRow,
     join_levels,
     load_cell,
-    run_median,
     run_values,
     split_levels,
 )
@@ -63,10 +62,6 @@ def table(
     ]
 
 
-def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
-    return "-" if value is None else f"{value * scale:.{digits}f}"
-
-
 def _failed_checks(entry: MeasurementRow) -> Counter[str]:
     """Return the validity checks that failed in the entry's runs: name -> runs."""
     return Counter(
@@ -77,10 +72,17 @@ def _failed_checks(entry: MeasurementRow) -> Counter[str]:
     )
 
 
-def _cells(entry: MeasurementRow) -> list[str]:
-    """One row's cells, in ``COLUMNS`` order: medians over the runs, times in ms.
+def _median(values: Sequence[float], scale: float, digits: int) -> str:
+    return f"{statistics.median(values) * scale:.{digits}f}" if values else "-"
 
-    A negative rate (a server's negative token counts) is no speed: it shows as unmeasured.
+
+def cells(
+    entry: MeasurementRow, figure: Callable[[Sequence[float], float, int], str] = _median
+) -> list[str]:
+    """Return a measurement's table row, in ``HEADER`` order; ``figure`` gives each figure.
+
+    A figure is the median over the runs by default, times in ms. A negative rate (a server's
+    negative token counts) is no speed: it shows as unmeasured.
     """
     runs = entry["runs"]
     rates = [v for v in run_values(runs, "output_throughput") if v >= 0]
@@ -90,11 +92,11 @@ def _cells(entry: MeasurementRow) -> list[str]:
         + (" (invalid)" if _failed_checks(entry) else ""),
         load_cell(entry),
         str(len(runs)),
-        _fmt(statistics.median(rates) if rates else None),
-        _fmt(run_median(runs, "ttft.p50"), 1000),
-        _fmt(run_median(runs, "ttft.p99"), 1000),
-        _fmt(run_median(runs, "itl.p50"), 1000, 2),
-        _fmt(run_median(runs, "acceptance_length"), digits=2),
+        figure(rates, 1, 1),
+        figure(run_values(runs, "ttft.p50"), 1000, 1),
+        figure(run_values(runs, "ttft.p99"), 1000, 1),
+        figure(run_values(runs, "itl.p50"), 1000, 2),
+        figure(run_values(runs, "acceptance_length"), 1, 2),
         str(sum(int(run.get("failed", 0)) for run in runs)),
     ]
 
@@ -201,7 +203,7 @@ def render_tables(
     """
     lines: list[str] = []
     for title, entries in _workloads(measurements, emulated):
-        lines += [title, *table(HEADER, [_cells(e) for e in entries]), *_notes(entries), ""]
+        lines += [title, *table(HEADER, [cells(e) for e in entries]), *_notes(entries), ""]
     tables: dict[str, str] = {}
     warnings: dict[tuple[str, bool], tuple[set[int], list[str]]] = {}
     for verdict in verdicts:
@@ -320,7 +322,7 @@ def render_markdown(
     if not measurements and not verdicts:
         out += ["No measurements or verdicts were recorded.", ""]
     for heading, entries in _workloads(measurements, emulated):
-        rows = [_cells(e) for e in entries]
+        rows = [cells(e) for e in entries]
         out += [f"**{_md(heading[0].upper() + heading[1:])}**", ""]
         out += [*table(HEADER, rows, markdown=True), ""]
         out += [f"- {_md(note)}" for note in _notes(entries)]
