@@ -75,25 +75,26 @@ class SGLangReporter:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """File the ``sglang`` entries this report adds to its test (``report_entries``)."""
         fresh = report_entries(report)
+        rows: dict[str, list[Any]] = {
+            "measurement": self.measurements,
+            "verdict": self.verdicts,
+            "server_failure": self.server_failures,
+        }
         for entry in fresh:
             if entry["record"] == "gpus":
                 self.gpus = list(entry["names"])
             elif entry["record"] == "server":
                 self.servers.append(entry)
             else:
-                lists: dict[str, list[Any]] = {
-                    "measurement": self.measurements,
-                    "verdict": self.verdicts,
-                    "server_failure": self.server_failures,
-                }
-                lists[entry["record"]].append(as_row(entry, report.nodeid))
+                rows[entry["record"]].append(as_row(entry, report.nodeid))
         if fresh:
-            self.write(complete=False)
+            self.write()
 
-    def document(
-        self, *, complete: bool, interrupted: bool = False, exit_status: int | None = None
-    ) -> dict[str, Any]:
-        """Return the report as plain JSON types (see ``schemas/report.schema.json``)."""
+    def document(self, exit_status: int | None = None) -> dict[str, Any]:
+        """Return the report as plain JSON (``schemas/report.schema.json``).
+
+        Incomplete while the session runs (no ``exit_status``) and after an interrupt.
+        """
         import platform
 
         from pytest_sglang._version import plugin_version
@@ -117,8 +118,8 @@ class SGLangReporter:
         document = {
             "format": "pytest-sglang-report",
             "version": REPORT_VERSION,
-            "complete": complete,
-            "interrupted": interrupted,
+            "complete": exit_status not in (None, pytest.ExitCode.INTERRUPTED),
+            "interrupted": exit_status == pytest.ExitCode.INTERRUPTED,
             "exit_status": exit_status,
             "created": self.created,
             "updated": _now(),
@@ -140,16 +141,12 @@ class SGLangReporter:
         redacted: dict[str, Any] = self.redact.json(document)
         return redacted
 
-    def write(
-        self, *, complete: bool, interrupted: bool = False, exit_status: int | None = None
-    ) -> None:
+    def write(self, exit_status: int | None = None) -> None:
         """Write the JSON report atomically (without ``--sglang-report``, nothing)."""
         if self.path is None or self.config.option.collectonly:
             return
         try:
-            document = self.document(
-                complete=complete, interrupted=interrupted, exit_status=exit_status
-            )
+            document = self.document(exit_status)
             text = json.dumps(document, indent=1, allow_nan=False, default=str) + "\n"
             writing.write_atomic(self.path, text)
         except (OSError, ValueError) as exc:
@@ -178,12 +175,12 @@ class SGLangReporter:
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Write the final report and append the Markdown summary to ``--sglang-markdown``."""
-        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
-        self.write(complete=not interrupted, interrupted=interrupted, exit_status=int(exitstatus))
+        self.write(int(exitstatus))
         if self.markdown is None or self.config.option.collectonly:
             return
         from pytest_sglang.report.summary import render_markdown
 
+        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
         note = "The run was interrupted: these are the results up to then." if interrupted else None
         try:
             rows, emulated = self._summary()
