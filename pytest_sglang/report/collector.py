@@ -7,6 +7,7 @@ run leaves a valid report. A failed write is a warning, never the reason a run f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import warnings
@@ -161,10 +162,8 @@ class SGLangReporter:
         if line not in self.problems:
             self.problems.append(line)
             # Said where warnings go as well; under -W error it must not become the error.
-            try:
+            with contextlib.suppress(Warning):
                 warnings.warn(SGLangWarning(line), stacklevel=2)
-            except Warning:
-                pass
 
     def _summary(self) -> tuple[list[MeasurementRow], dict[str, float]]:
         """Return the rows the tables show and the emulated servers they name."""

@@ -99,20 +99,17 @@ def _regressed_levels(
     Matched by the workload as the measurement holds it (``evidence.workload``): the
     fingerprint's has ``requests_per_slot`` resolved already.
     """
-    levels = {
-        json.dumps([str(r["server"]), r["workload"], r["concurrency"]], sort_keys=True)
-        for r in rows
-        if r.get("rate") is None
-    }
+    measured = [
+        [str(r["server"]), r["workload"], r["concurrency"]] for r in rows if r.get("rate") is None
+    ]
     out = []
     for verdict in verdicts:
-        if verdict.get("kind") == "assert_no_regression" and verdict.get("outcome") == "fail":
-            evidence = verdict.get("evidence", {})
-            server = str(evidence.get("a", "")).split(" @ ")[0]
-            concurrency = evidence.get("fingerprint", {}).get("concurrency")
-            key = [server, evidence.get("workload"), concurrency]
-            if json.dumps(key, sort_keys=True) in levels:
-                out.append((server, int(concurrency)))
+        evidence = verdict.get("evidence", {})
+        server = str(evidence.get("a", "")).split(" @ ")[0]
+        level = evidence.get("fingerprint", {}).get("concurrency")
+        failed = verdict.get("kind") == "assert_no_regression" and verdict.get("outcome") == "fail"
+        if failed and [server, evidence.get("workload"), level] in measured:
+            out.append((server, int(level)))
     return out
 
 
@@ -176,7 +173,6 @@ def render_html(
     document: Mapping[str, Any],
     *,
     baselines: Sequence[Mapping[str, Any]] = (),
-    title: str = "pytest-sglang qualification report",
     no_verdicts: str | None = None,
 ) -> str:
     """Return a results report (``schemas/report.schema.json``) as one self-contained page.
@@ -185,6 +181,7 @@ def render_html(
     of the same workload; ``no_verdicts`` replaces "No verdicts were recorded" where that would
     not be true (a stored session saved without them).
     """
+    title = "pytest-sglang qualification report"
     order = {"fail": 0, "inconclusive": 1}
     verdicts = sorted(document.get("verdicts", []), key=lambda v: order.get(v.get("outcome"), 2))
     failed = [v for v in verdicts if v.get("outcome") == "fail"]

@@ -50,18 +50,7 @@ def series_of(rows: Sequence[Mapping[str, Any]], *, baseline: bool = False) -> l
 
 #: Line styles of stored baselines: the first session of a server dashed, then dotted...
 _BASELINE_STYLES = ("--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)))
-#: matplotlib's tab10 colours without its red, which marks regressions and crossovers.
-_COLOURS = (
-    "#1f77b4",
-    "#ff7f0e",
-    "#2ca02c",
-    "#9467bd",
-    "#8c564b",
-    "#e377c2",
-    "#17becf",
-    "#bcbd22",
-    "#7f7f7f",
-)
+#: Marks regressions and crossovers; no series is drawn in it.
 _RED = "#d62728"
 
 
@@ -75,9 +64,13 @@ def series_styles(series: Sequence[Series]) -> list[tuple[str, Any]]:
     A measured server gets the next colour and a solid line; a stored baseline its server's
     colour (the next free one if the server was not measured) and the next dashed style.
     """
+    from matplotlib import colormaps, colors
+
+    tab10 = colormaps["tab10"]
+    palette = [c for c in map(colors.to_hex, tab10(range(tab10.N))) if c != _RED]
     colours: dict[str, str] = {}
     for s in sorted(series, key=lambda s: s.baseline):  # measured servers first
-        colours.setdefault(_server(s), _COLOURS[len(colours) % len(_COLOURS)])
+        colours.setdefault(_server(s), palette[len(colours) % len(palette)])
     used: dict[str, int] = {}
     out: list[tuple[str, Any]] = []
     for s in series:

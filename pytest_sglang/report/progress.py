@@ -9,15 +9,11 @@ once at its end elsewhere (``docs/ci.md``, "Progress in the CI log").
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
-from typing import TYPE_CHECKING
 
 import pytest
-
-if TYPE_CHECKING:
-    from _pytest.terminal import TerminalReporter
+from pytest import TerminalReporter
 
 __all__ = ["RunLine", "progress_writer", "run_line"]
 
@@ -58,7 +54,7 @@ def progress_writer(config: pytest.Config) -> Callable[[str], None]:
             # Its own line (the controller's may be mid-line), straight to the descriptor:
             # sys.stderr may be a capture's replacement.
             data = f"\n[{workerinput.get('workerid', 'worker')}] {line}\n".encode(errors="replace")
-            uncaptured(lambda: _write_all(2, data))
+            uncaptured(lambda: _write_all(data))
         elif reporter is not None:
             uncaptured(_flushed(reporter, line))
 
@@ -121,7 +117,6 @@ def run_line(config: pytest.Config) -> RunLine:
     return RunLine(reporter, _uncaptured(config), quiet=quiet)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    with contextlib.suppress(OSError):  # a closed standard error must not fail the test
-        while data:
-            data = data[os.write(fd, data) :]
+def _write_all(data: bytes) -> None:
+    with contextlib.suppress(OSError), open(2, "wb", closefd=False) as stderr:
+        stderr.write(data)  # a closed standard error must not fail the test
