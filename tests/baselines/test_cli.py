@@ -136,3 +136,14 @@ def test_merge_of_a_damaged_report_is_a_data_error_naming_it(
     assert status == DATA, err
     assert f"{report} is damaged: not valid JSON" in err and "cut short?" in err
     assert "Traceback" not in err and not merged.exists()
+
+
+@pytest.mark.parametrize("command", [("list",), ("compare", "a", "b"), ("report", "a")])
+def test_a_bad_storage_uri_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], command: tuple[str, ...]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--storage", "ftp://host/store", *command], io.StringIO())
+    err = capsys.readouterr().err
+    assert exited.value.code == MISUSE, err
+    assert "storage 'ftp://host/store' is not file://PATH" in err and "Traceback" not in err
