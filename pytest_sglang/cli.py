@@ -103,16 +103,6 @@ def session_document(session: StoredSession) -> dict[str, Any]:
     """Return a stored session as a JSON report, with the verdicts saved with it (if any)."""
     machine = dict(session.document.get("machine_info", {}))
     sglang = machine.get("sglang", {})
-    environment = {
-        "plugin_version": str(session.labels.get("plugin_version") or ""),
-        "python": str(machine.get("python_version", "")),
-        "pytest": "",
-        "platform": str(machine.get("system", "")),
-        "sglang_versions": list(sglang.get("sglang_versions", [])),
-        "gpus": list(sglang.get("gpus", [])),
-        "commit": session.labels.get("commit"),
-        "stored_session": session.id,
-    }
     return {
         "format": REPORT_FORMAT,
         "version": 1,
@@ -121,7 +111,16 @@ def session_document(session: StoredSession) -> dict[str, Any]:
         "exit_status": None,
         "created": session.datetime,
         "updated": session.datetime,
-        "environment": environment,
+        "environment": {
+            "plugin_version": str(session.labels.get("plugin_version") or ""),
+            "python": str(machine.get("python_version", "")),
+            "pytest": "",
+            "platform": str(machine.get("system", "")),
+            "sglang_versions": list(sglang.get("sglang_versions", [])),
+            "gpus": list(sglang.get("gpus", [])),
+            "commit": session.labels.get("commit"),
+            "stored_session": session.id,
+        },
         "servers": [
             {k: v for k, v in s.items() if k != "record"} for s in sglang.get("servers", [])
         ],

@@ -22,7 +22,7 @@ _CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;color:#1d1d1f;
  max-width:1400px}
 h1{font-size:22px;margin-bottom:4px}h2{font-size:18px;border-bottom:1px solid #ddd;
- padding-bottom:4px;margin-top:28px}h3{font-size:15px}
+ padding-bottom:4px;margin-top:28px}
 table{border-collapse:collapse;margin:8px 0;font-size:13px}
 td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f5f5f7}td.num{text-align:right;font-variant-numeric:tabular-nums}

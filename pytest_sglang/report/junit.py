@@ -209,15 +209,9 @@ def concise_properties(entries: Sequence[Entry], redact: Redactor) -> list[tuple
 
 def _measurement_properties(entries: Sequence[Entry], redact: Redactor) -> list[tuple[str, object]]:
     # The latest of each (server, workload, level): a cached measurement is recorded again.
-    rows: dict[str, Mapping[str, Any]] = {}
-    workloads: list[str] = []
-    for entry in entries:
-        if entry["record"] == "measurement":
-            workload = json.dumps(entry["workload"], sort_keys=True)
-            workloads += [] if workload in workloads else [workload]
-            key = json.dumps([entry["server"], workload, entry["concurrency"]])
-            rows.pop(key, None)
-            rows[key] = entry
+    measured = [e for e in entries if e["record"] == "measurement"]
+    workloads = list(dict.fromkeys(json.dumps(e["workload"], sort_keys=True) for e in measured))
+    rows = {json.dumps([e["server"], e["workload"], e["concurrency"]]): e for e in measured}
     props: list[tuple[str, object]] = []
     several = len(workloads) > 1
     for index, workload in enumerate(workloads, 1):
