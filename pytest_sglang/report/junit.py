@@ -14,6 +14,7 @@ import re
 import weakref
 from collections import Counter
 from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import pytest
@@ -55,12 +56,7 @@ def add_entry(report: pytest.TestReport, entry: Entry) -> None:
     _ENTRIES.setdefault(report, []).append(entry)
 
 
-def _test_key(report: pytest.TestReport) -> tuple[str, str | None]:
-    # Under xdist, the same test id could run on two workers (--dist each).
-    worker = getattr(report, "worker_id", None)
-    return report.nodeid, None if worker is None else str(worker)
-
-
+@dataclass(eq=False)
 class EntryLedger:
     """Takes the ``sglang`` entries out of each test report, leaves concise properties.
 
@@ -68,12 +64,13 @@ class EntryLedger:
     travel with the report.
     """
 
-    def __init__(self, redact: Redactor | None = None) -> None:
-        self._redact = redact or Redactor()
-        #: How many raw entries of each test were taken already.
-        self._seen: dict[tuple[str, str | None], int] = {}
-        #: The running test's reports so far, whose properties the teardown refreshes.
-        self._reports: dict[tuple[str, str | None], list[pytest.TestReport]] = {}
+    redact: Redactor = field(default_factory=Redactor)
+    #: How many raw entries of each test (id and xdist worker) were taken already.
+    _seen: dict[tuple[str, str], int] = field(default_factory=dict, init=False)
+    #: The running test's reports so far, whose properties the teardown refreshes.
+    _reports: dict[tuple[str, str], list[pytest.TestReport]] = field(
+        default_factory=dict, init=False
+    )
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> Generator[None, None, None]:
@@ -83,7 +80,8 @@ class EntryLedger:
 
     def take(self, report: pytest.TestReport) -> None:
         """Take ``report``'s new entries (see :func:`report_entries`), set its properties."""
-        key = _test_key(report)
+        # Under xdist, the same test id could run on two workers (--dist each).
+        key = (report.nodeid, str(getattr(report, "worker_id", "")))
         raw = [value for name, value in report.user_properties if name == ENTRY_NAME]
         seen = self._seen.get(key, 0)
         if len(raw) < seen:  # the test ran again with fresh properties (a rerun)
@@ -97,7 +95,7 @@ class EntryLedger:
         # The gate adds verdicts to a call report after this wrapper ran: the teardown
         # report refreshes every report of the test (junitxml may close on the call report).
         entries = [entry for r in reports for entry in _ENTRIES.get(r, ())]
-        concise = concise_properties(entries, self._redact)
+        concise = concise_properties(entries, self.redact)
         for each in reports if report.when == "teardown" else [report]:
             each.user_properties = [
                 (name, value)
