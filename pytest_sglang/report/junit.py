@@ -1,9 +1,6 @@
 """Each test report's evidence, taken once; concise properties for JUnit XML in its place.
 
-On the controller, before any other plugin sees a report, :class:`EntryLedger` takes the
-``sglang`` entries out of ``user_properties`` (keeping the new ones for
-:func:`report_entries`) and leaves concise properties for ``--junitxml`` in their place
-(listed in docs/ci.md, "JUnit XML"). The full evidence stays in the JSON report.
+The full evidence stays in the JSON report; the properties are listed in docs/ci.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""The qualification report's plots: matplotlib figures rendered to inline SVG.
+"""The qualification report's plots: matplotlib (the ``report`` extra) figures as inline SVG.
 
-matplotlib (the ``report`` extra) draws; text stays ``<text>`` and the hash salt is fixed,
-so the same data gives the same bytes. Medians with min-max bars against concurrency;
-stored baselines dashed in their server's colour.
+Text stays ``<text>`` and the hash salt is fixed, so the same data gives the same bytes.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""Progress lines during a long launch or measurement, where a CI log shows them live.
+"""Progress lines during a long launch or measurement, shown live past output capturing.
 
-On the controller: the terminal reporter, capture suspended and flushed, so a CI log shows
-each line when it is written. On an xdist worker: its standard error, prefixed with the
-worker's id. A run's own line (:class:`RunLine`) is rewritten in place on a terminal, written
-once at its end elsewhere (``docs/ci.md``, "Progress in the CI log").
+On an xdist worker they go to its standard error, prefixed with its id; a run's own line is
+rewritten in place on a terminal (``docs/ci.md``, "Progress in the CI log").
 """
 
 from __future__ import annotations

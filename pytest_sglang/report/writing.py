@@ -1,9 +1,7 @@
 """The one atomic writer: every file we keep is a new file in its folder, renamed into place.
 
-A full disk or a killed process leaves the old file as it was. ``os.replace`` swaps the
-directory entry, so nothing at the path is followed; anything but a regular file there (a
-link, a FIFO, ``/dev/stdout``, a directory) is refused. Permissions are kept (a new file:
-``0666`` less the umask).
+A full disk or a killed process leaves the old file whole; anything but a regular file at the
+path (a link, a FIFO, ``/dev/stdout``) is refused, never followed. Permissions are kept.
 """
 
 from __future__ import annotations
