@@ -1,14 +1,8 @@
-"""``pytest-sglang``: the baseline store and the reports from the command line.
+"""``pytest-sglang``: list, compare, report and merge stored sessions and JSON reports.
 
-``list`` the stored sessions, ``compare A B`` (stored sessions or JSON reports), ``report`` a
-stored session or JSON report as Markdown or HTML, ``merge`` the JSON reports of sharded CI
-jobs into one (and, with ``--markdown``, one Markdown summary). ``docs/baselines.md`` is the
-guide.
-
-Exit statuses, the same for every command: 0 done (no regression), 1 a regression
-(``compare``), 2 a command line that cannot be carried out (unknown session, bad term,
-nothing comparable, an output path refused), 3 a stored session or report that is damaged
-(named, with what is wrong).
+Exit statuses, the same for every command (``docs/baselines.md``): 0 done, 1 a regression
+(``compare``), 2 a command line that cannot be carried out, 3 a stored session or report that
+is damaged (named, with what is wrong).
 """
 
 from __future__ import annotations
@@ -41,17 +35,14 @@ from pytest_sglang.verdicts.regression import refused_fields, regression_verdict
 
 __all__ = ["main"]
 
-#: Exit statuses (the module docstring says when each is given).
 OK, REGRESSION, MISUSE, DATA = 0, 1, 2, 3
-
-#: The report sections made of entries; merged by concatenation.
-SECTIONS = ("measurements", "verdicts", "servers")
 
 #: What a report of a stored session saved without its verdicts says in their place.
 NO_STORED_VERDICTS = (
     "This stored session was saved without its verdicts (by a pytest-sglang before they were "
     "stored); --baseline A judges its measurements against A."
 )
+REPORT_FORMAT = "pytest-sglang-report"
 
 
 class _Misuse(Exception):
@@ -59,10 +50,7 @@ class _Misuse(Exception):
 
 
 def _output(option: str, value: str) -> Path:
-    """Return an output path, judged as ``--sglang-report``'s is (``config/paths.py``).
-
-    :raises _Misuse: naming the option and why its path is refused (a link, a directory...).
-    """
+    """Return an output path, refused as ``--sglang-report``'s is (a link, a directory...)."""
     path = output_path(Path.cwd(), value)
     problem = output_problem(path)
     if problem is not None:
@@ -70,24 +58,40 @@ def _output(option: str, value: str) -> Path:
     return path
 
 
-def _write(path: Path, value: str, text: str, *, append: bool = False) -> None:
-    """Write ``text`` through the one atomic writer; a failure leaves the old file as it was."""
-    from pytest_sglang.report.writing import write_atomic
+def _emit(
+    text: str, target: Path | None, value: str, out: TextIO, done: str, *, summary: bool = False
+) -> None:
+    """Write ``text`` to standard output (no target) or ``target``, atomically, saying ``done``.
 
+    A Markdown ``summary`` is appended, as ``$GITHUB_STEP_SUMMARY`` collects each step's.
+    """
+    from pytest_sglang.report.writing import append_summary, write_atomic
+
+    if target is None:
+        out.write(text)
+        return
     try:
-        write_atomic(path, text, append=append)
+        if summary:
+            append_summary(target, text)
+        else:
+            write_atomic(target, text)
     except OSError as exc:
         message = f"cannot write {value}: {exc.strerror or exc}; {value} was left as it was"
         raise _Misuse(message) from None
+    print(done, file=out)
+
+
+def _report(path: Path) -> dict[str, Any] | None:
+    """Return the JSON report at ``path`` (None: another JSON document)."""
+    document = read_document(path)
+    return document if document.get("format") == REPORT_FORMAT else None
 
 
 def _load(ref: str, store: BaselineStore) -> tuple[str, list[StoredMeasurement], dict[str, Any]]:
     """Return (name, measurements, report document) for a stored session or a JSON report."""
     path = Path(ref)
-    if path.suffix == ".json" and path.is_file():
-        document = read_document(path)
-        if document.get("format") == "pytest-sglang-report":
-            return str(path), report_measurements(document, str(path)), document
+    if path.suffix == ".json" and path.is_file() and (document := _report(path)) is not None:
+        return str(path), report_measurements(document, str(path)), document
     try:
         session = store.find(ref)
     except (LookupError, ValueError) as exc:
@@ -96,32 +100,27 @@ def _load(ref: str, store: BaselineStore) -> tuple[str, list[StoredMeasurement],
 
 
 def session_document(session: StoredSession) -> dict[str, Any]:
-    """Return a stored session as a results report (the JSON report's format).
-
-    Its verdicts are those saved with it (none in a session saved before they were).
-    """
+    """Return a stored session as a JSON report, with the verdicts saved with it (if any)."""
     machine = dict(session.document.get("machine_info", {}))
     sglang = machine.get("sglang", {})
-    labels = session.labels
-    environment = {
-        "plugin_version": str(labels.get("plugin_version") or ""),
-        "python": str(machine.get("python_version", "")),
-        "pytest": "",
-        "platform": str(machine.get("system", "")),
-        "sglang_versions": list(sglang.get("sglang_versions", [])),
-        "gpus": list(sglang.get("gpus", [])),
-        "commit": labels.get("commit"),
-        "stored_session": session.id,
-    }
     return {
-        "format": "pytest-sglang-report",
+        "format": REPORT_FORMAT,
         "version": 1,
         "complete": True,
         "interrupted": False,
         "exit_status": None,
         "created": session.datetime,
         "updated": session.datetime,
-        "environment": environment,
+        "environment": {
+            "plugin_version": str(session.labels.get("plugin_version") or ""),
+            "python": str(machine.get("python_version", "")),
+            "pytest": "",
+            "platform": str(machine.get("system", "")),
+            "sglang_versions": list(sglang.get("sglang_versions", [])),
+            "gpus": list(sglang.get("gpus", [])),
+            "commit": session.labels.get("commit"),
+            "stored_session": session.id,
+        },
         "servers": [
             {k: v for k, v in s.items() if k != "record"} for s in sglang.get("servers", [])
         ],
@@ -149,31 +148,22 @@ def _union(lists: Iterable[Any]) -> list[Any]:
 
 
 def merge_reports(
-    documents: Sequence[Any], *, now: datetime.datetime, sources: Sequence[str] = ()
+    documents: Sequence[dict[str, Any]], *, now: datetime.datetime, sources: Sequence[str]
 ) -> dict[str, Any]:
-    """Merge JSON reports of sharded jobs into one report of the same format.
+    """Merge the JSON reports of sharded jobs into one report of the same format.
 
-    Every list section (measurements, verdicts, servers, launches...) is concatenated, an
-    entry present in several shards once. The environment is the first's, with the union of
-    SGLang versions and GPUs (``shard`` dropped), and ``merged_from``: one line per report
-    (its source, its ``--sglang-shard``, when it was made, whether it completed, its exit
-    status, its counts). ``complete`` only when every shard was, ``interrupted`` when any was.
-
-    :raises ValueError: no reports, or one that is not a pytest-sglang report.
+    Every list section is the union of the shards' (an entry in several shards once); the
+    environment is the first's, with every shard's SGLang versions and GPUs and one
+    ``merged_from`` line per shard (``docs/ci.md``).
     """
-    if not documents:
-        raise ValueError("nothing to merge")
-    for index, document in enumerate(documents):
-        if not isinstance(document, dict) or document.get("format") != "pytest-sglang-report":
-            raise ValueError(f"report {index + 1} is not a pytest-sglang report")
-    merged: dict[str, Any] = dict(documents[0])
+    merged = dict(documents[0])
     environment = dict(merged.get("environment", {}))
     for field in ("sglang_versions", "gpus"):
         environment[field] = _union(d.get("environment", {}).get(field) for d in documents)
     environment.pop("shard", None)  # the first shard's: says nothing of the merge
     environment["merged_from"] = [
         {
-            "source": sources[index] if index < len(sources) else f"report {index + 1}",
+            "source": source,
             "shard": document.get("environment", {}).get("shard"),
             "created": str(document.get("created", "")),
             "complete": bool(document.get("complete")),
@@ -181,19 +171,19 @@ def merge_reports(
             "measurements": len(document.get("measurements", [])),
             "verdicts": len(document.get("verdicts", [])),
         }
-        for index, document in enumerate(documents)
+        for source, document in zip(sources, documents, strict=True)
     ]
-    statuses = [d.get("exit_status") for d in documents if d.get("exit_status") is not None]
+    statuses = [d["exit_status"] for d in documents if d.get("exit_status") is not None]
     merged.update(
         environment=environment,
         complete=all(d.get("complete") for d in documents),
         interrupted=any(d.get("interrupted") for d in documents),
-        exit_status=max(statuses) if statuses else None,
+        exit_status=max(statuses, default=None),
         created=min(str(d.get("created", "")) for d in documents),
         updated=now.isoformat(timespec="seconds"),
     )
-    lists = {key for d in documents for key, value in d.items() if isinstance(value, list)}
-    for section in lists.union(SECTIONS):
+    sections = {key for d in documents for key, value in d.items() if isinstance(value, list)}
+    for section in sections.union(("measurements", "verdicts", "servers")):
         if isinstance(merged.get(section, []), list):  # else: kept as the first report has it
             merged[section] = _union(d.get(section) for d in documents)
     return merged
@@ -207,9 +197,8 @@ def compare_measurements(
 ) -> tuple[list[str], list[dict[str, Any]], int]:
     """Judge every candidate measurement against its baseline counterpart.
 
-    Nothing comparable is status 2 unless ``terms`` hold ``nothing-compared:ok``.
-
-    :returns: (lines to print, verdict bodies, exit status).
+    Returns the lines to print, the verdict bodies and the exit status (nothing comparable
+    is status 2 unless ``terms`` hold ``nothing-compared:ok``).
     """
     checks = parse_compare_fail(terms) or DEFAULT_CHECKS
     lines: list[str] = []
@@ -218,32 +207,30 @@ def compare_measurements(
     for fresh in candidate:
         match, near = find_counterpart(fresh.fingerprint, baseline)
         label = f"{fresh.row['server']} @ C={fresh.row['concurrency']}"
-        if match is None:
-            if near:
-                fields = "; ".join(refused_fields(fresh.fingerprint, near[0].fingerprint))
-                lines.append(f"[REFUSED] {label}: the fingerprints differ: {fields}")
-            else:
-                lines.append(f"[NO BASELINE] {label}: no measurement with its fingerprint")
-            continue
-        for verdict in regression_verdicts(
-            fresh.result,
-            match,
-            checks,
-            alpha,
-            fresh_fingerprint=fresh.fingerprint,
-            fresh_labels=fresh.labels,
-        ):
-            if isinstance(verdict, str):
-                lines.append(f"[REFUSED] {label}: {verdict}")
-                continue
-            body = dict(verdict.as_dict())
-            body["test"] = str(fresh.row.get("test", fresh.session))
-            verdicts.append(body)
-            lines.append(f"[{str(body['outcome']).upper()}] {label}: {verdict.summary}")
-            lines += [f"    {row}" for row in verdict.table.splitlines()]
-            lines += [f"    warning: {w}" for w in verdict.warnings]
-            if body["outcome"] == "fail":
-                status = REGRESSION
+        if match is None and near:
+            fields = "; ".join(refused_fields(fresh.fingerprint, near[0].fingerprint))
+            lines.append(f"[REFUSED] {label}: the fingerprints differ: {fields}")
+        elif match is None:
+            lines.append(f"[NO BASELINE] {label}: no measurement with its fingerprint")
+        else:
+            judged = regression_verdicts(
+                fresh.result,
+                match,
+                checks,
+                alpha,
+                fresh_fingerprint=fresh.fingerprint,
+                fresh_labels=fresh.labels,
+            )
+            for verdict in judged:
+                if isinstance(verdict, str):
+                    lines.append(f"[REFUSED] {label}: {verdict}")
+                    continue
+                body = {**verdict.as_dict(), "test": str(fresh.row.get("test", fresh.session))}
+                verdicts.append(body)
+                lines.append(f"[{str(body['outcome']).upper()}] {label}: {verdict.summary}")
+                lines += [f"    {row}" for row in verdict.table.splitlines()]
+                lines += [f"    warning: {w}" for w in verdict.warnings]
+                status = REGRESSION if body["outcome"] == "fail" else status
     if not verdicts and allows_nothing_compared(terms):
         lines.append(f"nothing was compared (allowed by {NOTHING_COMPARED_OK})")
     elif not verdicts:
@@ -253,7 +240,7 @@ def compare_measurements(
 
 
 def _judged(verdict: Any) -> str | None:
-    """Return what a regression verdict judged (measurement, metric, stored session), or None."""
+    """Return what a regression verdict judged (metric, fingerprint, stored session), or None."""
     if not isinstance(verdict, dict) or verdict.get("kind") != "assert_no_regression":
         return None
     evidence = verdict.get("evidence") or {}
@@ -262,48 +249,31 @@ def _judged(verdict: Any) -> str | None:
     return json.dumps(judged, sort_keys=True)
 
 
-def merged_markdown(merged: dict[str, Any]) -> str:
-    """Return one Markdown summary of a merged report: its shards, then every table.
+def _markdown(document: dict[str, Any], title: str, shards: Sequence[Any] = ()) -> str:
+    """Return the ``--sglang-markdown`` summary of a report (of a merge: its shards first)."""
+    from pytest_sglang.report.summary import emulated_speedups, render_markdown, table
 
-    The tables are those of ``--sglang-markdown``, over every shard's measurements and
-    verdicts together (a server measured on one shard is a row in the same table as a server
-    measured on another, when their workloads match).
-    """
-    shards = merged.get("environment", {}).get("merged_from", [])
-    lines = [
-        f"Merged from {len(shards)} reports:",
-        "",
-        "| report | shard | created | complete | exit status | measurements | verdicts |",
-        "| --- | --- | --- | --- | ---: | ---: | ---: |",
+    head = ["report", "shard", "created", "complete", "exit status", "measurements", "verdicts"]
+    rows = [
+        [s.get("source"), s.get("shard"), s.get("created"), "yes" if s.get("complete") else "no"]
+        + [s.get(key) for key in ("exit_status", "measurements", "verdicts")]
+        for s in shards
     ]
-    for shard in shards:
-        complete = "yes" if shard.get("complete") else "no"
-        cells = [shard.get("source"), shard.get("shard"), shard.get("created"), complete]
-        cells += [shard.get(key) for key in ("exit_status", "measurements", "verdicts")]
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
-    head, _, rest = _markdown(merged, "pytest-sglang results (merged)").partition("\n\n")
-    return head + "\n\n" + "\n".join(lines) + "\n\n" + rest
-
-
-def _markdown(document: dict[str, Any], title: str) -> str:
-    """Return the ``--sglang-markdown`` tables of a report document."""
-    from pytest_sglang.report.summary import emulated_speedups, render_markdown
-
-    measurements, verdicts = document.get("measurements", []), document.get("verdicts", [])
+    lead = [f"Merged from {len(shards)} reports:", "", *table(head, rows, 4, markdown=True)]
     emulated = emulated_speedups(document.get("servers", []))
-    return render_markdown(measurements, verdicts, title=title, emulated=emulated)
-
-
-def _cell(value: object) -> str:
-    text = "-" if value is None else str(value)
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    measurements, verdicts = document.get("measurements", []), document.get("verdicts", [])
+    text = render_markdown(measurements, verdicts, title=title, emulated=emulated)
+    if not shards:
+        return text
+    heading, _, rest = text.partition("\n\n")
+    return heading + "\n\n" + "\n".join(lead) + "\n\n" + rest
 
 
 # -- the commands ---------------------------------------------------------------------------
 
 
 def _cmd_list(args: argparse.Namespace, out: TextIO) -> int:
-    store = BaselineStore(args.storage)
+    store = args.storage
     sessions = store.sessions(damaged=True)
     if not sessions:
         print(f"no stored sessions in {store}", file=out)
@@ -315,25 +285,22 @@ def _cmd_list(args: argparse.Namespace, out: TextIO) -> int:
         what = ", ".join(f"{k} {labels[k]}" for k in ("sglang_version", "commit") if labels.get(k))
         count = len(session.measurements)
         print(f"{session.id}  {session.datetime[:19]}  {count} measurement(s)  {what}", file=out)
-    damaged = [s for s in sessions if s.problem is not None]
+    damaged = sum(s.problem is not None for s in sessions)
     if damaged:
         sys.stderr.write(
-            f"pytest-sglang list: {len(damaged)} damaged session file(s): repair them, or move "
+            f"pytest-sglang list: {damaged} damaged session file(s): repair them, or move "
             f"them out of {store.folder} to use the others\n"
         )
-        return DATA
-    return OK
+    return DATA if damaged else OK
 
 
 def _cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
-    store = BaselineStore(args.storage)
-    base_name, baseline, _ = _load(args.baseline, store)
-    cand_name, candidate, _ = _load(args.candidate, store)
+    base_name, baseline, _ = _load(args.baseline, args.storage)
+    cand_name, candidate, _ = _load(args.candidate, args.storage)
     lines, verdicts, status = compare_measurements(baseline, candidate, args.fail or (), args.alpha)
     terms = ", ".join(args.fail or [c.describe() for c in DEFAULT_CHECKS])
     print(f"{cand_name} (now) against {base_name} (stored); {terms}", file=out)
-    for line in lines:
-        print(line, file=out)
+    print("\n".join(lines), file=out)
     result = {OK: "no regression", REGRESSION: "REGRESSION", MISUSE: "nothing compared"}
     if not verdicts:
         result[OK] = f"nothing compared (allowed by {NOTHING_COMPARED_OK})"
@@ -342,13 +309,11 @@ def _cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_report(args: argparse.Namespace, out: TextIO) -> int:
-    to_file = args.output not in (None, "-")
-    target = _output("-o", args.output) if to_file else None
-    store = BaselineStore(args.storage)
-    _, _, document = _load(args.source, store)
+    target = None if args.output in (None, "-") else _output("-o", args.output)
+    _, _, document = _load(args.source, args.storage)
     baselines: list[dict[str, Any]] = []
     if args.baseline:
-        _, stored, _ = _load(args.baseline, store)
+        _, stored, _ = _load(args.baseline, args.storage)
         candidates = report_measurements(document, args.source)
         _, verdicts, _ = compare_measurements(stored, candidates, args.fail or (), args.alpha)
         # A verdict the report holds already (its session's gate against the same baseline)
@@ -358,74 +323,61 @@ def _cmd_report(args: argparse.Namespace, out: TextIO) -> int:
         document = {**document, "verdicts": kept + verdicts}
         baselines = [dict(m.row, session=m.session) for m in stored]
     unstored = document.get("verdicts_stored") is False and not document.get("verdicts")
-    fmt = args.format or ("html" if str(args.output).endswith(".html") else "markdown")
-    if fmt == "html":
-        try:
-            from pytest_sglang.report.html import render_html
-        except ImportError as exc:  # pragma: no cover - depends on the extra
-            raise _Misuse(
-                f"the HTML report needs the plotting extra: pip install 'pytest-sglang[report]' "
-                f"({exc})"
-            ) from None
+    if (args.format or ("html" if str(args.output).endswith(".html") else "")) == "html":
+        from pytest_sglang.report.html import render_html
+
         no_verdicts = NO_STORED_VERDICTS if unstored else None
-        text = render_html(document, baselines=baselines, no_verdicts=no_verdicts)
+        try:
+            text = render_html(document, baselines=baselines, no_verdicts=no_verdicts)
+        except ImportError as exc:  # matplotlib, of the "report" extra
+            extra = "pip install 'pytest-sglang[report]'"
+            raise _Misuse(f"the HTML report needs the plotting extra: {extra} ({exc})") from None
     else:
         text = _markdown(document, f"pytest-sglang results: {args.source}")
-    if target is None:
-        out.write(text)
-    else:
-        _write(target, args.output, text)
-        print(f"wrote {args.output}", file=out)
+    _emit(text, target, args.output, out, f"wrote {args.output}")
     return OK
 
 
 def _cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
     target = _output("the merged report", args.output)
-    summary = None if args.markdown in (None, "-") else _output("--markdown", args.markdown)
-    if summary is not None and summary == target:
+    markdown = None if args.markdown in (None, "-") else _output("--markdown", args.markdown)
+    if markdown == target:
         raise _Misuse(
             f"--markdown {args.markdown!r} is the merged report's own path: the two would "
             "corrupt each other; give each its own path"
         )
     documents = []
-    for path in args.reports:
-        try:
-            documents.append(json.loads(Path(path).read_text(encoding="utf-8")))
-        except (OSError, ValueError) as exc:
-            raise _Misuse(f"cannot read {path}: {exc}") from None
+    for index, source in enumerate(args.reports, 1):
+        if not Path(source).is_file():
+            raise _Misuse(f"cannot read {source}: no such file; give a --sglang-report file")
+        if (document := _report(Path(source))) is None:
+            raise _Misuse(f"report {index} ({source}) is not a pytest-sglang report")
+        documents.append(document)
     now = datetime.datetime.now(datetime.UTC)
-    try:
-        merged = merge_reports(documents, now=now, sources=list(args.reports))
-    except ValueError as exc:
-        raise _Misuse(str(exc)) from None
+    merged = merge_reports(documents, now=now, sources=args.reports)
     problems = validate_report(merged)
     if problems:
         raise _Misuse("the merged report does not validate:\n  " + "\n  ".join(problems))
-    _write(target, args.output, json.dumps(merged, indent=1) + "\n")
-    print(
-        f"merged {len(documents)} reports into {args.output}: "
-        f"{len(merged['measurements'])} measurements, {len(merged['verdicts'])} verdicts",
-        file=out,
-    )
+    counts = f"{len(merged['measurements'])} measurements, {len(merged['verdicts'])} verdicts"
+    done = f"merged {len(documents)} reports into {args.output}: {counts}"
+    _emit(json.dumps(merged, indent=1) + "\n", target, args.output, out, done)
     if args.markdown:
-        text = merged_markdown(merged)
-        if summary is None:
-            out.write(text)
-        else:
-            # Appended, as --sglang-markdown does: $GITHUB_STEP_SUMMARY collects steps;
-            # a blank line first, so that a previous summary's last block ends there.
-            follows = summary.is_file() and summary.stat().st_size > 0
-            _write(summary, args.markdown, ("\n" if follows else "") + text, append=True)
-            print(f"appended the Markdown summary to {args.markdown}", file=out)
+        shards = merged["environment"]["merged_from"]
+        text = _markdown(merged, "pytest-sglang results (merged)", shards)
+        done = f"appended the Markdown summary to {args.markdown}"
+        _emit(text, markdown, args.markdown, out, done, summary=True)
     return OK
 
 
 # -- the parser -----------------------------------------------------------------------------
 
-#: What names a session or report on the command line.
-_SOURCE = (
-    "a stored session (latest, a number, a save name, a saved file) or a --sglang-report JSON file"
-)
+
+def _store(uri: str) -> BaselineStore:
+    """Open ``--storage`` as argparse's ``type``: a bad URI is a usage error (2)."""
+    try:
+        return BaselineStore(uri)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _term(value: str) -> str:
@@ -439,65 +391,32 @@ def _term(value: str) -> str:
 
 def make_parser() -> argparse.ArgumentParser:
     """Return the ``pytest-sglang`` argument parser (each command's handler as ``run``)."""
+    source = "a stored session (latest, a number, a save name, a file) or a JSON report"
     parser = argparse.ArgumentParser(
-        prog="pytest-sglang",
-        description="pytest-sglang's stored baselines and reports (docs/baselines.md).",
+        prog="pytest-sglang", description="Stored baselines and reports (docs/baselines.md)."
     )
-    parser.add_argument(
-        "--storage",
-        default=DEFAULT_STORAGE,
-        metavar="URI",
-        help=f"the baseline storage, as ini sglang_storage (default: {DEFAULT_STORAGE})",
-    )
-    # The regression terms, shared by the commands that judge (compare, report --baseline).
+    parser.add_argument("--storage", type=_store, default=DEFAULT_STORAGE, metavar="URI")
     judging = argparse.ArgumentParser(add_help=False)
-    judging.add_argument(
-        "--fail",
-        action="append",
-        type=_term,
-        metavar="METRIC:PCT%",
-        help="regression terms as --sglang-compare-fail (default output_throughput:3%%)",
-    )
-    judging.add_argument("--alpha", type=float, default=0.05, help="one-sided level (0.05)")
+    judging.add_argument("--fail", action="append", type=_term, metavar="METRIC:PCT%")
+    judging.add_argument("--alpha", type=float, default=0.05, help="one-sided level")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
     commands.add_parser("list", help="list the stored sessions").set_defaults(run=_cmd_list)
-
     compare = commands.add_parser(
-        "compare",
-        parents=[judging],
-        help="judge B (now) against A (stored): exit 1 on a regression",
-        description=f"Compare every measurement of B with its counterpart of the same "
-        f"fingerprint in A, each {_SOURCE}. Exit 1 on a regression, 0 otherwise, 2 on misuse "
-        f"or when nothing could be compared (unless --fail {NOTHING_COMPARED_OK}), 3 when a "
-        "stored session or report is damaged.",
+        "compare", parents=[judging], help="judge B (now) against A (stored)"
     )
-    compare.add_argument("baseline", metavar="A", help="the baseline (stored)")
-    compare.add_argument("candidate", metavar="B", help="the candidate (now)")
+    compare.add_argument("baseline", metavar="A", help=source)
+    compare.add_argument("candidate", metavar="B", help=source)
     compare.set_defaults(run=_cmd_compare)
-
-    report = commands.add_parser(
-        "report",
-        parents=[judging],
-        help="render a stored session or JSON report as Markdown or HTML",
-    )
-    report.add_argument("source", help=_SOURCE)
+    report = commands.add_parser("report", parents=[judging], help="Markdown or HTML")
+    report.add_argument("source", help=source)
     report.add_argument("-o", "--output", help="file to write (default: standard output)")
     report.add_argument("--format", choices=("markdown", "html"), help="default: by suffix")
     report.add_argument("--baseline", metavar="A", help="draw and judge against this baseline")
     report.set_defaults(run=_cmd_report)
-
-    merge = commands.add_parser(
-        "merge", help="merge JSON reports (sharded CI jobs) into one, validated"
-    )
+    merge = commands.add_parser("merge", help="merge JSON reports of sharded jobs into one")
     merge.add_argument("output", help="the merged report to write")
     merge.add_argument("reports", nargs="+", help="the reports to merge")
-    merge.add_argument(
-        "--markdown",
-        metavar="PATH",
-        help="also append one Markdown summary of the merged report to PATH (every shard's "
-        "tables; '-' for standard output), e.g. $GITHUB_STEP_SUMMARY",
-    )
+    merge.add_argument("--markdown", metavar="PATH", help="append a summary to PATH ('-': out)")
     merge.set_defaults(run=_cmd_merge)
     return parser
 

@@ -7,17 +7,20 @@ run leaves a valid report. A failed write is a warning, never the reason a run f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import pytest
 
 from pytest_sglang.config.redaction import Redactor
 from pytest_sglang.errors import SGLangWarning
+from pytest_sglang.report import writing
 from pytest_sglang.report.entries import (
     MeasurementRow,
     ServerEntry,
@@ -28,15 +31,12 @@ from pytest_sglang.report.entries import (
 )
 from pytest_sglang.report.junit import report_entries
 
-E = TypeVar("E", MeasurementRow, ServerEntry)
-
 __all__ = ["REPORT_VERSION", "SGLangReporter"]
 
 REPORT_VERSION = 1
 
-
-# platform, tempfile, datetime and the summary (statistics) are imported where they are used:
-# this module is loaded by pytest_configure in every run, results or not.
+# platform, datetime and the summary (statistics) are imported where they are used: this
+# module is loaded by pytest_configure in every run, results or not.
 
 
 def _now() -> str:
@@ -45,75 +45,27 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
-def _dedupe(entries: Sequence[E], key: Callable[[E], str], *, last: bool = False) -> list[E]:
-    seen: dict[str, E] = {}
-    for entry in entries:
-        if last:
-            seen.pop(key(entry), None)
-            seen[key(entry)] = entry
-        else:
-            seen.setdefault(key(entry), entry)
-    return list(seen.values())
-
-
-def _with_launch(server: ServerEntry, by_pid: dict[Any, dict[str, Any]]) -> ServerEntry:
-    launch = server.get("launch")
-    if launch is None or launch.get("pid") not in by_pid:
-        return server
-    return cast("ServerEntry", {**server, "launch": by_pid[launch.get("pid")]})
-
-
-_RATES = ("output_throughput", "total_throughput", "request_throughput")
-
-
-def _table_rows(measurements: list[MeasurementRow]) -> list[MeasurementRow]:
-    """Return the rows the tables show: a negative rate shows as unmeasured.
-
-    A negative rate comes from a server that reported negative token counts (the test that
-    measured it failed, saying so); it is no speed. The JSON keeps the values as measured.
-    """
-    rows = []
-    for row in measurements:
-        runs = [
-            {
-                **run,
-                **{k: None for k in _RATES if isinstance(run.get(k), (int, float)) and run[k] < 0},
-            }
-            for run in row["runs"]
-        ]
-        rows.append(cast("MeasurementRow", {**row, "runs": runs}))
-    return rows
-
-
+@dataclass(eq=False)
 class SGLangReporter:
     """Collects the session's results on the controller; prints and writes them."""
 
-    def __init__(
-        self,
-        config: pytest.Config,
-        path: Path | None,
-        markdown: Path | None = None,
-        *,
-        redact: Redactor | None = None,
-        launches: Callable[[], list[dict[str, Any]]] = list,
-    ) -> None:
-        self.config = config
-        self.path = path
-        self.markdown = markdown
-        self.created = ""
-        self.measurements: list[MeasurementRow] = []
-        self.verdicts: list[VerdictRow] = []
-        self.servers: list[ServerEntry] = []
-        self.server_failures: list[ServerFailureRow] = []
-        self.gpus: list[str] = []
-        #: Outputs that could not be written: one line each (path and cause).
-        self.problems: list[str] = []
-        self._redact = redact or Redactor()
-        #: The session's launches as plain dicts (the pool's records), read at each write.
-        self._launches = launches
-        self._written = False
-
-    # -- collection -----------------------------------------------------------------------
+    config: pytest.Config
+    #: ``--sglang-report`` and ``--sglang-markdown``.
+    path: Path | None
+    markdown: Path | None = None
+    _: KW_ONLY
+    redact: Redactor = field(default_factory=Redactor)
+    #: The session's launches as plain dicts (the pool's records), read at each write.
+    launches: Callable[[], list[dict[str, Any]]] = list
+    created: str = ""
+    measurements: list[MeasurementRow] = field(default_factory=list)
+    verdicts: list[VerdictRow] = field(default_factory=list)
+    servers: list[ServerEntry] = field(default_factory=list)
+    server_failures: list[ServerFailureRow] = field(default_factory=list)
+    gpus: list[str] = field(default_factory=list)
+    #: Outputs that could not be written: one line each (path and cause).
+    problems: list[str] = field(default_factory=list)
+    written: bool = False
 
     @pytest.hookimpl
     def pytest_sessionstart(self) -> None:
@@ -124,44 +76,51 @@ class SGLangReporter:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """File the ``sglang`` entries this report adds to its test (``report_entries``)."""
         fresh = report_entries(report)
-        if not fresh:
-            return
+        rows: dict[str, list[Any]] = {
+            "measurement": self.measurements,
+            "verdict": self.verdicts,
+            "server_failure": self.server_failures,
+        }
         for entry in fresh:
-            if entry["record"] == "measurement":
-                self.measurements.append(cast("MeasurementRow", as_row(entry, report.nodeid)))
-            elif entry["record"] == "verdict":
-                self.verdicts.append(cast("VerdictRow", as_row(entry, report.nodeid)))
+            if entry["record"] == "gpus":
+                self.gpus = list(entry["names"])
             elif entry["record"] == "server":
                 self.servers.append(entry)
-            elif entry["record"] == "server_failure":
-                self.server_failures.append(cast("ServerFailureRow", as_row(entry, report.nodeid)))
-            elif entry["record"] == "gpus":
-                self.gpus = list(entry["names"])
-        self.write(complete=False)
+            else:
+                rows[entry["record"]].append(as_row(entry, report.nodeid))
+        if fresh:
+            self.write()
 
-    # -- output ---------------------------------------------------------------------------
+    def document(self, exit_status: int | None = None) -> dict[str, Any]:
+        """Return the report as plain JSON (``schemas/report.schema.json``).
 
-    def document(
-        self, *, complete: bool, interrupted: bool = False, exit_status: int | None = None
-    ) -> dict[str, Any]:
-        """Return the report as plain JSON types (see ``schemas/report.schema.json``)."""
+        Incomplete while the session runs (no ``exit_status``) and after an interrupt.
+        """
         import platform
 
         from pytest_sglang._version import plugin_version
+        from pytest_sglang.config.settings import SETTINGS_KEY
 
-        measurements = self.unique_measurements()
-        launches = self._launches()
+        launches = self.launches()
         # The latest entry of a server says most (a launched server that died since), and
         # its launch record is the pool's latest, matched by pid.
-        servers = _dedupe(self.servers, lambda s: f"{s['name']} {s['url']}", last=True)
+        latest: dict[str, ServerEntry] = {}
+        for server in self.servers:
+            latest.pop(f"{server['name']} {server['url']}", None)
+            latest[f"{server['name']} {server['url']}"] = server
         by_pid = {launch.get("pid"): launch for launch in launches if launch.get("pid")}
-        servers = [_with_launch(s, by_pid) for s in servers]
-        versions = sorted({str(s["version"]) for s in servers if s.get("version")})
-        document: dict[str, Any] = {
+        servers = [
+            cast("ServerEntry", {**s, "launch": by_pid[pid]})
+            if (pid := (s.get("launch") or {}).get("pid")) in by_pid
+            else s
+            for s in latest.values()
+        ]
+        shard = self.config.stash[SETTINGS_KEY].shard.value
+        document = {
             "format": "pytest-sglang-report",
             "version": REPORT_VERSION,
-            "complete": complete,
-            "interrupted": interrupted,
+            "complete": exit_status not in (None, pytest.ExitCode.INTERRUPTED),
+            "interrupted": exit_status == pytest.ExitCode.INTERRUPTED,
             "exit_status": exit_status,
             "created": self.created,
             "updated": _now(),
@@ -170,111 +129,76 @@ class SGLangReporter:
                 "python": sys.version.split()[0],
                 "pytest": pytest.__version__,
                 "platform": platform.platform(),
-                "sglang_versions": versions,
+                "sglang_versions": sorted({str(s["version"]) for s in servers if s.get("version")}),
                 "gpus": self.gpus,
-                **self._shard(),
+                **({"shard": str(shard)} if shard is not None else {}),
             },
             "servers": servers,
-            "measurements": measurements,
+            "measurements": unique_measurements(self.measurements),
             "verdicts": self.verdicts,
             "launches": launches,
             "server_failures": self.server_failures,
         }
-        redacted: dict[str, Any] = self._redact.json(document)
+        redacted: dict[str, Any] = self.redact.json(document)
         return redacted
 
-    def _shard(self) -> dict[str, str]:
-        """``{"shard": "K/N"}`` under ``--sglang-shard``: which part of a split suite this is."""
-        from pytest_sglang.config.settings import SETTINGS_KEY
-
-        settings = self.config.stash.get(SETTINGS_KEY, None)
-        shard = getattr(settings, "shard", None)
-        value = getattr(shard, "value", None)
-        return {"shard": str(value)} if value is not None else {}
-
-    def write(
-        self, *, complete: bool, interrupted: bool = False, exit_status: int | None = None
-    ) -> None:
-        """Write the JSON report atomically (no-op without ``--sglang-report``).
-
-        A failure is a warning, never an error.
-        """
+    def write(self, exit_status: int | None = None) -> None:
+        """Write the JSON report atomically (without ``--sglang-report``, nothing)."""
         if self.path is None or self.config.option.collectonly:
             return
-        from pytest_sglang.report.writing import write_atomic
-
         try:
-            document = self.document(
-                complete=complete, interrupted=interrupted, exit_status=exit_status
-            )
+            document = self.document(exit_status)
             text = json.dumps(document, indent=1, allow_nan=False, default=str) + "\n"
-            write_atomic(self.path, text)
+            writing.write_atomic(self.path, text)
         except (OSError, ValueError) as exc:
-            self._written = False
             self._problem("the JSON report", self.path, exc)
+            self.written = False
         else:
-            self._written = True
+            self.written = True
 
     def _problem(self, what: str, path: Path, exc: BaseException) -> None:
         cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        line = self._redact(f"{what} could not be written to {path}: {cause}")
-        if line in self.problems:
-            return
-        self.problems.append(line)
-        # Say it where warnings go as well; under -W error it must not become the error.
-        try:
-            warnings.warn(SGLangWarning(line), stacklevel=2)
-        except Warning:
-            pass
+        line = self.redact(f"{what} could not be written to {path}: {cause}")
+        if line not in self.problems:
+            self.problems.append(line)
+            # Said where warnings go as well; under -W error it must not become the error.
+            with contextlib.suppress(Warning):
+                warnings.warn(SGLangWarning(line), stacklevel=2)
 
-    def unique_measurements(self) -> list[MeasurementRow]:
-        """Return the measurements, each once (a cached one is recorded by every user)."""
-        return unique_measurements(self.measurements)
+    def _summary(self) -> tuple[list[MeasurementRow], dict[str, float]]:
+        """Return the rows the tables show and the emulated servers they name."""
+        from pytest_sglang.report.summary import emulated_speedups
 
-    def append_markdown(self, *, interrupted: bool) -> None:
-        """Append the Markdown summary to ``--sglang-markdown PATH`` (no-op without it).
-
-        Appended, not replaced: ``$GITHUB_STEP_SUMMARY`` collects every step's summary.
-        """
-        if self.markdown is None or self.config.option.collectonly:
-            return
-        from pytest_sglang.report.summary import emulated_speedups, render_markdown
-        from pytest_sglang.report.writing import write_atomic
-
-        note = "The run was interrupted: these are the results up to then." if interrupted else None
-        rows = _table_rows(self.unique_measurements())
-        emulated = emulated_speedups(self.servers)
-        text = self._redact(render_markdown(rows, self.verdicts, note=note, emulated=emulated))
-        try:
-            follows = self.markdown.is_file() and self.markdown.stat().st_size > 0
-            # A blank line first, so that a previous summary's last block ends there.
-            write_atomic(self.markdown, ("\n" if follows else "") + text, append=True)
-        except OSError as exc:
-            self._problem("the Markdown summary", self.markdown, exc)
+        return unique_measurements(self.measurements), emulated_speedups(self.servers)
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        """Write the final report and the Markdown summary."""
+        """Write the final report and append the Markdown summary to ``--sglang-markdown``."""
+        self.write(int(exitstatus))
+        if self.markdown is None or self.config.option.collectonly:
+            return
+        from pytest_sglang.report.summary import render_markdown
+
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
-        self.write(complete=not interrupted, interrupted=interrupted, exit_status=int(exitstatus))
+        note = "The run was interrupted: these are the results up to then." if interrupted else None
         try:
-            self.append_markdown(interrupted=interrupted)
-        except Exception as exc:  # rendering: never the reason the run fails
-            if self.markdown is not None:
-                self._problem("the Markdown summary", self.markdown, exc)
+            rows, emulated = self._summary()
+            text = render_markdown(rows, self.verdicts, note=note, emulated=emulated)
+            writing.append_summary(self.markdown, self.redact(text))
+        except Exception as exc:  # rendering or writing: never the reason the run fails
+            self._problem("the Markdown summary", self.markdown, exc)
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         """Print the results tables and verdicts, and any output that could not be written."""
         if self.measurements or self.verdicts:
-            from pytest_sglang.report.summary import emulated_speedups, render_tables
+            from pytest_sglang.report.summary import render_tables
 
             terminalreporter.section("sglang results")
-            rows = _table_rows(self.unique_measurements())
-            emulated = emulated_speedups(self.servers)
+            rows, emulated = self._summary()
             for line in render_tables(rows, self.verdicts, emulated=emulated):
-                terminalreporter.write_line(self._redact(line))
-            if self.path is not None and self._written and not self.problems:
+                terminalreporter.write_line(self.redact(line))
+            if self.path is not None and self.written and not self.problems:
                 terminalreporter.write_line(f"report written to {self.path}")
         if self.problems:
             terminalreporter.section("sglang output problems", yellow=True)

@@ -16,11 +16,9 @@ from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
 __all__ = [
     "Entry",
     "GpusEntry",
-    "LaunchOutcome",
     "MeasurementBody",
     "MeasurementEntry",
     "MeasurementRow",
-    "RunMode",
     "Schedule",
     "ServerEntry",
     "ServerFailureBody",
@@ -35,7 +33,6 @@ __all__ = [
     "group_warnings",
     "join_levels",
     "load_cell",
-    "measurement_key",
     "run_median",
     "run_values",
     "split_levels",
@@ -58,10 +55,6 @@ VerdictKind: TypeAlias = Literal[
 VerdictOutcome: TypeAlias = Literal["pass", "fail", "inconclusive", "finding"]
 #: How a compared server's runs were scheduled: one after the other, or alternating.
 Schedule: TypeAlias = Literal["blocks", "interleaved"]
-#: The load shape of a run: closed loop (C in flight) or open loop (a rate).
-RunMode: TypeAlias = Literal["closed", "open"]
-#: A launch's state; a failed launch says ``failed: <error type>``, a dead one its exit.
-LaunchOutcome: TypeAlias = str
 
 
 class ServerEntry(TypedDict):
@@ -184,25 +177,16 @@ def as_row(entry: Mapping[str, Any], test: str) -> dict[str, Any]:
     return {"test": test, **{k: v for k, v in entry.items() if k != "record"}}
 
 
-def measurement_key(row: Mapping[str, Any]) -> str:
-    """Return what tells one measurement from another: server, workload, load and runs.
-
-    A cached measurement is recorded by every test that used it; this key keeps it once,
-    the same for the JSON report and the saved baseline (an open loop's load is its rate).
-    """
-    load = [row["concurrency"], row.get("rate"), row.get("arrival")]
-    return json.dumps([row["server"], row["workload"], *load, len(row["runs"])], sort_keys=True)
-
-
 def unique_measurements(rows: Iterable[Mapping[str, Any]]) -> list[Any]:
     """Return ``rows`` with each measurement once: its first whole row, else its cut one.
 
-    A run cut by an interrupt or a timeout is not cached, so a later test may measure the
-    same thing whole; the whole row is the one kept.
+    A cached measurement is recorded by every test that used it, and a cut one is not cached
+    (a later test may measure it whole): the JSON report and the saved baseline keep one.
     """
     kept: dict[str, Mapping[str, Any]] = {}
     for row in rows:
-        key = measurement_key(row)
+        load = [row["concurrency"], row.get("rate"), row.get("arrival")]
+        key = json.dumps([row["server"], row["workload"], *load, len(row["runs"])], sort_keys=True)
         if key not in kept or ("cut" in kept[key] and "cut" not in row):
             kept[key] = row
     return list(kept.values())
@@ -226,11 +210,7 @@ def join_levels(levels: Iterable[int], text: str) -> str:
 
 
 def group_warnings(warnings: Iterable[str]) -> list[str]:
-    """Return ``warnings`` with each text once, the load levels it was given at merged.
-
-    ``C=70: x``, ``C=100: x`` and ``C=250: x`` become ``C=70, 100, 250: x``, so that a
-    warning that holds at several levels (a request cap, say) is one line naming them.
-    """
+    """Return ``warnings`` with each text once, its load levels merged (``C=70, 100: x``)."""
     levels: dict[tuple[str, bool], set[int]] = {}
     for warning in warnings:
         found, text = split_levels(warning)

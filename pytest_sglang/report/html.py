@@ -10,10 +10,11 @@ import html
 import json
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from pytest_sglang.config.redaction import redact_argv
-from pytest_sglang.report.entries import load_cell, run_values
+from pytest_sglang.report.entries import MeasurementRow
+from pytest_sglang.report.summary import HEADER, cells, describe_workload
 
 __all__ = ["render_html"]
 
@@ -21,7 +22,7 @@ _CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;color:#1d1d1f;
  max-width:1400px}
 h1{font-size:22px;margin-bottom:4px}h2{font-size:18px;border-bottom:1px solid #ddd;
- padding-bottom:4px;margin-top:28px}h3{font-size:15px}
+ padding-bottom:4px;margin-top:28px}
 table{border-collapse:collapse;margin:8px 0;font-size:13px}
 td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f5f5f7}td.num{text-align:right;font-variant-numeric:tabular-nums}
@@ -58,49 +59,35 @@ def _e(value: object) -> str:
     return html.escape("" if value is None else str(value))
 
 
-def _seconds(value: object) -> str:
-    """Return a duration in seconds to one decimal, or nothing when it is not a number."""
-    return f"{value:.1f}" if isinstance(value, (int, float)) else ""
-
-
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]], numeric: int = 0) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in header)
-    body = []
-    for row in rows:
-        cells = []
-        for index, cell in enumerate(row):
-            cls = ' class="num"' if numeric and index >= numeric else ""
-            cells.append(f"<td{cls}>{_e(cell)}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+    """Return an HTML table; columns from ``numeric`` on (when given) are right-aligned."""
+    num = ' class="num"'
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f"<td{num if numeric and i >= numeric else ''}>{_e(c)}</td>" for i, c in enumerate(row)
+        )
+        + "</tr>"
+        for row in rows
+    )
+    return "<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in header) + f"</tr>{body}</table>"
 
 
-def _median(runs: Sequence[Mapping[str, Any]], metric: str, scale: float = 1.0) -> str:
-    values = [value * scale for value in run_values(runs, metric)]
+def _median(values: Sequence[float], scale: float, digits: int) -> str:
+    """Return the median of the runs' values to two decimals, ± half their range in percent."""
     if not values:
         return "-"
-    median = statistics.median(values)
-    spread = (max(values) - min(values)) / median * 100 if median else 0.0
+    median = statistics.median(values) * scale
+    spread = (max(values) - min(values)) * scale / median * 100 if median else 0.0
     return f"{median:.2f} (±{spread / 2:.1f}%)" if len(values) > 1 else f"{median:.2f}"
 
 
-def _workload_title(workload: Mapping[str, Any]) -> str:
-    text = (
-        f"{workload.get('endpoint')}, input {workload.get('input_len')}, output "
-        f"{workload.get('output_len')} tokens, {workload.get('requests')} requests"
-    )
-    if workload.get("requests_per_slot"):
-        text += f" ({workload['requests_per_slot']} per slot)"
-    return text
-
-
 def _groups(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """Group rows by workload (its request count aside: a baseline's may differ)."""
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
-        key = json.dumps(
-            {k: v for k, v in row["workload"].items() if k != "requests"}, sort_keys=True
-        )
-        groups.setdefault(key, []).append(row)
+        workload = {k: v for k, v in row["workload"].items() if k != "requests"}
+        groups.setdefault(json.dumps(workload, sort_keys=True), []).append(row)
     return groups
 
 
@@ -109,55 +96,42 @@ def _regressed_levels(
 ) -> list[tuple[str, int]]:
     """Return the (server, concurrency) of ``rows`` that a regression verdict failed.
 
-    Looked up by the workload as the measurement holds it (the verdict's
-    ``evidence.workload``), not by the fingerprint's, in which ``requests_per_slot`` is
-    already resolved into the requests a run at that concurrency sent.
+    Matched by the workload as the measurement holds it (``evidence.workload``): the
+    fingerprint's has ``requests_per_slot`` resolved already.
     """
-
-    def key(server: object, workload: object, concurrency: object) -> str:
-        return json.dumps([str(server), workload, concurrency], sort_keys=True)
-
-    levels = {
-        key(r["server"], r["workload"], r["concurrency"]): int(r["concurrency"])
-        for r in rows
-        if r.get("rate") is None
-    }
+    measured = [
+        [str(r["server"]), r["workload"], r["concurrency"]] for r in rows if r.get("rate") is None
+    ]
     out = []
     for verdict in verdicts:
-        if verdict.get("kind") != "assert_no_regression" or verdict.get("outcome") != "fail":
-            continue
         evidence = verdict.get("evidence", {})
         server = str(evidence.get("a", "")).split(" @ ")[0]
-        concurrency = evidence.get("fingerprint", {}).get("concurrency")
-        found = key(server, evidence.get("workload"), concurrency)
-        if found in levels:
-            out.append((server, levels[found]))
+        level = evidence.get("fingerprint", {}).get("concurrency")
+        failed = verdict.get("kind") == "assert_no_regression" and verdict.get("outcome") == "fail"
+        if failed and [server, evidence.get("workload"), level] in measured:
+            out.append((server, int(level)))
     return out
 
 
 def _crossovers(verdicts: Sequence[Mapping[str, Any]]) -> list[tuple[str, int]]:
+    """Return the crossovers found, as (spec/base, level)."""
     out = []
     for verdict in verdicts:
-        if verdict.get("kind") != "find_crossover":
-            continue
         evidence = verdict.get("evidence", {})
         level = (evidence.get("crossover") or {}).get("level")
-        if isinstance(level, int):
+        if verdict.get("kind") == "find_crossover" and isinstance(level, int):
             out.append((f"{evidence.get('spec')}/{evidence.get('base')}", level))
     return out
 
 
 def _verdict_html(verdict: Mapping[str, Any]) -> str:
     outcome = str(verdict.get("outcome", ""))
-    tag = (
-        "REGRESSION"
-        if outcome == "fail" and verdict.get("kind") == "assert_no_regression"
-        else outcome.upper()
-    )
+    regression = outcome == "fail" and verdict.get("kind") == "assert_no_regression"
     warnings = "".join(f"<li>{_e(w)}</li>" for w in verdict.get("warnings", []))
     evidence = verdict.get("table") or json.dumps(verdict.get("evidence", {}), indent=1)
     return (
-        f'<div class="verdict {_e(outcome)}"><span class="badge {_e(outcome)}">{_e(tag)}</span> '
+        f'<div class="verdict {_e(outcome)}"><span class="badge {_e(outcome)}">'
+        f"{'REGRESSION' if regression else _e(outcome.upper())}</span> "
         f"<code>{_e(verdict.get('kind'))}</code> in <code>{_e(verdict.get('test'))}</code>"
         f"<p>{_e(verdict.get('summary'))}</p>"
         + (f"<ul class=muted>{warnings}</ul>" if warnings else "")
@@ -166,28 +140,52 @@ def _verdict_html(verdict: Mapping[str, Any]) -> str:
     )
 
 
+def _workload_html(
+    index: int,
+    rows: Sequence[Mapping[str, Any]],
+    baselines: Sequence[Mapping[str, Any]],
+    verdicts: Sequence[Mapping[str, Any]],
+) -> list[str]:
+    """Return one workload's section: its plots, then its table."""
+    from pytest_sglang.report.plots import render_workload_plots, series_of
+
+    title = describe_workload(rows[0]["workload"])
+    plots = render_workload_plots(
+        series_of(rows) + series_of(baselines, baseline=True),
+        title=title,
+        crossovers=_crossovers(verdicts),
+        regressions=_regressed_levels(verdicts, rows),
+    )
+    ordered = sorted(rows, key=lambda r: (r["concurrency"], r["server"]))
+    table_rows = [cells(cast("MeasurementRow", r), _median) for r in ordered]
+    return [
+        f"<h2>Workload {index}: {_e(title)}</h2>",
+        *(
+            f'<figure class="plot">{svg}<figcaption class="muted">{_e(text)}</figcaption></figure>'
+            for text, svg in plots
+        ),
+        _table(HEADER, table_rows, numeric=1),
+        '<p class="muted">medians over runs, times in ms; ± half the range of the runs</p>',
+    ]
+
+
 def render_html(
     document: Mapping[str, Any],
     *,
     baselines: Sequence[Mapping[str, Any]] = (),
-    title: str = "pytest-sglang qualification report",
     no_verdicts: str | None = None,
 ) -> str:
-    """Return the report as one self-contained HTML page.
+    """Return a results report (``schemas/report.schema.json``) as one self-contained page.
 
-    :param document: a results report (``schemas/report.schema.json``).
-    :param baselines: stored measurement rows (with a ``session`` key) drawn dashed on the
-        same axes as the measurements of the same workload.
-    :param no_verdicts: what to say when there are no verdicts, where "No verdicts were
-        recorded" would not be true (a stored session saved without them).
+    ``baselines`` (stored rows with a ``session`` key) are drawn dashed beside the measurements
+    of the same workload; ``no_verdicts`` replaces "No verdicts were recorded" where that would
+    not be true (a stored session saved without them).
     """
-    from pytest_sglang.report.plots import render_workload_plots, series_of
-
-    environment = document.get("environment", {})
-    measurements = list(document.get("measurements", []))
+    title = "pytest-sglang qualification report"
     order = {"fail": 0, "inconclusive": 1}
     verdicts = sorted(document.get("verdicts", []), key=lambda v: order.get(v.get("outcome"), 2))
     failed = [v for v in verdicts if v.get("outcome") == "fail"]
+    complete = "complete" if document.get("complete") else "INCOMPLETE (interrupted or running)"
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -196,113 +194,43 @@ def render_html(
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{_e(title)}</h1>",
         f'<p class="muted">created {_e(document.get("created"))}, updated '
-        f"{_e(document.get('updated'))}; "
-        f"{'complete' if document.get('complete') else 'INCOMPLETE (interrupted or running)'}"
-        "</p>",
+        f"{_e(document.get('updated'))}; {complete}</p>",
     ]
     if failed:
+        summaries = "; ".join(_e(v.get("summary")) for v in failed[:5])
         parts.append(
-            f'<p class="summary-fail"><b>{len(failed)} verdict(s) failed</b>: '
-            + "; ".join(_e(v.get("summary")) for v in failed[:5])
-            + "</p>"
+            f'<p class="summary-fail"><b>{len(failed)} verdict(s) failed</b>: {summaries}</p>'
         )
     elif verdicts:
         parts.append(f'<p class="summary-ok">{len(verdicts)} verdict(s), none failed.</p>')
-    env_rows = [
+    environment = [
         (k.replace("_", " "), ", ".join(map(str, v)) if isinstance(v, list) else v)
-        for k, v in environment.items()
+        for k, v in document.get("environment", {}).items()
     ]
-    parts += ["<h2>Environment</h2>", _table(("what", "value"), env_rows)]
-
-    servers = document.get("servers", [])
+    parts += ["<h2>Environment</h2>", _table(("what", "value"), environment)]
+    servers = []
+    for server in document.get("servers", []):
+        command = redact_argv([str(a) for a in (server.get("launch") or {}).get("command", [])])
+        ready = (server.get("readiness") or {}).get("total")
+        servers.append([server.get(key) for key in ("name", "url", "version", "model")])
+        ready_s = f"{ready:.1f}" if isinstance(ready, (int, float)) else ""
+        servers[-1] += [" ".join(command) or "(attached)", ready_s]
     if servers:
-        server_rows = []
-        for server in servers:
-            launch = server.get("launch") or {}
-            command = " ".join(redact_argv([str(a) for a in launch.get("command", [])]))
-            readiness = server.get("readiness") or {}
-            server_rows.append(
-                (
-                    server.get("name"),
-                    server.get("url"),
-                    server.get("version"),
-                    server.get("model"),
-                    command or "(attached)",
-                    _seconds(readiness.get("total")),
-                )
-            )
-        parts += [
-            "<h2>Servers</h2>",
-            _table(
-                (
-                    "name",
-                    "url",
-                    "SGLang",
-                    "model",
-                    "launch command (secrets redacted)",
-                    "ready in (s)",
-                ),
-                server_rows,
-            ),
-        ]
+        header = ("name", "url", "SGLang", "model", "launch command (secrets redacted)")
+        parts += ["<h2>Servers</h2>", _table((*header, "ready in (s)"), servers)]
+    measurements = list(document.get("measurements", []))
     configs: dict[str, tuple[str, str]] = {}
     for row in measurements:
-        config = row.get("config") or {}
-        text = ", ".join(f"{k}={v}" for k, v in sorted(config.items()))
+        text = ", ".join(f"{k}={v}" for k, v in sorted((row.get("config") or {}).items()))
         configs.setdefault(f"{row['server']}|{text}", (str(row["server"]), text))
     if configs:
         parts += [
             "<h2>Configurations (what the fingerprint compares)</h2>",
             _table(("server", "effective configuration (/server_info)"), list(configs.values())),
         ]
-
-    base_groups = _groups(baselines)
-    crossovers = _crossovers(verdicts)
-    for index, (key, rows) in enumerate(_groups(measurements).items()):
-        workload = rows[0]["workload"]
-        parts.append(f"<h2>Workload {index + 1}: {_e(_workload_title(workload))}</h2>")
-        series = series_of(rows) + series_of(base_groups.get(key, []), baseline=True)
-        plots = render_workload_plots(
-            series,
-            title=_workload_title(workload),
-            crossovers=crossovers,
-            regressions=_regressed_levels(verdicts, rows),
-        )
-        for caption, svg in plots:
-            parts.append(
-                f'<figure class="plot">{svg}<figcaption class="muted">{_e(caption)}'
-                "</figcaption></figure>"
-            )
-        table_rows = [
-            (
-                r["server"],
-                load_cell(r),
-                len(r["runs"]),
-                _median(r["runs"], "output_throughput"),
-                _median(r["runs"], "ttft.p50", 1000),
-                _median(r["runs"], "ttft.p99", 1000),
-                _median(r["runs"], "itl.p50", 1000),
-                sum(int(run.get("failed", 0)) for run in r["runs"]),
-            )
-            for r in sorted(rows, key=lambda r: (r["concurrency"], r["server"]))
-        ]
-        parts.append(
-            _table(
-                (
-                    "server",
-                    "C",
-                    "runs",
-                    "out tok/s",
-                    "TTFT p50 ms",
-                    "TTFT p99 ms",
-                    "ITL p50 ms",
-                    "errors",
-                ),
-                table_rows,
-                numeric=1,
-            )
-        )
-        parts.append('<p class="muted">medians over runs; ± half the range of the runs</p>')
+    stored = _groups(baselines)
+    for index, (key, rows) in enumerate(_groups(measurements).items(), 1):
+        parts += _workload_html(index, rows, stored.get(key, []), verdicts)
     parts.append("<h2>Verdicts</h2>")
     if not verdicts:
         parts.append(f'<p class="muted">{_e(no_verdicts or "No verdicts were recorded.")}</p>')

@@ -1,9 +1,6 @@
 """Each test report's evidence, taken once; concise properties for JUnit XML in its place.
 
-On the controller, before any other plugin sees a report, :class:`EntryLedger` takes the
-``sglang`` entries out of ``user_properties`` (keeping the new ones for
-:func:`report_entries`) and leaves concise properties for ``--junitxml`` in their place
-(listed in docs/ci.md, "JUnit XML"). The full evidence stays in the JSON report.
+The full evidence stays in the JSON report; the properties are listed in docs/ci.md.
 """
 
 from __future__ import annotations
@@ -12,7 +9,9 @@ import json
 import math
 import re
 import weakref
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import pytest
@@ -54,12 +53,7 @@ def add_entry(report: pytest.TestReport, entry: Entry) -> None:
     _ENTRIES.setdefault(report, []).append(entry)
 
 
-def _test_key(report: pytest.TestReport) -> tuple[str, str | None]:
-    # Under xdist, the same test id could run on two workers (--dist each).
-    worker = getattr(report, "worker_id", None)
-    return report.nodeid, None if worker is None else str(worker)
-
-
+@dataclass(eq=False)
 class EntryLedger:
     """Takes the ``sglang`` entries out of each test report, leaves concise properties.
 
@@ -67,12 +61,13 @@ class EntryLedger:
     travel with the report.
     """
 
-    def __init__(self, redact: Redactor | None = None) -> None:
-        self._redact = redact or Redactor()
-        #: How many raw entries of each test were taken already.
-        self._seen: dict[tuple[str, str | None], int] = {}
-        #: The running test's reports so far, whose properties the teardown refreshes.
-        self._reports: dict[tuple[str, str | None], list[pytest.TestReport]] = {}
+    redact: Redactor = field(default_factory=Redactor)
+    #: How many raw entries of each test (id and xdist worker) were taken already.
+    _seen: dict[tuple[str, str], int] = field(default_factory=dict, init=False)
+    #: The running test's reports so far, whose properties the teardown refreshes.
+    _reports: dict[tuple[str, str], list[pytest.TestReport]] = field(
+        default_factory=dict, init=False
+    )
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> Generator[None, None, None]:
@@ -82,7 +77,8 @@ class EntryLedger:
 
     def take(self, report: pytest.TestReport) -> None:
         """Take ``report``'s new entries (see :func:`report_entries`), set its properties."""
-        key = _test_key(report)
+        # Under xdist, the same test id could run on two workers (--dist each).
+        key = (report.nodeid, str(getattr(report, "worker_id", "")))
         raw = [value for name, value in report.user_properties if name == ENTRY_NAME]
         seen = self._seen.get(key, 0)
         if len(raw) < seen:  # the test ran again with fresh properties (a rerun)
@@ -96,7 +92,7 @@ class EntryLedger:
         # The gate adds verdicts to a call report after this wrapper ran: the teardown
         # report refreshes every report of the test (junitxml may close on the call report).
         entries = [entry for r in reports for entry in _ENTRIES.get(r, ())]
-        concise = concise_properties(entries, self._redact)
+        concise = concise_properties(entries, self.redact)
         for each in reports if report.when == "teardown" else [report]:
             each.user_properties = [
                 (name, value)
@@ -117,77 +113,62 @@ def _name(text: object) -> str:
     return _NAME_UNSAFE.sub("_", str(text)) or "_"
 
 
-def _number(value: object, digits: int = 1) -> float | None:
+def _number(value: object, digits: int, scale: float = 1.0) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
-    return round(float(value), digits)
-
-
-def _longest_string(value: Any, path: tuple[Any, ...] = ()) -> tuple[int, tuple[Any, ...]]:
-    if isinstance(value, str):
-        return len(value), path
-    items: Iterable[tuple[Any, Any]] = ()
-    if isinstance(value, dict):
-        items = value.items()
-    elif isinstance(value, list):
-        items = enumerate(value)
-    best: tuple[int, tuple[Any, ...]] = (-1, ())
-    for key, item in items:
-        found = _longest_string(item, (*path, key))
-        if found[0] > best[0]:
-            best = found
-    return best
+    return round(float(value) * scale, digits)
 
 
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
 
 
+def _longest(value: Any) -> int:
+    """Return the length of the longest string in ``value`` (JSON types)."""
+    if isinstance(value, str):
+        return len(value)
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
+    return max(map(_longest, items), default=0)
+
+
+def _clip_all(value: Any, limit: int) -> Any:
+    """Return ``value`` with every string in it clipped to ``limit`` characters."""
+    if isinstance(value, str):
+        return _clip(value, limit)
+    if isinstance(value, dict):
+        return {key: _clip_all(item, limit) for key, item in value.items()}
+    return [_clip_all(item, limit) for item in value] if isinstance(value, list) else value
+
+
 def json_value(value: Any, redact: Redactor, limit: int = MAX_VALUE_CHARS) -> str:
     """Return ``value`` as compact JSON of at most ``limit`` characters, redacted.
 
-    Too long: the longest strings inside are shortened (ending in ``…``) until it fits.
+    Too long: the longest strings inside are halved (ending in ``…``) until it fits.
     """
     value = redact.json(value)
     for _ in range(64):
         text = redact(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
         if len(text) <= limit:
             return text
-        length, path = _longest_string(value)
-        if length <= 1:
+        longest = _longest(value)
+        if longest <= 1:
             break
-        parent = value
-        for key in path[:-1]:
-            parent = parent[key]
-        if not path:
-            value = _clip(value, length // 2)
-        else:
-            parent[path[-1]] = _clip(parent[path[-1]], length // 2)
+        value = _clip_all(value, longest // 2)
     return json.dumps({"clipped": True, "see": "the JSON report (--sglang-report)"})
 
 
-def _text_value(text: str, redact: Redactor) -> str:
-    return _clip(redact(text), MAX_VALUE_CHARS)
-
-
 def _verdict_value(entry: Mapping[str, Any]) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "kind": entry.get("kind"),
-        "outcome": entry.get("outcome"),
-        "metric": entry.get("metric"),
-    }
     evidence = entry.get("evidence")
-    comparison = evidence.get("comparison") if isinstance(evidence, Mapping) else None
+    evidence = evidence if isinstance(evidence, Mapping) else {}
+    comparison = evidence.get("comparison")
+    crossover = evidence.get("crossover")
+    body: dict[str, Any] = {k: entry.get(k) for k in ("kind", "outcome", "metric")}
     if isinstance(comparison, Mapping):
-        for key in ("ratio", "lower_bound", "p_value"):
-            number = _number(comparison.get(key), 4)
-            if number is not None:
-                body[key] = number
-    crossover = evidence.get("crossover") if isinstance(evidence, Mapping) else None
+        numbers = {k: _number(comparison.get(k), 4) for k in ("ratio", "lower_bound", "p_value")}
+        body.update({k: v for k, v in numbers.items() if v is not None})
     if isinstance(crossover, Mapping) and "level" in crossover:
         body["level"] = crossover.get("level")
-    body["summary"] = str(entry.get("summary", ""))
-    return body
+    return {**body, "summary": str(entry.get("summary", ""))}
 
 
 def concise_properties(entries: Sequence[Entry], redact: Redactor) -> list[tuple[str, object]]:
@@ -199,72 +180,48 @@ def concise_properties(entries: Sequence[Entry], redact: Redactor) -> list[tuple
     verdicts = [e for e in entries if e["record"] == "verdict"]
     outcomes = {str(v["outcome"]) for v in verdicts}
     worst = next((o for o in _VERDICT_ORDER if o in outcomes), None)
-    if worst is not None:
-        props.append(("sglang.verdict", worst))
+    props += [("sglang.verdict", worst)] if worst is not None else []
     for index, verdict in enumerate(verdicts, 1):
         props.append((f"sglang.verdict.{index}", json_value(_verdict_value(verdict), redact)))
     props += _measurement_properties(entries, redact)
-    servers: dict[str, Mapping[str, Any]] = {}
-    for entry in entries:
-        if entry["record"] == "server":
-            servers[str(entry["name"])] = entry
+    servers = {str(e["name"]): e for e in entries if e["record"] == "server"}
     for name, server in servers.items():
-        body = {
-            "url": server.get("url"),
-            "model": server.get("model"),
-            "version": server.get("version"),
-        }
+        body = {key: server.get(key) for key in ("url", "model", "version")}
         props.append((f"sglang.server.{_name(name)}", json_value(body, redact)))
     for entry in entries:
         if entry["record"] == "server_failure":
-            message = str(entry.get("message", "")).strip().splitlines()
-            body = {
-                "error": entry.get("error"),
-                "phase": entry.get("phase"),
-                "exit_code": entry.get("exit_code"),
-                "message": message[0] if message else "",
-            }
-            props.append(
-                (f"sglang.server_failure.{_name(entry['server'])}", json_value(body, redact))
-            )
+            body = {key: entry.get(key) for key in ("error", "phase", "exit_code")}
+            body["message"] = next(iter(str(entry.get("message", "")).strip().splitlines()), "")
+            name = f"sglang.server_failure.{_name(entry['server'])}"
+            props.append((name, json_value(body, redact)))
     gpus = next((e for e in reversed(entries) if e["record"] == "gpus"), None)
     if gpus is not None and gpus["names"]:
-        counts: dict[str, int] = {}
-        for gpu in gpus["names"]:
-            counts[str(gpu)] = counts.get(str(gpu), 0) + 1
-        props.append(("sglang.gpus", json_value(counts, redact)))
+        counts = Counter(str(gpu) for gpu in gpus["names"])
+        props.append(("sglang.gpus", json_value(dict(counts), redact)))
     # Anything not built above still must not exceed the limit.
-    return [(name, _text_value(str(value), redact)) for name, value in props]
+    return [(name, _clip(redact(str(value)), MAX_VALUE_CHARS)) for name, value in props]
 
 
 def _measurement_properties(entries: Sequence[Entry], redact: Redactor) -> list[tuple[str, object]]:
     # The latest of each (server, workload, level): a cached measurement is recorded again.
-    rows: dict[str, Mapping[str, Any]] = {}
-    workloads: list[str] = []
-    for entry in entries:
-        if entry["record"] != "measurement":
-            continue
-        workload = json.dumps(entry["workload"], sort_keys=True)
-        if workload not in workloads:
-            workloads.append(workload)
-        key = json.dumps([entry["server"], workload, entry["concurrency"]])
-        rows.pop(key, None)
-        rows[key] = entry
+    measured = [e for e in entries if e["record"] == "measurement"]
+    workloads = list(dict.fromkeys(json.dumps(e["workload"], sort_keys=True) for e in measured))
+    rows = {json.dumps([e["server"], e["workload"], e["concurrency"]]): e for e in measured}
     props: list[tuple[str, object]] = []
     several = len(workloads) > 1
     for index, workload in enumerate(workloads, 1):
         name = f"sglang.workload.w{index}" if several else "sglang.workload"
         props.append((name, json_value(json.loads(workload), redact)))
-    ordered = sorted(rows.values(), key=lambda r: (str(r["server"]), int(r["concurrency"])))
-    for row in ordered:
+    for row in sorted(rows.values(), key=lambda r: (str(r["server"]), int(r["concurrency"]))):
         runs = row["runs"]
         tag = f".w{workloads.index(json.dumps(row['workload'], sort_keys=True)) + 1}"
         base = f"sglang.{_name(row['server'])}{tag if several else ''}.c{row['concurrency']}"
-        figures: dict[str, float | int | None] = {
+        rate = _number(run_median(runs, "output_throughput"), 1)
+        figures = {
             # A negative rate (a server's negative token counts) is no speed.
-            "output_tok_s": _nonnegative(_number(run_median(runs, "output_throughput"), 1)),
-            "ttft_p50_ms": _number(_scaled(run_median(runs, "ttft.p50")), 2),
-            "itl_p50_ms": _number(_scaled(run_median(runs, "itl.p50")), 3),
+            "output_tok_s": None if rate is None or rate < 0 else rate,
+            "ttft_p50_ms": _number(run_median(runs, "ttft.p50"), 2, 1000),
+            "itl_p50_ms": _number(run_median(runs, "itl.p50"), 3, 1000),
             "runs": len(runs),
             "errors": sum(int(run.get("failed", 0) or 0) for run in runs),
         }
@@ -272,11 +229,3 @@ def _measurement_properties(entries: Sequence[Entry], redact: Redactor) -> list[
         if row.get("cut"):  # a timeout or an interrupt cut it: what, and in which run
             props.append((f"{base}.cut", str(row["cut"])))
     return props
-
-
-def _nonnegative(value: float | None) -> float | None:
-    return None if value is None or value < 0 else value
-
-
-def _scaled(seconds: float | None) -> float | None:
-    return None if seconds is None else seconds * 1000

@@ -1,8 +1,6 @@
-"""The qualification report's plots: matplotlib figures rendered to inline SVG.
+"""The qualification report's plots: matplotlib (the ``report`` extra) figures as inline SVG.
 
-matplotlib (the ``report`` extra) draws; text stays ``<text>`` and the hash salt is fixed,
-so the same data gives the same bytes. Medians with min-max bars against concurrency;
-stored baselines dashed in their server's colour.
+Text stays ``<text>`` and the hash salt is fixed, so the same data gives the same bytes.
 """
 
 from __future__ import annotations
@@ -48,63 +46,38 @@ def series_of(rows: Sequence[Mapping[str, Any]], *, baseline: bool = False) -> l
     return list(out.values())
 
 
-def _stats(values: Sequence[float], scale: float) -> tuple[float, float, float] | None:
-    if not values:
-        return None
-    return (
-        statistics.median(values) * scale,
-        min(values) * scale,
-        max(values) * scale,
-    )
-
-
 #: Line styles of stored baselines: the first session of a server dashed, then dotted...
 _BASELINE_STYLES = ("--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)))
+#: Marks regressions and crossovers; no series is drawn in it.
+_RED = "#d62728"
 
 
-def _server(label: str) -> str:
-    return label.split(" (baseline ")[0]
-
-
-#: matplotlib's tab10 colours without its red, which marks regressions and crossovers.
-_COLOURS = (
-    "#1f77b4",
-    "#ff7f0e",
-    "#2ca02c",
-    "#9467bd",
-    "#8c564b",
-    "#e377c2",
-    "#17becf",
-    "#bcbd22",
-    "#7f7f7f",
-)
+def _server(series: Series) -> str:
+    return series.label.split(" (baseline ")[0]
 
 
 def series_styles(series: Sequence[Series]) -> list[tuple[str, Any]]:
     """Return each series' (colour, line style): no two series look alike.
 
-    A measured server gets the next colour and a solid line; a stored baseline the colour
-    of its server (the next free one if the server was not measured) and the next dashed
-    style among that server's baselines.
+    A measured server gets the next colour and a solid line; a stored baseline its server's
+    colour (the next free one if the server was not measured) and the next dashed style.
     """
-    colours = _COLOURS
-    by_server: dict[str, str] = {}
-    for s in series:
-        if not s.baseline:
-            by_server.setdefault(s.label, colours[len(by_server) % len(colours)])
-    for s in series:
-        if s.baseline:
-            by_server.setdefault(_server(s.label), colours[len(by_server) % len(colours)])
+    from matplotlib import colormaps, colors
+
+    tab10 = colormaps["tab10"]
+    palette = [c for c in map(colors.to_hex, tab10(range(tab10.N))) if c != _RED]
+    colours: dict[str, str] = {}
+    for s in sorted(series, key=lambda s: s.baseline):  # measured servers first
+        colours.setdefault(_server(s), palette[len(colours) % len(palette)])
     used: dict[str, int] = {}
     out: list[tuple[str, Any]] = []
     for s in series:
-        colour = by_server[_server(s.label) if s.baseline else s.label]
+        colour = colours[_server(s)]
         if not s.baseline:
             out.append((colour, "-"))
             continue
-        index = used.get(colour, 0)
-        used[colour] = index + 1
-        out.append((colour, _BASELINE_STYLES[index % len(_BASELINE_STYLES)]))
+        used[colour] = used.get(colour, -1) + 1
+        out.append((colour, _BASELINE_STYLES[used[colour] % len(_BASELINE_STYLES)]))
     return out
 
 
@@ -113,6 +86,17 @@ PANELS = (
     ("ttft", "TTFT p50 and p99 (ms)", 1000.0),
     ("itl.p50", "ITL p50 (ms)", 1000.0),
 )
+
+
+def _svg(figure: Any) -> str:
+    """Return a figure as an inline ``<svg>`` element, and close it."""
+    from matplotlib import pyplot as plt
+
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(figure)
+    text = buffer.getvalue()
+    return text[text.index("<svg") :]
 
 
 def render_workload_plots(
@@ -127,124 +111,67 @@ def render_workload_plots(
 
     matplotlib.use("svg", force=False)
     from matplotlib import pyplot as plt
-    from matplotlib.figure import Figure
 
     plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "pytest-sglang", "font.size": 9})
     styles = series_styles(series)
-    plots: list[tuple[str, str]] = []
-
-    def svg(figure: Figure) -> str:
-        buffer = io.StringIO()
-        figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
-        plt.close(figure)
-        text = buffer.getvalue()
-        return text[text.index("<svg") :]
-
     figure, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     for s, (colour, style) in zip(series, styles, strict=True):
-        levels = sorted(s.points)
         for ax, (metric, ylabel, scale) in zip(axes, PANELS, strict=True):
-            metrics = ["ttft.p50", "ttft.p99"] if metric == "ttft" else [metric]
-            for m in metrics:
-                pts = [(c, st) for c in levels if (st := _stats(s.points[c].get(m, []), scale))]
-                if not pts:
-                    continue
-                xs = [c for c, _ in pts]
-                med = [st[0] for _, st in pts]
-                err = [[st[0] - st[1] for _, st in pts], [st[2] - st[0] for _, st in pts]]
-                marker = "s" if m.endswith("p99") else "o"
-                name = s.label + (f" {m.split('.')[1]}" if metric == "ttft" else "")
-                ax.errorbar(
-                    xs,
-                    med,
-                    yerr=err,
-                    linestyle=style,
-                    marker=marker,
-                    color=colour,
-                    capsize=3,
-                    markersize=4,
-                    label=name,
-                    linewidth=1.3,
-                )
-                if metric == "output_throughput" and not s.baseline:
-                    hit = {c for name, c in regressions if name == s.label}
-                    bad = [(c, v) for c, v in zip(xs, med, strict=True) if c in hit]
-                    if bad:
-                        ax.scatter(
-                            [c for c, _ in bad],
-                            [v for _, v in bad],
-                            s=160,
-                            facecolors="none",
-                            edgecolors="#d62728",
-                            linewidths=2,
-                            label="regression",
-                            zorder=5,
-                        )
             ax.set_ylabel(ylabel)
+            for m in ["ttft.p50", "ttft.p99"] if metric == "ttft" else [metric]:
+                levels = [c for c in sorted(s.points) if s.points[c].get(m)]
+                if not levels:
+                    continue
+                values = [[v * scale for v in s.points[c][m]] for c in levels]
+                med = [statistics.median(v) for v in values]
+                low = [mid - min(v) for mid, v in zip(med, values, strict=True)]
+                high = [max(v) - mid for mid, v in zip(med, values, strict=True)]
+                name = s.label + (f" {m.split('.')[1]}" if metric == "ttft" else "")
+                marker = "s" if m.endswith("p99") else "o"
+                line = {"linestyle": style, "color": colour, "label": name, "linewidth": 1.3}
+                ax.errorbar(levels, med, [low, high], marker=marker, capsize=3, ms=4, **line)
+                hit = {c for label, c in regressions if label == s.label and not s.baseline}
+                bad = [(c, v) for c, v in zip(levels, med, strict=True) if c in hit]
+                if metric == "output_throughput" and bad:
+                    ring = {"facecolors": "none", "edgecolors": _RED, "linewidths": 2, "zorder": 5}
+                    ax.scatter(*zip(*bad, strict=True), s=160, label="regression", **ring)
     for ax, (metric, _, _) in zip(axes, PANELS, strict=True):
         ax.set_xlabel("concurrency")
         ax.set_xscale("symlog", linthresh=1)
         ax.grid(True, alpha=0.3)
         for name, level in crossovers:
-            ax.axvline(
-                level,
-                color="#d62728",
-                linestyle=":",
-                linewidth=1.2,
-                label=f"crossover {name} C={level}" if metric == "output_throughput" else None,
-            )
+            label = f"crossover {name} C={level}" if metric == "output_throughput" else None
+            ax.axvline(level, color=_RED, linestyle=":", linewidth=1.2, label=label)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     figure.suptitle(title, fontsize=10)
-    plots.append(
+    plots = [
         (
-            "Throughput, TTFT and ITL against concurrency (median over runs, bars: "
-            "slowest to fastest run; dashed or dotted: a stored baseline, in its server's "
-            "colour)",
-            svg(figure),
+            "Throughput, TTFT and ITL against concurrency (median over runs, bars: slowest to "
+            "fastest run; dashed or dotted: a stored baseline, in its server's colour)",
+            _svg(figure),
         )
-    )
-
+    ]
     figure, ax = plt.subplots(figsize=(6, 4))
-    drawn = False
     for s, (colour, style) in zip(series, styles, strict=True):
-        pareto: list[tuple[float, float, int]] = []
-        for c in sorted(s.points):
-            tpot = s.points[c].get("tpot.p50") or s.points[c].get("itl.p50") or []
-            thr = s.points[c].get("output_throughput", [])
-            if tpot and thr:
-                pareto.append((statistics.median(tpot) * 1000, statistics.median(thr), c))
-        if not pareto:
-            continue
-        drawn = True
-        ax.plot(
-            [p[0] for p in pareto],
-            [p[1] for p in pareto],
-            linestyle=style,
-            marker="o",
-            color=colour,
-            label=s.label,
-            markersize=4,
-        )
-        for x, y, c in pareto:
-            ax.annotate(
-                f"C={c}",
-                (x, y),
-                textcoords="offset points",
-                xytext=(4, 3),
-                fontsize=7,
-                color=colour,
-            )
+        pareto = [
+            (statistics.median(tpot) * 1000, statistics.median(thr), c)
+            for c in sorted(s.points)
+            if (tpot := s.points[c].get("tpot.p50") or s.points[c].get("itl.p50"))
+            and (thr := s.points[c].get("output_throughput"))
+        ]
+        if pareto:
+            xs, ys, _ = zip(*pareto, strict=True)
+            ax.plot(xs, ys, linestyle=style, marker="o", color=colour, label=s.label, markersize=4)
+            for x, y, c in pareto:
+                ax.annotate(
+                    f"C={c}", (x, y), (4, 3), textcoords="offset points", fontsize=7, color=colour
+                )
     ax.set_xlabel("TPOT p50 per user (ms/token)")
     ax.set_ylabel("output throughput (tok/s)")
     ax.grid(True, alpha=0.3)
-    if drawn:
+    if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
     ax.set_title(f"{title}: throughput against latency", fontsize=10)
-    plots.append(
-        (
-            "Throughput against per-user latency (the Pareto view), one point per concurrency",
-            svg(figure),
-        )
-    )
-    return plots
+    caption = "Throughput against per-user latency (the Pareto view), one point per concurrency"
+    return [*plots, (caption, _svg(figure))]

@@ -1,14 +1,15 @@
-"""The results summary, rendered twice: for the terminal and as Markdown.
+"""The results summary, for the terminal and as Markdown (typically ``$GITHUB_STEP_SUMMARY``).
 
-One table per workload (server x concurrency, medians over runs), then the verdicts. The
-Markdown typically goes to ``$GITHUB_STEP_SUMMARY``.
+One table per workload (server x concurrency, medians over runs), then the verdicts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pytest_sglang.report.entries import (
@@ -17,160 +18,170 @@ from pytest_sglang.report.entries import (
     VerdictRow,
     join_levels,
     load_cell,
-    run_median,
+    run_values,
     split_levels,
 )
 
-__all__ = ["emulated_speedups", "render_markdown", "render_tables"]
+__all__ = ["describe_workload", "emulated_speedups", "render_markdown", "render_tables", "table"]
 
 #: Column titles and their widths in the terminal table.
 COLUMNS = (
     ("server", 14), ("C", 5), ("runs", 4), ("out tok/s", 10), ("TTFT p50", 9),
     ("TTFT p99", 9), ("ITL p50", 8), ("accept", 7), ("errors", 6),
 )  # fmt: skip
+HEADER = [name for name, _ in COLUMNS]
 
 
-def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
-    return "-" if value is None else f"{value * scale:.{digits}f}"
+def _md(value: object) -> str:
+    """Escape what would break a Markdown table cell or start markup."""
+    text = "-" if value is None else str(value)
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
-def _cells(entry: MeasurementRow) -> list[str]:
-    """One row's cells, in ``COLUMNS`` order: medians over the runs, times in ms."""
+def table(
+    header: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    right_from: int = 1,
+    *,
+    markdown: bool = False,
+) -> list[str]:
+    """Return a table's lines: GitHub Markdown, or the terminal's fixed-width columns.
+
+    Columns from ``right_from`` on are right-aligned (numbers).
+    """
+    if markdown:
+        rule = ["---"] * right_from + ["---:"] * (len(header) - right_from)
+        return ["| " + " | ".join(_md(c) for c in row) + " |" for row in [header, rule, *rows]]
+    widths = [width for _, width in COLUMNS]
+    return [
+        " ".join(
+            f"{c:<{w}}" if i < right_from else f"{c:>{w}}"
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in [header, *rows]
+    ]
+
+
+def _failed_checks(entry: MeasurementRow) -> Counter[str]:
+    """Return the validity checks that failed in the entry's runs: name -> runs."""
+    return Counter(
+        check["name"]
+        for run in entry["runs"]
+        for check in run.get("checks", ())
+        if check.get("passed") is False
+    )
+
+
+def _median(values: Sequence[float], scale: float, digits: int) -> str:
+    return f"{statistics.median(values) * scale:.{digits}f}" if values else "-"
+
+
+def cells(
+    entry: MeasurementRow, figure: Callable[[Sequence[float], float, int], str] = _median
+) -> list[str]:
+    """Return a measurement's table row, in ``HEADER`` order; ``figure`` gives each figure.
+
+    A figure is the median over the runs by default, times in ms. A negative rate (a server's
+    negative token counts) is no speed: it shows as unmeasured.
+    """
     runs = entry["runs"]
+    rates = [v for v in run_values(runs, "output_throughput") if v >= 0]
     return [
         str(entry["server"])
         + (" (cut)" if entry.get("cut") else "")
         + (" (invalid)" if _failed_checks(entry) else ""),
         load_cell(entry),
         str(len(runs)),
-        _fmt(run_median(runs, "output_throughput")),
-        _fmt(run_median(runs, "ttft.p50"), 1000),
-        _fmt(run_median(runs, "ttft.p99"), 1000),
-        _fmt(run_median(runs, "itl.p50"), 1000, 2),
-        _fmt(run_median(runs, "acceptance_length"), digits=2),
+        figure(rates, 1, 1),
+        figure(run_values(runs, "ttft.p50"), 1000, 1),
+        figure(run_values(runs, "ttft.p99"), 1000, 1),
+        figure(run_values(runs, "itl.p50"), 1000, 2),
+        figure(run_values(runs, "acceptance_length"), 1, 2),
         str(sum(int(run.get("failed", 0)) for run in runs)),
     ]
 
 
-def _failed_checks(entry: MeasurementRow) -> dict[str, int]:
-    """Return the validity checks that failed in the entry's runs: name -> runs."""
-    failed: dict[str, int] = {}
-    for run in entry["runs"]:
-        for check in run.get("checks", ()):
-            if check.get("passed") is False:
-                failed[check["name"]] = failed.get(check["name"], 0) + 1
-    return failed
+def describe_workload(workload: Mapping[str, Any]) -> str:
+    """Return a workload in words: endpoint, lengths, requests, dataset and turns."""
+    text = (
+        f"{workload['endpoint']}, input {workload['input_len']}, output "
+        f"{workload['output_len']} tokens, {workload['requests']} requests"
+    )
+    if workload.get("requests_per_slot"):
+        text += f" (or {workload['requests_per_slot']} per slot)"
+    if workload.get("dataset"):
+        text += f", dataset {str(workload['dataset']).rsplit('/', 1)[-1]}"
+    if workload.get("turns"):
+        text += f", {workload['turns']}-turn sessions"
+    return text
 
 
 def _title(workload: Mapping[str, Any]) -> str:
-    return (
-        f"workload: {workload['endpoint']}, input {workload['input_len']}, output "
-        f"{workload['output_len']} tokens, {workload['requests']} requests"
-        + (
-            f" (or {workload['requests_per_slot']} per slot)"
-            if workload.get("requests_per_slot")
-            else ""
-        )
-        + (
-            f", dataset {str(workload['dataset']).rsplit('/', 1)[-1]}"
-            if workload.get("dataset")
-            else ""
-        )
-        + (f", {workload['turns']}-turn sessions" if workload.get("turns") else "")
-        + "; medians over runs, times in ms"
-    )
+    return f"workload: {describe_workload(workload)}; medians over runs, times in ms"
 
 
 def emulated_speedups(servers: Sequence[ServerEntry]) -> dict[str, float]:
     """Return the launched emulators by server name, with their ``--emulator-speedup``.
 
-    An emulator's tok/s are its performance model's, divided by the speed-up: the tables say
-    so, so that nobody reads them as a GPU's figures.
+    The tables name them, so that nobody reads an emulator's tok/s as a GPU's.
     """
     found: dict[str, float] = {}
     for server in servers:
         launch = server.get("launch") or {}
         if launch.get("launcher") != "emulator":
             continue
-        speedup = 1.0
         command = [str(arg) for arg in launch.get("command", [])]
+        found[server["name"]] = 1.0
         for index, arg in enumerate(command):
-            value = None
-            if arg == "--emulator-speedup" and index + 1 < len(command):
-                value = command[index + 1]
-            elif arg.startswith("--emulator-speedup="):
-                value = arg.partition("=")[2]
-            if value is not None:
-                try:
-                    speedup = float(value)
-                except ValueError:
-                    continue
-        found[server["name"]] = speedup
+            name, _, value = arg.partition("=")
+            if name == "--emulator-speedup":
+                with contextlib.suppress(ValueError, IndexError):
+                    found[server["name"]] = float(value or command[index + 1])
     return found
 
 
-def _emulated_note(rows: Sequence[MeasurementRow], emulated: Mapping[str, float]) -> str:
-    """Return the title's note on the emulated servers among ``rows`` (empty if none)."""
-    names = sorted({str(row["server"]) for row in rows if row["server"] in emulated})
-    if not names:
-        return ""
-    notes = []
-    for speedup in sorted({emulated[name] for name in names}):
-        which = ", ".join(name for name in names if emulated[name] == speedup)
-        speed = "in real time" if speedup == 1 else f"at {speedup:g}x the modelled GPU's speed"
-        notes.append(f"emulated {speed}: {which}")
-    return "; " + "; ".join(notes)
-
-
-def _by_workload(
-    measurements: Sequence[MeasurementRow],
-) -> list[tuple[str, list[list[str]]]]:
-    """Group rows by workload: (description, rows sorted by concurrency, then server)."""
+def _workloads(
+    measurements: Sequence[MeasurementRow], emulated: Mapping[str, float] | None
+) -> list[tuple[str, list[MeasurementRow]]]:
+    """Group the measurements by workload: (title, rows by concurrency, then server)."""
     groups: dict[str, list[MeasurementRow]] = {}
     for entry in measurements:
         groups.setdefault(json.dumps(entry["workload"], sort_keys=True), []).append(entry)
     tables = []
-    for key, entries in groups.items():
-        workload = json.loads(key)
-        title = _title(workload)
-        ordered = sorted(entries, key=lambda e: (e["concurrency"], e["server"]))
-        tables.append((title, [_cells(entry) for entry in ordered]))
+    for entries in groups.values():
+        title = _title(entries[0]["workload"])
+        names = sorted({str(e["server"]) for e in entries if e["server"] in (emulated or {})})
+        for speedup in sorted({(emulated or {})[name] for name in names}):
+            which = ", ".join(name for name in names if (emulated or {})[name] == speedup)
+            speed = "in real time" if speedup == 1 else f"at {speedup:g}x the modelled GPU's speed"
+            title += f"; emulated {speed}: {which}"
+        tables.append((title, sorted(entries, key=lambda e: (e["concurrency"], e["server"]))))
     return tables
 
 
-def _rows_titled(measurements: Sequence[MeasurementRow], title: str) -> list[MeasurementRow]:
-    """Return the measurements of the table called ``title``."""
-    return [e for e in measurements if _title(e["workload"]) == title]
-
-
-def _row_splits(measurements: Sequence[MeasurementRow], title: str) -> list[str]:
-    """Return the notes under the table called ``title``.
-
-    TTFT splits, failed validity checks, cut measurements, and the checks that did not apply
-    to a server declared OpenAI-compatible.
-    """
-    ordered = sorted(
-        _rows_titled(measurements, title), key=lambda e: (e["concurrency"], e["server"])
-    )
-    skipped = {e["server"]: e["not_applicable"] for e in ordered if e.get("not_applicable")}
-    notes = [
-        f"{server} is an OpenAI-compatible server; checks that did not apply: " + ", ".join(checks)
-        for server, checks in skipped.items()
-    ]
-    cuts = [
-        f"{e['server']} @ C={e['concurrency']} was cut by {e['cut']}: {len(e['runs'])} "
-        "run(s) shown, the cut one with the requests it finished"
-        for e in ordered
-        if e.get("cut")
+def _notes(entries: Sequence[MeasurementRow]) -> list[str]:
+    """Return the notes under a table: TTFT splits, failed checks, cuts, checks not applied."""
+    splits = [
+        f"{e['server']} @ C={e['concurrency']}: {text}" for e in entries if (text := _run_split(e))
     ]
     invalid = [
         f"{e['server']} @ C={load_cell(e)}: validity check failed: "
         + ", ".join(f"{name} ({n} of {len(e['runs'])} runs)" for name, n in failed.items())
-        for e in ordered
+        for e in entries
         if (failed := _failed_checks(e))
     ]
-    breakdowns = [text for text in (_run_breakdowns(e) for e in ordered) if text]
-    return breakdowns + invalid + cuts + notes
+    cuts = [
+        f"{e['server']} @ C={e['concurrency']} was cut by {e['cut']}: {len(e['runs'])} "
+        "run(s) shown, the cut one with the requests it finished"
+        for e in entries
+        if e.get("cut")
+    ]
+    skipped = {e["server"]: e["not_applicable"] for e in entries if e.get("not_applicable")}
+    openai = [
+        f"{server} is an OpenAI-compatible server; checks that did not apply: " + ", ".join(checks)
+        for server, checks in skipped.items()
+    ]
+    return [f"TTFT split, {text}" for text in splits] + invalid + cuts + openai
 
 
 def _tag(verdict: VerdictRow) -> str:
@@ -186,37 +197,24 @@ def render_tables(
 ) -> list[str]:
     """Return the terminal summary: one table per workload, the verdicts, then the warnings.
 
-    Each thing is said once: a per-level table two verdicts share is printed under the
-    first, and each warning once, with every load level and test it was given for (the
-    JSON and Markdown reports keep each verdict's own list).
-
-    :param emulated: the emulated servers and their speed-ups (:func:`emulated_speedups`),
-        named in each table's title line.
+    Each thing is said once: a per-level table two verdicts share is printed under the first,
+    each warning once with every load level and test it was given for. ``emulated``: the
+    emulated servers' speed-ups (:func:`emulated_speedups`), named in the tables' titles.
     """
     lines: list[str] = []
-
-    def line(cells: list[str]) -> str:
-        first, *rest = zip(cells, (width for _, width in COLUMNS), strict=True)
-        return " ".join([f"{first[0]:<{first[1]}}", *(f"{c:>{w}}" for c, w in rest)])
-
-    for title, rows in _by_workload(measurements):
-        note = _emulated_note(_rows_titled(measurements, title), emulated or {})
-        lines += [title + note, line([name for name, _ in COLUMNS])]
-        lines += [line(row) for row in rows]
-        lines += _row_splits(measurements, title)
-        lines.append("")
+    for title, entries in _workloads(measurements, emulated):
+        lines += [title, *table(HEADER, [cells(e) for e in entries]), *_notes(entries), ""]
     tables: dict[str, str] = {}
     warnings: dict[tuple[str, bool], tuple[set[int], list[str]]] = {}
     for verdict in verdicts:
         test = verdict["test"]
         lines.append(f"[{_tag(verdict)}] {test}: {verdict['summary']}")
-        table = verdict.get("table")
-        if verdict["kind"] == "find_crossover" and table:
-            if table in tables:
-                lines.append(f"    (per-level table as under {tables[table]})")
-            else:
-                tables[table] = test
-                lines += [f"    {row}" for row in table.splitlines()]
+        evidence = verdict.get("table")
+        if verdict["kind"] == "find_crossover" and evidence in tables:
+            lines.append(f"    (per-level table as under {tables[evidence]})")
+        elif verdict["kind"] == "find_crossover" and evidence:
+            tables[evidence] = test
+            lines += [f"    {row}" for row in evidence.splitlines()]
         lines += [f"    {line}" for line in breakdown_lines(verdict.get("evidence", {}))]
         for warning in verdict.get("warnings", []):
             levels, text = split_levels(warning)
@@ -231,6 +229,8 @@ def render_tables(
 
 # -- where TTFT went (issue 12) -------------------------------------------------------------------
 
+_PARTS = ("ttft", "queue", "prefill", "rest")
+
 
 def breakdown_lines(evidence: Mapping[str, Any]) -> list[str]:
     """Return the TTFT split of each server a verdict compared, from its evidence.
@@ -239,90 +239,72 @@ def breakdown_lines(evidence: Mapping[str, Any]) -> list[str]:
     p50 and p99 (:func:`pytest_sglang.measure.breakdown.breakdown_summary`).
     """
     found = evidence.get("ttft_breakdown")
-    if not isinstance(found, Mapping):
-        return []
     lines = []
-    for server, summary in found.items():
-        try:
+    for server, summary in found.items() if isinstance(found, Mapping) else ():
+        with contextlib.suppress(KeyError, TypeError):
             lines.append(f"TTFT split, {server}: {_split_text(summary)}")
-        except (KeyError, TypeError):
-            continue
     return lines
 
 
 def _split_text(summary: Mapping[str, Any]) -> str:
     parts = []
     for stat in ("p50", "p99"):
-        ttft = summary["ttft"][stat] * 1000
-        pieces = " + ".join(
-            f"{name} {summary[name][stat] * 1000:.1f}" for name in ("queue", "prefill", "rest")
-        )
-        parts.append(f"{stat} {ttft:.1f} ms = {pieces}")
+        pieces = " + ".join(f"{name} {summary[name][stat] * 1000:.1f}" for name in _PARTS[1:])
+        parts.append(f"{stat} {summary['ttft'][stat] * 1000:.1f} ms = {pieces}")
     return "; ".join(parts) + " ms (queue and prefill as the server reports them)"
 
 
-def _run_breakdowns(entry: MeasurementRow) -> str | None:
-    """Return a row's TTFT split when its runs carry one (``ttft_breakdown`` per run)."""
+def _run_split(entry: MeasurementRow) -> str | None:
+    """Return a row's TTFT split, the medians over its runs (when every run carries one)."""
     splits: list[Mapping[str, Any]] = [
-        split
-        for run in entry["runs"]
-        if isinstance(split := run.get("ttft_breakdown"), Mapping) and split.get("ttft")
+        s for run in entry["runs"] if isinstance(s := run.get("ttft_breakdown"), Mapping)
     ]
-    if not splits:
+    splits = [s for s in splits if s.get("ttft")]
+    if not splits or not all(isinstance(s.get(name), Mapping) for s in splits for name in _PARTS):
         return None
-    median: dict[str, Any] = {}
-    for name in ("ttft", "queue", "prefill", "rest"):
-        values = [s[name] for s in splits if isinstance(s.get(name), Mapping)]
-        if len(values) != len(splits):
-            return None
-        median[name] = {
-            stat: statistics.median(float(v[stat]) for v in values) for stat in ("p50", "p99")
+    median = {
+        name: {
+            stat: statistics.median(float(s[name][stat]) for s in splits) for stat in ("p50", "p99")
         }
-    return f"TTFT split, {entry['server']} @ C={entry['concurrency']}: {_split_text(median)}"
+        for name in _PARTS
+    }
+    return _split_text(median)
 
 
-def _md(text: object) -> str:
-    """Escape what would break a Markdown table cell or start markup."""
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-
-
-def _xychart(rows: Sequence[list[str]]) -> list[str]:
+def _xychart(entries: Sequence[MeasurementRow], rows: Sequence[list[str]]) -> list[str]:
     """Return a Mermaid ``xychart-beta`` of output throughput against concurrency.
 
     GitHub renders it in a job summary. One line per server (xychart draws no legend: the
     line under the chart names them in order); a server missing a level is left out and
-    named. Nothing for a single level.
+    named. Nothing for a single level, nor for an open loop's rates.
     """
-    levels = sorted({int(row[1]) for row in rows})
-    if len(levels) < 2:
-        return []
     servers: dict[str, dict[int, str]] = {}
-    for row in rows:
-        servers.setdefault(row[0], {})[int(row[1])] = row[3]
+    for entry, row in zip(entries, rows, strict=True):
+        if entry.get("rate") is None:
+            servers.setdefault(row[0], {})[int(entry["concurrency"])] = row[3]
+    levels = sorted({level for points in servers.values() for level in points})
     drawn = {
         name: points
         for name, points in servers.items()
         if all(points.get(c, "-") != "-" for c in levels)
     }
-    if not drawn:
+    if len(levels) < 2 or not drawn:
         return []
-    out = [
+    names = ", ".join(f"{i + 1}. {_md(name)}" for i, name in enumerate(drawn))
+    left = [name for name in servers if name not in drawn]
+    return [
         "```mermaid",
         "xychart-beta",
         '    title "Output throughput against concurrency"',
         '    x-axis "concurrency" [' + ", ".join(str(c) for c in levels) + "]",
         '    y-axis "output tok/s (median over runs)"',
-    ]
-    out += ["    line [" + ", ".join(points[c] for c in levels) + "]" for points in drawn.values()]
-    out += ["```", ""]
-    names = ", ".join(f"{i + 1}. {_md(name)}" for i, name in enumerate(drawn))
-    left = [name for name in servers if name not in drawn]
-    out.append(
+        *("    line [" + ", ".join(points[c] for c in levels) + "]" for points in drawn.values()),
+        "```",
+        "",
         f"_Lines in order: {names}._"
-        + (f" _Not drawn (levels missing): {_md(', '.join(left))}._" if left else "")
-    )
-    out.append("")
-    return out
+        + (f" _Not drawn (levels missing): {_md(', '.join(left))}._" if left else ""),
+        "",
+    ]
 
 
 def render_markdown(
@@ -333,34 +315,27 @@ def render_markdown(
     note: str | None = None,
     emulated: Mapping[str, float] | None = None,
 ) -> str:
-    """Return the summary as GitHub-flavoured Markdown (tables, verdicts, evidence folded).
-
-    :param emulated: as :func:`render_tables`.
-    """
+    """Return the summary as GitHub-flavoured Markdown (tables, verdicts, evidence folded)."""
     out = [f"## {_md(title)}", ""]
     if note:
         out += [f"_{_md(note)}_", ""]
     if not measurements and not verdicts:
         out += ["No measurements or verdicts were recorded.", ""]
-    for heading, rows in _by_workload(measurements):
-        heading_note = _emulated_note(_rows_titled(measurements, heading), emulated or {})
-        out += [f"**{_md(heading[0].upper() + heading[1:] + heading_note)}**", ""]
-        out.append("| " + " | ".join(name for name, _ in COLUMNS) + " |")
-        out.append("|" + "|".join([" --- "] + [" ---: "] * (len(COLUMNS) - 1)) + "|")
-        out += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in rows]
-        out.append("")
-        out += [f"- {_md(split)}" for split in _row_splits(measurements, heading)]
-        out += _xychart(rows)
+    for heading, entries in _workloads(measurements, emulated):
+        rows = [cells(e) for e in entries]
+        out += [f"**{_md(heading[0].upper() + heading[1:])}**", ""]
+        out += [*table(HEADER, rows, markdown=True), ""]
+        out += [f"- {_md(note)}" for note in _notes(entries)]
+        out += _xychart(entries, rows)
     if verdicts:
         out += ["**Verdicts**", ""]
     for verdict in verdicts:
         out.append(f"- **{_tag(verdict)}** `{verdict['test']}`: {_md(verdict['summary'])}")
         out += [f"  - {_md(line)}" for line in breakdown_lines(verdict.get("evidence", {}))]
         out += [f"  - warning: {_md(w)}" for w in verdict.get("warnings", [])]
-        evidence = verdict.get("table")
-        if evidence:
+        if verdict.get("table"):
             # Fenced, so the fixed-width evidence table keeps its columns.
             out += ["", "  <details><summary>evidence</summary>", "", "  ```"]
-            out += [f"  {row}" for row in str(evidence).splitlines()]
+            out += [f"  {row}" for row in str(verdict["table"]).splitlines()]
             out += ["  ```", "", "  </details>", ""]
     return "\n".join(out).rstrip("\n") + "\n"

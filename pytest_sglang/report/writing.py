@@ -1,11 +1,7 @@
 """The one atomic writer: every file we keep is a new file in its folder, renamed into place.
 
-Every file we keep (reports, summaries, stored baselines) is written through
-:func:`write_atomic`: a full disk or a killed process leaves the old file as it was.
-``os.replace`` swaps the directory entry, so a symbolic link at the path is replaced, not
-followed; anything but a regular file there (a link, a FIFO, ``/dev/stdout``, a directory)
-is refused. Appending reads the old content and writes it, with the new text, to the new
-file; permissions are kept (a new file: ``0666`` less the umask).
+A full disk or a killed process leaves the old file whole; anything but a regular file at the
+path (a link, a FIFO, ``/dev/stdout``) is refused, never followed. Permissions are kept.
 """
 
 from __future__ import annotations
@@ -19,46 +15,34 @@ from pathlib import Path
 
 from pytest_sglang.config.paths import describe_kind
 
-__all__ = ["UnsafeTarget", "write_atomic"]
+__all__ = ["UnsafeTarget", "append_summary", "write_atomic"]
 
 
 class UnsafeTarget(OSError):
     """What stands at an output path is not a regular file: it is not replaced."""
 
 
-def _refuse(path: Path, mode: int) -> UnsafeTarget:
-    kind = describe_kind(mode)
-    return UnsafeTarget(
-        errno.EINVAL,
-        f"refused to write {path}: it is {kind}, and writing would replace it (or, for a "
-        "FIFO, block); give the path of a regular file",
-    )
+def _check_regular(path: Path, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        raise UnsafeTarget(
+            errno.EINVAL,
+            f"refused to write {path}: it is {describe_kind(mode)}, and writing would replace "
+            "it (or, for a FIFO, block); give the path of a regular file",
+        )
 
 
-def _existing(path: Path) -> os.stat_result | None:
+def _old_content(path: Path) -> bytes:
+    """Read the file at ``path`` without following a link or blocking on a FIFO."""
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        raise _refuse(path, st.st_mode)
-    return st
-
-
-def _read_regular(path: Path) -> bytes:
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return b""
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # became a link since we looked
-            raise _refuse(path, stat.S_IFLNK) from None
+            _check_regular(path, stat.S_IFLNK)
         raise
     with os.fdopen(fd, "rb") as file:
-        st = os.fstat(file.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise _refuse(path, st.st_mode)
+        _check_regular(path, os.fstat(file.fileno()).st_mode)
         return file.read()
 
 
@@ -67,24 +51,21 @@ def write_atomic(
 ) -> None:
     """Write ``data`` to ``path`` through a new file renamed over it (see the module doc).
 
-    ``append`` keeps the existing content before ``data``. ``exclusive`` never replaces: the
-    new file is hard-linked to ``path``, which must not exist yet.
-
-    :raises UnsafeTarget: something other than a regular file stands at ``path``.
-    :raises FileExistsError: ``exclusive`` and ``path`` exists.
-    :raises OSError: the write failed (no space, no permission...); the target is untouched.
+    ``append`` keeps the existing content before ``data``; ``exclusive`` never replaces
+    (``FileExistsError``). Raises :class:`UnsafeTarget` for a path that is not a regular file.
     """
     payload = data.encode("utf-8") if isinstance(data, str) else data
     path.parent.mkdir(parents=True, exist_ok=True)
-    existing = _existing(path)
-    if append and existing is not None:
-        payload = _read_regular(path) + payload
-    if existing is not None:
-        mode = stat.S_IMODE(existing.st_mode)
-    else:
+    try:
+        existing = os.lstat(path)
+    except FileNotFoundError:
         umask = os.umask(0)
         os.umask(umask)
         mode = 0o666 & ~umask
+    else:
+        _check_regular(path, existing.st_mode)
+        mode = stat.S_IMODE(existing.st_mode)
+        payload = _old_content(path) + payload if append else payload
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as file:
@@ -101,18 +82,19 @@ def write_atomic(
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _fsync_dir(path.parent)
+    # Make the rename durable: a crash right after it must not bring the old file back.
+    with contextlib.suppress(OSError):
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
 
 
-def _fsync_dir(directory: Path) -> None:
-    """Make the rename durable (a crash right after it must not bring the old file back)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+def append_summary(path: Path, text: str) -> None:
+    """Append a Markdown summary to ``path``, as ``$GITHUB_STEP_SUMMARY`` collects each step's.
+
+    A blank line comes first after earlier content, so that its last block ends there.
+    """
+    follows = path.is_file() and path.stat().st_size > 0
+    write_atomic(path, ("\n" if follows else "") + text, append=True)

@@ -122,3 +122,28 @@ def test_compare_and_report_judge_at_the_alpha_given(
         _save(store, name, [100.0, 100.5, 99.5, 100.2, 99.8])
     status, out = _cli(store, *command, "--alpha", "0.2")
     assert status == OK and "at alpha 0.2" in out
+
+
+def test_merge_of_a_damaged_report_is_a_data_error_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A cut-short shard report is named with what is wrong, as ``report`` and ``compare`` do."""
+    report = tmp_path / "shard1.json"
+    report.write_text('{"format": "pytest-sglang-report", "measurements": [')
+    merged = tmp_path / "merged.json"
+    status = main(["merge", str(merged), str(report)], io.StringIO())
+    err = capsys.readouterr().err
+    assert status == DATA, err
+    assert f"{report} is damaged: not valid JSON" in err and "cut short?" in err
+    assert "Traceback" not in err and not merged.exists()
+
+
+@pytest.mark.parametrize("command", [("list",), ("compare", "a", "b"), ("report", "a")])
+def test_a_bad_storage_uri_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], command: tuple[str, ...]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--storage", "ftp://host/store", *command], io.StringIO())
+    err = capsys.readouterr().err
+    assert exited.value.code == MISUSE, err
+    assert "storage 'ftp://host/store' is not file://PATH" in err and "Traceback" not in err
