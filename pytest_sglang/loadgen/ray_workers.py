@@ -8,29 +8,28 @@ coordinator's clock. Ray is imported only when a run is made. See ``docs/scaling
 
 from __future__ import annotations
 
-import dataclasses
+import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from types import ModuleType
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 from pytest_sglang.errors import SGLangError
-from pytest_sglang.loadgen.progress import ProgressCallback
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.relay import Counts, ProgressSum, Relay
+from pytest_sglang.loadgen.schedule import check_count
 from pytest_sglang.loadgen.shard import Shard
 from pytest_sglang.loadgen.workers import (
     PROGRESS_INTERVAL,
-    START_MARGIN,
+    Coordination,
     LoadWorkersFailed,
     Outcome,
     RunPlan,
-    plan_shares,
+    coordinate,
     run_shard,
-    settle,
 )
 
 __all__ = ["CLOCK_ROUNDS", "ClockOffset", "RayLoadWorkers", "RayUnavailable"]
@@ -84,7 +83,7 @@ def estimate_offset(samples: Sequence[tuple[float, float, float]]) -> tuple[floa
 def shift_records(records: Sequence[RequestRecord], by: float) -> list[RequestRecord]:
     """Return copies of ``records`` with every timestamp moved by ``by`` seconds."""
     return [
-        dataclasses.replace(
+        replace(
             record,
             started=record.started + by,
             sent=record.sent + by,
@@ -96,24 +95,6 @@ def shift_records(records: Sequence[RequestRecord], by: float) -> list[RequestRe
     ]
 
 
-def _shifted(run: LoadRun, by: float) -> LoadRun:
-    return dataclasses.replace(
-        run, started=run.started + by, records=tuple(shift_records(run.records, by))
-    )
-
-
-def import_ray() -> ModuleType:
-    """Import Ray, or raise :class:`RayUnavailable` saying how to install it."""
-    try:
-        import ray
-    except ImportError as exc:
-        raise RayUnavailable(
-            f"Ray is not installed ({exc}): the load runs on Ray actors only with the "
-            "optional extra: pip install 'pytest-sglang[ray]' (on every node of the cluster)"
-        ) from exc
-    return ray
-
-
 def connect(address: str | None, *, source: str = "the address argument") -> ModuleType:
     """Connect this process to the Ray cluster at ``address`` (once) and return ``ray``.
 
@@ -122,9 +103,15 @@ def connect(address: str | None, *, source: str = "the address argument") -> Mod
     put every worker on this host, which is what the multi-process option is for.
 
     :param source: where the address came from, for the message (e.g. ``--sglang-ray-address``).
-    :raises RayUnavailable: Ray is missing, or the cluster cannot be reached.
+    :raises RayUnavailable: Ray is missing (how to install it), or the cluster is unreachable.
     """
-    ray = import_ray()
+    try:
+        import ray
+    except ImportError as exc:
+        raise RayUnavailable(
+            f"Ray is not installed ({exc}): the load runs on Ray actors only with the "
+            "optional extra: pip install 'pytest-sglang[ray]' (on every node of the cluster)"
+        ) from exc
     if ray.is_initialized():
         return ray
     if not address:
@@ -145,7 +132,7 @@ def connect(address: str | None, *, source: str = "the address argument") -> Mod
             f"cannot connect to the Ray cluster at {address!r} (from {source}): {problem}; {fix}"
         )
     try:
-        ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     except Exception as exc:  # ConnectionError, ValueError, RuntimeError: all mean unreachable
         raise RayUnavailable(
             f"cannot connect to the Ray cluster at {address!r} (from {source}): "
@@ -232,7 +219,7 @@ class RayLoadWorkers:
     ::
 
         with RayLoadWorkers(2, address="head-node:6379") as workers:
-            run = workers.run(RunPlan({"url": url}, workload, "closed", concurrency=256))
+            run = workers.run(RunPlan({"url": url}, workload, ClosedLoop(256)))
 
     :param workers: how many actors (at most the concurrency of a closed loop is used).
     :param address: the Ray cluster (``HOST:PORT`` of its head, or ``"auto"``); ``None`` uses
@@ -245,6 +232,8 @@ class RayLoadWorkers:
         strategy); ``False`` lets Ray pack them.
     """
 
+    name = "Ray load worker"
+
     def __init__(
         self,
         workers: int,
@@ -255,24 +244,27 @@ class RayLoadWorkers:
         resources: Mapping[str, float] | None = None,
         spread: bool = True,
     ) -> None:
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+        check_count("workers", workers)
         self.workers = workers
         self._ray = connect(address, source=source)
         self._options: dict[str, Any] = {
             "num_cpus": num_cpus,
             "max_concurrency": 4,  # run, wait_ready, clock and go at once
             "max_restarts": 0,
+            "resources": dict(resources or {}),
+            "scheduling_strategy": "SPREAD" if spread else "DEFAULT",
         }
-        if resources:
-            self._options["resources"] = dict(resources)
-        if spread:
-            self._options["scheduling_strategy"] = "SPREAD"
         self._actor_class = self._ray.remote(_LoadActor)
         self._actors: list[Any] = []
         self._where: list[tuple[str, str, int]] = []
         #: The clock offsets measured before the last run, one per actor that took part.
         self.clocks: tuple[ClockOffset, ...] = ()
+        # The run in progress: each actor's run ref, the refs awaited before the start
+        # (worker, "ready" or "run"), the polls in flight and when to poll each actor next.
+        self._runs: list[Any] = []
+        self._watched: dict[Any, tuple[int, str]] = {}
+        self._polls: dict[Any, int] = {}
+        self._next_poll: dict[int, float] = {}
 
     def __enter__(self) -> Self:
         return self
@@ -302,18 +294,16 @@ class RayLoadWorkers:
                 self._where[i] = tuple(ray.get(ref, timeout=max(1.0, deadline - time.monotonic())))
             except ray.exceptions.GetTimeoutError:
                 self.close()
+                asks = {"CPU": self._options["num_cpus"], **self._options["resources"]}
                 raise LoadWorkersFailed(
                     f"Ray load worker {i} was not placed within {timeout:g} s: the cluster may "
-                    f"lack free resources (each worker asks for {self._asks()}, {self.workers} "
+                    f"lack free resources (each worker asks for "
+                    f"{', '.join(f'{k} {v:g}' for k, v in asks.items())}, {self.workers} "
                     "workers; see `ray status`); no request was sent"
                 ) from None
             except ray.exceptions.RayError:  # lost since the last run: a fresh one
                 self._actors[i] = self._actor_class.options(**self._options).remote()
                 self._where[i] = tuple(ray.get(self._actors[i].where.remote(), timeout=timeout))
-
-    def _asks(self) -> str:
-        asks = {"CPU": self._options["num_cpus"], **self._options.get("resources", {})}
-        return ", ".join(f"{k} {v:g}" for k, v in asks.items())
 
     def _clock(self, index: int) -> ClockOffset:
         actor = self._actors[index]
@@ -326,61 +316,33 @@ class RayLoadWorkers:
         node, node_id, pid = self._where[index]
         return ClockOffset(index, node, node_id, pid, offset, round_trip)
 
-    def run(
-        self,
-        plan: RunPlan,
-        *,
-        ready_timeout: float = 600.0,
-        run_timeout: float | None = None,
-        before_measured: Callable[[], object] | None = None,
-        progress: ProgressCallback | None = None,
-    ) -> LoadRun:
+    def run(self, plan: RunPlan, **coordination: Unpack[Coordination]) -> LoadRun:
         """Run ``plan`` on the actors and return one merged :class:`LoadRun`.
 
-        The arguments are :func:`~pytest_sglang.loadgen.workers.run_sharded`'s, for actors
-        (``ready_timeout`` includes their placement). Records are on this process's
-        ``perf_counter`` clock.
-
-        :raises LoadWorkersFailed: an actor was not placed, or failed before the start (no
-            measured request was sent).
-        :raises ServerStoppedAnswering: an actor gave up on the server (as a single process).
+        ``coordination`` is :func:`~pytest_sglang.loadgen.workers.coordinate`'s
+        (``ready_timeout`` includes the actors' placement). Records are on this process's
+        ``perf_counter`` clock. A failed run kills the actors: nothing may keep loading the
+        server after it (a later run makes fresh ones).
         """
-        ray = self._ray
-        shares = plan_shares(plan, self.workers)
-        count = len(shares)
+        shares = plan.shares(self.workers)
+        ready_timeout = coordination.get("ready_timeout", 600.0)
         self.clocks = ()
-        self._ensure(count, ready_timeout)
-        actors = self._actors[:count]
-        timeout = run_timeout or plan.timeout()
-        runs = [
+        self._ensure(len(shares), ready_timeout)
+        actors = self._actors[: len(shares)]
+        self._runs = [
             actor.run.remote(i, shares, plan, ready_timeout + 60.0)
             for i, actor in enumerate(actors)
         ]
-        outcomes: list[Outcome | None] = [None] * count
+        self._watched = {
+            actor.wait_ready.remote(ready_timeout): (i, "ready") for i, actor in enumerate(actors)
+        }
+        self._watched.update({ref: (i, "run") for i, ref in enumerate(self._runs)})
+        self._polls, self._next_poll = {}, {}
         try:
-            self._await_ready(actors, runs, outcomes, ready_timeout)
-            self.clocks = tuple(self._clock(i) for i in range(count))
-            if before_measured is not None:
-                before_measured()
-            start = time.perf_counter() + START_MARGIN
-            ray.get(
-                [a.go.remote(start + c.offset) for a, c in zip(actors, self.clocks, strict=True)],
-                timeout=30,
-            )
-            heard = ProgressSum(progress, PROGRESS_INTERVAL)
-            self._collect(runs, outcomes, timeout, heard)
+            return coordinate(plan, shares, self, **coordination)
         except BaseException:
-            # Nothing may keep loading the server after a refused or interrupted run: the
-            # actors are killed (a later run makes fresh ones).
             self.close()
             raise
-        # Each actor's records onto this process's clock (what it handed over already is).
-        finished = zip([o for o in outcomes if o is not None], self.clocks, strict=True)
-        shifted = [
-            (kind, None if run is None else _shifted(run, -clock.offset), message)
-            for (kind, run, message), clock in finished
-        ]
-        return settle(plan, shares, shifted, heard)
 
     def _describe(self, index: int, exc: BaseException) -> str:
         node, _, pid = self._where[index]
@@ -389,97 +351,75 @@ class RayLoadWorkers:
             "(its process was killed or its node left the cluster)"
         )
 
-    def _await_ready(
-        self,
-        actors: Sequence[Any],
-        runs: Sequence[Any],
-        outcomes: list[Outcome | None],
-        timeout: float,
-    ) -> None:
-        ray = self._ray
-        # Each ref watched maps to its worker and what it is: "ready" (the warm-up is over)
-        # or "run" (the run itself ended, or its actor died, before that).
-        watched: dict[Any, tuple[int, str]] = {}
-        for i, actor in enumerate(actors):
-            watched[actor.wait_ready.remote(timeout)] = (i, "ready")
-            watched[runs[i]] = (i, "run")
-        todo = set(range(len(actors)))
-        deadline = time.monotonic() + timeout
-        while todo:
-            watch = [ref for ref, (i, _) in watched.items() if i in todo]
-            done, _ = ray.wait(watch, num_returns=1, timeout=0.5)
-            for ref in done:
-                i, what = watched.pop(ref)
-                try:
-                    result = ray.get(ref)
-                except ray.exceptions.RayError as exc:
-                    raise LoadWorkersFailed(
-                        f"{self._describe(i, exc)} before its measured requests; no measured "
-                        "request was sent"
-                    ) from exc
-                if what == "run":
-                    kind, _, message = result
-                    outcomes[i] = result
-                    raise LoadWorkersFailed(
-                        f"Ray load worker {i} ended before its measured requests ({kind}: "
-                        f"{message}); no measured request was sent"
-                    )
-                if result:
-                    todo.discard(i)
-            if todo and time.monotonic() > deadline:
+    def ready(self, pending: set[int]) -> set[int]:
+        """Workers.ready: the actors' clocks are read once the last one is ready."""
+        watch = [ref for ref, (i, _) in self._watched.items() if i in pending]
+        done, _ = self._ray.wait(watch, num_returns=1, timeout=0.5)
+        ready = set()
+        for ref in done:
+            i, what = self._watched.pop(ref)
+            try:
+                result = self._ray.get(ref)
+            except self._ray.exceptions.RayError as exc:
                 raise LoadWorkersFailed(
-                    f"Ray load workers {sorted(todo)} were not ready within {timeout:g} s; no "
-                    "measured request was sent"
+                    f"{self._describe(i, exc)} before its measured requests; no measured "
+                    "request was sent"
+                ) from exc
+            if what == "run":
+                kind, _, message = result
+                raise LoadWorkersFailed(
+                    f"Ray load worker {i} ended before its measured requests ({kind}: "
+                    f"{message}); no measured request was sent"
                 )
+            if result:
+                ready.add(i)
+        if ready >= pending:
+            self.clocks = tuple(self._clock(i) for i in range(len(self._runs)))
+        return ready
 
-    def _collect(
-        self,
-        runs: Sequence[Any],
-        outcomes: list[Outcome | None],
-        timeout: float,
-        heard: ProgressSum,
-    ) -> None:
-        ray = self._ray
-        deadline = time.monotonic() + timeout
-        # Each actor's poll in flight (one at a time), and when to ask it next.
-        polls: dict[Any, int] = {}
-        next_poll = [time.monotonic() + PROGRESS_INTERVAL] * len(runs)
-        while any(o is None for o in outcomes):
-            now = time.monotonic()
-            for i, outcome in enumerate(outcomes):
-                if outcome is None and i not in polls.values() and now >= next_poll[i]:
-                    polls[self._actors[i].poll.remote()] = i
-                    next_poll[i] = now + PROGRESS_INTERVAL
-            pending = [runs[i] for i, o in enumerate(outcomes) if o is None]
-            done, _ = ray.wait([*pending, *polls], num_returns=1, timeout=0.5)
-            for ref in done:
-                if ref in polls:
-                    self._take_poll(ref, polls.pop(ref), heard)
-                    continue
-                i = runs.index(ref)
+    def start(self, at: float) -> None:
+        """Workers.start: each actor is told the start on its own clock."""
+        self._ray.get(
+            [self._actors[c.worker].go.remote(at + c.offset) for c in self.clocks], timeout=30
+        )
+
+    def receive(self, pending: set[int], heard: ProgressSum) -> dict[int, Outcome]:
+        """Workers.receive: poll each actor every ``PROGRESS_INTERVAL``, onto this clock."""
+        ray, now = self._ray, time.monotonic()
+        for i in pending:
+            if i not in self._polls.values() and now >= self._next_poll.get(i, 0.0):
+                self._polls[self._actors[i].poll.remote()] = i
+                self._next_poll[i] = now + PROGRESS_INTERVAL
+        refs = [*(self._runs[i] for i in pending), *self._polls]
+        done, _ = ray.wait(refs, num_returns=1, timeout=0.5)
+        outcomes: dict[int, Outcome] = {}
+        for ref in done:
+            if ref in self._polls:
+                i = self._polls.pop(ref)
                 try:
-                    outcomes[i] = ray.get(ref)
-                except ray.exceptions.RayError as exc:
-                    outcomes[i] = ("died", None, self._describe(i, exc))
-            if time.monotonic() > deadline:
-                for i, outcome in enumerate(outcomes):
-                    if outcome is None:
-                        ray.kill(self._actors[i], no_restart=True)
-                        outcomes[i] = (
-                            "died",
-                            None,
-                            f"Ray load worker {i} (node {self._where[i][0]}) did not finish in "
-                            f"{timeout:g} s and was killed",
-                        )
+                    batch = ray.get(ref)
+                except ray.exceptions.RayError:  # the actor is gone: its run ref says so
+                    continue
+                if batch is not None:
+                    (count, total, tokens, started), records = batch
+                    by = -self.clocks[i].offset
+                    heard.add(i, (count, total, tokens, started + by), shift_records(records, by))
+                continue
+            i = self._runs.index(ref)
+            try:
+                kind, run, message = ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                outcomes[i] = ("died", None, self._describe(i, exc))
+                continue
+            by = -self.clocks[i].offset
+            if run is not None:
+                run = replace(
+                    run, started=run.started + by, records=tuple(shift_records(run.records, by))
+                )
+            outcomes[i] = (kind, run, message)
+        return outcomes
 
-    def _take_poll(self, ref: Any, index: int, heard: ProgressSum) -> None:
-        # A batch of finished records and progress, moved onto this process's clock.
-        try:
-            batch = self._ray.get(ref)
-        except self._ray.exceptions.RayError:  # the actor is gone: its run ref says so
-            return
-        if batch is None:
-            return
-        (done, total, tokens, started), records = batch
-        offset = self.clocks[index].offset
-        heard.add(index, (done, total, tokens, started - offset), shift_records(records, -offset))
+    def kill(self, index: int) -> str:
+        """Workers.kill."""
+        self._ray.kill(self._actors[index], no_restart=True)
+        return f"Ray load worker {index} (node {self._where[index][0]})"

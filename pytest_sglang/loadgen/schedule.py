@@ -21,6 +21,9 @@ __all__ = ["ARRIVALS", "Arrival", "ClosedLoop", "Load", "OpenLoop", "arrival_off
 Arrival = Literal["poisson", "constant"]
 ARRIVALS: tuple[str, ...] = get_args(Arrival)
 
+#: Warm-up requests run by default: one per concurrency slot, at most this many.
+DEFAULT_WARMUP_CAP = 8
+
 
 def arrival_offsets(count: int, rate: float, arrival: Arrival, seed: str) -> list[float]:
     """Return ``count`` send offsets in seconds, the first at 0, at ``rate`` requests/s.
@@ -33,19 +36,15 @@ def arrival_offsets(count: int, rate: float, arrival: Arrival, seed: str) -> lis
     if arrival == "constant":
         return [i / rate for i in range(count)]
     rng = random.Random(seed)
-    offsets: list[float] = []
-    now = 0.0
-    for _ in range(count):
-        offsets.append(now)
-        now += rng.expovariate(rate)
-    return offsets
+    offsets = [0.0]
+    for _ in range(count - 1):
+        offsets.append(offsets[-1] + rng.expovariate(rate))
+    return offsets[:count]
 
 
 def check_arrival(rate: float, arrival: str) -> None:
     """Raise :class:`ValueError`, saying what is wrong, unless ``rate`` and ``arrival`` work."""
-    if isinstance(rate, bool) or not (
-        isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0
-    ):
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < math.inf:
         raise ValueError(f"the request rate must be a finite number > 0 per second, got {rate!r}")
     if arrival not in ARRIVALS:
         raise ValueError(
@@ -53,10 +52,23 @@ def check_arrival(rate: float, arrival: str) -> None:
         )
 
 
-def check_count(name: str, value: object) -> None:
-    """Raise :class:`ValueError` unless ``value`` is an integer >= 1."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+def check_count(
+    name: str, value: object, minimum: int | None = 1, none: str | None = None, hint: str = ""
+) -> None:
+    """Raise :class:`ValueError` unless ``value`` is an integer >= ``minimum``.
+
+    ``none`` says what ``None`` means when it is allowed (``""``: allowed, said plainly);
+    ``hint`` ends the message (an example).
+    """
+    if value is None and none is not None:
+        return
+    if isinstance(value, int) and not isinstance(value, bool):
+        if minimum is None or value >= minimum:
+            return
+    allowed = "an integer" if minimum is None else f"an integer >= {minimum}"
+    if none is not None:
+        allowed = f"None ({none}) or {allowed}" if none else f"None or {allowed}"
+    raise ValueError(f"{name} must be {allowed}, got {value!r}{hint}")
 
 
 @dataclass(frozen=True)
@@ -119,8 +131,6 @@ class OpenLoop:
 
     def warmup(self, workload: Workload) -> int:
         """Return the run's warm-up requests (``Workload.warmup_for`` the cap or default)."""
-        from pytest_sglang.loadgen.workload import DEFAULT_WARMUP_CAP
-
         return workload.warmup_for(self.max_concurrency or DEFAULT_WARMUP_CAP)
 
     def salt(self, repeat: int) -> str:
@@ -152,10 +162,5 @@ Load = ClosedLoop | OpenLoop
 
 def run_fields(load: Load) -> dict[str, Any]:
     """Return the load's fields as :class:`~pytest_sglang.loadgen.records.LoadRun` has them."""
-    return {
-        "mode": load.mode,
-        "concurrency": load.concurrency,
-        "rate": load.rate,
-        "arrival": load.arrival,
-        "max_concurrency": load.max_concurrency,
-    }
+    fields = ("mode", "concurrency", "rate", "arrival", "max_concurrency")
+    return {name: getattr(load, name) for name in fields}

@@ -9,7 +9,9 @@ common start; ``finished`` receives each measured request as it ends
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import bisect
+import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pytest_sglang.loadgen.records import RequestRecord
@@ -23,14 +25,9 @@ def slot_shares(total: int, processes: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(processes)]
 
 
-def owner(index: int, shares: list[int]) -> int:
+def owner(index: int, shares: Sequence[int]) -> int:
     """Return the process that sends request ``index`` (requests follow the slot shares)."""
-    position = index % sum(shares)
-    for process, share in enumerate(shares):
-        if position < share:
-            return process
-        position -= share
-    raise AssertionError("unreachable: position is below the sum of the shares")
+    return bisect.bisect_right(list(itertools.accumulate(shares)), index % sum(shares))
 
 
 @dataclass(frozen=True)
@@ -49,4 +46,4 @@ class Shard:
 
     def owns(self, request: int) -> bool:
         """Whether this process sends request ``request`` (warm-up and measured alike)."""
-        return owner(request, list(self.shares)) == self.index
+        return owner(request, self.shares) == self.index

@@ -1,10 +1,11 @@
-"""A run spread over several load-generator workers: processes on this host, and the merge.
+"""A run spread over several load-generator workers: the coordinator, and processes on this host.
 
-One asyncio process saturates one core. :func:`run_sharded` starts worker processes
-(``spawn``); every worker, process or Ray actor, runs :func:`run_shard` on its
-:class:`~pytest_sglang.loadgen.shard.Shard` of the plan, and :func:`settle` merges their
-records into one :class:`LoadRun`. The guarantees (exact total concurrency, a common start,
-a lost worker costs only its unsent requests) are in ``docs/scaling.md``.
+One asyncio process saturates one core. Every worker, a process of :func:`run_sharded` or a
+Ray actor (:mod:`~pytest_sglang.loadgen.ray_workers`), runs :func:`run_shard` on its
+:class:`~pytest_sglang.loadgen.shard.Shard` of the plan; :func:`coordinate` drives either kind
+through the warm-up, the common start and the run, and :func:`settle` merges their records
+into one :class:`LoadRun`. The guarantees (exact total concurrency, a common start, a lost
+worker costs only its unsent requests) are in ``docs/scaling.md``.
 """
 
 from __future__ import annotations
@@ -18,27 +19,18 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event
-from typing import Any, cast
+from typing import Any, Protocol, TypedDict, Unpack, cast
 
 from pytest_sglang.errors import SGLangError
 from pytest_sglang.loadgen.progress import ProgressCallback
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.relay import ProgressSum, Relay, Sender
 from pytest_sglang.loadgen.runner import LoadGenerator, ServerStoppedAnswering, run_blocking
-from pytest_sglang.loadgen.saturation import ClientLoad
-from pytest_sglang.loadgen.schedule import Load, run_fields
+from pytest_sglang.loadgen.schedule import Load, check_count, run_fields
 from pytest_sglang.loadgen.shard import Shard, owner, slot_shares
 from pytest_sglang.loadgen.workload import Workload
 
-__all__ = [
-    "LoadWorkersFailed",
-    "RunPlan",
-    "merge_outcomes",
-    "plan_shares",
-    "run_shard",
-    "run_sharded",
-    "settle",
-]
+__all__ = ["Coordination", "LoadWorkersFailed", "RunPlan", "coordinate", "run_shard", "run_sharded"]
 
 #: How long the measured start is set after the last worker is ready: time for every worker
 #: to wake and reach its first send.
@@ -69,31 +61,52 @@ class RunPlan:
     load: Load
     repeat: int = 0
 
-    @property
-    def mode(self) -> str:
-        """The load's mode, ``"closed"`` or ``"open"``."""
-        return self.load.mode
-
-    @property
-    def rate(self) -> float | None:
-        """An open loop's rate (requests per second)."""
-        return self.load.rate
-
-    @property
-    def max_concurrency(self) -> int | None:
-        """An open loop's cap on the requests in flight."""
-        return self.load.max_concurrency
-
     def timeout(self) -> float:
         """Seconds the measured phase may take: the request timeout per request, plus a minute."""
         return float(self.options.get("request_timeout", 600.0)) * (self.workload.requests + 1) + 60
+
+    def shares(self, workers: int) -> tuple[int, ...]:
+        """Each of at most ``workers`` workers' share of the slots (concurrency or cap)."""
+        slots = self.load.slots or workers
+        return tuple(slot_shares(slots, max(1, min(workers, slots))))
+
+
+class Coordination(TypedDict, total=False):
+    """What the coordinator does around a run (see :func:`coordinate`)."""
+
+    ready_timeout: float
+    run_timeout: float | None
+    before_measured: Callable[[], object] | None
+    progress: ProgressCallback | None
+
+
+class Workers(Protocol):
+    """The workers a coordinator drives: processes on this host, or Ray actors."""
+
+    #: What one is called in messages, e.g. ``"load worker"``.
+    name: str
+
+    def ready(self, pending: set[int]) -> set[int]:
+        """Wait a moment; return those of ``pending`` whose warm-up is over.
+
+        :raises LoadWorkersFailed: one of them was lost or ended before its start.
+        """
+
+    def start(self, at: float) -> None:
+        """Release every worker to start its measured requests at ``at`` (this clock)."""
+
+    def receive(self, pending: set[int], heard: ProgressSum) -> dict[int, Outcome]:
+        """Wait a moment; hand progress to ``heard``; return the outcomes that came."""
+
+    def kill(self, index: int) -> str:
+        """Kill worker ``index`` (it ran out of time) and return its description."""
 
 
 def run_shard(plan: RunPlan, shard: Shard, relay: Relay) -> Outcome:
     """Run one worker's ``shard`` of ``plan`` in this process: what every worker does.
 
-    The generator is built from the plan's options; it hands its progress and finished
-    records to ``relay``. Nothing is raised: an error is an outcome, with what had finished.
+    Its progress and finished records go to ``relay``. Nothing is raised: an error is an
+    outcome, with what had finished.
     """
     options = dict(plan.options)
     generator = LoadGenerator(
@@ -109,6 +122,108 @@ def run_shard(plan: RunPlan, shard: Shard, relay: Relay) -> Outcome:
         return "stopped", exc.run, str(exc)
     except BaseException as exc:  # the coordinator reports it; nothing is lost silently
         return "error", generator.interrupted_run, f"{type(exc).__name__}: {exc}"
+
+
+def coordinate(
+    plan: RunPlan,
+    shares: tuple[int, ...],
+    workers: Workers,
+    *,
+    ready_timeout: float = 600.0,
+    run_timeout: float | None = None,
+    before_measured: Callable[[], object] | None = None,
+    progress: ProgressCallback | None = None,
+) -> LoadRun:
+    """Drive ``workers`` (one per share) through a run of ``plan`` and merge their records.
+
+    :param ready_timeout: seconds for every worker to start and finish its warm-up.
+    :param run_timeout: seconds for the measured phase (default: :meth:`RunPlan.timeout`),
+        after which workers still running are killed and their requests recorded as failed.
+    :param before_measured: called once every worker finished its warm-up, right before the
+        common start (where ``sglang_bench`` reads the server's counters).
+    :param progress: hears the workers' summed progress at most every ``PROGRESS_INTERVAL``.
+    :raises LoadWorkersFailed: a worker never became ready (no measured request was sent).
+    :raises ServerStoppedAnswering: a worker gave up on the server (as a single process).
+    """
+    pending = set(range(len(shares)))
+    deadline = time.monotonic() + ready_timeout
+    while pending:
+        pending -= workers.ready(pending)
+        if pending and time.monotonic() > deadline:
+            raise LoadWorkersFailed(
+                f"{workers.name}s {sorted(pending)} were not ready within {ready_timeout:g} s; "
+                "no measured request was sent"
+            )
+    if before_measured is not None:
+        before_measured()
+    workers.start(time.perf_counter() + START_MARGIN)
+    heard = ProgressSum(progress, PROGRESS_INTERVAL)
+    outcomes: dict[int, Outcome] = {}
+    timeout = run_timeout or plan.timeout()
+    deadline = time.monotonic() + timeout
+    while pending := set(range(len(shares))) - set(outcomes):
+        outcomes.update(workers.receive(pending, heard))
+        if time.monotonic() > deadline:
+            for i in pending - set(outcomes):
+                late = f"{workers.kill(i)} did not finish in {timeout:g} s and was killed"
+                outcomes[i] = ("died", None, late)
+    return settle(plan, shares, [outcomes[i] for i in range(len(shares))], heard)
+
+
+def settle(
+    plan: RunPlan, shares: tuple[int, ...], outcomes: Sequence[Outcome], heard: ProgressSum
+) -> LoadRun:
+    """Merge the workers' outcomes into one run.
+
+    A worker lost without a run keeps the records it handed over before (``heard``); one
+    that ``died`` or ended in an ``error`` has every measured request it owned and did not
+    record made a failed record carrying its message.
+
+    :raises ServerStoppedAnswering: a worker gave up on the server (as a single process).
+    """
+    heard.report()
+    records: list[RequestRecord] = []
+    starts: list[float] = []
+    for index, (kind, run, message) in enumerate(outcomes):
+        kept = tuple(heard.received(index)) if run is None else run.records
+        records += kept
+        starts += [r.started for r in kept] if run is None else [run.started]
+        if kind in {"died", "error"}:
+            sent = {r.index for r in kept if not r.warmup}
+            now = time.perf_counter()
+            records += [
+                RequestRecord(
+                    index=i,
+                    warmup=False,
+                    input_len=plan.workload.input_len,
+                    output_len=plan.workload.output_len,
+                    started=now,
+                    sent=now,
+                    end=now,
+                    error=message or "load worker failed",
+                )
+                for i in range(plan.workload.requests)
+                if owner(i, list(shares)) == index and i not in sent
+            ]
+    records.sort(key=lambda r: (not r.warmup, r.index))
+    # The busiest worker is the one that bounds the run: its CPU and its loop's lag.
+    clients = [run.client for _, run, _ in outcomes if run is not None and run.client]
+    busiest = max(clients, key=lambda load: load.cpu_fraction, default=None)
+    if busiest is not None:
+        busiest = replace(busiest, lag_max=max(c.lag_max for c in clients))
+    merged = LoadRun(
+        workload=plan.workload,
+        records=tuple(records),
+        started=min(starts, default=time.perf_counter()),
+        repeat=plan.repeat,
+        client=busiest,
+        **run_fields(plan.load),
+    )
+    stopped = [message for kind, _, message in outcomes if kind == "stopped"]
+    if stopped:
+        unsent = plan.workload.requests - len(merged.measured)
+        raise ServerStoppedAnswering(stopped[0] or "the server stopped answering", merged, unsent)
+    return merged
 
 
 def _worker(
@@ -135,214 +250,96 @@ def _worker(
     results.close()
 
 
-def plan_shares(plan: RunPlan, processes: int) -> tuple[int, ...]:
-    """Each worker's share of the plan's slots (closed-loop concurrency or open-loop cap)."""
-    slots = plan.load.slots or processes
-    count = max(1, min(processes, slots))
-    return tuple(slot_shares(slots, count))
+class _Processes:
+    """Worker processes on this host (``spawn``), one per share, each running :func:`_worker`."""
 
+    name = "load worker"
 
-def _failed(workload: Workload, indices: Sequence[int], message: str) -> list[RequestRecord]:
-    now = time.perf_counter()
-    return [
-        RequestRecord(
-            index=i,
-            warmup=False,
-            input_len=workload.input_len,
-            output_len=workload.output_len,
-            started=now,
-            sent=now,
-            end=now,
-            error=message,
-        )
-        for i in indices
-    ]
+    def __init__(self) -> None:
+        self._context = multiprocessing.get_context("spawn")
+        self._ready: multiprocessing.Queue[int] = self._context.Queue()
+        self._go = self._context.Event()
+        self._start_at: Synchronized[float] = self._context.Value("d", 0.0)
+        self._pipes: list[Connection] = []
+        self._processes: list[BaseProcess] = []
 
-
-def _merge_client(loads: Sequence[ClientLoad | None]) -> ClientLoad | None:
-    # The busiest worker is the one that bounds the run: its CPU and its loop's lag.
-    seen = [load for load in loads if load is not None]
-    if not seen:
-        return None
-    busiest = max(seen, key=lambda load: load.cpu_fraction)
-    return replace(busiest, lag_max=max(load.lag_max for load in seen))
-
-
-def run_sharded(
-    plan: RunPlan,
-    processes: int,
-    *,
-    ready_timeout: float = 600.0,
-    run_timeout: float | None = None,
-    before_measured: Callable[[], object] | None = None,
-    progress: ProgressCallback | None = None,
-) -> LoadRun:
-    """Run ``plan`` on ``processes`` worker processes and merge their records.
-
-    ``plan.options`` are :class:`~pytest_sglang.loadgen.runner.LoadGenerator`'s keyword
-    arguments plus ``url`` (picklable values only: no progress callback).
-
-    :param ready_timeout: seconds for every worker to start and finish its warm-up.
-    :param run_timeout: seconds for the measured phase (default: the plan's request timeout
-        times the requests, plus a minute), after which workers still running are killed
-        and their requests recorded as failed.
-    :param before_measured: called here once every worker finished its warm-up, right before
-        the common start (where ``sglang_bench`` reads the server's counters).
-    :param progress: called here with the workers' summed progress (requests done and
-        tokens received, warm-up included) at most every ``PROGRESS_INTERVAL`` seconds.
-    :raises LoadWorkersFailed: a worker never became ready (no measured request was sent).
-    """
-    if processes < 1:
-        raise ValueError(f"processes must be at least 1, got {processes}")
-    context = multiprocessing.get_context("spawn")
-    shares = plan_shares(plan, processes)
-    ready: multiprocessing.Queue[int] = context.Queue()
-    go = context.Event()
-    start_at: Synchronized[float] = context.Value("d", 0.0)
-    pipes: list[Connection] = []
-    workers: list[BaseProcess] = []
-    try:
+    def launch(self, plan: RunPlan, shares: tuple[int, ...]) -> None:
+        """Start one process per share."""
         for index in range(len(shares)):
-            receive, send = context.Pipe(duplex=False)
-            process = context.Process(
+            receive, send = self._context.Pipe(duplex=False)
+            process = self._context.Process(
                 target=_worker,
-                args=(index, shares, plan, ready, go, start_at, send),
+                args=(index, shares, plan, self._ready, self._go, self._start_at, send),
                 name=f"sglang-loadgen-{index}",
                 daemon=True,
             )
             process.start()
             send.close()
-            pipes.append(receive)
-            workers.append(process)
-        _await_ready(workers, ready, go, start_at, ready_timeout, before_measured)
-        heard = ProgressSum(progress, PROGRESS_INTERVAL)
-        outcomes = _collect(workers, pipes, run_timeout or plan.timeout(), heard)
-    finally:
-        go.set()  # a worker still waiting is released (to call the run off)
-        for worker in workers:
-            if worker.is_alive():
-                worker.kill()
-            worker.join(timeout=10)
-    return settle(plan, shares, outcomes, heard)
+            self._pipes.append(receive)
+            self._processes.append(process)
 
-
-def _await_ready(
-    workers: Sequence[BaseProcess],
-    ready: multiprocessing.Queue[int],
-    go: Event,
-    start_at: Synchronized[float],
-    timeout: float,
-    before_measured: Callable[[], object] | None = None,
-) -> None:
-    deadline = time.monotonic() + timeout
-    pending = set(range(len(workers)))
-    while pending:
+    def ready(self, pending: set[int]) -> set[int]:
         try:
-            pending.discard(ready.get(timeout=0.2))
-            continue
+            return {self._ready.get(timeout=0.2)}
         except queue.Empty:
             pass
-        dead = [i for i in pending if not workers[i].is_alive()]
-        if dead or time.monotonic() > deadline:
-            go.set()  # start_at stays 0: the others call the run off
-            why = (
-                f"load worker {dead[0]} exited with code {workers[dead[0]].exitcode} before "
-                "its measured requests"
-                if dead
-                else f"load workers {sorted(pending)} were not ready within {timeout:g} s"
-            )
-            raise LoadWorkersFailed(f"{why}; no measured request was sent")
-    if before_measured is not None:
-        before_measured()
-    start_at.value = time.perf_counter() + START_MARGIN
-    go.set()
+        for i in sorted(pending):
+            if not self._processes[i].is_alive():
+                raise LoadWorkersFailed(
+                    f"load worker {i} exited with code {self._processes[i].exitcode} before its "
+                    "measured requests; no measured request was sent"
+                )
+        return set()
 
+    def start(self, at: float) -> None:
+        self._start_at.value = at
+        self._go.set()
 
-def _collect(
-    workers: Sequence[BaseProcess],
-    pipes: Sequence[Connection],
-    timeout: float,
-    heard: ProgressSum,
-) -> list[Outcome]:
-    outcomes: list[Outcome | None] = [None] * len(workers)
-    deadline = time.monotonic() + timeout
-    while any(o is None for o in outcomes):
-        waiting = {pipes[i]: i for i, o in enumerate(outcomes) if o is None}
+    def receive(self, pending: set[int], heard: ProgressSum) -> dict[int, Outcome]:
+        outcomes: dict[int, Outcome] = {}
+        waiting = {self._pipes[i]: i for i in pending}
         for pipe in cast("list[Connection]", wait(list(waiting), timeout=0.2)):
             i = waiting[pipe]
             try:
                 message = pipe.recv()
             except EOFError:  # it died while sending, or before
-                outcomes[i] = ("died", None, _death(workers[i], i))
+                process = self._processes[i]
+                process.join(timeout=1)
+                outcomes[i] = (
+                    "died",
+                    None,
+                    f"load worker {i} (pid {process.pid}) died with exit code {process.exitcode}",
+                )
                 continue
             if message[0] == "progress":
                 heard.add(i, message[1], message[2])
             else:
                 outcomes[i] = message
-        if time.monotonic() > deadline:
-            for i, outcome in enumerate(outcomes):
-                if outcome is None:
-                    workers[i].kill()
-                    outcomes[i] = ("died", None, f"load worker {i} did not finish in {timeout:g} s")
-    return [o for o in outcomes if o is not None]
+        return outcomes
+
+    def kill(self, index: int) -> str:
+        self._processes[index].kill()
+        return f"load worker {index}"
+
+    def close(self) -> None:
+        """Call off a run not started (``start_at`` stays 0) and end every process."""
+        self._go.set()
+        for process in self._processes:
+            if process.is_alive():
+                process.kill()
+            process.join(timeout=10)
 
 
-def _death(process: BaseProcess, index: int) -> str:
-    process.join(timeout=1)
-    return f"load worker {index} (pid {process.pid}) died with exit code {process.exitcode}"
+def run_sharded(plan: RunPlan, processes: int, **coordination: Unpack[Coordination]) -> LoadRun:
+    """Run ``plan`` on ``processes`` worker processes on this host and merge their records.
 
-
-def settle(
-    plan: RunPlan, shares: tuple[int, ...], outcomes: Sequence[Outcome], heard: ProgressSum
-) -> LoadRun:
-    """Merge the workers' outcomes into one run, as :func:`merge_outcomes`.
-
-    A worker that ``died`` keeps the records it handed over before (``heard``).
-
-    :raises ServerStoppedAnswering: a worker gave up on the server (as a single process).
+    ``coordination`` is :func:`coordinate`'s; every process is gone when this returns.
     """
-    heard.report()
-    kept: list[Outcome] = []
-    for i, (kind, run, message) in enumerate(outcomes):
-        records = heard.received(i)
-        if kind == "died" and records:
-            run = LoadRun(
-                plan.workload, plan.load.mode, tuple(records), min(r.started for r in records)
-            )
-        kept.append((kind, run, message))
-    merged = merge_outcomes(plan, shares, kept)
-    stopped = [message for kind, _, message in kept if kind == "stopped"]
-    if stopped:
-        unsent = plan.workload.requests - len(merged.measured)
-        raise ServerStoppedAnswering(stopped[0] or "the server stopped answering", merged, unsent)
-    return merged
-
-
-def merge_outcomes(plan: RunPlan, shares: tuple[int, ...], outcomes: Sequence[Outcome]) -> LoadRun:
-    """Merge the workers' ``(kind, run, message)`` outcomes into one run.
-
-    A worker that ``died`` or ended in an ``error`` has every measured request it owned and
-    did not record made a failed record carrying its message.
-    """
-    records: list[RequestRecord] = []
-    runs = [run for _, run, _ in outcomes if run is not None]
-    for index, (kind, run, message) in enumerate(outcomes):
-        if run is not None:
-            records += run.records
-        if kind in {"died", "error"}:
-            sent = {r.index for r in (run.records if run else ()) if not r.warmup}
-            mine = [
-                i
-                for i in range(plan.workload.requests)
-                if owner(i, list(shares)) == index and i not in sent
-            ]
-            records += _failed(plan.workload, mine, message or "load worker failed")
-    records.sort(key=lambda r: (not r.warmup, r.index))
-    return LoadRun(
-        workload=plan.workload,
-        records=tuple(records),
-        started=min((run.started for run in runs), default=time.perf_counter()),
-        repeat=plan.repeat,
-        client=_merge_client([run.client for run in runs]),
-        **run_fields(plan.load),
-    )
+    check_count("processes", processes)
+    shares = plan.shares(processes)
+    workers = _Processes()
+    try:
+        workers.launch(plan, shares)
+        return coordinate(plan, shares, workers, **coordination)
+    finally:
+        workers.close()

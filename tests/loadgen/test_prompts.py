@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 
 from pytest_sglang.loadgen.prompts import (
-    TOKEN_ID_RANGE,
+    UNIVERSAL_TOKEN_IDS,
     WORDS,
     chat_text,
     encoded_bodies,
@@ -18,7 +18,7 @@ W = Workload(input_len=100, output_len=32, temperature=0.0)
 def test_token_prompts_have_exact_length_and_safe_ids() -> None:
     ids = token_ids(W, "s", 0)
     assert len(ids) == 100
-    assert all(i in TOKEN_ID_RANGE for i in ids)
+    assert all(i in UNIVERSAL_TOKEN_IDS for i in ids)
 
 
 def test_prompts_are_deterministic_and_differ_per_request_salt_and_seed() -> None:
