@@ -9,6 +9,7 @@ coordinator's clock. Ray is imported only when a run is made. See ``docs/scaling
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
@@ -47,17 +48,18 @@ class RayUnavailable(SGLangError):
 
 @dataclass(frozen=True)
 class ClockOffset:
-    """How one actor's clock relates to the coordinator's, measured before a run."""
+    """How worker ``worker``'s clock relates to the coordinator's, measured before a run.
 
-    #: The worker's index (its shard).
+    ``offset`` is what to add to a coordinator ``perf_counter`` reading to get the actor's,
+    wrong by at most half the ``round_trip`` of the reading kept. ``node`` (its IP address),
+    ``node_id`` and ``pid`` say where the actor runs.
+    """
+
     worker: int
-    #: The node the actor runs on (its IP address), its Ray node id and the actor's process.
     node: str
     node_id: str
     pid: int
-    #: Seconds to add to a coordinator ``perf_counter`` reading to get the actor's.
     offset: float
-    #: The round trip of the reading kept; the offset is wrong by at most half of it.
     round_trip: float
 
     @property
@@ -69,10 +71,9 @@ class ClockOffset:
 def estimate_offset(samples: Sequence[tuple[float, float, float]]) -> tuple[float, float]:
     """Return ``(offset, round_trip)`` from ``(t0, remote, t1)`` clock readings.
 
-    ``t0`` and ``t1`` are the coordinator's clock right before asking and right after the
-    answer, ``remote`` the other clock read in between. The reading with the shortest round
-    trip bounds the error best: the remote reading was taken somewhere in ``[t0, t1]``, so
-    ``remote - (t0 + t1) / 2`` is wrong by at most ``(t1 - t0) / 2``.
+    The remote clock was read somewhere between the coordinator's ``t0`` and ``t1``, so
+    ``remote - (t0 + t1) / 2`` is wrong by at most ``(t1 - t0) / 2``: the shortest round trip
+    bounds the error best.
     """
     if not samples:
         raise ValueError("no clock readings")
@@ -98,11 +99,10 @@ def shift_records(records: Sequence[RequestRecord], by: float) -> list[RequestRe
 def connect(address: str | None, *, source: str = "the address argument") -> ModuleType:
     """Connect this process to the Ray cluster at ``address`` (once) and return ``ray``.
 
-    An already connected process (``ray.init`` called by the user) is used as it is. With no
-    connection and no address this refuses: starting a private single-node Ray here would
-    put every worker on this host, which is what the multi-process option is for.
+    An already connected process (``ray.init`` called by the user) is used as it is; with no
+    address this refuses (a private single-node Ray would put every worker on this host).
+    ``source`` says where the address came from, e.g. ``--sglang-ray-address``.
 
-    :param source: where the address came from, for the message (e.g. ``--sglang-ray-address``).
     :raises RayUnavailable: Ray is missing (how to install it), or the cluster is unreachable.
     """
     try:
@@ -120,32 +120,25 @@ def connect(address: str | None, *, source: str = "the address argument") -> Mod
             "HOST:PORT, ini sglang_ray_address, env PYTEST_SGLANG_RAY_ADDRESS; 'auto' finds the "
             "cluster this host belongs to), or call ray.init() first"
         )
-    fix = (
-        "check that the head node runs (`ray status` there), that the address is its GCS "
-        "address HOST:PORT (what `ray start --head` printed, port 6379 by default) and that "
-        "this host can reach it"
-    )
     # Ray retries an unreachable GCS for minutes: a closed port is told at once instead.
     problem = unreachable(address)
+    try:
+        if problem is None:
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+    except Exception as exc:  # ConnectionError, ValueError, RuntimeError: all mean unreachable
+        problem = _reason(exc)
     if problem is not None:
         raise RayUnavailable(
-            f"cannot connect to the Ray cluster at {address!r} (from {source}): {problem}; {fix}"
+            f"cannot connect to the Ray cluster at {address!r} (from {source}): {problem}; "
+            "check that the head node runs (`ray status` there), that the address is its GCS "
+            "address HOST:PORT (what `ray start --head` printed, port 6379 by default) and "
+            "that this host can reach it"
         )
-    try:
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
-    except Exception as exc:  # ConnectionError, ValueError, RuntimeError: all mean unreachable
-        raise RayUnavailable(
-            f"cannot connect to the Ray cluster at {address!r} (from {source}): "
-            f"{_reason(exc)}; {fix}"
-        ) from exc
     return ray
 
 
 def unreachable(address: str, timeout: float = CONNECT_TIMEOUT) -> str | None:
-    """Why ``address`` (``[ray://]HOST:PORT``) takes no TCP connection; ``None`` if it does.
-
-    ``"auto"`` and other forms without a port are left to Ray.
-    """
+    """Why ``address`` (``[ray://]HOST:PORT``; ``"auto"`` is left to Ray) takes no connection."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
         return None
@@ -167,8 +160,6 @@ class _LoadActor:  # pragma: no cover - runs inside a Ray actor; covered end to 
 
     def where(self) -> tuple[str, str, int]:
         """Return this actor's node address, Ray node id and process id."""
-        import os
-
         import ray
 
         ip = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
@@ -187,7 +178,7 @@ class _LoadActor:  # pragma: no cover - runs inside a Ray actor; covered end to 
         return self._relay.take()
 
     def go(self, start_at: float) -> None:
-        """Start the measured requests at ``start_at`` (this actor's clock); 0 calls it off."""
+        """Start the measured requests at ``start_at`` (this actor's clock)."""
         self._start = start_at
         self._go.set()
 
@@ -200,7 +191,7 @@ class _LoadActor:  # pragma: no cover - runs inside a Ray actor; covered end to 
 
         def sync() -> float:
             self._ready.set()
-            if not self._go.wait(wait_limit) or self._start <= 0:
+            if not self._go.wait(wait_limit):
                 raise LoadWorkersFailed("the run was called off by the coordinator")
             return self._start
 
@@ -216,20 +207,12 @@ def _reason(exc: BaseException) -> str:
 class RayLoadWorkers:
     """``workers`` load-generator actors on a Ray cluster, reused from run to run.
 
-    ::
-
-        with RayLoadWorkers(2, address="head-node:6379") as workers:
-            run = workers.run(RunPlan({"url": url}, workload, ClosedLoop(256)))
-
-    :param workers: how many actors (at most the concurrency of a closed loop is used).
-    :param address: the Ray cluster (``HOST:PORT`` of its head, or ``"auto"``); ``None`` uses
-        the connection this process already has (``ray.init`` called before).
-    :param source: where ``address`` came from, for messages.
-    :param num_cpus: CPUs each actor reserves on its node (1: one event loop, one core).
-    :param resources: custom Ray resources each actor asks for, to pin the workers to the
-        nodes that offer them (``ray start --resources='{"loadgen": 4}'`` on client hosts).
-    :param spread: place the actors on as many nodes as possible (Ray's ``SPREAD``
-        strategy); ``False`` lets Ray pack them.
+    ``with RayLoadWorkers(2, address="head:6379") as w: run = w.run(RunPlan(...))``.
+    ``address`` is the head's ``HOST:PORT`` or ``"auto"`` (``None``: the connection this
+    process has), ``source`` where it came from. Each actor reserves ``num_cpus`` (one event
+    loop, one core) and the custom ``resources`` given, to pin the workers to the nodes
+    that offer them (``ray start --resources='{"loadgen": 4}'`` on client hosts);
+    ``spread`` places them on as many nodes as possible (``False``: Ray packs them).
     """
 
     name = "Ray load worker"
@@ -259,11 +242,11 @@ class RayLoadWorkers:
         self._where: list[tuple[str, str, int]] = []
         #: The clock offsets measured before the last run, one per actor that took part.
         self.clocks: tuple[ClockOffset, ...] = ()
-        # The run in progress: each actor's run ref, the refs awaited before the start
-        # (worker, "ready" or "run"), the polls in flight and when to poll each actor next.
-        self._runs: list[Any] = []
-        self._watched: dict[Any, tuple[int, str]] = {}
-        self._polls: dict[Any, int] = {}
+        # The run in progress: the refs awaited (worker, "ready", "run" or "poll"), the
+        # workers not ready yet, and when to poll each next.
+        self._refs: dict[Any, tuple[int, str]] = {}
+        self._unready: set[int] = set()
+        self._count = 0
         self._next_poll: dict[int, float] = {}
 
     def __enter__(self) -> Self:
@@ -328,16 +311,11 @@ class RayLoadWorkers:
         ready_timeout = coordination.get("ready_timeout", 600.0)
         self.clocks = ()
         self._ensure(len(shares), ready_timeout)
-        actors = self._actors[: len(shares)]
-        self._runs = [
-            actor.run.remote(i, shares, plan, ready_timeout + 60.0)
-            for i, actor in enumerate(actors)
-        ]
-        self._watched = {
-            actor.wait_ready.remote(ready_timeout): (i, "ready") for i, actor in enumerate(actors)
-        }
-        self._watched.update({ref: (i, "run") for i, ref in enumerate(self._runs)})
-        self._polls, self._next_poll = {}, {}
+        self._count = len(shares)
+        self._refs, self._unready, self._next_poll = {}, set(range(self._count)), {}
+        for i, actor in enumerate(self._actors[: len(shares)]):
+            self._refs[actor.run.remote(i, shares, plan, ready_timeout + 60.0)] = (i, "run")
+            self._refs[actor.wait_ready.remote(ready_timeout)] = (i, "ready")
         try:
             return coordinate(plan, shares, self, **coordination)
         except BaseException:
@@ -351,32 +329,6 @@ class RayLoadWorkers:
             "(its process was killed or its node left the cluster)"
         )
 
-    def ready(self, pending: set[int]) -> set[int]:
-        """Workers.ready: the actors' clocks are read once the last one is ready."""
-        watch = [ref for ref, (i, _) in self._watched.items() if i in pending]
-        done, _ = self._ray.wait(watch, num_returns=1, timeout=0.5)
-        ready = set()
-        for ref in done:
-            i, what = self._watched.pop(ref)
-            try:
-                result = self._ray.get(ref)
-            except self._ray.exceptions.RayError as exc:
-                raise LoadWorkersFailed(
-                    f"{self._describe(i, exc)} before its measured requests; no measured "
-                    "request was sent"
-                ) from exc
-            if what == "run":
-                kind, _, message = result
-                raise LoadWorkersFailed(
-                    f"Ray load worker {i} ended before its measured requests ({kind}: "
-                    f"{message}); no measured request was sent"
-                )
-            if result:
-                ready.add(i)
-        if ready >= pending:
-            self.clocks = tuple(self._clock(i) for i in range(len(self._runs)))
-        return ready
-
     def start(self, at: float) -> None:
         """Workers.start: each actor is told the start on its own clock."""
         self._ray.get(
@@ -384,39 +336,43 @@ class RayLoadWorkers:
         )
 
     def receive(self, pending: set[int], heard: ProgressSum) -> dict[int, Outcome]:
-        """Workers.receive: poll each actor every ``PROGRESS_INTERVAL``, onto this clock."""
+        """Workers.receive; the clocks are read once every actor is ready.
+
+        Then each actor is polled every ``PROGRESS_INTERVAL``; what it hands over is moved
+        onto this process's clock.
+        """
         ray, now = self._ray, time.monotonic()
-        for i in pending:
-            if i not in self._polls.values() and now >= self._next_poll.get(i, 0.0):
-                self._polls[self._actors[i].poll.remote()] = i
+        polling = {i for i, kind in self._refs.values() if kind == "poll"}
+        for i in pending - polling if self.clocks else ():
+            if now >= self._next_poll.get(i, 0.0):
+                self._refs[self._actors[i].poll.remote()] = (i, "poll")
                 self._next_poll[i] = now + PROGRESS_INTERVAL
-        refs = [*(self._runs[i] for i in pending), *self._polls]
-        done, _ = ray.wait(refs, num_returns=1, timeout=0.5)
+        watch = [ref for ref, (i, _) in self._refs.items() if i in pending]
+        done, _ = ray.wait(watch, num_returns=1, timeout=0.5)
         outcomes: dict[int, Outcome] = {}
         for ref in done:
-            if ref in self._polls:
-                i = self._polls.pop(ref)
-                try:
-                    batch = ray.get(ref)
-                except ray.exceptions.RayError:  # the actor is gone: its run ref says so
-                    continue
-                if batch is not None:
-                    (count, total, tokens, started), records = batch
-                    by = -self.clocks[i].offset
-                    heard.add(i, (count, total, tokens, started + by), shift_records(records, by))
-                continue
-            i = self._runs.index(ref)
+            i, kind = self._refs.pop(ref)
             try:
-                kind, run, message = ray.get(ref)
+                result = ray.get(ref)
             except ray.exceptions.RayError as exc:
-                outcomes[i] = ("died", None, self._describe(i, exc))
+                if kind != "poll":  # a poll's actor is gone: its run ref says so
+                    outcomes[i] = ("died", None, self._describe(i, exc))
                 continue
-            by = -self.clocks[i].offset
-            if run is not None:
-                run = replace(
-                    run, started=run.started + by, records=tuple(shift_records(run.records, by))
-                )
-            outcomes[i] = (kind, run, message)
+            by = -self.clocks[i].offset if self.clocks else 0.0
+            if kind == "ready" and result:
+                outcomes[i] = ("ready", None, None)
+                self._unready.discard(i)
+                if not self._unready:
+                    self.clocks = tuple(self._clock(j) for j in range(self._count))
+            elif kind == "poll" and result is not None:
+                (count, total, tokens, started), records = result
+                heard.add(i, (count, total, tokens, started + by), shift_records(records, by))
+            elif kind == "run":
+                ended, run, message = result
+                if run is not None:
+                    records = tuple(shift_records(run.records, by))
+                    run = replace(run, started=run.started + by, records=records)
+                outcomes[i] = (ended, run, message)
         return outcomes
 
     def kill(self, index: int) -> str:

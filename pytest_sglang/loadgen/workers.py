@@ -10,15 +10,14 @@ worker costs only its unsent requests) are in ``docs/scaling.md``.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
-import queue
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from multiprocessing.sharedctypes import Synchronized
-from multiprocessing.synchronize import Event
 from typing import Any, Protocol, TypedDict, Unpack, cast
 
 from pytest_sglang.errors import SGLangError
@@ -61,10 +60,6 @@ class RunPlan:
     load: Load
     repeat: int = 0
 
-    def timeout(self) -> float:
-        """Seconds the measured phase may take: the request timeout per request, plus a minute."""
-        return float(self.options.get("request_timeout", 600.0)) * (self.workload.requests + 1) + 60
-
     def shares(self, workers: int) -> tuple[int, ...]:
         """Each of at most ``workers`` workers' share of the slots (concurrency or cap)."""
         slots = self.load.slots or workers
@@ -81,25 +76,21 @@ class Coordination(TypedDict, total=False):
 
 
 class Workers(Protocol):
-    """The workers a coordinator drives: processes on this host, or Ray actors."""
+    """The workers a coordinator drives (``name`` in messages): processes, or Ray actors."""
 
-    #: What one is called in messages, e.g. ``"load worker"``.
     name: str
 
-    def ready(self, pending: set[int]) -> set[int]:
-        """Wait a moment; return those of ``pending`` whose warm-up is over.
+    def receive(self, pending: set[int], heard: ProgressSum) -> dict[int, Outcome]:
+        """Wait a moment; hand progress to ``heard``; return what came from ``pending``.
 
-        :raises LoadWorkersFailed: one of them was lost or ended before its start.
+        That is each worker's outcome, or ``("ready", None, None)`` once its warm-up is over.
         """
 
     def start(self, at: float) -> None:
         """Release every worker to start its measured requests at ``at`` (this clock)."""
 
-    def receive(self, pending: set[int], heard: ProgressSum) -> dict[int, Outcome]:
-        """Wait a moment; hand progress to ``heard``; return the outcomes that came."""
-
     def kill(self, index: int) -> str:
-        """Kill worker ``index`` (it ran out of time) and return its description."""
+        """Kill worker ``index`` (out of time) and return its description."""
 
 
 def run_shard(plan: RunPlan, shard: Shard, relay: Relay) -> Outcome:
@@ -137,7 +128,7 @@ def coordinate(
     """Drive ``workers`` (one per share) through a run of ``plan`` and merge their records.
 
     :param ready_timeout: seconds for every worker to start and finish its warm-up.
-    :param run_timeout: seconds for the measured phase (default: :meth:`RunPlan.timeout`),
+    :param run_timeout: seconds for the measured phase (default: the request timeout each),
         after which workers still running are killed and their requests recorded as failed.
     :param before_measured: called once every worker finished its warm-up, right before the
         common start (where ``sglang_bench`` reads the server's counters).
@@ -145,10 +136,17 @@ def coordinate(
     :raises LoadWorkersFailed: a worker never became ready (no measured request was sent).
     :raises ServerStoppedAnswering: a worker gave up on the server (as a single process).
     """
+    heard = ProgressSum(progress, PROGRESS_INTERVAL)
     pending = set(range(len(shares)))
     deadline = time.monotonic() + ready_timeout
     while pending:
-        pending -= workers.ready(pending)
+        for i, (kind, _, message) in workers.receive(pending, heard).items():
+            if kind != "ready":
+                raise LoadWorkersFailed(
+                    f"{workers.name} {i} ended before its measured requests ({kind}: {message}); "
+                    "no measured request was sent"
+                )
+            pending.discard(i)
         if pending and time.monotonic() > deadline:
             raise LoadWorkersFailed(
                 f"{workers.name}s {sorted(pending)} were not ready within {ready_timeout:g} s; "
@@ -157,9 +155,10 @@ def coordinate(
     if before_measured is not None:
         before_measured()
     workers.start(time.perf_counter() + START_MARGIN)
-    heard = ProgressSum(progress, PROGRESS_INTERVAL)
     outcomes: dict[int, Outcome] = {}
-    timeout = run_timeout or plan.timeout()
+    # By default the request timeout per request, plus a minute.
+    per_request = float(plan.options.get("request_timeout", 600.0))
+    timeout = run_timeout or per_request * (plan.workload.requests + 1) + 60
     deadline = time.monotonic() + timeout
     while pending := set(range(len(shares))) - set(outcomes):
         outcomes.update(workers.receive(pending, heard))
@@ -182,6 +181,7 @@ def settle(
     :raises ServerStoppedAnswering: a worker gave up on the server (as a single process).
     """
     heard.report()
+    w = plan.workload
     records: list[RequestRecord] = []
     starts: list[float] = []
     for index, (kind, run, message) in enumerate(outcomes):
@@ -190,20 +190,12 @@ def settle(
         starts += [r.started for r in kept] if run is None else [run.started]
         if kind in {"died", "error"}:
             sent = {r.index for r in kept if not r.warmup}
+            mine = [i for i in range(w.requests) if owner(i, shares) == index and i not in sent]
             now = time.perf_counter()
+            failed = message or "load worker failed"
             records += [
-                RequestRecord(
-                    index=i,
-                    warmup=False,
-                    input_len=plan.workload.input_len,
-                    output_len=plan.workload.output_len,
-                    started=now,
-                    sent=now,
-                    end=now,
-                    error=message or "load worker failed",
-                )
-                for i in range(plan.workload.requests)
-                if owner(i, list(shares)) == index and i not in sent
+                RequestRecord(i, False, w.input_len, w.output_len, now, now, end=now, error=failed)
+                for i in mine
             ]
     records.sort(key=lambda r: (not r.warmup, r.index))
     # The busiest worker is the one that bounds the run: its CPU and its loop's lag.
@@ -227,27 +219,24 @@ def settle(
 
 
 def _worker(
-    index: int,
-    shares: tuple[int, ...],
-    plan: RunPlan,
-    ready: multiprocessing.Queue[int],
-    go: Event,
-    start_at: Synchronized[float],
-    results: Connection,
+    index: int, shares: tuple[int, ...], plan: RunPlan, pipe: Connection
 ) -> None:  # pragma: no cover - runs in a worker process; covered end to end
+    lock = threading.Lock()  # the relay's thread sends too
+
+    def send(message: object) -> None:
+        with lock:
+            pipe.send(message)
+
     def sync() -> float:
-        ready.put(index)
-        go.wait()
-        if start_at.value <= 0:
-            raise LoadWorkersFailed("the run was called off: another worker is gone")
-        return float(start_at.value)
+        send(("ready", None, None))
+        return float(pipe.recv())
 
     relay = Relay()
-    sender = Sender(relay, results.send, PROGRESS_INTERVAL)
+    sender = Sender(relay, send, PROGRESS_INTERVAL)
     outcome = run_shard(plan, Shard(index, shares, sync), relay)
     sender.stop()  # every batch before the outcome
-    results.send(outcome)
-    results.close()
+    pipe.send(outcome)
+    pipe.close()
 
 
 class _Processes:
@@ -256,44 +245,24 @@ class _Processes:
     name = "load worker"
 
     def __init__(self) -> None:
-        self._context = multiprocessing.get_context("spawn")
-        self._ready: multiprocessing.Queue[int] = self._context.Queue()
-        self._go = self._context.Event()
-        self._start_at: Synchronized[float] = self._context.Value("d", 0.0)
         self._pipes: list[Connection] = []
         self._processes: list[BaseProcess] = []
 
     def launch(self, plan: RunPlan, shares: tuple[int, ...]) -> None:
         """Start one process per share."""
+        context = multiprocessing.get_context("spawn")
         for index in range(len(shares)):
-            receive, send = self._context.Pipe(duplex=False)
-            process = self._context.Process(
+            pipe, theirs = context.Pipe()
+            process = context.Process(
                 target=_worker,
-                args=(index, shares, plan, self._ready, self._go, self._start_at, send),
+                args=(index, shares, plan, theirs),
                 name=f"sglang-loadgen-{index}",
                 daemon=True,
             )
             process.start()
-            send.close()
-            self._pipes.append(receive)
+            theirs.close()
+            self._pipes.append(pipe)
             self._processes.append(process)
-
-    def ready(self, pending: set[int]) -> set[int]:
-        try:
-            return {self._ready.get(timeout=0.2)}
-        except queue.Empty:
-            pass
-        for i in sorted(pending):
-            if not self._processes[i].is_alive():
-                raise LoadWorkersFailed(
-                    f"load worker {i} exited with code {self._processes[i].exitcode} before its "
-                    "measured requests; no measured request was sent"
-                )
-        return set()
-
-    def start(self, at: float) -> None:
-        self._start_at.value = at
-        self._go.set()
 
     def receive(self, pending: set[int], heard: ProgressSum) -> dict[int, Outcome]:
         outcomes: dict[int, Outcome] = {}
@@ -305,25 +274,25 @@ class _Processes:
             except EOFError:  # it died while sending, or before
                 process = self._processes[i]
                 process.join(timeout=1)
-                outcomes[i] = (
-                    "died",
-                    None,
-                    f"load worker {i} (pid {process.pid}) died with exit code {process.exitcode}",
-                )
-                continue
+                died = f"load worker {i} (pid {process.pid}) died with exit code {process.exitcode}"
+                message = ("died", None, died)
             if message[0] == "progress":
                 heard.add(i, message[1], message[2])
             else:
                 outcomes[i] = message
         return outcomes
 
+    def start(self, at: float) -> None:
+        for pipe in self._pipes:
+            with contextlib.suppress(OSError):  # one gone: receive tells
+                pipe.send(at)
+
     def kill(self, index: int) -> str:
         self._processes[index].kill()
         return f"load worker {index}"
 
     def close(self) -> None:
-        """Call off a run not started (``start_at`` stays 0) and end every process."""
-        self._go.set()
+        """End every process (one waiting for the start, too)."""
         for process in self._processes:
             if process.is_alive():
                 process.kill()

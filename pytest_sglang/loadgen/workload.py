@@ -14,7 +14,7 @@ import dataclasses
 import json
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, get_args
@@ -43,37 +43,18 @@ _RESERVED_FIELDS = frozenset({"text", "input_ids", "prompt", "messages", "stream
 class Workload:
     """A fixed-shape load: ``requests`` requests of ``input_len`` tokens in, ``output_len`` out.
 
-    :param input_len: prompt tokens per request (exact on ``generate`` and ``completions``,
-        approximate on ``chat``, whose template adds its own; with a ``dataset``, the longest
-        prompt admitted, in estimated tokens).
-    :param output_len: generated tokens per request (exact: ``ignore_eos`` is sent).
-    :param requests: measured requests per run (warm-up requests come on top).
-    :param endpoint: ``"generate"`` (``/generate``), ``"completions"`` (``/v1/completions``)
-        or ``"chat"`` (``/v1/chat/completions``).
-    :param warmup: warm-up requests, excluded from the metrics; ``None``: one per concurrency
-        slot, at most :data:`DEFAULT_WARMUP_CAP`, enough to open the connections.
-    :param seed: seeds the prompts (and Poisson arrivals): two servers see the same requests.
-    :param temperature: sampling temperature (default greedy).
-    :param extra: fields merged into every request body (on ``generate`` a nested
-        ``"sampling_params"`` into the sampling parameters); fields that define the workload
-        (lengths, stream, prompt) are refused.
-    :param stream: stream the responses (needed for TTFT and ITL).
-    :param requests_per_slot: a run at concurrency C sends at least ``requests_per_slot * C``
-        measured requests, so one workload fills every level of a sweep.
-    :param vocab_size: the served model's vocabulary size, when known: prompt ids are drawn
-        from ``[1000, min(vocab_size, 30000))``, else from ids 16-255, which every tokenizer has.
-    :param prefix_groups: request ``i`` starts with group ``i % prefix_groups``'s shared
-        ``prefix_len`` tokens (``1 <= prefix_len < input_len``).
-    :param range_ratio: lengths drawn uniformly (seeded) from ``[max(1, int(len * r)), len]``.
-    :param lengths_file: a text file of ``INPUT OUTPUT`` token counts, one pair a line, each
-        request drawing a pair (seeded), capped at ``input_len`` and ``output_len``.
-    :param dataset: the path of a local dataset file (:mod:`~pytest_sglang.loadgen.datasets`).
-    :param answer_lengths: with ``dataset``: generate as many tokens as the dataset's answer,
-        capped at ``output_len``.
-    :param turns: multi-turn sessions (``endpoint="chat"``) of ``turns`` requests each, sent
-        in order with the history before each; a closed loop at C runs C sessions at once.
+    ``input_len`` is exact on ``generate`` and ``completions``, approximate on ``chat`` (its
+    template adds tokens); ``output_len`` is exact (``ignore_eos``). ``warmup`` requests come
+    on top (``None``: one per concurrency slot, at most :data:`DEFAULT_WARMUP_CAP`). The
+    ``seed`` makes the prompts, so two servers see the same requests. ``extra`` fields are
+    merged into every body (on ``generate``, a nested ``"sampling_params"`` into the sampling
+    parameters), except those defining the workload. ``stream`` is needed for TTFT and ITL.
 
-    Length distributions, datasets, shared prefixes and sessions: ``docs/workloads.md``.
+    ``requests_per_slot``: a run at concurrency C sends at least that many times C requests.
+    ``vocab_size`` (the served model's, when known) keeps prompt ids inside the vocabulary
+    (without it: ids 16-255, which every tokenizer has). Shared prefixes (``prefix_groups``,
+    ``prefix_len``), length distributions (``range_ratio``, ``lengths_file``), dataset files
+    (``dataset``, ``answer_lengths``) and multi-turn sessions (``turns``): ``docs/workloads.md``.
     """
 
     input_len: int
@@ -98,32 +79,16 @@ class Workload:
     def __post_init__(self) -> None:
         for name, minimum, none, hint in _INTEGERS:
             check_count(f"Workload.{name}", getattr(self, name), minimum, none, hint)
-        for name in ("stream", "answer_lengths"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(
-                    f"Workload.{name} must be True or False, got {getattr(self, name)!r}"
-                )
-        if self.endpoint not in ENDPOINTS:
-            raise ValueError(
-                f"Workload.endpoint must be one of {', '.join(map(repr, ENDPOINTS))}, "
-                f"got {self.endpoint!r}"
-            )
-        if not _is_number(self.temperature) or self.temperature < 0:
-            raise ValueError(
-                f"Workload.temperature must be a finite number >= 0, got {self.temperature!r}"
-            )
-        ratio = self.range_ratio
-        if ratio is not None and not (_is_number(ratio) and 0 < ratio <= 1):
-            raise ValueError(
-                f"Workload.range_ratio must be in (0, 1], got {ratio!r}; e.g. 0.5 draws "
-                "lengths from half to all of input_len and output_len"
-            )
+        for name, allowed, ok in _RULES:
+            value = getattr(self, name)
+            if not ok(value):
+                raise ValueError(f"Workload.{name} must be {allowed}, got {value!r}")
         if self.prefix_groups is not None or self.prefix_len:
             hint = (
                 "; it groups prefix_len tokens, e.g. Workload(..., prefix_groups=8, prefix_len=512)"
             )
             check_count("Workload.prefix_groups", self.prefix_groups, hint=hint)
-            shortest = max(1, int(self.input_len * (ratio or 1)))
+            shortest = max(1, int(self.input_len * (self.range_ratio or 1)))
             if not isinstance(self.prefix_len, int) or not 1 <= self.prefix_len < shortest:
                 raise ValueError(
                     f"Workload.prefix_len must be an integer in [1, {shortest}) (shorter than "
@@ -133,11 +98,6 @@ class Workload:
         if self.lengths_file is not None:
             datasets.length_pairs(self.lengths_file)  # read and checked now, not mid-run
         if self.dataset is not None and not _REBUILDING.get():
-            if not isinstance(self.dataset, str):
-                raise ValueError(
-                    f"Workload.dataset must be a file path (str), got {self.dataset!r}; "
-                    "e.g. dataset=str(path)"
-                )
             self.entry("", 0)  # read and checked now, not mid-run
         object.__setattr__(self, "extra", _frozen_extra(self.extra))
 
@@ -186,10 +146,6 @@ class Workload:
             return self
         wanted = max(self.requests, self.requests_per_slot * concurrency)
         return dataclasses.replace(self, requests=wanted, requests_per_slot=None)
-
-    def for_vocabulary(self, vocab_size: int | None) -> Workload:
-        """Return this workload with prompt ids inside a ``vocab_size``-token vocabulary."""
-        return dataclasses.replace(self, vocab_size=vocab_size)
 
     def lengths(self, salt: str, index: int) -> tuple[int, int]:
         """Return request ``index``'s (input, output) token counts in the run ``salt``."""
@@ -307,6 +263,19 @@ _INTEGERS: tuple[tuple[str, int | None, str | None, str], ...] = (
 
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+#: The other fields' checks: name, what is allowed (for the message), and the check.
+_RULES: tuple[tuple[str, str, Callable[[Any], bool]], ...] = (
+    ("stream", "True or False", lambda v: isinstance(v, bool)),
+    ("answer_lengths", "True or False", lambda v: isinstance(v, bool)),
+    ("endpoint", f"one of {', '.join(map(repr, ENDPOINTS))}", lambda v: v in ENDPOINTS),
+    ("temperature", "a finite number >= 0", lambda v: _is_number(v) and v >= 0),
+    ("range_ratio", "in (0, 1]; e.g. 0.5 draws lengths from half to all of input_len and "
+     "output_len", lambda v: v is None or (_is_number(v) and 0 < v <= 1)),
+    ("dataset", "None or a file path (str), e.g. dataset=str(path)",
+     lambda v: v is None or isinstance(v, str)),
+)  # fmt: skip
 
 
 def _rebuilt(data: dict[str, Any]) -> Workload:

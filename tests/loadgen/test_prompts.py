@@ -36,7 +36,8 @@ def test_pinned_prompt() -> None:
     w = Workload(input_len=5, output_len=1, seed=42)
     # Vocabulary unknown: ids every tokenizer has (16-255); known: [1000, 30000) (issue 12).
     assert token_ids(w, "x", 0) == [177, 115, 195, 182, 171]
-    assert token_ids(w.for_vocabulary(128256), "x", 0) == [20490, 12997, 22707, 21100, 19815]
+    sized = Workload(input_len=5, output_len=1, seed=42, vocab_size=128256)
+    assert token_ids(sized, "x", 0) == [20490, 12997, 22707, 21100, 19815]
     assert chat_text(w, "x", 0) == "would they first other their"
 
 
