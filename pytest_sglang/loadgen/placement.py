@@ -1,8 +1,7 @@
 """Where a run's load is generated: this process, N processes on this host, or Ray actors.
 
-The choice only: the run itself is the same run loop everywhere
-(:meth:`~pytest_sglang.loadgen.runner.LoadGenerator.run`). ``docs/scaling.md`` says when
-more than one process is needed.
+The choice only: the run loop is the same everywhere; ``docs/scaling.md`` says when more
+than one process is needed.
 """
 
 from __future__ import annotations

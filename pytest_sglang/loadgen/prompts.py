@@ -1,10 +1,9 @@
 """Request bodies for a :class:`~pytest_sglang.loadgen.workload.Workload` (pure, deterministic).
 
-Each prompt is drawn from a generator seeded with ``(workload.seed, salt, index)``: the same
-workload gives the same requests on any machine, so two servers see identical prompts. The
-``salt`` (load level, repeat, warm-up or measured) keeps runs apart, so no run finds its
-prompts in the server's prefix cache. Token ids stay inside the served model's vocabulary
-(an id past it crashes a real server: ``docs/emulator.md``, "Out-of-vocabulary ids").
+Each prompt is drawn from a generator seeded with ``(workload.seed, salt, index)``: two
+servers see identical prompts, and the ``salt`` (level, repeat, warm-up) keeps runs out of
+each other's prefix cache. Token ids stay inside the served model's vocabulary (an id past
+it crashes a real server: ``docs/emulator.md``).
 """
 
 from __future__ import annotations
@@ -66,11 +65,7 @@ def _draw(workload: Workload, salt: str, index: int, population: Sequence[Any]) 
 
 
 def token_ids(workload: Workload, salt: str, index: int) -> list[int]:
-    """Return the ``workload.input_len`` prompt token ids of request ``index``.
-
-    Every id is inside the vocabulary: ``workload.vocab_size`` when set, else one every
-    tokenizer has. A shared-prefix workload starts with its group's ``prefix_len`` ids.
-    """
+    """Return request ``index``'s prompt token ids, inside the vocabulary (``vocab_size``)."""
     return _draw(workload, salt, index, token_id_range(workload.vocab_size))
 
 
@@ -80,11 +75,7 @@ def chat_text(workload: Workload, salt: str, index: int) -> str:
 
 
 def chat_messages(workload: Workload, salt: str, index: int) -> list[dict[str, str]]:
-    """Return the chat messages of request ``index``: one user message, or a turn's history.
-
-    A dataset request sends its entry's messages; a multi-turn request (``turns``) its
-    session's earlier user messages and answers, then its own user message.
-    """
+    """Return request ``index``'s messages: a dataset entry's, one, or a turn with its history."""
     session, turn = workload.session(index)
     if workload.dataset is not None:
         entry = workload.entry(salt, index)

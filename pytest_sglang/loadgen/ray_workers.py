@@ -21,8 +21,7 @@ from typing import Any, Self, Unpack
 from pytest_sglang.errors import SGLangError
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.relay import Counts, ProgressSum, Relay
-from pytest_sglang.loadgen.schedule import check_count
-from pytest_sglang.loadgen.shard import Shard
+from pytest_sglang.loadgen.schedule import Shard, check_count
 from pytest_sglang.loadgen.workers import (
     PROGRESS_INTERVAL,
     Coordination,
@@ -211,8 +210,7 @@ class RayLoadWorkers:
     ``address`` is the head's ``HOST:PORT`` or ``"auto"`` (``None``: the connection this
     process has), ``source`` where it came from. Each actor reserves ``num_cpus`` (one event
     loop, one core) and the custom ``resources`` given, to pin the workers to the nodes
-    that offer them (``ray start --resources='{"loadgen": 4}'`` on client hosts);
-    ``spread`` places them on as many nodes as possible (``False``: Ray packs them).
+    that offer them (``ray start --resources='{"loadgen": 4}'`` on client hosts).
     """
 
     name = "Ray load worker"
@@ -225,7 +223,6 @@ class RayLoadWorkers:
         source: str = "the address argument",
         num_cpus: float = 1.0,
         resources: Mapping[str, float] | None = None,
-        spread: bool = True,
     ) -> None:
         check_count("workers", workers)
         self.workers = workers
@@ -235,7 +232,7 @@ class RayLoadWorkers:
             "max_concurrency": 4,  # run, wait_ready, clock and go at once
             "max_restarts": 0,
             "resources": dict(resources or {}),
-            "scheduling_strategy": "SPREAD" if spread else "DEFAULT",
+            "scheduling_strategy": "SPREAD",  # on as many nodes as possible
         }
         self._actor_class = self._ray.remote(_LoadActor)
         self._actors: list[Any] = []

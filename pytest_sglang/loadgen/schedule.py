@@ -4,19 +4,28 @@
 kinds answer the same questions: how many slots (``None``: as many as requests), when each
 request is due (``None``: at once), what seeds the run's prompts, and the fields a
 :class:`~pytest_sglang.loadgen.records.LoadRun` records.
+
+A run spread over several workers gives each a :class:`Shard`: a closed loop's ``C`` slots
+are split over them (requests follow the slots), so exactly ``C`` are in flight in total;
+an open loop keeps one schedule, each request sent by the worker that owns it.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 if TYPE_CHECKING:
+    from pytest_sglang.loadgen.records import RequestRecord
     from pytest_sglang.loadgen.workload import Workload
 
-__all__ = ["ARRIVALS", "Arrival", "ClosedLoop", "Load", "OpenLoop", "arrival_offsets"]
+__all__ = ["ARRIVALS", "Arrival", "ClosedLoop", "Load", "OpenLoop", "Shard", "arrival_offsets",
+           "owner", "slot_shares"]  # fmt: skip
 
 Arrival = Literal["poisson", "constant"]
 ARRIVALS: tuple[str, ...] = get_args(Arrival)
@@ -36,10 +45,8 @@ def arrival_offsets(count: int, rate: float, arrival: Arrival, seed: str) -> lis
     if arrival == "constant":
         return [i / rate for i in range(count)]
     rng = random.Random(seed)
-    offsets = [0.0]
-    for _ in range(count - 1):
-        offsets.append(offsets[-1] + rng.expovariate(rate))
-    return offsets[:count]
+    gaps = [rng.expovariate(rate) for _ in range(count - 1)]
+    return list(itertools.accumulate(gaps, initial=0.0))[:count]
 
 
 def check_arrival(rate: float, arrival: str) -> None:
@@ -57,8 +64,7 @@ def check_count(
 ) -> None:
     """Raise :class:`ValueError` unless ``value`` is an integer >= ``minimum``.
 
-    ``none`` says what ``None`` means when it is allowed (``""``: allowed, said plainly);
-    ``hint`` ends the message (an example).
+    ``None`` is allowed where ``none`` says what it means; ``hint`` ends the message.
     """
     if value is None and none is not None:
         return
@@ -164,3 +170,37 @@ def run_fields(load: Load) -> dict[str, Any]:
     """Return the load's fields as :class:`~pytest_sglang.loadgen.records.LoadRun` has them."""
     fields = ("mode", "concurrency", "rate", "arrival", "max_concurrency")
     return {name: getattr(load, name) for name in fields}
+
+
+def slot_shares(total: int, processes: int) -> list[int]:
+    """Split ``total`` slots over ``processes`` as evenly as possible (largest first)."""
+    base, extra = divmod(total, processes)
+    return [base + (1 if i < extra else 0) for i in range(processes)]
+
+
+def owner(index: int, shares: Sequence[int]) -> int:
+    """Return the process that sends request ``index`` (requests follow the slot shares)."""
+    return bisect.bisect_right(list(itertools.accumulate(shares)), index % sum(shares))
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Worker ``index`` of ``len(shares)``: its slots, its requests, the common start.
+
+    ``sync`` blocks until every worker has warmed up and returns the common start;
+    ``finished`` receives each measured request as it ends (:mod:`~.relay`).
+    """
+
+    index: int
+    shares: tuple[int, ...]
+    sync: Callable[[], float]
+    finished: Callable[[RequestRecord], None] | None = None
+
+    @property
+    def slots(self) -> int:
+        """This process's share of the concurrency (or of the open loop's cap)."""
+        return self.shares[self.index]
+
+    def owns(self, request: int) -> bool:
+        """Whether this process sends request ``request`` (warm-up and measured alike)."""
+        return owner(request, self.shares) == self.index

@@ -2,10 +2,8 @@
 
 One asyncio process saturates one core. Every worker, a process of :func:`run_sharded` or a
 Ray actor (:mod:`~pytest_sglang.loadgen.ray_workers`), runs :func:`run_shard` on its
-:class:`~pytest_sglang.loadgen.shard.Shard` of the plan; :func:`coordinate` drives either kind
-through the warm-up, the common start and the run, and :func:`settle` merges their records
-into one :class:`LoadRun`. The guarantees (exact total concurrency, a common start, a lost
-worker costs only its unsent requests) are in ``docs/scaling.md``.
+:class:`~pytest_sglang.loadgen.schedule.Shard`; :func:`coordinate` drives either kind and
+merges their records. The guarantees are in ``docs/scaling.md``.
 """
 
 from __future__ import annotations
@@ -25,8 +23,7 @@ from pytest_sglang.loadgen.progress import ProgressCallback
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.relay import ProgressSum, Relay, Sender
 from pytest_sglang.loadgen.runner import LoadGenerator, ServerStoppedAnswering, run_blocking
-from pytest_sglang.loadgen.schedule import Load, check_count, run_fields
-from pytest_sglang.loadgen.shard import Shard, owner, slot_shares
+from pytest_sglang.loadgen.schedule import Load, Shard, check_count, owner, run_fields, slot_shares
 from pytest_sglang.loadgen.workload import Workload
 
 __all__ = ["Coordination", "LoadWorkersFailed", "RunPlan", "coordinate", "run_shard", "run_sharded"]
@@ -81,10 +78,7 @@ class Workers(Protocol):
     name: str
 
     def receive(self, pending: set[int], heard: ProgressSum) -> dict[int, Outcome]:
-        """Wait a moment; hand progress to ``heard``; return what came from ``pending``.
-
-        That is each worker's outcome, or ``("ready", None, None)`` once its warm-up is over.
-        """
+        """Wait a moment; hand progress on; return outcomes (``"ready"``: warm-up over)."""
 
     def start(self, at: float) -> None:
         """Release every worker to start its measured requests at ``at`` (this clock)."""
@@ -94,10 +88,9 @@ class Workers(Protocol):
 
 
 def run_shard(plan: RunPlan, shard: Shard, relay: Relay) -> Outcome:
-    """Run one worker's ``shard`` of ``plan`` in this process: what every worker does.
+    """Run one worker's ``shard`` of ``plan`` here, handing progress and records to ``relay``.
 
-    Its progress and finished records go to ``relay``. Nothing is raised: an error is an
-    outcome, with what had finished.
+    Nothing is raised: an error is an outcome, with what had finished.
     """
     options = dict(plan.options)
     generator = LoadGenerator(
@@ -127,12 +120,11 @@ def coordinate(
 ) -> LoadRun:
     """Drive ``workers`` (one per share) through a run of ``plan`` and merge their records.
 
-    :param ready_timeout: seconds for every worker to start and finish its warm-up.
-    :param run_timeout: seconds for the measured phase (default: the request timeout each),
-        after which workers still running are killed and their requests recorded as failed.
-    :param before_measured: called once every worker finished its warm-up, right before the
-        common start (where ``sglang_bench`` reads the server's counters).
-    :param progress: hears the workers' summed progress at most every ``PROGRESS_INTERVAL``.
+    Every worker warms up within ``ready_timeout`` s, then ``before_measured`` is called (where
+    ``sglang_bench`` reads the server's counters) and they start together. Workers still
+    running after ``run_timeout`` (default: the request timeout per request) are killed and
+    their requests recorded as failed. ``progress`` hears the summed progress.
+
     :raises LoadWorkersFailed: a worker never became ready (no measured request was sent).
     :raises ServerStoppedAnswering: a worker gave up on the server (as a single process).
     """
@@ -166,20 +158,14 @@ def coordinate(
             for i in pending - set(outcomes):
                 late = f"{workers.kill(i)} did not finish in {timeout:g} s and was killed"
                 outcomes[i] = ("died", None, late)
-    return settle(plan, shares, [outcomes[i] for i in range(len(shares))], heard)
+    return _settle(plan, shares, [outcomes[i] for i in range(len(shares))], heard)
 
 
-def settle(
+def _settle(
     plan: RunPlan, shares: tuple[int, ...], outcomes: Sequence[Outcome], heard: ProgressSum
 ) -> LoadRun:
-    """Merge the workers' outcomes into one run.
-
-    A worker lost without a run keeps the records it handed over before (``heard``); one
-    that ``died`` or ended in an ``error`` has every measured request it owned and did not
-    record made a failed record carrying its message.
-
-    :raises ServerStoppedAnswering: a worker gave up on the server (as a single process).
-    """
+    # A worker lost without a run keeps the records it handed over (``heard``); a measured
+    # request a lost or failed worker owned and did not record is a failed record.
     heard.report()
     w = plan.workload
     records: list[RequestRecord] = []
@@ -190,7 +176,9 @@ def settle(
         starts += [r.started for r in kept] if run is None else [run.started]
         if kind in {"died", "error"}:
             sent = {r.index for r in kept if not r.warmup}
-            mine = [i for i in range(w.requests) if owner(i, shares) == index and i not in sent]
+            # Requests follow their sessions (a request is a session of one turn).
+            owned = [i for i in range(w.requests) if owner(w.session(i)[0], shares) == index]
+            mine = [i for i in owned if i not in sent]
             now = time.perf_counter()
             failed = message or "load worker failed"
             records += [
@@ -300,10 +288,7 @@ class _Processes:
 
 
 def run_sharded(plan: RunPlan, processes: int, **coordination: Unpack[Coordination]) -> LoadRun:
-    """Run ``plan`` on ``processes`` worker processes on this host and merge their records.
-
-    ``coordination`` is :func:`coordinate`'s; every process is gone when this returns.
-    """
+    """Run ``plan`` on ``processes`` processes here (:func:`coordinate`); all gone after."""
     check_count("processes", processes)
     shares = plan.shares(processes)
     workers = _Processes()

@@ -1,9 +1,7 @@
 """What a load test sends: the :class:`Workload` (lengths, request count, endpoint, seed).
 
 A frozen, hashable value with a stable :meth:`Workload.key`, so measurements can be cached
-per workload. It knows nothing about HTTP (:mod:`~pytest_sglang.loadgen.prompts` makes the
-bodies). Exact lengths without a tokenizer and token ids inside the vocabulary:
-``docs/guide.md`` ("Measure").
+per workload; :mod:`~pytest_sglang.loadgen.prompts` makes the bodies (``docs/guide.md``).
 """
 
 from __future__ import annotations
@@ -138,10 +136,7 @@ class Workload:
         return order[self.session(index)[0] % len(order)]
 
     def for_concurrency(self, concurrency: int) -> Workload:
-        """Return the workload a run at ``concurrency`` sends.
-
-        That is ``requests`` scaled up to ``requests_per_slot * concurrency`` when set.
-        """
+        """Return the workload a run at ``concurrency`` sends (``requests_per_slot`` applied)."""
         if self.requests_per_slot is None:
             return self
         wanted = max(self.requests, self.requests_per_slot * concurrency)
@@ -196,21 +191,14 @@ class Workload:
         return min(max(concurrency, 1), DEFAULT_WARMUP_CAP)
 
     def as_dict(self) -> dict[str, Any]:
-        """Return the workload as plain JSON types; the optional fields only when set.
-
-        (So the keys of workloads without them stay what they were.)
-        """
+        """Return plain JSON types; the optional fields only when set (older keys stay)."""
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data.update(temperature=float(self.temperature), extra=copy.deepcopy(dict(self.extra)))
         return {k: v for k, v in data.items() if k not in _OPTIONAL or v not in (None, False)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Workload:
-        """Rebuild a workload from :meth:`as_dict` output.
-
-        A dataset file is not read again: a stored report or baseline describes a workload
-        that ran, perhaps on another machine; sending it again reads (and checks) the file.
-        """
+        """Rebuild a workload from :meth:`as_dict` output (its dataset file is read when sent)."""
         token = _REBUILDING.set(True)
         try:
             return cls(**dict(data))
@@ -218,11 +206,7 @@ class Workload:
             _REBUILDING.reset(token)
 
     def key(self) -> str:
-        """Return a stable text key (canonical JSON): equal workloads, equal keys, every run.
-
-        A dataset workload's key holds its file's SHA-256 as well: the same path with other
-        content is another workload.
-        """
+        """Return a stable text key (canonical JSON, with a dataset file's SHA-256)."""
         data = self.as_dict()
         if self.dataset is not None:
             data["dataset_sha256"] = datasets.digest(self.dataset)
