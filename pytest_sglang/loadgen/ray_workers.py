@@ -8,6 +8,7 @@ coordinator's clock. Ray is imported only when a run is made. See ``docs/scaling
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -185,7 +186,6 @@ class _LoadActor:  # pragma: no cover - runs inside a Ray actor; covered end to 
         """Run shard ``index`` of ``plan`` (:func:`~.workers.run_shard`) and return its outcome."""
         self._ready.clear()
         self._go.clear()
-        self._start = 0.0
         self._relay = Relay()
 
         def sync() -> float:
@@ -255,23 +255,20 @@ class RayLoadWorkers:
     def close(self) -> None:
         """Kill the actors (the Ray connection stays: it is the process's)."""
         for actor in self._actors:
-            try:
+            with contextlib.suppress(Exception):  # already gone with its node
                 self._ray.kill(actor, no_restart=True)
-            except Exception:  # already gone with its node
-                pass
         self._actors, self._where = [], []
 
     def _ensure(self, count: int, timeout: float) -> None:
         """Have ``count`` live actors, replacing any lost in an earlier run."""
-        ray = self._ray
-        while len(self._actors) < count:
-            self._actors.append(self._actor_class.options(**self._options).remote())
-            self._where.append(("?", "?", 0))
+        ray, new = self._ray, self._actor_class.options(**self._options).remote
+        self._actors += [new() for _ in range(count - len(self._actors))]
         refs = [actor.where.remote() for actor in self._actors]
         deadline = time.monotonic() + timeout
+        self._where = []
         for i, ref in enumerate(refs):
             try:
-                self._where[i] = tuple(ray.get(ref, timeout=max(1.0, deadline - time.monotonic())))
+                where = ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))
             except ray.exceptions.GetTimeoutError:
                 self.close()
                 asks = {"CPU": self._options["num_cpus"], **self._options["resources"]}
@@ -282,8 +279,9 @@ class RayLoadWorkers:
                     "workers; see `ray status`); no request was sent"
                 ) from None
             except ray.exceptions.RayError:  # lost since the last run: a fresh one
-                self._actors[i] = self._actor_class.options(**self._options).remote()
-                self._where[i] = tuple(ray.get(self._actors[i].where.remote(), timeout=timeout))
+                self._actors[i] = new()
+                where = ray.get(self._actors[i].where.remote(), timeout=timeout)
+            self._where.append(tuple(where))
 
     def _clock(self, index: int) -> ClockOffset:
         actor = self._actors[index]
