@@ -76,14 +76,13 @@ def chat_text(workload: Workload, salt: str, index: int) -> str:
 
 def chat_messages(workload: Workload, salt: str, index: int) -> list[dict[str, str]]:
     """Return request ``index``'s messages: a dataset entry's, one, or a turn with its history."""
-    session, turn = workload.session(index)
     if workload.dataset is not None:
-        entry = workload.entry(salt, index)
-        return entry.messages(entry.single_turn() if workload.turns is None else turn)
+        entry, turn = workload.entry(salt, index)
+        return entry.messages(turn)
     if workload.turns is None:
         return [{"role": "user", "content": chat_text(workload, salt, index)}]
     messages = []
-    for earlier in range(session * workload.turns, index + 1):
+    for earlier in range(workload.session(index)[0] * workload.turns, index + 1):
         # A synthetic session's texts: single-token words, seeded per request and part.
         for role, part, length in (("user", "user", workload.input_len),
                                    ("assistant", "answer", workload.output_len)):  # fmt: skip

@@ -126,14 +126,16 @@ class Workload:
             return index, 0
         return divmod(index, self.turns)
 
-    def entry(self, salt: str, index: int) -> datasets.Entry:
-        """Return the dataset entry request ``index`` of the run ``salt`` sends from."""
+    def entry(self, salt: str, index: int) -> tuple[datasets.Entry, int]:
+        """Return the dataset entry request ``index`` of the run ``salt`` sends, and its turn."""
         assert self.dataset is not None
+        session, turn = self.session(index)
         chat = self.endpoint == "chat"
         order = datasets.shuffled_entries(
             self.dataset, self.input_len, self.turns, chat, self.seed, salt
         )
-        return order[self.session(index)[0] % len(order)]
+        entry = order[session % len(order)]
+        return entry, entry.single_turn() if self.turns is None else turn
 
     def for_concurrency(self, concurrency: int) -> Workload:
         """Return the workload a run at ``concurrency`` sends (``requests_per_slot`` applied)."""
@@ -145,8 +147,7 @@ class Workload:
     def lengths(self, salt: str, index: int) -> tuple[int, int]:
         """Return request ``index``'s (input, output) token counts in the run ``salt``."""
         if self.dataset is not None:
-            entry = self.entry(salt, index)
-            turn = entry.single_turn() if self.turns is None else self.session(index)[1]
+            entry, turn = self.entry(salt, index)
             output = self.output_len
             if self.answer_lengths:
                 answered = entry.turns[turn].output_estimate()
