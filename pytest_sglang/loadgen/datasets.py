@@ -12,20 +12,12 @@ import hashlib
 import json
 import math
 import random
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-__all__ = [
-    "DatasetError",
-    "Entry",
-    "Turn",
-    "digest",
-    "eligible_entries",
-    "estimate_tokens",
-    "load_dataset",
-    "pick_entry",
-]
+__all__ = ["DatasetError", "Entry", "Turn", "digest", "estimate_tokens", "length_pairs",
+           "load_dataset", "shuffled_entries"]  # fmt: skip
 
 #: Characters per token in the estimate of a text's tokens.
 CHARS_PER_TOKEN = 4
@@ -72,8 +64,6 @@ class Entry:
     origin: str
     turns: tuple[Turn, ...]
     system: tuple[str, ...] = ()
-    #: A text prompt (``prompt`` / ``text``), not chat messages.
-    text: bool = False
     #: Chat messages given as such: a single-turn request sends all of them.
     verbatim: bool = False
 
@@ -109,14 +99,6 @@ def _text(value: object, origin: str, what: str) -> str:
     return value
 
 
-def _count(value: object, origin: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _fail(
-            origin, f"output_len is {value!r}", "give the answer's tokens as an integer >= 1"
-        )
-    return value
-
-
 def _entry(data: object, origin: str) -> Entry | None:
     """Parse one object; ``None`` for a ShareGPT conversation too short to use."""
     if not isinstance(data, dict):
@@ -125,17 +107,19 @@ def _entry(data: object, origin: str) -> Entry | None:
             f"a {type(data).__name__} where an object was expected",
             'write one object per line, e.g. {"prompt": "Hello"}',
         )
-    output_len = _count(data["output_len"], origin) if "output_len" in data else None
-    if "conversations" in data:
-        return _conversation(data["conversations"], origin)
-    if "messages" in data:
-        return _messages(data["messages"], origin, output_len)
+    output_len = data.get("output_len")
+    if "output_len" in data and (type(output_len) is not int or output_len < 1):
+        fix = "give the answer's tokens as an integer >= 1"
+        raise _fail(origin, f"output_len is {output_len!r}", fix)
+    for key in _SHAPES:
+        if key in data:
+            return _messages(data[key], key, origin, output_len)
     for key in ("prompt", "text"):
         if key in data:
             prompt = _text(data[key], origin, f"'{key}'")
             answers = [data[k] for k in _ANSWER_KEYS if k in data]
             answer = _text(answers[0], origin, "the answer") if answers else None
-            return Entry(origin, (Turn(prompt, answer, output_len),), text=True)
+            return Entry(origin, (Turn(prompt, answer, output_len),))
     raise _fail(
         origin,
         f"an object with keys {sorted(data)[:6]}, none of 'prompt', 'text', 'messages' or "
@@ -145,87 +129,65 @@ def _entry(data: object, origin: str) -> Entry | None:
     )
 
 
-def _messages(value: object, origin: str, output_len: int | None) -> Entry:
-    if not isinstance(value, list) or not value:
-        raise _fail(origin, "'messages' is not a non-empty list", "give a list of messages")
-    pairs = []
-    for number, message in enumerate(value, 1):
-        if not isinstance(message, dict) or "role" not in message or "content" not in message:
-            raise _fail(
-                origin,
-                f"message {number} is {json.dumps(message)[:80]}",
-                'write each message as {"role": "user", "content": "..."}',
-            )
-        role = message["role"]
-        if role not in ("system", "user", "assistant"):
-            raise _fail(
-                origin,
-                f"message {number} has role {role!r}",
-                "use 'system', 'user' or 'assistant'",
-            )
-        pairs.append((role, _text(message["content"], origin, f"message {number}'s content")))
-    if pairs[-1][0] != "user":
-        raise _fail(
-            origin,
-            f"the last message is the {pairs[-1][0]}'s",
-            "end with the user message the server is to answer",
-        )
-    entry = _turns(pairs, origin, verbatim=True)
-    last = entry.turns[-1]
-    turns = (*entry.turns[:-1], Turn(last.user, None, output_len))
-    return Entry(origin, turns, entry.system, verbatim=True)
+#: How each shape writes a message: the speaker's key and the text's, the speakers allowed
+#: (and the role each is), and how a bad speaker is named.
+_SHAPES = {
+    "messages": ("role", "content", {r: r for r in ("system", "user", "assistant")}, "has role"),
+    "conversations": ("from", "value", _ROLES, "is from"),
+}
 
 
-def _conversation(value: object, origin: str) -> Entry | None:
-    if not isinstance(value, list):
-        raise _fail(origin, "'conversations' is not a list", "give ShareGPT's list of messages")
-    pairs = []
-    for number, message in enumerate(value, 1):
-        if not isinstance(message, dict) or "value" not in message:
-            raise _fail(
-                origin,
-                f"message {number} is {json.dumps(message)[:80]}",
-                'write each message as {"from": "human", "value": "..."}',
-            )
-        speaker = str(message.get("from", "")).lower()
-        if speaker not in _ROLES:
-            raise _fail(
-                origin,
-                f"message {number} is from {message.get('from')!r}",
-                f"use one of {', '.join(sorted(_ROLES))}",
-            )
-        pairs.append((_ROLES[speaker], _text(message["value"], origin, f"message {number}")))
-    # bench_serving leaves out conversations of fewer than two messages.
-    if len(pairs) < 2:
-        return None
-    entry = _turns(pairs, origin, verbatim=False)
-    return entry if entry.turns else None
+def _messages(value: object, key: str, origin: str, output_len: int | None) -> Entry | None:
+    """Parse chat ``messages`` as given, or a ShareGPT conversation (``None``: too short).
 
-
-def _turns(pairs: list[tuple[str, str]], origin: str, *, verbatim: bool) -> Entry:
+    Chat messages must alternate user and assistant after the system ones and end with the
+    user's; ShareGPT's quirks (an answer first, two answers in a row) are skipped, as there.
+    """
+    who, what, roles, verb = _SHAPES[key]
+    verbatim = key == "messages"
+    if not isinstance(value, list) or (verbatim and not value):
+        raise _fail(origin, f"'{key}' is not a non-empty list", "give a list of messages")
     system: list[str] = []
     turns: list[Turn] = []
-    for role, content in pairs:
+    for number, message in enumerate(value, 1):
+        keys = message if isinstance(message, dict) else {}
+        if what not in keys or (verbatim and who not in keys):
+            example = f'{{"{who}": "{"user" if verbatim else "human"}", "{what}": "..."}}'
+            problem = f"message {number} is {json.dumps(message)[:80]}"
+            raise _fail(origin, problem, f"write each message as {example}")
+        speaker = str(message.get(who))
+        role = roles.get(speaker if verbatim else speaker.lower())
+        if role is None:
+            fix = f"use one of {', '.join(sorted(roles))}"
+            raise _fail(origin, f"message {number} {verb} {message.get(who)!r}", fix)
+        content = _text(message[what], origin, f"message {number}'s content")
+        answered = not turns or turns[-1].answer is not None
         if role == "system" and not turns:
             system.append(content)
-        elif role == "user":
-            if verbatim and turns and turns[-1].answer is None:
-                raise _fail(
-                    origin,
-                    "two user messages in a row",
-                    "alternate user and assistant messages (join the two user messages)",
-                )
+        elif role == "user" and (answered or not verbatim):
             turns.append(Turn(content))
-        elif role == "assistant" and turns and turns[-1].answer is None:
+        elif role == "assistant" and not answered:
             turns[-1] = Turn(turns[-1].user, content)
         elif verbatim:
-            raise _fail(
-                origin,
-                f"a {role} message where a user message was expected",
-                "alternate user and assistant messages after the system ones",
-            )
-        # ShareGPT quirks (an answer first, two answers in a row) are skipped, as there.
-    return Entry(origin, tuple(turns), tuple(system), verbatim=verbatim)
+            problem = f"a {role} message where a user message was expected"
+            if role == "user":
+                problem = "two user messages in a row"
+            fix = "alternate user and assistant messages after the system ones"
+            raise _fail(origin, problem, fix)
+    if not verbatim:  # bench_serving leaves out conversations of fewer than two messages
+        return Entry(origin, tuple(turns), tuple(system)) if len(value) >= 2 and turns else None
+    if not turns or turns[-1].answer is not None:
+        problem = f"the last message is the {role}'s"
+        raise _fail(origin, problem, "end with the user message the server is to answer")
+    turns[-1] = Turn(turns[-1].user, None, output_len)
+    return Entry(origin, tuple(turns), tuple(system), verbatim=True)
+
+
+def _read(path: str, what: str, fix: str = "") -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{what} {path!r} cannot be read: {exc}{fix}") from None
 
 
 @functools.cache
@@ -238,40 +200,50 @@ def digest(path: str) -> str:
 
 
 @functools.cache
-def load_dataset(path: str) -> tuple[Entry, ...]:
-    """Read a dataset file (``docs/workloads.md``); the entries in file order.
+def length_pairs(path: str) -> tuple[tuple[int, int], ...]:
+    """Read a lengths file (``Workload.lengths_file``): ``INPUT OUTPUT`` pairs, ``#`` comments."""
+    pairs = []
+    for number, line in enumerate(_read(path, "Workload.lengths_file").splitlines(), 1):
+        text = line.split("#", 1)[0].replace(",", " ").split()
+        if not text:
+            continue
+        try:
+            pair = (int(text[0]), int(text[1]))
+        except (ValueError, IndexError):
+            raise DatasetError(
+                f"{path}:{number}: {line!r} is not 'INPUT OUTPUT' (two token counts)"
+            ) from None
+        if len(text) != 2 or min(pair) < 1:
+            raise DatasetError(f"{path}:{number}: {line!r}: two token counts >= 1 expected")
+        pairs.append(pair)
+    if not pairs:
+        raise DatasetError(f"Workload.lengths_file {path!r} holds no length pairs")
+    return tuple(pairs)
 
-    Raises :class:`DatasetError` naming the file, the line and the fix.
-    """
-    try:
-        content = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DatasetError(
-            f"dataset {path!r} cannot be read: {exc}; give the path of a local JSONL or JSON "
-            "file (datasets are never downloaded)"
-        ) from None
+
+@functools.cache
+def load_dataset(path: str) -> tuple[Entry, ...]:
+    """Read a dataset file (``docs/workloads.md``): its entries in file order."""
+    fix = "; give the path of a local JSONL or JSON file (datasets are never downloaded)"
+    content = _read(path, "dataset", fix)
     items: list[tuple[object, str]] = []
     if content.lstrip().startswith("["):
         try:
             array = json.loads(content)
         except json.JSONDecodeError as exc:
-            raise _fail(
-                f"{path}:{exc.lineno}", f"not valid JSON ({exc.msg})", "fix the JSON array"
-            ) from None
+            problem = f"not valid JSON ({exc.msg})"
+            raise _fail(f"{path}:{exc.lineno}", problem, "fix the JSON array") from None
         items = [(data, f"{path}: item {number}") for number, data in enumerate(array, 1)]
     else:
         for number, line in enumerate(content.splitlines(), 1):
-            if not line.strip():
-                continue
             try:
-                data: Any = json.loads(line)
+                items += [(json.loads(line), f"{path}:{number}")] if line.strip() else []
             except json.JSONDecodeError as exc:
                 raise _fail(
                     f"{path}:{number}",
                     f"not valid JSON ({exc.msg}, column {exc.colno}): {line[:80]!r}",
                     "write one JSON object per line (JSON Lines)",
                 ) from None
-            items.append((data, f"{path}:{number}"))
     entries = tuple(e for data, origin in items if (e := _entry(data, origin)) is not None)
     if not entries:
         raise DatasetError(
@@ -282,38 +254,32 @@ def load_dataset(path: str) -> tuple[Entry, ...]:
 
 
 @functools.cache
-def eligible_entries(
-    path: str, *, input_len: int, turns: int | None, chat: bool
-) -> tuple[int, ...]:
-    """Return the indices of the entries a workload can send, or raise saying why none.
+def _eligible(path: str, input_len: int, turns: int | None, chat: bool) -> tuple[Entry, ...]:
+    """Return the entries a workload can send, or raise saying why none.
 
     An entry is eligible when its request (single-turn), or its session's last turn
     (``turns``), fits ``input_len`` estimated tokens; a session needs ``turns`` user turns
     each but the last answered; a request on a non-chat endpoint must be a single message.
     """
     entries = load_dataset(path)
-    wanted = 1 if turns is None else turns
-    kept: list[int] = []
-    reasons: dict[str, int] = {}
-    for index, entry in enumerate(entries):
+    kept: list[Entry] = []
+    left_out: Counter[str] = Counter()
+    for entry in entries:
         last = entry.single_turn() if turns is None else turns - 1
-        if len(entry.turns) < wanted or any(t.answer is None for t in entry.turns[:last]):
-            key = f"with fewer than {wanted} answered turns"
-            reasons[key] = reasons.get(key, 0) + 1
-            continue
-        if not chat and (entry.system or last > 0):
+        if len(entry.turns) <= last or any(t.answer is None for t in entry.turns[:last]):
+            left_out[f"with fewer than {turns or 1} answered turns"] += 1
+        elif not chat and (entry.system or last > 0):
             raise _fail(
                 entry.origin,
                 "chat messages (a system message or earlier turns) on a text endpoint",
                 "measure it with Workload(endpoint='chat')",
             )
-        if entry.prompt_estimate(last) > input_len:
-            key = f"longer than input_len={input_len} estimated tokens"
-            reasons[key] = reasons.get(key, 0) + 1
-            continue
-        kept.append(index)
+        elif entry.prompt_estimate(last) > input_len:
+            left_out[f"longer than input_len={input_len} estimated tokens"] += 1
+        else:
+            kept.append(entry)
     if not kept:
-        why = ", ".join(f"{count} {reason}" for reason, count in reasons.items())
+        why = ", ".join(f"{count} {reason}" for reason, count in left_out.items())
         raise DatasetError(
             f"dataset {path!r}: none of its {len(entries)} entries can be sent ({why}); raise "
             "input_len (the longest prompt admitted, at 4 characters a token)"
@@ -323,28 +289,15 @@ def eligible_entries(
 
 
 @functools.lru_cache(maxsize=16)
-def _order(
+def shuffled_entries(
     path: str, input_len: int, turns: int | None, chat: bool, seed: int, salt: str
-) -> tuple[int, ...]:
-    order = list(eligible_entries(path, input_len=input_len, turns=turns, chat=chat))
-    random.Random(f"{seed}/{salt}/dataset").shuffle(order)
-    return tuple(order)
-
-
-def pick_entry(
-    path: str,
-    number: int,
-    *,
-    input_len: int,
-    turns: int | None,
-    chat: bool,
-    seed: int,
-    salt: str,
-) -> Entry:
-    """Return the entry of request (or session) ``number`` of the run ``salt``.
+) -> tuple[Entry, ...]:
+    """Return the entries the run ``salt`` of a workload sends, in turn, then again.
 
     As bench_serving samples: the eligible entries are shuffled (seeded by ``seed`` and the
-    run) and taken in turn, without replacement until the dataset is exhausted, then again.
+    run) and taken without replacement until the dataset is exhausted. Raises
+    :class:`DatasetError` naming the file, the line and the fix.
     """
-    order = _order(path, input_len, turns, chat, seed, salt)
-    return load_dataset(path)[order[number % len(order)]]
+    order = list(_eligible(path, input_len, turns, chat))
+    random.Random(f"{seed}/{salt}/dataset").shuffle(order)
+    return tuple(order)

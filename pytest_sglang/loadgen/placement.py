@@ -1,8 +1,7 @@
 """Where a run's load is generated: this process, N processes on this host, or Ray actors.
 
-The choice only: the run itself is the same run loop everywhere
-(:meth:`~pytest_sglang.loadgen.runner.LoadGenerator.run`). ``docs/scaling.md`` says when
-more than one process is needed.
+The choice only: the run loop is the same everywhere; ``docs/scaling.md`` says when more
+than one process is needed.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ class Where(TypedDict, total=False):
 
     workers: int
     ray_address: str | None
-    ray_source: str
     repeat: int
     before_measured: Callable[[], object] | None
     ray_pools: RayPools | None
@@ -38,7 +36,6 @@ def run_on_workers(
     *,
     workers: int = 1,
     ray_address: str | None = None,
-    ray_source: str = "--sglang-ray-address",
     repeat: int = 0,
     before_measured: Callable[[], object] | None = None,
     ray_pools: RayPools | None = None,
@@ -46,14 +43,11 @@ def run_on_workers(
     """Run ``generator``'s ``load`` where the options say: one process, N, or Ray actors.
 
     ``workers == 1`` without ``ray_address`` is the generator's own run in this process (its
-    own ``before_measured`` applies); ``workers > 1`` runs that many worker processes on this
-    host (:func:`~pytest_sglang.loadgen.workers.run_sharded`); a ``ray_address`` runs
-    ``workers`` Ray actors on that cluster. The generator's progress callback hears the
-    summed progress, and ``before_measured`` runs right before the common start.
-
-    :param ray_source: where ``ray_address`` came from, for messages.
-    :param ray_pools: where to keep the Ray actors for later runs (without: started for this
-        run and killed after it).
+    own ``before_measured`` applies); else ``workers`` processes on this host
+    (:func:`~pytest_sglang.loadgen.workers.run_sharded`), or Ray actors on the cluster at
+    ``ray_address``, kept in ``ray_pools`` for later runs (without: killed after this one).
+    The generator's progress callback hears the summed progress, and ``before_measured``
+    runs right before the common start.
     """
     if workers == 1 and ray_address is None:
         return run_blocking(generator.run(workload, load, repeat=repeat))
@@ -64,7 +58,7 @@ def run_on_workers(
     # A failed run kills its actors; the next one starts fresh ones.
     pools = RayPools() if ray_pools is None else ray_pools
     try:
-        actors = pools.get(ray_address, workers, ray_source)
+        actors = pools.get(ray_address, workers, "--sglang-ray-address")
         return actors.run(plan, before_measured=before_measured, progress=progress)
     finally:
         if ray_pools is None:

@@ -1,35 +1,22 @@
 """Request bodies for a :class:`~pytest_sglang.loadgen.workload.Workload` (pure, deterministic).
 
-Each prompt is drawn from a generator seeded with ``(workload.seed, salt, index)``: the same
-workload gives the same requests on any machine, so two servers see identical prompts. The
-``salt`` (load level, repeat, warm-up or measured) keeps runs apart, so no run finds its
-prompts in the server's prefix cache. Token ids stay inside the served model's vocabulary
-(an id past it crashes a real server: ``docs/emulator.md``, "Out-of-vocabulary ids").
+Each prompt is drawn from a generator seeded with ``(workload.seed, salt, index)``: two
+servers see identical prompts, and the ``salt`` (level, repeat, warm-up) keeps runs out of
+each other's prefix cache. Token ids stay inside the served model's vocabulary (an id past
+it crashes a real server: ``docs/emulator.md``).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from pytest_sglang.loadgen.jsoncodec import dumps
 from pytest_sglang.loadgen.workload import Workload
 
-__all__ = [
-    "PATHS",
-    "TOKEN_ID_RANGE",
-    "UNIVERSAL_TOKEN_IDS",
-    "WORDS",
-    "chat_messages",
-    "chat_text",
-    "request_body",
-    "session_text",
-    "token_id_range",
-    "token_ids",
-]
-
-T = TypeVar("T")
+__all__ = ["PATHS", "UNIVERSAL_TOKEN_IDS", "WORDS", "chat_messages", "chat_text",
+           "encoded_bodies", "request_body", "token_id_range", "token_ids"]  # fmt: skip
 
 PATHS: Mapping[str, str] = {
     "generate": "/generate",
@@ -41,8 +28,6 @@ PATHS: Mapping[str, str] = {
 #: SentencePiece byte-fallback (3-258) vocabularies, less the first 16 (BOS, EOS, UNK, PAD).
 #: What a workload that does not know the served model's vocabulary draws its prompts from.
 UNIVERSAL_TOKEN_IDS = range(16, 256)
-#: The ids of a workload without ``vocab_size`` (the default).
-TOKEN_ID_RANGE = UNIVERSAL_TOKEN_IDS
 
 #: Common English words that are a single token (with their leading space) in the GPT-2,
 #: Llama, Mistral and Qwen BPE vocabularies: a chat message of N of them is about N tokens.
@@ -56,10 +41,6 @@ WORDS: tuple[str, ...] = (
 )  # fmt: skip
 
 
-def _rng(workload: Workload, salt: str, index: int) -> random.Random:
-    return random.Random(f"{workload.seed}/{salt}/{index}")
-
-
 def token_id_range(vocab_size: int | None) -> range:
     """Return the ids prompts are drawn from for a vocabulary of ``vocab_size`` (or unknown)."""
     if vocab_size is None:
@@ -69,28 +50,22 @@ def token_id_range(vocab_size: int | None) -> range:
     return range(min(16, vocab_size - 1), vocab_size)
 
 
-def _prefix_rng(workload: Workload, salt: str, index: int) -> random.Random:
-    # One generator per group and run: a group shares it, a repeat starts cold.
-    assert workload.prefix_groups is not None
-    return random.Random(f"{workload.seed}/{salt}/prefix/{index % workload.prefix_groups}")
+def _draw(workload: Workload, salt: str, index: int, population: Sequence[Any]) -> list[Any]:
+    """Request ``index``'s prompt of ``population`` items; a shared prefix comes first.
 
-
-def _draw(workload: Workload, salt: str, index: int, population: Sequence[T]) -> list[T]:
-    """Request ``index``'s prompt of ``population`` items; a shared prefix comes first."""
+    A group's prefix comes from one generator per group and run: a repeat starts cold.
+    """
     length = workload.lengths(salt, index)[0]
-    if not workload.prefix_groups:
-        return _rng(workload, salt, index).choices(population, k=length)
-    prefix = _prefix_rng(workload, salt, index).choices(population, k=workload.prefix_len)
-    rest = _rng(workload, salt, index).choices(population, k=length - workload.prefix_len)
-    return prefix + rest
+    prefix = []
+    if workload.prefix_groups:
+        group = random.Random(f"{workload.seed}/{salt}/prefix/{index % workload.prefix_groups}")
+        prefix = group.choices(population, k=workload.prefix_len)
+    rng = random.Random(f"{workload.seed}/{salt}/{index}")
+    return prefix + rng.choices(population, k=length - len(prefix))
 
 
 def token_ids(workload: Workload, salt: str, index: int) -> list[int]:
-    """Return the ``workload.input_len`` prompt token ids of request ``index``.
-
-    Every id is inside the vocabulary: ``workload.vocab_size`` when set, else one every
-    tokenizer has. A shared-prefix workload starts with its group's ``prefix_len`` ids.
-    """
+    """Return request ``index``'s prompt token ids, inside the vocabulary (``vocab_size``)."""
     return _draw(workload, salt, index, token_id_range(workload.vocab_size))
 
 
@@ -99,35 +74,21 @@ def chat_text(workload: Workload, salt: str, index: int) -> str:
     return " ".join(_draw(workload, salt, index, WORDS))
 
 
-def session_text(workload: Workload, salt: str, index: int, part: str, length: int) -> str:
-    """Return a synthetic session's text: ``length`` single-token words, seeded per request."""
-    rng = random.Random(f"{workload.seed}/{salt}/{part}/{index}")
-    return " ".join(rng.choices(WORDS, k=length))
-
-
 def chat_messages(workload: Workload, salt: str, index: int) -> list[dict[str, str]]:
-    """Return the chat messages of request ``index``: one user message, or a turn's history.
-
-    A dataset request sends its entry's messages; a multi-turn request (``turns``) its
-    session's earlier user messages and answers, then its own user message.
-    """
-    session, turn = workload.session(index)
+    """Return request ``index``'s messages: a dataset entry's, one, or a turn with its history."""
     if workload.dataset is not None:
-        entry = workload.entry(salt, index)
-        return entry.messages(entry.single_turn() if workload.turns is None else turn)
+        entry, turn = workload.entry(salt, index)
+        return entry.messages(turn)
     if workload.turns is None:
         return [{"role": "user", "content": chat_text(workload, salt, index)}]
     messages = []
-    first = session * workload.turns
-    for earlier in range(first, index + 1):
-        messages.append(
-            {"role": "user",
-             "content": session_text(workload, salt, earlier, "user", workload.input_len)}
-        )  # fmt: skip
-        if earlier < index:
-            answer = session_text(workload, salt, earlier, "answer", workload.output_len)
-            messages.append({"role": "assistant", "content": answer})
-    return messages
+    for earlier in range(workload.session(index)[0] * workload.turns, index + 1):
+        # A synthetic session's texts: single-token words, seeded per request and part.
+        for role, part, length in (("user", "user", workload.input_len),
+                                   ("assistant", "answer", workload.output_len)):  # fmt: skip
+            rng = random.Random(f"{workload.seed}/{salt}/{part}/{earlier}")
+            messages.append({"role": role, "content": " ".join(rng.choices(WORDS, k=length))})
+    return messages[:-1]
 
 
 def request_body(
@@ -138,35 +99,27 @@ def request_body(
     ``model`` is the OpenAI ``model`` field (SGLang echoes it and does not check it).
     """
     extra = dict(workload.extra)
-    text = None
-    if workload.dataset is not None and workload.endpoint != "chat":
-        # A text endpoint sends the entry's one user message as the prompt (checked at
-        # construction: no system message, no history).
-        text = chat_messages(workload, salt, index)[-1]["content"]
-    if workload.endpoint == "generate":
-        sampling = {
-            "max_new_tokens": workload.lengths(salt, index)[1],
-            "ignore_eos": True,
-            "temperature": workload.temperature,
-            **extra.pop("sampling_params", {}),
-        }
-        prompt: dict[str, Any] = (
-            {"text": text} if text is not None else {"input_ids": token_ids(workload, salt, index)}
-        )
-        return {
-            **prompt,
-            "sampling_params": sampling,
-            "stream": workload.stream,
-            **extra,
-        }
-    body: dict[str, Any] = {"model": model}
-    if workload.endpoint == "completions":
-        body["prompt"] = text if text is not None else token_ids(workload, salt, index)
+    output_len = workload.lengths(salt, index)[1]
+    if workload.endpoint == "chat":
+        body: dict[str, Any] = {"model": model, "messages": chat_messages(workload, salt, index)}
     else:
-        body["messages"] = chat_messages(workload, salt, index)
+        # A text endpoint sends a dataset entry's one user message as the prompt (checked
+        # at construction: no system message, no history).
+        text = chat_messages(workload, salt, index)[-1]["content"] if workload.dataset else None
+        prompt = token_ids(workload, salt, index) if text is None else text
+        if workload.endpoint == "generate":
+            sampling = {
+                "max_new_tokens": output_len,
+                "ignore_eos": True,
+                "temperature": workload.temperature,
+                **extra.pop("sampling_params", {}),
+            }
+            key = "input_ids" if text is None else "text"
+            return {key: prompt, "sampling_params": sampling, "stream": workload.stream, **extra}
+        body = {"model": model, "prompt": prompt}
     # max_tokens rather than chat's newer max_completion_tokens: every SGLang release has it.
     body.update(
-        max_tokens=workload.lengths(salt, index)[1],
+        max_tokens=output_len,
         ignore_eos=True,
         temperature=workload.temperature,
         stream=workload.stream,

@@ -8,29 +8,29 @@ coordinator's clock. Ray is imported only when a run is made. See ``docs/scaling
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
+import logging
+import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from types import ModuleType
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 from pytest_sglang.errors import SGLangError
-from pytest_sglang.loadgen.progress import ProgressCallback
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.relay import Counts, ProgressSum, Relay
-from pytest_sglang.loadgen.shard import Shard
+from pytest_sglang.loadgen.schedule import Shard, check_count
 from pytest_sglang.loadgen.workers import (
     PROGRESS_INTERVAL,
-    START_MARGIN,
+    Coordination,
     LoadWorkersFailed,
     Outcome,
     RunPlan,
-    plan_shares,
+    coordinate,
     run_shard,
-    settle,
 )
 
 __all__ = ["CLOCK_ROUNDS", "ClockOffset", "RayLoadWorkers", "RayUnavailable"]
@@ -48,17 +48,18 @@ class RayUnavailable(SGLangError):
 
 @dataclass(frozen=True)
 class ClockOffset:
-    """How one actor's clock relates to the coordinator's, measured before a run."""
+    """How worker ``worker``'s clock relates to the coordinator's, measured before a run.
 
-    #: The worker's index (its shard).
+    ``offset`` is what to add to a coordinator ``perf_counter`` reading to get the actor's,
+    wrong by at most half the ``round_trip`` of the reading kept. ``node`` (its IP address),
+    ``node_id`` and ``pid`` say where the actor runs.
+    """
+
     worker: int
-    #: The node the actor runs on (its IP address), its Ray node id and the actor's process.
     node: str
     node_id: str
     pid: int
-    #: Seconds to add to a coordinator ``perf_counter`` reading to get the actor's.
     offset: float
-    #: The round trip of the reading kept; the offset is wrong by at most half of it.
     round_trip: float
 
     @property
@@ -70,10 +71,9 @@ class ClockOffset:
 def estimate_offset(samples: Sequence[tuple[float, float, float]]) -> tuple[float, float]:
     """Return ``(offset, round_trip)`` from ``(t0, remote, t1)`` clock readings.
 
-    ``t0`` and ``t1`` are the coordinator's clock right before asking and right after the
-    answer, ``remote`` the other clock read in between. The reading with the shortest round
-    trip bounds the error best: the remote reading was taken somewhere in ``[t0, t1]``, so
-    ``remote - (t0 + t1) / 2`` is wrong by at most ``(t1 - t0) / 2``.
+    The remote clock was read somewhere between the coordinator's ``t0`` and ``t1``, so
+    ``remote - (t0 + t1) / 2`` is wrong by at most ``(t1 - t0) / 2``: the shortest round trip
+    bounds the error best.
     """
     if not samples:
         raise ValueError("no clock readings")
@@ -84,7 +84,7 @@ def estimate_offset(samples: Sequence[tuple[float, float, float]]) -> tuple[floa
 def shift_records(records: Sequence[RequestRecord], by: float) -> list[RequestRecord]:
     """Return copies of ``records`` with every timestamp moved by ``by`` seconds."""
     return [
-        dataclasses.replace(
+        replace(
             record,
             started=record.started + by,
             sent=record.sent + by,
@@ -96,14 +96,15 @@ def shift_records(records: Sequence[RequestRecord], by: float) -> list[RequestRe
     ]
 
 
-def _shifted(run: LoadRun, by: float) -> LoadRun:
-    return dataclasses.replace(
-        run, started=run.started + by, records=tuple(shift_records(run.records, by))
-    )
+def connect(address: str | None, *, source: str = "the address argument") -> ModuleType:
+    """Connect this process to the Ray cluster at ``address`` (once) and return ``ray``.
 
+    An already connected process (``ray.init`` called by the user) is used as it is; with no
+    address this refuses (a private single-node Ray would put every worker on this host).
+    ``source`` says where the address came from, e.g. ``--sglang-ray-address``.
 
-def import_ray() -> ModuleType:
-    """Import Ray, or raise :class:`RayUnavailable` saying how to install it."""
+    :raises RayUnavailable: Ray is missing (how to install it), or the cluster is unreachable.
+    """
     try:
         import ray
     except ImportError as exc:
@@ -111,20 +112,6 @@ def import_ray() -> ModuleType:
             f"Ray is not installed ({exc}): the load runs on Ray actors only with the "
             "optional extra: pip install 'pytest-sglang[ray]' (on every node of the cluster)"
         ) from exc
-    return ray
-
-
-def connect(address: str | None, *, source: str = "the address argument") -> ModuleType:
-    """Connect this process to the Ray cluster at ``address`` (once) and return ``ray``.
-
-    An already connected process (``ray.init`` called by the user) is used as it is. With no
-    connection and no address this refuses: starting a private single-node Ray here would
-    put every worker on this host, which is what the multi-process option is for.
-
-    :param source: where the address came from, for the message (e.g. ``--sglang-ray-address``).
-    :raises RayUnavailable: Ray is missing, or the cluster cannot be reached.
-    """
-    ray = import_ray()
     if ray.is_initialized():
         return ray
     if not address:
@@ -133,32 +120,25 @@ def connect(address: str | None, *, source: str = "the address argument") -> Mod
             "HOST:PORT, ini sglang_ray_address, env PYTEST_SGLANG_RAY_ADDRESS; 'auto' finds the "
             "cluster this host belongs to), or call ray.init() first"
         )
-    fix = (
-        "check that the head node runs (`ray status` there), that the address is its GCS "
-        "address HOST:PORT (what `ray start --head` printed, port 6379 by default) and that "
-        "this host can reach it"
-    )
     # Ray retries an unreachable GCS for minutes: a closed port is told at once instead.
     problem = unreachable(address)
+    try:
+        if problem is None:
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+    except Exception as exc:  # ConnectionError, ValueError, RuntimeError: all mean unreachable
+        problem = _reason(exc)
     if problem is not None:
         raise RayUnavailable(
-            f"cannot connect to the Ray cluster at {address!r} (from {source}): {problem}; {fix}"
+            f"cannot connect to the Ray cluster at {address!r} (from {source}): {problem}; "
+            "check that the head node runs (`ray status` there), that the address is its GCS "
+            "address HOST:PORT (what `ray start --head` printed, port 6379 by default) and "
+            "that this host can reach it"
         )
-    try:
-        ray.init(address=address, logging_level="WARNING", log_to_driver=False)
-    except Exception as exc:  # ConnectionError, ValueError, RuntimeError: all mean unreachable
-        raise RayUnavailable(
-            f"cannot connect to the Ray cluster at {address!r} (from {source}): "
-            f"{_reason(exc)}; {fix}"
-        ) from exc
     return ray
 
 
 def unreachable(address: str, timeout: float = CONNECT_TIMEOUT) -> str | None:
-    """Why ``address`` (``[ray://]HOST:PORT``) takes no TCP connection; ``None`` if it does.
-
-    ``"auto"`` and other forms without a port are left to Ray.
-    """
+    """Why ``address`` (``[ray://]HOST:PORT``; ``"auto"`` is left to Ray) takes no connection."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
         return None
@@ -180,8 +160,6 @@ class _LoadActor:  # pragma: no cover - runs inside a Ray actor; covered end to 
 
     def where(self) -> tuple[str, str, int]:
         """Return this actor's node address, Ray node id and process id."""
-        import os
-
         import ray
 
         ip = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
@@ -200,7 +178,7 @@ class _LoadActor:  # pragma: no cover - runs inside a Ray actor; covered end to 
         return self._relay.take()
 
     def go(self, start_at: float) -> None:
-        """Start the measured requests at ``start_at`` (this actor's clock); 0 calls it off."""
+        """Start the measured requests at ``start_at`` (this actor's clock)."""
         self._start = start_at
         self._go.set()
 
@@ -208,12 +186,11 @@ class _LoadActor:  # pragma: no cover - runs inside a Ray actor; covered end to 
         """Run shard ``index`` of ``plan`` (:func:`~.workers.run_shard`) and return its outcome."""
         self._ready.clear()
         self._go.clear()
-        self._start = 0.0
         self._relay = Relay()
 
         def sync() -> float:
             self._ready.set()
-            if not self._go.wait(wait_limit) or self._start <= 0:
+            if not self._go.wait(wait_limit):
                 raise LoadWorkersFailed("the run was called off by the coordinator")
             return self._start
 
@@ -229,21 +206,14 @@ def _reason(exc: BaseException) -> str:
 class RayLoadWorkers:
     """``workers`` load-generator actors on a Ray cluster, reused from run to run.
 
-    ::
-
-        with RayLoadWorkers(2, address="head-node:6379") as workers:
-            run = workers.run(RunPlan({"url": url}, workload, "closed", concurrency=256))
-
-    :param workers: how many actors (at most the concurrency of a closed loop is used).
-    :param address: the Ray cluster (``HOST:PORT`` of its head, or ``"auto"``); ``None`` uses
-        the connection this process already has (``ray.init`` called before).
-    :param source: where ``address`` came from, for messages.
-    :param num_cpus: CPUs each actor reserves on its node (1: one event loop, one core).
-    :param resources: custom Ray resources each actor asks for, to pin the workers to the
-        nodes that offer them (``ray start --resources='{"loadgen": 4}'`` on client hosts).
-    :param spread: place the actors on as many nodes as possible (Ray's ``SPREAD``
-        strategy); ``False`` lets Ray pack them.
+    ``with RayLoadWorkers(2, address="head:6379") as w: run = w.run(RunPlan(...))``.
+    ``address`` is the head's ``HOST:PORT`` or ``"auto"`` (``None``: the connection this
+    process has), ``source`` where it came from. Each actor reserves ``num_cpus`` (one event
+    loop, one core) and the custom ``resources`` given, to pin the workers to the nodes
+    that offer them (``ray start --resources='{"loadgen": 4}'`` on client hosts).
     """
+
+    name = "Ray load worker"
 
     def __init__(
         self,
@@ -253,26 +223,28 @@ class RayLoadWorkers:
         source: str = "the address argument",
         num_cpus: float = 1.0,
         resources: Mapping[str, float] | None = None,
-        spread: bool = True,
     ) -> None:
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+        check_count("workers", workers)
         self.workers = workers
         self._ray = connect(address, source=source)
         self._options: dict[str, Any] = {
             "num_cpus": num_cpus,
             "max_concurrency": 4,  # run, wait_ready, clock and go at once
             "max_restarts": 0,
+            "resources": dict(resources or {}),
+            "scheduling_strategy": "SPREAD",  # on as many nodes as possible
         }
-        if resources:
-            self._options["resources"] = dict(resources)
-        if spread:
-            self._options["scheduling_strategy"] = "SPREAD"
         self._actor_class = self._ray.remote(_LoadActor)
         self._actors: list[Any] = []
         self._where: list[tuple[str, str, int]] = []
         #: The clock offsets measured before the last run, one per actor that took part.
         self.clocks: tuple[ClockOffset, ...] = ()
+        # The run in progress: the refs awaited (worker, "ready", "run" or "poll"), the
+        # workers not ready yet, and when to poll each next.
+        self._refs: dict[Any, tuple[int, str]] = {}
+        self._unready: set[int] = set()
+        self._count = 0
+        self._next_poll: dict[int, float] = {}
 
     def __enter__(self) -> Self:
         return self
@@ -283,37 +255,33 @@ class RayLoadWorkers:
     def close(self) -> None:
         """Kill the actors (the Ray connection stays: it is the process's)."""
         for actor in self._actors:
-            try:
+            with contextlib.suppress(Exception):  # already gone with its node
                 self._ray.kill(actor, no_restart=True)
-            except Exception:  # already gone with its node
-                pass
         self._actors, self._where = [], []
 
     def _ensure(self, count: int, timeout: float) -> None:
         """Have ``count`` live actors, replacing any lost in an earlier run."""
-        ray = self._ray
-        while len(self._actors) < count:
-            self._actors.append(self._actor_class.options(**self._options).remote())
-            self._where.append(("?", "?", 0))
+        ray, new = self._ray, self._actor_class.options(**self._options).remote
+        self._actors += [new() for _ in range(count - len(self._actors))]
         refs = [actor.where.remote() for actor in self._actors]
         deadline = time.monotonic() + timeout
+        self._where = []
         for i, ref in enumerate(refs):
             try:
-                self._where[i] = tuple(ray.get(ref, timeout=max(1.0, deadline - time.monotonic())))
+                where = ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))
             except ray.exceptions.GetTimeoutError:
                 self.close()
+                asks = {"CPU": self._options["num_cpus"], **self._options["resources"]}
                 raise LoadWorkersFailed(
                     f"Ray load worker {i} was not placed within {timeout:g} s: the cluster may "
-                    f"lack free resources (each worker asks for {self._asks()}, {self.workers} "
+                    f"lack free resources (each worker asks for "
+                    f"{', '.join(f'{k} {v:g}' for k, v in asks.items())}, {self.workers} "
                     "workers; see `ray status`); no request was sent"
                 ) from None
             except ray.exceptions.RayError:  # lost since the last run: a fresh one
-                self._actors[i] = self._actor_class.options(**self._options).remote()
-                self._where[i] = tuple(ray.get(self._actors[i].where.remote(), timeout=timeout))
-
-    def _asks(self) -> str:
-        asks = {"CPU": self._options["num_cpus"], **self._options.get("resources", {})}
-        return ", ".join(f"{k} {v:g}" for k, v in asks.items())
+                self._actors[i] = new()
+                where = ray.get(self._actors[i].where.remote(), timeout=timeout)
+            self._where.append(tuple(where))
 
     def _clock(self, index: int) -> ClockOffset:
         actor = self._actors[index]
@@ -326,61 +294,28 @@ class RayLoadWorkers:
         node, node_id, pid = self._where[index]
         return ClockOffset(index, node, node_id, pid, offset, round_trip)
 
-    def run(
-        self,
-        plan: RunPlan,
-        *,
-        ready_timeout: float = 600.0,
-        run_timeout: float | None = None,
-        before_measured: Callable[[], object] | None = None,
-        progress: ProgressCallback | None = None,
-    ) -> LoadRun:
+    def run(self, plan: RunPlan, **coordination: Unpack[Coordination]) -> LoadRun:
         """Run ``plan`` on the actors and return one merged :class:`LoadRun`.
 
-        The arguments are :func:`~pytest_sglang.loadgen.workers.run_sharded`'s, for actors
-        (``ready_timeout`` includes their placement). Records are on this process's
-        ``perf_counter`` clock.
-
-        :raises LoadWorkersFailed: an actor was not placed, or failed before the start (no
-            measured request was sent).
-        :raises ServerStoppedAnswering: an actor gave up on the server (as a single process).
+        ``coordination`` is :func:`~pytest_sglang.loadgen.workers.coordinate`'s
+        (``ready_timeout`` includes the actors' placement). Records are on this process's
+        ``perf_counter`` clock. A failed run kills the actors: nothing may keep loading the
+        server after it (a later run makes fresh ones).
         """
-        ray = self._ray
-        shares = plan_shares(plan, self.workers)
-        count = len(shares)
+        shares = plan.shares(self.workers)
+        ready_timeout = coordination.get("ready_timeout", 600.0)
         self.clocks = ()
-        self._ensure(count, ready_timeout)
-        actors = self._actors[:count]
-        timeout = run_timeout or plan.timeout()
-        runs = [
-            actor.run.remote(i, shares, plan, ready_timeout + 60.0)
-            for i, actor in enumerate(actors)
-        ]
-        outcomes: list[Outcome | None] = [None] * count
+        self._ensure(len(shares), ready_timeout)
+        self._count = len(shares)
+        self._refs, self._unready, self._next_poll = {}, set(range(self._count)), {}
+        for i, actor in enumerate(self._actors[: len(shares)]):
+            self._refs[actor.run.remote(i, shares, plan, ready_timeout + 60.0)] = (i, "run")
+            self._refs[actor.wait_ready.remote(ready_timeout)] = (i, "ready")
         try:
-            self._await_ready(actors, runs, outcomes, ready_timeout)
-            self.clocks = tuple(self._clock(i) for i in range(count))
-            if before_measured is not None:
-                before_measured()
-            start = time.perf_counter() + START_MARGIN
-            ray.get(
-                [a.go.remote(start + c.offset) for a, c in zip(actors, self.clocks, strict=True)],
-                timeout=30,
-            )
-            heard = ProgressSum(progress, PROGRESS_INTERVAL)
-            self._collect(runs, outcomes, timeout, heard)
+            return coordinate(plan, shares, self, **coordination)
         except BaseException:
-            # Nothing may keep loading the server after a refused or interrupted run: the
-            # actors are killed (a later run makes fresh ones).
             self.close()
             raise
-        # Each actor's records onto this process's clock (what it handed over already is).
-        finished = zip([o for o in outcomes if o is not None], self.clocks, strict=True)
-        shifted = [
-            (kind, None if run is None else _shifted(run, -clock.offset), message)
-            for (kind, run, message), clock in finished
-        ]
-        return settle(plan, shares, shifted, heard)
 
     def _describe(self, index: int, exc: BaseException) -> str:
         node, _, pid = self._where[index]
@@ -389,97 +324,53 @@ class RayLoadWorkers:
             "(its process was killed or its node left the cluster)"
         )
 
-    def _await_ready(
-        self,
-        actors: Sequence[Any],
-        runs: Sequence[Any],
-        outcomes: list[Outcome | None],
-        timeout: float,
-    ) -> None:
-        ray = self._ray
-        # Each ref watched maps to its worker and what it is: "ready" (the warm-up is over)
-        # or "run" (the run itself ended, or its actor died, before that).
-        watched: dict[Any, tuple[int, str]] = {}
-        for i, actor in enumerate(actors):
-            watched[actor.wait_ready.remote(timeout)] = (i, "ready")
-            watched[runs[i]] = (i, "run")
-        todo = set(range(len(actors)))
-        deadline = time.monotonic() + timeout
-        while todo:
-            watch = [ref for ref, (i, _) in watched.items() if i in todo]
-            done, _ = ray.wait(watch, num_returns=1, timeout=0.5)
-            for ref in done:
-                i, what = watched.pop(ref)
-                try:
-                    result = ray.get(ref)
-                except ray.exceptions.RayError as exc:
-                    raise LoadWorkersFailed(
-                        f"{self._describe(i, exc)} before its measured requests; no measured "
-                        "request was sent"
-                    ) from exc
-                if what == "run":
-                    kind, _, message = result
-                    outcomes[i] = result
-                    raise LoadWorkersFailed(
-                        f"Ray load worker {i} ended before its measured requests ({kind}: "
-                        f"{message}); no measured request was sent"
-                    )
-                if result:
-                    todo.discard(i)
-            if todo and time.monotonic() > deadline:
-                raise LoadWorkersFailed(
-                    f"Ray load workers {sorted(todo)} were not ready within {timeout:g} s; no "
-                    "measured request was sent"
-                )
+    def start(self, at: float) -> None:
+        """Workers.start: each actor is told the start on its own clock."""
+        self._ray.get(
+            [self._actors[c.worker].go.remote(at + c.offset) for c in self.clocks], timeout=30
+        )
 
-    def _collect(
-        self,
-        runs: Sequence[Any],
-        outcomes: list[Outcome | None],
-        timeout: float,
-        heard: ProgressSum,
-    ) -> None:
-        ray = self._ray
-        deadline = time.monotonic() + timeout
-        # Each actor's poll in flight (one at a time), and when to ask it next.
-        polls: dict[Any, int] = {}
-        next_poll = [time.monotonic() + PROGRESS_INTERVAL] * len(runs)
-        while any(o is None for o in outcomes):
-            now = time.monotonic()
-            for i, outcome in enumerate(outcomes):
-                if outcome is None and i not in polls.values() and now >= next_poll[i]:
-                    polls[self._actors[i].poll.remote()] = i
-                    next_poll[i] = now + PROGRESS_INTERVAL
-            pending = [runs[i] for i, o in enumerate(outcomes) if o is None]
-            done, _ = ray.wait([*pending, *polls], num_returns=1, timeout=0.5)
-            for ref in done:
-                if ref in polls:
-                    self._take_poll(ref, polls.pop(ref), heard)
-                    continue
-                i = runs.index(ref)
-                try:
-                    outcomes[i] = ray.get(ref)
-                except ray.exceptions.RayError as exc:
+    def receive(self, pending: set[int], heard: ProgressSum) -> dict[int, Outcome]:
+        """Workers.receive; the clocks are read once every actor is ready.
+
+        Then each actor is polled every ``PROGRESS_INTERVAL``; what it hands over is moved
+        onto this process's clock.
+        """
+        ray, now = self._ray, time.monotonic()
+        polling = {i for i, kind in self._refs.values() if kind == "poll"}
+        for i in pending - polling if self.clocks else ():
+            if now >= self._next_poll.get(i, 0.0):
+                self._refs[self._actors[i].poll.remote()] = (i, "poll")
+                self._next_poll[i] = now + PROGRESS_INTERVAL
+        watch = [ref for ref, (i, _) in self._refs.items() if i in pending]
+        done, _ = ray.wait(watch, num_returns=1, timeout=0.5)
+        outcomes: dict[int, Outcome] = {}
+        for ref in done:
+            i, kind = self._refs.pop(ref)
+            try:
+                result = ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                if kind != "poll":  # a poll's actor is gone: its run ref says so
                     outcomes[i] = ("died", None, self._describe(i, exc))
-            if time.monotonic() > deadline:
-                for i, outcome in enumerate(outcomes):
-                    if outcome is None:
-                        ray.kill(self._actors[i], no_restart=True)
-                        outcomes[i] = (
-                            "died",
-                            None,
-                            f"Ray load worker {i} (node {self._where[i][0]}) did not finish in "
-                            f"{timeout:g} s and was killed",
-                        )
+                continue
+            by = -self.clocks[i].offset if self.clocks else 0.0
+            if kind == "ready" and result:
+                outcomes[i] = ("ready", None, None)
+                self._unready.discard(i)
+                if not self._unready:
+                    self.clocks = tuple(self._clock(j) for j in range(self._count))
+            elif kind == "poll" and result is not None:
+                (count, total, tokens, started), records = result
+                heard.add(i, (count, total, tokens, started + by), shift_records(records, by))
+            elif kind == "run":
+                ended, run, message = result
+                if run is not None:
+                    records = tuple(shift_records(run.records, by))
+                    run = replace(run, started=run.started + by, records=records)
+                outcomes[i] = (ended, run, message)
+        return outcomes
 
-    def _take_poll(self, ref: Any, index: int, heard: ProgressSum) -> None:
-        # A batch of finished records and progress, moved onto this process's clock.
-        try:
-            batch = self._ray.get(ref)
-        except self._ray.exceptions.RayError:  # the actor is gone: its run ref says so
-            return
-        if batch is None:
-            return
-        (done, total, tokens, started), records = batch
-        offset = self.clocks[index].offset
-        heard.add(index, (done, total, tokens, started - offset), shift_records(records, -offset))
+    def kill(self, index: int) -> str:
+        """Workers.kill."""
+        self._ray.kill(self._actors[index], no_restart=True)
+        return f"Ray load worker {index} (node {self._where[index][0]})"

@@ -2,7 +2,7 @@
 
 :meth:`LoadGenerator.run` takes a workload and a :data:`~pytest_sglang.loadgen.schedule.Load`;
 the blocking facade, the worker processes and the Ray actors all call it, a
-:class:`~pytest_sglang.loadgen.shard.Shard` telling a worker which requests are its own.
+:class:`~pytest_sglang.loadgen.schedule.Shard` telling a worker which requests are its own.
 Warm-up requests go first (excluded from the metrics). Every request sent gets a record,
 failed or not; one never sent gets none. Timeouts, retries, connection habits and
 :class:`ServerStoppedAnswering`: ``docs/metrics.md``. Timestamps are ``time.perf_counter()``.
@@ -37,10 +37,10 @@ from pytest_sglang.loadgen.schedule import (
     ClosedLoop,
     Load,
     OpenLoop,
+    Shard,
     check_count,
     run_fields,
 )
-from pytest_sglang.loadgen.shard import Shard
 from pytest_sglang.loadgen.streams import StreamParser, stream_parser
 from pytest_sglang.loadgen.transport import (
     Attempt,

@@ -4,22 +4,34 @@
 kinds answer the same questions: how many slots (``None``: as many as requests), when each
 request is due (``None``: at once), what seeds the run's prompts, and the fields a
 :class:`~pytest_sglang.loadgen.records.LoadRun` records.
+
+A run spread over several workers gives each a :class:`Shard`: a closed loop's ``C`` slots
+are split over them (requests follow the slots), so exactly ``C`` are in flight in total;
+an open loop keeps one schedule, each request sent by the worker that owns it.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 if TYPE_CHECKING:
+    from pytest_sglang.loadgen.records import RequestRecord
     from pytest_sglang.loadgen.workload import Workload
 
-__all__ = ["ARRIVALS", "Arrival", "ClosedLoop", "Load", "OpenLoop", "arrival_offsets"]
+__all__ = ["ARRIVALS", "Arrival", "ClosedLoop", "Load", "OpenLoop", "Shard", "arrival_offsets",
+           "owner", "slot_shares"]  # fmt: skip
 
 Arrival = Literal["poisson", "constant"]
 ARRIVALS: tuple[str, ...] = get_args(Arrival)
+
+#: Warm-up requests run by default: one per concurrency slot, at most this many.
+DEFAULT_WARMUP_CAP = 8
 
 
 def arrival_offsets(count: int, rate: float, arrival: Arrival, seed: str) -> list[float]:
@@ -33,19 +45,13 @@ def arrival_offsets(count: int, rate: float, arrival: Arrival, seed: str) -> lis
     if arrival == "constant":
         return [i / rate for i in range(count)]
     rng = random.Random(seed)
-    offsets: list[float] = []
-    now = 0.0
-    for _ in range(count):
-        offsets.append(now)
-        now += rng.expovariate(rate)
-    return offsets
+    gaps = [rng.expovariate(rate) for _ in range(count - 1)]
+    return list(itertools.accumulate(gaps, initial=0.0))[:count]
 
 
 def check_arrival(rate: float, arrival: str) -> None:
     """Raise :class:`ValueError`, saying what is wrong, unless ``rate`` and ``arrival`` work."""
-    if isinstance(rate, bool) or not (
-        isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0
-    ):
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < math.inf:
         raise ValueError(f"the request rate must be a finite number > 0 per second, got {rate!r}")
     if arrival not in ARRIVALS:
         raise ValueError(
@@ -53,10 +59,22 @@ def check_arrival(rate: float, arrival: str) -> None:
         )
 
 
-def check_count(name: str, value: object) -> None:
-    """Raise :class:`ValueError` unless ``value`` is an integer >= 1."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+def check_count(
+    name: str, value: object, minimum: int | None = 1, none: str | None = None, hint: str = ""
+) -> None:
+    """Raise :class:`ValueError` unless ``value`` is an integer >= ``minimum``.
+
+    ``None`` is allowed where ``none`` says what it means; ``hint`` ends the message.
+    """
+    if value is None and none is not None:
+        return
+    if isinstance(value, int) and not isinstance(value, bool):
+        if minimum is None or value >= minimum:
+            return
+    allowed = "an integer" if minimum is None else f"an integer >= {minimum}"
+    if none is not None:
+        allowed = f"None ({none}) or {allowed}" if none else f"None or {allowed}"
+    raise ValueError(f"{name} must be {allowed}, got {value!r}{hint}")
 
 
 @dataclass(frozen=True)
@@ -119,8 +137,6 @@ class OpenLoop:
 
     def warmup(self, workload: Workload) -> int:
         """Return the run's warm-up requests (``Workload.warmup_for`` the cap or default)."""
-        from pytest_sglang.loadgen.workload import DEFAULT_WARMUP_CAP
-
         return workload.warmup_for(self.max_concurrency or DEFAULT_WARMUP_CAP)
 
     def salt(self, repeat: int) -> str:
@@ -152,10 +168,39 @@ Load = ClosedLoop | OpenLoop
 
 def run_fields(load: Load) -> dict[str, Any]:
     """Return the load's fields as :class:`~pytest_sglang.loadgen.records.LoadRun` has them."""
-    return {
-        "mode": load.mode,
-        "concurrency": load.concurrency,
-        "rate": load.rate,
-        "arrival": load.arrival,
-        "max_concurrency": load.max_concurrency,
-    }
+    fields = ("mode", "concurrency", "rate", "arrival", "max_concurrency")
+    return {name: getattr(load, name) for name in fields}
+
+
+def slot_shares(total: int, processes: int) -> list[int]:
+    """Split ``total`` slots over ``processes`` as evenly as possible (largest first)."""
+    base, extra = divmod(total, processes)
+    return [base + (1 if i < extra else 0) for i in range(processes)]
+
+
+def owner(index: int, shares: Sequence[int]) -> int:
+    """Return the process that sends request ``index`` (requests follow the slot shares)."""
+    return bisect.bisect_right(list(itertools.accumulate(shares)), index % sum(shares))
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Worker ``index`` of ``len(shares)``: its slots, its requests, the common start.
+
+    ``sync`` blocks until every worker has warmed up and returns the common start;
+    ``finished`` receives each measured request as it ends (:mod:`~.relay`).
+    """
+
+    index: int
+    shares: tuple[int, ...]
+    sync: Callable[[], float]
+    finished: Callable[[RequestRecord], None] | None = None
+
+    @property
+    def slots(self) -> int:
+        """This process's share of the concurrency (or of the open loop's cap)."""
+        return self.shares[self.index]
+
+    def owns(self, request: int) -> bool:
+        """Whether this process sends request ``request`` (warm-up and measured alike)."""
+        return owner(request, self.shares) == self.index

@@ -1,44 +1,32 @@
-"""A run spread over several load-generator workers: processes on this host, and the merge.
+"""A run spread over several load-generator workers: the coordinator, and processes on this host.
 
-One asyncio process saturates one core. :func:`run_sharded` starts worker processes
-(``spawn``); every worker, process or Ray actor, runs :func:`run_shard` on its
-:class:`~pytest_sglang.loadgen.shard.Shard` of the plan, and :func:`settle` merges their
-records into one :class:`LoadRun`. The guarantees (exact total concurrency, a common start,
-a lost worker costs only its unsent requests) are in ``docs/scaling.md``.
+One asyncio process saturates one core. Every worker, a process of :func:`run_sharded` or a
+Ray actor (:mod:`~pytest_sglang.loadgen.ray_workers`), runs :func:`run_shard` on its
+:class:`~pytest_sglang.loadgen.schedule.Shard`; :func:`coordinate` drives either kind and
+merges their records. The guarantees are in ``docs/scaling.md``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
-import queue
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from multiprocessing.sharedctypes import Synchronized
-from multiprocessing.synchronize import Event
-from typing import Any, cast
+from typing import Any, Protocol, TypedDict, Unpack, cast
 
 from pytest_sglang.errors import SGLangError
 from pytest_sglang.loadgen.progress import ProgressCallback
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.relay import ProgressSum, Relay, Sender
 from pytest_sglang.loadgen.runner import LoadGenerator, ServerStoppedAnswering, run_blocking
-from pytest_sglang.loadgen.saturation import ClientLoad
-from pytest_sglang.loadgen.schedule import Load, run_fields
-from pytest_sglang.loadgen.shard import Shard, owner, slot_shares
+from pytest_sglang.loadgen.schedule import Load, Shard, check_count, owner, run_fields, slot_shares
 from pytest_sglang.loadgen.workload import Workload
 
-__all__ = [
-    "LoadWorkersFailed",
-    "RunPlan",
-    "merge_outcomes",
-    "plan_shares",
-    "run_shard",
-    "run_sharded",
-    "settle",
-]
+__all__ = ["Coordination", "LoadWorkersFailed", "RunPlan", "coordinate", "run_shard", "run_sharded"]
 
 #: How long the measured start is set after the last worker is ready: time for every worker
 #: to wake and reach its first send.
@@ -69,31 +57,40 @@ class RunPlan:
     load: Load
     repeat: int = 0
 
-    @property
-    def mode(self) -> str:
-        """The load's mode, ``"closed"`` or ``"open"``."""
-        return self.load.mode
+    def shares(self, workers: int) -> tuple[int, ...]:
+        """Each of at most ``workers`` workers' share of the slots (concurrency or cap)."""
+        slots = self.load.slots or workers
+        return tuple(slot_shares(slots, max(1, min(workers, slots))))
 
-    @property
-    def rate(self) -> float | None:
-        """An open loop's rate (requests per second)."""
-        return self.load.rate
 
-    @property
-    def max_concurrency(self) -> int | None:
-        """An open loop's cap on the requests in flight."""
-        return self.load.max_concurrency
+class Coordination(TypedDict, total=False):
+    """What the coordinator does around a run (see :func:`coordinate`)."""
 
-    def timeout(self) -> float:
-        """Seconds the measured phase may take: the request timeout per request, plus a minute."""
-        return float(self.options.get("request_timeout", 600.0)) * (self.workload.requests + 1) + 60
+    ready_timeout: float
+    run_timeout: float | None
+    before_measured: Callable[[], object] | None
+    progress: ProgressCallback | None
+
+
+class Workers(Protocol):
+    """The workers a coordinator drives (``name`` in messages): processes, or Ray actors."""
+
+    name: str
+
+    def receive(self, pending: set[int], heard: ProgressSum) -> dict[int, Outcome]:
+        """Wait a moment; hand progress on; return outcomes (``"ready"``: warm-up over)."""
+
+    def start(self, at: float) -> None:
+        """Release every worker to start its measured requests at ``at`` (this clock)."""
+
+    def kill(self, index: int) -> str:
+        """Kill worker ``index`` (out of time) and return its description."""
 
 
 def run_shard(plan: RunPlan, shard: Shard, relay: Relay) -> Outcome:
-    """Run one worker's ``shard`` of ``plan`` in this process: what every worker does.
+    """Run one worker's ``shard`` of ``plan`` here, handing progress and records to ``relay``.
 
-    The generator is built from the plan's options; it hands its progress and finished
-    records to ``relay``. Nothing is raised: an error is an outcome, with what had finished.
+    Nothing is raised: an error is an outcome, with what had finished.
     """
     options = dict(plan.options)
     generator = LoadGenerator(
@@ -111,238 +108,192 @@ def run_shard(plan: RunPlan, shard: Shard, relay: Relay) -> Outcome:
         return "error", generator.interrupted_run, f"{type(exc).__name__}: {exc}"
 
 
-def _worker(
-    index: int,
+def coordinate(
+    plan: RunPlan,
     shares: tuple[int, ...],
-    plan: RunPlan,
-    ready: multiprocessing.Queue[int],
-    go: Event,
-    start_at: Synchronized[float],
-    results: Connection,
-) -> None:  # pragma: no cover - runs in a worker process; covered end to end
-    def sync() -> float:
-        ready.put(index)
-        go.wait()
-        if start_at.value <= 0:
-            raise LoadWorkersFailed("the run was called off: another worker is gone")
-        return float(start_at.value)
-
-    relay = Relay()
-    sender = Sender(relay, results.send, PROGRESS_INTERVAL)
-    outcome = run_shard(plan, Shard(index, shares, sync), relay)
-    sender.stop()  # every batch before the outcome
-    results.send(outcome)
-    results.close()
-
-
-def plan_shares(plan: RunPlan, processes: int) -> tuple[int, ...]:
-    """Each worker's share of the plan's slots (closed-loop concurrency or open-loop cap)."""
-    slots = plan.load.slots or processes
-    count = max(1, min(processes, slots))
-    return tuple(slot_shares(slots, count))
-
-
-def _failed(workload: Workload, indices: Sequence[int], message: str) -> list[RequestRecord]:
-    now = time.perf_counter()
-    return [
-        RequestRecord(
-            index=i,
-            warmup=False,
-            input_len=workload.input_len,
-            output_len=workload.output_len,
-            started=now,
-            sent=now,
-            end=now,
-            error=message,
-        )
-        for i in indices
-    ]
-
-
-def _merge_client(loads: Sequence[ClientLoad | None]) -> ClientLoad | None:
-    # The busiest worker is the one that bounds the run: its CPU and its loop's lag.
-    seen = [load for load in loads if load is not None]
-    if not seen:
-        return None
-    busiest = max(seen, key=lambda load: load.cpu_fraction)
-    return replace(busiest, lag_max=max(load.lag_max for load in seen))
-
-
-def run_sharded(
-    plan: RunPlan,
-    processes: int,
+    workers: Workers,
     *,
     ready_timeout: float = 600.0,
     run_timeout: float | None = None,
     before_measured: Callable[[], object] | None = None,
     progress: ProgressCallback | None = None,
 ) -> LoadRun:
-    """Run ``plan`` on ``processes`` worker processes and merge their records.
+    """Drive ``workers`` (one per share) through a run of ``plan`` and merge their records.
 
-    ``plan.options`` are :class:`~pytest_sglang.loadgen.runner.LoadGenerator`'s keyword
-    arguments plus ``url`` (picklable values only: no progress callback).
+    Every worker warms up within ``ready_timeout`` s, then ``before_measured`` is called (where
+    ``sglang_bench`` reads the server's counters) and they start together. Workers still
+    running after ``run_timeout`` (default: the request timeout per request) are killed and
+    their requests recorded as failed. ``progress`` hears the summed progress.
 
-    :param ready_timeout: seconds for every worker to start and finish its warm-up.
-    :param run_timeout: seconds for the measured phase (default: the plan's request timeout
-        times the requests, plus a minute), after which workers still running are killed
-        and their requests recorded as failed.
-    :param before_measured: called here once every worker finished its warm-up, right before
-        the common start (where ``sglang_bench`` reads the server's counters).
-    :param progress: called here with the workers' summed progress (requests done and
-        tokens received, warm-up included) at most every ``PROGRESS_INTERVAL`` seconds.
     :raises LoadWorkersFailed: a worker never became ready (no measured request was sent).
-    """
-    if processes < 1:
-        raise ValueError(f"processes must be at least 1, got {processes}")
-    context = multiprocessing.get_context("spawn")
-    shares = plan_shares(plan, processes)
-    ready: multiprocessing.Queue[int] = context.Queue()
-    go = context.Event()
-    start_at: Synchronized[float] = context.Value("d", 0.0)
-    pipes: list[Connection] = []
-    workers: list[BaseProcess] = []
-    try:
-        for index in range(len(shares)):
-            receive, send = context.Pipe(duplex=False)
-            process = context.Process(
-                target=_worker,
-                args=(index, shares, plan, ready, go, start_at, send),
-                name=f"sglang-loadgen-{index}",
-                daemon=True,
-            )
-            process.start()
-            send.close()
-            pipes.append(receive)
-            workers.append(process)
-        _await_ready(workers, ready, go, start_at, ready_timeout, before_measured)
-        heard = ProgressSum(progress, PROGRESS_INTERVAL)
-        outcomes = _collect(workers, pipes, run_timeout or plan.timeout(), heard)
-    finally:
-        go.set()  # a worker still waiting is released (to call the run off)
-        for worker in workers:
-            if worker.is_alive():
-                worker.kill()
-            worker.join(timeout=10)
-    return settle(plan, shares, outcomes, heard)
-
-
-def _await_ready(
-    workers: Sequence[BaseProcess],
-    ready: multiprocessing.Queue[int],
-    go: Event,
-    start_at: Synchronized[float],
-    timeout: float,
-    before_measured: Callable[[], object] | None = None,
-) -> None:
-    deadline = time.monotonic() + timeout
-    pending = set(range(len(workers)))
-    while pending:
-        try:
-            pending.discard(ready.get(timeout=0.2))
-            continue
-        except queue.Empty:
-            pass
-        dead = [i for i in pending if not workers[i].is_alive()]
-        if dead or time.monotonic() > deadline:
-            go.set()  # start_at stays 0: the others call the run off
-            why = (
-                f"load worker {dead[0]} exited with code {workers[dead[0]].exitcode} before "
-                "its measured requests"
-                if dead
-                else f"load workers {sorted(pending)} were not ready within {timeout:g} s"
-            )
-            raise LoadWorkersFailed(f"{why}; no measured request was sent")
-    if before_measured is not None:
-        before_measured()
-    start_at.value = time.perf_counter() + START_MARGIN
-    go.set()
-
-
-def _collect(
-    workers: Sequence[BaseProcess],
-    pipes: Sequence[Connection],
-    timeout: float,
-    heard: ProgressSum,
-) -> list[Outcome]:
-    outcomes: list[Outcome | None] = [None] * len(workers)
-    deadline = time.monotonic() + timeout
-    while any(o is None for o in outcomes):
-        waiting = {pipes[i]: i for i, o in enumerate(outcomes) if o is None}
-        for pipe in cast("list[Connection]", wait(list(waiting), timeout=0.2)):
-            i = waiting[pipe]
-            try:
-                message = pipe.recv()
-            except EOFError:  # it died while sending, or before
-                outcomes[i] = ("died", None, _death(workers[i], i))
-                continue
-            if message[0] == "progress":
-                heard.add(i, message[1], message[2])
-            else:
-                outcomes[i] = message
-        if time.monotonic() > deadline:
-            for i, outcome in enumerate(outcomes):
-                if outcome is None:
-                    workers[i].kill()
-                    outcomes[i] = ("died", None, f"load worker {i} did not finish in {timeout:g} s")
-    return [o for o in outcomes if o is not None]
-
-
-def _death(process: BaseProcess, index: int) -> str:
-    process.join(timeout=1)
-    return f"load worker {index} (pid {process.pid}) died with exit code {process.exitcode}"
-
-
-def settle(
-    plan: RunPlan, shares: tuple[int, ...], outcomes: Sequence[Outcome], heard: ProgressSum
-) -> LoadRun:
-    """Merge the workers' outcomes into one run, as :func:`merge_outcomes`.
-
-    A worker that ``died`` keeps the records it handed over before (``heard``).
-
     :raises ServerStoppedAnswering: a worker gave up on the server (as a single process).
     """
-    heard.report()
-    kept: list[Outcome] = []
-    for i, (kind, run, message) in enumerate(outcomes):
-        records = heard.received(i)
-        if kind == "died" and records:
-            run = LoadRun(
-                plan.workload, plan.load.mode, tuple(records), min(r.started for r in records)
+    heard = ProgressSum(progress, PROGRESS_INTERVAL)
+    pending = set(range(len(shares)))
+    deadline = time.monotonic() + ready_timeout
+    while pending:
+        for i, (kind, _, message) in workers.receive(pending, heard).items():
+            if kind != "ready":
+                raise LoadWorkersFailed(
+                    f"{workers.name} {i} ended before its measured requests ({kind}: {message}); "
+                    "no measured request was sent"
+                )
+            pending.discard(i)
+        if pending and time.monotonic() > deadline:
+            raise LoadWorkersFailed(
+                f"{workers.name}s {sorted(pending)} were not ready within {ready_timeout:g} s; "
+                "no measured request was sent"
             )
-        kept.append((kind, run, message))
-    merged = merge_outcomes(plan, shares, kept)
-    stopped = [message for kind, _, message in kept if kind == "stopped"]
+    if before_measured is not None:
+        before_measured()
+    workers.start(time.perf_counter() + START_MARGIN)
+    outcomes: dict[int, Outcome] = {}
+    # By default the request timeout per request, plus a minute.
+    per_request = float(plan.options.get("request_timeout", 600.0))
+    timeout = run_timeout or per_request * (plan.workload.requests + 1) + 60
+    deadline = time.monotonic() + timeout
+    while pending := set(range(len(shares))) - set(outcomes):
+        outcomes.update(workers.receive(pending, heard))
+        if time.monotonic() > deadline:
+            for i in pending - set(outcomes):
+                late = f"{workers.kill(i)} did not finish in {timeout:g} s and was killed"
+                outcomes[i] = ("died", None, late)
+    return _settle(plan, shares, [outcomes[i] for i in range(len(shares))], heard)
+
+
+def _settle(
+    plan: RunPlan, shares: tuple[int, ...], outcomes: Sequence[Outcome], heard: ProgressSum
+) -> LoadRun:
+    # A worker lost without a run keeps the records it handed over (``heard``); a measured
+    # request a lost or failed worker owned and did not record is a failed record.
+    heard.report()
+    w = plan.workload
+    records: list[RequestRecord] = []
+    starts: list[float] = []
+    for index, (kind, run, message) in enumerate(outcomes):
+        kept = tuple(heard.received(index)) if run is None else run.records
+        records += kept
+        starts += [r.started for r in kept] if run is None else [run.started]
+        if kind in {"died", "error"}:
+            sent = {r.index for r in kept if not r.warmup}
+            # Requests follow their sessions (a request is a session of one turn).
+            owned = [i for i in range(w.requests) if owner(w.session(i)[0], shares) == index]
+            mine = [i for i in owned if i not in sent]
+            now = time.perf_counter()
+            failed = message or "load worker failed"
+            records += [
+                RequestRecord(i, False, w.input_len, w.output_len, now, now, end=now, error=failed)
+                for i in mine
+            ]
+    records.sort(key=lambda r: (not r.warmup, r.index))
+    # The busiest worker is the one that bounds the run: its CPU and its loop's lag.
+    clients = [run.client for _, run, _ in outcomes if run is not None and run.client]
+    busiest = max(clients, key=lambda load: load.cpu_fraction, default=None)
+    if busiest is not None:
+        busiest = replace(busiest, lag_max=max(c.lag_max for c in clients))
+    merged = LoadRun(
+        workload=plan.workload,
+        records=tuple(records),
+        started=min(starts, default=time.perf_counter()),
+        repeat=plan.repeat,
+        client=busiest,
+        **run_fields(plan.load),
+    )
+    stopped = [message for kind, _, message in outcomes if kind == "stopped"]
     if stopped:
         unsent = plan.workload.requests - len(merged.measured)
         raise ServerStoppedAnswering(stopped[0] or "the server stopped answering", merged, unsent)
     return merged
 
 
-def merge_outcomes(plan: RunPlan, shares: tuple[int, ...], outcomes: Sequence[Outcome]) -> LoadRun:
-    """Merge the workers' ``(kind, run, message)`` outcomes into one run.
+def _worker(
+    index: int, shares: tuple[int, ...], plan: RunPlan, pipe: Connection
+) -> None:  # pragma: no cover - runs in a worker process; covered end to end
+    lock = threading.Lock()  # the relay's thread sends too
 
-    A worker that ``died`` or ended in an ``error`` has every measured request it owned and
-    did not record made a failed record carrying its message.
-    """
-    records: list[RequestRecord] = []
-    runs = [run for _, run, _ in outcomes if run is not None]
-    for index, (kind, run, message) in enumerate(outcomes):
-        if run is not None:
-            records += run.records
-        if kind in {"died", "error"}:
-            sent = {r.index for r in (run.records if run else ()) if not r.warmup}
-            mine = [
-                i
-                for i in range(plan.workload.requests)
-                if owner(i, list(shares)) == index and i not in sent
-            ]
-            records += _failed(plan.workload, mine, message or "load worker failed")
-    records.sort(key=lambda r: (not r.warmup, r.index))
-    return LoadRun(
-        workload=plan.workload,
-        records=tuple(records),
-        started=min((run.started for run in runs), default=time.perf_counter()),
-        repeat=plan.repeat,
-        client=_merge_client([run.client for run in runs]),
-        **run_fields(plan.load),
-    )
+    def send(message: object) -> None:
+        with lock:
+            pipe.send(message)
+
+    def sync() -> float:
+        send(("ready", None, None))
+        return float(pipe.recv())
+
+    relay = Relay()
+    sender = Sender(relay, send, PROGRESS_INTERVAL)
+    outcome = run_shard(plan, Shard(index, shares, sync), relay)
+    sender.stop()  # every batch before the outcome
+    pipe.send(outcome)
+    pipe.close()
+
+
+class _Processes:
+    """Worker processes on this host (``spawn``), one per share, each running :func:`_worker`."""
+
+    name = "load worker"
+
+    def __init__(self) -> None:
+        self._pipes: list[Connection] = []
+        self._processes: list[BaseProcess] = []
+
+    def launch(self, plan: RunPlan, shares: tuple[int, ...]) -> None:
+        """Start one process per share."""
+        context = multiprocessing.get_context("spawn")
+        for index in range(len(shares)):
+            pipe, theirs = context.Pipe()
+            process = context.Process(
+                target=_worker,
+                args=(index, shares, plan, theirs),
+                name=f"sglang-loadgen-{index}",
+                daemon=True,
+            )
+            process.start()
+            theirs.close()
+            self._pipes.append(pipe)
+            self._processes.append(process)
+
+    def receive(self, pending: set[int], heard: ProgressSum) -> dict[int, Outcome]:
+        outcomes: dict[int, Outcome] = {}
+        waiting = {self._pipes[i]: i for i in pending}
+        for pipe in cast("list[Connection]", wait(list(waiting), timeout=0.2)):
+            i = waiting[pipe]
+            try:
+                message = pipe.recv()
+            except EOFError:  # it died while sending, or before
+                process = self._processes[i]
+                process.join(timeout=1)
+                died = f"load worker {i} (pid {process.pid}) died with exit code {process.exitcode}"
+                message = ("died", None, died)
+            if message[0] == "progress":
+                heard.add(i, message[1], message[2])
+            else:
+                outcomes[i] = message
+        return outcomes
+
+    def start(self, at: float) -> None:
+        for pipe in self._pipes:
+            with contextlib.suppress(OSError):  # one gone: receive tells
+                pipe.send(at)
+
+    def kill(self, index: int) -> str:
+        self._processes[index].kill()
+        return f"load worker {index}"
+
+    def close(self) -> None:
+        """End every process (one waiting for the start, too)."""
+        for process in self._processes:
+            if process.is_alive():
+                process.kill()
+            process.join(timeout=10)
+
+
+def run_sharded(plan: RunPlan, processes: int, **coordination: Unpack[Coordination]) -> LoadRun:
+    """Run ``plan`` on ``processes`` processes here (:func:`coordinate`); all gone after."""
+    check_count("processes", processes)
+    shares = plan.shares(processes)
+    workers = _Processes()
+    try:
+        workers.launch(plan, shares)
+        return coordinate(plan, shares, workers, **coordination)
+    finally:
+        workers.close()

@@ -1,26 +1,24 @@
 """What a load test sends: the :class:`Workload` (lengths, request count, endpoint, seed).
 
 A frozen, hashable value with a stable :meth:`Workload.key`, so measurements can be cached
-per workload. It knows nothing about HTTP (:mod:`~pytest_sglang.loadgen.prompts` makes the
-bodies). Exact lengths without a tokenizer and token ids inside the vocabulary:
-``docs/guide.md`` ("Measure").
+per workload; :mod:`~pytest_sglang.loadgen.prompts` makes the bodies (``docs/guide.md``).
 """
 
 from __future__ import annotations
 
 import contextvars
+import copy
 import dataclasses
-import functools
 import json
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, get_args
 
 from pytest_sglang.loadgen import datasets
+from pytest_sglang.loadgen.schedule import DEFAULT_WARMUP_CAP, check_count
 
 __all__ = ["DEFAULT_WARMUP_CAP", "ENDPOINTS", "Endpoint", "Workload"]
 
@@ -32,73 +30,29 @@ _REBUILDING: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "pytest_sglang_rebuilding", default=False
 )
 
-#: Warm-up requests run by default: one per concurrency slot, at most this many.
-DEFAULT_WARMUP_CAP = 8
-
-# Request fields that define the workload itself: letting ``extra`` override them would make
-# the realised lengths differ from the ones the measurement checks against.
-_RESERVED_FIELDS = frozenset(
-    {
-        "text",
-        "input_ids",
-        "prompt",
-        "messages",
-        "stream",
-        "max_tokens",
-        "max_completion_tokens",
-        "max_new_tokens",
-        "ignore_eos",
-        "temperature",
-    }
-)
+#: Request fields that define the workload itself: letting ``extra`` override them would make
+#: the realised lengths differ from the ones the measurement checks against.
+_RESERVED_FIELDS = frozenset({"text", "input_ids", "prompt", "messages", "stream", "max_tokens",
+                              "max_completion_tokens", "max_new_tokens", "ignore_eos",
+                              "temperature"})  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Workload:
-    """A fixed-shape load: ``requests`` requests of ``input_len`` in, ``output_len`` out.
+    """A fixed-shape load: ``requests`` requests of ``input_len`` tokens in, ``output_len`` out.
 
-    :param input_len: prompt tokens per request (exact on ``generate`` and ``completions``,
-        approximate on ``chat``, whose template adds its own).
-    :param output_len: generated tokens per request (exact: ``ignore_eos`` is sent).
-    :param requests: measured requests per run (warm-up requests come on top).
-    :param endpoint: ``"generate"`` (native ``/generate``), ``"completions"``
-        (``/v1/completions``) or ``"chat"`` (``/v1/chat/completions``).
-    :param warmup: warm-up requests sent before the measured ones and excluded from the
-        metrics. ``None`` (the default) means one per concurrency slot, at most
-        :data:`DEFAULT_WARMUP_CAP`: enough to open the run's connections and take the server's
-        first-request costs. ``0`` disables the warm-up.
-    :param seed: seeds the prompts (and Poisson arrivals); the same seed gives the same
-        requests, so two servers are measured on identical prompts.
-    :param temperature: sampling temperature (default greedy, 0.0).
-    :param extra: fields merged into every request body, e.g. ``{"top_k": 1}``; on
-        ``generate`` a nested ``"sampling_params"`` dict is merged into the sampling
-        parameters. Fields that define the workload (lengths, stream, prompt) are refused.
-    :param stream: stream the responses (needed for TTFT and ITL).
-    :param requests_per_slot: when set, a run at concurrency C sends at least
-        ``requests_per_slot * C`` measured requests (``requests`` is then the minimum), so one
-        workload fills every level of a sweep; see :meth:`for_concurrency`.
-    :param vocab_size: the served model's vocabulary size, when known (e.g.
-        ``sglang_server.vocab_size``): prompt token ids are drawn from
-        ``[1000, min(vocab_size, 30000))``. ``None`` (the default): from ids 16-255, which every
-        tokenizer has (an id outside the vocabulary crashes a real SGLang server).
-    :param prefix_groups: shared-prefix workload: request ``i`` belongs to group
-        ``i % prefix_groups``, whose requests all start with the same ``prefix_len`` tokens;
-        :meth:`expected_cache_hit_ratio` is the hit ratio that implies.
-    :param prefix_len: the shared prefix's tokens (``1 <= prefix_len < input_len``).
-    :param range_ratio: each request's input and output lengths drawn uniformly (seeded)
-        from ``[max(1, int(len * range_ratio)), len]``; ``None``: exact lengths.
-    :param lengths_file: a text file of ``INPUT OUTPUT`` token counts, one pair a line; each
-        request draws a pair (seeded), capped at ``input_len`` and ``output_len``.
-    :param dataset: the path of a local dataset file (:mod:`~pytest_sglang.loadgen.datasets`);
-        ``input_len`` is then the longest prompt admitted, in estimated tokens.
-    :param answer_lengths: with ``dataset``: each request generates as many tokens as the
-        dataset's answer to it, capped at ``output_len``.
-    :param turns: multi-turn sessions (``endpoint="chat"``): requests ``s * turns`` to
-        ``s * turns + turns - 1`` are session ``s``'s turns, sent in order, each with the
-        history before it; a closed loop at C runs C sessions at once, an open loop starts
-        sessions at its rate.
+    ``input_len`` is exact on ``generate`` and ``completions``, approximate on ``chat`` (its
+    template adds tokens); ``output_len`` is exact (``ignore_eos``). ``warmup`` requests come
+    on top (``None``: one per concurrency slot, at most :data:`DEFAULT_WARMUP_CAP`). The
+    ``seed`` makes the prompts, so two servers see the same requests. ``extra`` fields are
+    merged into every body (on ``generate``, a nested ``"sampling_params"`` into the sampling
+    parameters), except those defining the workload. ``stream`` is needed for TTFT and ITL.
 
-    Length distributions, datasets, shared prefixes and sessions: ``docs/workloads.md``.
+    ``requests_per_slot``: a run at concurrency C sends at least that many times C requests.
+    ``vocab_size`` (the served model's, when known) keeps prompt ids inside the vocabulary
+    (without it: ids 16-255, which every tokenizer has). Shared prefixes (``prefix_groups``,
+    ``prefix_len``), length distributions (``range_ratio``, ``lengths_file``), dataset files
+    (``dataset``, ``answer_lengths``) and multi-turn sessions (``turns``): ``docs/workloads.md``.
     """
 
     input_len: int
@@ -122,34 +76,34 @@ class Workload:
 
     def __post_init__(self) -> None:
         for name, minimum, none, hint in _INTEGERS:
-            _check_integer(name, getattr(self, name), minimum, none, hint)
-        for name in ("stream", "answer_lengths"):
-            if not isinstance(getattr(self, name), bool):
+            check_count(f"Workload.{name}", getattr(self, name), minimum, none, hint)
+        for name, allowed, ok in _RULES:
+            value = getattr(self, name)
+            if not ok(value):
+                raise ValueError(f"Workload.{name} must be {allowed}, got {value!r}")
+        if self.prefix_groups is not None or self.prefix_len:
+            hint = (
+                "; it groups prefix_len tokens, e.g. Workload(..., prefix_groups=8, prefix_len=512)"
+            )
+            check_count("Workload.prefix_groups", self.prefix_groups, hint=hint)
+            shortest = max(1, int(self.input_len * (self.range_ratio or 1)))
+            if not isinstance(self.prefix_len, int) or not 1 <= self.prefix_len < shortest:
                 raise ValueError(
-                    f"Workload.{name} must be True or False, got {getattr(self, name)!r}"
+                    f"Workload.prefix_len must be an integer in [1, {shortest}) (shorter than "
+                    f"the shortest prompt), got {self.prefix_len!r}"
                 )
-        if self.endpoint not in ENDPOINTS:
-            raise ValueError(
-                f"Workload.endpoint must be one of {', '.join(map(repr, ENDPOINTS))}, "
-                f"got {self.endpoint!r}"
-            )
-        if not _is_number(self.temperature) or self.temperature < 0:
-            raise ValueError(
-                f"Workload.temperature must be a finite number >= 0, got {self.temperature!r}"
-            )
-        if self.range_ratio is not None and not (
-            _is_number(self.range_ratio) and 0 < self.range_ratio <= 1
-        ):
-            raise ValueError(
-                f"Workload.range_ratio must be in (0, 1], got {self.range_ratio!r}; e.g. 0.5 "
-                "draws lengths from half to all of input_len and output_len"
-            )
+        self._check_combinations()
+        if self.lengths_file is not None:
+            datasets.length_pairs(self.lengths_file)  # read and checked now, not mid-run
+        if self.dataset is not None and not _REBUILDING.get():
+            self.entry("", 0)  # read and checked now, not mid-run
+        object.__setattr__(self, "extra", _frozen_extra(self.extra))
+
+    def _check_combinations(self) -> None:
         if self.range_ratio is not None and self.lengths_file is not None:
             raise ValueError("Workload: give range_ratio or lengths_file, not both")
-        if self.lengths_file is not None:
-            _length_pairs(self.lengths_file)  # read and checked now, not mid-run
-        if self.prefix_groups is not None or self.prefix_len:
-            self._check_prefix()
+        if self.prefix_groups is not None and self.lengths_file is not None:
+            raise ValueError("Workload: a shared prefix needs fixed or range_ratio lengths")
         if self.turns is not None and self.endpoint != "chat":
             raise ValueError(
                 "Workload.turns: multi-turn sessions send the history as chat messages; "
@@ -157,52 +111,14 @@ class Workload:
             )
         if self.answer_lengths and self.dataset is None:
             raise ValueError("Workload.answer_lengths takes the lengths from a dataset: give one")
-        self._check_dataset_and_turns()
-        object.__setattr__(self, "extra", _frozen_extra(self.extra))
-
-    def _check_prefix(self) -> None:
-        groups, length = self.prefix_groups, self.prefix_len
-        if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
-            raise ValueError(
-                f"Workload.prefix_groups must be an integer >= 1 with prefix_len, got "
-                f"{groups!r}; e.g. Workload(..., prefix_groups=8, prefix_len=512)"
-            )
-        shortest = self.input_len
-        if self.range_ratio is not None:
-            shortest = max(1, int(self.input_len * self.range_ratio))
-        if not isinstance(length, int) or not 1 <= length < shortest:
-            raise ValueError(
-                f"Workload.prefix_len must be an integer in [1, {shortest}) (shorter than "
-                f"the shortest prompt), got {length!r}"
-            )
-        if self.lengths_file is not None:
-            raise ValueError("Workload: a shared prefix needs fixed or range_ratio lengths")
-
-    def _check_dataset_and_turns(self) -> None:
-        if self.dataset is None and self.turns is None:
-            return
-        other = [
-            name
-            for name in ("range_ratio", "lengths_file", "prefix_groups")
-            if getattr(self, name) is not None
-        ]
-        if other:
+        names = ("range_ratio", "lengths_file", "prefix_groups")
+        other = [name for name in names if getattr(self, name) is not None]
+        if other and (self.dataset is not None or self.turns is not None):
             what = "a dataset" if self.dataset is not None else "multi-turn sessions"
             raise ValueError(
                 f"Workload: {what} cannot be combined with {', '.join(other)} (the prompts "
                 "and their lengths come from the sessions or the dataset)"
             )
-        if self.dataset is not None and not _REBUILDING.get():
-            if not isinstance(self.dataset, str):
-                raise ValueError(
-                    f"Workload.dataset must be a file path (str), got {self.dataset!r}; "
-                    "e.g. dataset=str(path)"
-                )
-            # Read and checked now, not mid-run: a bad file fails at construction.
-            datasets.eligible_entries(
-                self.dataset, input_len=self.input_len, turns=self.turns,
-                chat=self.endpoint == "chat",
-            )  # fmt: skip
 
     def session(self, index: int) -> tuple[int, int]:
         """Return request ``index``'s (session, turn); ``(index, 0)`` without ``turns``."""
@@ -210,33 +126,28 @@ class Workload:
             return index, 0
         return divmod(index, self.turns)
 
-    def entry(self, salt: str, index: int) -> datasets.Entry:
-        """Return the dataset entry request ``index`` of the run ``salt`` sends from."""
+    def entry(self, salt: str, index: int) -> tuple[datasets.Entry, int]:
+        """Return the dataset entry request ``index`` of the run ``salt`` sends, and its turn."""
         assert self.dataset is not None
-        return datasets.pick_entry(
-            self.dataset, self.session(index)[0], input_len=self.input_len, turns=self.turns,
-            chat=self.endpoint == "chat", seed=self.seed, salt=salt,
-        )  # fmt: skip
+        session, turn = self.session(index)
+        chat = self.endpoint == "chat"
+        order = datasets.shuffled_entries(
+            self.dataset, self.input_len, self.turns, chat, self.seed, salt
+        )
+        entry = order[session % len(order)]
+        return entry, entry.single_turn() if self.turns is None else turn
 
     def for_concurrency(self, concurrency: int) -> Workload:
-        """Return the workload a run at ``concurrency`` sends.
-
-        That is ``requests`` scaled up to ``requests_per_slot * concurrency`` when set.
-        """
+        """Return the workload a run at ``concurrency`` sends (``requests_per_slot`` applied)."""
         if self.requests_per_slot is None:
             return self
         wanted = max(self.requests, self.requests_per_slot * concurrency)
         return dataclasses.replace(self, requests=wanted, requests_per_slot=None)
 
-    def for_vocabulary(self, vocab_size: int | None) -> Workload:
-        """Return this workload with prompt ids inside a ``vocab_size``-token vocabulary."""
-        return dataclasses.replace(self, vocab_size=vocab_size)
-
     def lengths(self, salt: str, index: int) -> tuple[int, int]:
         """Return request ``index``'s (input, output) token counts in the run ``salt``."""
         if self.dataset is not None:
-            entry = self.entry(salt, index)
-            turn = entry.single_turn() if self.turns is None else self.session(index)[1]
+            entry, turn = self.entry(salt, index)
             output = self.output_len
             if self.answer_lengths:
                 answered = entry.turns[turn].output_estimate()
@@ -249,12 +160,10 @@ class Workload:
             return self.input_len, self.output_len
         rng = random.Random(f"{self.seed}/{salt}/lengths/{index}")
         if self.lengths_file is not None:
-            pairs = _length_pairs(self.lengths_file)
-            pair_in, pair_out = pairs[rng.randrange(len(pairs))]
+            pair_in, pair_out = rng.choice(datasets.length_pairs(self.lengths_file))
             return min(pair_in, self.input_len), min(pair_out, self.output_len)
         ratio = self.range_ratio or 1.0
-        low_in = max(1, int(self.input_len * ratio))
-        low_out = max(1, int(self.output_len * ratio))
+        low_in, low_out = (max(1, int(n * ratio)) for n in (self.input_len, self.output_len))
         return rng.randint(low_in, self.input_len), rng.randint(low_out, self.output_len)
 
     def expected_cache_hit_ratio(self) -> float:
@@ -266,22 +175,15 @@ class Workload:
         keep the concurrency below ``prefix_groups`` to see exactly this.
         """
         if self.turns is not None and self.dataset is None:
-            return self._expected_session_hit_ratio()
+            # Turn t's prompt holds the previous turn's prompt, all of it cached (counted
+            # in words, without the chat template's).
+            prompts = [self.lengths("", i)[0] for i in range(self.requests)]
+            cached = [prompts[i - 1] for i in range(self.requests) if self.session(i)[1]]
+            return sum(cached) / sum(prompts)
         if not self.prefix_groups:
             return 0.0
         groups = min(self.prefix_groups, self.requests)
         return (self.requests - groups) / self.requests * self.prefix_len / self.input_len
-
-    def _expected_session_hit_ratio(self) -> float:
-        # Turn t's prompt holds t + 1 user messages and t answers; the previous turn's
-        # prompt, all of it, is cached (counted in words, without the chat template's).
-        prompts = cached = 0
-        for index in range(self.requests):
-            turn = self.session(index)[1]
-            prompts += (turn + 1) * self.input_len + turn * self.output_len
-            if turn:
-                cached += turn * self.input_len + (turn - 1) * self.output_len
-        return cached / prompts
 
     def warmup_for(self, concurrency: int) -> int:
         """Return the warm-up request count for a run at ``concurrency`` requests in flight."""
@@ -290,28 +192,14 @@ class Workload:
         return min(max(concurrency, 1), DEFAULT_WARMUP_CAP)
 
     def as_dict(self) -> dict[str, Any]:
-        """Return the workload as plain JSON types (``extra`` as a plain dict)."""
-        return {
-            "input_len": self.input_len,
-            "output_len": self.output_len,
-            "requests": self.requests,
-            "endpoint": self.endpoint,
-            "warmup": self.warmup,
-            "seed": self.seed,
-            "temperature": float(self.temperature),
-            "extra": json.loads(json.dumps(dict(self.extra))),
-            "stream": self.stream,
-            # Only when set: the keys of workloads without them stay what they were.
-            **{name: value for name in _OPTIONAL if (value := getattr(self, name)) not in _UNSET},
-        }
+        """Return plain JSON types; the optional fields only when set (older keys stay)."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data.update(temperature=float(self.temperature), extra=copy.deepcopy(dict(self.extra)))
+        return {k: v for k, v in data.items() if k not in _OPTIONAL or v not in (None, False)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Workload:
-        """Rebuild a workload from :meth:`as_dict` output.
-
-        A dataset file is not read again: a stored report or baseline describes a workload
-        that ran, perhaps on another machine; sending it again reads (and checks) the file.
-        """
+        """Rebuild a workload from :meth:`as_dict` output (its dataset file is read when sent)."""
         token = _REBUILDING.set(True)
         try:
             return cls(**dict(data))
@@ -319,11 +207,7 @@ class Workload:
             _REBUILDING.reset(token)
 
     def key(self) -> str:
-        """Return a stable text key (canonical JSON): equal workloads, equal keys, every run.
-
-        A dataset workload's key holds its file's SHA-256 as well: the same path with other
-        content is another workload.
-        """
+        """Return a stable text key (canonical JSON, with a dataset file's SHA-256)."""
         data = self.as_dict()
         if self.dataset is not None:
             data["dataset_sha256"] = datasets.digest(self.dataset)
@@ -340,11 +224,10 @@ class Workload:
         return hash(self.key())
 
 
-#: Fields :meth:`Workload.as_dict` writes only when set, and the values that mean unset
-#: (``0 == False``: ``prefix_len`` is 0 without ``prefix_groups``).
+#: Fields :meth:`Workload.as_dict` writes only when set (``prefix_len`` is 0, ``== False``,
+#: without ``prefix_groups``).
 _OPTIONAL = ("requests_per_slot", "vocab_size", "prefix_groups", "prefix_len", "range_ratio",
              "lengths_file", "dataset", "answer_lengths", "turns")  # fmt: skip
-_UNSET = (None, False)
 
 _EXAMPLE = "; e.g. Workload(input_len=1024, output_len=256, requests=64)"
 
@@ -363,22 +246,21 @@ _INTEGERS: tuple[tuple[str, int | None, str | None, str], ...] = (
 )  # fmt: skip
 
 
-def _check_integer(
-    name: str, value: object, minimum: int | None, none: str | None, hint: str
-) -> None:
-    if value is None and none is not None:
-        return
-    if isinstance(value, int) and not isinstance(value, bool):
-        if minimum is None or value >= minimum:
-            return
-    allowed = "an integer" if minimum is None else f"an integer >= {minimum}"
-    if none is not None:
-        allowed = f"None ({none}) or {allowed}" if none else f"None or {allowed}"
-    raise ValueError(f"Workload.{name} must be {allowed}, got {value!r}{hint}")
-
-
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+#: The other fields' checks: name, what is allowed (for the message), and the check.
+_RULES: tuple[tuple[str, str, Callable[[Any], bool]], ...] = (
+    ("stream", "True or False", lambda v: isinstance(v, bool)),
+    ("answer_lengths", "True or False", lambda v: isinstance(v, bool)),
+    ("endpoint", f"one of {', '.join(map(repr, ENDPOINTS))}", lambda v: v in ENDPOINTS),
+    ("temperature", "a finite number >= 0", lambda v: _is_number(v) and v >= 0),
+    ("range_ratio", "in (0, 1]; e.g. 0.5 draws lengths from half to all of input_len and "
+     "output_len", lambda v: v is None or (_is_number(v) and 0 < v <= 1)),
+    ("dataset", "None or a file path (str), e.g. dataset=str(path)",
+     lambda v: v is None or isinstance(v, str)),
+)  # fmt: skip
 
 
 def _rebuilt(data: dict[str, Any]) -> Workload:
@@ -407,29 +289,3 @@ def _frozen_extra(extra: Mapping[str, Any]) -> Mapping[str, Any]:
             f"Workload(input_len=..., output_len=..., temperature=..., stream=...) instead"
         )
     return MappingProxyType(copied)
-
-
-@functools.cache
-def _length_pairs(path: str) -> tuple[tuple[int, int], ...]:
-    """Read a lengths file (see ``Workload.lengths_file``); a clear error names the line."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ValueError(f"Workload.lengths_file {path!r} cannot be read: {exc}") from None
-    pairs = []
-    for number, line in enumerate(lines, 1):
-        text = line.split("#", 1)[0].replace(",", " ").split()
-        if not text:
-            continue
-        try:
-            pair = (int(text[0]), int(text[1]))
-        except (ValueError, IndexError):
-            raise ValueError(
-                f"{path}:{number}: {line!r} is not 'INPUT OUTPUT' (two token counts)"
-            ) from None
-        if len(text) != 2 or min(pair) < 1:
-            raise ValueError(f"{path}:{number}: {line!r}: two token counts >= 1 expected")
-        pairs.append(pair)
-    if not pairs:
-        raise ValueError(f"Workload.lengths_file {path!r} holds no length pairs")
-    return tuple(pairs)

@@ -104,7 +104,7 @@ def test_open_spread(sglang_bench, monkeypatch):
     real = placement.run_sharded
 
     def spy(plan, processes, **kwargs):  # the real run, counted
-        plans.append((plan.mode, plan.rate, plan.max_concurrency, processes))
+        plans.append((plan.load.mode, plan.load.rate, plan.load.max_concurrency, processes))
         return real(plan, processes, **kwargs)
 
     monkeypatch.setattr(placement, "run_sharded", spy)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 
 from pytest_sglang.loadgen.prompts import (
-    TOKEN_ID_RANGE,
+    UNIVERSAL_TOKEN_IDS,
     WORDS,
     chat_text,
     encoded_bodies,
@@ -18,7 +18,7 @@ W = Workload(input_len=100, output_len=32, temperature=0.0)
 def test_token_prompts_have_exact_length_and_safe_ids() -> None:
     ids = token_ids(W, "s", 0)
     assert len(ids) == 100
-    assert all(i in TOKEN_ID_RANGE for i in ids)
+    assert all(i in UNIVERSAL_TOKEN_IDS for i in ids)
 
 
 def test_prompts_are_deterministic_and_differ_per_request_salt_and_seed() -> None:
@@ -36,7 +36,8 @@ def test_pinned_prompt() -> None:
     w = Workload(input_len=5, output_len=1, seed=42)
     # Vocabulary unknown: ids every tokenizer has (16-255); known: [1000, 30000) (issue 12).
     assert token_ids(w, "x", 0) == [177, 115, 195, 182, 171]
-    assert token_ids(w.for_vocabulary(128256), "x", 0) == [20490, 12997, 22707, 21100, 19815]
+    sized = Workload(input_len=5, output_len=1, seed=42, vocab_size=128256)
+    assert token_ids(sized, "x", 0) == [20490, 12997, 22707, 21100, 19815]
     assert chat_text(w, "x", 0) == "would they first other their"
 
 

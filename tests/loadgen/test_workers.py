@@ -9,11 +9,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pytest_sglang.loadgen.records import LoadRun
+from pytest_sglang.loadgen.records import LoadRun, RequestRecord
+from pytest_sglang.loadgen.relay import ProgressSum
 from pytest_sglang.loadgen.runner import LoadGenerator
-from pytest_sglang.loadgen.schedule import ClosedLoop, OpenLoop, arrival_offsets
-from pytest_sglang.loadgen.shard import owner, slot_shares
-from pytest_sglang.loadgen.workers import RunPlan, run_sharded
+from pytest_sglang.loadgen.schedule import ClosedLoop, OpenLoop, arrival_offsets, owner, slot_shares
+from pytest_sglang.loadgen.workers import Outcome, RunPlan, coordinate, run_sharded
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import measure
 from pytest_sglang.testing import running_emulator
@@ -160,3 +160,39 @@ def test_a_run_plan_does_not_show_its_headers() -> None:
     plan = RunPlan(options, Workload(input_len=8, output_len=8, requests=2), ClosedLoop(1))
     assert "sk-plan-secret" not in repr(plan)
     assert plan.options["headers"]["Authorization"] == "Bearer sk-plan-secret"
+
+
+class _OneWorkerLost:
+    """Two workers without processes: worker 0 sends its sessions' requests, worker 1 is lost."""
+
+    name = "load worker"
+
+    def __init__(self, workload: Workload, done: tuple[int, ...]) -> None:
+        self.workload, self.done, self.started = workload, done, False
+
+    def receive(self, pending: set[int], heard: ProgressSum) -> dict[int, Outcome]:
+        if not self.started:
+            return {i: ("ready", None, None) for i in pending}
+        records = tuple(
+            RequestRecord(i, False, 8, 8, started=1.0, sent=1.0, end=2.0) for i in self.done
+        )
+        return {
+            0: ("ok", LoadRun(self.workload, "closed", records, 1.0), None),
+            1: ("died", None, "gone"),
+        }
+
+    def start(self, at: float) -> None:
+        self.started = True
+
+    def kill(self, index: int) -> str:
+        raise AssertionError("nothing runs out of time here")
+
+
+def test_a_lost_worker_fails_the_requests_of_its_own_sessions() -> None:
+    # Sessions of two turns follow the slots: worker 0 owns sessions 0 and 2 (requests 0, 1,
+    # 4, 5), worker 1 sessions 1 and 3; the lost worker's requests are the failed ones.
+    workload = Workload(input_len=8, output_len=8, requests=8, warmup=0, endpoint="chat", turns=2)
+    plan = RunPlan({"url": "http://unused"}, workload, ClosedLoop(2))
+    run = coordinate(plan, plan.shares(2), _OneWorkerLost(workload, (0, 1, 4, 5)))
+    assert sorted(r.index for r in run.measured) == list(range(8))
+    assert sorted(r.index for r in run.measured if r.error == "gone") == [2, 3, 6, 7]

@@ -49,7 +49,7 @@ def test_ids_every_tokenizer_has() -> None:
 
 def test_vocab_size_is_part_of_the_workload() -> None:
     plain = Workload(input_len=4, output_len=1)
-    sized = plain.for_vocabulary(1024)
+    sized = Workload(input_len=4, output_len=1, vocab_size=1024)
     assert "vocab_size" not in plain.as_dict()  # keys of existing workloads are unchanged
     assert sized.as_dict()["vocab_size"] == 1024 and sized.key() != plain.key()
     assert Workload.from_dict(sized.as_dict()) == sized
