@@ -7,26 +7,15 @@ than one process is needed.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypedDict, Unpack
 
 from pytest_sglang.loadgen.ray_pools import RayPools
 from pytest_sglang.loadgen.records import LoadRun
 from pytest_sglang.loadgen.runner import LoadGenerator, run_blocking
-from pytest_sglang.loadgen.schedule import Arrival, ClosedLoop, Load, OpenLoop
+from pytest_sglang.loadgen.schedule import Load
 from pytest_sglang.loadgen.workers import RunPlan, run_sharded
 from pytest_sglang.loadgen.workload import Workload
 
-__all__ = ["Where", "closed_loop_on_workers", "open_loop_on_workers", "run_on_workers"]
-
-
-class Where(TypedDict, total=False):
-    """Where a run goes and what the coordinator does around it (see :func:`run_on_workers`)."""
-
-    workers: int
-    ray_address: str | None
-    repeat: int
-    before_measured: Callable[[], object] | None
-    ray_pools: RayPools | None
+__all__ = ["run_on_workers"]
 
 
 def run_on_workers(
@@ -63,24 +52,3 @@ def run_on_workers(
     finally:
         if ray_pools is None:
             pools.close()
-
-
-def closed_loop_on_workers(
-    generator: LoadGenerator, workload: Workload, concurrency: int, **where: Unpack[Where]
-) -> LoadRun:
-    """:func:`run_on_workers` for a closed loop of ``concurrency``; ``where`` as there."""
-    return run_on_workers(generator, workload, ClosedLoop(concurrency), **where)
-
-
-def open_loop_on_workers(
-    generator: LoadGenerator,
-    workload: Workload,
-    rate: float,
-    *,
-    arrival: Arrival = "poisson",
-    max_concurrency: int | None = None,
-    **where: Unpack[Where],
-) -> LoadRun:
-    """:func:`run_on_workers` for an open loop (:class:`OpenLoop`); ``where`` as there."""
-    load = OpenLoop(rate, arrival, max_concurrency)
-    return run_on_workers(generator, workload, load, **where)
