@@ -6,6 +6,7 @@ the rank test, tested against the margin ``1 - tolerance`` (``docs/baselines.md`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -66,56 +67,32 @@ def _margin(metric: str, tolerance: float) -> tuple[bool, float]:
     return larger, (1.0 - tolerance) if larger else 1.0 / (1.0 + tolerance)
 
 
-def _raw(comparison: Comparison) -> tuple[float, float, float, float]:
+def _raw(c: Comparison) -> tuple[float, float, float, float]:
     """Return now/stored in the metric's own units: ratio, its bounds low and high, margin."""
-    if comparison.larger_is_better:
-        return comparison.ratio, comparison.lower_bound, comparison.upper_bound, comparison.by
-
-    def inv(x: float) -> float:
-        return float("inf") if x == 0 else 1.0 / x
-
-    return (
-        inv(comparison.ratio),
-        inv(comparison.upper_bound),
-        inv(comparison.lower_bound),
-        inv(comparison.by),
-    )
+    if c.larger_is_better:
+        return c.ratio, c.lower_bound, c.upper_bound, c.by
+    inverse = [math.inf if x == 0 else 1.0 / x for x in (c.ratio, c.upper_bound, c.lower_bound)]
+    return inverse[0], inverse[1], inverse[2], 1.0 / c.by
 
 
-def _summary(comparison: Comparison, metric: str, tolerance: float, what: str) -> str:
-    ratio, low, high, bound = _raw(comparison)
-    conf = f"{100 * comparison.confidence:.1f}%"
-    direction = "drop" if comparison.larger_is_better else "rise"
+def _summary(c: Comparison, metric: str, tolerance: float, what: str) -> str:
+    ratio, low, high, bound = _raw(c)
+    conf = f"{100 * c.confidence:.1f}%"
     head = f"assert_no_regression({what}) on {metric}"
     tol = f"{100 * tolerance:g}% tolerance"
-    if comparison.outcome is Outcome.FAIL:
-        if comparison.larger_is_better:
-            edge = f"upper bound {high:.4f} < bound"
-        else:
-            edge = f"lower bound {low:.4f} > bound"
-        return (
-            f"{head}: REGRESSION: now/stored = {ratio:.4f}, {conf} {edge} {bound:.4f} "
-            f"({tol}), p = {comparison.p_value_fail:.3g}"
-        )
-    if comparison.outcome is Outcome.PASS:
-        if comparison.larger_is_better:
-            edge = f"lower bound {low:.4f} >"
-        else:
-            edge = f"upper bound {high:.4f} <"
-        return (
-            f"{head}: no regression: now/stored = {ratio:.4f}, {conf} {edge} bound "
-            f"{bound:.4f} ({tol}), p = {comparison.p_value:.3g}"
-        )
+    shown = f"now/stored = {ratio:.4f}, {conf}"
+    if c.outcome is not Outcome.INCONCLUSIVE:
+        failed = c.outcome is Outcome.FAIL
+        word, p = ("REGRESSION", c.p_value_fail) if failed else ("no regression", c.p_value)
+        upper = failed == c.larger_is_better
+        edge = f"upper bound {high:.4f} <" if upper else f"lower bound {low:.4f} >"
+        return f"{head}: {word}: {shown} {edge} bound {bound:.4f} ({tol}), p = {p:.3g}"
+    direction = "drop" if c.larger_is_better else "rise"
+    need = f"; about {c.repeats_needed} runs per side would decide" if c.repeats_needed else ""
     return (
-        f"{head}: INCONCLUSIVE: now/stored = {ratio:.4f}, {conf} bounds [{low:.4f}, {high:.4f}] "
-        f"straddle the bound {bound:.4f} ({tol}: a {100 * tolerance:g}% {direction} allowed) "
-        f"with {comparison.n_a}+{comparison.n_b} runs; smallest detectable effect "
-        f"{100 * comparison.mde:.1f}%"
-        + (
-            f"; about {comparison.repeats_needed} runs per side would decide"
-            if comparison.repeats_needed
-            else ""
-        )
+        f"{head}: INCONCLUSIVE: {shown} bounds [{low:.4f}, {high:.4f}] straddle the bound "
+        f"{bound:.4f} ({tol}: a {100 * tolerance:g}% {direction} allowed) with {c.n_a}+{c.n_b} "
+        f"runs; smallest detectable effect {100 * c.mde:.1f}%{need}"
     )
 
 
@@ -128,30 +105,23 @@ def _labels_line(name: str, labels: Mapping[str, Any]) -> str:
     return f"{name}: " + (", ".join(parts) or "(no labels)")
 
 
-def _warnings(comparison: Comparison, tolerance: float, stored: BenchResult) -> list[str]:
+def _warnings(c: Comparison, tolerance: float, stored: BenchResult) -> list[str]:
     out = []
     if len(stored.runs) < MIN_BASELINE_RUNS:
         out.append(
             f"the baseline has {len(stored.runs)} runs: save baselines with at least "
             f"{MIN_BASELINE_RUNS} (docs/baselines.md, 'How many runs')"
         )
-    if comparison.cv_b is not None and tolerance > 0 and comparison.cv_b > tolerance:
+    if 0 < tolerance < (c.cv_b or 0):
         out.append(
-            f"the baseline's own run-to-run spread (CV {100 * comparison.cv_b:.1f}%) exceeds the "
+            f"the baseline's own run-to-run spread (CV {100 * (c.cv_b or 0):.1f}%) exceeds the "
             f"{100 * tolerance:g}% tolerance: only large regressions can be shown; measure more "
             "runs or steadier conditions"
         )
-    if (
-        comparison.cv_a is not None
-        and comparison.cv_b
-        and comparison.cv_b > 0
-        and comparison.cv_a > 3 * comparison.cv_b
-        and comparison.cv_a > 0.01
-    ):
+    if c.cv_a and c.cv_b and c.cv_a > max(3 * c.cv_b, 0.01):
         out.append(
-            "the fresh runs spread much more than the stored ones (CV "
-            f"{100 * comparison.cv_a:.1f}% vs {100 * comparison.cv_b:.1f}%): the conditions "
-            "changed, not only the build"
+            f"the fresh runs spread much more than the stored ones (CV {100 * c.cv_a:.1f}% vs "
+            f"{100 * c.cv_b:.1f}%): the conditions changed, not only the build"
         )
     return out
 
@@ -210,9 +180,9 @@ def regression_verdict(
         comparison.table(),
         _labels_line("now", fresh_labels or {}),
         _labels_line("stored", labels),
+        *(f"shown, not refused: {d.describe()}" for d in differences),
+        f"fingerprint: {mine.describe()}",
     ]
-    table += [f"shown, not refused: {d.describe()}" for d in differences]
-    table.append(f"fingerprint: {mine.describe()}")
     return Verdict(
         kind=KIND,
         outcome=comparison.outcome,
@@ -254,19 +224,18 @@ def regression_verdicts(
     out: list[Verdict | str] = []
     for check in checks:
         try:
-            out.append(
-                regression_verdict(
-                    fresh,
-                    stored,
-                    check.metric,
-                    check.tolerance,
-                    alpha,
-                    fresh_fingerprint=fresh_fingerprint,
-                    fresh_labels=fresh_labels,
-                )
+            verdict = regression_verdict(
+                fresh,
+                stored,
+                check.metric,
+                check.tolerance,
+                alpha,
+                fresh_fingerprint=fresh_fingerprint,
+                fresh_labels=fresh_labels,
             )
         except (ComparisonRefused, ValueError) as exc:
-            out.append(str(exc))
+            verdict = str(exc)
+        out.append(verdict)
     return out
 
 
