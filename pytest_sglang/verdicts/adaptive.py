@@ -22,7 +22,7 @@ from pytest_sglang.verdicts.assertions import (
     conclude,
     confounders,
 )
-from pytest_sglang.verdicts.decision import Comparison, Outcome
+from pytest_sglang.verdicts.decision import Outcome
 
 __all__ = ["AdaptiveRecommendation", "assert_adaptive", "recommend_adaptive_config"]
 
@@ -71,40 +71,30 @@ def assert_adaptive(
             _check_comparable(a, other, metric)
         mb, mf = _median(b, metric), _median(f, metric)
         best = b if (mb >= mf) == larger else f
-        comparison = _compare(a, best, metric, by, alpha)
+        c = _compare(a, best, metric, by, alpha)
         warnings += confounders(a, b)
-        if comparison.outcome is Outcome.FAIL:
-            slower.append((level, comparison))
-            note = (
-                f"SLOWER by {1 - comparison.ratio:.1%} (at least {1 - comparison.upper_bound:.1%})"
-            )
-        elif comparison.outcome is Outcome.PASS:
-            note = "faster"
-        else:
-            note = "not slower"
+        note = {Outcome.PASS: "faster", Outcome.INCONCLUSIVE: "not slower"}.get(c.outcome)
+        if note is None:
+            slower.append(f"C={level} ({1 - c.ratio:.1%})")
+            note = f"SLOWER by {1 - c.ratio:.1%} (at least {1 - c.upper_bound:.1%})"
         rows.append(
             f"{level:>6}  {mb:>10.4g}  {mf:>10.4g}  {_median(a, metric):>10.4g}  "
-            f"{best.server:>12}  {comparison.ratio:>7.4f}  {comparison.lower_bound:>7.4f}"
-            f"  {comparison.upper_bound:>7.4f}  {note}"
+            f"{best.server:>12}  {c.ratio:>7.4f}  {c.lower_bound:>7.4f}  {c.upper_bound:>7.4f}"
+            f"  {note}"
         )
-        evidence.append({"level": level, "reference": best.server, **comparison.as_dict()})
+        evidence.append({"level": level, "reference": best.server, **c.as_dict()})
     header = (
         f"{metric}: median per level; ratio = {adaptive.server}/best (Hodges-Lehmann, "
         f"one-sided bounds at alpha {alpha:g}), failing below {by:g}\n"
-        f"{'C':>6}  {base.server:>10.10}  {fixed.server:>10.10}  "
-        f"{adaptive.server:>10.10}  {'best':>12}  {'ratio':>7}  {'lower':>7}  "
-        f"{'upper':>7}"
+        f"{'C':>6}  {base.server:>10.10}  {fixed.server:>10.10}  {adaptive.server:>10.10}  "
+        f"{'best':>12}  {'ratio':>7}  {'lower':>7}  {'upper':>7}"
     )
+    than = f"than the best of {base.server} and {fixed.server} at"
     if slower:
-        where = ", ".join(f"C={level} ({1 - c.ratio:.1%})" for level, c in slower)
-        summary = (
-            f"FAIL: {adaptive.server} is significantly slower than the best of "
-            f"{base.server} and {fixed.server} at {where}"
-        )
+        summary = f"FAIL: {adaptive.server} is significantly slower {than} {', '.join(slower)}"
     else:
         summary = (
-            f"PASS: {adaptive.server} is not significantly slower than the best of "
-            f"{base.server} and {fixed.server} at any of C={list(levels)}"
+            f"PASS: {adaptive.server} is not significantly slower {than} any of C={list(levels)}"
         )
     verdict = Verdict(
         kind="assert_adaptive",
@@ -183,16 +173,16 @@ def recommend_adaptive_config(
     larger = _direction(metric)
     levels = _same_levels({"base": base, **{f"steps {s}": sw for s, sw in fixed.items()}})
     rows: list[dict[str, Any]] = []
+    config: dict[str, dict[str, Any]] = {}
     for index, level in enumerate(levels):
         point = base.points[index]
-        medians = {0: _median(point, metric)}
-        comparisons: dict[int, Comparison] = {}
-        for steps, sweep in sorted(fixed.items()):
-            _check_comparable(sweep.points[index], point, metric)
-            medians[steps] = _median(sweep.points[index], metric)
-            comparisons[steps] = _compare(sweep.points[index], point, metric, 1.0, alpha)
+        medians = {0: _median(point, metric)} | {
+            steps: _median(sweep.points[index], metric) for steps, sweep in sorted(fixed.items())
+        }
         best = max(fixed, key=lambda s: medians[s] if larger else -medians[s])
-        chosen = comparisons[best]
+        for sweep in fixed.values():
+            _check_comparable(sweep.points[index], point, metric)
+        chosen = _compare(fixed[best].points[index], point, metric, 1.0, alpha)
         if chosen.outcome is Outcome.PASS:
             steps, why = (
                 best,
@@ -206,20 +196,8 @@ def recommend_adaptive_config(
                     f"not significantly faster ({chosen.outcome.name})"
                 ),
             )
-        rows.append(
-            {
-                "level": level,
-                "medians": medians,
-                "steps": steps,
-                "why": why,
-                "comparison": chosen.as_dict(),
-            }
-        )
-    config: dict[str, dict[str, Any]] = {}
-    previous = None
-    for row in rows:
-        if row["steps"] != previous:
-            key = "1" if not config else str(row["level"])
-            config[key] = {"candidate_steps": [row["steps"]]}
-            previous = row["steps"]
+        row = {"level": level, "medians": medians, "steps": steps, "why": why}
+        rows.append(row | {"comparison": chosen.as_dict()})
+        if not rows[:-1] or rows[-2]["steps"] != steps:  # consecutive equal choices merge
+            config["1" if not config else str(level)] = {"candidate_steps": [steps]}
     return AdaptiveRecommendation(config=config, levels=rows, metric=metric)
