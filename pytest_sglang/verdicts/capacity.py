@@ -7,8 +7,10 @@ the answer is a bracket that holds with probability ``1 - alpha``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pytest_sglang.errors import ComparisonRefused
 from pytest_sglang.loadgen.records import RequestRecord
@@ -57,24 +59,20 @@ class CapacityVerdict:
     @property
     def level(self) -> Level | None:
         """The highest level shown to meet the SLO (None: not even the lowest)."""
-        passed = [lv for lv, d in self.decisions.items() if d.outcome is Outcome.PASS]
-        return max(passed, default=None)
+        return max(
+            (lv for lv, d in self.decisions.items() if d.outcome is Outcome.PASS), default=None
+        )
 
     @property
     def upper(self) -> Level | None:
         """The lowest level above ``level`` that missed the SLO or stayed undecided."""
-        above = [
-            lv
-            for lv, d in self.decisions.items()
-            if d.outcome is not Outcome.PASS and (self.level is None or lv > self.level)
-        ]
-        return min(above, default=None)
+        low = -math.inf if self.level is None else self.level
+        return min((lv for lv in self.decisions if lv > low), default=None)
 
     @property
     def decided(self) -> bool:
         """Whether the bracket's upper end was shown to miss (not merely undecided)."""
-        upper = self.upper
-        return upper is None or self.decisions[upper].outcome is Outcome.FAIL
+        return self.upper is None or self.decisions[self.upper].outcome is Outcome.FAIL
 
     @property
     def runs(self) -> int:
@@ -100,6 +98,26 @@ class CapacityVerdict:
                 f" (at >= {confidence}) and may reach {self.upper:g}"
             )
         return head + tail + f"; {self.runs} runs spent"
+
+    def evidence(self) -> dict[str, Any]:
+        """Return the answer and each probed level as plain JSON types."""
+        return {
+            "label": self.label,
+            "slo": self.slo.describe(),
+            "capacity": self.level,
+            "upper": self.upper,
+            "decided": self.decided,
+            "runs": self.runs,
+            "levels": [
+                {
+                    "level": d.level,
+                    "outcome": d.outcome.value,
+                    "runs": d.runs,
+                    "requests": d.requests,
+                }
+                for d in sorted(self.decisions.values(), key=lambda d: d.level)
+            ],
+        }
 
     def table(self) -> str:
         """Return the evidence: one line per probed level, in load order."""
@@ -144,35 +162,10 @@ def find_capacity(
         mid = (low + high) // 2
         decision = _decide(run, grid[mid], slo, each, max_runs)
         verdict.decisions[grid[mid]] = decision
-        if decision.outcome is Outcome.PASS:
-            low = mid
-        else:
-            high = mid
+        low, high = (mid, high) if decision.outcome is Outcome.PASS else (low, mid)
+    summary, table = verdict.statement(), verdict.table()
     record_verdict(
-        Verdict(
-            kind="find_capacity",
-            outcome="finding",
-            metric=slo.describe(),
-            summary=verdict.statement(),
-            table=verdict.table(),
-            evidence={
-                "label": label,
-                "slo": slo.describe(),
-                "capacity": verdict.level,
-                "upper": verdict.upper,
-                "decided": verdict.decided,
-                "runs": verdict.runs,
-                "levels": [
-                    {
-                        "level": d.level,
-                        "outcome": d.outcome.value,
-                        "runs": d.runs,
-                        "requests": d.requests,
-                    }
-                    for d in sorted(verdict.decisions.values(), key=lambda d: d.level)
-                ],
-            },
-        )
+        Verdict("find_capacity", "finding", slo.describe(), summary, table, verdict.evidence())
     )
     return verdict
 

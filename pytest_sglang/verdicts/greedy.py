@@ -28,16 +28,6 @@ _AROUND = 40  # characters of text shown on each side of a divergence
 _NUMERICS = ("attention_backend", "decode_attention_backend", "dtype", "kv_cache_dtype", "tp_size")
 
 
-def _client(server: SGLangServer | str, timeout: float) -> tuple[httpx.Client, str, dict[str, Any]]:
-    import httpx
-
-    if isinstance(server, str):
-        url = httpx.URL(server)
-        label = f"{url.scheme}://{url.host}" + (f":{url.port}" if url.port else "")
-        return httpx.Client(base_url=url, timeout=timeout, trust_env=False), label, {}
-    return server.client(timeout=timeout), server.name, server.server_info
-
-
 def _outputs(
     server: SGLangServer | str | Callable[[], SGLangServer | str],
     prompts: Sequence[Prompt],
@@ -46,7 +36,15 @@ def _outputs(
 ) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
     """Return the server's label, its ``/server_info`` (if known) and one answer per prompt."""
     __tracebackhide__ = True
-    http, label, info = _client(server() if callable(server) else server, timeout)
+    import httpx
+
+    server = server() if callable(server) else server
+    if isinstance(server, str):
+        url = httpx.URL(server)
+        label, info = f"{url.scheme}://{url.host}" + (f":{url.port}" if url.port else ""), {}
+        http = httpx.Client(base_url=url, timeout=timeout, trust_env=False)
+    else:
+        http, label, info = server.client(timeout=timeout), server.name, server.server_info
     with http:
         return label, info, [_generate(http, label, prompt, max_new_tokens) for prompt in prompts]
 
@@ -80,13 +78,10 @@ def _generate(
     return answer
 
 
-def _around(a: str, b: str) -> tuple[str, str]:
-    """Return the two texts around their first differing character, ``|`` marking it."""
-    at = next(
-        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
-    )
-    lo = max(0, at - _AROUND)
-    return tuple(f"{t[lo:at]}|{t[at : at + _AROUND]}" for t in (a, b))  # type: ignore[return-value]
+def _diverge(a: Sequence[Any], b: Sequence[Any]) -> int | None:
+    """Return where ``a`` and ``b`` first differ (the shorter's end if one extends the other)."""
+    at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+    return min(len(a), len(b)) if at is None and len(a) != len(b) else at
 
 
 def assert_greedy_equivalent(
@@ -119,22 +114,24 @@ def assert_greedy_equivalent(
     rows, divergences = [], []
     for index, (a, b) in enumerate(zip(spec_answers, base_answers, strict=True)):
         ids_a, ids_b = a["output_ids"], b["output_ids"]
-        at = next((i for i, (x, y) in enumerate(zip(ids_a, ids_b, strict=False)) if x != y), None)
-        if at is None and len(ids_a) != len(ids_b):
-            at = min(len(ids_a), len(ids_b))
+        at = _diverge(ids_a, ids_b)
         if at is None:
             rows.append(f"{index:>6} {len(ids_a):>6} identical")
             continue
         tokens = [ids[at] if at < len(ids) else None for ids in (ids_a, ids_b)]
-        text_a, text_b = _around(str(a.get("text", "")), str(b.get("text", "")))
+        texts = [str(a.get("text", "")), str(b.get("text", ""))]
+        char = _diverge(*texts)
+        char = len(texts[0]) if char is None else char
+        lo = max(0, char - _AROUND)
+        spec_text, base_text = (f"{t[lo:char]}|{t[char : char + _AROUND]}" for t in texts)
         divergences.append(
             {
                 "request": index,
                 "position": at,
                 "spec_token": tokens[0],
                 "base_token": tokens[1],
-                "spec_text": text_a,
-                "base_text": text_b,
+                "spec_text": spec_text,
+                "base_text": base_text,
             }
         )
         rows.append(
