@@ -8,11 +8,9 @@ comparisons that would mean nothing, warns about confounders, and goes through
 
 from __future__ import annotations
 
-import functools
-import math
 import warnings as warnings_module
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal, cast
 
 import pytest
 
@@ -37,11 +35,7 @@ from pytest_sglang.verdicts.decision import (
     crossover,
     judge,
 )
-from pytest_sglang.verdicts.specdecode import (
-    CycleEstimate,
-    break_even_accept_length,
-    estimate_cycle_time,
-)
+from pytest_sglang.verdicts.specdecode import CycleEstimate, estimate_cycle_time
 from pytest_sglang.verdicts.stats import median_bounds
 
 __all__ = [
@@ -51,7 +45,6 @@ __all__ = [
     "assert_at_least",
     "assert_at_most",
     "assert_faster",
-    "break_even_accept_length",
     "conclude",
     "confounders",
     "estimate_break_even",
@@ -90,15 +83,7 @@ class Verdict:
     def as_dict(self) -> VerdictBody:
         """Return plain JSON types, for reports."""
         outcome = self.outcome if isinstance(self.outcome, str) else self.outcome.value
-        return {
-            "kind": self.kind,
-            "metric": self.metric,
-            "outcome": outcome,
-            "summary": self.summary,
-            "warnings": list(self.warnings),
-            "evidence": self.evidence,
-            "table": self.table,
-        }
+        return cast("VerdictBody", asdict(self) | {"outcome": outcome})
 
 
 def record_verdict(verdict: Verdict) -> None:
@@ -181,13 +166,19 @@ def _direction(metric: str) -> bool:
 
 
 def _compare(
-    a: BenchResult, b: BenchResult, metric: str, by: float, alpha: float, labels: str = ""
+    a: BenchResult,
+    b: BenchResult,
+    metric: str,
+    by: float,
+    alpha: float,
+    labels: tuple[str, str] | None = None,
+    what: str = "",
 ) -> Comparison:
     """Compare comparable results on ``metric``; an impossible comparison is refused."""
     __tracebackhide__ = True
     larger = _direction(metric)
     _check_comparable(a, b, metric)
-    label_a, label_b = labels.split("/") if labels else (a.server, b.server)
+    label_a, label_b = labels or (a.server, b.server)
     try:
         return compare(
             a.values(metric),
@@ -200,7 +191,8 @@ def _compare(
             metric=metric,
         )
     except ValueError as exc:
-        raise ComparisonRefused(f"cannot compare {a.label()} with {b.label()}: {exc}") from None
+        what = what or f"{a.label()} with {b.label()}"
+        raise ComparisonRefused(f"cannot compare {what}: {exc}") from None
 
 
 def confounders(a: BenchResult, b: BenchResult) -> list[str]:
@@ -414,46 +406,8 @@ def assert_at_most(m: BenchResult, metric: str, value: float, alpha: float = 0.0
     return conclude(_absolute(m, metric, value, alpha, at_least=False))
 
 
-@functools.total_ordering
-@dataclass(eq=False)
-class CrossoverVerdict:
-    """Where ``spec`` stops being significantly faster than ``base`` over a sweep.
-
-    ``level`` is that concurrency, or None when ``spec`` wins at every level. Compares with
-    numbers by its level (``find_crossover(spec, base) <= 10``); a sweep without a crossover
-    compares as never below any bound. ``table()`` is the per-level evidence.
-    """
-
-    crossover: Crossover
-    metric: str
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def level(self) -> int | None:
-        """The crossover concurrency, or None."""
-        return None if self.crossover.level is None else int(self.crossover.level)
-
-    def table(self) -> str:
-        """Return the per-level evidence as text."""
-        return "\n".join([self.crossover.table(), *(f"warning: {w}" for w in self.warnings)])
-
-    def __repr__(self) -> str:
-        return f"<crossover at {self.level}>\n{self.table()}"
-
-    def _position(self) -> float:
-        return math.inf if self.level is None else float(self.level)
-
-    def __eq__(self, other: object) -> bool:
-        if other is None:
-            return self.level is None
-        if not isinstance(other, (int, float)):
-            return NotImplemented
-        return self._position() == other
-
-    def __lt__(self, other: object) -> bool:
-        if not isinstance(other, (int, float)):
-            return NotImplemented
-        return self._position() < other
+#: What :func:`find_crossover` returns (the name it had when it wrapped a ``Crossover``).
+CrossoverVerdict = Crossover
 
 
 def find_crossover(
@@ -462,7 +416,7 @@ def find_crossover(
     metric: str = "output_throughput",
     by: float = 1.0,
     alpha: float = 0.05,
-) -> CrossoverVerdict:
+) -> Crossover:
     """Find the lowest concurrency at which ``spec`` is no longer significantly faster.
 
     Each level is an :func:`assert_faster`-style comparison (no exception per level); the
@@ -479,7 +433,7 @@ def find_crossover(
     pairs = list(zip(spec.points, base.points, strict=True))
     comparisons = [_compare(a, b, metric, by, alpha) for a, b in pairs]
     warnings = group_warnings([w for a, b in pairs for w in confounders(a, b)])
-    result = CrossoverVerdict(crossover(spec.levels, comparisons), metric, warnings)
+    result = crossover(spec.levels, comparisons, warnings)
     found = "none" if result.level is None else f"C={result.level}"
     record_verdict(
         Verdict(
@@ -487,12 +441,8 @@ def find_crossover(
             outcome="finding",
             metric=metric,
             summary=f"crossover of {spec.server} vs {base.server}: {found}",
-            table=result.crossover.table(),
-            evidence={
-                "spec": spec.server,
-                "base": base.server,
-                "crossover": result.crossover.as_dict(),
-            },
+            table=replace(result, warnings=[]).table(),
+            evidence={"spec": spec.server, "base": base.server, "crossover": result.as_dict()},
             warnings=warnings,
         )
     )

@@ -8,11 +8,12 @@ a verdict (:mod:`pytest_sglang.verdicts.assertions` does).
 from __future__ import annotations
 
 import enum
+import functools
 import itertools
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pytest_sglang.verdicts.stats import (
@@ -238,12 +239,15 @@ def compare(
     )
 
 
-@dataclass(frozen=True)
+@functools.total_ordering
+@dataclass(frozen=True, eq=False)
 class Crossover:
     """Where, in an ascending sweep, *a* stops being significantly better than *b*.
 
     ``level`` (at ``index``) is the lowest level whose comparison did not PASS, None when
-    every level passed; ``monotone`` is False when a level above it passes again.
+    every level passed; ``monotone`` is False when a level above it passes again. It compares
+    with numbers by its level (``find_crossover(spec, base) <= 10``); None compares as never
+    below any bound.
     """
 
     levels: tuple[float, ...]
@@ -251,6 +255,22 @@ class Crossover:
     level: float | None
     index: int | None
     monotone: bool
+    warnings: list[str] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return f"<crossover at {self.level}>\n{self.table()}"
+
+    def __eq__(self, other: object) -> bool:
+        if other is None:
+            return self.level is None
+        if not isinstance(other, (int, float)):
+            return NotImplemented
+        return (math.inf if self.level is None else self.level) == other
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, (int, float)):
+            return NotImplemented
+        return (math.inf if self.level is None else self.level) < other
 
     def table(self) -> str:
         """Return the per-level evidence as plain text, one line per level."""
@@ -275,7 +295,7 @@ class Crossover:
             lines.append(f"crossover: {self.level:g}")
         if not self.monotone:
             lines.append("warning: a level above the crossover passes again (not monotone)")
-        return "\n".join(lines)
+        return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
 
     def as_dict(self) -> dict[str, Any]:
         """Return the level, monotonicity and each level's comparison as plain JSON types."""
@@ -287,7 +307,9 @@ class Crossover:
         }
 
 
-def crossover(levels: Sequence[float], comparisons: Sequence[Comparison]) -> Crossover:
+def crossover(
+    levels: Sequence[float], comparisons: Sequence[Comparison], warnings: Sequence[str] = ()
+) -> Crossover:
     """Find the lowest level, of strictly ascending ``levels``, whose comparison is not a PASS.
 
     :raises ValueError: if the lengths differ, or *levels* is empty or not strictly ascending.
@@ -302,4 +324,4 @@ def crossover(levels: Sequence[float], comparisons: Sequence[Comparison]) -> Cro
     index = next((i for i, c in enumerate(cs) if c.outcome is not Outcome.PASS), None)
     monotone = index is None or all(c.outcome is not Outcome.PASS for c in cs[index:])
     level = None if index is None else lv[index]
-    return Crossover(lv, cs, level, index, monotone)
+    return Crossover(lv, cs, level, index, monotone, list(warnings))

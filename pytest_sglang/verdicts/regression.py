@@ -26,21 +26,13 @@ from pytest_sglang.measure.session_format import (
 from pytest_sglang.measure.store import BaselineStore
 from pytest_sglang.report.context import CURRENT_ITEM
 from pytest_sglang.report.entries import VerdictKind
-from pytest_sglang.verdicts.assertions import Verdict, _check_comparable, conclude
-from pytest_sglang.verdicts.baseline_options import (
-    DEFAULT_CHECKS,
-    RegressionCheck,
-    baseline_options,
-    parse_compare_fail,
-)
-from pytest_sglang.verdicts.decision import Comparison, Outcome, compare
+from pytest_sglang.verdicts.assertions import Verdict, _compare, conclude
+from pytest_sglang.verdicts.baseline_options import RegressionCheck, baseline_options
+from pytest_sglang.verdicts.decision import Comparison, Outcome
 
 __all__ = [
-    "DEFAULT_CHECKS",
     "MIN_BASELINE_RUNS",
-    "RegressionCheck",
     "assert_no_regression",
-    "parse_compare_fail",
     "refused_fields",
     "regression_verdict",
     "regression_verdicts",
@@ -147,7 +139,7 @@ def regression_verdict(
         message lists them), different workloads, invalid runs, too few runs.
     """
     __tracebackhide__ = True
-    larger, by = _margin(metric, tolerance)
+    _, by = _margin(metric, tolerance)
     if isinstance(stored, StoredMeasurement):
         base, stored_fp, labels, where = stored.result, stored.fingerprint, stored.labels, stored
     else:
@@ -161,20 +153,7 @@ def regression_verdict(
             f"cannot compare {what}: the fingerprints differ in what must match:\n  "
             + "\n  ".join(d.describe() for d in refused)
         )
-    _check_comparable(fresh, base, metric)
-    try:
-        comparison = compare(
-            fresh.values(metric),
-            base.values(metric),
-            larger_is_better=larger,
-            by=by,
-            alpha=alpha,
-            label_a="now",
-            label_b="stored",
-            metric=metric,
-        )
-    except ValueError as exc:
-        raise ComparisonRefused(f"cannot compare {what}: {exc}") from None
+    comparison = _compare(fresh, base, metric, by, alpha, ("now", "stored"), what)
     ratio, low, high, bound = _raw(comparison)
     table = [
         comparison.table(),
