@@ -66,25 +66,20 @@ class BaselineGate:
         :raises DamagedSession: a stored session (or the report) it reads is damaged.
         """
         if self._candidates is None:
-            from pathlib import Path
-
             from pytest_sglang.measure.session_format import read_document, report_measurements
 
             ref = self.options.compare or "latest"
             store = self.options.store()
             self._candidates = []
             try:
-                path = Path(ref) if Path(ref).is_absolute() else self.options.base / ref
+                path = self.options.base / ref
                 if ref.endswith(".json") and path.is_file():
                     document = read_document(path)
                     if document.get("format") == "pytest-sglang-report":
                         self._candidates = report_measurements(document, str(path))
                         return self._candidates
-                if ref == "latest":
-                    sessions = store.sessions()
-                    self._candidates = [m for s in sessions for m in s.measurements]
-                else:
-                    self._candidates = list(store.find(ref).measurements)
+                sessions = store.sessions() if ref == "latest" else [store.find(ref)]
+                self._candidates = [m for s in sessions for m in s.measurements]
             except (LookupError, OSError, ValueError) as exc:
                 self._candidates_error = str(exc)
         return self._candidates
@@ -309,20 +304,12 @@ def register_gate(config: pytest.Config, options: BaselineOptions) -> BaselineGa
 
     :raises pytest.UsageError: on an unwritable storage or a damaged stored session.
     """
-    gate = BaselineGate(config, options)
-    if not config.option.collectonly:
-        _check_storage(gate)
-    config.pluginmanager.register(gate, GATE_NAME)
-    return gate
-
-
-def _check_storage(gate: BaselineGate) -> None:
-    """Refuse now what would fail after hours: an unwritable store, a damaged baseline."""
     from pytest_sglang.config.options import COMPARE, SAVE, STORAGE
     from pytest_sglang.measure.session_format import DamagedSession
 
-    options = gate.options
-    if options.save or options.autosave:
+    gate = BaselineGate(config, options)
+    check = not config.option.collectonly
+    if check and (options.save or options.autosave):
         try:
             options.store().check_writable()
         except OSError as exc:
@@ -330,9 +317,11 @@ def _check_storage(gate: BaselineGate) -> None:
                 f"{SAVE.label}: the session could not be saved there: {exc}; fix the storage "
                 f"or give another ({STORAGE.label})"
             ) from None
-    if options.compare:
+    if check and options.compare:
         try:
             options.store().check_reachable()
             gate.candidates()
         except (DamagedSession, OSError) as exc:
             raise pytest.UsageError(f"{COMPARE.label}={options.compare}: {exc}") from None
+    config.pluginmanager.register(gate, GATE_NAME)
+    return gate

@@ -50,22 +50,6 @@ def min_runs(alpha: float, other: int | None = None) -> int:
     return next(n for n in itertools.count(1) if min_p_value(n, other or n) <= alpha)
 
 
-@functools.lru_cache(maxsize=128)
-def _no_tie_counts(m: int, n: int) -> tuple[int, ...]:
-    """Return ``counts[u]``: arrangements of m + n distinct values with ``U = u``.
-
-    The Gaussian binomial coefficient, expanded exactly (``docs/statistics.md``).
-    """
-    size = m * n + 1
-    poly = [1] + [0] * (size - 1)
-    for i in range(1, m + 1):
-        for k in range(size - 1, n + i - 1, -1):  # times (1 - q^(n+i))
-            poly[k] -= poly[k - n - i]
-        for k in range(i, size):  # divided by (1 - q^i)
-            poly[k] += poly[k - i]
-    return tuple(poly)
-
-
 @functools.lru_cache(maxsize=256)
 def _tied_counts(m: int, groups: tuple[int, ...]) -> tuple[int, ...]:
     """Return ``counts[h]``: label assignments with ``2U = h`` for the tie pattern ``groups``.
@@ -92,6 +76,12 @@ def _tied_counts(m: int, groups: tuple[int, ...]) -> tuple[int, ...]:
         dp = new
         seen += t
     return tuple(dp[m])
+
+
+@functools.lru_cache(maxsize=128)
+def _no_tie_counts(m: int, n: int) -> tuple[int, ...]:
+    """Return ``counts[u]``: arrangements of m + n distinct values with ``U = u``."""
+    return _tied_counts(m, (1,) * (m + n))[::2]
 
 
 class MannWhitneyResult(NamedTuple):
