@@ -53,14 +53,9 @@ def assert_adaptive(
 ) -> Verdict:
     """Assert that ``adaptive`` is, at every level, not significantly slower than the best.
 
-    At each concurrency level the better of ``base`` and ``fixed`` (by median ``metric``) is
-    the reference; the level fails when the adaptive server's runs are significantly worse
-    than ``by`` times it (the FAIL of :func:`~pytest_sglang.assert_faster`'s rule with the
-    adaptive server as candidate; ``by=0.95`` tolerates 5 %). Too few runs to ever decide
-    are refused, so a pass is never vacuous.
-
-    :raises PerformanceAssertionError: some level is significantly slower.
-    :raises ComparisonRefused: sweeps over different levels or workloads, or invalid runs.
+    The reference at each level is the better median of ``base`` and ``fixed``; the level
+    fails on :func:`~pytest_sglang.assert_faster`'s FAIL against ``by`` times it (``by=0.95``
+    tolerates 5 %). Too few runs to ever decide are refused, so a pass is never vacuous.
     """
     __tracebackhide__ = True
     larger = _direction(metric)
@@ -153,19 +148,12 @@ def recommend_adaptive_config(
     metric: str = "output_throughput",
     alpha: float = 0.05,
 ) -> AdaptiveRecommendation:
-    """Recommend the adaptive buckets from a baseline sweep and fixed-speculation sweeps.
+    """Recommend ``--speculative-adaptive-config`` buckets from a baseline and fixed-step sweeps.
 
-    ``fixed`` maps a step count (``--speculative-num-steps``, top-k 1) to its sweep over the
-    same levels as ``base``. At each level the step count with the best median is chosen
-    when it is significantly better than the baseline (:func:`~pytest_sglang.assert_faster`'s
-    PASS), else 0 (no drafting). Each level becomes a bucket keyed by its concurrency (the
-    batch size there), consecutive levels with the same choice merge, and the first bucket
-    is ``"1"``; each bucket pins its choice (``candidate_steps`` of one value: widen it by
-    hand to let SGLang's EMA move). Launch with ``--speculative-adaptive
-    --speculative-adaptive-config PATH`` and ``--speculative-num-steps`` set to
-    :attr:`AdaptiveRecommendation.num_steps`.
-
-    :raises ComparisonRefused: different levels or workloads, invalid runs, too few runs.
+    ``fixed`` maps a step count to its sweep over ``base``'s levels. Each level takes the best
+    step count when it significantly beats the baseline, else 0; consecutive equal choices
+    merge into one bucket keyed by its first concurrency (the first is ``"1"``). Launch with
+    ``--speculative-num-steps`` :attr:`AdaptiveRecommendation.num_steps` (``docs/speculation.md``).
     """
     __tracebackhide__ = True
     if not fixed or any(steps < 1 for steps in fixed):

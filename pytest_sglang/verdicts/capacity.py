@@ -141,12 +141,9 @@ def find_capacity(
 ) -> CapacityVerdict:
     """Find the highest of ``levels`` at which ``slo`` holds (see the module docstring).
 
-    :param run: measures one run at a level: ``run(level, repeat)`` returns its
-        :class:`Measurement` (with its records), e.g. a closed loop at concurrency ``level``.
-    :param levels: the search grid, any order; searched ascending.
-    :param max_runs: the most runs spent at one level before it is left undecided.
-    :param unit: the level's name in messages: ``C`` (concurrency) or ``rate``.
-    :raises ValueError: no levels, or ``max_runs`` below 1.
+    ``run(level, repeat)`` measures one run (its :class:`Measurement`, with records) at a
+    level; at most ``max_runs`` are spent at one level; ``unit`` names the level in messages
+    (``C`` or ``rate``).
     """
     __tracebackhide__ = True
     slo = Slo.parse(slo) if isinstance(slo, str) else slo

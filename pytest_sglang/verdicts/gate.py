@@ -296,11 +296,7 @@ class BaselineGate:
 
 
 def register_gate(config: pytest.Config, options: BaselineOptions) -> BaselineGate:
-    """Register the gate on the controller of a session that saves or compares.
-
-    Checks, before any test runs, that the storage takes a save and that the stored
-    sessions a comparison reads are whole. ``plugin.py`` imports this module only for such
-    a session (``options.active``).
+    """Check the storage and the stored sessions now, then register the gate on the controller.
 
     :raises pytest.UsageError: on an unwritable storage or a damaged stored session.
     """

@@ -133,11 +133,7 @@ def regression_verdict(
     fresh_fingerprint: Fingerprint | None = None,
     fresh_labels: Mapping[str, Any] | None = None,
 ) -> Verdict:
-    """Judge ``fresh`` against ``stored`` and return the verdict (records and raises nothing).
-
-    :raises ComparisonRefused: fingerprints that differ in a field that must match (the
-        message lists them), different workloads, invalid runs, too few runs.
-    """
+    """Judge ``fresh`` against ``stored``; record and raise nothing but refusals."""
     __tracebackhide__ = True
     _, by = _margin(metric, tolerance)
     if isinstance(stored, StoredMeasurement):
@@ -196,10 +192,7 @@ def regression_verdicts(
     fresh_fingerprint: Fingerprint,
     fresh_labels: Mapping[str, Any],
 ) -> list[Verdict | str]:
-    """Judge ``fresh`` against ``stored`` once per check: the verdict, or why it was refused.
-
-    For the baseline gate and ``pytest-sglang compare``, which report refusals, not raise them.
-    """
+    """Judge ``fresh`` against ``stored`` once per check: the verdict, or why it was refused."""
     out: list[Verdict | str] = []
     for check in checks:
         try:
@@ -241,16 +234,8 @@ def assert_no_regression(
     """Assert that ``result`` did not regress by more than ``tolerance`` against ``baseline``.
 
     ``baseline`` is a stored measurement, a ``BenchResult``, or a reference into the store
-    (ini ``sglang_storage``, or ``storage``): ``"latest"`` (the newest stored measurement with
-    the same fingerprint), a session number or save name, or a saved file's path. A
-    throughput may drop, a latency grow, by ``tolerance`` (a fraction: 0.03 is 3 %).
-
-    :raises PerformanceAssertionError: the runs show a regression beyond the tolerance; the
-        message names the metric, the ratio now/stored and the bound.
-    :raises Inconclusive: the runs cannot decide; says what would.
-    :raises ComparisonRefused: the fingerprints differ in a field that must match (listed),
-        different workloads, invalid or too few runs, a damaged stored session (named).
-    :raises pytest.skip.Exception: no stored measurement with this fingerprint yet.
+    (``storage``, else ini ``sglang_storage``): ``"latest"`` with the same fingerprint, a
+    session number or name, or a saved file. Skips when nothing comparable is stored yet.
     """
     __tracebackhide__ = True
     stored: StoredMeasurement | BenchResult

@@ -77,11 +77,8 @@ def _records(result: BenchResult) -> list[RequestRecord]:
 def assert_slo(result: BenchResult, slo: Slo | str, alpha: float = 0.05) -> Verdict:
     """Assert that ``result``'s server meets ``slo`` (an :class:`Slo` or its text form).
 
-    Pass, fail or inconclusive on exact binomial bounds (module docstring); the evidence
-    table lists each objective's count, bounds and outcome, and the goodput of each run.
-
-    :raises PerformanceAssertionError: the SLO is shown not to hold.
-    :raises Inconclusive: the requests cannot decide; more requests (or runs) would.
+    Decided on exact binomial bounds; the table lists each objective's count, bounds and
+    outcome, and each run's goodput.
     """
     __tracebackhide__ = True
     slo = Slo.parse(slo) if isinstance(slo, str) else slo
