@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pytest_sglang.errors import ComparisonRefused
@@ -60,7 +60,7 @@ def assert_adaptive(
     __tracebackhide__ = True
     larger = _direction(metric)
     levels = _same_levels({"adaptive": adaptive, "base": base, "fixed": fixed})
-    rows, slower, evidence, warnings = [], [], [], []
+    rows, slower, levels_evidence, warnings = [], [], [], []
     for level, a, b, f in zip(levels, adaptive, base, fixed, strict=True):
         for other in (b, f):
             _check_comparable(a, other, metric)
@@ -77,7 +77,7 @@ def assert_adaptive(
             f"{best.server:>12}  {c.ratio:>7.4f}  {c.lower_bound:>7.4f}  {c.upper_bound:>7.4f}"
             f"  {note}"
         )
-        evidence.append({"level": level, "reference": best.server, **c.as_dict()})
+        levels_evidence.append({"level": level, "reference": best.server, **c.as_dict()})
     header = (
         f"{metric}: median per level; ratio = {adaptive.server}/best (Hodges-Lehmann, "
         f"one-sided bounds at alpha {alpha:g}), failing below {by:g}\n"
@@ -91,21 +91,11 @@ def assert_adaptive(
         summary = (
             f"PASS: {adaptive.server} is not significantly slower {than} any of C={list(levels)}"
         )
-    verdict = Verdict(
-        kind="assert_adaptive",
-        outcome=Outcome.FAIL if slower else Outcome.PASS,
-        metric=metric,
-        summary=summary,
-        table="\n".join([header, *rows]),
-        evidence={
-            "adaptive": adaptive.server,
-            "base": base.server,
-            "fixed": fixed.server,
-            "levels": evidence,
-        },
-        warnings=group_warnings(warnings),
-    )
-    return conclude(verdict)
+    servers = {"adaptive": adaptive.server, "base": base.server, "fixed": fixed.server}
+    outcome, table = Outcome.FAIL if slower else Outcome.PASS, "\n".join([header, *rows])
+    evidence = servers | {"levels": levels_evidence}
+    verdict = Verdict("assert_adaptive", outcome, metric, summary, table, evidence)
+    return conclude(replace(verdict, warnings=group_warnings(warnings)))
 
 
 @dataclass(frozen=True)

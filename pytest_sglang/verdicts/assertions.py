@@ -317,23 +317,20 @@ def assert_faster(
         f"runs measured in blocks ({a.server} then {b.server}), not interleaved: drift "
         "between the blocks is not cancelled (launched servers share the GPUs)"
     ]
-    verdict = Verdict(
-        kind="assert_faster",
-        outcome=comparison.outcome,
-        metric=metric,
-        summary=f"assert_faster({a.label()}, {b.label()}): {comparison.summary()}",
-        table=comparison.table() + "\n" + _context(a, b),
-        evidence={
-            "a": a.label(),
-            "b": b.label(),
-            "workload": a.workload.as_dict(),
-            "comparison": comparison.as_dict(),
-            "schedule": "interleaved" if interleaved else "blocks",
-            **_extras(a, b),
-        },
-        warnings=confounders(a, b) + ([] if interleaved else blocks),
+    summary = f"assert_faster({a.label()}, {b.label()}): {comparison.summary()}"
+    evidence = {
+        "a": a.label(),
+        "b": b.label(),
+        "workload": a.workload.as_dict(),
+        "comparison": comparison.as_dict(),
+        "schedule": "interleaved" if interleaved else "blocks",
+        **_extras(a, b),
+    }
+    table = comparison.table() + "\n" + _context(a, b)
+    warnings = confounders(a, b) + ([] if interleaved else blocks)
+    return conclude(
+        Verdict("assert_faster", comparison.outcome, metric, summary, table, evidence, warnings)
     )
-    return conclude(verdict)
 
 
 def _absolute(m: BenchResult, metric: str, value: float, alpha: float, at_least: bool) -> Verdict:

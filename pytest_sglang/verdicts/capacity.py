@@ -153,37 +153,28 @@ def find_capacity(
     if max_runs < 1:
         raise ValueError(f"max_runs must be at least 1, got {max_runs}")
     verdict = CapacityVerdict(slo, label, unit, grid, alpha)
-    each = alpha / 2
     low, high = -1, len(grid)  # grid[low] shown to pass, grid[high] not passing
     while high - low > 1:
         mid = (low + high) // 2
-        decision = _decide(run, grid[mid], slo, each, max_runs)
+        records: list[RequestRecord] = []
+        for repeat in range(max_runs):  # more runs while the level stays undecided
+            measurement = run(grid[mid], repeat)
+            if not measurement.records:
+                raise ComparisonRefused(
+                    f"the run at {grid[mid]:g} kept no per-request records, which an SLO is "
+                    "judged on"
+                )
+            records += measurement.records
+            outcome, objectives = judge_slo(
+                slo, records, alpha / 2
+            )  # each bracket end at alpha / 2
+            if outcome is not Outcome.INCONCLUSIVE:
+                break
+        decision = LevelDecision(grid[mid], outcome, repeat + 1, len(records), tuple(objectives))
         verdict.decisions[grid[mid]] = decision
-        low, high = (mid, high) if decision.outcome is Outcome.PASS else (low, mid)
+        low, high = (mid, high) if outcome is Outcome.PASS else (low, mid)
     summary, table = verdict.statement(), verdict.table()
     record_verdict(
         Verdict("find_capacity", "finding", slo.describe(), summary, table, verdict.evidence())
     )
     return verdict
-
-
-def _decide(
-    run: Callable[[Level, int], Measurement],
-    level: Level,
-    slo: Slo,
-    alpha: float,
-    max_runs: int,
-) -> LevelDecision:
-    __tracebackhide__ = True
-    records: list[RequestRecord] = []
-    for repeat in range(max_runs):
-        measurement = run(level, repeat)
-        if not measurement.records:
-            raise ComparisonRefused(
-                f"the run at {level:g} kept no per-request records, which an SLO is judged on"
-            )
-        records += measurement.records
-        outcome, objectives = judge_slo(slo, records, alpha)
-        if outcome is not Outcome.INCONCLUSIVE:
-            break
-    return LevelDecision(level, outcome, repeat + 1, len(records), tuple(objectives))

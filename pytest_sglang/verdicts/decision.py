@@ -106,12 +106,15 @@ class Comparison:
     def summary(self) -> str:
         """Return one line: the outcome and its evidence."""
         conf, ratio = _pct(self.confidence), f"{self.ratio_label} = {self.ratio:.4g}"
-        if self.outcome is Outcome.PASS:
-            bound = f"{conf} lower bound {self.lower_bound:.4g}), p = {self.p_value:.3g}"
-            return f"PASS: {ratio} > {self.by:g} ({bound}"
-        if self.outcome is Outcome.FAIL:
-            bound = f"{conf} upper bound {self.upper_bound:.4g}), p = {self.p_value_fail:.3g}"
-            return f"FAIL: {ratio} < {self.by:g} ({bound}"
+        if self.outcome is not Outcome.INCONCLUSIVE:
+            failed = self.outcome is Outcome.FAIL
+            sign, side = ("<", "upper") if failed else (">", "lower")
+            bound = self.upper_bound if failed else self.lower_bound
+            p = self.p_value_fail if failed else self.p_value
+            return (
+                f"{self.outcome.name}: {ratio} {sign} {self.by:g} ({conf} {side} bound "
+                f"{bound:.4g}), p = {p:.3g}"
+            )
         need = self.repeats_needed
         return (
             f"INCONCLUSIVE: {ratio} vs target {self.by:g}, {conf} bounds "
