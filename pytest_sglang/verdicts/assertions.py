@@ -1,8 +1,7 @@
 """Performance verdicts that survive noise: pass, fail, or say they cannot decide.
 
-Every assertion builds a :class:`Verdict` from whole runs (:mod:`~.decision`), refuses
-comparisons that would mean nothing, warns about confounders, and goes through
-:func:`conclude`: recorded for the report, then raised, skipped or warned as its outcome and
+Every assertion builds a :class:`Verdict` from whole runs and goes through :func:`conclude`:
+recorded for the report, then raised, skipped or warned as its outcome and
 ``--sglang-inconclusive`` say (``docs/ci.md``, "Inconclusive verdicts").
 """
 
@@ -302,13 +301,8 @@ def assert_faster(
 ) -> Verdict:
     """Assert that ``a`` beats ``b`` on ``metric`` by at least the ratio ``by``, significantly.
 
-    Direction-aware (for ``ttft.p50`` smaller is better, and ``by=1.1`` means 1.1x lower);
-    passes when the exact Mann-Whitney test is significant at ``alpha`` and the
-    Hodges-Lehmann lower bound clears ``by``.
-
-    :raises PerformanceAssertionError: the runs show ``a`` does not beat ``b`` by ``by``.
-    :raises Inconclusive: the runs cannot decide; says what would.
-    :raises ComparisonRefused: different workloads, invalid runs or too few runs.
+    Direction-aware (for ``ttft.p50``, ``by=1.1`` means 1.1x lower): the exact Mann-Whitney
+    test at ``alpha`` and the Hodges-Lehmann bound must both clear ``by``.
     """
     __tracebackhide__ = True
     comparison = _compare(a, b, metric, by, alpha)
@@ -416,10 +410,8 @@ def find_crossover(
 ) -> Crossover:
     """Find the lowest concurrency at which ``spec`` is no longer significantly faster.
 
-    Each level is an :func:`assert_faster`-style comparison (no exception per level); the
-    result, a finding, is recorded with its per-level evidence.
-
-    :raises ComparisonRefused: the sweeps' levels or workloads differ, or a level is invalid.
+    Each level is an :func:`assert_faster`-style comparison that raises nothing; the result
+    is recorded as a finding with the per-level evidence.
     """
     __tracebackhide__ = True
     if spec.levels != base.levels:
@@ -447,10 +439,7 @@ def find_crossover(
 
 
 def estimate_break_even(spec: BenchResult, base: BenchResult) -> CycleEstimate:
-    """Estimate the speculative cycle and break-even acceptance length from two results.
-
-    Uses the medians over runs of each side's TPOT and of ``spec``'s acceptance length, at
-    the same workload and concurrency.
+    """Estimate the speculative cycle and break-even acceptance length from two results' medians.
 
     :raises ComparisonRefused: not comparable, or ``spec`` reports no acceptance length.
     """

@@ -111,9 +111,6 @@ def parse_compare_fail(values: Sequence[str]) -> tuple[RegressionCheck, ...]:
     return tuple(checks)
 
 
-# -- options ------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class BaselineOptions:
     """The session's baseline options, resolved (``--sglang-save`` and friends)."""

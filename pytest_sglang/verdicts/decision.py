@@ -56,11 +56,9 @@ def _cv(values: Sequence[float]) -> float | None:
 class Comparison:
     """The outcome of :func:`compare` and its evidence.
 
-    Ratios, bounds and ``by`` are goodness ratios: above 1 means *a* is better (``a / b`` when
-    larger is better, ``b / a`` otherwise). ``p_value`` tests "ratio > by" (PASS),
-    ``p_value_fail`` "ratio < by" (FAIL); ``mde`` is the smallest effect these runs detect
-    with ``power``, and ``repeats_needed`` the runs per side that would decide an
-    inconclusive one (None when the ratio sits on the target).
+    Ratios, bounds and ``by`` are goodness ratios, above 1 when *a* is better; ``p_value``
+    tests "ratio > by" (PASS), ``p_value_fail`` "ratio < by" (FAIL); ``mde`` and
+    ``repeats_needed`` say what these runs detect and what would decide.
     """
 
     outcome: Outcome
@@ -186,10 +184,7 @@ def compare(
     """Decide whether *a* beats *b* by at least the goodness ratio *by*, one value per run.
 
     PASS and FAIL each need the exact one-sided Mann-Whitney test at *alpha* and the matching
-    Hodges-Lehmann bound to agree; *power* sizes the advice of an inconclusive one.
-
-    :raises ValueError: on non-positive or non-finite runs, a bad *by*, *alpha* or *power*, or
-        samples too small to ever reach *alpha* (the message names the minimum).
+    Hodges-Lehmann bound to agree; a sample too small to ever reach *alpha* is refused.
     """
     require(by > 0.0 and math.isfinite(by), f"by must be a positive finite ratio, got {by!r}")
     require(0.0 < alpha < 0.5, f"alpha must be between 0 and 0.5, got {alpha!r}")
@@ -247,10 +242,8 @@ def compare(
 class Crossover:
     """Where, in an ascending sweep, *a* stops being significantly better than *b*.
 
-    ``level`` (at ``index``) is the lowest level whose comparison did not PASS, None when
-    every level passed; ``monotone`` is False when a level above it passes again. It compares
-    with numbers by its level (``find_crossover(spec, base) <= 10``); None compares as never
-    below any bound.
+    ``level`` (at ``index``) is the lowest level that did not PASS, None when all did. It
+    compares with numbers by that level (``find_crossover(spec, base) <= 10``; None as never).
     """
 
     levels: tuple[float, ...]

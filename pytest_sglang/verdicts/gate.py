@@ -58,13 +58,8 @@ class BaselineGate:
     _candidates: list[StoredMeasurement] | None = None
     _candidates_error: str | None = None
 
-    # -- the stored side ----------------------------------------------------------------------
-
     def candidates(self) -> list[StoredMeasurement]:
-        """Return the stored measurements ``--sglang-compare`` refers to (read once).
-
-        :raises DamagedSession: a stored session (or the report) it reads is damaged.
-        """
+        """Return the stored measurements ``--sglang-compare`` refers to (read once)."""
         if self._candidates is None:
             from pytest_sglang.measure.session_format import read_document, report_measurements
 
@@ -90,8 +85,6 @@ class BaselineGate:
         from pytest_sglang.measure.session_format import commit_info
 
         return commit_info()
-
-    # -- collection -----------------------------------------------------------------------------
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -165,8 +158,6 @@ class BaselineGate:
                 f"performance regression against the stored baseline (--sglang-compare-fail "
                 f"{terms}):\n\n" + "\n\n".join(failures)
             )
-
-    # -- the end ------------------------------------------------------------------------------
 
     def _fail(self, session: pytest.Session) -> None:
         if session.exitstatus == pytest.ExitCode.OK:

@@ -25,7 +25,6 @@ from pytest_sglang.measure.session_format import (
 )
 from pytest_sglang.measure.store import BaselineStore
 from pytest_sglang.report.context import CURRENT_ITEM
-from pytest_sglang.report.entries import VerdictKind
 from pytest_sglang.verdicts.assertions import Verdict, _compare, conclude
 from pytest_sglang.verdicts.baseline_options import RegressionCheck, baseline_options
 from pytest_sglang.verdicts.decision import Comparison, Outcome
@@ -40,13 +39,6 @@ __all__ = [
 
 #: Runs a baseline needs at least (docs/baselines.md, "How many runs").
 MIN_BASELINE_RUNS = 5
-
-
-#: The verdict's kind in the report.
-KIND: VerdictKind = "assert_no_regression"
-
-
-# -- the verdict --------------------------------------------------------------------------
 
 
 def _margin(metric: str, tolerance: float) -> tuple[bool, float]:
@@ -159,7 +151,7 @@ def regression_verdict(
         f"fingerprint: {mine.describe()}",
     ]
     return Verdict(
-        kind=KIND,
+        kind="assert_no_regression",
         outcome=comparison.outcome,
         metric=metric,
         summary=_summary(comparison, metric, tolerance, what),

@@ -64,16 +64,6 @@ def judge_slo(
     return judge(outcomes == {Outcome.PASS}, Outcome.FAIL in outcomes), decisions
 
 
-def _records(result: BenchResult) -> list[RequestRecord]:
-    __tracebackhide__ = True
-    records = [r for run in result.runs for r in run.records]
-    if not records:
-        raise ComparisonRefused(
-            f"{result.label()} kept no per-request records, which an SLO is judged on"
-        )
-    return records
-
-
 def assert_slo(result: BenchResult, slo: Slo | str, alpha: float = 0.05) -> Verdict:
     """Assert that ``result``'s server meets ``slo`` (an :class:`Slo` or its text form).
 
@@ -82,7 +72,11 @@ def assert_slo(result: BenchResult, slo: Slo | str, alpha: float = 0.05) -> Verd
     """
     __tracebackhide__ = True
     slo = Slo.parse(slo) if isinstance(slo, str) else slo
-    records = _records(result)
+    records = [r for run in result.runs for r in run.records]
+    if not records:
+        raise ComparisonRefused(
+            f"{result.label()} kept no per-request records, which an SLO is judged on"
+        )
     outcome, decisions = judge_slo(slo, records, alpha)
     goodputs = [goodput(slo, run.records, run.duration) for run in result.runs]
     table = "\n".join(

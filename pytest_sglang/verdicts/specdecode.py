@@ -79,11 +79,7 @@ class CycleEstimate:
 def estimate_cycle_time(
     *, spec_tpot: float, base_tpot: float, accept_length: float
 ) -> CycleEstimate:
-    """Infer the speculative cycle time and break-even from two measurements' TPOTs.
-
-    Measure both at the same concurrency and workload; ``accept_length`` is the speculative
-    run's ``sum(completion_tokens) / sum(spec_verify_ct)``.
-    """
+    """Infer the speculative cycle time and break-even from two TPOTs at one concurrency."""
     spec, base = _times(spec_tpot=spec_tpot, base_tpot=base_tpot)
     tau = _accept_length(accept_length)
     return CycleEstimate(tau * spec, base, tau, tau * spec / base, base / spec)

@@ -52,11 +52,7 @@ def min_runs(alpha: float, other: int | None = None) -> int:
 
 @functools.lru_cache(maxsize=256)
 def _tied_counts(m: int, groups: tuple[int, ...]) -> tuple[int, ...]:
-    """Return ``counts[h]``: label assignments with ``2U = h`` for the tie pattern ``groups``.
-
-    The exact conditional null distribution, by dynamic programming over the tie groups in
-    ascending order of value (``docs/statistics.md``).
-    """
+    """Return ``counts[h]``: label assignments with ``2U = h`` for the tie pattern ``groups``."""
     n = sum(groups) - m
     size = 2 * m * n + 1
     dp = [[0] * size for _ in range(m + 1)]
@@ -94,11 +90,7 @@ class MannWhitneyResult(NamedTuple):
 def mann_whitney_u(
     a: Sequence[float], b: Sequence[float], alternative: Alternative = "greater"
 ) -> MannWhitneyResult:
-    """Run the exact one-sided Mann-Whitney U test of ``a`` against ``b``.
-
-    ``"greater"`` gives ``P0(U >= U_obs)``, ``"less"`` ``P0(U <= U_obs)``; with ties the null
-    distribution is conditional on the tie pattern.
-    """
+    """Run the exact one-sided Mann-Whitney U test of ``a`` against ``b``, ties included."""
     require(
         alternative in ("greater", "less"),
         f"alternative must be 'greater' or 'less', got {alternative!r}",
@@ -248,11 +240,7 @@ def binomial_bounds(k: int, n: int, alpha: float) -> tuple[float, float]:
 
 
 def median_bounds(values: Sequence[float], alpha: float) -> tuple[float, float, float] | None:
-    """Return one-sided (lower, upper) order-statistic bounds of the median and their level.
-
-    The k-th smallest and largest runs, k the largest order with ``P(Binom(n, 1/2) < k)``
-    within ``alpha``; None when even the extremes are not enough.
-    """
+    """Return one-sided order-statistic bounds of the median and their level, or None."""
     ordered, n = sorted(values), len(values)
     tails = [sum(comb(n, i) for i in range(k)) / 2**n for k in range(1, n + 1)]
     k = sum(1 for tail in tails if tail <= alpha)
@@ -298,10 +286,9 @@ def min_detectable_ratio(
 def runs_needed(
     sigma: float, effect: float, *, alpha: float = 0.05, power: float = 0.8, limit: int = 100_000
 ) -> int | None:
-    """Return the runs per side that detect a true ratio ``effect`` with ``power``.
+    """Return the runs per side (at least :func:`min_runs`) that detect a true ratio ``effect``.
 
-    The least ``n`` (never below :func:`min_runs`) meeting the t approximation of
-    :func:`min_detectable_ratio`; None for an effect of 1 or beyond ``limit`` runs.
+    None for an effect of 1, or beyond ``limit`` runs.
     """
     _check_plan(sigma, alpha, power)
     require(effect > 0.0 and math.isfinite(effect), f"effect must be a positive ratio: {effect!r}")
