@@ -246,9 +246,9 @@ class Crossover:
     compares with numbers by that level (``find_crossover(spec, base) <= 10``; None as never).
     """
 
-    levels: tuple[float, ...]
+    levels: tuple[int, ...]
     comparisons: tuple[Comparison, ...]
-    level: float | None
+    level: int | None
     index: int | None
     monotone: bool
     warnings: list[str] = field(default_factory=list)
@@ -304,7 +304,7 @@ class Crossover:
 
 
 def crossover(
-    levels: Sequence[float], comparisons: Sequence[Comparison], warnings: Sequence[str] = ()
+    levels: Sequence[int], comparisons: Sequence[Comparison], warnings: Sequence[str] = ()
 ) -> Crossover:
     """Find the lowest level, of strictly ascending ``levels``, whose comparison is not a PASS.
 

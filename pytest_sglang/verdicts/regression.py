@@ -188,7 +188,7 @@ def regression_verdicts(
     out: list[Verdict | str] = []
     for check in checks:
         try:
-            verdict = regression_verdict(
+            verdict: Verdict | str = regression_verdict(
                 fresh,
                 stored,
                 check.metric,
