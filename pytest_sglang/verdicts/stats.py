@@ -76,8 +76,18 @@ def _tied_counts(m: int, groups: tuple[int, ...]) -> tuple[int, ...]:
 
 @functools.lru_cache(maxsize=128)
 def _no_tie_counts(m: int, n: int) -> tuple[int, ...]:
-    """Return ``counts[u]``: arrangements of m + n distinct values with ``U = u``."""
-    return _tied_counts(m, (1,) * (m + n))[::2]
+    """Return ``counts[u]``: arrangements of m + n distinct values with ``U = u``.
+
+    The Gaussian binomial coefficient, expanded exactly (``docs/statistics.md``).
+    """
+    size = m * n + 1
+    poly = [1] + [0] * (size - 1)
+    for i in range(1, m + 1):
+        for k in range(size - 1, n + i - 1, -1):  # times (1 - q^(n+i))
+            poly[k] -= poly[k - n - i]
+        for k in range(i, size):  # divided by (1 - q^i)
+            poly[k] += poly[k - i]
+    return tuple(poly)
 
 
 class MannWhitneyResult(NamedTuple):
