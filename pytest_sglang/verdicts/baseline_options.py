@@ -1,7 +1,6 @@
 """The baseline options of a session (``--sglang-save`` and friends) and ``compare-fail`` terms.
 
-Resolved here, apart from the verdicts and the store, so that a session without any of them
-imports nothing more (``pytest_configure`` runs in every session).
+Apart from the verdicts and the store, so that a session without them imports nothing more.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Capacity search: the highest load at which a server meets an SLO, and how sure that is.
 
-Bisection over load levels, adding runs at a level while :func:`judge_slo` cannot decide;
-the answer is a bracket that holds with probability ``1 - alpha``
-(``docs/statistics.md``, "Capacity search").
+Bisection over load levels, adding runs at a level while :func:`judge_slo` cannot decide; the
+bracket holds with probability ``1 - alpha`` (``docs/statistics.md``, "Capacity search").
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The session's baselines: save its measurements, judge each against its stored counterpart.
 
-Registered on the controller when a session saves or compares; it reads each report's
-records through ``report_entries``, so alike with and without xdist. The rules and the
-storage are in ``docs/baselines.md``.
+Registered on the controller of a session that saves or compares; it reads each report's
+records through ``report_entries``, alike with and without xdist (``docs/baselines.md``).
 """
-
 from __future__ import annotations
 
 import functools

@@ -76,10 +76,7 @@ def _tied_counts(m: int, groups: tuple[int, ...]) -> tuple[int, ...]:
 
 @functools.lru_cache(maxsize=128)
 def _no_tie_counts(m: int, n: int) -> tuple[int, ...]:
-    """Return ``counts[u]``: arrangements of m + n distinct values with ``U = u``.
-
-    The Gaussian binomial coefficient, expanded exactly (``docs/statistics.md``).
-    """
+    """Return ``counts[u]`` for m + n distinct values: the Gaussian binomial, expanded exactly."""
     size = m * n + 1
     poly = [1] + [0] * (size - 1)
     for i in range(1, m + 1):
