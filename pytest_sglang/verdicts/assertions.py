@@ -341,12 +341,11 @@ def _absolute(m: BenchResult, metric: str, value: float, alpha: float, at_least:
         )
     lower, upper, confidence = bounds
     word = ">=" if at_least else "<="
-    if at_least:
-        outcome = judge(lower >= value, upper < value)
-    else:
-        outcome = judge(upper <= value, lower > value)
+    shown, refuted = (
+        (lower >= value, upper < value) if at_least else (upper <= value, lower > value)
+    )
+    outcome = judge(shown, refuted)
     runs = ", ".join(format(v, ".6g") for v in values)
-    breakdown = _breakdowns(m)
     table = (
         f"{metric} of {m.label()} per run: {runs}\n"
         f"median {format(m.median(metric), '.6g')}; one-sided {confidence:.1%} bounds of the "
@@ -372,7 +371,7 @@ def _absolute(m: BenchResult, metric: str, value: float, alpha: float, at_least:
             "lower": lower,
             "upper": upper,
             "confidence": confidence,
-            **({"ttft_breakdown": breakdown} if breakdown else {}),
+            **_extras(m),
         },
     )
 

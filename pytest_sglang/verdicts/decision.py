@@ -113,13 +113,16 @@ class Comparison:
                 f"{self.outcome.name}: {ratio} {sign} {self.by:g} ({conf} {side} bound "
                 f"{bound:.4g}), p = {p:.3g}"
             )
-        need = self.repeats_needed
         return (
             f"INCONCLUSIVE: {ratio} vs target {self.by:g}, {conf} bounds "
-            f"[{self.lower_bound:.4g}, {self.upper_bound:.4g}] with {self.n_a}+{self.n_b} runs; "
-            f"smallest detectable effect {_pct(self.mde)}"
-            + (f"; about {need} runs per side would decide" if need is not None else "")
+            f"[{self.lower_bound:.4g}, {self.upper_bound:.4g}] {self.undecided()}"
         )
+
+    def undecided(self) -> str:
+        """Return what an inconclusive comparison had, and the runs that would decide it."""
+        need = self.repeats_needed
+        more = f"; about {need} runs per side would decide" if need is not None else ""
+        return f"with {self.n_a}+{self.n_b} runs; smallest detectable effect {_pct(self.mde)}{more}"
 
     def table(self) -> str:
         """Return the runs and the statistics as plain text, for failure messages."""

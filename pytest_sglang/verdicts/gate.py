@@ -3,6 +3,7 @@
 Registered on the controller of a session that saves or compares; it reads each report's
 records through ``report_entries``, alike with and without xdist (``docs/baselines.md``).
 """
+
 from __future__ import annotations
 
 import functools

@@ -72,11 +72,9 @@ def _summary(c: Comparison, metric: str, tolerance: float, what: str) -> str:
         edge = f"upper bound {high:.4f} <" if upper else f"lower bound {low:.4f} >"
         return f"{head}: {word}: {shown} {edge} bound {bound:.4f} ({tol}), p = {p:.3g}"
     direction = "drop" if c.larger_is_better else "rise"
-    need = f"; about {c.repeats_needed} runs per side would decide" if c.repeats_needed else ""
     return (
         f"{head}: INCONCLUSIVE: {shown} bounds [{low:.4f}, {high:.4f}] straddle the bound "
-        f"{bound:.4f} ({tol}: a {100 * tolerance:g}% {direction} allowed) with {c.n_a}+{c.n_b} "
-        f"runs; smallest detectable effect {100 * c.mde:.1f}%{need}"
+        f"{bound:.4f} ({tol}: a {100 * tolerance:g}% {direction} allowed) {c.undecided()}"
     )
 
 
