@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_sglang.errors import ComparisonRefused
@@ -94,8 +94,8 @@ def assert_adaptive(
     servers = {"adaptive": adaptive.server, "base": base.server, "fixed": fixed.server}
     outcome, table = Outcome.FAIL if slower else Outcome.PASS, "\n".join([header, *rows])
     evidence = servers | {"levels": levels_evidence}
-    verdict = Verdict("assert_adaptive", outcome, metric, summary, table, evidence)
-    return conclude(replace(verdict, warnings=group_warnings(warnings)))
+    warnings = group_warnings(warnings)
+    return conclude(Verdict("assert_adaptive", outcome, metric, summary, table, evidence, warnings))
 
 
 @dataclass(frozen=True)
