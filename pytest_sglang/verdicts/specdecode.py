@@ -59,10 +59,9 @@ def speedup(
 
 @dataclass(frozen=True)
 class CycleEstimate:
-    """What a speculative and a plain measurement at one concurrency imply about the cycle.
+    """What a speculative and a plain TPOT imply: cycle time, break-even and speed-up.
 
-    ``t_cycle = accept_length * spec_tpot``; ``t_decode`` is the plain run's TPOT;
-    ``break_even = t_cycle / t_decode``; ``speedup = t_decode / spec_tpot``.
+    ``t_cycle = accept_length * spec_tpot``, ``break_even = t_cycle / t_decode``.
     """
 
     t_cycle: float
