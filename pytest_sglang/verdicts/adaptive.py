@@ -22,7 +22,7 @@ from pytest_sglang.verdicts.assertions import (
     conclude,
     confounders,
 )
-from pytest_sglang.verdicts.decision import Comparison, Outcome
+from pytest_sglang.verdicts.decision import Outcome
 
 __all__ = ["AdaptiveRecommendation", "assert_adaptive", "recommend_adaptive_config"]
 
@@ -53,74 +53,49 @@ def assert_adaptive(
 ) -> Verdict:
     """Assert that ``adaptive`` is, at every level, not significantly slower than the best.
 
-    At each concurrency level the better of ``base`` and ``fixed`` (by median ``metric``) is
-    the reference; the level fails when the adaptive server's runs are significantly worse
-    than ``by`` times it (the FAIL of :func:`~pytest_sglang.assert_faster`'s rule with the
-    adaptive server as candidate; ``by=0.95`` tolerates 5 %). Too few runs to ever decide
-    are refused, so a pass is never vacuous.
-
-    :raises PerformanceAssertionError: some level is significantly slower.
-    :raises ComparisonRefused: sweeps over different levels or workloads, or invalid runs.
+    The reference at each level is the better median of ``base`` and ``fixed``; the level
+    fails on :func:`~pytest_sglang.assert_faster`'s FAIL against ``by`` times it (``by=0.95``
+    tolerates 5 %). Too few runs to ever decide are refused, so a pass is never vacuous.
     """
     __tracebackhide__ = True
     larger = _direction(metric)
     levels = _same_levels({"adaptive": adaptive, "base": base, "fixed": fixed})
-    rows, slower, evidence, warnings = [], [], [], []
+    rows, slower, levels_evidence, warnings = [], [], [], []
     for level, a, b, f in zip(levels, adaptive, base, fixed, strict=True):
         for other in (b, f):
             _check_comparable(a, other, metric)
         mb, mf = _median(b, metric), _median(f, metric)
         best = b if (mb >= mf) == larger else f
-        comparison = _compare(a, best, metric, by, alpha)
+        c = _compare(a, best, metric, by, alpha)
         warnings += confounders(a, b)
-        if comparison.outcome is Outcome.FAIL:
-            slower.append((level, comparison))
-            note = (
-                f"SLOWER by {1 - comparison.ratio:.1%} (at least {1 - comparison.upper_bound:.1%})"
-            )
-        elif comparison.outcome is Outcome.PASS:
-            note = "faster"
-        else:
-            note = "not slower"
+        note = {Outcome.PASS: "faster", Outcome.INCONCLUSIVE: "not slower"}.get(c.outcome)
+        if note is None:
+            slower.append(f"C={level} ({1 - c.ratio:.1%})")
+            note = f"SLOWER by {1 - c.ratio:.1%} (at least {1 - c.upper_bound:.1%})"
         rows.append(
             f"{level:>6}  {mb:>10.4g}  {mf:>10.4g}  {_median(a, metric):>10.4g}  "
-            f"{best.server:>12}  {comparison.ratio:>7.4f}  {comparison.lower_bound:>7.4f}"
-            f"  {comparison.upper_bound:>7.4f}  {note}"
+            f"{best.server:>12}  {c.ratio:>7.4f}  {c.lower_bound:>7.4f}  {c.upper_bound:>7.4f}"
+            f"  {note}"
         )
-        evidence.append({"level": level, "reference": best.server, **comparison.as_dict()})
+        levels_evidence.append({"level": level, "reference": best.server, **c.as_dict()})
     header = (
         f"{metric}: median per level; ratio = {adaptive.server}/best (Hodges-Lehmann, "
         f"one-sided bounds at alpha {alpha:g}), failing below {by:g}\n"
-        f"{'C':>6}  {base.server:>10.10}  {fixed.server:>10.10}  "
-        f"{adaptive.server:>10.10}  {'best':>12}  {'ratio':>7}  {'lower':>7}  "
-        f"{'upper':>7}"
+        f"{'C':>6}  {base.server:>10.10}  {fixed.server:>10.10}  {adaptive.server:>10.10}  "
+        f"{'best':>12}  {'ratio':>7}  {'lower':>7}  {'upper':>7}"
     )
+    than = f"than the best of {base.server} and {fixed.server} at"
     if slower:
-        where = ", ".join(f"C={level} ({1 - c.ratio:.1%})" for level, c in slower)
-        summary = (
-            f"FAIL: {adaptive.server} is significantly slower than the best of "
-            f"{base.server} and {fixed.server} at {where}"
-        )
+        summary = f"FAIL: {adaptive.server} is significantly slower {than} {', '.join(slower)}"
     else:
         summary = (
-            f"PASS: {adaptive.server} is not significantly slower than the best of "
-            f"{base.server} and {fixed.server} at any of C={list(levels)}"
+            f"PASS: {adaptive.server} is not significantly slower {than} any of C={list(levels)}"
         )
-    verdict = Verdict(
-        kind="assert_adaptive",
-        outcome=Outcome.FAIL if slower else Outcome.PASS,
-        metric=metric,
-        summary=summary,
-        table="\n".join([header, *rows]),
-        evidence={
-            "adaptive": adaptive.server,
-            "base": base.server,
-            "fixed": fixed.server,
-            "levels": evidence,
-        },
-        warnings=group_warnings(warnings),
-    )
-    return conclude(verdict)
+    servers = {"adaptive": adaptive.server, "base": base.server, "fixed": fixed.server}
+    outcome, table = Outcome.FAIL if slower else Outcome.PASS, "\n".join([header, *rows])
+    evidence = servers | {"levels": levels_evidence}
+    warnings = group_warnings(warnings)
+    return conclude(Verdict("assert_adaptive", outcome, metric, summary, table, evidence, warnings))
 
 
 @dataclass(frozen=True)
@@ -163,19 +138,12 @@ def recommend_adaptive_config(
     metric: str = "output_throughput",
     alpha: float = 0.05,
 ) -> AdaptiveRecommendation:
-    """Recommend the adaptive buckets from a baseline sweep and fixed-speculation sweeps.
+    """Recommend ``--speculative-adaptive-config`` buckets from a baseline and fixed-step sweeps.
 
-    ``fixed`` maps a step count (``--speculative-num-steps``, top-k 1) to its sweep over the
-    same levels as ``base``. At each level the step count with the best median is chosen
-    when it is significantly better than the baseline (:func:`~pytest_sglang.assert_faster`'s
-    PASS), else 0 (no drafting). Each level becomes a bucket keyed by its concurrency (the
-    batch size there), consecutive levels with the same choice merge, and the first bucket
-    is ``"1"``; each bucket pins its choice (``candidate_steps`` of one value: widen it by
-    hand to let SGLang's EMA move). Launch with ``--speculative-adaptive
-    --speculative-adaptive-config PATH`` and ``--speculative-num-steps`` set to
-    :attr:`AdaptiveRecommendation.num_steps`.
-
-    :raises ComparisonRefused: different levels or workloads, invalid runs, too few runs.
+    ``fixed`` maps a step count to its sweep over ``base``'s levels. Each level takes the best
+    step count when it significantly beats the baseline, else 0; consecutive equal choices
+    merge into one bucket keyed by its first concurrency (the first is ``"1"``). Launch with
+    ``--speculative-num-steps`` :attr:`AdaptiveRecommendation.num_steps` (``docs/speculation.md``).
     """
     __tracebackhide__ = True
     if not fixed or any(steps < 1 for steps in fixed):
@@ -183,16 +151,16 @@ def recommend_adaptive_config(
     larger = _direction(metric)
     levels = _same_levels({"base": base, **{f"steps {s}": sw for s, sw in fixed.items()}})
     rows: list[dict[str, Any]] = []
+    config: dict[str, dict[str, Any]] = {}
     for index, level in enumerate(levels):
         point = base.points[index]
-        medians = {0: _median(point, metric)}
-        comparisons: dict[int, Comparison] = {}
-        for steps, sweep in sorted(fixed.items()):
-            _check_comparable(sweep.points[index], point, metric)
-            medians[steps] = _median(sweep.points[index], metric)
-            comparisons[steps] = _compare(sweep.points[index], point, metric, 1.0, alpha)
+        medians = {0: _median(point, metric)} | {
+            steps: _median(sweep.points[index], metric) for steps, sweep in sorted(fixed.items())
+        }
         best = max(fixed, key=lambda s: medians[s] if larger else -medians[s])
-        chosen = comparisons[best]
+        for sweep in fixed.values():
+            _check_comparable(sweep.points[index], point, metric)
+        chosen = _compare(fixed[best].points[index], point, metric, 1.0, alpha)
         if chosen.outcome is Outcome.PASS:
             steps, why = (
                 best,
@@ -206,20 +174,8 @@ def recommend_adaptive_config(
                     f"not significantly faster ({chosen.outcome.name})"
                 ),
             )
-        rows.append(
-            {
-                "level": level,
-                "medians": medians,
-                "steps": steps,
-                "why": why,
-                "comparison": chosen.as_dict(),
-            }
-        )
-    config: dict[str, dict[str, Any]] = {}
-    previous = None
-    for row in rows:
-        if row["steps"] != previous:
-            key = "1" if not config else str(row["level"])
-            config[key] = {"candidate_steps": [row["steps"]]}
-            previous = row["steps"]
+        row = {"level": level, "medians": medians, "steps": steps, "why": why}
+        rows.append(row | {"comparison": chosen.as_dict()})
+        if not rows[:-1] or rows[-2]["steps"] != steps:  # consecutive equal choices merge
+            config["1" if not config else str(level)] = {"candidate_steps": [steps]}
     return AdaptiveRecommendation(config=config, levels=rows, metric=metric)

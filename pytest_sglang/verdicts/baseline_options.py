@@ -1,11 +1,11 @@
 """The baseline options of a session (``--sglang-save`` and friends) and ``compare-fail`` terms.
 
-Resolved here, apart from the verdicts and the store, so that a session without any of them
-imports nothing more (``pytest_configure`` runs in every session).
+Apart from the verdicts and the store, so that a session without them imports nothing more.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -61,39 +61,34 @@ def _metric_name(text: str) -> str:
 
     try:
         metric_spec(text)
-        return text
     except KeyError:
-        base, _, stat = text.rpartition("_")
-        if base and stat:
-            dotted = f"{base}.{stat}"
-            try:
-                metric_spec(dotted)
-                return dotted
-            except KeyError:
-                pass
+        dotted = ".".join(text.rsplit("_", 1))
+        with contextlib.suppress(KeyError):
+            metric_spec(dotted)
+            return dotted
         raise
+    return text
 
 
 def _terms(values: Sequence[str]) -> list[str]:
-    return [t.strip() for value in values for t in value.split(",") if t.strip()]
+    terms = [t.strip() for value in values for t in value.split(",")]
+    return [t for t in terms if t and t != NOTHING_COMPARED_OK]
 
 
 def allows_nothing_compared(values: Sequence[str]) -> bool:
     """Whether the terms hold :data:`NOTHING_COMPARED_OK` (a gate may compare nothing)."""
-    return NOTHING_COMPARED_OK in _terms(values)
+    return any(t.strip() == NOTHING_COMPARED_OK for value in values for t in value.split(","))
 
 
 def parse_compare_fail(values: Sequence[str]) -> tuple[RegressionCheck, ...]:
-    """Parse ``METRIC:PCT%`` terms (each value may hold several, comma-separated).
-
-    :data:`NOTHING_COMPARED_OK` is accepted and left out (:func:`allows_nothing_compared`).
+    """Parse ``METRIC:PCT%`` terms (comma-separated ones too), leaving out ``nothing-compared:ok``.
 
     :raises ValueError: naming the term and what is accepted.
     """
+    from pytest_sglang.measure.metrics import metric_spec
+
     checks = []
     for term in _terms(values):
-        if term == NOTHING_COMPARED_OK:
-            continue
         match = _TERM.match(term)
         if match is None:
             raise ValueError(
@@ -102,23 +97,17 @@ def parse_compare_fail(values: Sequence[str]) -> tuple[RegressionCheck, ...]:
                 "absolute 'min:0.001' form does not apply to throughputs), or "
                 f"{NOTHING_COMPARED_OK}"
             )
-        name, pct = match.groups()
         try:
-            metric = _metric_name(name)
+            metric = _metric_name(match[1])
         except KeyError as exc:
             raise ValueError(f"cannot parse {term!r}: {exc.args[0]}") from None
-        from pytest_sglang.measure.metrics import metric_spec
-
         if metric_spec(metric).larger_is_better is None:
             raise ValueError(f"{metric!r} describes the load and cannot regress")
-        tolerance = float(pct) / 100.0
+        tolerance = float(match[2]) / 100.0
         if not 0.0 <= tolerance < 1.0:
             raise ValueError(f"{term!r}: the tolerance must be in [0%, 100%)")
         checks.append(RegressionCheck(metric, tolerance))
     return tuple(checks)
-
-
-# -- options ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

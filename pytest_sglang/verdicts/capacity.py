@@ -1,14 +1,15 @@
 """Capacity search: the highest load at which a server meets an SLO, and how sure that is.
 
-Bisection over load levels, adding runs at a level while :func:`judge_slo` cannot decide;
-the answer is a bracket that holds with probability ``1 - alpha``
-(``docs/statistics.md``, "Capacity search").
+Bisection over load levels, adding runs at a level while :func:`judge_slo` cannot decide; the
+bracket holds with probability ``1 - alpha`` (``docs/statistics.md``, "Capacity search").
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pytest_sglang.errors import ComparisonRefused
 from pytest_sglang.loadgen.records import RequestRecord
@@ -57,24 +58,20 @@ class CapacityVerdict:
     @property
     def level(self) -> Level | None:
         """The highest level shown to meet the SLO (None: not even the lowest)."""
-        passed = [lv for lv, d in self.decisions.items() if d.outcome is Outcome.PASS]
-        return max(passed, default=None)
+        return max(
+            (lv for lv, d in self.decisions.items() if d.outcome is Outcome.PASS), default=None
+        )
 
     @property
     def upper(self) -> Level | None:
         """The lowest level above ``level`` that missed the SLO or stayed undecided."""
-        above = [
-            lv
-            for lv, d in self.decisions.items()
-            if d.outcome is not Outcome.PASS and (self.level is None or lv > self.level)
-        ]
-        return min(above, default=None)
+        low = -math.inf if self.level is None else self.level
+        return min((lv for lv in self.decisions if lv > low), default=None)
 
     @property
     def decided(self) -> bool:
         """Whether the bracket's upper end was shown to miss (not merely undecided)."""
-        upper = self.upper
-        return upper is None or self.decisions[upper].outcome is Outcome.FAIL
+        return self.upper is None or self.decisions[self.upper].outcome is Outcome.FAIL
 
     @property
     def runs(self) -> int:
@@ -101,6 +98,26 @@ class CapacityVerdict:
             )
         return head + tail + f"; {self.runs} runs spent"
 
+    def evidence(self) -> dict[str, Any]:
+        """Return the answer and each probed level as plain JSON types."""
+        return {
+            "label": self.label,
+            "slo": self.slo.describe(),
+            "capacity": self.level,
+            "upper": self.upper,
+            "decided": self.decided,
+            "runs": self.runs,
+            "levels": [
+                {
+                    "level": d.level,
+                    "outcome": d.outcome.value,
+                    "runs": d.runs,
+                    "requests": d.requests,
+                }
+                for d in sorted(self.decisions.values(), key=lambda d: d.level)
+            ],
+        }
+
     def table(self) -> str:
         """Return the evidence: one line per probed level, in load order."""
         lines = [
@@ -123,12 +140,9 @@ def find_capacity(
 ) -> CapacityVerdict:
     """Find the highest of ``levels`` at which ``slo`` holds (see the module docstring).
 
-    :param run: measures one run at a level: ``run(level, repeat)`` returns its
-        :class:`Measurement` (with its records), e.g. a closed loop at concurrency ``level``.
-    :param levels: the search grid, any order; searched ascending.
-    :param max_runs: the most runs spent at one level before it is left undecided.
-    :param unit: the level's name in messages: ``C`` (concurrency) or ``rate``.
-    :raises ValueError: no levels, or ``max_runs`` below 1.
+    ``run(level, repeat)`` measures one run (its :class:`Measurement`, with records) at a
+    level; at most ``max_runs`` are spent at one level; ``unit`` names the level in messages
+    (``C`` or ``rate``).
     """
     __tracebackhide__ = True
     slo = Slo.parse(slo) if isinstance(slo, str) else slo
@@ -138,62 +152,28 @@ def find_capacity(
     if max_runs < 1:
         raise ValueError(f"max_runs must be at least 1, got {max_runs}")
     verdict = CapacityVerdict(slo, label, unit, grid, alpha)
-    each = alpha / 2
     low, high = -1, len(grid)  # grid[low] shown to pass, grid[high] not passing
     while high - low > 1:
         mid = (low + high) // 2
-        decision = _decide(run, grid[mid], slo, each, max_runs)
+        records: list[RequestRecord] = []
+        for repeat in range(max_runs):  # more runs while the level stays undecided
+            measurement = run(grid[mid], repeat)
+            if not measurement.records:
+                raise ComparisonRefused(
+                    f"the run at {grid[mid]:g} kept no per-request records, which an SLO is "
+                    "judged on"
+                )
+            records += measurement.records
+            outcome, objectives = judge_slo(
+                slo, records, alpha / 2
+            )  # each bracket end at alpha / 2
+            if outcome is not Outcome.INCONCLUSIVE:
+                break
+        decision = LevelDecision(grid[mid], outcome, repeat + 1, len(records), tuple(objectives))
         verdict.decisions[grid[mid]] = decision
-        if decision.outcome is Outcome.PASS:
-            low = mid
-        else:
-            high = mid
+        low, high = (mid, high) if outcome is Outcome.PASS else (low, mid)
+    summary, table = verdict.statement(), verdict.table()
     record_verdict(
-        Verdict(
-            kind="find_capacity",
-            outcome="finding",
-            metric=slo.describe(),
-            summary=verdict.statement(),
-            table=verdict.table(),
-            evidence={
-                "label": label,
-                "slo": slo.describe(),
-                "capacity": verdict.level,
-                "upper": verdict.upper,
-                "decided": verdict.decided,
-                "runs": verdict.runs,
-                "levels": [
-                    {
-                        "level": d.level,
-                        "outcome": d.outcome.value,
-                        "runs": d.runs,
-                        "requests": d.requests,
-                    }
-                    for d in sorted(verdict.decisions.values(), key=lambda d: d.level)
-                ],
-            },
-        )
+        Verdict("find_capacity", "finding", slo.describe(), summary, table, verdict.evidence())
     )
     return verdict
-
-
-def _decide(
-    run: Callable[[Level, int], Measurement],
-    level: Level,
-    slo: Slo,
-    alpha: float,
-    max_runs: int,
-) -> LevelDecision:
-    __tracebackhide__ = True
-    records: list[RequestRecord] = []
-    for repeat in range(max_runs):
-        measurement = run(level, repeat)
-        if not measurement.records:
-            raise ComparisonRefused(
-                f"the run at {level:g} kept no per-request records, which an SLO is judged on"
-            )
-        records += measurement.records
-        outcome, objectives = judge_slo(slo, records, alpha)
-        if outcome is not Outcome.INCONCLUSIVE:
-            break
-    return LevelDecision(level, outcome, repeat + 1, len(records), tuple(objectives))

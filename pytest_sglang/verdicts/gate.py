@@ -1,27 +1,27 @@
 """The session's baselines: save its measurements, judge each against its stored counterpart.
 
-Registered on the controller when a session saves or compares; it reads each report's
-records through ``report_entries``, so alike with and without xdist. The rules and the
-storage are in ``docs/baselines.md``.
+Registered on the controller of a session that saves or compares; it reads each report's
+records through ``report_entries``, alike with and without xdist (``docs/baselines.md``).
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import pytest
 
 from pytest_sglang.report.entries import (
     MeasurementRow,
     ServerEntry,
-    VerdictEntry,
     as_row,
     unique_measurements,
 )
 from pytest_sglang.report.junit import add_entry, report_entries
-from pytest_sglang.verdicts.baseline_options import BaselineOptions
+from pytest_sglang.verdicts.baseline_options import NOTHING_COMPARED_OK, BaselineOptions
 
 if TYPE_CHECKING:
     from pytest_sglang.measure.session_format import StoredMeasurement
@@ -31,74 +31,59 @@ __all__ = ["BaselineGate", "register_gate"]
 GATE_NAME = "sglang-baselines"
 
 
-@dataclass
-class _Outcome:
+class _Outcome(NamedTuple):
     test: str
     label: str
     outcome: str  # pass / fail / inconclusive / refused / none
     text: str
 
 
+@dataclass
 class BaselineGate:
     """Saves the session's measurements and judges them against stored ones."""
 
-    def __init__(self, config: pytest.Config, options: BaselineOptions) -> None:
-        self.config = config
-        self.options = options
-        self.rows: list[MeasurementRow] = []
-        self.servers: list[ServerEntry] = []
-        self.gpus: list[str] = []
-        self.outcomes: list[_Outcome] = []
-        #: Every verdict row of the session (the tests' and the gate's), saved with it.
-        self.verdicts: list[dict[str, Any]] = []
-        self.saved: str | None = None
-        #: Why the gate passed nothing, when it compared nothing (``--sglang-compare-fail``).
-        self.nothing_compared: str | None = None
-        self.save_error: str | None = None
-        self._candidates: list[StoredMeasurement] | None = None
-        self._candidates_error: str | None = None
-        self._commit: dict[str, Any] | None = None
-
-    # -- the stored side ----------------------------------------------------------------------
+    config: pytest.Config
+    options: BaselineOptions
+    rows: list[MeasurementRow] = field(default_factory=list)
+    servers: list[ServerEntry] = field(default_factory=list)
+    gpus: list[str] = field(default_factory=list)
+    outcomes: list[_Outcome] = field(default_factory=list)
+    #: Every verdict row of the session (the tests' and the gate's), saved with it.
+    verdicts: list[dict[str, Any]] = field(default_factory=list)
+    saved: str | None = None
+    #: Why the gate passed nothing, when it compared nothing (``--sglang-compare-fail``).
+    nothing_compared: str | None = None
+    save_error: str | None = None
+    _candidates: list[StoredMeasurement] | None = None
+    _candidates_error: str | None = None
 
     def candidates(self) -> list[StoredMeasurement]:
-        """Return the stored measurements ``--sglang-compare`` refers to (read once).
-
-        :raises DamagedSession: a stored session (or the report) it reads is damaged.
-        """
+        """Return the stored measurements ``--sglang-compare`` refers to (read once)."""
         if self._candidates is None:
-            from pathlib import Path
-
             from pytest_sglang.measure.session_format import read_document, report_measurements
 
             ref = self.options.compare or "latest"
             store = self.options.store()
             self._candidates = []
             try:
-                path = Path(ref) if Path(ref).is_absolute() else self.options.base / ref
+                path = self.options.base / ref
                 if ref.endswith(".json") and path.is_file():
                     document = read_document(path)
                     if document.get("format") == "pytest-sglang-report":
                         self._candidates = report_measurements(document, str(path))
                         return self._candidates
-                if ref == "latest":
-                    sessions = store.sessions()
-                    self._candidates = [m for s in sessions for m in s.measurements]
-                else:
-                    self._candidates = list(store.find(ref).measurements)
+                sessions = store.sessions() if ref == "latest" else [store.find(ref)]
+                self._candidates = [m for s in sessions for m in s.measurements]
             except (LookupError, OSError, ValueError) as exc:
                 self._candidates_error = str(exc)
         return self._candidates
 
+    @functools.cached_property
     def commit(self) -> dict[str, Any]:
-        """Return the tested tree's commit (read once)."""
-        if self._commit is None:
-            from pytest_sglang.measure.session_format import commit_info
+        """The tested tree's commit (read once)."""
+        from pytest_sglang.measure.session_format import commit_info
 
-            self._commit = commit_info()
-        return self._commit
-
-    # -- collection -----------------------------------------------------------------------------
+        return commit_info()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -131,23 +116,22 @@ class BaselineGate:
         )
         from pytest_sglang.verdicts.regression import refused_fields, regression_verdicts
 
-        candidates = self.candidates()
         failures: list[str] = []
         for row in rows:
             server = server_for(row, self.servers)
             fingerprint = fingerprint_of(row, server, self.gpus)
             label = f"{row['server']} @ C={row['concurrency']}"
-            match, near = find_counterpart(fingerprint, candidates)
+            match, near = find_counterpart(fingerprint, self.candidates())
             if match is None:
                 if near:
                     fields = "; ".join(refused_fields(fingerprint, near[0].fingerprint))
-                    text = f"{near[0].session}: fields differ: {fields}"
-                    self.outcomes.append(_Outcome(report.nodeid, label, "refused", text))
+                    tag, text = "refused", f"{near[0].session}: fields differ: {fields}"
                 else:
                     why = self._candidates_error or "no stored measurement with its fingerprint"
-                    self.outcomes.append(_Outcome(report.nodeid, label, "none", why))
+                    tag, text = "none", why
+                self.outcomes.append(_Outcome(report.nodeid, label, tag, text))
                 continue
-            labels = session_labels("now", [server] if server else [], self.commit(), "")
+            labels = session_labels("now", [server] if server else [], self.commit, "")
             for verdict in regression_verdicts(
                 result_of(row),
                 match,
@@ -158,13 +142,13 @@ class BaselineGate:
                 if isinstance(verdict, str):
                     self.outcomes.append(_Outcome(report.nodeid, label, "refused", verdict))
                     continue
-                entry: VerdictEntry = {"record": "verdict", **verdict.as_dict()}
-                add_entry(report, entry)
-                self.verdicts.append({"test": report.nodeid, **verdict.as_dict()})
+                body = verdict.as_dict()
+                add_entry(report, {"record": "verdict", **body})
+                self.verdicts.append({"test": report.nodeid, **body})
                 self.outcomes.append(
-                    _Outcome(report.nodeid, label, entry["outcome"], verdict.summary)
+                    _Outcome(report.nodeid, label, body["outcome"], verdict.summary)
                 )
-                if self.options.fail and entry["outcome"] == "fail":
+                if self.options.fail and body["outcome"] == "fail":
                     failures.append(verdict.message())
         if failures and not report.failed:
             terms = ", ".join(c.describe() for c in self.options.checks)
@@ -174,36 +158,58 @@ class BaselineGate:
                 f"{terms}):\n\n" + "\n\n".join(failures)
             )
 
-    # -- the end ------------------------------------------------------------------------------
+    def _fail(self, session: pytest.Session) -> None:
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-    def unique_rows(self) -> list[MeasurementRow]:
-        """Return the measurements, each once (a cached one is recorded by every user)."""
-        return unique_measurements(self.rows)
+    def _count(self, outcome: str) -> int:
+        return sum(1 for o in self.outcomes if o.outcome == outcome)
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Fail a gate that compared nothing; save the session's measurements, when asked to."""
         if self.config.option.collectonly:
             return
-        self._check_something_compared(session)
-        if not (self.options.save or self.options.autosave):
-            return
-        rows = self.unique_rows()
+        options = self.options
+        judged = any(o.outcome in ("pass", "fail", "inconclusive") for o in self.outcomes)
+        if options.compare and options.fail and not judged:
+            why = (
+                f"{self._count('refused')} measurement(s) refused, {self._count('none')} "
+                "without a stored counterpart"
+                if self.outcomes
+                else "no measurement was taken"
+            )
+            if options.nothing_compared_ok:
+                self.nothing_compared = (
+                    f"nothing was compared (allowed by {NOTHING_COMPARED_OK}): {why}"
+                )
+            else:
+                self.nothing_compared = (
+                    f"the gate compared nothing: {why}; a regression gate (--sglang-compare-fail) "
+                    "that compared nothing has not passed: save a comparable baseline first, or "
+                    f"add the term {NOTHING_COMPARED_OK} to let such a session pass"
+                )
+                self._fail(session)
+        if options.save or options.autosave:
+            self._save(session, exitstatus == pytest.ExitCode.INTERRUPTED)
+
+    def _save(self, session: pytest.Session, interrupted: bool) -> None:
+        """Save the session's measurements, each once; a lost save fails the session, loudly."""
+        from pytest_sglang.measure.session_format import autosave_name, build_document
+
+        rows = unique_measurements(self.rows)
         if not rows:
             self.save_error = "not saving anything: no measurements were taken"
             return
-        from pytest_sglang.measure.session_format import autosave_name, build_document
-
-        name = self.options.save or autosave_name(self.commit())
+        name = self.options.save or autosave_name(self.commit)
         servers = list({f"{s['name']} {s['url']}": s for s in self.servers}.values())
         store = self.options.store()
-        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
         document = build_document(
             name,
             rows,
             servers,
             self.gpus,
-            commit=self.commit(),
+            commit=self.commit,
             verdicts=self.verdicts,
             interrupted=interrupted,
         )
@@ -214,32 +220,7 @@ class BaselineGate:
                 f"saving the baseline to {store} failed: {type(exc).__name__}: {exc}"
                 + self._keep(name, document)
             )
-            if session.exitstatus == pytest.ExitCode.OK:
-                session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-    def _check_something_compared(self, session: pytest.Session) -> None:
-        """Fail the session of a gate (``--sglang-compare-fail``) that compared nothing."""
-        if not (self.options.compare and self.options.fail):
-            return
-        if any(o.outcome in ("pass", "fail", "inconclusive") for o in self.outcomes):
-            return
-        refused = sum(1 for o in self.outcomes if o.outcome == "refused")
-        missing = sum(1 for o in self.outcomes if o.outcome == "none")
-        why = (
-            f"{refused} measurement(s) refused, {missing} without a stored counterpart"
-            if self.outcomes
-            else "no measurement was taken"
-        )
-        if self.options.nothing_compared_ok:
-            self.nothing_compared = f"nothing was compared (allowed by nothing-compared:ok): {why}"
-            return
-        self.nothing_compared = (
-            f"the gate compared nothing: {why}; a regression gate (--sglang-compare-fail) that "
-            "compared nothing has not passed: save a comparable baseline first, or add the "
-            "term nothing-compared:ok to let such a session pass"
-        )
-        if session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            self._fail(session)
 
     def _keep(self, name: str, document: Mapping[str, Any]) -> str:
         """Write the session that could not be saved somewhere else; return what to say."""
@@ -256,11 +237,10 @@ class BaselineGate:
         folders += [Path(self.config.invocation_params.dir), Path(tempfile.gettempdir())]
         problems = []
         for folder in folders:
-            path = folder / f"sglang-unsaved_{name}.json"
-            number = 1
-            while path.exists():
-                number += 1
-                path = folder / f"sglang-unsaved_{name}-{number}.json"
+            names = (
+                f"sglang-unsaved_{name}" + (f"-{n}" if n > 1 else "") for n in itertools.count(1)
+            )
+            path = next(p for p in (folder / f"{n}.json" for n in names) if not p.exists())
             try:
                 write_atomic(path, document_text(document))
             except OSError as exc:
@@ -275,65 +255,47 @@ class BaselineGate:
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         """Say what was compared, what had no counterpart, and where the session was saved."""
-        tr = terminalreporter
-        if not (
-            self.outcomes
-            or self.saved
-            or self.save_error
-            or self.options.compare
-            or self.nothing_compared
-        ):
+        tr, options = terminalreporter, self.options
+        if not (self.outcomes or self.saved or self.save_error or options.compare):
             return
         tr.section("sglang baselines")
-        store = self.options.store()
-        if self.options.compare:
-            terms = ", ".join(c.describe() for c in self.options.checks)
-            mode = "regressions fail tests" if self.options.fail else "reported only"
-            tr.write_line(f"compared with {self.options.compare!r} in {store} ({terms}; {mode})")
+        if options.compare:
+            terms = ", ".join(c.describe() for c in options.checks)
+            mode = "regressions fail tests" if options.fail else "reported only"
+            tr.write_line(
+                f"compared with {options.compare!r} in {options.store()} ({terms}; {mode})"
+            )
             if not self.outcomes:
                 tr.write_line("  no measurement was taken in this session")
             for o in self.outcomes:
-                tags = {"none": "NO BASELINE", "refused": "REFUSED"}
-                tag = tags.get(o.outcome, o.outcome.upper())
-                tr.write_line(
-                    f"  [{tag}] {o.test} {o.label}: {o.text}", red=o.outcome in ("fail", "refused")
+                tag = {"none": "NO BASELINE", "refused": "REFUSED"}.get(
+                    o.outcome, o.outcome.upper()
                 )
-            missing = sum(1 for o in self.outcomes if o.outcome == "none")
-            if missing:
-                tr.write_line(f"  {missing} measurement(s) had no stored counterpart")
+                red = o.outcome in ("fail", "refused")
+                tr.write_line(f"  [{tag}] {o.test} {o.label}: {o.text}", red=red)
+            if self._count("none"):
+                tr.write_line(f"  {self._count('none')} measurement(s) had no stored counterpart")
             if self.nothing_compared:
-                tr.write_line(
-                    f"  {self.nothing_compared}", red=not self.options.nothing_compared_ok
-                )
+                tr.write_line(f"  {self.nothing_compared}", red=not options.nothing_compared_ok)
         if self.saved:
-            tr.write_line(f"saved {len(self.unique_rows())} measurement(s) to {self.saved}")
+            tr.write_line(
+                f"saved {len(unique_measurements(self.rows))} measurement(s) to {self.saved}"
+            )
         if self.save_error:
             tr.write_line(self.save_error, red=True)
 
 
 def register_gate(config: pytest.Config, options: BaselineOptions) -> BaselineGate:
-    """Register the gate on the controller of a session that saves or compares.
-
-    Checks, before any test runs, that the storage takes a save and that the stored
-    sessions a comparison reads are whole. ``plugin.py`` imports this module only for such
-    a session (``options.active``).
+    """Check the storage and the stored sessions now, then register the gate on the controller.
 
     :raises pytest.UsageError: on an unwritable storage or a damaged stored session.
     """
-    gate = BaselineGate(config, options)
-    if not config.option.collectonly:
-        _check_storage(gate)
-    config.pluginmanager.register(gate, GATE_NAME)
-    return gate
-
-
-def _check_storage(gate: BaselineGate) -> None:
-    """Refuse now what would fail after hours: an unwritable store, a damaged baseline."""
     from pytest_sglang.config.options import COMPARE, SAVE, STORAGE
     from pytest_sglang.measure.session_format import DamagedSession
 
-    options = gate.options
-    if options.save or options.autosave:
+    gate = BaselineGate(config, options)
+    check = not config.option.collectonly
+    if check and (options.save or options.autosave):
         try:
             options.store().check_writable()
         except OSError as exc:
@@ -341,9 +303,11 @@ def _check_storage(gate: BaselineGate) -> None:
                 f"{SAVE.label}: the session could not be saved there: {exc}; fix the storage "
                 f"or give another ({STORAGE.label})"
             ) from None
-    if options.compare:
+    if check and options.compare:
         try:
             options.store().check_reachable()
             gate.candidates()
         except (DamagedSession, OSError) as exc:
             raise pytest.UsageError(f"{COMPARE.label}={options.compare}: {exc}") from None
+    config.pluginmanager.register(gate, GATE_NAME)
+    return gate

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_sglang.errors import MeasurementFailed
+from pytest_sglang.report.entries import VerdictKind
 from pytest_sglang.verdicts.assertions import Verdict, conclude
 from pytest_sglang.verdicts.decision import Outcome
 
@@ -28,16 +29,6 @@ _AROUND = 40  # characters of text shown on each side of a divergence
 _NUMERICS = ("attention_backend", "decode_attention_backend", "dtype", "kv_cache_dtype", "tp_size")
 
 
-def _client(server: SGLangServer | str, timeout: float) -> tuple[httpx.Client, str, dict[str, Any]]:
-    import httpx
-
-    if isinstance(server, str):
-        url = httpx.URL(server)
-        label = f"{url.scheme}://{url.host}" + (f":{url.port}" if url.port else "")
-        return httpx.Client(base_url=url, timeout=timeout, trust_env=False), label, {}
-    return server.client(timeout=timeout), server.name, server.server_info
-
-
 def _outputs(
     server: SGLangServer | str | Callable[[], SGLangServer | str],
     prompts: Sequence[Prompt],
@@ -46,7 +37,15 @@ def _outputs(
 ) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
     """Return the server's label, its ``/server_info`` (if known) and one answer per prompt."""
     __tracebackhide__ = True
-    http, label, info = _client(server() if callable(server) else server, timeout)
+    import httpx
+
+    server = server() if callable(server) else server
+    if isinstance(server, str):
+        url = httpx.URL(server)
+        label, info = f"{url.scheme}://{url.host}" + (f":{url.port}" if url.port else ""), {}
+        http = httpx.Client(base_url=url, timeout=timeout, trust_env=False)
+    else:
+        http, label, info = server.client(timeout=timeout), server.name, server.server_info
     with http:
         return label, info, [_generate(http, label, prompt, max_new_tokens) for prompt in prompts]
 
@@ -80,13 +79,10 @@ def _generate(
     return answer
 
 
-def _around(a: str, b: str) -> tuple[str, str]:
-    """Return the two texts around their first differing character, ``|`` marking it."""
-    at = next(
-        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
-    )
-    lo = max(0, at - _AROUND)
-    return tuple(f"{t[lo:at]}|{t[at : at + _AROUND]}" for t in (a, b))  # type: ignore[return-value]
+def _common(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """Return the length of the common prefix of ``a`` and ``b``."""
+    pairs = enumerate(zip(a, b, strict=False))
+    return next((i for i, (x, y) in pairs if x != y), min(len(a), len(b)))
 
 
 def assert_greedy_equivalent(
@@ -99,17 +95,10 @@ def assert_greedy_equivalent(
 ) -> Verdict:
     """Assert that ``spec`` returns ``base``'s greedy output ids for every prompt.
 
-    Each prompt (text, or a list of token ids the model has) goes to both servers as a native
-    ``/generate`` request with ``temperature 0`` and ``max_new_tokens``; the output ids must be
-    identical. ``spec`` and ``base`` are server fixtures, base URLs, or callables returning one,
-    called when that side's turn comes (``lambda: sglang_servers.get("eagle3")``): launch mode
-    runs one launched server at a time, so ``spec`` is queried in full before ``base`` is
-    asked for. Compare servers with the same attention backend and dtype: bf16 near-ties
-    otherwise flip (a warning says when ``/server_info`` differs).
-
-    :raises PerformanceAssertionError: a prompt's outputs differ; the message names the first
-        divergence (prompt, position, both token ids, the text around it) and each prompt's.
-    :raises MeasurementFailed: a request failed or its answer had no ``output_ids``.
+    Each prompt (text or token ids) goes to both servers as a native ``/generate`` at
+    temperature 0. ``spec`` and ``base`` are server fixtures, base URLs, or callables returning
+    one, called in turn (launch mode runs one server at a time). A failure names the first
+    divergence; a warning says when the servers' numerics (backend, dtype) differ.
     """
     __tracebackhide__ = True
     if not prompts:
@@ -119,22 +108,23 @@ def assert_greedy_equivalent(
     rows, divergences = [], []
     for index, (a, b) in enumerate(zip(spec_answers, base_answers, strict=True)):
         ids_a, ids_b = a["output_ids"], b["output_ids"]
-        at = next((i for i, (x, y) in enumerate(zip(ids_a, ids_b, strict=False)) if x != y), None)
-        if at is None and len(ids_a) != len(ids_b):
-            at = min(len(ids_a), len(ids_b))
-        if at is None:
+        if ids_a == ids_b:
             rows.append(f"{index:>6} {len(ids_a):>6} identical")
             continue
+        at = _common(ids_a, ids_b)
         tokens = [ids[at] if at < len(ids) else None for ids in (ids_a, ids_b)]
-        text_a, text_b = _around(str(a.get("text", "")), str(b.get("text", "")))
+        texts = [str(a.get("text", "")), str(b.get("text", ""))]
+        char = _common(*texts)
+        lo = max(0, char - _AROUND)
+        spec_text, base_text = (f"{t[lo:char]}|{t[char : char + _AROUND]}" for t in texts)
         divergences.append(
             {
                 "request": index,
                 "position": at,
                 "spec_token": tokens[0],
                 "base_token": tokens[1],
-                "spec_text": text_a,
-                "base_text": text_b,
+                "spec_text": spec_text,
+                "base_text": base_text,
             }
         )
         rows.append(
@@ -165,19 +155,8 @@ def assert_greedy_equivalent(
     ]
     if spec_info and not spec_info.get("speculative_algorithm"):
         warnings.append(f"{spec_label} runs no speculative decoding (speculative_algorithm null)")
-    verdict = Verdict(
-        kind="assert_greedy_equivalent",
-        outcome=Outcome.FAIL if divergences else Outcome.PASS,
-        metric="output_ids",
-        summary=summary,
-        table=table,
-        evidence={
-            "spec": spec_label,
-            "base": base_label,
-            "prompts": len(prompts),
-            "max_new_tokens": max_new_tokens,
-            "divergences": divergences,
-        },
-        warnings=warnings,
-    )
-    return conclude(verdict)
+    evidence = {"spec": spec_label, "base": base_label, "prompts": len(prompts)}
+    evidence |= {"max_new_tokens": max_new_tokens, "divergences": divergences}
+    outcome = Outcome.FAIL if divergences else Outcome.PASS
+    kind: VerdictKind = "assert_greedy_equivalent"
+    return conclude(Verdict(kind, outcome, "output_ids", summary, table, evidence, warnings))

@@ -6,6 +6,7 @@ the rank test, tested against the margin ``1 - tolerance`` (``docs/baselines.md`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,22 +25,13 @@ from pytest_sglang.measure.session_format import (
 )
 from pytest_sglang.measure.store import BaselineStore
 from pytest_sglang.report.context import CURRENT_ITEM
-from pytest_sglang.report.entries import VerdictKind
-from pytest_sglang.verdicts.assertions import Verdict, _check_comparable, conclude
-from pytest_sglang.verdicts.baseline_options import (
-    DEFAULT_CHECKS,
-    RegressionCheck,
-    baseline_options,
-    parse_compare_fail,
-)
-from pytest_sglang.verdicts.decision import Comparison, Outcome, compare
+from pytest_sglang.verdicts.assertions import Verdict, _compare, conclude
+from pytest_sglang.verdicts.baseline_options import RegressionCheck, baseline_options
+from pytest_sglang.verdicts.decision import Comparison, Outcome
 
 __all__ = [
-    "DEFAULT_CHECKS",
     "MIN_BASELINE_RUNS",
-    "RegressionCheck",
     "assert_no_regression",
-    "parse_compare_fail",
     "refused_fields",
     "regression_verdict",
     "regression_verdicts",
@@ -47,13 +39,6 @@ __all__ = [
 
 #: Runs a baseline needs at least (docs/baselines.md, "How many runs").
 MIN_BASELINE_RUNS = 5
-
-
-#: The verdict's kind in the report.
-KIND: VerdictKind = "assert_no_regression"
-
-
-# -- the verdict --------------------------------------------------------------------------
 
 
 def _margin(metric: str, tolerance: float) -> tuple[bool, float]:
@@ -66,56 +51,30 @@ def _margin(metric: str, tolerance: float) -> tuple[bool, float]:
     return larger, (1.0 - tolerance) if larger else 1.0 / (1.0 + tolerance)
 
 
-def _raw(comparison: Comparison) -> tuple[float, float, float, float]:
+def _raw(c: Comparison) -> tuple[float, float, float, float]:
     """Return now/stored in the metric's own units: ratio, its bounds low and high, margin."""
-    if comparison.larger_is_better:
-        return comparison.ratio, comparison.lower_bound, comparison.upper_bound, comparison.by
-
-    def inv(x: float) -> float:
-        return float("inf") if x == 0 else 1.0 / x
-
-    return (
-        inv(comparison.ratio),
-        inv(comparison.upper_bound),
-        inv(comparison.lower_bound),
-        inv(comparison.by),
-    )
+    if c.larger_is_better:
+        return c.ratio, c.lower_bound, c.upper_bound, c.by
+    inverse = [math.inf if x == 0 else 1.0 / x for x in (c.ratio, c.upper_bound, c.lower_bound)]
+    return inverse[0], inverse[1], inverse[2], 1.0 / c.by
 
 
-def _summary(comparison: Comparison, metric: str, tolerance: float, what: str) -> str:
-    ratio, low, high, bound = _raw(comparison)
-    conf = f"{100 * comparison.confidence:.1f}%"
-    direction = "drop" if comparison.larger_is_better else "rise"
+def _summary(c: Comparison, metric: str, tolerance: float, what: str) -> str:
+    ratio, low, high, bound = _raw(c)
+    conf = f"{100 * c.confidence:.1f}%"
     head = f"assert_no_regression({what}) on {metric}"
     tol = f"{100 * tolerance:g}% tolerance"
-    if comparison.outcome is Outcome.FAIL:
-        if comparison.larger_is_better:
-            edge = f"upper bound {high:.4f} < bound"
-        else:
-            edge = f"lower bound {low:.4f} > bound"
-        return (
-            f"{head}: REGRESSION: now/stored = {ratio:.4f}, {conf} {edge} {bound:.4f} "
-            f"({tol}), p = {comparison.p_value_fail:.3g}"
-        )
-    if comparison.outcome is Outcome.PASS:
-        if comparison.larger_is_better:
-            edge = f"lower bound {low:.4f} >"
-        else:
-            edge = f"upper bound {high:.4f} <"
-        return (
-            f"{head}: no regression: now/stored = {ratio:.4f}, {conf} {edge} bound "
-            f"{bound:.4f} ({tol}), p = {comparison.p_value:.3g}"
-        )
+    shown = f"now/stored = {ratio:.4f}, {conf}"
+    if c.outcome is not Outcome.INCONCLUSIVE:
+        failed = c.outcome is Outcome.FAIL
+        word, p = ("REGRESSION", c.p_value_fail) if failed else ("no regression", c.p_value)
+        upper = failed == c.larger_is_better
+        edge = f"upper bound {high:.4f} <" if upper else f"lower bound {low:.4f} >"
+        return f"{head}: {word}: {shown} {edge} bound {bound:.4f} ({tol}), p = {p:.3g}"
+    direction = "drop" if c.larger_is_better else "rise"
     return (
-        f"{head}: INCONCLUSIVE: now/stored = {ratio:.4f}, {conf} bounds [{low:.4f}, {high:.4f}] "
-        f"straddle the bound {bound:.4f} ({tol}: a {100 * tolerance:g}% {direction} allowed) "
-        f"with {comparison.n_a}+{comparison.n_b} runs; smallest detectable effect "
-        f"{100 * comparison.mde:.1f}%"
-        + (
-            f"; about {comparison.repeats_needed} runs per side would decide"
-            if comparison.repeats_needed
-            else ""
-        )
+        f"{head}: INCONCLUSIVE: {shown} bounds [{low:.4f}, {high:.4f}] straddle the bound "
+        f"{bound:.4f} ({tol}: a {100 * tolerance:g}% {direction} allowed) {c.undecided()}"
     )
 
 
@@ -128,30 +87,23 @@ def _labels_line(name: str, labels: Mapping[str, Any]) -> str:
     return f"{name}: " + (", ".join(parts) or "(no labels)")
 
 
-def _warnings(comparison: Comparison, tolerance: float, stored: BenchResult) -> list[str]:
+def _warnings(c: Comparison, tolerance: float, stored: BenchResult) -> list[str]:
     out = []
     if len(stored.runs) < MIN_BASELINE_RUNS:
         out.append(
             f"the baseline has {len(stored.runs)} runs: save baselines with at least "
             f"{MIN_BASELINE_RUNS} (docs/baselines.md, 'How many runs')"
         )
-    if comparison.cv_b is not None and tolerance > 0 and comparison.cv_b > tolerance:
+    if 0 < tolerance < (c.cv_b or 0):
         out.append(
-            f"the baseline's own run-to-run spread (CV {100 * comparison.cv_b:.1f}%) exceeds the "
+            f"the baseline's own run-to-run spread (CV {100 * (c.cv_b or 0):.1f}%) exceeds the "
             f"{100 * tolerance:g}% tolerance: only large regressions can be shown; measure more "
             "runs or steadier conditions"
         )
-    if (
-        comparison.cv_a is not None
-        and comparison.cv_b
-        and comparison.cv_b > 0
-        and comparison.cv_a > 3 * comparison.cv_b
-        and comparison.cv_a > 0.01
-    ):
+    if c.cv_a and c.cv_b and c.cv_a > max(3 * c.cv_b, 0.01):
         out.append(
-            "the fresh runs spread much more than the stored ones (CV "
-            f"{100 * comparison.cv_a:.1f}% vs {100 * comparison.cv_b:.1f}%): the conditions "
-            "changed, not only the build"
+            f"the fresh runs spread much more than the stored ones (CV {100 * c.cv_a:.1f}% vs "
+            f"{100 * c.cv_b:.1f}%): the conditions changed, not only the build"
         )
     return out
 
@@ -171,13 +123,9 @@ def regression_verdict(
     fresh_fingerprint: Fingerprint | None = None,
     fresh_labels: Mapping[str, Any] | None = None,
 ) -> Verdict:
-    """Judge ``fresh`` against ``stored`` and return the verdict (records and raises nothing).
-
-    :raises ComparisonRefused: fingerprints that differ in a field that must match (the
-        message lists them), different workloads, invalid runs, too few runs.
-    """
+    """Judge ``fresh`` against ``stored``; record and raise nothing but refusals."""
     __tracebackhide__ = True
-    larger, by = _margin(metric, tolerance)
+    _, by = _margin(metric, tolerance)
     if isinstance(stored, StoredMeasurement):
         base, stored_fp, labels, where = stored.result, stored.fingerprint, stored.labels, stored
     else:
@@ -191,30 +139,17 @@ def regression_verdict(
             f"cannot compare {what}: the fingerprints differ in what must match:\n  "
             + "\n  ".join(d.describe() for d in refused)
         )
-    _check_comparable(fresh, base, metric)
-    try:
-        comparison = compare(
-            fresh.values(metric),
-            base.values(metric),
-            larger_is_better=larger,
-            by=by,
-            alpha=alpha,
-            label_a="now",
-            label_b="stored",
-            metric=metric,
-        )
-    except ValueError as exc:
-        raise ComparisonRefused(f"cannot compare {what}: {exc}") from None
+    comparison = _compare(fresh, base, metric, by, alpha, ("now", "stored"), what)
     ratio, low, high, bound = _raw(comparison)
     table = [
         comparison.table(),
         _labels_line("now", fresh_labels or {}),
         _labels_line("stored", labels),
+        *(f"shown, not refused: {d.describe()}" for d in differences),
+        f"fingerprint: {mine.describe()}",
     ]
-    table += [f"shown, not refused: {d.describe()}" for d in differences]
-    table.append(f"fingerprint: {mine.describe()}")
     return Verdict(
-        kind=KIND,
+        kind="assert_no_regression",
         outcome=comparison.outcome,
         metric=metric,
         summary=_summary(comparison, metric, tolerance, what),
@@ -247,26 +182,22 @@ def regression_verdicts(
     fresh_fingerprint: Fingerprint,
     fresh_labels: Mapping[str, Any],
 ) -> list[Verdict | str]:
-    """Judge ``fresh`` against ``stored`` once per check: the verdict, or why it was refused.
-
-    For the baseline gate and ``pytest-sglang compare``, which report refusals, not raise them.
-    """
+    """Judge ``fresh`` against ``stored`` once per check: the verdict, or why it was refused."""
     out: list[Verdict | str] = []
     for check in checks:
         try:
-            out.append(
-                regression_verdict(
-                    fresh,
-                    stored,
-                    check.metric,
-                    check.tolerance,
-                    alpha,
-                    fresh_fingerprint=fresh_fingerprint,
-                    fresh_labels=fresh_labels,
-                )
+            verdict: Verdict | str = regression_verdict(
+                fresh,
+                stored,
+                check.metric,
+                check.tolerance,
+                alpha,
+                fresh_fingerprint=fresh_fingerprint,
+                fresh_labels=fresh_labels,
             )
         except (ComparisonRefused, ValueError) as exc:
-            out.append(str(exc))
+            verdict = str(exc)
+        out.append(verdict)
     return out
 
 
@@ -293,16 +224,8 @@ def assert_no_regression(
     """Assert that ``result`` did not regress by more than ``tolerance`` against ``baseline``.
 
     ``baseline`` is a stored measurement, a ``BenchResult``, or a reference into the store
-    (ini ``sglang_storage``, or ``storage``): ``"latest"`` (the newest stored measurement with
-    the same fingerprint), a session number or save name, or a saved file's path. A
-    throughput may drop, a latency grow, by ``tolerance`` (a fraction: 0.03 is 3 %).
-
-    :raises PerformanceAssertionError: the runs show a regression beyond the tolerance; the
-        message names the metric, the ratio now/stored and the bound.
-    :raises Inconclusive: the runs cannot decide; says what would.
-    :raises ComparisonRefused: the fingerprints differ in a field that must match (listed),
-        different workloads, invalid or too few runs, a damaged stored session (named).
-    :raises pytest.skip.Exception: no stored measurement with this fingerprint yet.
+    (``storage``, else ini ``sglang_storage``): ``"latest"`` with the same fingerprint, a
+    session number or name, or a saved file. Skips when nothing comparable is stored yet.
     """
     __tracebackhide__ = True
     stored: StoredMeasurement | BenchResult

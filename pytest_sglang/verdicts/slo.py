@@ -16,74 +16,10 @@ from pytest_sglang.loadgen.records import RequestRecord
 from pytest_sglang.measure.results import BenchResult
 from pytest_sglang.measure.slo import Attainment, Slo, attainment, goodput
 from pytest_sglang.verdicts.assertions import Verdict, conclude
-from pytest_sglang.verdicts.decision import Outcome
+from pytest_sglang.verdicts.decision import Outcome, judge
+from pytest_sglang.verdicts.stats import binomial_bounds
 
-__all__ = [
-    "ObjectiveDecision",
-    "assert_slo",
-    "binomial_bounds",
-    "judge_slo",
-    "requests_to_pass",
-]
-
-
-def _log_pmf(i: int, n: int, p: float) -> float:
-    return (
-        math.lgamma(n + 1)
-        - math.lgamma(i + 1)
-        - math.lgamma(n - i + 1)
-        + i * math.log(p)
-        + (n - i) * math.log1p(-p)
-    )
-
-
-def _upper_tail(k: int, n: int, p: float) -> float:
-    """Return ``P(X >= k)`` for ``X ~ Binomial(n, p)``, summed in log space."""
-    if k <= 0:
-        return 1.0
-    if p <= 0.0:
-        return 0.0
-    if p >= 1.0:
-        return 1.0
-    logs = [_log_pmf(i, n, p) for i in range(k, n + 1)]
-    top = max(logs)
-    return min(1.0, math.exp(top) * math.fsum(math.exp(v - top) for v in logs))
-
-
-def binomial_bounds(k: int, n: int, alpha: float) -> tuple[float, float]:
-    """Return the exact one-sided ``1 - alpha`` bounds (lower, upper) of a success fraction.
-
-    Clopper-Pearson: the lower bound is the ``p`` at which ``P(X >= k) = alpha``, the upper
-    the ``p`` at which ``P(X <= k) = alpha``; found by 60 bisection steps (to 1e-18).
-    """
-    if not 0 <= k <= n or n < 1:
-        raise ValueError(f"need 0 <= k <= n and n >= 1, got k={k}, n={n}")
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
-
-    # Lower bound: the largest p with P(X >= k; p) <= alpha (the tail grows with p).
-    lower = 0.0
-    if k > 0:
-        lo, hi = 0.0, 1.0
-        for _ in range(60):
-            mid = (lo + hi) / 2
-            if _upper_tail(k, n, mid) <= alpha:
-                lo = mid
-            else:
-                hi = mid
-        lower = lo
-    # Upper bound: the smallest p with P(X <= k; p) <= alpha (that tail shrinks with p).
-    upper = 1.0
-    if k < n:
-        lo, hi = 0.0, 1.0
-        for _ in range(60):
-            mid = (lo + hi) / 2
-            if 1.0 - _upper_tail(k + 1, n, mid) <= alpha:
-                hi = mid
-            else:
-                lo = mid
-        upper = hi
-    return lower, upper
+__all__ = ["ObjectiveDecision", "assert_slo", "judge_slo", "requests_to_pass"]
 
 
 def requests_to_pass(percentile: float, alpha: float = 0.05) -> int:
@@ -122,48 +58,25 @@ def judge_slo(
     decisions = []
     for a in attainment(slo, records):
         lower, upper = binomial_bounds(a.met, a.requests, each)
-        target = a.objective.fraction
-        outcome = (
-            Outcome.PASS
-            if lower >= target
-            else Outcome.FAIL
-            if upper < target
-            else Outcome.INCONCLUSIVE
-        )
+        outcome = judge(lower >= a.objective.fraction, upper < a.objective.fraction)
         decisions.append(ObjectiveDecision(a, lower, upper, each, outcome))
     outcomes = {d.outcome for d in decisions}
-    overall = (
-        Outcome.FAIL
-        if Outcome.FAIL in outcomes
-        else Outcome.PASS
-        if outcomes == {Outcome.PASS}
-        else Outcome.INCONCLUSIVE
-    )
-    return overall, decisions
-
-
-def _records(result: BenchResult) -> list[RequestRecord]:
-    __tracebackhide__ = True
-    records = [r for run in result.runs for r in run.records]
-    if not records:
-        raise ComparisonRefused(
-            f"{result.label()} kept no per-request records, which an SLO is judged on"
-        )
-    return records
+    return judge(outcomes == {Outcome.PASS}, Outcome.FAIL in outcomes), decisions
 
 
 def assert_slo(result: BenchResult, slo: Slo | str, alpha: float = 0.05) -> Verdict:
     """Assert that ``result``'s server meets ``slo`` (an :class:`Slo` or its text form).
 
-    Pass, fail or inconclusive on exact binomial bounds (module docstring); the evidence
-    table lists each objective's count, bounds and outcome, and the goodput of each run.
-
-    :raises PerformanceAssertionError: the SLO is shown not to hold.
-    :raises Inconclusive: the requests cannot decide; more requests (or runs) would.
+    Decided on exact binomial bounds; the table lists each objective's count, bounds and
+    outcome, and each run's goodput.
     """
     __tracebackhide__ = True
     slo = Slo.parse(slo) if isinstance(slo, str) else slo
-    records = _records(result)
+    records = [r for run in result.runs for r in run.records]
+    if not records:
+        raise ComparisonRefused(
+            f"{result.label()} kept no per-request records, which an SLO is judged on"
+        )
     outcome, decisions = judge_slo(slo, records, alpha)
     goodputs = [goodput(slo, run.records, run.duration) for run in result.runs]
     table = "\n".join(

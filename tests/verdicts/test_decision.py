@@ -9,7 +9,7 @@ import random
 import pytest
 
 from pytest_sglang.verdicts.decision import Comparison, Outcome, compare
-from pytest_sglang.verdicts.planning import log_spread, min_detectable_ratio
+from pytest_sglang.verdicts.stats import log_spread, min_detectable_ratio
 
 A_FAST = [105.0, 106.0, 107.0, 108.0, 109.0]
 B_SLOW = [100.0, 101.0, 102.0, 103.0, 104.0]

@@ -10,8 +10,8 @@ from math import comb
 
 import pytest
 
-from pytest_sglang.verdicts import ranks
-from pytest_sglang.verdicts.ranks import hodges_lehmann_ratio, mann_whitney_u
+from pytest_sglang.verdicts import stats
+from pytest_sglang.verdicts.stats import hodges_lehmann_ratio, mann_whitney_u
 
 
 def exp_all(values: list[float]) -> list[float]:
@@ -34,7 +34,7 @@ def test_chicken_example_estimate_and_bounds() -> None:
     assert math.log(result.lower) == pytest.approx(-0.37, abs=1e-9)
     assert math.log(result.upper) == pytest.approx(1.183, abs=1e-9)
     assert result.confidence == pytest.approx(
-        1 - sum(ranks._no_tie_counts(9, 9)[:18]) / comb(18, 9)
+        1 - sum(stats._no_tie_counts(9, 9)[:18]) / comb(18, 9)
     )
     assert result.confidence >= 0.975
 
@@ -46,7 +46,7 @@ def test_chicken_example_sas_exact_limits_condition_on_ties() -> None:
     # stats docstring documents as the difference from SAS.
     pooled = sorted(CHICKEN_A + CHICKEN_B)
     groups = tuple(len(list(g)) for _, g in itertools.groupby(pooled))
-    counts = ranks._tied_counts(9, groups)
+    counts = stats._tied_counts(9, groups)
     total = comb(18, 9)
     cum = 0
     c = 0
@@ -115,7 +115,7 @@ def test_bounds_are_dual_to_the_test(alpha: float) -> None:
     checked = 0
     for _ in range(300):
         m, n = rng.randint(3, 9), rng.randint(3, 9)
-        if ranks.min_p_value(m, n) > alpha:
+        if stats.min_p_value(m, n) > alpha:
             continue
         a = [rng.lognormvariate(0.03, 0.04) for _ in range(m)]
         b = [rng.lognormvariate(0.0, 0.04) for _ in range(n)]

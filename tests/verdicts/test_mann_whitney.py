@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from pytest_sglang.verdicts import ranks
-from pytest_sglang.verdicts.ranks import mann_whitney_u, min_p_value, min_runs
+from pytest_sglang.verdicts import stats
+from pytest_sglang.verdicts.stats import mann_whitney_u, min_p_value, min_runs
 
 
 def brute_force_p(a: list[float], b: list[float], alternative: str) -> float:
@@ -115,7 +115,7 @@ def test_scipy_exact_differs_with_ties_and_why() -> None:
     stim1 = [1.94, 1.94, 2.92, 2.92, 2.92, 2.92, 3.27, 3.27, 3.27, 3.27, 3.70, 3.70, 3.74]
     stim2 = [3.27, 3.27, 3.27, 3.70, 3.70, 3.74]
     ref = scipy_stats.mannwhitneyu(stim2, stim1, alternative="greater", method="exact")
-    table = ranks._no_tie_counts(6, 13)
+    table = stats._no_tie_counts(6, 13)
     truncated = sum(table[int(ref.statistic) :]) / comb(19, 6)
     assert float(ref.pvalue) == pytest.approx(truncated, rel=1e-12)
     assert mann_whitney_u(stim2, stim1).p != pytest.approx(float(ref.pvalue), rel=1e-3)
@@ -124,8 +124,8 @@ def test_scipy_exact_differs_with_ties_and_why() -> None:
 def test_tie_programme_equals_classical_table_without_ties() -> None:
     for m in range(1, 8):
         for n in range(1, 8):
-            classical = ranks._no_tie_counts(m, n)
-            tied = ranks._tied_counts(m, (1,) * (m + n))
+            classical = stats._no_tie_counts(m, n)
+            tied = stats._tied_counts(m, (1,) * (m + n))
             # The tie programme counts 2U; without ties only even entries are used.
             assert tied[::2] == classical
             assert not any(tied[1::2])
@@ -143,7 +143,7 @@ def test_classical_table_matches_recurrence() -> None:
         return f(m - 1, n, u - n) + f(m, n - 1, u)
 
     for m, n in [(3, 3), (4, 7), (9, 9), (12, 5)]:
-        assert list(ranks._no_tie_counts(m, n)) == [f(m, n, u) for u in range(m * n + 1)]
+        assert list(stats._no_tie_counts(m, n)) == [f(m, n, u) for u in range(m * n + 1)]
 
 
 def test_statistic_is_scipys_u1() -> None:
@@ -247,9 +247,9 @@ def test_twenty_per_side_with_ties() -> None:
     b = [float(rng.randint(0, 10)) for _ in range(20)]
     pooled = sorted(a + b)
     groups = tuple(len(list(g)) for _, g in itertools.groupby(pooled))
-    counts = ranks._tied_counts(20, groups)
+    counts = stats._tied_counts(20, groups)
     assert sum(counts) == comb(40, 20)
     # With a symmetric tie pattern reversed, the distribution mirrors: 2U -> 2mn - 2U.
-    assert ranks._tied_counts(20, groups[::-1]) == counts[::-1]
+    assert stats._tied_counts(20, groups[::-1]) == counts[::-1]
     _, p_ab = mann_whitney_u(a, b)
     assert mann_whitney_u(b, a, "less").p == pytest.approx(p_ab, abs=1e-15)

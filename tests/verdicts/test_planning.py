@@ -8,7 +8,7 @@ import random
 import pytest
 from scipy import stats as scipy_stats
 
-from pytest_sglang.verdicts.planning import (
+from pytest_sglang.verdicts.stats import (
     log_spread,
     min_detectable_ratio,
     runs_needed,
@@ -99,7 +99,7 @@ def brute_runs(sigma: float, effect: float, alpha: float, power: float) -> int:
 
 def test_runs_needed_matches_brute_force() -> None:
     rng = random.Random(0)
-    from pytest_sglang.verdicts.ranks import min_runs
+    from pytest_sglang.verdicts.stats import min_runs
 
     for _ in range(200):
         sigma = rng.uniform(0.002, 0.08)

@@ -11,7 +11,8 @@ from pytest_sglang.loadgen.records import RequestRecord
 from pytest_sglang.measure.results import BenchResult
 from pytest_sglang.measure.slo import Slo
 from pytest_sglang.verdicts.decision import Outcome
-from pytest_sglang.verdicts.slo import assert_slo, binomial_bounds, judge_slo, requests_to_pass
+from pytest_sglang.verdicts.slo import assert_slo, judge_slo, requests_to_pass
+from pytest_sglang.verdicts.stats import binomial_bounds
 from tests.bench_data import result
 from tests.measure.test_slo import rec
 
