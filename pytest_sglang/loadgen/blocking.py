@@ -27,38 +27,48 @@ def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
 
     From a thread already running an event loop (an ``async def`` test calling
     ``sglang_bench``) it runs on its own loop in a worker thread while the caller's loop
-    waits, blocked (await the async API to keep it running). Either way an exception raised
-    in the caller's thread by a signal handler (pytest-timeout) cancels the run.
+    waits, blocked. Either way an exception raised in the caller's thread by a signal
+    handler (pytest-timeout) cancels the run.
     """
+    tasks: list[asyncio.Task[T]] = []
+
+    async def tracked() -> T:
+        task = asyncio.current_task()
+        assert task is not None
+        tasks.append(task)
+        return await coroutine
+
+    def cancel() -> None:
+        if tasks and not tasks[0].done():
+            # Thread-safe, and it wakes the loop's selector.
+            tasks[0].get_loop().call_soon_threadsafe(tasks[0].cancel)
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return _run_here(coroutine)
-    return _run_on_a_thread(coroutine)
-
-
-def _run_here(coroutine: Coroutine[Any, Any, T]) -> T:
+        pass
+    else:
+        with ThreadPoolExecutor(1, thread_name_prefix="pytest-sglang-loadgen") as worker:
+            future = worker.submit(asyncio.run, tracked())
+            try:
+                return future.result()
+            except BaseException:
+                # Raised here (a test timeout, Ctrl-C): the run must not go on without us.
+                if not future.done():
+                    cancel()
+                raise
     handler = signal.getsignal(signal.SIGALRM)
     if threading.current_thread() is not threading.main_thread() or not callable(handler):
         return asyncio.run(coroutine)
     alarm = handler  # narrowed to a callable, for the closure
     raised: list[BaseException] = []
-    main: list[asyncio.Task[T]] = []
-
-    async def tracked() -> T:
-        task = asyncio.current_task()
-        assert task is not None
-        main.append(task)
-        return await coroutine
 
     def on_alarm(signum: int, frame: FrameType | None) -> None:
         try:
             alarm(signum, frame)
         except BaseException as exc:  # pytest-timeout's Failed: end the run, then raise it
             raised.append(exc)
-            if main and not main[0].done():
-                main[0].cancel()
-                main[0].get_loop().call_soon_threadsafe(lambda: None)  # wake the selector
+            cancel()
 
     signal.signal(signal.SIGALRM, on_alarm)
     try:
@@ -74,24 +84,3 @@ def _run_here(coroutine: Coroutine[Any, Any, T]) -> T:
     if raised:  # it struck before the run began, where there was nothing to cancel
         raise raised[0]
     return result
-
-
-def _run_on_a_thread(coroutine: Coroutine[Any, Any, T]) -> T:
-    loops: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[T]]] = []
-
-    async def tracked() -> T:
-        task = asyncio.current_task()
-        assert task is not None
-        loops.append((asyncio.get_running_loop(), task))
-        return await coroutine
-
-    with ThreadPoolExecutor(1, thread_name_prefix="pytest-sglang-loadgen") as worker:
-        future = worker.submit(asyncio.run, tracked())
-        try:
-            return future.result()
-        except BaseException:
-            # Raised here (a test timeout, Ctrl-C): the run must not go on without us.
-            if loops and not future.done():
-                loop, task = loops[0]
-                loop.call_soon_threadsafe(task.cancel)
-            raise

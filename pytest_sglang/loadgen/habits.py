@@ -1,10 +1,9 @@
 """How a server treats the client's connections, learned once per server and session.
 
-Some servers close the connection after every response while advertising keep-alive; a
-pooled request then fails before any response byte (``docs/metrics.md``, "Connections").
-The server handle keeps one :class:`ConnectionHabits`, shared by every load generator for
-that server, so the first warm-up's probe learns the habit and later runs start with a
-fresh connection per request.
+Some servers close the connection after every response while advertising keep-alive, so a
+pooled request fails before any response byte (``docs/metrics.md``, "Connections"). The
+server handle keeps one :class:`ConnectionHabits` for every load generator of that server:
+the first warm-up's probe learns the habit, later runs start with a fresh connection each.
 """
 
 from __future__ import annotations
