@@ -23,11 +23,6 @@ class ConnectionHabits:
     #: What showed it, for the report and for messages.
     evidence: str = ""
 
-    @property
-    def reuse(self) -> bool:
-        """Whether a run may reuse pooled connections."""
-        return self.closes_after_response is not True
-
     def closes(self, evidence: str) -> None:
         """Note that the server closed a connection after a response."""
         if self.closes_after_response is not True:

@@ -13,6 +13,7 @@ import asyncio
 import collections
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import aiohttp
@@ -74,6 +75,7 @@ class CacheFlushFailed(SGLangError):
     """The server did not empty its prefix cache when asked (``flush_cache``)."""
 
 
+@dataclass(eq=False)
 class LoadGenerator:
     """Runs workloads against one server (``url``) and returns a :class:`LoadRun` per run.
 
@@ -87,64 +89,52 @@ class LoadGenerator:
     a run spread over workers; ``connections`` the server's known connection habits.
     """
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        api_key: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        model: str = "default",
-        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-        stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
-        first_token_timeout: float | None = DEFAULT_FIRST_TOKEN_TIMEOUT,
-        max_consecutive_failures: int | None = DEFAULT_MAX_CONSECUTIVE_FAILURES,
-        connect_timeout: float = 30.0,
-        progress: ProgressCallback = no_progress,
-        progress_interval: float = 1.0,
-        flush_cache: bool = False,
-        before_measured: Callable[[], object] | None = None,
-        shard: Shard | None = None,
-        connections: ConnectionHabits | None = None,
-    ) -> None:
+    url: str
+    _: KW_ONLY
+    api_key: str | None = field(default=None, repr=False)
+    headers: Mapping[str, str] | None = field(default=None, repr=False)
+    model: str = "default"
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    stall_timeout: float | None = DEFAULT_STALL_TIMEOUT
+    first_token_timeout: float | None = DEFAULT_FIRST_TOKEN_TIMEOUT
+    max_consecutive_failures: int | None = DEFAULT_MAX_CONSECUTIVE_FAILURES
+    connect_timeout: float = 30.0
+    progress: ProgressCallback = no_progress
+    progress_interval: float = 1.0
+    flush_cache: bool = False
+    before_measured: Callable[[], object] | None = None
+    shard: Shard | None = None
+    connections: ConnectionHabits = field(default_factory=ConnectionHabits)
+    #: The requests a run had finished when something interrupted it (a test timeout,
+    #: Ctrl-C): what the caller may still report. None until a run is interrupted.
+    interrupted_run: LoadRun | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
         timeouts = {
-            "request_timeout": request_timeout,
-            "stall_timeout": stall_timeout,
-            "first_token_timeout": first_token_timeout,
-            "connect_timeout": connect_timeout,
+            "request_timeout": self.request_timeout,
+            "stall_timeout": self.stall_timeout,
+            "first_token_timeout": self.first_token_timeout,
+            "connect_timeout": self.connect_timeout,
         }
-        for name, value in {**timeouts, "progress_interval": progress_interval}.items():
+        for name, value in {**timeouts, "progress_interval": self.progress_interval}.items():
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
-        if max_consecutive_failures is not None:
-            check_count("max_consecutive_failures", max_consecutive_failures)
-        self.url = url.rstrip("/")
-        self.model = model
-        self.request_timeout = float(request_timeout)
-        self.stall_timeout = stall_timeout
-        self.first_token_timeout = first_token_timeout
-        self.max_consecutive_failures = max_consecutive_failures
+        if self.max_consecutive_failures is not None:
+            check_count("max_consecutive_failures", self.max_consecutive_failures)
+        self.url = self.url.rstrip("/")
+        self.request_timeout = float(self.request_timeout)
         # identity: a compressed event stream costs both sides CPU for nothing.
         self._headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
-        self._headers.update(headers or {})
-        if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._headers.update(self.headers or {})
+        if self.api_key:
+            self._headers["Authorization"] = f"Bearer {self.api_key}"
         # No read timeout: request_timeout bounds a long queue, the watchdog a stall.
-        self._timeout = httpx.Timeout(None, connect=connect_timeout)
-        #: The progress callback (what a run spread over workers reports to, summed).
-        self.progress = progress
-        self._progress_interval = progress_interval
-        self._shard = shard
-        self.connections = ConnectionHabits() if connections is None else connections
-        self.flush_cache = flush_cache
-        #: The requests a run had finished when something interrupted it (a test timeout,
-        #: Ctrl-C): what the caller may still report. None until a run is interrupted.
-        self.interrupted_run: LoadRun | None = None
-        self._before_measured = before_measured
+        self._timeout = httpx.Timeout(None, connect=self.connect_timeout)
         #: What a worker process needs to build the same generator (picklable values only).
         self.options: dict[str, Any] = {
-            **timeouts, "url": self.url, "headers": dict(self._headers), "model": model,
-            "max_consecutive_failures": max_consecutive_failures, "flush_cache": flush_cache,
-            "connections": self.connections,
+            **timeouts, "url": self.url, "headers": dict(self._headers), "model": self.model,
+            "max_consecutive_failures": self.max_consecutive_failures,
+            "flush_cache": self.flush_cache, "connections": self.connections,
         }  # fmt: skip
 
     def client(self, connections: int, *, reuse: bool = True) -> httpx.AsyncClient:
@@ -233,7 +223,7 @@ class _Run:
 
     def __init__(self, gen: LoadGenerator, workload: Workload, load: Load, repeat: int) -> None:
         self.gen, self.workload, self.load, self.repeat = gen, workload, load, repeat
-        salt, shard = load.salt(repeat), gen._shard
+        salt, shard = load.salt(repeat), gen.shard
 
         def phase(name: str, count: int) -> tuple[list[RequestRecord], list[bytes]]:
             # Each record keeps its own requested lengths (a distribution draws them); the
@@ -280,14 +270,14 @@ class _Run:
 
     def client(self, *, fresh: bool = False) -> httpx.AsyncClient:
         """Return the pooled client, or (``fresh``, a server that closes) one per request."""
-        reuse = not fresh and self.gen.connections.reuse
+        reuse = not fresh and self.gen.connections.closes_after_response is not True
         if reuse not in self.clients:
             self.clients[reuse] = self.gen.client(self.connections, reuse=reuse)
         return self.clients[reuse]
 
     async def run(self) -> LoadRun:
-        gen, shard, warm, main = self.gen, self.gen._shard, self.warm, self.main
-        ticker = ProgressTicker(gen.progress, self.tally, self.started, gen._progress_interval)
+        gen, shard, warm, main = self.gen, self.gen.shard, self.warm, self.main
+        ticker = ProgressTicker(gen.progress, self.tally, self.started, gen.progress_interval)
         ticker.start()
         self.watchdog.start()
         try:
@@ -301,8 +291,8 @@ class _Run:
                 self.client()  # built now: the first measured request must not wait for it
                 # Every worker finished its warm-up: the measured requests start together.
                 self.origin = await asyncio.to_thread(shard.sync)
-            if self.aborted is None and gen._before_measured is not None:
-                await asyncio.to_thread(gen._before_measured)
+            if self.aborted is None and gen.before_measured is not None:
+                await asyncio.to_thread(gen.before_measured)
             if self.aborted is None:
                 monitor = ClientMonitor()  # the client's own load, measured requests only
                 monitor.start()
@@ -444,7 +434,7 @@ class _Run:
                 tally.tokens += record.output_tokens or 0  # streams count as chunks arrive
             tally.done += 1
             self._settle(record, unanswered)
-            shard = gen._shard
+            shard = gen.shard
             if shard is not None and shard.finished is not None and not record.warmup:
                 shard.finished(record)  # to the coordinator, in case this worker is lost
 

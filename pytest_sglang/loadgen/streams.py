@@ -180,7 +180,7 @@ class StreamParser:
         elif event.get("text") and now is not None:
             # No count from the server (never seen on SGLang): one token per chunk with text.
             self._counted = False
-            self._tokens(1, now)
+            self._count(self._cumulative + 1, now)
         if record.prompt_tokens is None:  # the first chunk: the queue and prefill times
             record.prompt_tokens = _int_or_none(meta.get("prompt_tokens"))
             _read_server_times(record, meta)
@@ -207,8 +207,12 @@ class StreamParser:
         if choices and isinstance(choices[0], dict):
             choice = choices[0]
             delta = choice.get(self._delta) if self._delta else choice
-            has_text = isinstance(delta, dict) and bool(
-                delta.get("text") or delta.get("content") or delta.get("reasoning_content")
+            has_text = (  # a whole body counts no chunks
+                now is not None
+                and isinstance(delta, dict)
+                and bool(
+                    delta.get("text") or delta.get("content") or delta.get("reasoning_content")
+                )
             )
             if usage is not None and self._negative(usage, "usage"):
                 return
@@ -216,14 +220,12 @@ class StreamParser:
             # A usage is a running count only once a chunk with text carried one: a usage
             # on a text-less finish chunk of a stream without running usage is the final
             # count (llama.cpp puts it there, with no usage chunk), never a chunk of tokens.
-            if now is None:
-                pass
-            elif isinstance(running, int) and (has_text or self._running):
+            if isinstance(running, int) and (has_text or self._running):
                 self._running = self._running or has_text
                 self._count(running, now)
             elif has_text:
                 self._counted = False
-                self._tokens(1, now)
+                self._count(self._cumulative + 1, now)
             finish = choice.get("finish_reason")
             if finish is not None or now is None:
                 self._final_seen = True
@@ -283,15 +285,13 @@ class StreamParser:
             record.chunk_tokens[:] = [base + (i >= chunks - extra) for i in range(chunks)]
 
     def _count(self, cumulative: int, now: float | None) -> None:
+        """Note a chunk of the tokens above the running count (none for a whole body)."""
         new = cumulative - self._cumulative
         if new > 0 and now is not None:
             self._cumulative = cumulative
-            self._tokens(new, now)
-
-    def _tokens(self, count: int, now: float) -> None:
-        self.record.chunk_times.append(now)
-        self.record.chunk_tokens.append(count)
-        self._tally.tokens += count
+            self.record.chunk_times.append(now)
+            self.record.chunk_tokens.append(new)
+            self._tally.tokens += new
 
     def _negative(self, counts: dict[str, Any], where: str) -> bool:
         """Fail the record when ``counts`` (a usage or meta_info) holds a negative count."""
