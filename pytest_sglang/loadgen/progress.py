@@ -93,11 +93,9 @@ class ProgressTicker(Periodic):
         """Report the counts so far."""
         if self._callback is None:
             return
-        tally = self._tally
+        t = self._tally
         try:
-            self._callback(
-                tally.done, tally.total, tally.tokens, time.perf_counter() - self._started
-            )
+            self._callback(t.done, t.total, t.tokens, time.perf_counter() - self._started)
         except Exception as exc:
             self._callback = None
             warnings.warn(

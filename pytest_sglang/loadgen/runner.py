@@ -47,16 +47,7 @@ from pytest_sglang.loadgen.transport import Attempt, RetryFailed, describe, exch
 from pytest_sglang.loadgen.watchdog import StallWatchdog
 from pytest_sglang.loadgen.workload import Workload
 
-__all__ = [
-    "DEFAULT_FIRST_TOKEN_TIMEOUT",
-    "DEFAULT_MAX_CONSECUTIVE_FAILURES",
-    "DEFAULT_REQUEST_TIMEOUT",
-    "DEFAULT_STALL_TIMEOUT",
-    "CacheFlushFailed",
-    "LoadGenerator",
-    "ServerStoppedAnswering",
-    "run_blocking",
-]
+__all__ = ["CacheFlushFailed", "LoadGenerator", "ServerStoppedAnswering", "run_blocking"]
 
 
 class ServerStoppedAnswering(SGLangError):
@@ -110,13 +101,9 @@ class LoadGenerator:
     interrupted_run: LoadRun | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        timeouts = {
-            "request_timeout": self.request_timeout,
-            "stall_timeout": self.stall_timeout,
-            "first_token_timeout": self.first_token_timeout,
-            "connect_timeout": self.connect_timeout,
-        }
-        for name, value in {**timeouts, "progress_interval": self.progress_interval}.items():
+        seconds = ("request_timeout", "stall_timeout", "first_token_timeout", "connect_timeout")
+        for name in (*seconds, "progress_interval"):
+            value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
         if self.max_consecutive_failures is not None:
@@ -131,11 +118,9 @@ class LoadGenerator:
         # No read timeout: request_timeout bounds a long queue, the watchdog a stall.
         self._timeout = httpx.Timeout(None, connect=self.connect_timeout)
         #: What a worker process needs to build the same generator (picklable values only).
-        self.options: dict[str, Any] = {
-            **timeouts, "url": self.url, "headers": dict(self._headers), "model": self.model,
-            "max_consecutive_failures": self.max_consecutive_failures,
-            "flush_cache": self.flush_cache, "connections": self.connections,
-        }  # fmt: skip
+        kept = (*seconds, "model", "max_consecutive_failures", "flush_cache", "connections")
+        self.options: dict[str, Any] = {name: getattr(self, name) for name in kept}
+        self.options.update(url=self.url, headers=dict(self._headers))
 
     def client(self, connections: int, *, reuse: bool = True) -> httpx.AsyncClient:
         """Return a client with a pool of ``connections``; ``reuse=False``: one per request.
@@ -276,7 +261,7 @@ class _Run:
         return self.clients[reuse]
 
     async def run(self) -> LoadRun:
-        gen, shard, warm, main = self.gen, self.gen.shard, self.warm, self.main
+        gen, shard, warm = self.gen, self.gen.shard, self.warm
         ticker = ProgressTicker(gen.progress, self.tally, self.started, gen.progress_interval)
         ticker.start()
         self.watchdog.start()
@@ -284,7 +269,7 @@ class _Run:
             if gen.flush_cache and (shard is None or shard.index == 0):
                 await self._flush()
             if warm:
-                await self._drive(warm, self.warm_bodies, min(self.warmup, self.connections))
+                await self._drive(warmup=True)
                 if gen.connections.closes_after_response is None and all(r.ok for r in warm):
                     await self._probe(warm[-1])
             if shard is not None:
@@ -297,7 +282,7 @@ class _Run:
                 monitor = ClientMonitor()  # the client's own load, measured requests only
                 monitor.start()
                 try:
-                    await self._drive(main, self.main_bodies, self.slots, self.offsets)
+                    await self._drive(warmup=False)
                 finally:
                     self.client_load = await monitor.stop()
         except BaseException:
@@ -311,30 +296,28 @@ class _Run:
                 await client.aclose()
         run = self.recorded()
         if self.aborted is not None:
-            total = len(warm) + len(main)
-            unsent = total - len(run.records)
+            sent, total = len(run.records), self.tally.total
             raise ServerStoppedAnswering(
-                f"{self.aborted}; the run was stopped with {unsent} of {total} requests not "
-                f"sent ({len(run.records)} sent)",
+                f"{self.aborted}; the run was stopped with {total - sent} of {total} requests "
+                f"not sent ({sent} sent)",
                 run,
-                unsent,
+                total - sent,
             )
         return run
 
-    async def _drive(
-        self,
-        records: list[RequestRecord],
-        bodies: list[bytes],
-        slots: int | None,
-        offsets: list[float] | None = None,
-    ) -> None:
-        """Send ``records``, at most ``slots`` at once (``None``: no limit), each on time.
+    async def _drive(self, warmup: bool) -> None:
+        """Send the warm-up's or the measured requests, at most ``slots`` at once, on time.
 
         An arrival is a session (its turns in order) or a single request, due at its offset
-        (``offsets`` ``None``: all at once); a free slot takes the next due one. A closed
-        loop's slot holds a whole session; a capped open loop's cap is on requests, so a
-        session's next turn queues for a slot again.
+        (the warm-up's all at once); a free slot takes the next due one. A closed loop's slot
+        holds a whole session; a capped open loop's cap is on requests, so a session's next
+        turn queues for a slot again.
         """
+        records, bodies, slots, offsets = (
+            (self.warm, self.warm_bodies, min(self.warmup, self.connections), None)
+            if warmup
+            else (self.main, self.main_bodies, self.slots, self.offsets)
+        )
         requeue = slots is not None and offsets is not None
         units: dict[int, list[RequestRecord]] = {}
         for record in records:
@@ -399,9 +382,8 @@ class _Run:
 
     async def _send(self, record: RequestRecord, body: bytes) -> None:
         """Send one request and record it, failed or not (never raises but to interrupt)."""
-        gen, tally, watchdog = self.gen, self.tally, self.watchdog
-        stream = self.workload.stream
-        parser = StreamParser(self.workload.endpoint, record, tally) if stream else None
+        gen, tally, watchdog, workload = self.gen, self.tally, self.watchdog, self.workload
+        parser = StreamParser(workload.endpoint, record, tally) if workload.stream else None
         unanswered = False  # the request ended without an answer from the server
         try:
             async with asyncio.timeout(gen.request_timeout) as deadline:
