@@ -39,10 +39,7 @@ class Tally:
 
 
 class Periodic:
-    """A task calling :meth:`tick` every :attr:`interval` seconds (``None``: never).
-
-    :meth:`tick` gets how late the task woke, the event loop's lag.
-    """
+    """A task calling :meth:`tick` every :attr:`interval` seconds (``None``: never)."""
 
     interval: float | None = None
     _task: asyncio.Task[None] | None = None
@@ -67,8 +64,7 @@ class Periodic:
             self.tick(time.perf_counter() - due)
 
     def tick(self, late: float) -> None:
-        """Do the periodic work."""
-        raise NotImplementedError
+        """Do the periodic work (``late``: how late the task woke, the event loop's lag)."""
 
 
 class ProgressTicker(Periodic):

@@ -130,11 +130,8 @@ class LoadGenerator:
         """
 
         def session() -> aiohttp.ClientSession:
-            connector = (
-                aiohttp.TCPConnector(limit=connections, keepalive_timeout=5.0)
-                if reuse
-                else aiohttp.TCPConnector(limit=connections, force_close=True)
-            )
+            keep: dict[str, Any] = {"keepalive_timeout": 5.0} if reuse else {"force_close": True}
+            connector = aiohttp.TCPConnector(limit=connections, **keep)
             return aiohttp.ClientSession(connector=connector, trace_configs=[trace()])
 
         # trust_env=False: an HTTP(S)_PROXY in the environment would route a load test
@@ -391,20 +388,26 @@ class _Run:
                 await self._attempts(record, body, parser)
         except TimeoutError:
             unanswered = True
-            chunks = len(record.chunk_times)
-            record.fail(
-                {
-                    "cancelled": f"cancelled: the run stopped ({self.aborted})",
-                    "stall": f"stalled: no new token for {gen.stall_timeout:g} s after {chunks} "
-                    "token chunks (stall_timeout; sglang_stall_timeout under pytest)",
-                    "first_token": "timed out waiting for the first token: no token for "
+            why, chunks = watchdog.expired(record), len(record.chunk_times)
+            if why == "cancelled":
+                record.fail(f"cancelled: the run stopped ({self.aborted})")
+            elif why == "stall":
+                record.fail(
+                    f"stalled: no new token for {gen.stall_timeout:g} s after {chunks} token "
+                    "chunks (stall_timeout; sglang_stall_timeout under pytest)"
+                )
+            elif why == "first_token":
+                record.fail(
+                    "timed out waiting for the first token: no token for "
                     f"{gen.first_token_timeout:g} s, for this request or any other "
-                    f"(first_token_timeout; HTTP status {record.status})",
-                    None: f"timed out: no complete response within {gen.request_timeout:g} s "
+                    f"(first_token_timeout; HTTP status {record.status})"
+                )
+            else:
+                record.fail(
+                    f"timed out: no complete response within {gen.request_timeout:g} s "
                     "(request_timeout; sglang_request_timeout under pytest); "
-                    f"{chunks} token chunks had arrived",
-                }[watchdog.expired(record)]
-            )
+                    f"{chunks} token chunks had arrived"
+                )
         except Exception as exc:  # recorded, never raised: the run keeps every request
             unanswered = record.status is None
             record.fail(describe(exc) + _lost_tail(record))
@@ -424,7 +427,7 @@ class _Run:
         """Count a finished request towards (or reset) the unanswered streak."""
         self.streak = self.streak + 1 if unanswered else 0
         limit = self.gen.max_consecutive_failures
-        if unanswered and limit is not None and self.streak >= limit and self.aborted is None:
+        if limit is not None and self.streak >= limit and self.aborted is None:
             self.aborted = (
                 f"the server stopped answering: {self.streak} consecutive transport "
                 f"failures/timeouts (max_consecutive_failures={limit}; last: {record.error})"

@@ -58,8 +58,5 @@ class ClientMonitor(Periodic):
         cpu = time.process_time() - self._cpu0
         await self.halt()
         lags = sorted(self._lags) or [0.0]
-
-        def at(q: float) -> float:
-            return lags[min(len(lags) - 1, int(q * (len(lags) - 1) + 0.5))]
-
-        return ClientLoad(cpu, wall, at(0.5), at(0.99), lags[-1], len(self._lags))
+        p50, p99 = (lags[int(q * (len(lags) - 1) + 0.5)] for q in (0.5, 0.99))  # nearest rank
+        return ClientLoad(cpu, wall, p50, p99, lags[-1], len(self._lags))

@@ -49,10 +49,9 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """Add ``chunk`` and return the payloads of the events it completed, in order."""
-        if b"\n" not in chunk:
-            self._pending.append(chunk)
-            return []
         self._pending.append(chunk)
+        if b"\n" not in chunk:
+            return []
         lines = b"".join(self._pending).split(b"\n")
         tail = lines.pop()
         self._pending = [tail] if tail else []
