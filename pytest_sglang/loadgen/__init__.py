@@ -31,9 +31,8 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'pytest_sglang.loadgen' has no attribute {name!r}")
-    # Not cached in globals(): resolved through sys.modules every time, so that code which
-    # swaps modules out (pytester restores sys.modules after each in-process run) never
-    # gets a function bound to a discarded module, recording into a discarded context.
+    # Not cached in globals(): pytester swaps sys.modules after each in-process run, and a
+    # cached name would stay bound to a discarded module.
     return getattr(importlib.import_module(module), name)
 
 

@@ -1,20 +1,18 @@
 """Running the load generator's coroutines from blocking code, interruptible by a test timeout.
 
 pytest-timeout raises from a ``SIGALRM`` handler in whatever frame runs; inside one of
-asyncio's callbacks that exception is swallowed and logged, and the run goes on past the
-test's limit. :func:`run_blocking` does for ``SIGALRM`` what asyncio does for Ctrl-C: the
-handler's exception cancels the run (whose finished part is kept) and is raised once the
-loop has stopped.
+asyncio's callbacks that exception is swallowed and logged, and the run would go on past the
+test's limit. :func:`run_blocking` therefore runs the coroutine on its own event loop in a
+worker thread while the caller's thread only waits: there a signal handler's exception (or
+Ctrl-C) cancels the run, waits for it to end (its finished part is kept), and propagates.
 """
 
 from __future__ import annotations
 
 import asyncio
-import signal
-import threading
+import contextlib
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from types import FrameType
 from typing import Any, TypeVar
 
 __all__ = ["run_blocking"]
@@ -25,64 +23,19 @@ T = TypeVar("T")
 def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
     """Run ``coroutine`` to completion on a new event loop and return its result.
 
-    From a thread already running an event loop (an ``async def`` test calling
-    ``sglang_bench``) it runs on its own loop in a worker thread while the caller's loop
-    waits, blocked (await the async API to keep it running). Either way an exception raised
-    in the caller's thread by a signal handler (pytest-timeout) cancels the run.
+    Callable from a thread already running an event loop (an ``async def`` test calling
+    ``sglang_bench``), whose loop waits, blocked (await the async API to keep it running).
     """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return _run_here(coroutine)
-    return _run_on_a_thread(coroutine)
-
-
-def _run_here(coroutine: Coroutine[Any, Any, T]) -> T:
-    handler = signal.getsignal(signal.SIGALRM)
-    if threading.current_thread() is not threading.main_thread() or not callable(handler):
-        return asyncio.run(coroutine)
-    alarm = handler  # narrowed to a callable, for the closure
-    raised: list[BaseException] = []
-    main: list[asyncio.Task[T]] = []
+    tasks: list[asyncio.Task[T]] = []
+    interrupted: list[bool] = []
 
     async def tracked() -> T:
         task = asyncio.current_task()
         assert task is not None
-        main.append(task)
-        return await coroutine
-
-    def on_alarm(signum: int, frame: FrameType | None) -> None:
-        try:
-            alarm(signum, frame)
-        except BaseException as exc:  # pytest-timeout's Failed: end the run, then raise it
-            raised.append(exc)
-            if main and not main[0].done():
-                main[0].cancel()
-                main[0].get_loop().call_soon_threadsafe(lambda: None)  # wake the selector
-
-    signal.signal(signal.SIGALRM, on_alarm)
-    try:
-        result = asyncio.run(tracked())
-    except BaseException:
-        if raised:  # the cancellation it caused, or what the run raised on the way out
-            raise raised[0] from None
-        raise
-    finally:
-        # pytest-timeout may have set its own handler since (a timer re-armed): keep that.
-        if signal.getsignal(signal.SIGALRM) is on_alarm:
-            signal.signal(signal.SIGALRM, handler)
-    if raised:  # it struck before the run began, where there was nothing to cancel
-        raise raised[0]
-    return result
-
-
-def _run_on_a_thread(coroutine: Coroutine[Any, Any, T]) -> T:
-    loops: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[T]]] = []
-
-    async def tracked() -> T:
-        task = asyncio.current_task()
-        assert task is not None
-        loops.append((asyncio.get_running_loop(), task))
+        tasks.append(task)
+        if interrupted:  # struck before the run began
+            coroutine.close()
+            raise asyncio.CancelledError
         return await coroutine
 
     with ThreadPoolExecutor(1, thread_name_prefix="pytest-sglang-loadgen") as worker:
@@ -91,7 +44,8 @@ def _run_on_a_thread(coroutine: Coroutine[Any, Any, T]) -> T:
             return future.result()
         except BaseException:
             # Raised here (a test timeout, Ctrl-C): the run must not go on without us.
-            if loops and not future.done():
-                loop, task = loops[0]
-                loop.call_soon_threadsafe(task.cancel)
+            interrupted.append(True)
+            if tasks and not future.done():
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    tasks[0].get_loop().call_soon_threadsafe(tasks[0].cancel)
             raise

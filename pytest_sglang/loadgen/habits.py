@@ -1,10 +1,9 @@
 """How a server treats the client's connections, learned once per server and session.
 
-Some servers close the connection after every response while advertising keep-alive; a
-pooled request then fails before any response byte (``docs/metrics.md``, "Connections").
-The server handle keeps one :class:`ConnectionHabits`, shared by every load generator for
-that server, so the first warm-up's probe learns the habit and later runs start with a
-fresh connection per request.
+Some servers close the connection after every response while advertising keep-alive, so a
+pooled request fails before any response byte (``docs/metrics.md``, "Connections"). The
+server handle keeps one :class:`ConnectionHabits` for every load generator of that server:
+the first warm-up's probe learns the habit, later runs start with a fresh connection each.
 """
 
 from __future__ import annotations
@@ -23,11 +22,6 @@ class ConnectionHabits:
     closes_after_response: bool | None = None
     #: What showed it, for the report and for messages.
     evidence: str = ""
-
-    @property
-    def reuse(self) -> bool:
-        """Whether a run may reuse pooled connections."""
-        return self.closes_after_response is not True
 
     def closes(self, evidence: str) -> None:
         """Note that the server closed a connection after a response."""

@@ -1,7 +1,7 @@
-"""Progress reporting: a callback the runner calls at most every ``interval`` seconds.
+"""Progress reporting, and the periodic tasks of a run.
 
-The runner counts into a :class:`Tally` (cheap on the hot path) and a ticker task reads it
-once per interval, so the callback's cost does not grow with the token rate.
+The runner counts into a :class:`Tally` and a ticker reads it once per interval, so the
+callback's cost does not grow with the token rate.
 """
 
 from __future__ import annotations
@@ -9,18 +9,16 @@ from __future__ import annotations
 import asyncio
 import time
 import warnings
+from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["ProgressCallback", "ProgressTicker", "Tally", "no_progress"]
+__all__ = ["Periodic", "ProgressCallback", "ProgressTicker", "Tally", "no_progress"]
 
 
 class ProgressCallback(Protocol):
-    """Called with the requests finished and tokens received so far in the current run.
+    """Called with the requests done of ``total``, the tokens so far, and seconds elapsed.
 
-    :param done: requests finished (completed or failed), warm-up included.
-    :param total: requests the run sends, warm-up included.
-    :param output_tokens: generated tokens received so far, warm-up included.
-    :param elapsed: seconds since the run started.
+    The counts include the warm-up requests.
     """
 
     def __call__(self, done: int, total: int, output_tokens: int, elapsed: float) -> None:
@@ -31,61 +29,69 @@ def no_progress(done: int, total: int, output_tokens: int, elapsed: float) -> No
     """Report nothing (the default callback)."""
 
 
+@dataclass(slots=True)
 class Tally:
     """Counters the runner and the stream parsers update while a run goes on."""
 
-    __slots__ = ("done", "tokens", "total")
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.done = 0
-        self.tokens = 0
+    total: int
+    done: int = 0
+    tokens: int = 0
 
 
-class ProgressTicker:
+class Periodic:
+    """A task calling :meth:`tick` every :attr:`interval` seconds (``None``: never)."""
+
+    interval: float | None = None
+    _task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start ticking (call from the event loop that runs the requests)."""
+        if self.interval is not None:
+            self._task = asyncio.get_running_loop().create_task(self._loop(self.interval))
+
+    async def halt(self) -> None:
+        """Stop ticking."""
+        if self._task is not None:
+            self._task.cancel()
+            # gather returns the task's CancelledError as a value; a cancellation of the
+            # caller itself still propagates.
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _loop(self, interval: float) -> None:
+        while True:
+            due = time.perf_counter() + interval
+            await asyncio.sleep(interval)
+            self.tick(time.perf_counter() - due)
+
+    def tick(self, late: float) -> None:
+        """Do the periodic work (``late``: how late the task woke, the event loop's lag)."""
+
+
+class ProgressTicker(Periodic):
     """Calls a :class:`ProgressCallback` every ``interval`` seconds, and once at the end.
 
-    A callback that raises is disabled with a warning: a display bug must not lose a run's
-    records.
+    A callback that raises is disabled with a warning: a display bug must not lose a run.
     """
 
     def __init__(
         self, callback: ProgressCallback, tally: Tally, started: float, interval: float = 1.0
     ) -> None:
-        self._callback: ProgressCallback | None = None if callback is no_progress else callback
-        self._tally = tally
-        self._started = started
-        self._interval = interval
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        """Start ticking (does nothing for :func:`no_progress`)."""
-        if self._callback is not None:
-            self._task = asyncio.get_running_loop().create_task(self._tick())
+        self._callback = None if callback is no_progress else callback
+        self.interval = None if self._callback is None else interval
+        self._tally, self._started = tally, started
 
     async def stop(self) -> None:
         """Stop ticking and report the final counts."""
-        if self._task is not None:
-            self._task.cancel()
-            # gather returns the ticker's CancelledError as a value, while a cancellation
-            # of the caller itself still propagates.
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
-        self._report()
+        await self.halt()
+        self.tick(0.0)
 
-    async def _tick(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            self._report()
-
-    def _report(self) -> None:
+    def tick(self, late: float) -> None:
+        """Report the counts so far."""
         if self._callback is None:
             return
-        tally = self._tally
+        t = self._tally
         try:
-            self._callback(
-                tally.done, tally.total, tally.tokens, time.perf_counter() - self._started
-            )
+            self._callback(t.done, t.total, t.tokens, time.perf_counter() - self._started)
         except Exception as exc:
             self._callback = None
             warnings.warn(

@@ -1,8 +1,7 @@
 """Plain data the load generator produces: one :class:`RequestRecord` per request sent.
 
-Every timestamp is ``time.perf_counter()`` of the process that ran the load: one monotonic
-clock, so differences are exact and comparable across records of a run. ``as_dict`` makes
-them relative to a chosen origin (the run's start) for reports.
+Every timestamp is ``time.perf_counter()`` of the process that ran the load (one monotonic
+clock); ``as_dict`` makes them relative to an origin (the run's start) for reports.
 """
 
 from __future__ import annotations
@@ -73,6 +72,11 @@ class RequestRecord:
         """Whether the request completed without an error."""
         return self.error is None
 
+    def fail(self, message: str) -> None:
+        """Record ``message`` as the error unless one is already: the first is the cause."""
+        if self.error is None:
+            self.error = message
+
     @property
     def first_token(self) -> float | None:
         """When the first chunk with generated tokens arrived (``None`` without streaming)."""
@@ -81,8 +85,7 @@ class RequestRecord:
     @property
     def ttft(self) -> float | None:
         """Time to first token in seconds: request sent to first chunk with tokens."""
-        first = self.first_token
-        return None if first is None else first - self.sent
+        return self.chunk_times[0] - self.sent if self.chunk_times else None
 
     @property
     def e2e(self) -> float | None:
@@ -92,9 +95,8 @@ class RequestRecord:
     @property
     def output_tokens(self) -> int | None:
         """Generated tokens: the server's count, else the client's."""
-        if self.output_tokens_server is not None:
-            return self.output_tokens_server
-        return self.output_tokens_client
+        server = self.output_tokens_server
+        return self.output_tokens_client if server is None else server
 
     @property
     def tpot(self) -> float | None:
@@ -116,12 +118,8 @@ class RequestRecord:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RequestRecord:
-        """Rebuild a record from :meth:`as_dict` output (times stay relative).
-
-        Fields added since the dict was written take their defaults (``retries`` 0).
-        """
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        """Rebuild a record from :meth:`as_dict` output (newer fields take their defaults)."""
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 @dataclass(frozen=True)

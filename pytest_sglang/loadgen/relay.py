@@ -1,9 +1,8 @@
 """What a load worker hands its coordinator while a run goes on: progress and finished records.
 
-Each worker's :class:`Relay` collects its finished measured requests and progress as they
-happen, and the coordinator takes them in batches, so a lost worker costs only what it had
-not handed over, and one progress line is summed over the workers. Pickling and sending
-happen off the event loop.
+A worker's :class:`Relay` collects them as they happen and the coordinator takes them in
+batches, so a lost worker costs only what it had not handed over, and one progress line is
+summed over the workers. Pickling and sending happen off the event loop.
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ class Relay:
         self._changed = True
 
     def take(self) -> tuple[Counts, list[RequestRecord]] | None:
-        """Return the progress and the records finished since the last take; None: nothing new."""
+        """Return the progress and records new since the last take; None: nothing new."""
         with self._lock:
             records, self._records = self._records, []
         if not records and not self._changed:
@@ -54,9 +53,8 @@ class Relay:
 class Sender:
     """A thread that sends a :class:`Relay`'s batches every ``interval`` until stopped.
 
-    ``send`` (a pipe's ``send``) may block while the coordinator is busy; it does so on this
-    thread, never on the event loop. :meth:`stop` sends the last batch and returns once the
-    thread is done, so the caller's own final message comes after every batch.
+    ``send`` (a pipe's) may block while the coordinator is busy: on this thread, never on the
+    event loop. :meth:`stop` returns once the last batch is sent.
     """
 
     def __init__(
@@ -65,22 +63,19 @@ class Sender:
         send: Callable[[tuple[str, Counts, list[RequestRecord]]], None],
         interval: float,
     ) -> None:
-        self._relay = relay
-        self._send = send
-        self._interval = interval
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="sglang-relay", daemon=True)
+
+        def loop() -> None:
+            while True:
+                stopping = self._stopped.wait(interval)
+                batch = relay.take()
+                if batch is not None:
+                    send(("progress", *batch))
+                if stopping:
+                    return
+
+        self._thread = threading.Thread(target=loop, name="sglang-relay", daemon=True)
         self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stopped.wait(self._interval):
-            self._flush()
-        self._flush()
-
-    def _flush(self) -> None:
-        batch = self._relay.take()
-        if batch is not None:
-            self._send(("progress", *batch))
 
     def stop(self) -> None:
         """Send what is left and wait for the thread."""
@@ -102,20 +97,16 @@ class ProgressSum:
         """Take one worker's batch, and report the sum at most every ``interval``."""
         self.counts[worker] = counts
         self.records.setdefault(worker, []).extend(records)
-        now = time.monotonic()
-        if self.callback is not None and now - self._last >= self.interval:
-            self._last = now
+        if time.monotonic() - self._last >= self.interval:
+            self._last = time.monotonic()
             self.report()
 
     def report(self) -> None:
         """Call the callback with the counts summed over the workers heard from."""
         if self.callback is None or not self.counts:
             return
-        done = sum(c[0] for c in self.counts.values())
-        total = sum(c[1] for c in self.counts.values())
-        tokens = sum(c[2] for c in self.counts.values())
-        elapsed = time.perf_counter() - min(c[3] for c in self.counts.values())
-        self.callback(done, total, tokens, elapsed)
+        done, total, tokens, started = zip(*self.counts.values(), strict=True)
+        self.callback(sum(done), sum(total), sum(tokens), time.perf_counter() - min(started))
 
     def received(self, worker: int) -> list[RequestRecord]:
         """Return the measured records ``worker`` sent before its end."""

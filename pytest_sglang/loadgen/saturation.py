@@ -8,15 +8,12 @@ over the measured phase; the verdict is the ``client_bound`` check
 
 from __future__ import annotations
 
-import asyncio
 import time
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
+
+from pytest_sglang.loadgen.progress import Periodic
 
 __all__ = ["ClientLoad", "ClientMonitor"]
-
-#: How often the monitor wakes (seconds).
-DEFAULT_INTERVAL = 0.05
 
 
 @dataclass(frozen=True)
@@ -38,55 +35,28 @@ class ClientLoad:
         """CPU seconds per wall second: 1.0 is one core fully busy."""
         return self.cpu_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
 
-    def as_dict(self) -> dict[str, Any]:
-        """Return plain JSON types."""
-        return {
-            "cpu_seconds": self.cpu_seconds,
-            "wall_seconds": self.wall_seconds,
-            "cpu_fraction": self.cpu_fraction,
-            "lag_p50": self.lag_p50,
-            "lag_p99": self.lag_p99,
-            "lag_max": self.lag_max,
-            "samples": self.samples,
-        }
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ClientLoad:
-        """Rebuild from :meth:`as_dict` output."""
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
-
-
-class ClientMonitor:
+class ClientMonitor(Periodic):
     """Measures the client's CPU and loop lag between :meth:`start` and :meth:`stop`."""
 
-    def __init__(self, interval: float = DEFAULT_INTERVAL) -> None:
+    def __init__(self, interval: float = 0.05) -> None:
         self.interval = interval
         self._lags: list[float] = []
-        self._task: asyncio.Task[None] | None = None
-        self._cpu0 = 0.0
-        self._wall0 = 0.0
-
-    async def _watch(self) -> None:
-        while True:
-            due = time.perf_counter() + self.interval
-            await asyncio.sleep(self.interval)
-            self._lags.append(max(0.0, time.perf_counter() - due))
 
     def start(self) -> None:
         """Begin watching (call from the event loop that runs the requests)."""
         self._cpu0, self._wall0 = time.process_time(), time.perf_counter()
-        self._task = asyncio.create_task(self._watch())
+        super().start()
+
+    def tick(self, late: float) -> None:
+        """Note how late the loop woke the task."""
+        self._lags.append(max(0.0, late))
 
     async def stop(self) -> ClientLoad:
         """Stop watching and return what was seen."""
         wall = time.perf_counter() - self._wall0
         cpu = time.process_time() - self._cpu0
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await self.halt()
         lags = sorted(self._lags) or [0.0]
-
-        def at(q: float) -> float:
-            return lags[min(len(lags) - 1, int(q * (len(lags) - 1) + 0.5))]
-
-        return ClientLoad(cpu, wall, at(0.5), at(0.99), lags[-1], len(self._lags))
+        p50, p99 = (lags[int(q * (len(lags) - 1) + 0.5)] for q in (0.5, 0.99))  # nearest rank
+        return ClientLoad(cpu, wall, p50, p99, lags[-1], len(self._lags))

@@ -1,9 +1,9 @@
-"""The watchdog: ends streams that stopped sending, at no cost per token.
+"""The watchdog: the deadlines of a run's requests in flight, and why one was cut short.
 
-One task wakes a few times per timeout and expires the deadline of each request in flight
-that waited too long: a stall (no new token for ``stall_timeout`` after its first event), or
-no first token for ``first_token_timeout`` while the whole run received none either (a
-queue moves, a frozen server sends nothing to anyone). See ``docs/metrics.md``.
+One task wakes a few times per timeout and expires the deadline of each stream that waited too
+long: a stall (no new token for ``stall_timeout`` after its first event), or no first token for
+``first_token_timeout`` while the whole run received none either (a queue moves, a frozen
+server sends nothing to anyone). No cost per token. See ``docs/metrics.md``.
 """
 
 from __future__ import annotations
@@ -12,26 +12,20 @@ import asyncio
 import time
 from typing import Literal
 
+from pytest_sglang.loadgen.progress import Periodic
 from pytest_sglang.loadgen.records import RequestRecord
 from pytest_sglang.loadgen.streams import StreamParser
 
 __all__ = ["StallWatchdog"]
 
-#: Checks per timeout: a stall is noticed at most a quarter of the timeout late.
-_CHECKS_PER_TIMEOUT = 4
-_MAX_CHECK_INTERVAL = 1.0
-
-#: Why the watchdog expired a request's deadline.
-Expiry = Literal["stall", "first_token"]
+#: Why a request's deadline was expired early.
+Expiry = Literal["stall", "first_token", "cancelled"]
 
 
-class StallWatchdog:
-    """Expire the deadline of every watched request that stalled or got no first token.
+class StallWatchdog(Periodic):
+    """Expire the deadline of every watched stream that stalled or got no first token.
 
-    :param stall_timeout: seconds a stream may go without a new token after its first one;
-        ``None``: no limit.
-    :param first_token_timeout: seconds a request may wait for its first token while the run
-        receives no token at all; ``None``: no limit.
+    A limit of ``None`` is no limit; with none, nothing runs.
     """
 
     def __init__(
@@ -39,8 +33,9 @@ class StallWatchdog:
     ) -> None:
         self.stall_timeout = stall_timeout
         self.first_token_timeout = first_token_timeout
-        limits = [t for t in (stall_timeout, first_token_timeout) if t]
-        self.interval = min([_MAX_CHECK_INTERVAL, *(t / _CHECKS_PER_TIMEOUT for t in limits)])
+        limits = [t / 4 for t in (stall_timeout, first_token_timeout) if t]
+        #: Seconds between checks: a stall is noticed at most a quarter of its limit late.
+        self.interval = min([1.0, *limits]) if limits else None
         # Keyed by id(): records are mutable dataclasses, compared by value, not hashable.
         self._watched: dict[int, tuple[RequestRecord, asyncio.Timeout, StreamParser | None]] = {}
         self._expired: dict[int, Expiry] = {}
@@ -50,58 +45,47 @@ class StallWatchdog:
     def watch(
         self, record: RequestRecord, deadline: asyncio.Timeout, parser: StreamParser | None = None
     ) -> None:
-        """Watch ``record`` until :meth:`forget`; ``deadline`` is expired if it stalls.
-
-        ``parser``, the stream's, tells when its first event came (token or not).
-        """
+        """Watch ``record``'s request until :meth:`forget`; ``parser``: its stream's, if any."""
         self._watched[id(record)] = (record, deadline, parser)
 
     def forget(self, record: RequestRecord) -> None:
         """Stop watching ``record`` (its request ended)."""
         self._watched.pop(id(record), None)
-        if record.chunk_times and record.chunk_times[-1] > self.last_token:
-            self.last_token = record.chunk_times[-1]
+        if record.chunk_times:
+            self.last_token = max(self.last_token, record.chunk_times[-1])
 
     def expired(self, record: RequestRecord) -> Expiry | None:
-        """Why this watchdog expired ``record``'s deadline; ``None`` when it did not."""
+        """Why ``record``'s deadline was expired early; ``None`` when it was not."""
         return self._expired.get(id(record))
 
     def check(self, now: float) -> None:
-        """Expire the deadlines of requests that stalled or waited too long for a token.
-
-        ``now`` is a ``time.perf_counter()`` reading, the clock of the records' chunk times.
-        """
-        loop = asyncio.get_running_loop()
-        watched = list(self._watched.items())
-        latest = self.last_token
-        for _, (record, _, _) in watched:
-            if record.chunk_times and record.chunk_times[-1] > latest:
-                latest = record.chunk_times[-1]
-        self.last_token = latest
-        stall, first = self.stall_timeout, self.first_token_timeout
-        for key, (record, deadline, parser) in watched:
-            if key in self._expired:
-                continue
+        """Expire the streams that stalled or waited too long (``now``: ``perf_counter``)."""
+        for record, _, _ in self._watched.values():
             if record.chunk_times:
-                last: float | None = record.chunk_times[-1]
-            else:
-                last = parser.first_event if parser is not None else None
+                self.last_token = max(self.last_token, record.chunk_times[-1])
+        stall, first = self.stall_timeout, self.first_token_timeout
+        for key, (record, deadline, parser) in self._watched.items():
+            if parser is None or key in self._expired:
+                continue
+            last = record.chunk_times[-1] if record.chunk_times else parser.first_event
             if last is not None:
                 if stall and now - last > stall:
-                    self._expire(key, "stall", deadline, loop)
-            elif first and now - max(record.sent, latest) > first:
-                self._expire(key, "first_token", deadline, loop)
+                    self._expire(key, "stall", deadline)
+            elif first and now - max(record.sent, self.last_token) > first:
+                self._expire(key, "first_token", deadline)
 
-    def _expire(
-        self, key: int, why: Expiry, deadline: asyncio.Timeout, loop: asyncio.AbstractEventLoop
-    ) -> None:
+    def cancel_all(self) -> None:
+        """Cut every request in flight now (the run stopped), but those already ending."""
+        for key, (_, deadline, _) in list(self._watched.items()):
+            if key not in self._expired and not deadline.expired():
+                self._expire(key, "cancelled", deadline)
+
+    def _expire(self, key: int, why: Expiry, deadline: asyncio.Timeout) -> None:
         self._expired[key] = why
         # The deadline fires on the loop's next turn and cancels the request's task;
         # asyncio.timeout turns that into TimeoutError, as for the request timeout.
-        deadline.reschedule(loop.time())
+        deadline.reschedule(asyncio.get_running_loop().time())
 
-    async def run(self) -> None:
-        """Check every :attr:`interval` seconds until cancelled."""
-        while True:
-            await asyncio.sleep(self.interval)
-            self.check(time.perf_counter())
+    def tick(self, late: float) -> None:
+        """Check the streams in flight."""
+        self.check(time.perf_counter())

@@ -33,10 +33,11 @@ def test_defaults_are_the_load_generators() -> None:
         DEFAULT_FIRST_TOKEN_TIMEOUT,
         DEFAULT_MAX_CONSECUTIVE_FAILURES,
     )
-    from pytest_sglang.loadgen import runner
+    from pytest_sglang.loadgen.runner import LoadGenerator
 
-    assert runner.DEFAULT_FIRST_TOKEN_TIMEOUT == DEFAULT_FIRST_TOKEN_TIMEOUT == 90.0
-    assert runner.DEFAULT_MAX_CONSECUTIVE_FAILURES == DEFAULT_MAX_CONSECUTIVE_FAILURES == 8
+    generator = LoadGenerator("http://127.0.0.1:9")
+    assert generator.first_token_timeout == DEFAULT_FIRST_TOKEN_TIMEOUT == 90.0
+    assert generator.max_consecutive_failures == DEFAULT_MAX_CONSECUTIVE_FAILURES == 8
 
 
 def test_each_source_and_the_header(

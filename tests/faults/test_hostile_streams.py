@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from pytest_sglang.loadgen.sse import SSEDecoder
+from pytest_sglang.loadgen.streams import SSEDecoder
 
 MB = 1024 * 1024
 

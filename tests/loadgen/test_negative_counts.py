@@ -7,7 +7,7 @@ import json
 import pytest
 
 from pytest_sglang.loadgen.records import RequestRecord
-from pytest_sglang.loadgen.streams import parse_body
+from pytest_sglang.loadgen.streams import StreamParser
 from tests.loadgen.test_stream_shapes import chat, completion, frames, parse, usage
 
 
@@ -53,7 +53,7 @@ def test_a_negative_native_count_fails_the_stream() -> None:
 )  # fmt: skip
 def test_a_negative_count_fails_a_whole_response(endpoint: str, body: dict[str, object]) -> None:
     rec = RequestRecord(index=0, warmup=False, input_len=7, output_len=4)
-    parse_body(endpoint, rec, json.dumps(body).encode())
+    StreamParser(endpoint, rec).whole(json.dumps(body).encode())
     assert rec.error is not None and "negative token count" in rec.error
 
 

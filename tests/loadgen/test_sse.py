@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_sglang.loadgen.sse import SSEDecoder
+from pytest_sglang.loadgen.streams import SSEDecoder
 
 STREAM = (
     b'data: {"a":1}\n\n'

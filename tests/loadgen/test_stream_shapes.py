@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from pytest_sglang.loadgen.records import RequestRecord
-from pytest_sglang.loadgen.streams import stream_parser
+from pytest_sglang.loadgen.streams import StreamParser
 
 RECORDED = Path(__file__).parent / "streams_recorded"
 
@@ -33,7 +33,7 @@ def frames(*events: dict[str, Any] | str) -> bytes:
 def parse(endpoint: str, body: bytes, read: int | None = None) -> RequestRecord:
     """Feed ``body`` in ``read``-byte pieces (one piece when ``None``), 1 s apart."""
     rec = RequestRecord(index=0, warmup=False, input_len=7, output_len=6)
-    parser = stream_parser(endpoint, rec)
+    parser = StreamParser(endpoint, rec)
     pieces = [body] if read is None else [body[i : i + read] for i in range(0, len(body), read)]
     for i, piece in enumerate(pieces):
         parser.feed(piece, 1.0 + i)

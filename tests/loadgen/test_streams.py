@@ -10,9 +10,8 @@ import pytest
 from pytest_sglang.loadgen.progress import Tally
 from pytest_sglang.loadgen.records import RequestRecord
 from pytest_sglang.loadgen.streams import (
+    StreamParser,
     describe_http_error,
-    parse_body,
-    stream_parser,
 )
 
 
@@ -31,7 +30,7 @@ def record(output_len: int = 5) -> RequestRecord:
 
 def feed(endpoint: str, reads: list[bytes], times: list[float] | None = None) -> RequestRecord:
     rec = record()
-    parser = stream_parser(endpoint, rec)
+    parser = StreamParser(endpoint, rec)
     times = times or [1.0 + i for i in range(len(reads))]
     for data, now in zip(reads, times, strict=True):
         parser.feed(data, now)
@@ -213,7 +212,7 @@ def test_events_after_done_are_ignored() -> None:
 def test_parsers_feed_the_progress_tally() -> None:
     tally = Tally(total=1)
     rec = record()
-    parser = stream_parser("generate", rec, tally)
+    parser = StreamParser("generate", rec, tally)
     for data in NATIVE:
         parser.feed(data, 1.0)
     assert tally.tokens == 5
@@ -470,7 +469,7 @@ def test_native_body() -> None:
         }
     ).encode()
     rec = record()
-    parse_body("generate", rec, body)
+    StreamParser("generate", rec).whole(body)
     assert rec.error is None
     assert (rec.output_tokens_server, rec.output_tokens_client) == (5, 5)
     assert rec.spec_verify_ct == 2 and rec.prompt_tokens == 7 and rec.finish_reason == "length"
@@ -522,7 +521,7 @@ def test_openai_bodies() -> None:
     }
     for endpoint, body, finish in (("completions", completion, "length"), ("chat", chat, "stop")):
         rec = record()
-        parse_body(endpoint, rec, json.dumps(body).encode())
+        StreamParser(endpoint, rec).whole(json.dumps(body).encode())
         assert rec.error is None
         assert (rec.output_tokens_server, rec.prompt_tokens, rec.finish_reason) == (16, 12, finish)
         assert rec.output_tokens_client is None
@@ -557,5 +556,5 @@ def test_http_error_messages(status: int, body: bytes, expected: str) -> None:
 
 def test_error_body_with_status_200_is_a_failure() -> None:
     rec = record()
-    parse_body("generate", rec, b'{"error": {"message": "bad"}}')
+    StreamParser("generate", rec).whole(b'{"error": {"message": "bad"}}')
     assert rec.error == "error response: bad"

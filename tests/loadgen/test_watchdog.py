@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from pytest_sglang.loadgen.records import RequestRecord
-from pytest_sglang.loadgen.streams import stream_parser
+from pytest_sglang.loadgen.streams import StreamParser
 from pytest_sglang.loadgen.watchdog import StallWatchdog
 
 ROLE = b'data: {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}\n\n'
@@ -18,7 +18,7 @@ def expiry(events: list[tuple[float, bytes]], now: float) -> str | None:
     async def scenario() -> str | None:
         dog = StallWatchdog(stall_timeout=1.0, first_token_timeout=100.0)
         record = RequestRecord(index=0, warmup=False, input_len=1, output_len=4)
-        parser = stream_parser("chat", record)
+        parser = StreamParser("chat", record)
         try:
             async with asyncio.timeout(None) as deadline:
                 dog.watch(record, deadline, parser)

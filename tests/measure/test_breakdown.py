@@ -10,7 +10,7 @@ import pytest
 
 from pytest_sglang.loadgen.records import RequestRecord
 from pytest_sglang.loadgen.runner import LoadGenerator
-from pytest_sglang.loadgen.streams import NativeStreamParser, parse_body
+from pytest_sglang.loadgen.streams import StreamParser
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.breakdown import (
     breakdown_summary,
@@ -76,7 +76,7 @@ def test_a_run_breakdown() -> None:
 
 def test_the_stream_parser_keeps_the_servers_timings() -> None:
     record_ = RequestRecord(index=0, warmup=False, input_len=3, output_len=2)
-    parser = NativeStreamParser(record_)
+    parser = StreamParser("generate", record_)
     first = (b'data: {"text":"a","output_ids":[1],"meta_info":{"id":"x","finish_reason":null,'
              b'"prompt_tokens":3,"queue_time":0.25,"forward_entry_time":100.0,'
              b'"prefill_finished_time":100.5,"completion_tokens":1,'
@@ -96,7 +96,7 @@ def test_the_stream_parser_keeps_the_servers_timings() -> None:
     body = RequestRecord(index=0, warmup=False, input_len=3, output_len=2)
     answer = (b'{"text":"a","output_ids":[1],"meta_info":{"finish_reason":'
               b'{"type":"length","length":1},"completion_tokens":1,"queue_time":0.1}}')  # fmt: skip
-    parse_body("generate", body, answer)
+    StreamParser("generate", body).whole(answer)
     assert body.server_times == {"queue_time": 0.1}
 
 
