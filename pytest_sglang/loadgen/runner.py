@@ -185,9 +185,18 @@ class LoadGenerator:
         """Blocking :meth:`closed_loop` (its own event loop, see :func:`run_blocking`)."""
         return run_blocking(self.closed_loop(workload, concurrency, repeat=repeat))
 
-    def run_open_loop(self, workload: Workload, rate: float, **kwargs: Any) -> LoadRun:
+    def run_open_loop(
+        self,
+        workload: Workload,
+        rate: float,
+        *,
+        arrival: Arrival = "poisson",
+        max_concurrency: int | None = None,
+        repeat: int = 0,
+    ) -> LoadRun:
         """Blocking :meth:`open_loop` (its own event loop, see :func:`run_blocking`)."""
-        return run_blocking(self.open_loop(workload, rate, **kwargs))
+        load = OpenLoop(rate, arrival, max_concurrency)
+        return run_blocking(self.run(workload, load, repeat=repeat))
 
     def run_sweep(
         self, workload: Workload, concurrencies: Sequence[int], *, repeat: int = 0
