@@ -30,7 +30,9 @@ def story(pytester: pytest.Pytester) -> pytest.Pytester:
     ("emulator_args", "outcome"),
     [
         # Acceptance length 1.2: speculation costs more than it saves; the verdict fails.
-        ("--emulator-speedup 100 --emulator-accept-length 1.2", "PerformanceAssertionError"),
+        # At the example's speed-up (20x): faster, a request's server time shrinks toward the
+        # client's own per-request cost, and a loaded machine can no longer hold C=1.
+        ("--emulator-speedup 20 --emulator-accept-length 1.2", "PerformanceAssertionError"),
         # Run-to-run noise far above the difference making the runs inconclusive is checked
         # on synthetic runs in test_verdicts.py: end to end, both emulators draw the same
         # seeded noise path, which cancels between the blocks and makes the outcome a
