@@ -262,16 +262,14 @@ class Bench:
         [5, 10, 20, 40], "ttft.p99 <= 1s", unit="rate")``.
         """
         __tracebackhide__ = True
-        if concurrency is None and rate is None:
+        load = open_loop_of(concurrency, rate, arrival, max_concurrency)
+        if load is None and concurrency is None:
             raise ValueError(
                 "run_once measures a closed loop (concurrency=C) or an open loop (rate=R): give one"
             )
-        load = open_loop_of(concurrency, rate, arrival, max_concurrency)
+        (level,) = [load.max_concurrency or 0] if load is not None else levels_of(concurrency)
         if load is None:
-            (level,) = levels_of(concurrency)
             check_fills(workload, level)
-        else:
-            level = load.max_concurrency or 0
         handle = self._server(server)
         try:
             with self.pool.measuring(handle, during=self._during):
