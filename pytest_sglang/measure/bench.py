@@ -7,6 +7,7 @@ short (a test timeout, Ctrl-C) is reported with the runs it finished.
 from __future__ import annotations
 
 import copy
+import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
@@ -23,7 +24,7 @@ from pytest_sglang.measure.budget import (
     repeats_of,
 )
 from pytest_sglang.measure.measurement import Measurement
-from pytest_sglang.measure.plans import DEFAULT_REPEATS, MeasurementPlans
+from pytest_sglang.measure.plans import DEFAULT_REPEATS, CacheKey, MeasurementPlans, cache_key
 from pytest_sglang.measure.results import CONFIG_KEYS, BenchResult, Sweep, packed
 from pytest_sglang.measure.runs import Interrupted, Runner, cut_by
 from pytest_sglang.report.entries import Schedule
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Bench"]
 
-_Key = tuple[str, str, int, int]
 _Record = Callable[[BenchResult, "SGLangServer | None"], None]
 
 
@@ -71,9 +71,11 @@ class Bench:
         self._on_failure: Callable[[str], NoReturn] | None = None
         self._server_failed: Callable[[str, SGLangError], None] = lambda name, error: None
         self._during = ""  # the test id measuring, for a server's death message
+        # One run for this view's test (``with_recorder`` names it and its death callback).
+        self._run = functools.partial(self._runner.run)
         # Shared by every view (``with_recorder``): the session cache, the server of each
         # result, the ids of the results recorded, and the cut ones no test recorded.
-        self._cache: dict[_Key, BenchResult] = {}
+        self._cache: dict[CacheKey, BenchResult] = {}
         self._handles: dict[str, SGLangServer] = {}
         self._recorded: set[int] = set()
         self._unrecorded_cuts: list[tuple[BenchResult, SGLangServer]] = []
@@ -110,6 +112,7 @@ class Bench:
         view = copy.copy(self)  # the containers are shared: one session cache
         view._record, view._on_unavailable, view._on_failure = record, unavailable, failure
         view._server_failed, view._during = server_failed, during
+        view._run = functools.partial(self._runner.run, during=during, server_failed=server_failed)
         return view
 
     def _server(self, server: str | SGLangServer, *, why: str = "") -> SGLangServer:
@@ -126,9 +129,7 @@ class Bench:
             message, handler = str(exc), self._on_unavailable
         except SGLangError as exc:
             self._server_failed(server, exc)
-            if self._on_failure is None:
-                raise
-            message, handler = str(exc), self._on_failure
+            self._fail(exc)
         handler(message)
 
     def _fail(self, error: SGLangError) -> NoReturn:
@@ -227,7 +228,7 @@ class Bench:
         budget = Budget.of(allow_errors, allow_checks)
         with self.pool.measuring(a, b, during=self._during):
             attached = {s.name for s in self.pool.settings.servers}
-            keys = [_key(name, workload, level, repeats) for name in (a, b)]
+            keys = [cache_key(name, workload, level, repeats) for name in (a, b)]
             if {a, b} <= attached and not any(key in self._cache for key in keys):
                 check_fills(workload, level)
                 servers = (self._server(a), self._server(b))
@@ -261,20 +262,18 @@ class Bench:
         [5, 10, 20, 40], "ttft.p99 <= 1s", unit="rate")``.
         """
         __tracebackhide__ = True
-        if concurrency is None and rate is None:
+        load = open_loop_of(concurrency, rate, arrival, max_concurrency)
+        if load is None and concurrency is None:
             raise ValueError(
                 "run_once measures a closed loop (concurrency=C) or an open loop (rate=R): give one"
             )
-        load = open_loop_of(concurrency, rate, arrival, max_concurrency)
+        (level,) = [load.max_concurrency or 0] if load is not None else levels_of(concurrency)
         if load is None:
-            (level,) = levels_of(concurrency)
             check_fills(workload, level)
-        else:
-            level = load.max_concurrency or 0
         handle = self._server(server)
         try:
             with self.pool.measuring(handle, during=self._during):
-                return self._run(handle, workload, level, repeat, repeat + 1, load)
+                return self._run(handle, workload, level, repeat, repeat + 1, load=load)
         except Interrupted as stop:
             self._fail(stop.error)
 
@@ -301,7 +300,7 @@ class Bench:
         quiet = self.with_recorder(keep_cut)
         for number, declared in enumerate(pending, 1):
             started = time.monotonic()
-            key = _key(server.name, declared.workload, declared.concurrency, declared.repeats)
+            key = cache_key(server.name, declared.workload, declared.concurrency, declared.repeats)
             try:
                 quiet._fill(server, declared.workload, declared.concurrency, declared.repeats, key)
             except Exception as exc:  # the declaring test measures again, and says why
@@ -332,7 +331,7 @@ class Bench:
         """Measure (or fetch) ``repeats`` runs, then record the result and judge it."""
         __tracebackhide__ = True
         name = server if isinstance(server, str) else server.name
-        key = _key(name, workload, concurrency, repeats, load)
+        key = cache_key(name, workload, concurrency, repeats, load)
         if key not in self._cache:
             if load is None:
                 check_fills(workload, concurrency)
@@ -362,7 +361,7 @@ class Bench:
         workload: Workload,
         concurrency: int,
         repeats: int,
-        key: _Key,
+        key: CacheKey,
         *,
         load: OpenLoop | None = None,
     ) -> None:
@@ -374,33 +373,12 @@ class Bench:
                 self._runner.note_cap(handle, concurrency)
             with self.pool.measuring(handle, during=self._during):
                 for repeat in range(repeats):
-                    runs[0].append(self._run(handle, workload, concurrency, repeat, repeats, load))
+                    runs[0].append(
+                        self._run(handle, workload, concurrency, repeat, repeats, load=load)
+                    )
 
         (self._cache[key],) = self._taken(
             (handle,), workload, concurrency, repeats, take, load=load
-        )
-
-    def _run(
-        self,
-        server: SGLangServer,
-        workload: Workload,
-        concurrency: int,
-        repeat: int,
-        repeats: int,
-        load: OpenLoop | None = None,
-    ) -> Measurement:
-        """Take one run for this view's test (see :meth:`Runner.run`)."""
-        __tracebackhide__ = True
-        during, failed = self._during, self._server_failed
-        return self._runner.run(
-            server,
-            workload,
-            concurrency,
-            repeat,
-            repeats,
-            load=load,
-            during=during,
-            server_failed=failed,
         )
 
     def _taken(
@@ -464,11 +442,3 @@ class Bench:
                 self._progress(f"sglang: the measurement {whole.label()} was cut: {cut}")
             raise
         return [result(server, taken) for server, taken in zip(servers, runs, strict=True)]
-
-
-def _key(
-    server: str, workload: Workload, concurrency: int, repeats: int, load: OpenLoop | None = None
-) -> _Key:
-    """Return the session cache's key of a measurement."""
-    what = workload.key() if load is None else f"{workload.key()}|{load.key()}"
-    return (server, what, concurrency, repeats)

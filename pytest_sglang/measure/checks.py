@@ -85,6 +85,7 @@ def run_checks(
     """
     workload, stream = run.workload, run.workload.stream
     failed = [r for r in records if not r.ok]
+    detail = f"all {len(records)} measured requests completed"
     if failed:
         ranked = errors_by_kind(failed)
         parts = [
@@ -94,12 +95,10 @@ def run_checks(
         if len(ranked) > ERROR_KINDS:
             parts.append(f"{len(ranked) - ERROR_KINDS} other kinds")
         detail = f"{len(failed)} of {len(records)} measured requests failed: {'; '.join(parts)}"
-        checks = [Check("no_failed_requests", False, detail)]
-    else:
-        detail = f"all {len(records)} measured requests completed"
-        checks = [Check("no_failed_requests", True, detail)]
+    checks = [Check("no_failed_requests", not failed, detail)]
 
     uncounted = [r for r in done if not r.output_tokens or (stream and not sum(r.chunk_tokens))]
+    detail = f"every one of {len(done)} completed requests counted tokens"
     if uncounted:
         first = uncounted[0]
         detail = (
@@ -110,20 +109,16 @@ def run_checks(
             "client understands (stream_options.include_usage ignored?), so throughput would "
             "read 0"
         )
-        checks.append(Check("tokens_counted", False, detail))
-    else:
-        detail = f"every one of {len(done)} completed requests counted tokens"
-        checks.append(Check("tokens_counted", True, detail))
+    checks.append(Check("tokens_counted", not uncounted, detail))
 
     counted = [r for r in done if r.output_tokens is not None]
     wrong = [r for r in counted if r.output_tokens != r.output_len]
     asked = "number of tokens"
     if {r.output_len for r in counted} == {workload.output_len}:
         asked = f"{workload.output_len} tokens"
+    detail = f"all {len(counted)} completed requests generated the {asked}"
     if not counted:
-        checks.append(
-            Check("output_length", None, "no completed request reported its output length")
-        )
+        detail = "no completed request reported its output length"
     elif wrong:
         sample = ", ".join(
             f"request {r.index}: {r.output_tokens} of {r.output_len}" for r in wrong[:3]
@@ -133,10 +128,7 @@ def run_checks(
             f"({sample}); is ignore_eos honoured, does the context length fit input_len + "
             "output_len?"
         )
-        checks.append(Check("output_length", False, detail))
-    else:
-        detail = f"all {len(counted)} completed requests generated the {asked}"
-        checks.append(Check("output_length", True, detail))
+    checks.append(Check("output_length", not wrong if counted else None, detail))
 
     checks.append(_token_counts(done))
     checks.append(_input_length(run, done))
@@ -155,18 +147,16 @@ def run_checks(
             checks.append(Check("schedule", None, "no request had a schedule"))
 
     inexact = [r for r in done if not r.chunk_tokens_exact]
+    detail = "every chunk's token count came from the server"
     if not stream:
-        checks.append(Check("chunk_token_counts", None, "not streamed: no chunks"))
+        detail = "not streamed: no chunks"
     elif inexact:
         detail = (
             f"{len(inexact)} requests had no per-chunk token counts (the server ignored "
             "stream_options.continuous_usage_stats); their tokens were spread evenly over their "
             "chunks: per-token ITL percentiles are approximate, its mean and ITL per chunk exact"
         )
-        checks.append(Check("chunk_token_counts", None, detail))
-    else:
-        detail = "every chunk's token count came from the server"
-        checks.append(Check("chunk_token_counts", True, detail))
+    checks.append(Check("chunk_token_counts", None if inexact or not stream else True, detail))
     checks.append(_client(run, done))
 
     retried = sum(1 for r in records if r.retries)

@@ -13,14 +13,17 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from pytest_sglang.loadgen.schedule import OpenLoop
     from pytest_sglang.loadgen.workload import Workload
 
 __all__ = [
     "DEFAULT_REPEATS",
     "MEASURE_MARKER",
     "PLANS_KEY",
+    "CacheKey",
     "Declared",
     "MeasurementPlans",
+    "cache_key",
     "declared_measurements",
 ]
 
@@ -51,20 +54,26 @@ class Declared:
     concurrency: int
     repeats: int
 
-    def key(self) -> tuple[str, Any, int, int]:
-        """Return the session cache's key of this measurement."""
-        return (self.server, self.workload.key(), self.concurrency, self.repeats)
-
     def label(self) -> str:
         """Return e.g. ``baseline @ C=64 (x5)``."""
         return f"{self.server} @ C={self.concurrency} (x{self.repeats})"
 
 
+#: The session cache's key of a measurement: server, workload (and open loop), level, repeats.
+CacheKey = tuple[str, str, int, int]
 #: Every measurement the selected tests declared, by cache key, in declaration order.
-MeasurementPlans = dict[tuple[str, Any, int, int], Declared]
+MeasurementPlans = dict[CacheKey, Declared]
 
 #: The measurements the selected tests declare (``sglang_measure``), set at collection.
 PLANS_KEY = pytest.StashKey[MeasurementPlans]()
+
+
+def cache_key(
+    server: str, workload: Workload, concurrency: int, repeats: int, load: OpenLoop | None = None
+) -> CacheKey:
+    """Return the session cache's key of a measurement."""
+    what = workload.key() if load is None else f"{workload.key()}|{load.key()}"
+    return (server, what, concurrency, repeats)
 
 
 def _declared(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Declared]:
@@ -104,5 +113,6 @@ def declared_measurements(items: Iterable[pytest.Item]) -> MeasurementPlans:
                     f"{item.nodeid}: @pytest.mark.sglang_measure: {exc}"
                 ) from None
             for one in declared:
-                plans.setdefault(one.key(), one)
+                key = cache_key(one.server, one.workload, one.concurrency, one.repeats)
+                plans.setdefault(key, one)
     return plans

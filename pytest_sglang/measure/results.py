@@ -12,7 +12,7 @@ import zlib
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, cast, overload
+from typing import Any, cast
 
 from pytest_sglang.loadgen.records import RequestRecord
 from pytest_sglang.loadgen.schedule import OpenLoop
@@ -173,15 +173,7 @@ class PackedRecords(Sequence[RequestRecord]):
     def __len__(self) -> int:
         return self._len
 
-    @overload
-    def __getitem__(self, index: int) -> RequestRecord: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> tuple[RequestRecord, ...]: ...
-
-    def __getitem__(self, index: int | slice) -> RequestRecord | tuple[RequestRecord, ...]:
-        if isinstance(index, slice):
-            return tuple(self._unpacked()[index])
+    def __getitem__(self, index: Any) -> Any:  # an int, or a slice (a list)
         return self._unpacked()[index]
 
     def __iter__(self) -> Iterator[RequestRecord]:

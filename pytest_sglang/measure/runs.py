@@ -219,15 +219,10 @@ class Runner:
 
     def note_cap(self, server: SGLangServer, concurrency: int) -> None:
         """Say so when ``concurrency`` exceeds the requests the server runs at once."""
-        cap = server.max_running_requests
-        if (
-            cap is None
-            or cap < 1
-            or concurrency <= cap
-            or (server.name, concurrency) in self._noted
-        ):
+        cap, key = server.max_running_requests, (server.name, concurrency)
+        if cap is None or cap < 1 or concurrency <= cap or key in self._noted:
             return
-        self._noted.add((server.name, concurrency))
+        self._noted.add(key)
         given = server.server_info.get("max_running_requests")
         source = "" if given == cap else f" (in effect; /server_info says {given})"
         self._progress(

@@ -161,15 +161,6 @@ class Fingerprint:
         return dict(self.fields)
 
 
-def _gpu_fields(server: ServerEntry | None, gpus: Sequence[str]) -> tuple[str | None, int]:
-    launch = server.get("launch") if server is not None else None
-    used = launch.get("gpus") if isinstance(launch, dict) else None
-    names = sorted(set(gpus))
-    model = names[0] if len(names) == 1 else (", ".join(names) or None)
-    count = len(used) if isinstance(used, list) and used else len(gpus)
-    return model, count
-
-
 def fingerprint_of(
     row: Mapping[str, Any], server: ServerEntry | None = None, gpus: Sequence[str] = ()
 ) -> Fingerprint:
@@ -181,14 +172,15 @@ def fingerprint_of(
     model = config.get("served_model_name") or config.get("model_path")
     if model is None and server is not None:
         model = server.get("model")
-    gpu_model, gpu_count = _gpu_fields(server, gpus)
+    launch = server.get("launch") if server is not None else None
+    used = launch.get("gpus") if isinstance(launch, dict) else None
     workload = Workload.from_dict(row["workload"]).for_concurrency(int(row["concurrency"]))
     fields: dict[str, Any] = {
         "model": model,
         "tp_size": config.get("tp_size", 1),
         "dp_size": config.get("dp_size", 1),
-        "gpu_model": gpu_model,
-        "gpu_count": gpu_count,
+        "gpu_model": ", ".join(sorted(set(gpus))) or None,
+        "gpu_count": len(used) if isinstance(used, list) and used else len(gpus),
         "workload": workload.as_dict(),
         "concurrency": int(row["concurrency"]),
     }
@@ -234,12 +226,10 @@ class StoredMeasurement:
 
     def label(self) -> str:
         """Return e.g. ``baseline @ C=4 from sglang/0002_nightly (SGLang 0.5.23, 1a2b3c4)``."""
-        version = self.labels.get("sglang_version")
-        commit = self.labels.get("commit")
-        commit_text = str(commit or "")
-        if re.fullmatch(r"[0-9a-f]{11,40}", commit_text):
-            commit_text = commit_text[:10]
-        what = ", ".join(x for x in (f"SGLang {version}" if version else "", commit_text) if x)
+        version, commit = self.labels.get("sglang_version"), str(self.labels.get("commit") or "")
+        if re.fullmatch(r"[0-9a-f]{11,40}", commit):
+            commit = commit[:10]
+        what = ", ".join(x for x in (f"SGLang {version}" if version else "", commit) if x)
         return f"{self.row['server']} @ C={self.row['concurrency']} from {self.session}" + (
             f" ({what})" if what else ""
         )

@@ -36,7 +36,10 @@ class Objective:
 
     def __post_init__(self) -> None:
         if self.metric not in _METRICS:
-            raise ValueError(f"an SLO bounds one of {', '.join(_METRICS)}; got {self.metric!r}")
+            raise ValueError(
+                f"{self.metric!r} is not a per-request metric an SLO bounds: use one of "
+                f"{', '.join(_METRICS)}"
+            )
         if not (math.isfinite(self.limit) and self.limit > 0):
             raise ValueError(f"the limit of {self.metric} must be > 0 seconds, got {self.limit!r}")
         if not 0 < self.percentile < 100:
@@ -102,13 +105,9 @@ class Slo:
                     f"METRIC one of {', '.join(_METRICS)} and VALUE in s or ms, e.g. "
                     "'ttft.p99 <= 2s, tpot.p90 <= 50ms'"
                 )
-            metric = match["metric"]
-            if metric not in _METRICS:
-                raise ValueError(
-                    f"{metric!r} in {part.strip()!r}: use one of {', '.join(_METRICS)}"
-                )
             limit = float(match["value"]) * _UNITS[match["unit"] or ""]
-            objectives.append(Objective(cast("SloMetric", metric), limit, float(match["pct"])))
+            metric = cast("SloMetric", match["metric"])
+            objectives.append(Objective(metric, limit, float(match["pct"])))
         return cls(tuple(objectives))
 
     def describe(self) -> str:
