@@ -49,6 +49,11 @@ def settings_of(config: pytest.Config) -> Settings:
     return config.stash[SETTINGS_KEY]
 
 
+def _need_a_server(settings: Settings) -> None:
+    if not settings.servers and not settings.profiles:
+        _unavailable(settings, f"no SGLang server configured: {_HOW_TO_ATTACH}")
+
+
 def _unavailable(settings: Settings, message: str) -> NoReturn:
     # A skip, so that a GPU-less run is not a wall of errors; --sglang-require makes it a failure.
     message = settings.redact(message)
@@ -156,8 +161,7 @@ def sglang_server(
         check_server_info_expectations,
     )
 
-    if not sglang_settings.servers and not sglang_settings.profiles:
-        _unavailable(sglang_settings, f"no SGLang server configured: {_HOW_TO_ATTACH}")
+    _need_a_server(sglang_settings)
     name = ""
     error: SGLangError | None = None
     try:
@@ -169,8 +173,9 @@ def sglang_server(
     if isinstance(error, ServerUnavailable):
         _unavailable(sglang_settings, str(error))
     if error is not None:
-        entry = _failure_entry(name, error, sglang_settings)
-        request.node.user_properties.append(("sglang", entry))
+        request.node.user_properties.append(
+            ("sglang", _failure_entry(name, error, sglang_settings))
+        )
         _fail(sglang_settings, str(error))
     expectations = expectations_of(request.node)
     problems = check_model_expectations(server.models, expectations)
@@ -249,8 +254,7 @@ def sglang_bench(request: pytest.FixtureRequest, sglang_servers: ServerPool) -> 
     both can run at once.
     """
     settings = sglang_servers.settings
-    if not settings.servers and not settings.profiles:
-        _unavailable(settings, f"no SGLang server configured: {_HOW_TO_ATTACH}")
+    _need_a_server(settings)
     node = request.node
     return session_bench(request.config, sglang_servers).with_recorder(
         lambda result, server: node.user_properties.extend(

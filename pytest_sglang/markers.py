@@ -10,31 +10,16 @@ import pytest
 if TYPE_CHECKING:
     from pytest_sglang.config.settings import Settings
     from pytest_sglang.config.values import Expectation
-
-__all__ = [
-    "MARKERS",
-    "UNMET_KEY",
-    "evaluate_requirements",
-    "expectations_of",
-    "order_by_profile",
-    "parametrize_over_servers",
-    "profile_of",
-    "servers_named",
-    "validate_markers",
-]
+    from pytest_sglang.gpu.model import GpuSnapshot
 
 #: Marker lines for ``config.addinivalue_line("markers", ...)``; ``pytest --markers`` shows them.
 MARKERS = (
-    "sglang_profile(name): run this test against the SGLang server called NAME "
-    "(attach one with --sglang-url NAME=URL). The closest marker wins, so a test can "
-    "override its module's or class's choice.",
-    "sglang_expect(**key_values): check, for this test, that the server serves what it "
-    "expects: model_id=..., max_model_len=..., or any /server_info key such as tp_size=8 or "
-    "speculative_algorithm='EAGLE3'. These add to --sglang-expect and the profile's expect, "
-    "which the readiness gate checks for every test of the server.",
+    "sglang_profile(name): run this test against the SGLang server called NAME; the closest "
+    "marker wins.",
+    "sglang_expect(**key_values): check that the server serves what this test expects: "
+    "model_id, max_model_len or any /server_info key (tp_size=8...).",
     "sglang_requires(gpus=1, gpu_name=None, min_free_gib=None): skip the test unless this "
-    "machine has that many GPUs (named like gpu_name, with that much free memory), checked "
-    "through NVML at collection; fails instead under --sglang-require.",
+    "machine has such GPUs (fail under --sglang-require).",
 )
 
 #: Why a test's ``sglang_requires`` is unmet (set at collection, acted on at setup).
@@ -161,21 +146,30 @@ def order_by_profile(items: list[pytest.Item]) -> list[pytest.Item]:
     return [item for group in groups.values() for item in group] + rest
 
 
+def gpu_snapshot(settings: Settings) -> tuple[GpuSnapshot, str]:
+    """Return one snapshot of the GPUs the settings read, and what read them.
+
+    :raises GpuUnavailable: GPU state cannot be read here.
+    """
+    from pytest_sglang.gpu.probes import make_probe
+
+    probe = make_probe(host=settings.gpu_host.value, fake_dir=settings.gpu_fake.value)
+    try:
+        return probe.snapshot(), probe.describe()
+    finally:
+        probe.close()
+
+
 def evaluate_requirements(items: list[pytest.Item], settings: Settings) -> None:
     """Evaluate the ``sglang_requires`` markers of ``items`` against one GPU snapshot.
 
     An unmet requirement's reason, which says what was found, goes to ``UNMET_KEY``.
     """
     from pytest_sglang.errors import GpuUnavailable
-    from pytest_sglang.gpu.probes import make_probe
     from pytest_sglang.gpu.requirements import unmet_requirement
 
     try:
-        probe = make_probe(host=settings.gpu_host.value, fake_dir=settings.gpu_fake.value)
-        try:
-            snapshot = probe.snapshot()
-        finally:
-            probe.close()
+        snapshot, _ = gpu_snapshot(settings)
     except GpuUnavailable as exc:
         for item in items:
             item.stash[UNMET_KEY] = f"GPU state unavailable: {exc}"

@@ -22,10 +22,12 @@ from pytest_sglang.fixtures import (
     stop_started,
     unreported_properties,
 )
+from pytest_sglang.interrupts import SessionInterrupts
 from pytest_sglang.markers import (
     MARKERS,
     UNMET_KEY,
     evaluate_requirements,
+    gpu_snapshot,
     order_by_profile,
     parametrize_over_servers,
     servers_named,
@@ -50,20 +52,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     """Register the ``sglang`` options and every setting's ini key (``config/options.py``)."""
     group = parser.getgroup("sglang", "SGLang server testing (docs/guide.md#options)")
     for spec in OPTIONS:
-        if spec.cli and spec.flag:
-            group.addoption(
-                spec.cli, action="store_true", default=None, dest=spec.dest, help=spec.help
-            )
-        elif spec.cli:
-            group.addoption(
-                spec.cli,
-                action="append" if spec.repeatable else "store",
-                default=None,
-                dest=spec.dest,
-                metavar=spec.metavar,
-                help=spec.help,
-                **({"nargs": "?", "const": spec.const} if spec.const is not None else {}),
-            )
+        how: dict[str, Any] = {"action": "store_true"}
+        if not spec.flag:
+            how = {"action": "append" if spec.repeatable else "store", "metavar": spec.metavar}
+        if spec.const is not None:
+            how |= {"nargs": "?", "const": spec.const}
+        if spec.cli:
+            group.addoption(spec.cli, default=None, dest=spec.dest, help=spec.help, **how)
         if spec.repeatable:
             parser.addini(spec.ini, spec.help, type="linelist", default=[])
         else:
@@ -78,6 +73,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(fixtures, "sglang-fixtures")
     if config.option.help or config.option.version:
         return
+    # SIGTERM as Ctrl-C; an interrupted session reports what it measured and stops its servers.
+    interrupts = SessionInterrupts(
+        stop=lambda: stop_started(config),
+        hurry=lambda: hurry_started(config),
+        unreported=lambda: unreported_properties(config),
+    )
+    config.pluginmanager.register(interrupts, "sglang-interrupts")
     if not _anything_set(config):
         if not hasattr(config, "workerinput"):
             config.pluginmanager.register(_FirstEntry(config), "sglang-first-entry")
@@ -113,21 +115,13 @@ def _anything_set(config: pytest.Config) -> bool:
 
 
 def _start_session(config: pytest.Config, settings: Settings) -> None:
-    """Register what a configured session needs: timeout bridge, interrupts, xdist, shards."""
+    """Register what a configured session needs: timeout bridge, xdist, shards."""
     from pytest_sglang.config.xdist_groups import configure_xdist
-    from pytest_sglang.interrupts import SessionInterrupts
     from pytest_sglang.timeouts import BRIDGE_KEY, TimeoutBridge
 
     # Launches never count against a test's pytest-timeout (see pytest_sglang.timeouts).
     config.stash[BRIDGE_KEY] = TimeoutBridge()
     config.pluginmanager.register(config.stash[BRIDGE_KEY], "sglang-timeout-bridge")
-    # SIGTERM as Ctrl-C; an interrupted session reports what it measured and stops its servers.
-    interrupts = SessionInterrupts(
-        stop=lambda: stop_started(config),
-        hurry=lambda: hurry_started(config),
-        unreported=lambda: unreported_properties(config),
-    )
-    config.pluginmanager.register(interrupts, "sglang-interrupts")
     _refuse_launch_under_xdist(config, settings)
     # Under -n N: the tests of one launch group run on one worker (config/xdist_groups.py).
     configure_xdist(config, settings, servers_named)
@@ -196,27 +190,23 @@ def _refuse_launch_under_xdist(config: pytest.Config, settings: Settings) -> Non
         return  # nothing to launch, or emulators that hold no GPU: nothing to share out
     from pytest_sglang.errors import GpuUnavailable
     from pytest_sglang.gpu.hygiene import visible_gpus
-    from pytest_sglang.gpu.probes import make_probe
 
     fix = (
         "run without -n, or attach running servers instead (--sglang-url NAME=URL for each "
         "profile; each launch group still runs on one worker)"
     )
     try:
-        probe = make_probe(host=settings.gpu_host.value, fake_dir=settings.gpu_fake.value)
-        try:
-            gpus = visible_gpus(probe.snapshot(), os.environ)
-        finally:
-            probe.close()
+        snapshot, probe = gpu_snapshot(settings)
     except GpuUnavailable as exc:
         raise pytest.UsageError(
             f"launch mode under pytest-xdist (-n {workers}) shares the host's GPUs out between "
             f"the workers, but GPU state cannot be read ({exc}); {fix}"
         ) from None
+    gpus = visible_gpus(snapshot, os.environ)
     if len(gpus) < workers:
         raise pytest.UsageError(
             f"launch mode under pytest-xdist (-n {workers}) gives each worker an equal share "
-            f"of the host's GPUs, but {probe.describe()} shows {len(gpus)}; use at most "
+            f"of the host's GPUs, but {probe} shows {len(gpus)}; use at most "
             f"-n {max(1, len(gpus))}, or {fix}"
         )
 
