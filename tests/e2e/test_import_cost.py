@@ -98,3 +98,18 @@ def test_public_names_load_lazily() -> None:
     for name in pytest_sglang.__all__:
         assert getattr(pytest_sglang, name) is not None
     assert set(dir(pytest_sglang)) >= set(pytest_sglang.__all__)
+
+
+@pytest.mark.parametrize("where", ["pyproject", "environment", "ini"])
+def test_anything_of_ours_set_is_checked_at_startup(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    # Settings resolve lazily only where nothing of ours is set: a mistake still stops pytest.
+    if where == "pyproject":
+        pytester.makepyprojecttoml("[tool.pytest-sglang.profiles.bad]\ntp = 2\n")
+    elif where == "environment":
+        monkeypatch.setenv("PYTEST_SGLANG_READY_TIMEOUT", "soon")
+    else:
+        pytester.makeini("[pytest]\nsglang_ready_timeout = soon\n")
+    result = pytester.runpytest("--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
