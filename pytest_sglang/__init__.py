@@ -1,19 +1,16 @@
 """pytest-sglang: acceptance and performance tests of SGLang inference servers.
 
-The public names are the ``TYPE_CHECKING`` imports below, listed once: type checkers read
-them as re-exports, and ``__getattr__`` reads them from this file to import each name from
-its module on first use, so that importing the plugin (which pytest does in every run of an
-environment that has it installed) stays cheap. Everything else is importable from its module.
+The public names are ``_EXPORTS``; each is imported from its module on first use, so that
+importing the plugin (pytest does, in every run of an environment that has it) stays cheap.
+The ``TYPE_CHECKING`` imports repeat them for type checkers (a test keeps the two equal).
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    # ``X as X``: an explicit re-export, for type checkers; the names load lazily at runtime.
     from pytest_sglang.config.settings import Settings as Settings
     from pytest_sglang.errors import Inconclusive as Inconclusive
     from pytest_sglang.errors import MeasurementFailed as MeasurementFailed
@@ -38,43 +35,50 @@ if TYPE_CHECKING:
     from pytest_sglang.verdicts.regression import assert_no_regression as assert_no_regression
     from pytest_sglang.verdicts.slo import assert_slo as assert_slo
 
+#: Every public name (``__version__`` aside) and the module that defines it.
+_EXPORTS = {
+    "Bench": "pytest_sglang.measure.bench",
+    "BenchResult": "pytest_sglang.measure.results",
+    "GpuState": "pytest_sglang.gpu.state",
+    "Inconclusive": "pytest_sglang.errors",
+    "MeasurementFailed": "pytest_sglang.errors",
+    "PerformanceAssertionError": "pytest_sglang.errors",
+    "SGLangError": "pytest_sglang.errors",
+    "SGLangServer": "pytest_sglang.server.handle",
+    "ServerNotReady": "pytest_sglang.errors",
+    "Settings": "pytest_sglang.config.settings",
+    "Slo": "pytest_sglang.measure.slo",
+    "Sweep": "pytest_sglang.measure.results",
+    "Workload": "pytest_sglang.loadgen.workload",
+    "assert_adaptive": "pytest_sglang.verdicts.adaptive",
+    "assert_at_least": "pytest_sglang.verdicts.assertions",
+    "assert_at_most": "pytest_sglang.verdicts.assertions",
+    "assert_faster": "pytest_sglang.verdicts.assertions",
+    "assert_greedy_equivalent": "pytest_sglang.verdicts.greedy",
+    "assert_no_regression": "pytest_sglang.verdicts.regression",
+    "assert_slo": "pytest_sglang.verdicts.slo",
+    "estimate_break_even": "pytest_sglang.verdicts.assertions",
+    "find_capacity": "pytest_sglang.verdicts.capacity",
+    "find_crossover": "pytest_sglang.verdicts.assertions",
+}
+
 __version__: str  # read from the installed metadata on first use (that costs milliseconds)
-
-
-@functools.cache
-def _exports() -> dict[str, str]:
-    """Every public name and the module that defines it: the ``TYPE_CHECKING`` imports."""
-    import ast
-    from pathlib import Path
-
-    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
-    block = next(
-        n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
-    )
-    return {
-        alias.name: str(node.module)
-        for node in block.body
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-    }
 
 
 def __getattr__(name: str) -> Any:
     """Import public names on first use; ``__all__`` is every one of them."""
     if name == "__all__":
-        return sorted([*_exports(), "__version__"])
+        return __dir__()
     if name == "__version__":
         from pytest_sglang._version import plugin_version
 
         return plugin_version()
-    module = _exports().get(name)
-    if module is None:
+    if name not in _EXPORTS:
         raise AttributeError(f"module 'pytest_sglang' has no attribute {name!r}")
-    # Not cached in globals(): resolved through sys.modules every time, so that code which
-    # swaps modules out (pytester restores sys.modules after each in-process run) never
-    # gets a function bound to a discarded module, recording into a discarded context.
-    return getattr(importlib.import_module(module), name)
+    # Not cached in globals(): code that swaps modules out (pytester restores sys.modules
+    # after each in-process run) must never get a name bound to a discarded module.
+    return getattr(importlib.import_module(_EXPORTS[name]), name)
 
 
 def __dir__() -> list[str]:
-    return sorted([*_exports(), "__version__"])
+    return sorted([*_EXPORTS, "__version__"])

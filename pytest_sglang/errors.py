@@ -1,52 +1,23 @@
-"""Exception types raised by pytest-sglang.
+"""Exception types raised by pytest-sglang, all under :class:`SGLangError`.
 
-Everything the plugin raises on purpose derives from :class:`SGLangError`; the verdicts'
-:class:`PerformanceAssertionError` and :class:`Inconclusive` are also :class:`AssertionError`,
-so pytest reports them as failed assertions. Each class's docstring says when it is raised.
-The package exports the base and the leaves a test meets (``ServerNotReady``,
-``MeasurementFailed`` and the two verdicts); the rest are importable from here.
-
-Configuration mistakes (bad option values) are reported with :class:`pytest.UsageError`
-instead, so pytest stops before collecting anything.
+The verdicts' errors are also :class:`AssertionError`, so pytest reports them as failed
+assertions. Bad option values are :class:`pytest.UsageError` instead (pytest stops at once).
 """
 
 from __future__ import annotations
 
 from typing import Self
 
-__all__ = [
-    "ComparisonRefused",
-    "GpuMemoryNotReleased",
-    "GpuNotClean",
-    "GpuUnavailable",
-    "IdentityMismatch",
-    "Inconclusive",
-    "MeasurementFailed",
-    "PerformanceAssertionError",
-    "SGLangError",
-    "SGLangWarning",
-    "SchemaMismatch",
-    "ServerDied",
-    "ServerExited",
-    "ServerLeftovers",
-    "ServerNotReady",
-    "ServerUnavailable",
-]
-
 
 class SGLangError(Exception):
     """Base class of the errors raised by pytest-sglang."""
 
     def with_message(self, message: str) -> Self:
-        """Return a copy of this error with ``message`` as its message.
+        """Return a copy of this error (type and attributes kept) with ``message`` as its message.
 
-        The copy keeps the type and every attribute (phase, exit code, JSON path...): a
-        message gains what a later stage knows (the log tail, "not tried again") without
-        each stage rebuilding the exception by hand. ``add_note`` would not do: the fixtures
-        report ``str(error)``, which notes are not part of.
+        ``add_note`` would not do: the fixtures report ``str(error)``, which leaves notes out.
         """
-        # Not copy.copy: it would call __init__ with the message alone, and the subclasses
-        # take keyword-only fields.
+        # Not copy.copy: it would call __init__ with the message alone.
         again = type(self).__new__(type(self))
         again.__dict__.update(self.__dict__)
         again.args = (message,)

@@ -1,7 +1,6 @@
-"""The ``sglang_*`` fixtures: thin glue over settings, the server pool and the GPU probe.
+"""The ``sglang_*`` fixtures: glue over the settings, the server pool and the GPU probe.
 
-Heavy modules (httpx, jsonschema, psutil, pynvml) are imported inside fixture bodies only,
-so that loading the plugin stays cheap for every pytest run in the environment.
+Heavy modules are imported inside fixture bodies only: loading the plugin stays cheap.
 """
 
 from __future__ import annotations
@@ -13,41 +12,21 @@ from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
-from pytest_sglang.config.settings import SETTINGS_KEY, Settings
 from pytest_sglang.markers import expectations_of, profile_of
-from pytest_sglang.measure.plans import PLANS_KEY
-from pytest_sglang.timeouts import BRIDGE_KEY
 
 if TYPE_CHECKING:
     import httpx
 
+    from pytest_sglang.config.settings import Settings
     from pytest_sglang.errors import SGLangError
     from pytest_sglang.gpu.state import GpuState
     from pytest_sglang.measure.bench import Bench
     from pytest_sglang.measure.results import BenchResult
-    from pytest_sglang.report.entries import (
-        GpusEntry,
-        MeasurementEntry,
-        ServerEntry,
-        ServerFailureEntry,
-    )
+    from pytest_sglang.report.entries import GpusEntry, ServerEntry, ServerFailureEntry
     from pytest_sglang.server.handle import SGLangServer
     from pytest_sglang.server.pool import ServerPool
 
-__all__ = [
-    "POOL_KEY",
-    "hurry_started",
-    "measurement_properties",
-    "sglang_bench",
-    "sglang_client",
-    "sglang_gpu",
-    "sglang_server",
-    "sglang_servers",
-    "sglang_settings",
-    "sglang_target",
-    "stop_started",
-    "unreported_properties",
-]
+__all__ = ["POOL_KEY", "hurry_started", "settings_of", "stop_started", "unreported_properties"]
 
 #: The session's pool, also reachable from hooks (terminal summary, unconfigure).
 POOL_KEY = pytest.StashKey["ServerPool"]()
@@ -61,9 +40,22 @@ _HOW_TO_ATTACH = (
 )
 
 
+def settings_of(config: pytest.Config) -> Settings:
+    """Return the session's settings, resolved on first use where configure did not need them."""
+    from pytest_sglang.config.settings import SETTINGS_KEY, resolve_settings
+
+    if SETTINGS_KEY not in config.stash:
+        config.stash[SETTINGS_KEY] = resolve_settings(config)
+    return config.stash[SETTINGS_KEY]
+
+
+def _need_a_server(settings: Settings) -> None:
+    if not settings.servers and not settings.profiles:
+        _unavailable(settings, f"no SGLang server configured: {_HOW_TO_ATTACH}")
+
+
 def _unavailable(settings: Settings, message: str) -> NoReturn:
-    # Skip by default so that a GPU-less run of a suite is not a wall of errors; with
-    # --sglang-require a missing server is a failure, as CI on GPU runners wants.
+    # A skip, so that a GPU-less run is not a wall of errors; --sglang-require makes it a failure.
     message = settings.redact(message)
     if settings.require.value:
         pytest.fail(
@@ -73,11 +65,11 @@ def _unavailable(settings: Settings, message: str) -> NoReturn:
 
 
 def _fail(settings: Settings, message: str) -> NoReturn:
-    # Every failure message passes the redaction rule: it quotes server logs and commands.
+    # Redacted: failure messages quote server logs and commands.
     pytest.fail(settings.redact(message), pytrace=False)
 
 
-def failure_entry(name: str, error: SGLangError, settings: Settings) -> ServerFailureEntry:
+def _failure_entry(name: str, error: SGLangError, settings: Settings) -> ServerFailureEntry:
     """Describe a server a test could not have (failed gate or launch, died), for the report."""
     return {
         "record": "server_failure",
@@ -91,11 +83,8 @@ def failure_entry(name: str, error: SGLangError, settings: Settings) -> ServerFa
 
 @pytest.fixture(scope="session")
 def sglang_settings(pytestconfig: pytest.Config) -> Settings:
-    """The plugin's effective settings (servers, profiles, timeouts, expectations).
-
-    Each value carries the source it came from (command line, environment, ini or default).
-    """
-    return pytestconfig.stash[SETTINGS_KEY]
+    """The plugin's effective settings, each value with the source it came from."""
+    return settings_of(pytestconfig)
 
 
 @pytest.fixture(scope="session")
@@ -106,43 +95,40 @@ def sglang_servers(
 ) -> Iterator[ServerPool]:
     """The session's pool of SGLang servers, for session-scoped fixtures of your own.
 
-    ``sglang_servers.get(NAME)`` returns the ready server called NAME: an attached one after
-    its readiness gate, or a profile's server launched on first use (one launched server at
-    a time; the session's end stops it and checks its GPU memory is released).
+    ``sglang_servers.get(NAME)`` returns the ready server NAME: an attached one past its
+    readiness gate, or a profile's server launched on first use (one at a time).
     """
     from pytest_sglang.config.xdist_groups import shared_folder
+    from pytest_sglang.measure.plans import PLANS_KEY
     from pytest_sglang.report.progress import progress_writer
     from pytest_sglang.server.pool import ServerPool
+    from pytest_sglang.timeouts import BRIDGE_KEY
 
     bridge = pytestconfig.stash.get(BRIDGE_KEY, None)
+    outside_test_timeout = bridge.suspended if bridge is not None else contextlib.nullcontext
+    workerinput = getattr(pytestconfig, "workerinput", None)
     basetemp = tmp_path_factory.getbasetemp()
     pool = ServerPool(
         sglang_settings,
         log_dir=basetemp / "sglang-logs",
         progress=progress_writer(pytestconfig),
-        xdist_worker=xdist_worker(pytestconfig),
-        outside_test_timeout=bridge.suspended if bridge is not None else contextlib.nullcontext,
+        xdist_worker=(
+            (int(str(workerinput["workerid"]).removeprefix("gw")), int(workerinput["workercount"]))
+            if workerinput is not None
+            else None
+        ),
+        outside_test_timeout=outside_test_timeout,
         lock_dir=(shared_folder(pytestconfig) or basetemp) / "sglang-locks",
     )
     pytestconfig.stash[POOL_KEY] = pool
     if len(pytestconfig.stash.get(PLANS_KEY, ())):
         # A launched server takes every declared measurement while it is up, whichever
-        # test launched it (even one that measures nothing): no relaunch to take them.
+        # test launched it: no relaunch to take them.
         pool.on_launched = lambda server: session_bench(pytestconfig, pool).take_declared(server)
     yield pool
-    # Stopping a server and waiting for its GPU memory is the session's time, not the last
-    # test's pytest-timeout.
-    with bridge.suspended() if bridge is not None else contextlib.nullcontext():
+    # Stopping a server is the session's time, not the last test's pytest-timeout.
+    with outside_test_timeout():
         pool.close()
-
-
-def xdist_worker(config: pytest.Config) -> tuple[int, int] | None:
-    """Return (index, count) when this session is a pytest-xdist worker, else None."""
-    workerinput = getattr(config, "workerinput", None)
-    if workerinput is None:
-        return None
-    index = int(str(workerinput["workerid"]).removeprefix("gw"))
-    return index, int(workerinput["workercount"])
 
 
 @pytest.fixture
@@ -150,8 +136,7 @@ def sglang_target() -> str | None:
     """The server name an unmarked test runs against (None: the default server).
 
     With several servers and none called ``default``, an unmarked test that needs a server
-    runs once per server, this holding the run's name. Overriding it does not stop that:
-    mark the tests, or call one server ``default``.
+    runs once per server, this holding the run's name.
     """
     return None
 
@@ -165,12 +150,10 @@ def sglang_server(
 ) -> SGLangServer:
     """The ready SGLang server this test runs against, past the readiness gate.
 
-    The server named by the closest ``@pytest.mark.sglang_profile(NAME)``, else the only one
-    configured (or the one named ``default``). Skipped when no server is configured, a
-    failure under ``--sglang-require``.
+    The one named by the closest ``@pytest.mark.sglang_profile(NAME)``, else the only one
+    configured (or ``default``). Skipped when none is configured, unless ``--sglang-require``.
     """
-    # What the test will use (sglang_bench's modules, CONFIG_KEYS for server_entry) is
-    # imported while the server starts, not after it is ready.
+    # What the test will use is imported while the server starts, not after it is ready.
     import pytest_sglang.measure.bench  # noqa: F401
     from pytest_sglang.errors import ServerUnavailable, SGLangError
     from pytest_sglang.server.identity import (
@@ -178,25 +161,22 @@ def sglang_server(
         check_server_info_expectations,
     )
 
-    if not sglang_settings.servers and not sglang_settings.profiles:
-        _unavailable(sglang_settings, f"no SGLang server configured: {_HOW_TO_ATTACH}")
-    # Fail or skip outside the except blocks so the report shows our message only, not
-    # "during handling of the above exception".
-    failure: str | None = None
-    unavailable = False
+    _need_a_server(sglang_settings)
     name = ""
+    error: SGLangError | None = None
     try:
         name = profile_of(request.node) or sglang_target or sglang_servers.default_name()
         server = sglang_servers.get(name, during=request.node.nodeid)
-    except ServerUnavailable as exc:
-        failure, unavailable = str(exc), True
     except SGLangError as exc:
-        failure = str(exc)
-        request.node.user_properties.append(("sglang", failure_entry(name, exc, sglang_settings)))
-    if failure is not None:
-        if unavailable:
-            _unavailable(sglang_settings, failure)
-        _fail(sglang_settings, failure)
+        error = exc
+    # Outside the except block: the report shows our message, not the chained exception.
+    if isinstance(error, ServerUnavailable):
+        _unavailable(sglang_settings, str(error))
+    if error is not None:
+        request.node.user_properties.append(
+            ("sglang", _failure_entry(name, error, sglang_settings))
+        )
+        _fail(sglang_settings, str(error))
     expectations = expectations_of(request.node)
     problems = check_model_expectations(server.models, expectations)
     problems += check_server_info_expectations(server.server_info, expectations, "/server_info")
@@ -206,7 +186,7 @@ def sglang_server(
             f"SGLang server {server.name!r} at {server.url} does not match this test's "
             "expectations:\n  " + "\n  ".join(problems),
         )
-    request.node.user_properties.append(("sglang", server_entry(server, sglang_settings)))
+    request.node.user_properties.append(("sglang", _server_entry(server, sglang_settings)))
     gpus = sglang_servers.gpu_names()
     if gpus:
         gpus_entry: GpusEntry = {"record": "gpus", "names": gpus}
@@ -214,11 +194,8 @@ def sglang_server(
     return server
 
 
-def server_entry(server: SGLangServer, settings: Settings | None = None) -> ServerEntry:
-    """Describe a server for the report: identity, readiness, launch, configuration.
-
-    Redacted: the entry also travels in JUnit XML, as a test property.
-    """
+def _server_entry(server: SGLangServer, settings: Settings) -> ServerEntry:
+    """Describe a server for the report (redacted: it also travels in JUnit XML)."""
     from pytest_sglang.measure.results import CONFIG_KEYS
 
     entry: ServerEntry = {
@@ -234,88 +211,72 @@ def server_entry(server: SGLangServer, settings: Settings | None = None) -> Serv
     if server.not_applicable:
         entry["kind"] = server.kind
         entry["not_applicable"] = server.not_applicable
-    if settings is None:
-        return entry
     redacted: ServerEntry = settings.redact.json(entry)
     return redacted
-
-
-@pytest.fixture(scope="session")
-def _sglang_bench_session(pytestconfig: pytest.Config, sglang_servers: ServerPool) -> Bench:
-    """The session's bench: its cache is shared by every test's ``sglang_bench``."""
-    return session_bench(pytestconfig, sglang_servers)
 
 
 def session_bench(config: pytest.Config, pool: ServerPool) -> Bench:
     """Return the session's bench, made on first use (by a test, or by a launch)."""
     from pytest_sglang.measure.bench import Bench
+    from pytest_sglang.measure.plans import PLANS_KEY
+    from pytest_sglang.report.progress import progress_writer, run_line
 
-    existing = config.stash.get(BENCH_KEY, None)
-    if existing is not None:
-        return existing
+    if BENCH_KEY in config.stash:
+        return config.stash[BENCH_KEY]
     settings = pool.settings
     limits = {
         "request_timeout": settings.request_timeout.value,
         "stall_timeout": settings.stall_timeout.value,
         "first_token_timeout": settings.first_token_timeout.value,
-        # 0 on the command line: never stop a run early for unanswered requests.
+        # 0: never stop a run early for unanswered requests.
         "max_consecutive_failures": settings.max_consecutive_failures.value or None,
         # Where the load runs: taken out by the bench (docs/scaling.md).
         "load_workers": settings.load_workers.value,
         "ray_address": settings.ray_address.value,
     }
-    from pytest_sglang.report.progress import progress_writer, run_line
-
-    bench = Bench(
+    config.stash[BENCH_KEY] = Bench(
         pool,
         progress=progress_writer(config),
         run_line=run_line(config),
         generator_options=limits,
         plans=config.stash.get(PLANS_KEY, None),
     )
-    config.stash[BENCH_KEY] = bench
-    return bench
+    return config.stash[BENCH_KEY]
 
 
 @pytest.fixture
-def sglang_bench(request: pytest.FixtureRequest, _sglang_bench_session: Bench) -> Bench:
+def sglang_bench(request: pytest.FixtureRequest, sglang_servers: ServerPool) -> Bench:
     """Measure a workload on a server: ``sglang_bench(SERVER, workload, concurrency, repeats)``.
 
-    SERVER is a server name or an ``SGLangServer``. Returns a ``BenchResult`` (``repeats``
-    runs, default 5, warm-up excluded) or, for a list of concurrencies, a ``Sweep``; cached
-    for the session, so tests share measurements. ``sglang_bench.pair(A, B, workload,
-    concurrency)`` compares two servers, interleaved when both can run at once.
+    Returns a ``BenchResult`` (``repeats`` runs, default 5, warm-up excluded) or, for a list
+    of concurrencies, a ``Sweep``; cached for the session, so tests share measurements.
+    ``sglang_bench.pair(A, B, workload, concurrency)`` compares two servers, interleaved when
+    both can run at once.
     """
-    settings = _sglang_bench_session.pool.settings
-
-    def record(result: BenchResult, server: SGLangServer | None) -> None:
-        request.node.user_properties.extend(measurement_properties(result, server, settings))
-
-    def server_failed(name: str, error: SGLangError) -> None:
-        request.node.user_properties.append(("sglang", failure_entry(name, error, settings)))
-
-    if not settings.servers and not settings.profiles:
-        _unavailable(settings, f"no SGLang server configured: {_HOW_TO_ATTACH}")
-    return _sglang_bench_session.with_recorder(
-        record,
+    settings = sglang_servers.settings
+    _need_a_server(settings)
+    node = request.node
+    return session_bench(request.config, sglang_servers).with_recorder(
+        lambda result, server: node.user_properties.extend(
+            _measurement_properties(result, server, settings)
+        ),
         unavailable=lambda message: _unavailable(settings, message),
         failure=lambda message: _fail(settings, message),
-        server_failed=server_failed,
-        during=request.node.nodeid,
+        server_failed=lambda name, error: node.user_properties.append(
+            ("sglang", _failure_entry(name, error, settings))
+        ),
+        during=node.nodeid,
     )
 
 
-def measurement_properties(
+def _measurement_properties(
     result: BenchResult, server: SGLangServer | None, settings: Settings
 ) -> list[tuple[str, object]]:
-    """Return the ``user_properties`` that record ``result`` (and its server) for the report.
-
-    Redacted, as every entry: they also travel in JUnit XML.
-    """
-    entry: MeasurementEntry = settings.redact.json({"record": "measurement", **result.as_dict()})
+    """Return the ``user_properties`` that record ``result`` (and its server), redacted."""
+    entry = settings.redact.json({"record": "measurement", **result.as_dict()})
     properties: list[tuple[str, object]] = [("sglang", entry)]
     if server is not None:
-        properties.append(("sglang", server_entry(server, settings)))
+        properties.append(("sglang", _server_entry(server, settings)))
     return properties
 
 
@@ -333,14 +294,13 @@ def sglang_client(sglang_server: SGLangServer) -> Iterator[httpx.Client]:
 def sglang_gpu(sglang_servers: ServerPool, sglang_settings: Settings) -> GpuState:
     """GPU state through NVML (or nvidia-smi over ssh with sglang_gpu_host, or a fake).
 
-    ``sglang_gpu.snapshot()`` returns every GPU (index, UUID, name, memory total/used/free)
-    and compute process (pid, memory, name); ``before.diff(after)`` what changed. Skipped
-    where GPU state cannot be read (no nvidia-ml-py, no driver), unless --sglang-require.
+    ``sglang_gpu.snapshot()`` returns every GPU and compute process; ``before.diff(after)``
+    what changed. Skipped where GPU state cannot be read, unless ``--sglang-require``.
     """
     from pytest_sglang.errors import GpuUnavailable
     from pytest_sglang.gpu.state import GpuState
 
-    failure: str | None = None
+    failure = None
     try:
         probe = sglang_servers.gpu_probe()
     except GpuUnavailable as exc:
@@ -355,8 +315,8 @@ def sglang_gpu(sglang_servers: ServerPool, sglang_settings: Settings) -> GpuStat
 def stop_started(config: pytest.Config) -> None:
     """Stop what the session started and still runs: Ray load workers, the launched server.
 
-    Idempotent; problems are printed to standard error (the terminal reporter may be gone),
-    never raised: it runs at the end of an interrupted session, and at exit.
+    Idempotent; it prints problems to standard error, never raises: it runs at the end of an
+    interrupted session, and at exit.
     """
     bench = config.stash.get(BENCH_KEY, None)
     if bench is not None:  # the Ray load-worker actors it kept, if any
@@ -383,8 +343,8 @@ def hurry_started(config: pytest.Config) -> None:
 def unreported_properties(config: pytest.Config) -> list[tuple[str, object]]:
     """Return, once, ``user_properties`` for the measurements no test has recorded.
 
-    Those taken for tests that have not run (declared ones) and those cut while being
-    taken so (``Bench.take_unreported``): an interrupted test carries them to the reports.
+    Those taken for tests that have not run (declared), and those cut while being taken:
+    an interrupted test carries them to the reports.
     """
     bench = config.stash.get(BENCH_KEY, None)
     if bench is None:
@@ -393,5 +353,5 @@ def unreported_properties(config: pytest.Config) -> list[tuple[str, object]]:
     return [
         prop
         for result, server in bench.take_unreported()
-        for prop in measurement_properties(result, server, settings)
+        for prop in _measurement_properties(result, server, settings)
     ]

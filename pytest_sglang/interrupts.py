@@ -1,20 +1,10 @@
 """Ctrl-C and SIGTERM: an interrupted session keeps what it measured and stops what it started.
 
-CI cancels a job with SIGTERM, which Python does not turn into ``KeyboardInterrupt``: pytest
-would end on the spot, writing nothing. :class:`SessionInterrupts` handles both alike:
-
-* **SIGTERM is Ctrl-C**: it runs the current SIGINT handler (asyncio's during a load run,
-  which cancels the run and keeps its finished part; Python's otherwise). Installed at the
-  session's start, in the main thread only; the previous handler is restored at the end.
-* **The interrupted test reports**: pytest reports nothing for a phase ``KeyboardInterrupt``
-  cut short. For a test that used the plugin's servers, a failed report saying it was
-  interrupted carries what it recorded (and the measurements taken for tests that never ran)
-  to every output, as pytest-xdist reports the test a crashed worker was running.
-* **What the session started stops before its outputs are written**, so that each launch is
-  recorded as stopped.
-* **A second interrupt hurries, quietly**: from the first on, SIGINT and SIGTERM raise
-  nothing (a ``KeyboardInterrupt`` in a teardown would skip the rest of it); they kill what
-  the session launched at once (SIGKILL), and the session ends once its outputs are written.
+CI cancels a job with SIGTERM, which would end pytest on the spot, writing nothing. Here
+SIGTERM runs the SIGINT handler (asyncio's during a load run, which keeps the run's finished
+part); the test it cut short is reported with what it recorded; what the session started
+stops before its outputs are written; a second interrupt kills the session's servers at once
+(SIGKILL) and raises nothing, so that the teardown still writes the outputs.
 """
 
 from __future__ import annotations
@@ -28,8 +18,6 @@ from typing import Any, Literal
 
 import pytest
 
-__all__ = ["SessionInterrupts"]
-
 _Handler = Callable[[int, FrameType | None], Any] | int | None
 _Phase = Literal["setup", "call", "teardown"]
 _Outcome = Literal["passed", "failed"]
@@ -37,7 +25,11 @@ _PHASES: tuple[_Phase, ...] = ("setup", "call", "teardown")
 
 
 class SessionInterrupts:
-    """The session's handling of SIGINT and SIGTERM (see the module docstring)."""
+    """The session's handling of SIGINT and SIGTERM (see the module docstring).
+
+    ``stop`` stops what the session started (never raises), ``hurry`` kills what it launched
+    (in a signal handler), ``unreported`` takes the measurements no test has recorded yet.
+    """
 
     def __init__(
         self,
@@ -46,23 +38,14 @@ class SessionInterrupts:
         hurry: Callable[[], None],
         unreported: Callable[[], list[tuple[str, object]]],
     ) -> None:
-        #: Stops what the session started (idempotent, never raises).
-        self._stop = stop
-        #: Kills what the session launched at once; called in a signal handler.
-        self._hurry = hurry
-        #: Takes the ``user_properties`` of measurements no test has recorded yet.
-        self._unreported = unreported
+        self._stop, self._hurry, self._unreported = stop, hurry, unreported
         #: The handlers to restore at the end, by signal.
         self._previous: dict[int, _Handler] = {}
-        #: Whether the session knows it is ending (interrupted, or finishing).
-        self._ending = False
-        self._hurried = False
+        self._ending = self._hurried = False
         #: What interrupted the session first, for the interrupted test's report.
         self._cause = "Ctrl-C (KeyboardInterrupt)"
         #: The phases of the running test that were reported.
         self._reported: set[str] = set()
-
-    # -- signals ----------------------------------------------------------------------------
 
     def _install(self, signum: int, handler: Callable[[int, FrameType | None], None]) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -98,8 +81,6 @@ class SessionInterrupts:
         self._ending = True
         self._install(signal.SIGINT, self._on_again)
         self._install(signal.SIGTERM, self._on_again)
-
-    # -- hooks ------------------------------------------------------------------------------
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self) -> None:
@@ -147,8 +128,6 @@ class SessionInterrupts:
                 signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
         self._previous.clear()
 
-    # -- the interrupted test ---------------------------------------------------------------
-
     def _report_interrupted(self, item: pytest.Item) -> None:
         """Send the reports of the phase that was cut (and a teardown's, to close it)."""
         if "sglang_servers" not in getattr(item, "fixturenames", ()):
@@ -172,8 +151,13 @@ class SessionInterrupts:
 def _send(item: pytest.Item, when: _Phase, outcome: _Outcome, longrepr: str | None) -> None:
     """Send a report of one phase of ``item`` to the reporters, with its ``user_properties``."""
     keywords: dict[str, Literal[1]] = dict.fromkeys(item.keywords, 1)
-    properties = item.user_properties
     report = pytest.TestReport(
-        item.nodeid, item.location, keywords, outcome, longrepr, when, user_properties=properties
+        item.nodeid,
+        item.location,
+        keywords,
+        outcome,
+        longrepr,
+        when,
+        user_properties=item.user_properties,
     )
     item.ihook.pytest_runtest_logreport(report=report)

@@ -1,55 +1,44 @@
-"""The plugin's markers: their documentation and their validation at collection time."""
+"""The plugin's markers: their documentation, their validation at collection, what they select."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_sglang.config.defaults import DEFAULT_SERVER_NAME
-from pytest_sglang.config.settings import Settings
-from pytest_sglang.config.values import Expectation, is_valid_server_name
-
-__all__ = [
-    "MARKERS",
-    "TARGET_FIXTURE",
-    "UNMET_KEY",
-    "evaluate_requirements",
-    "expectations_of",
-    "order_by_profile",
-    "parametrize_over_servers",
-    "profile_of",
-    "validate_markers",
-]
+if TYPE_CHECKING:
+    from pytest_sglang.config.settings import Settings
+    from pytest_sglang.config.values import Expectation
+    from pytest_sglang.gpu.model import GpuSnapshot
 
 #: Marker lines for ``config.addinivalue_line("markers", ...)``; ``pytest --markers`` shows them.
 MARKERS = (
-    "sglang_profile(name): run this test against the SGLang server called NAME "
-    "(attach one with --sglang-url NAME=URL). The closest marker wins, so a test can "
-    "override its module's or class's choice.",
-    "sglang_expect(**key_values): check, for this test, that the server serves what it "
-    "expects: model_id=..., max_model_len=..., or any /server_info key such as tp_size=8 or "
-    "speculative_algorithm='EAGLE3'. These add to --sglang-expect and the profile's expect, "
-    "which the readiness gate checks for every test of the server.",
+    "sglang_profile(name): run this test against the SGLang server called NAME; the closest "
+    "marker wins.",
+    "sglang_expect(**key_values): check that the server serves what this test expects: "
+    "model_id, max_model_len or any /server_info key (tp_size=8...).",
     "sglang_requires(gpus=1, gpu_name=None, min_free_gib=None): skip the test unless this "
-    "machine has that many GPUs (named like gpu_name, with that much free memory), checked "
-    "through NVML at collection; fails instead under --sglang-require.",
+    "machine has such GPUs (fail under --sglang-require).",
 )
 
 #: Why a test's ``sglang_requires`` is unmet (set at collection, acted on at setup).
 UNMET_KEY = pytest.StashKey[str]()
 
-
 #: The fixture that carries the server name of an unmarked test run once per server.
 TARGET_FIXTURE = "sglang_target"
 
 
-def profile_of(item: pytest.Item) -> str | None:
-    """Return the server this test asks for, or None.
+#: ``sglang_requires``' keywords and the test each value must pass.
+REQUIRES: dict[str, Callable[[object], bool]] = {
+    "gpus": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+    "gpu_name": lambda v: v is None or isinstance(v, str),
+    "min_free_gib": lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v >= 0,
+}
 
-    That is its closest ``sglang_profile`` marker, else the server it was parametrized with
-    (see :func:`parametrize_over_servers`).
-    """
+
+def profile_of(item: pytest.Item) -> str | None:
+    """Return the server this test asks for: its closest ``sglang_profile``, else its run's."""
     marker = item.get_closest_marker("sglang_profile")
     if marker is not None and marker.args:  # without: validate_markers says what is wrong
         return str(marker.args[0])
@@ -59,13 +48,20 @@ def profile_of(item: pytest.Item) -> str | None:
     return None
 
 
+def servers_named(item: pytest.Item) -> frozenset[str]:
+    """Return the servers pytest can see ``item`` use: its profile and declared servers."""
+    names = {str(arg) for marker in item.iter_markers("sglang_measure") for arg in marker.args}
+    return frozenset(names | {profile} if (profile := profile_of(item)) else names)
+
+
 def parametrize_over_servers(metafunc: pytest.Metafunc, settings: Settings) -> None:
     """Run a test that needs a server but names none once per configured server.
 
-    Only when that is the only sensible reading: two or more servers (attached or profiles)
-    and none called ``default``. Checks such as "the served model is the expected one" then
-    cover every server, and each run is grouped with its server's other tests.
+    Only with two or more servers (attached or profiles) and none called ``default``: then
+    checks such as "the served model is the expected one" cover every server.
     """
+    from pytest_sglang.config.defaults import DEFAULT_SERVER_NAME
+
     if TARGET_FIXTURE not in metafunc.fixturenames:
         return
     if metafunc.definition.get_closest_marker("sglang_profile") is not None:
@@ -78,25 +74,25 @@ def parametrize_over_servers(metafunc: pytest.Metafunc, settings: Settings) -> N
 
 def expectations_of(item: pytest.Item) -> list[Expectation]:
     """Return the test's ``sglang_expect`` expectations, closest marker first for each key."""
+    from pytest_sglang.config.values import Expectation
+
+    source = f"@pytest.mark.sglang_expect on {item.nodeid}"
     found: dict[str, Expectation] = {}
     for marker in item.iter_markers("sglang_expect"):
         for key, value in marker.kwargs.items():
-            found.setdefault(
-                key,
-                Expectation(
-                    key=key, value=value, source=f"@pytest.mark.sglang_expect on {item.nodeid}"
-                ),
-            )
+            found.setdefault(key, Expectation(key=key, value=value, source=source))
     return list(found.values())
 
 
 def validate_markers(items: Iterable[pytest.Item]) -> None:
-    """Reject malformed markers before any test runs.
+    """Reject malformed markers before any test runs, naming the test, the marker and the fix.
 
-    :raises pytest.UsageError: naming the test, the marker and the fix.
+    :raises pytest.UsageError:
     """
     for item in items:
         for marker in item.iter_markers("sglang_profile"):
+            from pytest_sglang.config.values import is_valid_server_name
+
             name = marker.args[0] if len(marker.args) == 1 else None
             if marker.kwargs or not isinstance(name, str):
                 raise pytest.UsageError(
@@ -110,20 +106,15 @@ def validate_markers(items: Iterable[pytest.Item]) -> None:
                     "server name; use letters, digits, '_', '.' or '-'"
                 )
         for marker in item.iter_markers("sglang_requires"):
-            unknown = sorted(set(marker.kwargs) - {"gpus", "gpu_name", "min_free_gib"})
+            unknown = sorted(set(marker.kwargs) - set(REQUIRES))
             if marker.args or unknown:
                 raise pytest.UsageError(
-                    f"{item.nodeid}: @pytest.mark.sglang_requires takes the keywords gpus, "
-                    f"gpu_name and min_free_gib, got args={marker.args!r} and unknown "
-                    f"{unknown!r}; write e.g. @pytest.mark.sglang_requires(gpus=8, "
-                    "gpu_name='H200', min_free_gib=70)"
+                    f"{item.nodeid}: @pytest.mark.sglang_requires takes the keywords "
+                    f"{', '.join(REQUIRES)}, got args={marker.args!r} and unknown {unknown!r}; "
+                    "write e.g. @pytest.mark.sglang_requires(gpus=8, gpu_name='H200', "
+                    "min_free_gib=70)"
                 )
-            kwargs = marker.kwargs
-            if not (
-                _at_least(kwargs.get("gpus", 1), 1, integer=True)
-                and _at_least(kwargs.get("min_free_gib", 0), 0)
-                and isinstance(kwargs.get("gpu_name"), (str, type(None)))
-            ):
+            if not all(REQUIRES[key](value) for key, value in marker.kwargs.items()):
                 raise pytest.UsageError(
                     f"{item.nodeid}: @pytest.mark.sglang_requires({marker.kwargs!r}): gpus must "
                     "be an integer >= 1, min_free_gib a number >= 0, gpu_name a string"
@@ -137,25 +128,17 @@ def validate_markers(items: Iterable[pytest.Item]) -> None:
                 )
 
 
-def _at_least(value: object, least: float, *, integer: bool = False) -> bool:
-    """Whether ``value`` is a number (an integer if asked; never a bool) of at least ``least``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    return value >= least and (isinstance(value, int) or not integer)
-
-
 def order_by_profile(items: list[pytest.Item]) -> list[pytest.Item]:
     """Group tests by their ``sglang_profile``, in order of first appearance, stable within.
 
     Launched servers share the GPUs: interleaved profiles would cost a launch per switch.
-    Tests of no single profile come last, when every launched profile has taken its declared
-    measurements (``sglang_measure``) for them to read from the session cache. A no-op unless
-    two or more profiles are used, or one and some test declares measurements.
+    Tests of no single profile come last, to read what the launched profiles measured for
+    them (``sglang_measure``). A no-op unless two profiles are used, or one and a declaration.
     """
     groups: dict[str | None, list[pytest.Item]] = {}
     for item in items:
         groups.setdefault(profile_of(item), []).append(item)
-    named = len([name for name in groups if name is not None])
+    named = len(groups) - (None in groups)
     declares = any(item.get_closest_marker("sglang_measure") for item in items)
     if named < 2 and not (named == 1 and declares):
         return items
@@ -163,32 +146,36 @@ def order_by_profile(items: list[pytest.Item]) -> list[pytest.Item]:
     return [item for group in groups.values() for item in group] + rest
 
 
-def evaluate_requirements(items: list[pytest.Item], settings: Settings) -> None:
-    """Evaluate every ``sglang_requires`` marker against one GPU snapshot.
+def gpu_snapshot(settings: Settings) -> tuple[GpuSnapshot, str]:
+    """Return one snapshot of the GPUs the settings read, and what read them.
 
-    Unmet requirements are stored on the item (``UNMET_KEY``) with the reason, which
-    says what was found; ``pytest_runtest_setup`` skips or fails them.
+    :raises GpuUnavailable: GPU state cannot be read here.
+    """
+    from pytest_sglang.gpu.probes import make_probe
+
+    probe = make_probe(host=settings.gpu_host.value, fake_dir=settings.gpu_fake.value)
+    try:
+        return probe.snapshot(), probe.describe()
+    finally:
+        probe.close()
+
+
+def evaluate_requirements(items: list[pytest.Item], settings: Settings) -> None:
+    """Evaluate the ``sglang_requires`` markers of ``items`` against one GPU snapshot.
+
+    An unmet requirement's reason, which says what was found, goes to ``UNMET_KEY``.
     """
     from pytest_sglang.errors import GpuUnavailable
-    from pytest_sglang.gpu.probes import make_probe
     from pytest_sglang.gpu.requirements import unmet_requirement
 
-    marked = [(item, item.get_closest_marker("sglang_requires")) for item in items]
-    marked = [(item, marker) for item, marker in marked if marker is not None]
-    if not marked:
-        return
     try:
-        probe = make_probe(host=settings.gpu_host.value, fake_dir=settings.gpu_fake.value)
-        try:
-            snapshot = probe.snapshot()
-        finally:
-            probe.close()
+        snapshot, _ = gpu_snapshot(settings)
     except GpuUnavailable as exc:
-        for item, _ in marked:
+        for item in items:
             item.stash[UNMET_KEY] = f"GPU state unavailable: {exc}"
         return
-    for item, marker in marked:
-        assert marker is not None
-        reason = unmet_requirement(snapshot, dict(marker.kwargs))
+    for item in items:
+        marker = item.get_closest_marker("sglang_requires")
+        reason = unmet_requirement(snapshot, dict(marker.kwargs)) if marker else None
         if reason is not None:
             item.stash[UNMET_KEY] = reason

@@ -1,32 +1,24 @@
-"""pytest-sglang's pytest11 entry point: hooks and options only.
+"""pytest-sglang's pytest11 entry point: options and hooks; the fixtures live in ``fixtures.py``.
 
 Work (network, processes) happens in fixtures, never here: ``pytest --help`` and
-``pytest --collect-only`` run ``pytest_configure`` too, and must start nothing.
+``--collect-only`` run ``pytest_configure`` too. A session that sets nothing of ours imports
+no settings or reporter until a test uses them: the plugin costs every pytest run little.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Generator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_sglang.config.header import header_lines
+from pytest_sglang import fixtures
 from pytest_sglang.config.options import OPTIONS
-from pytest_sglang.config.settings import SETTINGS_KEY, Settings, resolve_settings
 from pytest_sglang.fixtures import (
     POOL_KEY,
-    _sglang_bench_session,
     hurry_started,
-    sglang_bench,
-    sglang_client,
-    sglang_gpu,
-    sglang_server,
-    sglang_servers,
-    sglang_settings,
-    sglang_target,
+    settings_of,
     stop_started,
     unreported_properties,
 )
@@ -35,27 +27,24 @@ from pytest_sglang.markers import (
     MARKERS,
     UNMET_KEY,
     evaluate_requirements,
+    gpu_snapshot,
     order_by_profile,
     parametrize_over_servers,
-    profile_of,
+    servers_named,
     validate_markers,
 )
 from pytest_sglang.measure.plans import MEASURE_MARKER, PLANS_KEY, declared_measurements
-from pytest_sglang.timeouts import BRIDGE_KEY, TimeoutBridge
 
 if TYPE_CHECKING:
+    from pytest_sglang.config.settings import Settings
+    from pytest_sglang.report.collector import SGLangReporter
+    from pytest_sglang.report.junit import EntryLedger
     from pytest_sglang.server.handle import LaunchInfo
 
-__all__ = [
-    "_sglang_bench_session",
-    "sglang_bench",
-    "sglang_client",
-    "sglang_gpu",
-    "sglang_server",
-    "sglang_servers",
-    "sglang_settings",
-    "sglang_target",
-]
+#: Whether the session set anything of ours, so that ``pytest_configure`` resolved the settings.
+SET_KEY = pytest.StashKey[bool]()
+#: What the session's pytest-xdist workers launched (``worker``, ``records``, ``lines``).
+WORKERS_KEY = pytest.StashKey[list[dict[str, Any]]]()
 
 
 @pytest.hookimpl
@@ -63,22 +52,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     """Register the ``sglang`` options and every setting's ini key (``config/options.py``)."""
     group = parser.getgroup("sglang", "SGLang server testing (docs/guide.md#options)")
     for spec in OPTIONS:
-        if spec.cli is None:
-            pass  # set once per project: an ini key and an environment variable only
-        elif spec.flag:
-            group.addoption(
-                spec.cli, action="store_true", default=None, dest=spec.dest, help=spec.help
-            )
-        else:
-            group.addoption(
-                spec.cli,
-                action="append" if spec.repeatable else "store",
-                default=None,
-                dest=spec.dest,
-                metavar=spec.metavar,
-                help=spec.help,
-                **({"nargs": "?", "const": spec.const} if spec.const is not None else {}),
-            )
+        how: dict[str, Any] = {"action": "store_true"}
+        if not spec.flag:
+            how = {"action": "append" if spec.repeatable else "store", "metavar": spec.metavar}
+        if spec.const is not None:
+            how |= {"nargs": "?", "const": spec.const}
+        if spec.cli:
+            group.addoption(spec.cli, default=None, dest=spec.dest, help=spec.help, **how)
         if spec.repeatable:
             parser.addini(spec.ini, spec.help, type="linelist", default=[])
         else:
@@ -87,17 +67,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the markers and resolve the settings (validation only, no network)."""
+    """Register the markers and fixtures; when anything of ours is set, resolve and check it."""
     for line in (*MARKERS, MEASURE_MARKER):
         config.addinivalue_line("markers", line)
+    config.pluginmanager.register(fixtures, "sglang-fixtures")
     if config.option.help or config.option.version:
         return
-    settings = resolve_settings(config)
-    config.stash[SETTINGS_KEY] = settings
-    # Launches never count against a test's pytest-timeout (see pytest_sglang.timeouts).
-    bridge = TimeoutBridge()
-    config.stash[BRIDGE_KEY] = bridge
-    config.pluginmanager.register(bridge, "sglang-timeout-bridge")
     # SIGTERM as Ctrl-C; an interrupted session reports what it measured and stops its servers.
     interrupts = SessionInterrupts(
         stop=lambda: stop_started(config),
@@ -105,43 +80,15 @@ def pytest_configure(config: pytest.Config) -> None:
         unreported=lambda: unreported_properties(config),
     )
     config.pluginmanager.register(interrupts, "sglang-interrupts")
-    _refuse_launch_under_xdist(config, settings)
-    # Under -n N: the tests of one launch group run on one worker (config/xdist_groups.py).
-    from pytest_sglang.config.xdist_groups import configure_xdist
-
-    configure_xdist(config, settings, servers_named)
-    if settings.shard.value is not None:
-        from pytest_sglang.config.shards import ShardSelector
-
-        selector = ShardSelector(settings.shard.value, servers_named)
-        config.pluginmanager.register(selector, "sglang-shard")
-    # Only the controller reports: xdist workers send their results with the test reports.
-    if not hasattr(config, "workerinput"):
-        from pytest_sglang.report.collector import SGLangReporter
-        from pytest_sglang.report.junit import EntryLedger
-
-        # First: takes each report's entries out, for the reporters; JUnit gets concise ones.
-        config.pluginmanager.register(EntryLedger(settings.redact), "sglang-entries")
-
-        def launches() -> list[dict[str, Any]]:
-            pool = config.stash.get(POOL_KEY, None)
-            mine = pool.launch_records() if pool is not None else []
-            return mine + [
-                record for worker in config.stash.get(WORKERS_KEY, []) for record in worker.records
-            ]
-
-        config.pluginmanager.register(
-            SGLangReporter(
-                config,
-                settings.report.value,
-                settings.markdown.value,
-                redact=settings.redact,
-                launches=launches,
-            ),
-            "sglang-reporter",
-        )
-    # Stored baselines (--sglang-save, --sglang-compare...): the controller saves and judges.
-    if not hasattr(config, "workerinput"):
+    if not _anything_set(config):
+        if not hasattr(config, "workerinput"):
+            config.pluginmanager.register(_FirstEntry(config), "sglang-first-entry")
+        return
+    config.stash[SET_KEY] = True
+    settings = settings_of(config)  # usage errors stop pytest here, before collection
+    _start_session(config, settings)
+    if not hasattr(config, "workerinput"):  # the controller reports, saves and judges
+        _start_reporters(config)
         from pytest_sglang.verdicts.baseline_options import baseline_options
 
         options = baseline_options(config)
@@ -151,12 +98,86 @@ def pytest_configure(config: pytest.Config) -> None:
             register_gate(config, options)
 
 
-def _refuse_launch_under_xdist(config: pytest.Config, settings: Settings) -> None:
-    """One clear startup error when launch mode cannot share the GPUs out under ``-n N``.
+def _anything_set(config: pytest.Config) -> bool:
+    """Whether a flag, ini key, environment variable or pyproject.toml profile of ours is set."""
+    if any(name.startswith("PYTEST_SGLANG_") for name in os.environ):
+        return True
+    for spec in OPTIONS:
+        if config.getini(spec.ini) or (spec.cli and config.getoption(spec.dest) not in (None, [])):
+            return True
+    inipath = config.inipath
+    pyproject = inipath if inipath and inipath.name == "pyproject.toml" else None
+    try:
+        text = (pyproject or config.rootpath / "pyproject.toml").read_text(errors="replace")
+    except OSError:
+        return False
+    return "pytest-sglang" in text  # as config/settings.py looks for profiles
 
-    Each worker launches on its own share of the GPUs (``ServerPool``): checked once in the
-    controller, before any worker starts, instead of every test failing alike.
-    """
+
+def _start_session(config: pytest.Config, settings: Settings) -> None:
+    """Register what a configured session needs: timeout bridge, xdist, shards."""
+    from pytest_sglang.config.xdist_groups import configure_xdist
+    from pytest_sglang.timeouts import BRIDGE_KEY, TimeoutBridge
+
+    # Launches never count against a test's pytest-timeout (see pytest_sglang.timeouts).
+    config.stash[BRIDGE_KEY] = TimeoutBridge()
+    config.pluginmanager.register(config.stash[BRIDGE_KEY], "sglang-timeout-bridge")
+    _refuse_launch_under_xdist(config, settings)
+    # Under -n N: the tests of one launch group run on one worker (config/xdist_groups.py).
+    configure_xdist(config, settings, servers_named)
+    if settings.shard.value is not None:
+        from pytest_sglang.config.shards import ShardSelector
+
+        selector = ShardSelector(settings.shard.value, servers_named)
+        config.pluginmanager.register(selector, "sglang-shard")
+
+
+def _start_reporters(config: pytest.Config) -> tuple[EntryLedger, SGLangReporter]:
+    """Register the entry ledger (first to see each report) and the reporter, on the controller."""
+    from pytest_sglang.report.collector import SGLangReporter
+    from pytest_sglang.report.junit import EntryLedger
+
+    settings = settings_of(config)
+
+    def launches() -> list[dict[str, Any]]:
+        pool = config.stash.get(POOL_KEY, None)
+        workers = config.stash.get(WORKERS_KEY, [])
+        mine = pool.launch_records() if pool is not None else []
+        return mine + [record for worker in workers for record in worker["records"]]
+
+    ledger = EntryLedger(settings.redact)
+    config.pluginmanager.register(ledger, "sglang-entries")
+    reporter = SGLangReporter(
+        config,
+        settings.report.value,
+        settings.markdown.value,
+        redact=settings.redact,
+        launches=launches,
+    )
+    config.pluginmanager.register(reporter, "sglang-reporter")
+    return ledger, reporter
+
+
+class _FirstEntry:
+    """In a session that set nothing of ours: starts the reporters at the first entry."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> Generator[None, None, None]:
+        """Hand the first report with an ``sglang`` entry to the reporters it starts."""
+        if all(name != "sglang" for name, _ in report.user_properties):
+            return (yield)
+        self.config.pluginmanager.unregister(self)
+        ledger, reporter = _start_reporters(self.config)
+        ledger.take(report)
+        yield
+        reporter.pytest_runtest_logreport(report)
+
+
+def _refuse_launch_under_xdist(config: pytest.Config, settings: Settings) -> None:
+    """Stop at startup when launch mode cannot share the GPUs out between ``-n N`` workers."""
     if hasattr(config, "workerinput") or config.option.collectonly:
         return
     # xdist's own test for distribution (its pytest_cmdline_main ran before configure).
@@ -169,38 +190,25 @@ def _refuse_launch_under_xdist(config: pytest.Config, settings: Settings) -> Non
         return  # nothing to launch, or emulators that hold no GPU: nothing to share out
     from pytest_sglang.errors import GpuUnavailable
     from pytest_sglang.gpu.hygiene import visible_gpus
-    from pytest_sglang.gpu.probes import make_probe
 
     fix = (
         "run without -n, or attach running servers instead (--sglang-url NAME=URL for each "
         "profile; each launch group still runs on one worker)"
     )
     try:
-        probe = make_probe(host=settings.gpu_host.value, fake_dir=settings.gpu_fake.value)
-        try:
-            gpus = visible_gpus(probe.snapshot(), os.environ)
-        finally:
-            probe.close()
+        snapshot, probe = gpu_snapshot(settings)
     except GpuUnavailable as exc:
         raise pytest.UsageError(
             f"launch mode under pytest-xdist (-n {workers}) shares the host's GPUs out between "
             f"the workers, but GPU state cannot be read ({exc}); {fix}"
         ) from None
+    gpus = visible_gpus(snapshot, os.environ)
     if len(gpus) < workers:
         raise pytest.UsageError(
             f"launch mode under pytest-xdist (-n {workers}) gives each worker an equal share "
-            f"of the host's GPUs, but {probe.describe()} shows {len(gpus)}; use at most "
+            f"of the host's GPUs, but {probe} shows {len(gpus)}; use at most "
             f"-n {max(1, len(gpus))}, or {fix}"
         )
-
-
-def servers_named(item: pytest.Item) -> frozenset[str]:
-    """Return the servers pytest can see ``item`` use: its profile and declared servers."""
-    names = {str(arg) for marker in item.iter_markers("sglang_measure") for arg in marker.args}
-    profile = profile_of(item)
-    if profile is not None:
-        names.add(profile)
-    return frozenset(names)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -217,17 +225,19 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
 
 @pytest.hookimpl
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
-    """Show the effective settings, with the API key redacted."""
-    settings = config.stash.get(SETTINGS_KEY, None)
-    return header_lines(settings) if settings is not None else None
+    """Show the settings, when any is set (the API key redacted)."""
+    if not config.stash.get(SET_KEY, False):
+        return None
+    from pytest_sglang.config.header import header_lines
+
+    return header_lines(settings_of(config))
 
 
 @pytest.hookimpl
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Run unmarked server tests once per configured server when several are configured."""
-    settings = metafunc.config.stash.get(SETTINGS_KEY, None)
-    if settings is not None:
-        parametrize_over_servers(metafunc, settings)
+    if metafunc.config.stash.get(SET_KEY, False):
+        parametrize_over_servers(metafunc, settings_of(metafunc.config))
 
 
 @pytest.hookimpl(trylast=True)
@@ -235,19 +245,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Validate markers, group tests by profile (one launch each), evaluate ``sglang_requires``."""
     validate_markers(items)
     items[:] = order_by_profile(items)
-    settings = config.stash.get(SETTINGS_KEY, None)
+    marked = [item for item in items if item.get_closest_marker("sglang_requires")]
     # --collect-only must touch nothing: requirements are evaluated only for a real run.
-    if settings is not None and not config.option.collectonly:
-        evaluate_requirements(items, settings)
+    if marked and not config.option.collectonly:
+        evaluate_requirements(marked, settings_of(config))
 
 
 @pytest.hookimpl
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Read the measurements the tests that will run declare (``sglang_measure``).
-
-    After every selection (``-k``, ``-m``, ``--sglang-shard``, other plugins'
-    deselection), whatever the order the collection hooks ran in.
-    """
+    """Read the measurements the selected tests declare (``sglang_measure``), after every -k/-m."""
     session.config.stash[PLANS_KEY] = declared_measurements(session.items)
 
 
@@ -255,42 +261,25 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Skip (or, under ``--sglang-require``, fail) tests whose ``sglang_requires`` is unmet."""
     unmet = item.stash.get(UNMET_KEY, None)
-    if unmet is None:
-        return
-    settings = item.config.stash[SETTINGS_KEY]
-    if settings.require.value:
+    if unmet is not None and settings_of(item.config).require.value:
         pytest.fail(f"{unmet} (--sglang-require is set)", pytrace=False)
-    pytest.skip(unmet)
-
-
-@dataclass(frozen=True)
-class WorkerLaunches:
-    """What a pytest-xdist worker launched: report records and summary lines."""
-
-    worker: str
-    records: list[dict[str, Any]]
-    lines: list[str]
-
-
-#: The launches of the session's pytest-xdist workers, as each worker went down.
-WORKERS_KEY = pytest.StashKey[list[WorkerLaunches]]()
+    if unmet is not None:
+        pytest.skip(unmet)
 
 
 @pytest.hookimpl
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """In a pytest-xdist worker: send its launches to the controller (which reports)."""
-    config = session.config
-    output = getattr(config, "workeroutput", None)
-    pool = config.stash.get(POOL_KEY, None)
+    output = getattr(session.config, "workeroutput", None)
+    pool = session.config.stash.get(POOL_KEY, None)
     if output is None or pool is None:
         return
-    worker = str(getattr(config, "workerinput", {}).get("workerid", "gw?"))
-    redact = pool.settings.redact
+    worker = str(getattr(session.config, "workerinput", {}).get("workerid", "gw?"))
+    lines = [*map(launch_line, pool.launches), *relaunch_advice(pool.launches)]
     output["sglang_launches"] = {
         "worker": worker,
         "records": [{**record, "worker": worker} for record in pool.launch_records()],
-        "lines": [redact(launch_line(info)) for info in pool.launches]
-        + [redact(advice) for advice in relaunch_advice(pool.launches)],
+        "lines": [pool.settings.redact(line) for line in lines],
     }
 
 
@@ -299,51 +288,51 @@ def pytest_testnodedown(node: Any, error: object) -> None:
     """In the pytest-xdist controller: keep what a worker that went down launched."""
     sent = getattr(node, "workeroutput", {}).get("sglang_launches")
     if sent:
-        node.config.stash.setdefault(WORKERS_KEY, []).append(
-            WorkerLaunches(str(sent["worker"]), list(sent["records"]), list(sent["lines"]))
-        )
+        node.config.stash.setdefault(WORKERS_KEY, []).append(sent)
 
 
 @pytest.hookimpl
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Summarise the session's launches: how many, each one's timings and outcome."""
-    workers = [w for w in terminalreporter.config.stash.get(WORKERS_KEY, []) if w.records]
+    config, write = terminalreporter.config, terminalreporter.write_line
+    workers = sorted(
+        (w for w in config.stash.get(WORKERS_KEY, []) if w["records"]), key=lambda w: w["worker"]
+    )
     if workers:
         terminalreporter.section("sglang launches")
-        count = sum(len(worker.records) for worker in workers)
-        terminalreporter.write_line(
-            f"{count} server launch{'es' if count != 1 else ''} in {len(workers)} "
-            "pytest-xdist worker(s), each on its own share of the GPUs:"
+        count = sum(len(worker["records"]) for worker in workers)
+        write(
+            f"{_launches(count)} in {len(workers)} pytest-xdist worker(s), each on its own "
+            "share of the GPUs:"
         )
-        for worker in sorted(workers, key=lambda w: w.worker):
-            for line in worker.lines:
-                terminalreporter.write_line(f"  [{worker.worker}]{line}")
-    pool = terminalreporter.config.stash.get(POOL_KEY, None)
+        for worker in workers:
+            for line in worker["lines"]:
+                write(f"  [{worker['worker']}]{line}")
+    pool = config.stash.get(POOL_KEY, None)
     if pool is None or not pool.launches:
         return
     terminalreporter.section("sglang launches")
-    count = len(pool.launches)
-    terminalreporter.write_line(f"{count} server launch{'es' if count != 1 else ''}:")
+    write(f"{_launches(len(pool.launches))}:")
     redact = pool.settings.redact
     for info in pool.launches:
-        terminalreporter.write_line(
-            redact(launch_line(info)), red=info.outcome in ("failed", "died")
-        )
+        write(redact(launch_line(info)), red=info.outcome in ("failed", "died"))
     for advice in relaunch_advice(pool.launches):
-        terminalreporter.write_line(redact(advice), yellow=True)
+        write(redact(advice), yellow=True)
     if pool.flight_skip_reason:
-        terminalreporter.write_line(f"  GPU checks skipped: {pool.flight_skip_reason}")
+        write(f"  GPU checks skipped: {pool.flight_skip_reason}")
     for problem in pool.problems:
-        terminalreporter.write_line(redact(f"  problem: {problem}"), red=True)
+        write(redact(f"  problem: {problem}"), red=True)
+
+
+def _launches(count: int) -> str:
+    return f"{count} server launch{'es' if count != 1 else ''}"
 
 
 def launch_line(info: LaunchInfo) -> str:
     """One launch in the summary: outcome, then what is known, never an empty cause."""
     from pytest_sglang.server.handle import KILLED_AT_ONCE
 
-    details: list[str] = []
-    if info.cause:
-        details.append(info.cause)
+    details = [info.cause] if info.cause else []
     if info.seconds_to_ready:
         phases = ", ".join(f"{p} {t:.2f}s" for p, t in info.readiness.items())
         details.append(f"ready in {info.seconds_to_ready:.2f}s ({phases})")
@@ -364,22 +353,19 @@ def launch_line(info: LaunchInfo) -> str:
 
 def relaunch_advice(launches: list[LaunchInfo]) -> list[str]:
     """Name each launch of a profile after its first, who asked for it and how to avoid it."""
-    seen: set[str] = set()
-    lines: list[str] = []
-    for info in launches:
-        if info.profile not in seen:
-            seen.add(info.profile)
+    lines = []
+    for index, info in enumerate(launches):
+        if all(earlier.profile != info.profile for earlier in launches[:index]):
             continue
         asked = f"asked again by {info.requested_by}" if info.requested_by else "asked again"
-        if info.reason:
-            lines.append(f"  relaunched {info.profile!r}: {asked} for {info.reason}")
-        else:
-            lines.append(
-                f"  relaunched {info.profile!r}: {asked} after another profile replaced it; "
-                "mark the tests of one server with @pytest.mark.sglang_profile (they run "
-                "together), and declare what tests comparing servers measure with "
-                "@pytest.mark.sglang_measure"
-            )
+        why = (
+            f"for {info.reason}"
+            if info.reason
+            else "after another profile replaced it; mark the tests of one server with "
+            "@pytest.mark.sglang_profile (they run together), and declare what tests "
+            "comparing servers measure with @pytest.mark.sglang_measure"
+        )
+        lines.append(f"  relaunched {info.profile!r}: {asked} {why}")
     return lines
 
 

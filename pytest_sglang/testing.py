@@ -1,8 +1,4 @@
-"""What tests and benchmarks share: the emulator as a real process on a real socket, flag sets.
-
-Tests use the ``start_emulator`` fixture from ``tests/conftest.py``; this module holds the
-process handling so that benchmarks can reuse it too.
-"""
+"""What tests and benchmarks share: the emulator as a real process on a real socket, flag sets."""
 
 from __future__ import annotations
 
@@ -12,8 +8,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -51,7 +47,6 @@ class EmulatorProcess:
     port: int
     process: subprocess.Popen[bytes]
     log_path: Path
-    args: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -62,30 +57,25 @@ class EmulatorProcess:
         """Return the emulator's log so far."""
         return self.log_path.read_text(errors="replace")
 
+    def _wait(self, done: Callable[[], bool], what: str, timeout: float) -> None:
+        """Block until ``done()``; fail with the log if the emulator exits or time runs out."""
+        deadline = time.monotonic() + timeout
+        while not done():
+            if self.process.poll() is not None and not done():
+                raise RuntimeError(
+                    f"emulator exited with {self.process.returncode} before {what}:\n{self.log()}"
+                )
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"emulator not {what} after {timeout}s:\n{self.log()}")
+            time.sleep(0.02)
+
     def wait_for_port(self, timeout: float = 30.0) -> None:
         """Block until the port accepts connections; fail with the log if the process dies."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"emulator exited with {self.process.returncode} before opening its port:\n"
-                    + self.log()
-                )
-            if port_open(self.port):
-                return
-            time.sleep(0.02)
-        raise TimeoutError(f"emulator port {self.port} not open after {timeout}s:\n{self.log()}")
+        self._wait(lambda: port_open(self.port), f"opening port {self.port}", timeout)
 
     def wait_for_log(self, text: str, timeout: float = 30.0) -> None:
         """Block until ``text`` appears in the emulator's log."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if text in self.log():
-                return
-            if self.process.poll() is not None and text not in self.log():
-                raise RuntimeError(f"emulator exited before logging {text!r}:\n{self.log()}")
-            time.sleep(0.02)
-        raise TimeoutError(f"{text!r} not in the emulator log after {timeout}s:\n{self.log()}")
+        self._wait(lambda: text in self.log(), f"logging {text!r}", timeout)
 
     def stop(self, grace: float = 5.0) -> None:
         """Stop the emulator's whole process group: SIGTERM, then SIGKILL after ``grace``."""
@@ -116,9 +106,8 @@ def running_emulator(
 ) -> Iterator[EmulatorProcess]:
     """Run ``python -m pytest_sglang.emulator`` on a free port for the ``with`` block.
 
-    :param args: extra launch flags, e.g. ``"--emulator-fault", "never-ready"``; they come
-        after :data:`FAST_FLAGS`, so an ``--emulator-*`` timing flag given here wins.
-    :param wait: ``"ready"`` (the ready line is logged), ``"port"`` (port open) or ``None``.
+    ``args`` come after :data:`FAST_FLAGS` (so they win); ``wait`` is ``"ready"`` (the ready
+    line is logged), ``"port"`` (port open) or ``None``.
     """
     port = free_port()
     log_path = log_dir / f"emulator-{port}.log"
@@ -132,7 +121,7 @@ def running_emulator(
             start_new_session=True,
             env={**os.environ, **(env or {})},
         )
-    emulator = EmulatorProcess(port=port, process=process, log_path=log_path, args=argv)
+    emulator = EmulatorProcess(port=port, process=process, log_path=log_path)
     try:
         if wait == "port":
             emulator.wait_for_port()

@@ -7,6 +7,7 @@ import inspect
 import json
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -14,12 +15,12 @@ import pytest
 import pytest_sglang
 
 INIT = Path(pytest_sglang.__file__)
-EXPORTS = pytest_sglang._exports()
+EXPORTS = pytest_sglang._EXPORTS
 #: Issue 25's cap on the public names, ``__version__`` included.
 MAX_PUBLIC_NAMES = 25
 
 
-def test_the_public_names_are_the_type_checking_imports_each_re_exported_as_itself() -> None:
+def test_the_type_checking_imports_are_the_exports_each_re_exported_as_itself() -> None:
     tree = ast.parse(INIT.read_text(encoding="utf-8"))
     block = next(
         n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
@@ -27,6 +28,7 @@ def test_the_public_names_are_the_type_checking_imports_each_re_exported_as_itse
     imports = [node for node in block.body if isinstance(node, ast.ImportFrom)]
     assert len(imports) == len(block.body), "the block holds imports only"
     assert all(alias.asname == alias.name for node in imports for alias in node.names)
+    assert {alias.name: node.module for node in imports for alias in node.names} == EXPORTS
     assert sorted(pytest_sglang.__all__) == sorted([*EXPORTS, "__version__"])
     assert dir(pytest_sglang) == sorted(pytest_sglang.__all__)
 
@@ -66,6 +68,22 @@ def test_version_comes_from_a_module_that_imports_nothing_of_ours() -> None:
     source = (INIT.parent / "_version.py").read_text(encoding="utf-8")
     assert "pytest_sglang" not in source.split('"""', 2)[2]
     assert pytest_sglang.__version__ != ""
+
+
+def test_the_public_names_load_from_a_zip_without_sources(tmp_path: Path) -> None:
+    """A zipped or bytecode-only install has no source to read: the names must not need it."""
+    archive = tmp_path / "site.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        for name in ("__init__.py", "_version.py", "errors.py"):
+            zipped.write(INIT.parent / name, f"pytest_sglang/{name}")
+    code = (
+        f"import sys; sys.path.insert(0, {str(archive)!r}); import pytest_sglang; "
+        "assert pytest_sglang.__file__.startswith(sys.path[0]), pytest_sglang.__file__; "
+        "print(len(pytest_sglang.__all__), pytest_sglang.SGLangError.__name__)"
+    )
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(len(EXPORTS) + 1), "SGLangError"]
 
 
 def test_importing_the_package_loads_no_public_module() -> None:

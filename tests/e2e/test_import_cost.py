@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
+
+import pytest
 
 HEAVY = (
     "httpx", "httpx_aiohttp", "aiohttp", "orjson", "jsonschema", "pynvml", "psutil", "uvicorn",
@@ -44,6 +47,10 @@ NOT_AT_COLLECTION = (
     "pytest_sglang.measure.metrics",
     "pytest_sglang.verdicts.gate",
     "pytest_sglang.report.context",
+    # A session that sets nothing of ours: settings and reporters wait for their first use.
+    "pytest_sglang.config.settings",
+    "pytest_sglang.report.collector",
+    "pytest_sglang.report.junit",
 )
 
 
@@ -63,6 +70,27 @@ def test_collect_only_imports_only_what_collection_needs(tmp_path: Path) -> None
     assert not pulled, f"pytest --collect-only imported {pulled}"
 
 
+def test_a_session_that_sets_nothing_still_reports_its_verdicts(pytester: pytest.Pytester) -> None:
+    # The reporters start at the first entry: JUnit gets the concise properties, not raw ones.
+    pytester.makepyfile(bench_data=Path(__file__).parents[1].joinpath("bench_data.py").read_text())
+    pytester.makepyfile(
+        test_verdict="""
+        from bench_data import result
+        from pytest_sglang import assert_faster
+
+        def test_faster():
+            fast, slow = [200.0, 201, 202, 203, 204], [100.0, 101, 102, 103, 104]
+            assert_faster(result("a", fast), result("b", slow))
+        """
+    )
+    result = pytester.runpytest("--junitxml=j.xml", "-p", "no:randomly")
+    result.assert_outcomes(passed=1)
+    case = next(ET.parse(pytester.path / "j.xml").iter("testcase"))
+    names = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert names.get("sglang.verdict") == "pass", names
+    assert "sglang" not in names, names
+
+
 def test_public_names_load_lazily() -> None:
     import pytest_sglang
 
@@ -70,3 +98,18 @@ def test_public_names_load_lazily() -> None:
     for name in pytest_sglang.__all__:
         assert getattr(pytest_sglang, name) is not None
     assert set(dir(pytest_sglang)) >= set(pytest_sglang.__all__)
+
+
+@pytest.mark.parametrize("where", ["pyproject", "environment", "ini"])
+def test_anything_of_ours_set_is_checked_at_startup(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    # Settings resolve lazily only where nothing of ours is set: a mistake still stops pytest.
+    if where == "pyproject":
+        pytester.makepyprojecttoml("[tool.pytest-sglang.profiles.bad]\ntp = 2\n")
+    elif where == "environment":
+        monkeypatch.setenv("PYTEST_SGLANG_READY_TIMEOUT", "soon")
+    else:
+        pytester.makeini("[pytest]\nsglang_ready_timeout = soon\n")
+    result = pytester.runpytest("--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
