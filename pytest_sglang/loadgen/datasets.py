@@ -193,10 +193,7 @@ def _read(path: str, what: str, fix: str = "") -> str:
 @functools.cache
 def digest(path: str) -> str:
     """Return the SHA-256 of the file at ``path`` (hex), for workload keys."""
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError as exc:
-        raise DatasetError(f"dataset {path!r} cannot be read: {exc}") from None
+    return hashlib.sha256(_read(path, "dataset").encode()).hexdigest()
 
 
 @functools.cache

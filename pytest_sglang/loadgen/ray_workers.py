@@ -81,21 +81,6 @@ def estimate_offset(samples: Sequence[tuple[float, float, float]]) -> tuple[floa
     return remote - (t0 + t1) / 2, t1 - t0
 
 
-def shift_records(records: Sequence[RequestRecord], by: float) -> list[RequestRecord]:
-    """Return copies of ``records`` with every timestamp moved by ``by`` seconds."""
-    return [
-        replace(
-            record,
-            started=record.started + by,
-            sent=record.sent + by,
-            scheduled=None if record.scheduled is None else record.scheduled + by,
-            end=None if record.end is None else record.end + by,
-            chunk_times=[t + by for t in record.chunk_times],
-        )
-        for record in records
-    ]
-
-
 def connect(address: str | None, *, source: str = "the address argument") -> ModuleType:
     """Connect this process to the Ray cluster at ``address`` (once) and return ``ray``.
 
@@ -361,11 +346,11 @@ class RayLoadWorkers:
                     self.clocks = tuple(self._clock(j) for j in range(self._count))
             elif kind == "poll" and result is not None:
                 (count, total, tokens, started), records = result
-                heard.add(i, (count, total, tokens, started + by), shift_records(records, by))
+                heard.add(i, (count, total, tokens, started + by), [r.shifted(by) for r in records])
             elif kind == "run":
                 ended, run, message = result
                 if run is not None:
-                    records = tuple(shift_records(run.records, by))
+                    records = tuple(r.shifted(by) for r in run.records)
                     run = replace(run, started=run.started + by, records=records)
                 outcomes[i] = (ended, run, message)
         return outcomes

@@ -6,8 +6,9 @@ clock); ``as_dict`` makes them relative to an origin (the run's start) for repor
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from pytest_sglang.loadgen.saturation import ClientLoad
@@ -106,15 +107,27 @@ class RequestRecord:
             return None
         return (e2e - ttft) / (tokens - 1)
 
+    @property
+    def gaps(self) -> list[tuple[float, int]]:
+        """``(seconds, tokens)`` per chunk after the first: its gap and what it carried (ITL)."""
+        times = self.chunk_times
+        return list(zip(map(operator.sub, times[1:], times), self.chunk_tokens[1:], strict=False))
+
+    def shifted(self, by: float) -> RequestRecord:
+        """Return a copy with every timestamp moved by ``by`` seconds (another clock or origin)."""
+        scheduled, end = self.scheduled, self.end
+        return replace(
+            self,
+            started=self.started + by,
+            sent=self.sent + by,
+            scheduled=None if scheduled is None else scheduled + by,
+            end=None if end is None else end + by,
+            chunk_times=[t + by for t in self.chunk_times],
+        )
+
     def as_dict(self, origin: float = 0.0) -> dict[str, Any]:
         """Return plain JSON types, with every timestamp relative to ``origin``."""
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
-        for name in ("started", "sent", "scheduled", "end"):
-            if data[name] is not None:
-                data[name] -= origin
-        data["chunk_times"] = [t - origin for t in self.chunk_times]
-        data["chunk_tokens"] = list(self.chunk_tokens)
-        return data
+        return asdict(self.shifted(-origin))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RequestRecord:

@@ -34,6 +34,7 @@ from pytest_sglang.loadgen.prompts import encoded_bodies
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.saturation import ClientLoad, ClientMonitor
 from pytest_sglang.loadgen.schedule import (
+    DEFAULT_WARMUP_CAP,
     Arrival,
     ClosedLoop,
     Load,
@@ -228,7 +229,7 @@ class _Run:
             ]
             return records, encoded_bodies(workload, key, count, model=gen.model)
 
-        self.warmup = load.warmup(workload)
+        self.warmup = workload.warmup_for(load.slots or DEFAULT_WARMUP_CAP)
         self.warm, self.warm_bodies = phase("warmup", self.warmup)
         self.main, self.main_bodies = phase("measured", workload.requests)
         # Arrival units are sessions; every shard draws the same schedule and keeps its own.

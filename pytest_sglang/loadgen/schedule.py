@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 if TYPE_CHECKING:
     from pytest_sglang.loadgen.records import RequestRecord
-    from pytest_sglang.loadgen.workload import Workload
 
 __all__ = ["ARRIVALS", "Arrival", "ClosedLoop", "Load", "OpenLoop", "Shard", "arrival_offsets",
            "owner", "slot_shares"]  # fmt: skip
@@ -95,10 +94,6 @@ class ClosedLoop:
         """Requests in flight at most: the concurrency."""
         return self.concurrency
 
-    def warmup(self, workload: Workload) -> int:
-        """Return the run's warm-up requests (``Workload.warmup_for`` the concurrency)."""
-        return workload.warmup_for(self.concurrency)
-
     def salt(self, repeat: int) -> str:
         """Return the seed of repeat ``repeat``'s prompts (each repeat sends others)."""
         return f"closed/c{self.concurrency}/r{repeat}"
@@ -134,10 +129,6 @@ class OpenLoop:
     def slots(self) -> int | None:
         """Requests in flight at most: the cap, or ``None`` (every request may be)."""
         return self.max_concurrency
-
-    def warmup(self, workload: Workload) -> int:
-        """Return the run's warm-up requests (``Workload.warmup_for`` the cap or default)."""
-        return workload.warmup_for(self.max_concurrency or DEFAULT_WARMUP_CAP)
 
     def salt(self, repeat: int) -> str:
         """Return the seed of repeat ``repeat``'s prompts and schedule."""

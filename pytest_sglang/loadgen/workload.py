@@ -148,11 +148,8 @@ class Workload:
         """Return request ``index``'s (input, output) token counts in the run ``salt``."""
         if self.dataset is not None:
             entry, turn = self.entry(salt, index)
-            output = self.output_len
-            if self.answer_lengths:
-                answered = entry.turns[turn].output_estimate()
-                output = min(output, answered) if answered is not None else output
-            return entry.prompt_estimate(turn), output
+            answered = entry.turns[turn].output_estimate() if self.answer_lengths else None
+            return entry.prompt_estimate(turn), min(self.output_len, answered or self.output_len)
         if self.turns is not None:
             turn = self.session(index)[1]
             return (turn + 1) * self.input_len + turn * self.output_len, self.output_len

@@ -296,7 +296,7 @@ def _client(run: LoadRun, done: Sequence[RequestRecord]) -> Check:
     load = run.client
     if load is None or load.samples == 0:
         return Check("client_bound", None, "the client's own load was not measured")
-    gaps = [b - a for r in done for a, b in zip(r.chunk_times, r.chunk_times[1:], strict=False)]
+    gaps = [gap for r in done for gap, _ in r.gaps]
     gap = sorted(gaps)[len(gaps) // 2] if gaps else None
     lag_limit = max(CLIENT_LAG_FLOOR, CLIENT_LAG_SHARE * gap) if gap else CLIENT_LAG_FLOOR
     detail = (

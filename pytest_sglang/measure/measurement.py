@@ -135,14 +135,9 @@ def measure(run: LoadRun) -> Measurement:
     duration = max(max(ends, default=start) - start, 0.0)
     output_tokens = sum(r.output_tokens or 0 for r in done)
     input_tokens = sum(r.input_len if r.prompt_tokens is None else r.prompt_tokens for r in done)
-    e2es = [r.end - r.sent for r in records if r.end is not None]
+    e2es = [t for r in records if (t := r.e2e) is not None]
     realised = math.fsum(e2es) / duration if duration > 0 else 0.0
-    # One (gap, tokens) per chunk after a request's first: per-chunk and per-token ITL.
-    gaps = [
-        (b - a, n)
-        for r in done
-        for a, b, n in zip(r.chunk_times, r.chunk_times[1:], r.chunk_tokens[1:], strict=False)
-    ]
+    gaps = [gap for r in done for gap in r.gaps]
     spec = [r for r in done if r.spec_verify_ct and r.output_tokens_server is not None]
     cached = [r for r in done if r.cached_tokens is not None and r.prompt_tokens]
 

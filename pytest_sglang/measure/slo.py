@@ -66,11 +66,7 @@ class Objective:
         if not record.ok:
             return False
         if self.metric == "itl":  # the request's worst gap per token
-            times, tokens = record.chunk_times, record.chunk_tokens
-            gaps = [
-                (b - a) / n for a, b, n in zip(times, times[1:], tokens[1:], strict=False) if n > 0
-            ]
-            value = max(gaps, default=None)
+            value = max((gap / n for gap, n in record.gaps if n > 0), default=None)
         else:
             value = getattr(record, "e2e" if self.metric == "e2e_latency" else self.metric)
         return value is None or value <= self.limit

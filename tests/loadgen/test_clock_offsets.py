@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_sglang.loadgen.ray_workers import estimate_offset, shift_records, unreachable
+from pytest_sglang.loadgen.ray_workers import estimate_offset, unreachable
 from pytest_sglang.loadgen.records import RequestRecord
 
 
@@ -27,12 +27,20 @@ def test_records_move_onto_the_coordinators_clock_whole() -> None:
     record = RequestRecord(index=3, warmup=False, input_len=8, output_len=2, started=100.0,
                            sent=100.5, scheduled=100.25, end=102.0,
                            chunk_times=[101.0, 101.5])  # fmt: skip
-    (moved,) = shift_records([record], -100.0)
+    moved = record.shifted(-100.0)
     assert (moved.started, moved.sent, moved.scheduled, moved.end) == (0.0, 0.5, 0.25, 2.0)
     assert moved.chunk_times == [1.0, 1.5]
     # Durations (what TTFT, ITL and latency are made of) do not change.
     assert moved.ttft == record.ttft and moved.e2e == record.e2e
     assert record.started == 100.0  # the original is untouched
+    assert record.as_dict(origin=100.0) == {**moved.as_dict(), "chunk_times": [1.0, 1.5]}
+
+
+def test_chunk_gaps_are_said_once_per_chunk_after_the_first() -> None:
+    record = RequestRecord(0, False, 8, 4, sent=0.0, chunk_times=[1.0, 1.5, 2.5],
+                           chunk_tokens=[1, 2, 1])  # fmt: skip
+    assert record.gaps == [(0.5, 2), (1.0, 1)]
+    assert RequestRecord(1, False, 8, 1, chunk_times=[1.0], chunk_tokens=[1]).gaps == []
 
 
 def test_an_address_without_a_port_is_left_to_ray() -> None:
