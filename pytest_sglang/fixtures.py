@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import httpx
 
     from pytest_sglang.errors import SGLangError
-    from pytest_sglang.gpu.state import GpuState
+    from pytest_sglang.gpu.probes import GpuState
     from pytest_sglang.measure.bench import Bench
     from pytest_sglang.measure.results import BenchResult
     from pytest_sglang.report.entries import (
@@ -338,7 +338,7 @@ def sglang_gpu(sglang_servers: ServerPool, sglang_settings: Settings) -> GpuStat
     where GPU state cannot be read (no nvidia-ml-py, no driver), unless --sglang-require.
     """
     from pytest_sglang.errors import GpuUnavailable
-    from pytest_sglang.gpu.state import GpuState
+    from pytest_sglang.gpu.probes import GpuState
 
     failure: str | None = None
     try:

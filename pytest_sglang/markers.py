@@ -170,8 +170,8 @@ def evaluate_requirements(items: list[pytest.Item], settings: Settings) -> None:
     says what was found; ``pytest_runtest_setup`` skips or fails them.
     """
     from pytest_sglang.errors import GpuUnavailable
+    from pytest_sglang.gpu.model import unmet_requirement
     from pytest_sglang.gpu.probes import make_probe
-    from pytest_sglang.gpu.requirements import unmet_requirement
 
     marked = [(item, item.get_closest_marker("sglang_requires")) for item in items]
     marked = [(item, marker) for item, marker in marked if marker is not None]

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from pytest_sglang.config.flags import split_flags
-from pytest_sglang.config.redaction import Redactor, server_secrets
+from pytest_sglang.config.redaction import Redactor, server_secrets, split_flags
 from pytest_sglang.config.schema import profile_errors, toml_table
 from pytest_sglang.config.values import Expectation
 

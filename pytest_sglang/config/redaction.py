@@ -16,8 +16,6 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pytest_sglang.config.flags import split_flags
-
 __all__ = [
     "MASK",
     "MIN_LITERAL",
@@ -27,6 +25,7 @@ __all__ = [
     "redact_json",
     "secret_flag_values",
     "server_secrets",
+    "split_flags",
 ]
 
 MASK = "***"
@@ -67,6 +66,22 @@ _EMPTY = frozenset({"", MASK, "None", "null", "none", "NULL", "VALUE", "KEY"})
 def is_secret_name(name: str) -> bool:
     """Return whether a variable, flag or key called ``name`` holds a secret."""
     return _SECRET_NAME.search(name) is not None
+
+
+def split_flags(argv: Iterable[str]) -> list[tuple[str, list[str]]]:
+    """Group ``argv`` into (flag, values), a flag's values running to the next ``--`` token.
+
+    The one reader of SGLang launch flags. ``--flag=value`` becomes (flag, [value]); a
+    leading token that is no flag forms a group.
+    """
+    groups: list[tuple[str, list[str]]] = []
+    for token in argv:
+        if token.startswith("--") or not groups:
+            flag, eq, value = token.partition("=")
+            groups.append((flag, [value] if eq else []))
+        else:
+            groups[-1][1].append(token)
+    return groups
 
 
 def secret_flag_values(argv: Iterable[str]) -> list[str]:

@@ -258,32 +258,23 @@ def _check_names(spec: OptionSpec, given: Sequence[Header | Expectation], names:
 
 
 def _resolve_path(
-    spec: OptionSpec,
-    config: pytest.Config,
-    environ: Mapping[str, str],
-    problem: Callable[[Path], str | None],
-    fix: str,
-    *,
-    output: bool = False,
+    spec: OptionSpec, config: pytest.Config, environ: Mapping[str, str]
 ) -> Sourced[Path | None]:
-    """Resolve a path option, relative to where it was written, and refuse what ``problem`` names.
+    """Resolve a path option, relative to where it was written; refuse what ``_PATHS`` names.
 
-    An ``output`` path's last part is not resolved: a link there is judged, not followed.
+    An output path's last part is not resolved: a link there is judged, not followed.
     """
     raw = _lookup_one(spec, config, environ)
     if raw is None:
         return Sourced(None, "default")
-    text = raw.value[0]
+    text, (problem, fix) = raw.value[0], _PATHS[spec]
+    output = problem is output_problem
     path = output_path(raw.base, text) if output else Path(raw.base, text).resolve()
     wrong = problem(path)
     if wrong is not None:
         where = "" if Path(text).is_absolute() else f" (relative to {raw.base})"
         raise usage_error(spec, raw.source, f"{text!r}{where} {wrong}", fix)
     return Sourced(path, raw.source)
-
-
-def _not_a_file(path: Path) -> str | None:
-    return None if path.is_file() else "is not a file"
 
 
 def _not_a_fake_gpu_dir(path: Path) -> str | None:
@@ -301,9 +292,23 @@ def _not_a_fake_gpu_dir(path: Path) -> str | None:
     return None
 
 
+#: The path options: why a path cannot be used (None: it can), and the fix.
+_PATHS: dict[OptionSpec, tuple[Callable[[Path], str | None], str]] = {
+    PROFILES: (
+        lambda path: None if path.is_file() else "is not a file",
+        "give the path of a TOML file with [profiles.NAME] tables",
+    ),
+    GPU_FAKE: (
+        _not_a_fake_gpu_dir,
+        "give a directory whose gpus.json lists the fake GPUs (or none yet)",
+    ),
+    REPORT: (output_problem, OUTPUT_FIX + ", e.g. sglang-report.json"),
+    MARKDOWN: (output_problem, OUTPUT_FIX + ", e.g. $GITHUB_STEP_SUMMARY"),
+}
+
+
 def _resolve_profiles(config: pytest.Config, environ: Mapping[str, str]) -> dict[str, Profile]:
-    toml_fix = "give the path of a TOML file with [profiles.NAME] tables"
-    profiles_file = _resolve_path(PROFILES, config, environ, _not_a_file, toml_fix).value
+    profiles_file = _resolve_path(PROFILES, config, environ).value
     inipath = config.inipath
     pyproject = inipath if inipath and inipath.name == "pyproject.toml" else None
     pyproject = pyproject or config.rootpath / "pyproject.toml"
@@ -344,24 +349,11 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
     if api_key is not None:
         _check_one_authorization(api_key, headers)
         values["api_key"] = Sourced(api_key.value[0], api_key.source, secret=True)
-    example = OUTPUT_FIX + ", e.g. "
-    report = _resolve_path(
-        REPORT, config, env, output_problem, example + "sglang-report.json", output=True
-    )
-    markdown = _resolve_path(
-        MARKDOWN, config, env, output_problem, example + "$GITHUB_STEP_SUMMARY", output=True
-    )
-    _check_distinct_outputs(config, ((REPORT, report), (MARKDOWN, markdown)))
-    fake_fix = "give a directory whose gpus.json lists the fake GPUs (or none yet)"
+    for spec in (GPU_FAKE, REPORT, MARKDOWN):
+        values[spec.dest.removeprefix("sglang_")] = _resolve_path(spec, config, env)
+    _check_distinct_outputs(config, ((REPORT, values["report"]), (MARKDOWN, values["markdown"])))
     return Settings(
-        servers=servers,
-        expectations=expectations,
-        profiles=profiles,
-        headers=headers,
-        gpu_fake=_resolve_path(GPU_FAKE, config, env, _not_a_fake_gpu_dir, fake_fix),
-        report=report,
-        markdown=markdown,
-        **values,
+        servers, expectations=expectations, profiles=profiles, headers=headers, **values
     )
 
 

@@ -19,14 +19,23 @@ import shlex
 import subprocess
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from pytest_sglang.config.fake_gpus import read_fake_gpus
 from pytest_sglang.errors import GpuUnavailable
-from pytest_sglang.gpu.model import MIB, Gpu, GpuProcess, GpuSnapshot, throttle_names
+from pytest_sglang.gpu.model import MIB, Gpu, GpuProcess, GpuSnapshot, SnapshotDiff, throttle_names
 
-__all__ = ["FakeProbe", "GpuProbe", "GpuUnavailable", "NvmlProbe", "SmiProbe", "make_probe"]
+__all__ = [
+    "FakeProbe",
+    "GpuProbe",
+    "GpuState",
+    "GpuUnavailable",
+    "NvmlProbe",
+    "SmiProbe",
+    "make_probe",
+]
 
 #: nvidia-smi can hang on a GPU in a bad state; never wait for it forever.
 SMI_TIMEOUT = 30.0
@@ -349,3 +358,23 @@ def make_probe(*, host: str | None, fake_dir: Path | None) -> GpuProbe:
     if host is not None:
         return SmiProbe(host)
     return NvmlProbe()
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """What the ``sglang_gpu`` fixture returns: take snapshots through a probe, compare them."""
+
+    probe: GpuProbe
+
+    def snapshot(self) -> GpuSnapshot:
+        """Return every GPU and compute process now."""
+        return self.probe.snapshot()
+
+    @staticmethod
+    def diff(before: GpuSnapshot, after: GpuSnapshot) -> SnapshotDiff:
+        """Return what changed between two snapshots."""
+        return before.diff(after)
+
+    def describe(self) -> str:
+        """Return where the state comes from, e.g. ``NVML (driver 570.86)``."""
+        return self.probe.describe()

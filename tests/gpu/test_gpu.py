@@ -14,9 +14,8 @@ import pytest
 
 from pytest_sglang.errors import GpuMemoryNotReleased, GpuNotClean, GpuUnavailable
 from pytest_sglang.gpu.hygiene import postflight, preflight, server_gpus
-from pytest_sglang.gpu.model import GIB, MIB
+from pytest_sglang.gpu.model import GIB, MIB, unmet_requirement
 from pytest_sglang.gpu.probes import FakeProbe, NvmlProbe, SmiProbe, write_fake_gpus
-from pytest_sglang.gpu.requirements import unmet_requirement
 from tests.fake_clock import FakeClock
 
 
