@@ -8,7 +8,7 @@ import pytest
 
 from pytest_sglang.config.defaults import DEFAULT_SERVER_NAME
 from pytest_sglang.config.settings import Settings
-from pytest_sglang.config.values import Expectation, is_valid_server_name
+from pytest_sglang.config.values import NAME_RE, Expectation
 
 __all__ = [
     "MARKERS",
@@ -104,7 +104,7 @@ def validate_markers(items: Iterable[pytest.Item]) -> None:
                     f"name, got args={marker.args!r} kwargs={marker.kwargs!r}; write e.g. "
                     "@pytest.mark.sglang_profile('eagle3')"
                 )
-            if not is_valid_server_name(name):
+            if not NAME_RE.match(name):
                 raise pytest.UsageError(
                     f"{item.nodeid}: @pytest.mark.sglang_profile({name!r}): not a valid "
                     "server name; use letters, digits, '_', '.' or '-'"

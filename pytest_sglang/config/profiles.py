@@ -130,8 +130,7 @@ def profiles_from_tables(
 def _read_toml(path: Path, option: str) -> dict[str, Any]:
     try:
         with path.open("rb") as file:
-            data: dict[str, Any] = tomllib.load(file)
-            return data
+            return tomllib.load(file)
     except FileNotFoundError:
         raise pytest.UsageError(
             f"{option}: profile file {path} does not exist; give the path of a TOML file "

@@ -22,7 +22,6 @@ __all__ = [
     "Redactor",
     "is_secret_name",
     "redact",
-    "redact_json",
     "secret_flag_values",
     "server_secrets",
     "split_flags",
@@ -181,13 +180,3 @@ class Redactor:
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """Return ``text`` redacted, ``secrets`` the known secret values to hide wherever found."""
     return Redactor(secrets)(text)
-
-
-def redact_argv(argv: Iterable[str], secrets: Iterable[str] = ()) -> list[str]:
-    """Return a command line redacted (see :meth:`Redactor.argv`)."""
-    return Redactor(secrets).argv(argv)
-
-
-def redact_json(value: Any, secrets: Iterable[str] = ()) -> Any:
-    """Return a JSON-like value redacted (see :meth:`Redactor.json`)."""
-    return Redactor(secrets).json(value)

@@ -213,6 +213,7 @@ _CONVERT: dict[str, Callable[[str], object]] = {
     "launcher": str,
     "inconclusive": lambda text: text.strip().lower(),
     "host": str,
+    "secret": str,
     "ray-address": str.strip,
     "args": _split,
     "shard": parse_shard,
@@ -307,8 +308,7 @@ _PATHS: dict[OptionSpec, tuple[Callable[[Path], str | None], str]] = {
 }
 
 
-def _resolve_profiles(config: pytest.Config, environ: Mapping[str, str]) -> dict[str, Profile]:
-    profiles_file = _resolve_path(PROFILES, config, environ).value
+def _resolve_profiles(config: pytest.Config, profiles_file: Path | None) -> dict[str, Profile]:
     inipath = config.inipath
     pyproject = inipath if inipath and inipath.name == "pyproject.toml" else None
     pyproject = pyproject or config.rootpath / "pyproject.toml"
@@ -330,34 +330,31 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
     check_settings({s: (r.value, r.source) for s in OPTIONS if (r := lookup(s, config, env))})
     values: dict[str, Any] = {}
     for spec in OPTIONS:
-        convert = _CONVERT.get(spec.kind or "")
-        raw = _lookup_one(spec, config, env) if convert else None
-        if convert and raw:
+        name = spec.dest.removeprefix("sglang_")
+        if spec in _PATHS:
+            values[name] = _resolve_path(spec, config, env)
+        elif (convert := _CONVERT.get(spec.kind or "")) and (raw := _lookup_one(spec, config, env)):
             try:
                 value = convert(raw.value[0])
             except ValueError as exc:
                 raise usage_error(spec, raw.source, *exc.args) from None
-            values[spec.dest.removeprefix("sglang_")] = Sourced(value, raw.source)
+            values[name] = Sourced(value, raw.source, secret=spec is API_KEY)
     servers = _resolve_servers(lookup(URL, config, env))
     expectations = _each(lookup(EXPECT, config, env), parse_expectation)
     if servers:
         _check_names(EXPECT, expectations, {s.name for s in servers})
-    profiles = _resolve_profiles(config, env)
+    profiles = _resolve_profiles(config, values.pop("profiles").value)
     headers = _each(lookup(HEADER, config, env), parse_header)
     _check_names(HEADER, headers, {s.name for s in servers} | set(profiles))
-    api_key = lookup(API_KEY, config, env)
-    if api_key is not None:
-        _check_one_authorization(api_key, headers)
-        values["api_key"] = Sourced(api_key.value[0], api_key.source, secret=True)
-    for spec in (GPU_FAKE, REPORT, MARKDOWN):
-        values[spec.dest.removeprefix("sglang_")] = _resolve_path(spec, config, env)
+    if "api_key" in values:
+        _check_one_authorization(values["api_key"], headers)
     _check_distinct_outputs(config, ((REPORT, values["report"]), (MARKDOWN, values["markdown"])))
     return Settings(
         servers, expectations=expectations, profiles=profiles, headers=headers, **values
     )
 
 
-def _check_one_authorization(api_key: Raw, headers: Sequence[Header]) -> None:
+def _check_one_authorization(api_key: Sourced[str], headers: Sequence[Header]) -> None:
     """Refuse ``--sglang-api-key`` with an ``Authorization`` header: one would replace the other."""
     for header in headers:
         if header.name.lower() == "authorization":

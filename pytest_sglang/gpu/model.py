@@ -80,7 +80,6 @@ class GpuSnapshot:
 
     gpus: tuple[Gpu, ...]
     processes: tuple[GpuProcess, ...]
-    taken_at: float = field(default_factory=time.time)
     at: float = field(default_factory=time.monotonic)
 
     def gpu(self, uuid: str) -> Gpu:

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from pytest_sglang.config.fake_gpus import read_fake_gpus
 from pytest_sglang.errors import GpuUnavailable
-from pytest_sglang.gpu.model import MIB, Gpu, GpuProcess, GpuSnapshot, SnapshotDiff, throttle_names
+from pytest_sglang.gpu.model import MIB, Gpu, GpuProcess, GpuSnapshot, throttle_names
 
 __all__ = [
     "FakeProbe",
@@ -185,9 +185,8 @@ class NvmlProbe(GpuProbe):
 class SmiProbe(GpuProbe):
     """GPU state from ``nvidia-smi`` CSV queries, locally or on ``host`` over ssh."""
 
-    def __init__(self, host: str | None = None, *, timeout: float = SMI_TIMEOUT) -> None:
+    def __init__(self, host: str | None = None) -> None:
         self.host = host
-        self.timeout = timeout
         self._fields = SMI_GPU_FIELDS
 
     def describe(self) -> str:
@@ -203,11 +202,11 @@ class SmiProbe(GpuProbe):
             ssh = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", self.host, "--"]
             argv = [*ssh, shlex.join(argv)]
         try:
-            result = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout)
+            result = subprocess.run(argv, capture_output=True, text=True, timeout=SMI_TIMEOUT)
         except FileNotFoundError as exc:
             raise GpuUnavailable(f"{argv[0]} not found: {exc}") from None
         except subprocess.TimeoutExpired:
-            message = f"{self.describe()} did not answer within {self.timeout:g}s"
+            message = f"{self.describe()} did not answer within {SMI_TIMEOUT:g}s"
             raise GpuUnavailable(message) from None
         if result.returncode != 0:
             detail = (result.stderr or result.stdout).strip().splitlines()
@@ -362,18 +361,13 @@ def make_probe(*, host: str | None, fake_dir: Path | None) -> GpuProbe:
 
 @dataclass(frozen=True)
 class GpuState:
-    """What the ``sglang_gpu`` fixture returns: take snapshots through a probe, compare them."""
+    """What ``sglang_gpu`` returns: snapshots through a probe; ``before.diff(after)`` compares."""
 
     probe: GpuProbe
 
     def snapshot(self) -> GpuSnapshot:
         """Return every GPU and compute process now."""
         return self.probe.snapshot()
-
-    @staticmethod
-    def diff(before: GpuSnapshot, after: GpuSnapshot) -> SnapshotDiff:
-        """Return what changed between two snapshots."""
-        return before.diff(after)
 
     def describe(self) -> str:
         """Return where the state comes from, e.g. ``NVML (driver 570.86)``."""

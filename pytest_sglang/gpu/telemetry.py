@@ -118,10 +118,10 @@ class TelemetrySampler:
                 by_gpu.setdefault(gpu.uuid, []).append((snapshot.at, gpu))
             if any(g.power is not None for g in gpus):
                 powers.append(sum(g.power or 0.0 for g in gpus))
+        ends = [(series[0][1], series[-1][1]) for series in by_gpu.values()]
         energy: float | None = 0.0
         source = "counter"
-        for series in by_gpu.values():
-            first, last = series[0][1], series[-1][1]
+        for (first, last), series in zip(ends, by_gpu.values(), strict=True):
             if first.energy is not None and last.energy is not None:
                 gpu_energy: float | None = last.energy - first.energy
             else:
@@ -144,10 +144,8 @@ class TelemetrySampler:
             throttled_fraction=len(throttled) / len(samples) if samples else 0.0,
             throttle_reasons=tuple(sorted({r for g in throttled for r in g.throttle})),
             max_temperature=max(temps, default=None),
-            new_xid_errors=sum(s[-1][1].xid_errors - s[0][1].xid_errors for s in by_gpu.values()),
-            new_ecc_errors=sum(
-                (s[-1][1].ecc_errors or 0) - (s[0][1].ecc_errors or 0) for s in by_gpu.values()
-            ),
+            new_xid_errors=sum(b.xid_errors - a.xid_errors for a, b in ends),
+            new_ecc_errors=sum((b.ecc_errors or 0) - (a.ecc_errors or 0) for a, b in ends),
             foreign_pids=tuple(sorted(seen - at_start - set(self.allowed_pids))),
         )
 
