@@ -204,16 +204,14 @@ def _split(text: str) -> tuple[str, ...]:
 
 
 #: How the text of each kind of option, checked by the schema, becomes the setting of the
-#: option's name (a ``ValueError(problem, fix)`` for what no schema can say).
+#: option's name (a ``ValueError(problem, fix)`` for what no schema can say); a kind not
+#: listed is the text as given.
 _CONVERT: dict[str, Callable[[str], object]] = {
     "boolean": lambda text: text.strip().lower() in {"1", "true", "yes", "on"},
     "duration": _seconds,
     "count": int,
     "workers": int,
-    "launcher": str,
     "inconclusive": lambda text: text.strip().lower(),
-    "host": str,
-    "secret": str,
     "ray-address": str.strip,
     "args": _split,
     "shard": parse_shard,
@@ -221,11 +219,8 @@ _CONVERT: dict[str, Callable[[str], object]] = {
 
 
 def _resolve_servers(raw: Raw | None) -> tuple[ServerUrl, ...]:
-    if raw is None:
-        return ()
     servers: dict[str, ServerUrl] = {}
-    for item in raw.value:
-        server = parse_server_url(URL, item, raw.source)
+    for server in _each(raw, functools.partial(parse_server_url, URL)):
         clash = servers.setdefault(server.name, server)
         if clash is not server:
             raise usage_error(
@@ -333,7 +328,8 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         name = spec.dest.removeprefix("sglang_")
         if spec in _PATHS:
             values[name] = _resolve_path(spec, config, env)
-        elif (convert := _CONVERT.get(spec.kind or "")) and (raw := _lookup_one(spec, config, env)):
+        elif spec.kind and (raw := _lookup_one(spec, config, env)):
+            convert = _CONVERT.get(spec.kind, str)
             try:
                 value = convert(raw.value[0])
             except ValueError as exc:
