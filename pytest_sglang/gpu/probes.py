@@ -260,17 +260,14 @@ class SmiProbe(GpuProbe):
 
 
 def _pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs; a zombie (exited, not yet reaped) holds no GPU memory any more."""
+    import psutil
+
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:  # gone (a zombie psutil cannot read is one too)
         return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped) holds no GPU memory any more.
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
+    except psutil.AccessDenied:
         return True
 
 
