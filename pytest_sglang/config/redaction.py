@@ -68,10 +68,9 @@ def is_secret_name(name: str) -> bool:
 
 
 def split_flags(argv: Iterable[str]) -> list[tuple[str, list[str]]]:
-    """Group ``argv`` into (flag, values), a flag's values running to the next ``--`` token.
+    """Group ``argv`` into (flag, values): a flag's values run to the next ``--`` token.
 
-    The one reader of SGLang launch flags. ``--flag=value`` becomes (flag, [value]); a
-    leading token that is no flag forms a group.
+    ``--flag=value`` becomes (flag, [value]); a leading token that is no flag forms a group.
     """
     groups: list[tuple[str, list[str]]] = []
     for token in argv:
