@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from pytest_sglang.errors import PerformanceAssertionError as PerformanceAssertionError
     from pytest_sglang.errors import ServerNotReady as ServerNotReady
     from pytest_sglang.errors import SGLangError as SGLangError
-    from pytest_sglang.gpu.state import GpuState as GpuState
+    from pytest_sglang.gpu.probes import GpuState as GpuState
     from pytest_sglang.loadgen.workload import Workload as Workload
     from pytest_sglang.measure.bench import Bench as Bench
     from pytest_sglang.measure.results import BenchResult as BenchResult

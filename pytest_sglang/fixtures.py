@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from pytest_sglang.config.settings import Settings
     from pytest_sglang.errors import SGLangError
-    from pytest_sglang.gpu.state import GpuState
+    from pytest_sglang.gpu.probes import GpuState
     from pytest_sglang.measure.bench import Bench
     from pytest_sglang.measure.results import BenchResult
     from pytest_sglang.report.entries import GpusEntry, ServerEntry, ServerFailureEntry
@@ -298,7 +298,7 @@ def sglang_gpu(sglang_servers: ServerPool, sglang_settings: Settings) -> GpuStat
     what changed. Skipped where GPU state cannot be read, unless ``--sglang-require``.
     """
     from pytest_sglang.errors import GpuUnavailable
-    from pytest_sglang.gpu.state import GpuState
+    from pytest_sglang.gpu.probes import GpuState
 
     failure = None
     try:

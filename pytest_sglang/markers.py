@@ -91,7 +91,7 @@ def validate_markers(items: Iterable[pytest.Item]) -> None:
     """
     for item in items:
         for marker in item.iter_markers("sglang_profile"):
-            from pytest_sglang.config.values import is_valid_server_name
+            from pytest_sglang.config.values import NAME_RE
 
             name = marker.args[0] if len(marker.args) == 1 else None
             if marker.kwargs or not isinstance(name, str):
@@ -100,7 +100,7 @@ def validate_markers(items: Iterable[pytest.Item]) -> None:
                     f"name, got args={marker.args!r} kwargs={marker.kwargs!r}; write e.g. "
                     "@pytest.mark.sglang_profile('eagle3')"
                 )
-            if not is_valid_server_name(name):
+            if not NAME_RE.match(name):
                 raise pytest.UsageError(
                     f"{item.nodeid}: @pytest.mark.sglang_profile({name!r}): not a valid "
                     "server name; use letters, digits, '_', '.' or '-'"
@@ -166,7 +166,7 @@ def evaluate_requirements(items: list[pytest.Item], settings: Settings) -> None:
     An unmet requirement's reason, which says what was found, goes to ``UNMET_KEY``.
     """
     from pytest_sglang.errors import GpuUnavailable
-    from pytest_sglang.gpu.requirements import unmet_requirement
+    from pytest_sglang.gpu.model import unmet_requirement
 
     try:
         snapshot, _ = gpu_snapshot(settings)

@@ -71,7 +71,7 @@ URL = OptionSpec(
 HEADER = OptionSpec(
     "header", "HTTP header for a server (repeatable; secret)", "[NAME:]H=V", repeatable=True
 )
-API_KEY = OptionSpec("api-key", "The servers' API key (never printed)", "KEY")
+API_KEY = OptionSpec("api-key", "The servers' API key (never printed)", "KEY", kind="secret")
 EXPECT = OptionSpec(
     "expect", "Identity the readiness gate checks (repeatable)", "[NAME:]K=V", repeatable=True
 )

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from pytest_sglang.config.flags import split_flags
-from pytest_sglang.config.redaction import Redactor, server_secrets
+from pytest_sglang.config.redaction import Redactor, server_secrets, split_flags
 from pytest_sglang.config.schema import profile_errors, toml_table
 from pytest_sglang.config.values import Expectation
 
@@ -131,8 +130,7 @@ def profiles_from_tables(
 def _read_toml(path: Path, option: str) -> dict[str, Any]:
     try:
         with path.open("rb") as file:
-            data: dict[str, Any] = tomllib.load(file)
-            return data
+            return tomllib.load(file)
     except FileNotFoundError:
         raise pytest.UsageError(
             f"{option}: profile file {path} does not exist; give the path of a TOML file "

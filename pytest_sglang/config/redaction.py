@@ -16,17 +16,15 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pytest_sglang.config.flags import split_flags
-
 __all__ = [
     "MASK",
     "MIN_LITERAL",
     "Redactor",
     "is_secret_name",
     "redact",
-    "redact_json",
     "secret_flag_values",
     "server_secrets",
+    "split_flags",
 ]
 
 MASK = "***"
@@ -67,6 +65,21 @@ _EMPTY = frozenset({"", MASK, "None", "null", "none", "NULL", "VALUE", "KEY"})
 def is_secret_name(name: str) -> bool:
     """Return whether a variable, flag or key called ``name`` holds a secret."""
     return _SECRET_NAME.search(name) is not None
+
+
+def split_flags(argv: Iterable[str]) -> list[tuple[str, list[str]]]:
+    """Group ``argv`` into (flag, values): a flag's values run to the next ``--`` token.
+
+    ``--flag=value`` becomes (flag, [value]); a leading token that is no flag forms a group.
+    """
+    groups: list[tuple[str, list[str]]] = []
+    for token in argv:
+        if token.startswith("--") or not groups:
+            flag, eq, value = token.partition("=")
+            groups.append((flag, [value] if eq else []))
+        else:
+            groups[-1][1].append(token)
+    return groups
 
 
 def secret_flag_values(argv: Iterable[str]) -> list[str]:
@@ -166,13 +179,3 @@ class Redactor:
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """Return ``text`` redacted, ``secrets`` the known secret values to hide wherever found."""
     return Redactor(secrets)(text)
-
-
-def redact_argv(argv: Iterable[str], secrets: Iterable[str] = ()) -> list[str]:
-    """Return a command line redacted (see :meth:`Redactor.argv`)."""
-    return Redactor(secrets).argv(argv)
-
-
-def redact_json(value: Any, secrets: Iterable[str] = ()) -> Any:
-    """Return a JSON-like value redacted (see :meth:`Redactor.json`)."""
-    return Redactor(secrets).json(value)

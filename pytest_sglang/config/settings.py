@@ -204,15 +204,14 @@ def _split(text: str) -> tuple[str, ...]:
 
 
 #: How the text of each kind of option, checked by the schema, becomes the setting of the
-#: option's name (a ``ValueError(problem, fix)`` for what no schema can say).
+#: option's name (a ``ValueError(problem, fix)`` for what no schema can say); a kind not
+#: listed is the text as given.
 _CONVERT: dict[str, Callable[[str], object]] = {
     "boolean": lambda text: text.strip().lower() in {"1", "true", "yes", "on"},
     "duration": _seconds,
     "count": int,
     "workers": int,
-    "launcher": str,
     "inconclusive": lambda text: text.strip().lower(),
-    "host": str,
     "ray-address": str.strip,
     "args": _split,
     "shard": parse_shard,
@@ -220,11 +219,8 @@ _CONVERT: dict[str, Callable[[str], object]] = {
 
 
 def _resolve_servers(raw: Raw | None) -> tuple[ServerUrl, ...]:
-    if raw is None:
-        return ()
     servers: dict[str, ServerUrl] = {}
-    for item in raw.value:
-        server = parse_server_url(URL, item, raw.source)
+    for server in _each(raw, functools.partial(parse_server_url, URL)):
         clash = servers.setdefault(server.name, server)
         if clash is not server:
             raise usage_error(
@@ -258,32 +254,23 @@ def _check_names(spec: OptionSpec, given: Sequence[Header | Expectation], names:
 
 
 def _resolve_path(
-    spec: OptionSpec,
-    config: pytest.Config,
-    environ: Mapping[str, str],
-    problem: Callable[[Path], str | None],
-    fix: str,
-    *,
-    output: bool = False,
+    spec: OptionSpec, config: pytest.Config, environ: Mapping[str, str]
 ) -> Sourced[Path | None]:
-    """Resolve a path option, relative to where it was written, and refuse what ``problem`` names.
+    """Resolve a path option, relative to where it was written; refuse what ``_PATHS`` names.
 
-    An ``output`` path's last part is not resolved: a link there is judged, not followed.
+    An output path's last part is not resolved: a link there is judged, not followed.
     """
     raw = _lookup_one(spec, config, environ)
     if raw is None:
         return Sourced(None, "default")
-    text = raw.value[0]
+    text, (problem, fix) = raw.value[0], _PATHS[spec]
+    output = problem is output_problem
     path = output_path(raw.base, text) if output else Path(raw.base, text).resolve()
     wrong = problem(path)
     if wrong is not None:
         where = "" if Path(text).is_absolute() else f" (relative to {raw.base})"
         raise usage_error(spec, raw.source, f"{text!r}{where} {wrong}", fix)
     return Sourced(path, raw.source)
-
-
-def _not_a_file(path: Path) -> str | None:
-    return None if path.is_file() else "is not a file"
 
 
 def _not_a_fake_gpu_dir(path: Path) -> str | None:
@@ -301,9 +288,22 @@ def _not_a_fake_gpu_dir(path: Path) -> str | None:
     return None
 
 
-def _resolve_profiles(config: pytest.Config, environ: Mapping[str, str]) -> dict[str, Profile]:
-    toml_fix = "give the path of a TOML file with [profiles.NAME] tables"
-    profiles_file = _resolve_path(PROFILES, config, environ, _not_a_file, toml_fix).value
+#: The path options: why a path cannot be used (None: it can), and the fix.
+_PATHS: dict[OptionSpec, tuple[Callable[[Path], str | None], str]] = {
+    PROFILES: (
+        lambda path: None if path.is_file() else "is not a file",
+        "give the path of a TOML file with [profiles.NAME] tables",
+    ),
+    GPU_FAKE: (
+        _not_a_fake_gpu_dir,
+        "give a directory whose gpus.json lists the fake GPUs (or none yet)",
+    ),
+    REPORT: (output_problem, OUTPUT_FIX + ", e.g. sglang-report.json"),
+    MARKDOWN: (output_problem, OUTPUT_FIX + ", e.g. $GITHUB_STEP_SUMMARY"),
+}
+
+
+def _resolve_profiles(config: pytest.Config, profiles_file: Path | None) -> dict[str, Profile]:
     inipath = config.inipath
     pyproject = inipath if inipath and inipath.name == "pyproject.toml" else None
     pyproject = pyproject or config.rootpath / "pyproject.toml"
@@ -325,47 +325,32 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
     check_settings({s: (r.value, r.source) for s in OPTIONS if (r := lookup(s, config, env))})
     values: dict[str, Any] = {}
     for spec in OPTIONS:
-        convert = _CONVERT.get(spec.kind or "")
-        raw = _lookup_one(spec, config, env) if convert else None
-        if convert and raw:
+        name = spec.dest.removeprefix("sglang_")
+        if spec in _PATHS:
+            values[name] = _resolve_path(spec, config, env)
+        elif spec.kind and (raw := _lookup_one(spec, config, env)):
+            convert = _CONVERT.get(spec.kind, str)
             try:
                 value = convert(raw.value[0])
             except ValueError as exc:
                 raise usage_error(spec, raw.source, *exc.args) from None
-            values[spec.dest.removeprefix("sglang_")] = Sourced(value, raw.source)
+            values[name] = Sourced(value, raw.source, secret=spec is API_KEY)
     servers = _resolve_servers(lookup(URL, config, env))
     expectations = _each(lookup(EXPECT, config, env), parse_expectation)
     if servers:
         _check_names(EXPECT, expectations, {s.name for s in servers})
-    profiles = _resolve_profiles(config, env)
+    profiles = _resolve_profiles(config, values.pop("profiles").value)
     headers = _each(lookup(HEADER, config, env), parse_header)
     _check_names(HEADER, headers, {s.name for s in servers} | set(profiles))
-    api_key = lookup(API_KEY, config, env)
-    if api_key is not None:
-        _check_one_authorization(api_key, headers)
-        values["api_key"] = Sourced(api_key.value[0], api_key.source, secret=True)
-    example = OUTPUT_FIX + ", e.g. "
-    report = _resolve_path(
-        REPORT, config, env, output_problem, example + "sglang-report.json", output=True
-    )
-    markdown = _resolve_path(
-        MARKDOWN, config, env, output_problem, example + "$GITHUB_STEP_SUMMARY", output=True
-    )
-    _check_distinct_outputs(config, ((REPORT, report), (MARKDOWN, markdown)))
-    fake_fix = "give a directory whose gpus.json lists the fake GPUs (or none yet)"
+    if "api_key" in values:
+        _check_one_authorization(values["api_key"], headers)
+    _check_distinct_outputs(config, ((REPORT, values["report"]), (MARKDOWN, values["markdown"])))
     return Settings(
-        servers=servers,
-        expectations=expectations,
-        profiles=profiles,
-        headers=headers,
-        gpu_fake=_resolve_path(GPU_FAKE, config, env, _not_a_fake_gpu_dir, fake_fix),
-        report=report,
-        markdown=markdown,
-        **values,
+        servers, expectations=expectations, profiles=profiles, headers=headers, **values
     )
 
 
-def _check_one_authorization(api_key: Raw, headers: Sequence[Header]) -> None:
+def _check_one_authorization(api_key: Sourced[str], headers: Sequence[Header]) -> None:
     """Refuse ``--sglang-api-key`` with an ``Authorization`` header: one would replace the other."""
     for header in headers:
         if header.name.lower() == "authorization":

@@ -40,11 +40,6 @@ class ServerTarget:
         merged.update({h.name: h.value for h in self.headers if h.server is not None})
         return merged
 
-    @property
-    def attached(self) -> bool:
-        """Whether the server is attached by URL (else it is launched from its profile)."""
-        return self.url is not None
-
 
 def build_targets(
     servers: Sequence[ServerUrl],

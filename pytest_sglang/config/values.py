@@ -7,10 +7,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-__all__ = ["Expectation", "Header", "ServerUrl", "Sourced", "is_valid_server_name"]
+__all__ = ["NAME_RE", "Expectation", "Header", "ServerUrl", "Sourced"]
 
 T = TypeVar("T")
 
+#: What can name a server: letters, digits, ``_``, ``.``, ``-``.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -67,8 +68,3 @@ class Expectation:
         """Return the expectation as the user wrote it, e.g. ``eagle3:tp_size=8``."""
         prefix = f"{self.server}:" if self.server else ""
         return f"{prefix}{self.key}={json.dumps(self.value)}"
-
-
-def is_valid_server_name(name: str) -> bool:
-    """Return whether ``name`` can name a server (letters, digits, ``_``, ``.``, ``-``)."""
-    return bool(NAME_RE.match(name))

@@ -1,8 +1,8 @@
 """pytest-xdist: the tests of one launch group run on one worker.
 
 Each worker writes the launch group of every test it collected to a folder shared with the
-controller, whose scheduler (:mod:`.xdist_scheduling`) keeps groups whole (docs/ci.md). Not
-xdist's ``loadgroup``: it renames test ids and no longer groups with pytest 9.2 (#1386).
+controller, whose scheduler keeps groups whole (docs/ci.md). Not xdist's ``loadgroup``: it
+renames test ids and no longer groups with pytest 9.2 (#1386).
 """
 
 from __future__ import annotations
@@ -89,13 +89,23 @@ class _Controller:
 
     @pytest.hookimpl(optionalhook=True, tryfirst=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
-        """Schedule whole launch groups (instead of xdist's test-by-test ``load``)."""
+        """Schedule whole launch groups: xdist's ``loadscope``, the workers' groups as scopes."""
         if not self._grouped or self.folder is None:
             return None
-        from pytest_sglang.config.xdist_scheduling import LaunchGroupScheduling
+        from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
-        folder = self.folder
-        return LaunchGroupScheduling(config, log, lambda: read_groups(folder))
+        folder, groups = self.folder, {}
+
+        class LaunchGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+            def schedule(self) -> None:
+                if self.collection is None:  # every collection is in: the groups are written
+                    groups.update(read_groups(folder))
+                super().schedule()
+
+            def _split_scope(self, nodeid: str) -> str:
+                return groups.get(nodeid, nodeid)
+
+        return LaunchGroupScheduling(config, log)
 
     @pytest.hookimpl
     def pytest_unconfigure(self) -> None:

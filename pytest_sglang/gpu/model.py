@@ -7,8 +7,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["GIB", "MIB", "Gpu", "GpuProcess", "GpuSnapshot", "SnapshotDiff", "throttle_names"]
+__all__ = [
+    "GIB",
+    "MIB",
+    "Gpu",
+    "GpuProcess",
+    "GpuSnapshot",
+    "SnapshotDiff",
+    "throttle_names",
+    "unmet_requirement",
+]
 
 MIB = 1024**2
 GIB = 1024**3
@@ -70,7 +80,6 @@ class GpuSnapshot:
 
     gpus: tuple[Gpu, ...]
     processes: tuple[GpuProcess, ...]
-    taken_at: float = field(default_factory=time.time)
     at: float = field(default_factory=time.monotonic)
 
     def gpu(self, uuid: str) -> Gpu:
@@ -122,3 +131,33 @@ def _missing(snapshot: GpuSnapshot, other: GpuSnapshot) -> tuple[GpuProcess, ...
     """Return the processes of ``snapshot`` that ``other`` lacks (by pid and GPU)."""
     known = {(p.pid, p.gpu_uuid) for p in other.processes}
     return tuple(p for p in snapshot.processes if (p.pid, p.gpu_uuid) not in known)
+
+
+def unmet_requirement(snapshot: GpuSnapshot, requirement: dict[str, Any]) -> str | None:
+    """Return why ``snapshot`` misses ``requirement`` (``sglang_requires``' kwargs), or None.
+
+    ``gpus`` (default 1), ``gpu_name`` (in the name, any case), ``min_free_gib``.
+    """
+    count = int(requirement.get("gpus", 1))
+    name = requirement.get("gpu_name")
+    min_free = requirement.get("min_free_gib")
+    matching = [
+        g
+        for g in snapshot.gpus
+        if (name is None or str(name).lower() in g.name.lower())
+        and (min_free is None or g.memory_free >= float(min_free) * GIB)
+    ]
+    if len(matching) >= count:
+        return None
+    wanted = f"{count} GPU{'s' if count != 1 else ''}"
+    if name is not None:
+        wanted += f" named like {name!r}"
+    if min_free is not None:
+        wanted += f" with >= {float(min_free):g} GiB free"
+    found = (
+        "; ".join(
+            f"GPU {g.index} {g.name} ({g.memory_free / GIB:.1f} GiB free)" for g in snapshot.gpus
+        )
+        or "no GPU"
+    )
+    return f"requires {wanted}; found {len(matching)} such: {found}"

@@ -19,6 +19,7 @@ import shlex
 import subprocess
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -26,7 +27,15 @@ from pytest_sglang.config.fake_gpus import read_fake_gpus
 from pytest_sglang.errors import GpuUnavailable
 from pytest_sglang.gpu.model import MIB, Gpu, GpuProcess, GpuSnapshot, throttle_names
 
-__all__ = ["FakeProbe", "GpuProbe", "GpuUnavailable", "NvmlProbe", "SmiProbe", "make_probe"]
+__all__ = [
+    "FakeProbe",
+    "GpuProbe",
+    "GpuState",
+    "GpuUnavailable",
+    "NvmlProbe",
+    "SmiProbe",
+    "make_probe",
+]
 
 #: nvidia-smi can hang on a GPU in a bad state; never wait for it forever.
 SMI_TIMEOUT = 30.0
@@ -176,9 +185,8 @@ class NvmlProbe(GpuProbe):
 class SmiProbe(GpuProbe):
     """GPU state from ``nvidia-smi`` CSV queries, locally or on ``host`` over ssh."""
 
-    def __init__(self, host: str | None = None, *, timeout: float = SMI_TIMEOUT) -> None:
+    def __init__(self, host: str | None = None) -> None:
         self.host = host
-        self.timeout = timeout
         self._fields = SMI_GPU_FIELDS
 
     def describe(self) -> str:
@@ -194,11 +202,11 @@ class SmiProbe(GpuProbe):
             ssh = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", self.host, "--"]
             argv = [*ssh, shlex.join(argv)]
         try:
-            result = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout)
+            result = subprocess.run(argv, capture_output=True, text=True, timeout=SMI_TIMEOUT)
         except FileNotFoundError as exc:
             raise GpuUnavailable(f"{argv[0]} not found: {exc}") from None
         except subprocess.TimeoutExpired:
-            message = f"{self.describe()} did not answer within {self.timeout:g}s"
+            message = f"{self.describe()} did not answer within {SMI_TIMEOUT:g}s"
             raise GpuUnavailable(message) from None
         if result.returncode != 0:
             detail = (result.stderr or result.stdout).strip().splitlines()
@@ -252,17 +260,14 @@ class SmiProbe(GpuProbe):
 
 
 def _pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs; a zombie (exited, not yet reaped) holds no GPU memory any more."""
+    import psutil
+
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:  # gone (a zombie psutil cannot read is one too)
         return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped) holds no GPU memory any more.
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
+    except psutil.AccessDenied:
         return True
 
 
@@ -349,3 +354,18 @@ def make_probe(*, host: str | None, fake_dir: Path | None) -> GpuProbe:
     if host is not None:
         return SmiProbe(host)
     return NvmlProbe()
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """What ``sglang_gpu`` returns: snapshots through a probe; ``before.diff(after)`` compares."""
+
+    probe: GpuProbe
+
+    def snapshot(self) -> GpuSnapshot:
+        """Return every GPU and compute process now."""
+        return self.probe.snapshot()
+
+    def describe(self) -> str:
+        """Return where the state comes from, e.g. ``NVML (driver 570.86)``."""
+        return self.probe.describe()

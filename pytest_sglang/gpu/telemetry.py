@@ -118,42 +118,36 @@ class TelemetrySampler:
                 by_gpu.setdefault(gpu.uuid, []).append((snapshot.at, gpu))
             if any(g.power is not None for g in gpus):
                 powers.append(sum(g.power or 0.0 for g in gpus))
-        energy: float | None = 0.0
-        source = "counter"
-        for series in by_gpu.values():
-            first, last = series[0][1], series[-1][1]
-            if first.energy is not None and last.energy is not None:
-                gpu_energy: float | None = last.energy - first.energy
-            else:
-                source = "integrated power"
-                gpu_energy = _integrate(series)
-            energy = None if energy is None or gpu_energy is None else energy + gpu_energy
+        ends = [(series[0][1], series[-1][1]) for series in by_gpu.values()]
+        counted = all(a.energy is not None and b.energy is not None for a, b in ends)
+        energies = [_energy(series) for series in by_gpu.values()]
         samples = [gpu for series in by_gpu.values() for _, gpu in series]
         throttled = [g for g in samples if g.throttle]
         temps = [g.temperature for g in samples if g.temperature is not None]
         utils = [g.utilization for g in samples if g.utilization is not None]
-        seen = set().union(*map(self._pids, self.snapshots)) if self.snapshots else set()
+        seen = set[int]().union(*map(self._pids, self.snapshots))
         at_start = self._pids(self.snapshots[0]) if self.snapshots else set()
         return RunTelemetry(
             duration=self.stopped_at - self.started_at,
             samples=len(samples),
-            energy=energy if by_gpu else None,
-            energy_source=source,
+            energy=None if not energies or None in energies else sum(e or 0.0 for e in energies),
+            energy_source="counter" if counted else "integrated power",
             mean_power=statistics.fmean(powers) if powers else None,
             mean_utilization=statistics.fmean(utils) if utils else None,
             throttled_fraction=len(throttled) / len(samples) if samples else 0.0,
             throttle_reasons=tuple(sorted({r for g in throttled for r in g.throttle})),
             max_temperature=max(temps, default=None),
-            new_xid_errors=sum(s[-1][1].xid_errors - s[0][1].xid_errors for s in by_gpu.values()),
-            new_ecc_errors=sum(
-                (s[-1][1].ecc_errors or 0) - (s[0][1].ecc_errors or 0) for s in by_gpu.values()
-            ),
+            new_xid_errors=sum(b.xid_errors - a.xid_errors for a, b in ends),
+            new_ecc_errors=sum((b.ecc_errors or 0) - (a.ecc_errors or 0) for a, b in ends),
             foreign_pids=tuple(sorted(seen - at_start - set(self.allowed_pids))),
         )
 
 
-def _integrate(series: Sequence[tuple[float, Gpu]]) -> float | None:
-    """Trapezoidal integral of power over the samples, in joules."""
+def _energy(series: Sequence[tuple[float, Gpu]]) -> float | None:
+    """Joules one GPU used: from the driver's counter, else power integrated (trapezoids)."""
+    first, last = series[0][1].energy, series[-1][1].energy
+    if first is not None and last is not None:
+        return last - first
     points = [(at, g.power) for at, g in series if g.power is not None]
     if len(points) < 2:
         return None

@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from pytest_sglang.config.redaction import redact_argv
+from pytest_sglang.config.redaction import Redactor
 from pytest_sglang.report.entries import MeasurementRow
 from pytest_sglang.report.summary import HEADER, cells, describe_workload
 
@@ -210,7 +210,7 @@ def render_html(
     parts += ["<h2>Environment</h2>", _table(("what", "value"), environment)]
     servers = []
     for server in document.get("servers", []):
-        command = redact_argv([str(a) for a in (server.get("launch") or {}).get("command", [])])
+        command = Redactor().argv([str(a) for a in (server.get("launch") or {}).get("command", [])])
         ready = (server.get("readiness") or {}).get("total")
         servers.append([server.get(key) for key in ("name", "url", "version", "model")])
         ready_s = f"{ready:.1f}" if isinstance(ready, (int, float)) else ""

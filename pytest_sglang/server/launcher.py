@@ -17,8 +17,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
-from pytest_sglang.config.flags import split_flags
 from pytest_sglang.config.profiles import Profile
+from pytest_sglang.config.redaction import split_flags
 from pytest_sglang.config.settings import Settings
 from pytest_sglang.config.targets import ServerTarget
 from pytest_sglang.errors import (

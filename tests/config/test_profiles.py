@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pytest_sglang.config.profiles import load_profiles, merge_args
-from pytest_sglang.config.redaction import redact_argv
+from pytest_sglang.config.redaction import Redactor
 from pytest_sglang.server.launcher import build_command, server_environment
 
 GOOD = """
@@ -144,7 +144,7 @@ def test_command_lines_are_the_same_for_both_launchers(tmp_path: Path) -> None:
 
 def test_redact_hides_api_keys() -> None:
     argv = ["x", "--api-key", "sk-1", "--admin-api-key=sk-2", "--port", "1"]
-    assert redact_argv(argv) == ["x", "--api-key", "***", "--admin-api-key=***", "--port", "1"]
+    assert Redactor().argv(argv) == ["x", "--api-key", "***", "--admin-api-key=***", "--port", "1"]
 
 
 def test_server_environment_drops_the_test_runs_variables() -> None:

@@ -12,8 +12,6 @@ from pytest_sglang.config.redaction import (
     Redactor,
     is_secret_name,
     redact,
-    redact_argv,
-    redact_json,
     secret_flag_values,
 )
 from pytest_sglang.config.values import Sourced
@@ -86,11 +84,11 @@ def test_secret_names() -> None:
 def test_argv_and_json() -> None:
     argv = ["python", "-m", "x", "--api-key", "sk-a1", "--hf-token=hf_b2", "--tp", "8"]
     assert secret_flag_values(argv) == ["sk-a1", "hf_b2"]
-    assert redact_argv(argv) == [
+    assert Redactor().argv(argv) == [
         "python", "-m", "x", "--api-key", MASK, "--hf-token=***", "--tp", "8",
     ]  # fmt: skip
     document = {"api_key": "sk-c3", "url": "http://u:p4ss@h:1", "runs": [{"e": "Bearer zz-d4"}]}
-    assert redact_json(document) == {
+    assert Redactor().json(document) == {
         "api_key": MASK, "url": "http://***@h:1", "runs": [{"e": "Bearer ***"}],
     }  # fmt: skip
     assert repr(Redactor(["x" * 8])) == "Redactor(1 secrets)"

@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,9 +15,8 @@ import pytest
 
 from pytest_sglang.errors import GpuMemoryNotReleased, GpuNotClean, GpuUnavailable
 from pytest_sglang.gpu.hygiene import postflight, preflight, server_gpus
-from pytest_sglang.gpu.model import GIB, MIB
+from pytest_sglang.gpu.model import GIB, MIB, unmet_requirement
 from pytest_sglang.gpu.probes import FakeProbe, NvmlProbe, SmiProbe, write_fake_gpus
-from pytest_sglang.gpu.requirements import unmet_requirement
 from tests.fake_clock import FakeClock
 
 
@@ -52,6 +52,21 @@ def test_fake_probe_counts_holders_only_while_alive(
     diff = snap.diff(later)
     assert diff.memory_delta == {uuids[0]: -76 * GIB, uuids[1]: -76 * GIB}
     assert len(diff.gone_processes) == 2 and diff.new_processes == ()
+
+
+def test_fake_probe_counts_no_holder_that_exited_unreaped(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    """A zombie (exited, its parent has not waited yet) holds no GPU memory any more."""
+    import psutil
+
+    uuids = write_fake_gpus(tmp_path, 1)
+    hold(tmp_path, sleeper.pid, uuids, 1024)
+    sleeper.kill()
+    deadline = time.monotonic() + 30
+    while psutil.Process(sleeper.pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the killed process never became a zombie"
+    assert FakeProbe(tmp_path).snapshot().processes == ()
 
 
 def test_fake_probe_needs_gpus_json(tmp_path: Path) -> None:
