@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "Bench": "pytest_sglang.measure.bench",
     "BenchResult": "pytest_sglang.measure.results",
-    "GpuState": "pytest_sglang.gpu.state",
+    "GpuState": "pytest_sglang.gpu.probes",
     "Inconclusive": "pytest_sglang.errors",
     "MeasurementFailed": "pytest_sglang.errors",
     "PerformanceAssertionError": "pytest_sglang.errors",
