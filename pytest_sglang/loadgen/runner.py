@@ -34,19 +34,17 @@ from pytest_sglang.loadgen.prompts import encoded_bodies
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.saturation import ClientLoad, ClientMonitor
 from pytest_sglang.loadgen.schedule import (
-    DEFAULT_WARMUP_CAP,
     Arrival,
     ClosedLoop,
     Load,
     OpenLoop,
     Shard,
-    check_count,
     run_fields,
 )
 from pytest_sglang.loadgen.streams import StreamParser
 from pytest_sglang.loadgen.transport import Attempt, RetryFailed, describe, exchange, trace
 from pytest_sglang.loadgen.watchdog import StallWatchdog
-from pytest_sglang.loadgen.workload import Workload
+from pytest_sglang.loadgen.workload import DEFAULT_WARMUP_CAP, Workload, check_count
 
 __all__ = ["CacheFlushFailed", "LoadGenerator", "ServerStoppedAnswering", "run_blocking"]
 
