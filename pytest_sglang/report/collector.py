@@ -24,7 +24,6 @@ from pytest_sglang.report import writing
 from pytest_sglang.report.entries import (
     MeasurementRow,
     ServerEntry,
-    ServerFailureRow,
     VerdictRow,
     as_row,
     unique_measurements,
@@ -61,7 +60,7 @@ class SGLangReporter:
     measurements: list[MeasurementRow] = field(default_factory=list)
     verdicts: list[VerdictRow] = field(default_factory=list)
     servers: list[ServerEntry] = field(default_factory=list)
-    server_failures: list[ServerFailureRow] = field(default_factory=list)
+    server_failures: list[dict[str, Any]] = field(default_factory=list)
     gpus: list[str] = field(default_factory=list)
     #: Outputs that could not be written: one line each (path and cause).
     problems: list[str] = field(default_factory=list)

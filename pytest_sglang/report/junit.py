@@ -140,21 +140,19 @@ def _clip_all(value: Any, limit: int) -> Any:
     return [_clip_all(item, limit) for item in value] if isinstance(value, list) else value
 
 
-def json_value(value: Any, redact: Redactor, limit: int = MAX_VALUE_CHARS) -> str:
-    """Return ``value`` as compact JSON of at most ``limit`` characters, redacted.
+def json_value(value: Any, redact: Redactor) -> str:
+    """Return ``value`` as compact JSON of at most ``MAX_VALUE_CHARS`` characters, redacted.
 
     Too long: the longest strings inside are halved (ending in ``…``) until it fits.
     """
     value = redact.json(value)
-    for _ in range(64):
+    while True:
         text = redact(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
-        if len(text) <= limit:
+        if len(text) <= MAX_VALUE_CHARS:
             return text
-        longest = _longest(value)
-        if longest <= 1:
-            break
+        if (longest := _longest(value)) <= 1:
+            return json.dumps({"clipped": True, "see": "the JSON report (--sglang-report)"})
         value = _clip_all(value, longest // 2)
-    return json.dumps({"clipped": True, "see": "the JSON report (--sglang-report)"})
 
 
 def _verdict_value(entry: Mapping[str, Any]) -> dict[str, Any]:

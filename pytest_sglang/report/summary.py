@@ -16,10 +16,9 @@ from pytest_sglang.report.entries import (
     MeasurementRow,
     ServerEntry,
     VerdictRow,
-    join_levels,
     load_cell,
     run_values,
-    split_levels,
+    warning_tests,
 )
 
 __all__ = ["describe_workload", "emulated_speedups", "render_markdown", "render_tables", "table"]
@@ -145,14 +144,15 @@ def _workloads(
 ) -> list[tuple[str, list[MeasurementRow]]]:
     """Group the measurements by workload: (title, rows by concurrency, then server)."""
     groups: dict[str, list[MeasurementRow]] = {}
+    emulated = emulated or {}
     for entry in measurements:
         groups.setdefault(json.dumps(entry["workload"], sort_keys=True), []).append(entry)
     tables = []
     for entries in groups.values():
         title = _title(entries[0]["workload"])
-        names = sorted({str(e["server"]) for e in entries if e["server"] in (emulated or {})})
-        for speedup in sorted({(emulated or {})[name] for name in names}):
-            which = ", ".join(name for name in names if (emulated or {})[name] == speedup)
+        names = sorted({str(e["server"]) for e in entries if e["server"] in emulated})
+        for speedup in sorted({emulated[name] for name in names}):
+            which = ", ".join(name for name in names if emulated[name] == speedup)
             speed = "in real time" if speedup == 1 else f"at {speedup:g}x the modelled GPU's speed"
             title += f"; emulated {speed}: {which}"
         tables.append((title, sorted(entries, key=lambda e: (e["concurrency"], e["server"]))))
@@ -205,7 +205,6 @@ def render_tables(
     for title, entries in _workloads(measurements, emulated):
         lines += [title, *table(HEADER, [cells(e) for e in entries]), *_notes(entries), ""]
     tables: dict[str, str] = {}
-    warnings: dict[tuple[str, bool], tuple[set[int], list[str]]] = {}
     for verdict in verdicts:
         test = verdict["test"]
         lines.append(f"[{_tag(verdict)}] {test}: {verdict['summary']}")
@@ -216,15 +215,8 @@ def render_tables(
             tables[evidence] = test
             lines += [f"    {row}" for row in evidence.splitlines()]
         lines += [f"    {line}" for line in breakdown_lines(verdict.get("evidence", {}))]
-        for warning in verdict.get("warnings", []):
-            levels, text = split_levels(warning)
-            # A warning without levels holds at every level: never merged into one that has.
-            found, tests = warnings.setdefault((text, bool(levels)), (set(), []))
-            found.update(levels)
-            tests += [] if test in tests else [test]
-    for (text, _), (levels, tests) in warnings.items():
-        lines.append(f"warning: {join_levels(levels, text)} [{', '.join(tests)}]")
-    return lines
+    warnings = warning_tests((w, v["test"]) for v in verdicts for w in v.get("warnings", []))
+    return lines + [f"warning: {text} [{', '.join(tests)}]" for text, tests in warnings.items()]
 
 
 # -- where TTFT went (issue 12) -------------------------------------------------------------------
