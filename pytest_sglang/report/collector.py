@@ -91,10 +91,7 @@ class SGLangReporter:
             self.write()
 
     def document(self, exit_status: int | None = None) -> dict[str, Any]:
-        """Return the report as plain JSON (``schemas/report.schema.json``).
-
-        Incomplete while the session runs (no ``exit_status``) and after an interrupt.
-        """
+        """Return the report as plain JSON; incomplete while the session runs and if interrupted."""
         import platform
 
         from pytest_sglang._version import plugin_version

@@ -40,11 +40,7 @@ _ENTRIES: weakref.WeakKeyDictionary[pytest.TestReport, list[Entry]] = weakref.We
 
 
 def report_entries(report: pytest.TestReport) -> list[Entry]:
-    """Return the ``sglang`` entries this report added to its test (none seen before).
-
-    Filled by :class:`EntryLedger` before any other plugin sees the report; empty for a
-    report the ledger did not take (no entries, or no ledger registered).
-    """
+    """Return the ``sglang`` entries this report added to its test (taken by the ledger)."""
     return list(_ENTRIES.get(report, ()))
 
 
@@ -141,10 +137,7 @@ def _clip_all(value: Any, limit: int) -> Any:
 
 
 def json_value(value: Any, redact: Redactor) -> str:
-    """Return ``value`` as compact JSON of at most ``MAX_VALUE_CHARS`` characters, redacted.
-
-    Too long: the longest strings inside are halved (ending in ``…``) until it fits.
-    """
+    """Return ``value`` as redacted compact JSON, its longest strings halved until it fits."""
     value = redact.json(value)
     while True:
         text = redact(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
@@ -170,10 +163,7 @@ def _verdict_value(entry: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def concise_properties(entries: Sequence[Entry], redact: Redactor) -> list[tuple[str, object]]:
-    """Return a test's concise JUnit properties from its entries (docs/ci.md, "JUnit XML").
-
-    Pure: the same entries give the same properties, in a stable order.
-    """
+    """Return a test's concise JUnit properties (docs/ci.md), the same for the same entries."""
     props: list[tuple[str, object]] = []
     verdicts = [e for e in entries if e["record"] == "verdict"]
     outcomes = {str(v["outcome"]) for v in verdicts}

@@ -44,10 +44,7 @@ def table(
     *,
     markdown: bool = False,
 ) -> list[str]:
-    """Return a table's lines: GitHub Markdown, or the terminal's fixed-width columns.
-
-    Columns from ``right_from`` on are right-aligned (numbers).
-    """
+    """Return a table's lines, Markdown or fixed-width, right-aligned from ``right_from`` on."""
     if markdown:
         rule = ["---"] * right_from + ["---:"] * (len(header) - right_from)
         return ["| " + " | ".join(_md(c) for c in row) + " |" for row in [header, rule, *rows]]
@@ -120,10 +117,7 @@ def _title(workload: Mapping[str, Any]) -> str:
 
 
 def emulated_speedups(servers: Sequence[ServerEntry]) -> dict[str, float]:
-    """Return the launched emulators by server name, with their ``--emulator-speedup``.
-
-    The tables name them, so that nobody reads an emulator's tok/s as a GPU's.
-    """
+    """Return the launched emulators' ``--emulator-speedup``s: no emulator reads as a GPU."""
     found: dict[str, float] = {}
     for server in servers:
         launch = server.get("launch") or {}
@@ -197,9 +191,8 @@ def render_tables(
 ) -> list[str]:
     """Return the terminal summary: one table per workload, the verdicts, then the warnings.
 
-    Each thing is said once: a per-level table two verdicts share is printed under the first,
-    each warning once with every load level and test it was given for. ``emulated``: the
-    emulated servers' speed-ups (:func:`emulated_speedups`), named in the tables' titles.
+    Each thing is said once: a per-level table two verdicts share, each warning (its levels
+    and tests merged).
     """
     lines: list[str] = []
     for title, entries in _workloads(measurements, emulated):
@@ -225,11 +218,7 @@ _PARTS = ("ttft", "queue", "prefill", "rest")
 
 
 def breakdown_lines(evidence: Mapping[str, Any]) -> list[str]:
-    """Return the TTFT split of each server a verdict compared, from its evidence.
-
-    ``evidence["ttft_breakdown"]`` maps a server to the medians over its runs of each part's
-    p50 and p99 (:func:`pytest_sglang.measure.breakdown.breakdown_summary`).
-    """
+    """Return the TTFT split of each server a verdict compared (``breakdown_summary``)."""
     found = evidence.get("ttft_breakdown")
     lines = []
     for server, summary in found.items() if isinstance(found, Mapping) else ():
