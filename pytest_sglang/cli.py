@@ -258,11 +258,9 @@ def _markdown(document: dict[str, Any], title: str, shards: Sequence[Any] = ()) 
     lead = [f"Merged from {len(shards)} reports:", "", *table(head, rows, 4, markdown=True)]
     emulated = emulated_speedups(document.get("servers", []))
     measurements, verdicts = document.get("measurements", []), document.get("verdicts", [])
-    text = render_markdown(measurements, verdicts, title=title, emulated=emulated)
-    if not shards:
-        return text
-    heading, _, rest = text.partition("\n\n")
-    return heading + "\n\n" + "\n".join(lead) + "\n\n" + rest
+    return render_markdown(
+        measurements, verdicts, title=title, emulated=emulated, lead=lead if shards else ()
+    )
 
 
 # -- the commands ---------------------------------------------------------------------------

@@ -176,10 +176,12 @@ class SGLangReporter:
         from pytest_sglang.report.summary import render_markdown
 
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
-        note = "The run was interrupted: these are the results up to then." if interrupted else None
+        note = (
+            ["_The run was interrupted: these are the results up to then._"] if interrupted else []
+        )
         try:
             rows, emulated = self._summary()
-            text = render_markdown(rows, self.verdicts, note=note, emulated=emulated)
+            text = render_markdown(rows, self.verdicts, emulated=emulated, lead=note)
             writing.append_summary(self.markdown, self.redact(text))
         except Exception as exc:  # rendering or writing: never the reason the run fails
             self._problem("the Markdown summary", self.markdown, exc)

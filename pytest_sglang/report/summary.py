@@ -293,13 +293,14 @@ def render_markdown(
     verdicts: Sequence[VerdictRow],
     *,
     title: str = "pytest-sglang results",
-    note: str | None = None,
     emulated: Mapping[str, float] | None = None,
+    lead: Sequence[str] = (),
 ) -> str:
-    """Return the summary as GitHub-flavoured Markdown (tables, verdicts, evidence folded)."""
-    out = [f"## {_md(title)}", ""]
-    if note:
-        out += [f"_{_md(note)}_", ""]
+    """Return the summary as GitHub-flavoured Markdown (tables, verdicts, evidence folded).
+
+    ``lead``: Markdown lines under the title (a note, a merge's table of its shards).
+    """
+    out = [f"## {_md(title)}", "", *lead, *([""] if lead else [])]
     if not measurements and not verdicts:
         out += ["No measurements or verdicts were recorded.", ""]
     for heading, entries in _workloads(measurements, emulated):
