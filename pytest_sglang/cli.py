@@ -11,7 +11,7 @@ import argparse
 import datetime
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -61,10 +61,7 @@ def _output(option: str, value: str) -> Path:
 def _emit(
     text: str, target: Path | None, value: str, out: TextIO, done: str, *, summary: bool = False
 ) -> None:
-    """Write ``text`` to standard output (no target) or ``target``, atomically, saying ``done``.
-
-    A Markdown ``summary`` is appended, as ``$GITHUB_STEP_SUMMARY`` collects each step's.
-    """
+    """Write ``text`` to standard output, or atomically to ``target`` (a ``summary`` appended)."""
     from pytest_sglang.report.writing import append_summary, write_atomic
 
     if target is None:
@@ -197,8 +194,7 @@ def compare_measurements(
 ) -> tuple[list[str], list[dict[str, Any]], int]:
     """Judge every candidate measurement against its baseline counterpart.
 
-    Returns the lines to print, the verdict bodies and the exit status (nothing comparable
-    is status 2 unless ``terms`` hold ``nothing-compared:ok``).
+    Returns the lines to print, the verdict bodies and the exit status.
     """
     checks = parse_compare_fail(terms) or DEFAULT_CHECKS
     lines: list[str] = []
@@ -262,11 +258,9 @@ def _markdown(document: dict[str, Any], title: str, shards: Sequence[Any] = ()) 
     lead = [f"Merged from {len(shards)} reports:", "", *table(head, rows, 4, markdown=True)]
     emulated = emulated_speedups(document.get("servers", []))
     measurements, verdicts = document.get("measurements", []), document.get("verdicts", [])
-    text = render_markdown(measurements, verdicts, title=title, emulated=emulated)
-    if not shards:
-        return text
-    heading, _, rest = text.partition("\n\n")
-    return heading + "\n\n" + "\n".join(lead) + "\n\n" + rest
+    return render_markdown(
+        measurements, verdicts, title=title, emulated=emulated, lead=lead if shards else ()
+    )
 
 
 # -- the commands ---------------------------------------------------------------------------
@@ -372,20 +366,21 @@ def _cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
 # -- the parser -----------------------------------------------------------------------------
 
 
-def _store(uri: str) -> BaselineStore:
-    """Open ``--storage`` as argparse's ``type``: a bad URI is a usage error (2)."""
-    try:
-        return BaselineStore(uri)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def _checked(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """Return ``parse`` as argparse's ``type``: a value it refuses is a usage error (2)."""
+
+    def check(value: str) -> Any:
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return check
 
 
 def _term(value: str) -> str:
-    """Check one ``--fail`` value as argparse's ``type``: a bad term is a usage error (2)."""
-    try:
-        parse_compare_fail([value])
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    """Check one ``--fail`` term; return it as written."""
+    parse_compare_fail([value])
     return value
 
 
@@ -395,9 +390,10 @@ def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pytest-sglang", description="Stored baselines and reports (docs/baselines.md)."
     )
-    parser.add_argument("--storage", type=_store, default=DEFAULT_STORAGE, metavar="URI")
+    store = _checked(BaselineStore)
+    parser.add_argument("--storage", type=store, default=DEFAULT_STORAGE, metavar="URI")
     judging = argparse.ArgumentParser(add_help=False)
-    judging.add_argument("--fail", action="append", type=_term, metavar="METRIC:PCT%")
+    judging.add_argument("--fail", action="append", type=_checked(_term), metavar="METRIC:PCT%")
     judging.add_argument("--alpha", type=float, default=0.05, help="one-sided level")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser("list", help="list the stored sessions").set_defaults(run=_cmd_list)

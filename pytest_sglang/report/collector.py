@@ -24,7 +24,6 @@ from pytest_sglang.report import writing
 from pytest_sglang.report.entries import (
     MeasurementRow,
     ServerEntry,
-    ServerFailureRow,
     VerdictRow,
     as_row,
     unique_measurements,
@@ -61,7 +60,7 @@ class SGLangReporter:
     measurements: list[MeasurementRow] = field(default_factory=list)
     verdicts: list[VerdictRow] = field(default_factory=list)
     servers: list[ServerEntry] = field(default_factory=list)
-    server_failures: list[ServerFailureRow] = field(default_factory=list)
+    server_failures: list[dict[str, Any]] = field(default_factory=list)
     gpus: list[str] = field(default_factory=list)
     #: Outputs that could not be written: one line each (path and cause).
     problems: list[str] = field(default_factory=list)
@@ -92,10 +91,7 @@ class SGLangReporter:
             self.write()
 
     def document(self, exit_status: int | None = None) -> dict[str, Any]:
-        """Return the report as plain JSON (``schemas/report.schema.json``).
-
-        Incomplete while the session runs (no ``exit_status``) and after an interrupt.
-        """
+        """Return the report as plain JSON; incomplete while the session runs and if interrupted."""
         import platform
 
         from pytest_sglang._version import plugin_version
@@ -180,10 +176,12 @@ class SGLangReporter:
         from pytest_sglang.report.summary import render_markdown
 
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
-        note = "The run was interrupted: these are the results up to then." if interrupted else None
+        note = (
+            ["_The run was interrupted: these are the results up to then._"] if interrupted else []
+        )
         try:
             rows, emulated = self._summary()
-            text = render_markdown(rows, self.verdicts, note=note, emulated=emulated)
+            text = render_markdown(rows, self.verdicts, emulated=emulated, lead=note)
             writing.append_summary(self.markdown, self.redact(text))
         except Exception as exc:  # rendering or writing: never the reason the run fails
             self._problem("the Markdown summary", self.markdown, exc)

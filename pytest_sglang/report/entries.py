@@ -21,22 +21,18 @@ __all__ = [
     "MeasurementRow",
     "Schedule",
     "ServerEntry",
-    "ServerFailureBody",
     "ServerFailureEntry",
-    "ServerFailureRow",
     "VerdictBody",
     "VerdictEntry",
     "VerdictKind",
-    "VerdictOutcome",
     "VerdictRow",
     "as_row",
     "group_warnings",
-    "join_levels",
     "load_cell",
     "run_median",
     "run_values",
-    "split_levels",
     "unique_measurements",
+    "warning_tests",
 ]
 
 #: The assertion that produced a verdict.
@@ -51,8 +47,6 @@ VerdictKind: TypeAlias = Literal[
     "assert_greedy_equivalent",
     "assert_adaptive",
 ]
-#: A verdict's outcome; ``finding`` is a result reported rather than judged (a crossover).
-VerdictOutcome: TypeAlias = Literal["pass", "fail", "inconclusive", "finding"]
 #: How a compared server's runs were scheduled: one after the other, or alternating.
 Schedule: TypeAlias = Literal["blocks", "interleaved"]
 
@@ -122,7 +116,8 @@ class VerdictBody(TypedDict):
     """An assertion's outcome and its evidence."""
 
     kind: VerdictKind
-    outcome: VerdictOutcome
+    #: ``finding``: a result reported rather than judged (a crossover).
+    outcome: Literal["pass", "fail", "inconclusive", "finding"]
     metric: str
     summary: str
     warnings: list[str]
@@ -142,9 +137,10 @@ class VerdictRow(VerdictBody):
     test: str
 
 
-class ServerFailureBody(TypedDict):
+class ServerFailureEntry(TypedDict):
     """A server a test needed and could not have: its gate or launch failed, or it died."""
 
+    record: Literal["server_failure"]
     server: str
     #: The error's type: ``ServerNotReady``, ``ServerExited``, ``ServerDied``...
     error: str
@@ -154,18 +150,6 @@ class ServerFailureBody(TypedDict):
     exit_code: int | None
     #: The failure's message, redacted (the log tail and hints included).
     message: str
-
-
-class ServerFailureEntry(ServerFailureBody):
-    """A server failure as a test records it."""
-
-    record: Literal["server_failure"]
-
-
-class ServerFailureRow(ServerFailureBody):
-    """A server failure as the report holds it: which test met it."""
-
-    test: str
 
 
 #: Anything a test records for the report.
@@ -196,26 +180,29 @@ def unique_measurements(rows: Iterable[Mapping[str, Any]]) -> list[Any]:
 _LEVELS = re.compile(r"C=(\d+(?:, \d+)*): ")
 
 
-def split_levels(warning: str) -> tuple[set[int], str]:
-    """Return the load levels a warning names (``C=70, 100: ...``) and its text after them."""
-    match = _LEVELS.match(warning)
-    if match is None:
-        return set(), warning
-    return {int(level) for level in match.group(1).split(", ")}, warning[match.end() :]
+def warning_tests(warnings: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    """Return each (warning, test)'s text once, its load levels merged, with its tests.
 
-
-def join_levels(levels: Iterable[int], text: str) -> str:
-    """Return ``text`` prefixed with the load levels it holds at (none: ``text`` alone)."""
-    return f"C={', '.join(map(str, sorted(levels)))}: {text}" if levels else text
+    ``C=70: x`` and ``C=100: x`` are ``C=70, 100: x``; a warning without levels holds at every
+    level: it is never merged into one that has them.
+    """
+    levels: dict[tuple[str, bool], tuple[set[int], list[str]]] = {}
+    for warning, test in warnings:
+        match = _LEVELS.match(warning)
+        text = warning[match.end() :] if match else warning
+        found, tests = levels.setdefault((text, bool(match)), (set(), []))
+        if match:
+            found.update(map(int, match.group(1).split(", ")))
+        tests += [] if test in tests else [test]
+    return {
+        f"C={', '.join(map(str, sorted(found)))}: {text}" if found else text: tests
+        for (text, _), (found, tests) in levels.items()
+    }
 
 
 def group_warnings(warnings: Iterable[str]) -> list[str]:
     """Return ``warnings`` with each text once, its load levels merged (``C=70, 100: x``)."""
-    levels: dict[tuple[str, bool], set[int]] = {}
-    for warning in warnings:
-        found, text = split_levels(warning)
-        levels.setdefault((text, bool(found)), set()).update(found)  # no levels: every level
-    return [join_levels(found, text) for (text, _), found in levels.items()]
+    return list(warning_tests((warning, "") for warning in warnings))
 
 
 def run_values(runs: Sequence[Mapping[str, Any]], metric: str) -> list[float]:

@@ -96,8 +96,7 @@ def _regressed_levels(
 ) -> list[tuple[str, int]]:
     """Return the (server, concurrency) of ``rows`` that a regression verdict failed.
 
-    Matched by the workload as the measurement holds it (``evidence.workload``): the
-    fingerprint's has ``requests_per_slot`` resolved already.
+    Matched by ``evidence.workload``: the fingerprint's has ``requests_per_slot`` resolved.
     """
     measured = [
         [str(r["server"]), r["workload"], r["concurrency"]] for r in rows if r.get("rate") is None
@@ -177,9 +176,8 @@ def render_html(
 ) -> str:
     """Return a results report (``schemas/report.schema.json``) as one self-contained page.
 
-    ``baselines`` (stored rows with a ``session`` key) are drawn dashed beside the measurements
-    of the same workload; ``no_verdicts`` replaces "No verdicts were recorded" where that would
-    not be true (a stored session saved without them).
+    ``baselines`` (stored rows with a ``session`` key) are drawn beside the measurements;
+    ``no_verdicts`` replaces "No verdicts were recorded" (a session stored without them).
     """
     title = "pytest-sglang qualification report"
     order = {"fail": 0, "inconclusive": 1}

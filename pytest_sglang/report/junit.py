@@ -40,11 +40,7 @@ _ENTRIES: weakref.WeakKeyDictionary[pytest.TestReport, list[Entry]] = weakref.We
 
 
 def report_entries(report: pytest.TestReport) -> list[Entry]:
-    """Return the ``sglang`` entries this report added to its test (none seen before).
-
-    Filled by :class:`EntryLedger` before any other plugin sees the report; empty for a
-    report the ledger did not take (no entries, or no ledger registered).
-    """
+    """Return the ``sglang`` entries this report added to its test (taken by the ledger)."""
     return list(_ENTRIES.get(report, ()))
 
 
@@ -140,21 +136,16 @@ def _clip_all(value: Any, limit: int) -> Any:
     return [_clip_all(item, limit) for item in value] if isinstance(value, list) else value
 
 
-def json_value(value: Any, redact: Redactor, limit: int = MAX_VALUE_CHARS) -> str:
-    """Return ``value`` as compact JSON of at most ``limit`` characters, redacted.
-
-    Too long: the longest strings inside are halved (ending in ``…``) until it fits.
-    """
+def json_value(value: Any, redact: Redactor) -> str:
+    """Return ``value`` as redacted compact JSON, its longest strings halved until it fits."""
     value = redact.json(value)
-    for _ in range(64):
+    while True:
         text = redact(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
-        if len(text) <= limit:
+        if len(text) <= MAX_VALUE_CHARS:
             return text
-        longest = _longest(value)
-        if longest <= 1:
-            break
+        if (longest := _longest(value)) <= 1:
+            return json.dumps({"clipped": True, "see": "the JSON report (--sglang-report)"})
         value = _clip_all(value, longest // 2)
-    return json.dumps({"clipped": True, "see": "the JSON report (--sglang-report)"})
 
 
 def _verdict_value(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -172,10 +163,7 @@ def _verdict_value(entry: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def concise_properties(entries: Sequence[Entry], redact: Redactor) -> list[tuple[str, object]]:
-    """Return a test's concise JUnit properties from its entries (docs/ci.md, "JUnit XML").
-
-    Pure: the same entries give the same properties, in a stable order.
-    """
+    """Return a test's concise JUnit properties (docs/ci.md), the same for the same entries."""
     props: list[tuple[str, object]] = []
     verdicts = [e for e in entries if e["record"] == "verdict"]
     outcomes = {str(v["outcome"]) for v in verdicts}

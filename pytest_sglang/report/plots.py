@@ -6,6 +6,7 @@ Text stays ``<text>`` and the hash salt is fixed, so the same data gives the sam
 from __future__ import annotations
 
 import io
+import itertools
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ class Series:
     """One server's (or baseline's) points over concurrency: per level, one value per run."""
 
     label: str
+    server: str
     baseline: bool = False
     #: concurrency -> metric -> values per run
     points: dict[int, dict[str, list[float]]] = field(default_factory=dict)
@@ -38,7 +40,7 @@ def series_of(rows: Sequence[Mapping[str, Any]], *, baseline: bool = False) -> l
         label = str(row["server"])
         if baseline:
             label = f"{label} (baseline {row.get('session', 'stored')})"
-        series = out.setdefault(label, Series(label, baseline))
+        series = out.setdefault(label, Series(label, str(row["server"]), baseline))
         level = series.points.setdefault(int(row["concurrency"]), {})
         for metric in METRICS:
             values = [v for v in run_values(row["runs"], metric) if v > 0]
@@ -50,10 +52,6 @@ def series_of(rows: Sequence[Mapping[str, Any]], *, baseline: bool = False) -> l
 _BASELINE_STYLES = ("--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)))
 #: Marks regressions and crossovers; no series is drawn in it.
 _RED = "#d62728"
-
-
-def _server(series: Series) -> str:
-    return series.label.split(" (baseline ")[0]
 
 
 def series_styles(series: Sequence[Series]) -> list[tuple[str, Any]]:
@@ -68,17 +66,9 @@ def series_styles(series: Sequence[Series]) -> list[tuple[str, Any]]:
     palette = [c for c in map(colors.to_hex, tab10(range(tab10.N))) if c != _RED]
     colours: dict[str, str] = {}
     for s in sorted(series, key=lambda s: s.baseline):  # measured servers first
-        colours.setdefault(_server(s), palette[len(colours) % len(palette)])
-    used: dict[str, int] = {}
-    out: list[tuple[str, Any]] = []
-    for s in series:
-        colour = colours[_server(s)]
-        if not s.baseline:
-            out.append((colour, "-"))
-            continue
-        used[colour] = used.get(colour, -1) + 1
-        out.append((colour, _BASELINE_STYLES[used[colour] % len(_BASELINE_STYLES)]))
-    return out
+        colours.setdefault(s.server, palette[len(colours) % len(palette)])
+    dashes = {colour: itertools.cycle(_BASELINE_STYLES) for colour in colours.values()}
+    return [(c := colours[s.server], next(dashes[c]) if s.baseline else "-") for s in series]
 
 
 PANELS = (
@@ -88,10 +78,14 @@ PANELS = (
 )
 
 
-def _svg(figure: Any) -> str:
-    """Return a figure as an inline ``<svg>`` element, and close it."""
+def _svg(figure: Any, *axes: Any) -> str:
+    """Grid ``axes`` (a legend where a line is named); return ``figure`` as ``<svg>``, closed."""
     from matplotlib import pyplot as plt
 
+    for ax in axes:
+        ax.grid(True, alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     buffer = io.StringIO()
     figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(figure)
@@ -113,11 +107,12 @@ def render_workload_plots(
     from matplotlib import pyplot as plt
 
     plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "pytest-sglang", "font.size": 9})
-    styles = series_styles(series)
+    styles = list(zip(series, series_styles(series), strict=True))
     figure, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for s, (colour, style) in zip(series, styles, strict=True):
-        for ax, (metric, ylabel, scale) in zip(axes, PANELS, strict=True):
-            ax.set_ylabel(ylabel)
+    for ax, (metric, ylabel, scale) in zip(axes, PANELS, strict=True):
+        ax.set(xlabel="concurrency", ylabel=ylabel)
+        ax.set_xscale("symlog", linthresh=1)
+        for s, (colour, style) in styles:
             for m in ["ttft.p50", "ttft.p99"] if metric == "ttft" else [metric]:
                 levels = [c for c in sorted(s.points) if s.points[c].get(m)]
                 if not levels:
@@ -135,25 +130,17 @@ def render_workload_plots(
                 if metric == "output_throughput" and bad:
                     ring = {"facecolors": "none", "edgecolors": _RED, "linewidths": 2, "zorder": 5}
                     ax.scatter(*zip(*bad, strict=True), s=160, label="regression", **ring)
-    for ax, (metric, _, _) in zip(axes, PANELS, strict=True):
-        ax.set_xlabel("concurrency")
-        ax.set_xscale("symlog", linthresh=1)
-        ax.grid(True, alpha=0.3)
         for name, level in crossovers:
             label = f"crossover {name} C={level}" if metric == "output_throughput" else None
             ax.axvline(level, color=_RED, linestyle=":", linewidth=1.2, label=label)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
     figure.suptitle(title, fontsize=10)
-    plots = [
-        (
-            "Throughput, TTFT and ITL against concurrency (median over runs, bars: slowest to "
-            "fastest run; dashed or dotted: a stored baseline, in its server's colour)",
-            _svg(figure),
-        )
-    ]
+    caption = (
+        "Throughput, TTFT and ITL against concurrency (median over runs, bars: slowest to "
+        "fastest run; dashed or dotted: a stored baseline, in its server's colour)"
+    )
+    plots = [(caption, _svg(figure, *axes))]
     figure, ax = plt.subplots(figsize=(6, 4))
-    for s, (colour, style) in zip(series, styles, strict=True):
+    for s, (colour, style) in styles:
         pareto = [
             (statistics.median(tpot) * 1000, statistics.median(thr), c)
             for c in sorted(s.points)
@@ -167,11 +154,7 @@ def render_workload_plots(
                 ax.annotate(
                     f"C={c}", (x, y), (4, 3), textcoords="offset points", fontsize=7, color=colour
                 )
-    ax.set_xlabel("TPOT p50 per user (ms/token)")
-    ax.set_ylabel("output throughput (tok/s)")
-    ax.grid(True, alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
+    ax.set(xlabel="TPOT p50 per user (ms/token)", ylabel="output throughput (tok/s)")
     ax.set_title(f"{title}: throughput against latency", fontsize=10)
     caption = "Throughput against per-user latency (the Pareto view), one point per concurrency"
-    return [*plots, (caption, _svg(figure))]
+    return [*plots, (caption, _svg(figure, ax))]

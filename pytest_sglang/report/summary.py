@@ -16,10 +16,9 @@ from pytest_sglang.report.entries import (
     MeasurementRow,
     ServerEntry,
     VerdictRow,
-    join_levels,
     load_cell,
     run_values,
-    split_levels,
+    warning_tests,
 )
 
 __all__ = ["describe_workload", "emulated_speedups", "render_markdown", "render_tables", "table"]
@@ -45,10 +44,7 @@ def table(
     *,
     markdown: bool = False,
 ) -> list[str]:
-    """Return a table's lines: GitHub Markdown, or the terminal's fixed-width columns.
-
-    Columns from ``right_from`` on are right-aligned (numbers).
-    """
+    """Return a table's lines, Markdown or fixed-width, right-aligned from ``right_from`` on."""
     if markdown:
         rule = ["---"] * right_from + ["---:"] * (len(header) - right_from)
         return ["| " + " | ".join(_md(c) for c in row) + " |" for row in [header, rule, *rows]]
@@ -121,10 +117,7 @@ def _title(workload: Mapping[str, Any]) -> str:
 
 
 def emulated_speedups(servers: Sequence[ServerEntry]) -> dict[str, float]:
-    """Return the launched emulators by server name, with their ``--emulator-speedup``.
-
-    The tables name them, so that nobody reads an emulator's tok/s as a GPU's.
-    """
+    """Return the launched emulators' ``--emulator-speedup``s: no emulator reads as a GPU."""
     found: dict[str, float] = {}
     for server in servers:
         launch = server.get("launch") or {}
@@ -145,14 +138,15 @@ def _workloads(
 ) -> list[tuple[str, list[MeasurementRow]]]:
     """Group the measurements by workload: (title, rows by concurrency, then server)."""
     groups: dict[str, list[MeasurementRow]] = {}
+    emulated = emulated or {}
     for entry in measurements:
         groups.setdefault(json.dumps(entry["workload"], sort_keys=True), []).append(entry)
     tables = []
     for entries in groups.values():
         title = _title(entries[0]["workload"])
-        names = sorted({str(e["server"]) for e in entries if e["server"] in (emulated or {})})
-        for speedup in sorted({(emulated or {})[name] for name in names}):
-            which = ", ".join(name for name in names if (emulated or {})[name] == speedup)
+        names = sorted({str(e["server"]) for e in entries if e["server"] in emulated})
+        for speedup in sorted({emulated[name] for name in names}):
+            which = ", ".join(name for name in names if emulated[name] == speedup)
             speed = "in real time" if speedup == 1 else f"at {speedup:g}x the modelled GPU's speed"
             title += f"; emulated {speed}: {which}"
         tables.append((title, sorted(entries, key=lambda e: (e["concurrency"], e["server"]))))
@@ -197,15 +191,13 @@ def render_tables(
 ) -> list[str]:
     """Return the terminal summary: one table per workload, the verdicts, then the warnings.
 
-    Each thing is said once: a per-level table two verdicts share is printed under the first,
-    each warning once with every load level and test it was given for. ``emulated``: the
-    emulated servers' speed-ups (:func:`emulated_speedups`), named in the tables' titles.
+    Each thing is said once: a per-level table two verdicts share, each warning (its levels
+    and tests merged).
     """
     lines: list[str] = []
     for title, entries in _workloads(measurements, emulated):
         lines += [title, *table(HEADER, [cells(e) for e in entries]), *_notes(entries), ""]
     tables: dict[str, str] = {}
-    warnings: dict[tuple[str, bool], tuple[set[int], list[str]]] = {}
     for verdict in verdicts:
         test = verdict["test"]
         lines.append(f"[{_tag(verdict)}] {test}: {verdict['summary']}")
@@ -216,15 +208,8 @@ def render_tables(
             tables[evidence] = test
             lines += [f"    {row}" for row in evidence.splitlines()]
         lines += [f"    {line}" for line in breakdown_lines(verdict.get("evidence", {}))]
-        for warning in verdict.get("warnings", []):
-            levels, text = split_levels(warning)
-            # A warning without levels holds at every level: never merged into one that has.
-            found, tests = warnings.setdefault((text, bool(levels)), (set(), []))
-            found.update(levels)
-            tests += [] if test in tests else [test]
-    for (text, _), (levels, tests) in warnings.items():
-        lines.append(f"warning: {join_levels(levels, text)} [{', '.join(tests)}]")
-    return lines
+    warnings = warning_tests((w, v["test"]) for v in verdicts for w in v.get("warnings", []))
+    return lines + [f"warning: {text} [{', '.join(tests)}]" for text, tests in warnings.items()]
 
 
 # -- where TTFT went (issue 12) -------------------------------------------------------------------
@@ -233,11 +218,7 @@ _PARTS = ("ttft", "queue", "prefill", "rest")
 
 
 def breakdown_lines(evidence: Mapping[str, Any]) -> list[str]:
-    """Return the TTFT split of each server a verdict compared, from its evidence.
-
-    ``evidence["ttft_breakdown"]`` maps a server to the medians over its runs of each part's
-    p50 and p99 (:func:`pytest_sglang.measure.breakdown.breakdown_summary`).
-    """
+    """Return the TTFT split of each server a verdict compared (``breakdown_summary``)."""
     found = evidence.get("ttft_breakdown")
     lines = []
     for server, summary in found.items() if isinstance(found, Mapping) else ():
@@ -312,13 +293,14 @@ def render_markdown(
     verdicts: Sequence[VerdictRow],
     *,
     title: str = "pytest-sglang results",
-    note: str | None = None,
     emulated: Mapping[str, float] | None = None,
+    lead: Sequence[str] = (),
 ) -> str:
-    """Return the summary as GitHub-flavoured Markdown (tables, verdicts, evidence folded)."""
-    out = [f"## {_md(title)}", ""]
-    if note:
-        out += [f"_{_md(note)}_", ""]
+    """Return the summary as GitHub-flavoured Markdown (tables, verdicts, evidence folded).
+
+    ``lead``: Markdown lines under the title (a note, a merge's table of its shards).
+    """
+    out = [f"## {_md(title)}", "", *lead, *([""] if lead else [])]
     if not measurements and not verdicts:
         out += ["No measurements or verdicts were recorded.", ""]
     for heading, entries in _workloads(measurements, emulated):
