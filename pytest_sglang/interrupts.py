@@ -12,6 +12,9 @@ would end on the spot, writing nothing. :class:`SessionInterrupts` handles both 
   to every output, as pytest-xdist reports the test a crashed worker was running.
 * **What the session started stops before its outputs are written**, so that each launch is
   recorded as stopped.
+* **A dropped interrupt is raised again** (:func:`redelivered`): a ``KeyboardInterrupt``
+  raised in a finalizer, or as ``asyncio.Runner.run``'s task ends with its own exception,
+  is lost; a loop that must stop on Ctrl-C (the readiness gate) raises it between steps.
 * **A second interrupt hurries, quietly**: from the first on, SIGINT and SIGTERM raise
   nothing (a ``KeyboardInterrupt`` in a teardown would skip the rest of it); they kill what
   the session launched at once (SIGKILL), and the session ends once its outputs are written.
@@ -19,21 +22,59 @@ would end on the spot, writing nothing. :class:`SessionInterrupts` handles both 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from types import FrameType
 from typing import Any, Literal
 
 import pytest
 
-__all__ = ["SessionInterrupts"]
+__all__ = ["SessionInterrupts", "redelivered"]
 
 _Handler = Callable[[int, FrameType | None], Any] | int | None
 _Phase = Literal["setup", "call", "teardown"]
 _Outcome = Literal["passed", "failed"]
 _PHASES: tuple[_Phase, ...] = ("setup", "call", "teardown")
+
+
+@contextlib.contextmanager
+def redelivered() -> Iterator[Callable[[], None]]:
+    """Yield a check that runs SIGINT's and SIGTERM's handlers again if they came meanwhile.
+
+    A signal's handler runs at whatever the main thread executes: in a finalizer (``__del__``,
+    the weakref callback asyncio runs as each ``Runner.run`` ends) its ``KeyboardInterrupt``
+    is printed as "Exception ignored" and dropped. :func:`signal.set_wakeup_fd` notes every
+    signal before its handler runs; called between a loop's steps, the check runs the handler
+    again there, where the exception propagates (had it propagated, the loop would have ended).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None  # signals reach the main thread only
+        return
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    os.set_blocking(write, False)
+    previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+
+    def check() -> None:
+        try:
+            came = set(os.read(read, 512))
+        except BlockingIOError:
+            return
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            handler = signal.getsignal(signum)
+            if signum in came and callable(handler):
+                handler(signum, None)
+
+    try:
+        yield check
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(read)
+        os.close(write)
 
 
 class SessionInterrupts:

@@ -16,6 +16,7 @@ from pytest_sglang.config.redaction import Redactor
 from pytest_sglang.config.targets import ServerTarget
 from pytest_sglang.config.values import Expectation, Sourced
 from pytest_sglang.errors import IdentityMismatch, SchemaMismatch, ServerNotReady
+from pytest_sglang.interrupts import redelivered
 from pytest_sglang.loadgen.jsoncodec import UnsafeBody, loads_body
 from pytest_sglang.server.engines import advice, recognise
 from pytest_sglang.server.handle import ModelCard, ReadinessTimings, SGLangServer
@@ -116,6 +117,8 @@ class ReadinessGate:
         self._prober: Prober | None = None
         self._tls_checked = False
         self._validators_built = False
+        #: Raises a Ctrl-C (or SIGTERM) that a finalizer or a probe's end dropped.
+        self._check_interrupts: Callable[[], None] = lambda: None
 
     @classmethod
     def for_target(
@@ -165,7 +168,7 @@ class ReadinessGate:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         headers.update(self.headers)
         self._start = self._phase_start = self._clock()
-        with asyncio.Runner() as runner:
+        with asyncio.Runner() as runner, redelivered() as self._check_interrupts:
             self._prober = Prober(runner)
             client = httpx.AsyncClient(
                 base_url=self.url,
@@ -191,6 +194,7 @@ class ReadinessGate:
                     cards = self._fetch_models(client)
                     card = self._check_identity(cards)
                     server_info, model_info = self._fetch_server_info(client)
+                self._check_interrupts()
             finally:
                 runner.run(client.aclose())
                 self._prober = None
@@ -510,6 +514,7 @@ class ReadinessGate:
             self._next_interval = min(interval * POLL_BACKOFF, MAX_POLL_INTERVAL)
         # Never sleep past the deadline: the last probe is sent at it, not after it.
         (self._ready_line or self._sleep)(max(min(interval, self.timeout - self._elapsed()), 0.0))
+        self._check_interrupts()
 
     def _check_deadline(self, phase: str) -> None:
         if self._elapsed() >= self.timeout:
