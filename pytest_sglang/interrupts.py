@@ -49,7 +49,8 @@ def redelivered() -> Iterator[Callable[[], None]]:
     the weakref callback asyncio runs as each ``Runner.run`` ends) its ``KeyboardInterrupt``
     is printed as "Exception ignored" and dropped. :func:`signal.set_wakeup_fd` notes every
     signal before its handler runs; called between a loop's steps, the check runs the handler
-    again there, where the exception propagates (had it propagated, the loop would have ended).
+    again there, where the exception propagates (had it propagated, the loop would have ended),
+    and as another error leaves the block: the interrupt wins.
     """
     if threading.current_thread() is not threading.main_thread():
         yield lambda: None  # signals reach the main thread only
@@ -71,6 +72,10 @@ def redelivered() -> Iterator[Callable[[], None]]:
 
     try:
         yield check
+    except BaseException as exc:  # one the signal cut short (asyncio's CancelledError...)
+        if not isinstance(exc, KeyboardInterrupt):
+            check()
+        raise
     finally:
         signal.set_wakeup_fd(previous)
         os.close(read)

@@ -480,3 +480,19 @@ def test_a_ctrl_c_as_a_failing_probe_ends_still_stops_the_gate() -> None:
     with pytest.raises(KeyboardInterrupt):
         probes.wait()
     assert len(server.paths) == 3
+
+
+@pytest.mark.usefixtures("ctrl_c")
+def test_a_ctrl_c_beats_the_error_that_ends_the_gate() -> None:
+    # The probe that the interrupt cut ends the gate with another error (here a bug; also
+    # asyncio's CancelledError when SIGINT lands as Runner.run starts): still interrupted.
+    def broken(request: httpx.Request) -> httpx.Response:
+        signal.raise_signal(signal.SIGINT)
+        raise RuntimeError("a bug in a transport")
+
+    probes = ReadinessGate(
+        "default", "http://sglang.test", timeout=60.0, transport=httpx.MockTransport(broken)
+    )
+    with pytest.raises(KeyboardInterrupt) as caught:
+        probes.wait()
+    assert isinstance(caught.value.__context__, RuntimeError)
