@@ -4,15 +4,19 @@ CI cancels a job with SIGTERM, which would end pytest on the spot, writing nothi
 SIGTERM runs the SIGINT handler (asyncio's during a load run, which keeps the run's finished
 part); the test it cut short is reported with what it recorded; what the session started
 stops before its outputs are written; a second interrupt kills the session's servers at once
-(SIGKILL) and raises nothing, so that the teardown still writes the outputs.
+(SIGKILL) and raises nothing, so that the teardown still writes the outputs. A Ctrl-C or
+SIGTERM that Python dropped (raised in a finalizer, or as ``asyncio.Runner.run``'s task ended
+with its own error) is raised again between the readiness gate's steps (:func:`redelivered`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from types import FrameType
 from typing import Any, Literal
 
@@ -22,6 +26,47 @@ _Handler = Callable[[int, FrameType | None], Any] | int | None
 _Phase = Literal["setup", "call", "teardown"]
 _Outcome = Literal["passed", "failed"]
 _PHASES: tuple[_Phase, ...] = ("setup", "call", "teardown")
+
+
+@contextlib.contextmanager
+def redelivered() -> Iterator[Callable[[], None]]:
+    """Yield a check that runs SIGINT's and SIGTERM's handlers again if they came meanwhile.
+
+    A signal's handler runs at whatever the main thread executes: in a finalizer (``__del__``,
+    the weakref callback asyncio runs as each ``Runner.run`` ends) its ``KeyboardInterrupt``
+    is printed as "Exception ignored" and dropped. :func:`signal.set_wakeup_fd` notes every
+    signal before its handler runs; called between a loop's steps, the check runs the handler
+    again there, where the exception propagates (had it propagated, the loop would have ended),
+    and as another error leaves the block: the interrupt wins.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None  # signals reach the main thread only
+        return
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    os.set_blocking(write, False)
+    previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+
+    def check() -> None:
+        try:
+            came = set(os.read(read, 512))
+        except BlockingIOError:
+            return
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            handler = signal.getsignal(signum)
+            if signum in came and callable(handler):
+                handler(signum, None)
+
+    try:
+        yield check
+    except BaseException as exc:  # one the signal cut short (asyncio's CancelledError...)
+        if not isinstance(exc, KeyboardInterrupt):
+            check()
+        raise
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(read)
+        os.close(write)
 
 
 class SessionInterrupts:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import signal
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -419,3 +420,82 @@ def test_http_to_a_tls_port_fails_at_once(answer: str, monkeypatch: pytest.Monke
         ).wait()
     assert handshakes == [("gpu", 8443)]
     assert clock.now < 1.0
+
+
+@pytest.fixture
+def ctrl_c() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt here, however the suite was started (issue 18)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class CtrlCInAFinalizer:
+    """Ctrl-C arrives while a finalizer runs: Python drops its KeyboardInterrupt.
+
+    As after every ``asyncio.Runner.run``, where asyncio's task registry runs a weakref
+    callback: under load the signal lands there now and then.
+    """
+
+    def __del__(self) -> None:
+        signal.raise_signal(signal.SIGINT)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.usefixtures("ctrl_c")
+def test_a_ctrl_c_dropped_in_a_finalizer_still_stops_the_gate() -> None:
+    clock = FakeClock()
+    server = ScriptedServer(clock, ready_at=1e9)
+
+    def ready_line(seconds: float) -> bool:  # the launcher's wait between probes
+        clock.sleep(seconds)
+        if len(server.paths) == 3:
+            CtrlCInAFinalizer()
+        return False
+
+    with pytest.raises(KeyboardInterrupt):
+        gate(server, clock, ready_line=ready_line).wait()
+    assert len(server.paths) == 3  # not one probe after it
+
+
+@pytest.mark.usefixtures("ctrl_c")
+def test_a_ctrl_c_as_a_failing_probe_ends_still_stops_the_gate() -> None:
+    # asyncio.Runner.run cancels its task on SIGINT and raises KeyboardInterrupt when the
+    # task ends cancelled; a task that ends with its own exception drops the interrupt.
+    clock = FakeClock()
+    server = ScriptedServer(clock, opens_at=1e9)
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        if len(server.paths) == 2:
+            signal.raise_signal(signal.SIGINT)
+        return server(request)
+
+    probes = ReadinessGate(
+        "default",
+        "http://sglang.test",
+        timeout=60.0,
+        transport=httpx.MockTransport(refuse),
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    with pytest.raises(KeyboardInterrupt):
+        probes.wait()
+    assert len(server.paths) == 3
+
+
+@pytest.mark.usefixtures("ctrl_c")
+def test_a_ctrl_c_beats_the_error_that_ends_the_gate() -> None:
+    # The probe that the interrupt cut ends the gate with another error (here a bug; also
+    # asyncio's CancelledError when SIGINT lands as Runner.run starts): still interrupted.
+    def broken(request: httpx.Request) -> httpx.Response:
+        signal.raise_signal(signal.SIGINT)
+        raise RuntimeError("a bug in a transport")
+
+    probes = ReadinessGate(
+        "default", "http://sglang.test", timeout=60.0, transport=httpx.MockTransport(broken)
+    )
+    with pytest.raises(KeyboardInterrupt) as caught:
+        probes.wait()
+    assert isinstance(caught.value.__context__, RuntimeError)
