@@ -288,10 +288,8 @@ class Crossover:
                 f"{c.upper_bound:>8.4f}  {c.p_value:>8.3g}  {c.p_value_fail:>8.3g}  "
                 f"{c.n_a}+{c.n_b}" + ("  <- crossover" if i == self.index else "")
             )
-        if self.level is None:
-            lines.append("crossover: none (significantly better at every level)")
-        else:
-            lines.append(f"crossover: {self.level:g}")
+        none = "none (significantly better at every level)"
+        lines.append(f"crossover: {none if self.level is None else format(self.level, 'g')}")
         if not self.monotone:
             lines.append("warning: a level above the crossover passes again (not monotone)")
         return "\n".join(lines + [f"warning: {w}" for w in self.warnings])

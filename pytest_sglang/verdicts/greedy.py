@@ -13,6 +13,7 @@ from pytest_sglang.errors import MeasurementFailed
 from pytest_sglang.report.entries import VerdictKind
 from pytest_sglang.verdicts.assertions import Verdict, conclude
 from pytest_sglang.verdicts.decision import Outcome
+from pytest_sglang.verdicts.stats import require
 
 if TYPE_CHECKING:
     import httpx
@@ -101,8 +102,7 @@ def assert_greedy_equivalent(
     divergence; a warning says when the servers' numerics (backend, dtype) differ.
     """
     __tracebackhide__ = True
-    if not prompts:
-        raise ValueError("assert_greedy_equivalent needs at least one prompt")
+    require(bool(prompts), "assert_greedy_equivalent needs at least one prompt")
     spec_label, spec_info, spec_answers = _outputs(spec, prompts, max_new_tokens, timeout)
     base_label, base_info, base_answers = _outputs(base, prompts, max_new_tokens, timeout)
     rows, divergences = [], []

@@ -113,6 +113,13 @@ def refused_fields(mine: Fingerprint, other: Fingerprint) -> list[str]:
     return [d.describe() for d in mine.differences(other) if d.refused]
 
 
+def _refusal(what: str, fields: list[str]) -> ComparisonRefused:
+    return ComparisonRefused(
+        f"cannot compare {what}: the fingerprints differ in what must match:\n  "
+        + "\n  ".join(fields)
+    )
+
+
 def regression_verdict(
     fresh: BenchResult,
     stored: StoredMeasurement | BenchResult,
@@ -132,13 +139,9 @@ def regression_verdict(
         base, stored_fp, labels, where = stored, fingerprint_of(stored.as_dict()), {}, None
     mine = fresh_fingerprint or fingerprint_of(fresh.as_dict())
     differences = mine.differences(stored_fp)
-    refused = [d for d in differences if d.refused]
     what = f"{fresh.label()} vs {where.label() if where else base.label() + ' (stored)'}"
-    if refused:
-        raise ComparisonRefused(
-            f"cannot compare {what}: the fingerprints differ in what must match:\n  "
-            + "\n  ".join(d.describe() for d in refused)
-        )
+    if refused := refused_fields(mine, stored_fp):
+        raise _refusal(what, refused)
     comparison = _compare(fresh, base, metric, by, alpha, ("now", "stored"), what)
     ratio, low, high, bound = _raw(comparison)
     table = [
@@ -242,11 +245,8 @@ def assert_no_regression(
             raise ComparisonRefused(str(exc)) from None
         if match is None:
             if near:
-                raise ComparisonRefused(
-                    f"cannot compare {result.label()} with {near[0].label()}: the fingerprints "
-                    "differ in what must match:\n  "
-                    + "\n  ".join(refused_fields(fingerprint, near[0].fingerprint))
-                )
+                what = f"{result.label()} with {near[0].label()}"
+                raise _refusal(what, refused_fields(fingerprint, near[0].fingerprint))
             pytest.skip(
                 f"no stored baseline with the fingerprint of {result.label()} in {store} "
                 f"({fingerprint.describe()}); save one with --sglang-save NAME"
