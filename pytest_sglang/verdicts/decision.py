@@ -162,13 +162,12 @@ class Comparison:
 
     def as_dict(self) -> dict[str, Any]:
         """Return the comparison as plain JSON types (no NaN or infinities)."""
-        a, b = list(self.a), list(self.b)
         return asdict(self) | {
             "outcome": self.outcome.value,
-            "a": a,
-            "b": b,
-            "n_a": len(a),
-            "n_b": len(b),
+            "a": list(self.a),
+            "b": list(self.b),
+            "n_a": self.n_a,
+            "n_b": self.n_b,
         }
 
 
@@ -273,8 +272,6 @@ class Crossover:
 
     def table(self) -> str:
         """Return the per-level evidence as plain text, one line per level."""
-        if not self.comparisons:
-            return "no levels"
         first = self.comparisons[0]
         lines = [
             f"{first.metric}: {first.ratio_label} per level, target > {first.by:g} "

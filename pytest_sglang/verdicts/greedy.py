@@ -6,6 +6,7 @@ ids (``docs/speculation.md``); the first divergence is reported.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -69,10 +70,9 @@ def _generate(
         raise MeasurementFailed(
             f"greedy request to {label} failed: HTTP {response.status_code} {response.text[:300]}"
         )
-    try:
+    answer = None
+    with contextlib.suppress(ValueError):
         answer = response.json()
-    except ValueError:
-        answer = None
     if not isinstance(answer, dict) or not isinstance(answer.get("output_ids"), list):
         raise MeasurementFailed(
             f"{label}'s /generate answer has no output_ids: {response.text[:300]}"

@@ -6,7 +6,6 @@ the rank test, tested against the margin ``1 - tolerance`` (``docs/baselines.md`
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,8 @@ __all__ = [
 
 #: Runs a baseline needs at least (docs/baselines.md, "How many runs").
 MIN_BASELINE_RUNS = 5
+#: The stored and fresh labels a regression's table shows.
+_LABELS = ("sglang_version", "commit", "name", "datetime")
 
 
 def _margin(metric: str, tolerance: float) -> tuple[bool, float]:
@@ -55,8 +56,7 @@ def _raw(c: Comparison) -> tuple[float, float, float, float]:
     """Return now/stored in the metric's own units: ratio, its bounds low and high, margin."""
     if c.larger_is_better:
         return c.ratio, c.lower_bound, c.upper_bound, c.by
-    inverse = [math.inf if x == 0 else 1.0 / x for x in (c.ratio, c.upper_bound, c.lower_bound)]
-    return inverse[0], inverse[1], inverse[2], 1.0 / c.by
+    return 1.0 / c.ratio, 1.0 / c.upper_bound, 1.0 / c.lower_bound, 1.0 / c.by
 
 
 def _summary(c: Comparison, metric: str, tolerance: float, what: str) -> str:
@@ -79,11 +79,7 @@ def _summary(c: Comparison, metric: str, tolerance: float, what: str) -> str:
 
 
 def _labels_line(name: str, labels: Mapping[str, Any]) -> str:
-    parts = [
-        f"{k}={labels[k]}"
-        for k in ("sglang_version", "commit", "name", "datetime")
-        if labels.get(k)
-    ]
+    parts = [f"{k}={labels[k]}" for k in _LABELS if labels.get(k)]
     return f"{name}: " + (", ".join(parts) or "(no labels)")
 
 
@@ -254,5 +250,4 @@ def assert_no_regression(
         stored = match
     else:
         stored = baseline
-    verdict = regression_verdict(result, stored, metric, tolerance, alpha)
-    return conclude(verdict)
+    return conclude(regression_verdict(result, stored, metric, tolerance, alpha))
