@@ -84,13 +84,11 @@ def assert_adaptive(
         f"{'C':>6}  {base.server:>10.10}  {fixed.server:>10.10}  {adaptive.server:>10.10}  "
         f"{'best':>12}  {'ratio':>7}  {'lower':>7}  {'upper':>7}"
     )
-    than = f"than the best of {base.server} and {fixed.server} at"
-    if slower:
-        summary = f"FAIL: {adaptive.server} is significantly slower {than} {', '.join(slower)}"
-    else:
-        summary = (
-            f"PASS: {adaptive.server} is not significantly slower {than} any of C={list(levels)}"
-        )
+    summary = (
+        f"{'FAIL' if slower else 'PASS'}: {adaptive.server} is {'' if slower else 'not '}"
+        f"significantly slower than the best of {base.server} and {fixed.server} at "
+        + (", ".join(slower) if slower else f"any of C={list(levels)}")
+    )
     servers = {"adaptive": adaptive.server, "base": base.server, "fixed": fixed.server}
     outcome, table = Outcome.FAIL if slower else Outcome.PASS, "\n".join([header, *rows])
     evidence = servers | {"levels": levels_evidence}
@@ -161,19 +159,14 @@ def recommend_adaptive_config(
         for sweep in fixed.values():
             _check_comparable(sweep.points[index], point, metric)
         chosen = _compare(fixed[best].points[index], point, metric, 1.0, alpha)
-        if chosen.outcome is Outcome.PASS:
-            steps, why = (
-                best,
-                f"{chosen.ratio:.3f}x baseline (lower bound {chosen.lower_bound:.3f})",
-            )
-        else:
-            steps, why = (
-                0,
-                (
-                    f"best speculation (steps {best}) {chosen.ratio:.3f}x baseline, "
-                    f"not significantly faster ({chosen.outcome.name})"
-                ),
-            )
+        ratio = f"{chosen.ratio:.3f}x baseline"
+        steps = best if chosen.outcome is Outcome.PASS else 0
+        why = (
+            f"{ratio} (lower bound {chosen.lower_bound:.3f})"
+            if steps
+            else f"best speculation (steps {best}) {ratio}, not significantly faster "
+            f"({chosen.outcome.name})"
+        )
         row = {"level": level, "medians": medians, "steps": steps, "why": why}
         rows.append(row | {"comparison": chosen.as_dict()})
         if not rows[:-1] or rows[-2]["steps"] != steps:  # consecutive equal choices merge

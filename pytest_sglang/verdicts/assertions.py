@@ -223,23 +223,16 @@ def confounders(a: BenchResult, b: BenchResult) -> list[str]:
     return found + _cap_confounders(a, b)
 
 
-def _cap(result: BenchResult) -> tuple[int | None, str]:
-    """Return the most requests ``result``'s server runs at once, and where that comes from."""
-    effective = effective_max_running_requests(result.config)
-    if effective is None:
-        return None, "max_running_requests null: not set on its command line"
-    if isinstance(result.config.get("internal_states"), list):
-        return effective, "the scheduler's effective limit"
-    return effective, "max_running_requests"
-
-
 def _cap_confounders(a: BenchResult, b: BenchResult) -> list[str]:
+    """Warn when the lower of the servers' request caps (the effective ones) is below the load."""
     level = max(a.concurrency, b.concurrency)
-    caps = [(cap, where, side) for side in (a, b) for cap, where in [_cap(side)]]
-    known = sorted(((c, w, s) for c, w, s in caps if c is not None), key=lambda k: k[0])
+    caps = [(effective_max_running_requests(side.config), side) for side in (a, b)]
+    known = sorted(((cap, side) for cap, side in caps if cap is not None), key=lambda k: k[0])
     if not known or level <= known[0][0] or (len(known) == 2 and known[0][0] == known[1][0]):
         return []
-    cap, where, low = known[0]
+    cap, low = known[0]
+    effective = isinstance(low.config.get("internal_states"), list)
+    where = "the scheduler's effective limit" if effective else "max_running_requests"
     if len(known) == 2:
         other = f"the other runs up to {known[1][0]}"
     else:

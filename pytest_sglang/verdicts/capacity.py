@@ -18,6 +18,7 @@ from pytest_sglang.measure.slo import Slo
 from pytest_sglang.verdicts.assertions import Verdict, record_verdict
 from pytest_sglang.verdicts.decision import Outcome
 from pytest_sglang.verdicts.slo import ObjectiveDecision, judge_slo
+from pytest_sglang.verdicts.stats import require
 
 __all__ = ["CapacityVerdict", "LevelDecision", "find_capacity"]
 
@@ -147,10 +148,8 @@ def find_capacity(
     __tracebackhide__ = True
     slo = Slo.parse(slo) if isinstance(slo, str) else slo
     grid = tuple(sorted(set(levels)))
-    if not grid:
-        raise ValueError("find_capacity needs at least one level")
-    if max_runs < 1:
-        raise ValueError(f"max_runs must be at least 1, got {max_runs}")
+    require(bool(grid), "find_capacity needs at least one level")
+    require(max_runs >= 1, f"max_runs must be at least 1, got {max_runs}")
     verdict = CapacityVerdict(slo, label, unit, grid, alpha)
     low, high = -1, len(grid)  # grid[low] shown to pass, grid[high] not passing
     while high - low > 1:
@@ -164,9 +163,8 @@ def find_capacity(
                     "judged on"
                 )
             records += measurement.records
-            outcome, objectives = judge_slo(
-                slo, records, alpha / 2
-            )  # each bracket end at alpha / 2
+            # Each end of the bracket at alpha / 2.
+            outcome, objectives = judge_slo(slo, records, alpha / 2)
             if outcome is not Outcome.INCONCLUSIVE:
                 break
         decision = LevelDecision(grid[mid], outcome, repeat + 1, len(records), tuple(objectives))

@@ -162,13 +162,12 @@ class Comparison:
 
     def as_dict(self) -> dict[str, Any]:
         """Return the comparison as plain JSON types (no NaN or infinities)."""
-        a, b = list(self.a), list(self.b)
         return asdict(self) | {
             "outcome": self.outcome.value,
-            "a": a,
-            "b": b,
-            "n_a": len(a),
-            "n_b": len(b),
+            "a": list(self.a),
+            "b": list(self.b),
+            "n_a": self.n_a,
+            "n_b": self.n_b,
         }
 
 
@@ -273,8 +272,6 @@ class Crossover:
 
     def table(self) -> str:
         """Return the per-level evidence as plain text, one line per level."""
-        if not self.comparisons:
-            return "no levels"
         first = self.comparisons[0]
         lines = [
             f"{first.metric}: {first.ratio_label} per level, target > {first.by:g} "
@@ -288,10 +285,8 @@ class Crossover:
                 f"{c.upper_bound:>8.4f}  {c.p_value:>8.3g}  {c.p_value_fail:>8.3g}  "
                 f"{c.n_a}+{c.n_b}" + ("  <- crossover" if i == self.index else "")
             )
-        if self.level is None:
-            lines.append("crossover: none (significantly better at every level)")
-        else:
-            lines.append(f"crossover: {self.level:g}")
+        none = "none (significantly better at every level)"
+        lines.append(f"crossover: {none if self.level is None else format(self.level, 'g')}")
         if not self.monotone:
             lines.append("warning: a level above the crossover passes again (not monotone)")
         return "\n".join(lines + [f"warning: {w}" for w in self.warnings])

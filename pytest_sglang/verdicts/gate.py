@@ -88,21 +88,16 @@ class BaselineGate:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Take the report's new records; judge new measurements before anyone else sees it."""
-        fresh = report_entries(report)
-        if not fresh:
-            return
-        measured: list[MeasurementRow] = []
-        for entry in fresh:
-            if entry["record"] == "measurement":
-                row = cast("MeasurementRow", as_row(entry, report.nodeid))
-                self.rows.append(row)
-                measured.append(row)
-            elif entry["record"] == "server":
-                self.servers.append(entry)
-            elif entry["record"] == "gpus":
-                self.gpus = list(entry["names"])
-            elif entry["record"] == "verdict":
-                self.verdicts.append(as_row(entry, report.nodeid))
+        fresh, test = report_entries(report), report.nodeid
+        measured = [
+            cast("MeasurementRow", as_row(e, test)) for e in fresh if e["record"] == "measurement"
+        ]
+        self.rows += measured
+        self.servers += [e for e in fresh if e["record"] == "server"]
+        self.gpus = next(
+            (list(e["names"]) for e in fresh[::-1] if e["record"] == "gpus"), self.gpus
+        )
+        self.verdicts += [as_row(e, test) for e in fresh if e["record"] == "verdict"]
         if self.options.compare and measured:
             self._judge(report, measured)
 

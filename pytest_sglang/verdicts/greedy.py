@@ -6,6 +6,7 @@ ids (``docs/speculation.md``); the first divergence is reported.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,7 @@ from pytest_sglang.errors import MeasurementFailed
 from pytest_sglang.report.entries import VerdictKind
 from pytest_sglang.verdicts.assertions import Verdict, conclude
 from pytest_sglang.verdicts.decision import Outcome
+from pytest_sglang.verdicts.stats import require
 
 if TYPE_CHECKING:
     import httpx
@@ -68,10 +70,9 @@ def _generate(
         raise MeasurementFailed(
             f"greedy request to {label} failed: HTTP {response.status_code} {response.text[:300]}"
         )
-    try:
+    answer = None
+    with contextlib.suppress(ValueError):
         answer = response.json()
-    except ValueError:
-        answer = None
     if not isinstance(answer, dict) or not isinstance(answer.get("output_ids"), list):
         raise MeasurementFailed(
             f"{label}'s /generate answer has no output_ids: {response.text[:300]}"
@@ -101,8 +102,7 @@ def assert_greedy_equivalent(
     divergence; a warning says when the servers' numerics (backend, dtype) differ.
     """
     __tracebackhide__ = True
-    if not prompts:
-        raise ValueError("assert_greedy_equivalent needs at least one prompt")
+    require(bool(prompts), "assert_greedy_equivalent needs at least one prompt")
     spec_label, spec_info, spec_answers = _outputs(spec, prompts, max_new_tokens, timeout)
     base_label, base_info, base_answers = _outputs(base, prompts, max_new_tokens, timeout)
     rows, divergences = [], []

@@ -6,7 +6,6 @@ the rank test, tested against the margin ``1 - tolerance`` (``docs/baselines.md`
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,8 @@ __all__ = [
 
 #: Runs a baseline needs at least (docs/baselines.md, "How many runs").
 MIN_BASELINE_RUNS = 5
+#: The stored and fresh labels a regression's table shows.
+_LABELS = ("sglang_version", "commit", "name", "datetime")
 
 
 def _margin(metric: str, tolerance: float) -> tuple[bool, float]:
@@ -55,8 +56,7 @@ def _raw(c: Comparison) -> tuple[float, float, float, float]:
     """Return now/stored in the metric's own units: ratio, its bounds low and high, margin."""
     if c.larger_is_better:
         return c.ratio, c.lower_bound, c.upper_bound, c.by
-    inverse = [math.inf if x == 0 else 1.0 / x for x in (c.ratio, c.upper_bound, c.lower_bound)]
-    return inverse[0], inverse[1], inverse[2], 1.0 / c.by
+    return 1.0 / c.ratio, 1.0 / c.upper_bound, 1.0 / c.lower_bound, 1.0 / c.by
 
 
 def _summary(c: Comparison, metric: str, tolerance: float, what: str) -> str:
@@ -79,11 +79,7 @@ def _summary(c: Comparison, metric: str, tolerance: float, what: str) -> str:
 
 
 def _labels_line(name: str, labels: Mapping[str, Any]) -> str:
-    parts = [
-        f"{k}={labels[k]}"
-        for k in ("sglang_version", "commit", "name", "datetime")
-        if labels.get(k)
-    ]
+    parts = [f"{k}={labels[k]}" for k in _LABELS if labels.get(k)]
     return f"{name}: " + (", ".join(parts) or "(no labels)")
 
 
@@ -113,6 +109,13 @@ def refused_fields(mine: Fingerprint, other: Fingerprint) -> list[str]:
     return [d.describe() for d in mine.differences(other) if d.refused]
 
 
+def _refusal(what: str, fields: list[str]) -> ComparisonRefused:
+    return ComparisonRefused(
+        f"cannot compare {what}: the fingerprints differ in what must match:\n  "
+        + "\n  ".join(fields)
+    )
+
+
 def regression_verdict(
     fresh: BenchResult,
     stored: StoredMeasurement | BenchResult,
@@ -132,13 +135,9 @@ def regression_verdict(
         base, stored_fp, labels, where = stored, fingerprint_of(stored.as_dict()), {}, None
     mine = fresh_fingerprint or fingerprint_of(fresh.as_dict())
     differences = mine.differences(stored_fp)
-    refused = [d for d in differences if d.refused]
     what = f"{fresh.label()} vs {where.label() if where else base.label() + ' (stored)'}"
-    if refused:
-        raise ComparisonRefused(
-            f"cannot compare {what}: the fingerprints differ in what must match:\n  "
-            + "\n  ".join(d.describe() for d in refused)
-        )
+    if refused := refused_fields(mine, stored_fp):
+        raise _refusal(what, refused)
     comparison = _compare(fresh, base, metric, by, alpha, ("now", "stored"), what)
     ratio, low, high, bound = _raw(comparison)
     table = [
@@ -242,11 +241,8 @@ def assert_no_regression(
             raise ComparisonRefused(str(exc)) from None
         if match is None:
             if near:
-                raise ComparisonRefused(
-                    f"cannot compare {result.label()} with {near[0].label()}: the fingerprints "
-                    "differ in what must match:\n  "
-                    + "\n  ".join(refused_fields(fingerprint, near[0].fingerprint))
-                )
+                what = f"{result.label()} with {near[0].label()}"
+                raise _refusal(what, refused_fields(fingerprint, near[0].fingerprint))
             pytest.skip(
                 f"no stored baseline with the fingerprint of {result.label()} in {store} "
                 f"({fingerprint.describe()}); save one with --sglang-save NAME"
@@ -254,5 +250,4 @@ def assert_no_regression(
         stored = match
     else:
         stored = baseline
-    verdict = regression_verdict(result, stored, metric, tolerance, alpha)
-    return conclude(verdict)
+    return conclude(regression_verdict(result, stored, metric, tolerance, alpha))

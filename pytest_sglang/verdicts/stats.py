@@ -201,29 +201,24 @@ def t_sf(t: float, df: float) -> float:
     return tail if t > 0 else 1.0 - tail
 
 
+def _bisect(below: Callable[[float], bool], lo: float, hi: float) -> tuple[float, float]:
+    """Narrow ``[lo, hi]`` around where ``below`` turns false, until no float lies between."""
+    while lo < (mid := (lo + hi) / 2) < hi:
+        lo, hi = (mid, hi) if below(mid) else (lo, mid)
+    return lo, hi
+
+
 @functools.lru_cache(maxsize=4096)
 def t_ppf(p: float, df: float) -> float:
-    """Return the ``p``-quantile of Student's t: Newton on :func:`t_sf`, kept in a bracket."""
+    """Return the ``p``-quantile of Student's t: :func:`t_sf` bisected to the last bit."""
     require(0.0 < p < 1.0, f"probability must be between 0 and 1, got {p!r}")
     require(df > 0.0, f"degrees of freedom must be positive, got {df!r}")
     if p <= 0.5:
         return 0.0 if p == 0.5 else -t_ppf(1.0 - p, df)
-    lo, hi = 0.0, 1.0
+    hi = 1.0
     while t_sf(hi, df) > 1.0 - p:
-        lo, hi = hi, hi * 2.0
-    t = min(max(statistics.NormalDist().inv_cdf(p), lo), hi)
-    norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-    for _ in range(100):
-        excess = t_sf(t, df) - (1.0 - p)  # > 0: t is still too small
-        lo, hi = (t, hi) if excess > 0.0 else (lo, t)
-        pdf = math.exp(norm - (df + 1.0) / 2.0 * math.log1p(t * t / df))
-        guess = t + excess / pdf
-        if not lo < guess < hi:
-            guess = (lo + hi) / 2.0
-        if abs(guess - t) <= 4e-16 * max(1.0, abs(t)) or hi - lo <= 4e-16 * hi:
-            return guess
-        t = guess
-    return t
+        hi *= 2.0
+    return _bisect(lambda t: t_sf(t, df) > 1.0 - p, 0.0, hi)[1]
 
 
 def binomial_bounds(k: int, n: int, alpha: float) -> tuple[float, float]:
@@ -234,15 +229,8 @@ def binomial_bounds(k: int, n: int, alpha: float) -> tuple[float, float]:
     def at_least(j: int, p: float) -> float:  # P(X >= j), X ~ Binomial(n, p)
         return 1.0 if j <= 0 else _betainc(j, n - j + 1, p, 1.0 - p)
 
-    def bisect(below: Callable[[float], bool]) -> tuple[float, float]:  # 60 steps: to 1e-18
-        lo, hi = 0.0, 1.0
-        for _ in range(60):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if below(mid) else (lo, mid)
-        return lo, hi
-
-    lower = bisect(lambda p: at_least(k, p) <= alpha)[0] if k > 0 else 0.0
-    upper = bisect(lambda p: 1.0 - at_least(k + 1, p) > alpha)[1] if k < n else 1.0
+    lower = _bisect(lambda p: at_least(k, p) <= alpha, 0.0, 1.0)[0] if k > 0 else 0.0
+    upper = _bisect(lambda p: 1.0 - at_least(k + 1, p) > alpha, 0.0, 1.0)[1] if k < n else 1.0
     return lower, upper
 
 
