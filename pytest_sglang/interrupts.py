@@ -5,14 +5,14 @@ SIGTERM runs the SIGINT handler (asyncio's during a load run, which keeps the ru
 part); the test it cut short is reported with what it recorded; what the session started
 stops before its outputs are written; a second interrupt kills the session's servers at once
 (SIGKILL) and raises nothing, so that the teardown still writes the outputs. A Ctrl-C or
-SIGTERM that Python dropped (raised in a finalizer, or as ``asyncio.Runner.run``'s task ended
-with its own error) is raised again between the readiness gate's steps (:func:`redelivered`).
+SIGTERM during the readiness gate is held and raised between its steps
+(:func:`held_interrupts`), where nothing can drop it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import os
 import signal
 import sys
 import threading
@@ -28,45 +28,59 @@ _Outcome = Literal["passed", "failed"]
 _PHASES: tuple[_Phase, ...] = ("setup", "call", "teardown")
 
 
-@contextlib.contextmanager
-def redelivered() -> Iterator[Callable[[], None]]:
-    """Yield a check that runs SIGINT's and SIGTERM's handlers again if they came meanwhile.
+class HeldInterrupts:
+    """SIGINT (and SIGTERM, which runs SIGINT's handler) noted while held, not raised at once.
 
-    A signal's handler runs at whatever the main thread executes: in a finalizer (``__del__``,
-    the weakref callback asyncio runs as each ``Runner.run`` ends) its ``KeyboardInterrupt``
-    is printed as "Exception ignored" and dropped. :func:`signal.set_wakeup_fd` notes every
-    signal before its handler runs; called between a loop's steps, the check runs the handler
-    again there, where the exception propagates (had it propagated, the loop would have ended),
-    and as another error leaves the block: the interrupt wins.
+    A ``KeyboardInterrupt`` raised wherever the main thread happens to be can be lost: in a
+    finalizer (``__del__``, the weakref callback asyncio runs as each ``Runner.run`` ends) it
+    is printed as "Exception ignored" and dropped; raised inside an event loop's own code it
+    can leave ``Runner.close`` waiting forever. Held, a signal cancels the tasks of ``loop``
+    (the probe in flight) from a loop callback, and :meth:`check`, called between a loop's
+    steps, raises the ``KeyboardInterrupt`` where it propagates.
     """
+
+    def __init__(self) -> None:
+        self.came = False
+        #: The event loop whose tasks a signal cancels (the gate's runner's).
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def _note(self, signum: int, frame: FrameType | None) -> None:
+        self.came = True
+        loop = self.loop
+        if loop is not None and loop.is_running():
+            loop.call_soon_threadsafe(_cancel_all, loop)
+
+    def check(self) -> None:
+        """Raise ``KeyboardInterrupt`` if SIGINT or SIGTERM came while held."""
+        if self.came:
+            raise KeyboardInterrupt
+
+
+def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
+    for task in asyncio.all_tasks(loop):
+        task.cancel()
+
+
+@contextlib.contextmanager
+def held_interrupts() -> Iterator[HeldInterrupts]:
+    """Hold Ctrl-C and SIGTERM over the block (main thread only; see :class:`HeldInterrupts`).
+
+    An interrupt that came ends the block with ``KeyboardInterrupt``, whatever else ended it
+    (the ``CancelledError`` of the probe it cancelled, a failure it provoked).
+    """
+    held = HeldInterrupts()
     if threading.current_thread() is not threading.main_thread():
-        yield lambda: None  # signals reach the main thread only
+        yield held  # signals reach the main thread only: it raises there, not here
         return
-    read, write = os.pipe()
-    os.set_blocking(read, False)
-    os.set_blocking(write, False)
-    previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
-
-    def check() -> None:
-        try:
-            came = set(os.read(read, 512))
-        except BlockingIOError:
-            return
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            handler = signal.getsignal(signum)
-            if signum in came and callable(handler):
-                handler(signum, None)
-
+    previous = signal.signal(signal.SIGINT, held._note)
     try:
-        yield check
-    except BaseException as exc:  # one the signal cut short (asyncio's CancelledError...)
-        if not isinstance(exc, KeyboardInterrupt):
-            check()
-        raise
+        yield held
+    except BaseException:
+        if not held.came:
+            raise
     finally:
-        signal.set_wakeup_fd(previous)
-        os.close(read)
-        os.close(write)
+        signal.signal(signal.SIGINT, previous)
+    held.check()
 
 
 class SessionInterrupts:

@@ -17,7 +17,7 @@ from pytest_sglang.config.redaction import Redactor
 from pytest_sglang.config.targets import ServerTarget
 from pytest_sglang.config.values import Expectation, Sourced
 from pytest_sglang.errors import IdentityMismatch, SchemaMismatch, ServerNotReady
-from pytest_sglang.interrupts import redelivered
+from pytest_sglang.interrupts import HeldInterrupts, held_interrupts
 from pytest_sglang.loadgen.jsoncodec import UnsafeBody, loads_body
 from pytest_sglang.server.engines import advice, recognise
 from pytest_sglang.server.handle import ModelCard, ReadinessTimings, SGLangServer
@@ -88,8 +88,8 @@ class ReadinessGate:
     _interval: float = field(init=False, default=CHEAP_POLL_INTERVAL)
     _tls_checked: bool = field(init=False, default=False)
     _validators_built: bool = field(init=False, default=False)
-    #: Raises a Ctrl-C (or SIGTERM) that a finalizer or a probe's end dropped.
-    _check_interrupts: Callable[[], None] = field(init=False, default=lambda: None)
+    #: Ctrl-C and SIGTERM, held during the gate and raised between its steps.
+    _interrupts: HeldInterrupts = field(init=False, default_factory=HeldInterrupts)
 
     def __post_init__(self) -> None:
         self.headers = dict(self.headers)
@@ -132,7 +132,8 @@ class ReadinessGate:
         self._start = self._phase_start = self.clock()
         server_info: dict[str, Any] = {}
         model_info: dict[str, Any] = {}
-        with asyncio.Runner() as runner, redelivered() as self._check_interrupts:
+        with held_interrupts() as self._interrupts, asyncio.Runner() as runner:
+            self._interrupts.loop = runner.get_loop()
             self._prober = Prober(runner)
             client = httpx.AsyncClient(
                 base_url=self.url,
@@ -147,7 +148,7 @@ class ReadinessGate:
                 cards = self._health_and_models(client)
                 if self.kind != "openai":
                     server_info, model_info = self._server_info(client)
-                self._check_interrupts()
+                self._interrupts.check()
             finally:
                 runner.run(client.aclose())
         unchecked = ", ".join(e.describe() for e in self.expectations if e.key not in MODEL_KEYS)
@@ -389,7 +390,7 @@ class ReadinessGate:
         self._interval = interval * POLL_BACKOFF
         # Never sleep past the deadline: the last probe is sent at it, not after it.
         (self.ready_line or self.sleep)(max(min(interval, self.timeout - self._elapsed()), 0.0))
-        self._check_interrupts()
+        self._interrupts.check()
 
     def _not_sglang(
         self, client: httpx.AsyncClient, models: object = None, *, always: bool = True
