@@ -141,8 +141,6 @@ class Launch:
         #: The session's redaction rule: every message, command and log line passes it.
         self.redact = settings.redact
 
-    # -- start ----------------------------------------------------------------------------
-
     def start(self) -> SGLangServer:
         """Pre-flight, launch, gate; on any failure (Ctrl-C included) stop everything first.
 
@@ -295,7 +293,7 @@ class Launch:
             code = self._process.poll()
         if code is not None:
             cause = f"during phase {phase!r}, {elapsed:.1f}s after launch"
-            raise self._exited(code, cause, ServerExited, phase=phase, pid="")
+            raise self._exited(code, cause, ServerExited, phase=phase)
         if elapsed >= self._next_progress:
             self._next_progress = elapsed + PROGRESS_EVERY
             tail, _ = without_probes(self._process.log_tail(50))
@@ -332,8 +330,6 @@ class Launch:
         lines += [f"  hint: {hint}" for hint in hints]
         return self.redact("\n".join(lines))
 
-    # -- while serving --------------------------------------------------------------------
-
     def check_alive(self, during: str = "", *, wait: float = 0.0) -> ServerDied | None:
         """Return the error describing this server's death if its process has exited.
 
@@ -351,24 +347,20 @@ class Launch:
             served = time.monotonic() - self._ready_at
             cause = f"while serving, {served:.1f}s after it was ready"
             cause += f" (found by {during})" if during else ""
-        return self._exited(code, cause, ServerDied, phase="serving", pid=f", pid {self.info.pid}")
+        return self._exited(code, cause, ServerDied, phase="serving")
 
-    def _exited(
-        self, code: int, cause: str | None, error: type[_Exit], *, phase: str, pid: str
-    ) -> _Exit:
+    def _exited(self, code: int, cause: str | None, error: type[_Exit], *, phase: str) -> _Exit:
         """Record the exit with ``cause`` (if given); return ``error`` with the log's tail."""
         if cause is not None:
             self.info.exit_code = code
             self.info.cause = f"exited with code {_code_text(code)} {cause}"
-        died = "died: " if error is ServerDied else ""
-        message = f"SGLang server {self.profile.name!r} ({self.info.launcher}{pid}) {died}"
+        died = f", pid {self.info.pid}) died:" if error is ServerDied else ")"
+        message = f"SGLang server {self.profile.name!r} ({self.info.launcher}{died} "
         return error(
             self._with_log(message + str(self.info.cause), exit_code=code),
             phase=phase,
             exit_code=code,
         )
-
-    # -- stop -----------------------------------------------------------------------------
 
     def stop(self) -> None:
         """Stop the server and everything it started, then check GPU memory is released.

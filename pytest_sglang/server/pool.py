@@ -164,7 +164,11 @@ class ServerPool:
             )
         try:
             with self._outside_test_timeout():
-                server = self._start(target, during=during, why=why)
+                if target.url is None:
+                    server = self._launch(target, during=during, why=why)
+                else:
+                    with self.locks.hold(target.url, during=during):  # probes disturb a run
+                        server = ReadinessGate.for_target(target, target.url, self.settings).wait()
         except SGLangError as exc:
             # "Not configured here" is cheap to find out again; a failed gate or launch is not.
             if not isinstance(exc, ServerUnavailable):
@@ -190,13 +194,6 @@ class ServerPool:
                 self.on_launched(server)
             return self.get(name, during=during)  # it may have died meanwhile
         return server
-
-    def _start(self, target: ServerTarget, *, during: str, why: str) -> SGLangServer:
-        """Gate an attached server, or launch a profile's."""
-        if target.url is not None:
-            with self.locks.hold(target.url, during=during):  # its probes disturb a run
-                return ReadinessGate.for_target(target, target.url, self.settings).wait()
-        return self._launch(target, during=during, why=why)
 
     def _launch(self, target: ServerTarget, *, during: str, why: str) -> SGLangServer:
         name, profile = target.name, target.profile

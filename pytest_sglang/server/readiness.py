@@ -130,8 +130,6 @@ class ReadinessGate:
 
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         self._start = self._phase_start = self.clock()
-        server_info: dict[str, Any] = {}
-        model_info: dict[str, Any] = {}
         with asyncio.Runner() as runner:
             self._prober = Prober(runner)
             client = httpx.AsyncClient(
@@ -145,8 +143,8 @@ class ReadinessGate:
             )
             try:
                 cards = self._health_and_models(client)
-                if self.kind != "openai":
-                    server_info, model_info = self._server_info(client)
+                openai = self.kind == "openai"
+                server_info, model_info = ({}, {}) if openai else self._server_info(client)
             finally:
                 runner.run(client.aclose())
         unchecked = ", ".join(e.describe() for e in self.expectations if e.key not in MODEL_KEYS)
