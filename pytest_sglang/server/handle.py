@@ -30,20 +30,13 @@ KILLED_AT_ONCE = "killed at once: interrupted again (no grace period)"
 
 @dataclass
 class StopReport:
-    """What teardown did: exit code, signals sent, stragglers found and killed."""
+    """What teardown did: exit code, signals sent, stragglers killed, when it ended (UTC)."""
 
     exit_code: int | None = None
     signals: list[str] = field(default_factory=list)
     stragglers: list[str] = field(default_factory=list)
     seconds: float = 0.0
-    #: When the stop ended (ISO 8601, UTC).
     stopped_at: str | None = None
-    #: Exit codes psutil collected while waiting (it reaps our own children).
-    reaped: dict[int, int | None] = field(default_factory=dict, repr=False)
-
-    def as_dict(self) -> dict[str, object]:
-        """Return plain JSON types, for reports."""
-        return {k: v for k, v in asdict(self).items() if k != "reaped"}
 
 
 @dataclass
@@ -75,13 +68,7 @@ class LaunchInfo:
 
     def as_dict(self) -> dict[str, Any]:
         """Return plain JSON types, for reports."""
-        stop = self.stop.as_dict() if self.stop else None
-        return {
-            **asdict(self),
-            "log_path": str(self.log_path),
-            "gpus": list(self.gpus),
-            "stop": stop,
-        }
+        return {**asdict(self), "log_path": str(self.log_path), "gpus": list(self.gpus)}
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 from collections.abc import Iterable, Sequence
@@ -75,28 +76,24 @@ def without_probes(lines: Sequence[str]) -> tuple[list[str], int]:
 
 def signal_name(code: int | None) -> str | None:
     """Return the name of the signal a negative exit code says ended the process, or None."""
-    if code is None or code >= 0:
-        return None
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return None
+    with contextlib.suppress(ValueError):
+        return signal.Signals(-code).name if code is not None and code < 0 else None
+    return None
+
+
+#: What a signal that ended the server says about how it ended.
+_SIGNAL_HINTS = {
+    "SIGKILL": "the server was killed by SIGKILL: by the kernel's out-of-memory killer (see "
+    "dmesg), by a crash handler that kills its own process group (SGLang does when a "
+    "scheduler process fails: read the log above), or by someone else",
+    "SIGSEGV": "the server crashed (SIGSEGV): read the log above for the native traceback",
+}
 
 
 def exit_hint(code: int | None) -> str | None:
     """Return what an exit code says about how the server ended, or None."""
     name = signal_name(code)
-    if name is None:
-        return None
-    if name == "SIGKILL":
-        return (
-            "the server was killed by SIGKILL: by the kernel's out-of-memory killer (see "
-            "dmesg), by a crash handler that kills its own process group (SGLang does when a "
-            "scheduler process fails: read the log above), or by someone else"
-        )
-    if name == "SIGSEGV":
-        return "the server crashed (SIGSEGV): read the log above for the native traceback"
-    return f"the server was ended by {name}"
+    return None if name is None else _SIGNAL_HINTS.get(name, f"the server was ended by {name}")
 
 
 def gate_hint(phase: str, last: Seen | None) -> str | None:

@@ -52,17 +52,6 @@ EFFECTIVE = {
 }
 
 
-def effective_value(
-    key: str, server_info: dict[str, Any], models: Sequence[ModelCard] | None = None
-) -> object:
-    """Return the value the server runs with for a key :data:`EFFECTIVE` lists, or ``None``."""
-    if key == "max_running_requests":
-        return effective_max_running_requests(server_info)
-    if key == "context_length" and models:
-        return models[0].max_model_len
-    return None
-
-
 def check_server_info_expectations(
     server_info: dict[str, Any],
     expectations: Iterable[Expectation],
@@ -75,15 +64,15 @@ def check_server_info_expectations(
     A key SGLang reports ``null`` (not given) is checked against its :data:`EFFECTIVE` value.
     """
     problems = []
-    for e in expectations:
+    for e in (e for e in expectations if e.key not in MODEL_KEYS):
         actual = server_info.get(e.key)
-        if e.key in MODEL_KEYS:
-            continue
         if e.key not in server_info:
             version = server_info.get("version", "?")
             problems.append(f"{_expected(e)}, but {endpoint} has no such key (SGLang {version})")
         elif actual is None and e.key in EFFECTIVE:
-            where, effective = EFFECTIVE[e.key], effective_value(e.key, server_info, models)
+            where, effective = EFFECTIVE[e.key], models[0].max_model_len if models else None
+            if e.key == "max_running_requests":
+                effective = effective_max_running_requests(server_info)
             head = f"{_expected(e)}; {endpoint} reports null (not set on the server's command line)"
             if effective is None:
                 hint = ", expect max_model_len instead" if e.key == "context_length" else ""

@@ -95,11 +95,6 @@ def server_environment(
     return {**inherited, **profile_env}
 
 
-def _flag_value(argv: Sequence[str], flag: str) -> str | None:
-    """Return the first value given to ``flag`` in ``argv`` (``--flag v`` or ``--flag=v``)."""
-    return next((values[0] for name, values in split_flags(argv) if name == flag and values), None)
-
-
 def pick_port(host: str) -> int:
     """Return a port on ``host`` that the OS just handed out as free."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -128,19 +123,16 @@ class Launch:
         log_path: Path,
         gpu: GpuProbe | None,
         progress: Callable[[str], None] = lambda message: None,
-        host: str = "127.0.0.1",
-        clock: Callable[[], float] = time.monotonic,
         visible_gpus: Sequence[str] | None = None,
     ) -> None:
         assert target.profile is not None, "a target without a URL is a profile's"
         self.target, self.profile, self.settings, self.gpu = target, target.profile, settings, gpu
         #: The GPUs this launch may use (a pytest-xdist worker's share), or None: all.
         self.visible_gpus = visible_gpus
-        self.host = host
+        self.host = "127.0.0.1"
         self._progress = progress
-        self._clock = clock
         self._process: ServerProcess | None = None
-        self._ready_at: float | None = None
+        self._ready_at = 0.0
         self._fresh = False  # the process listening on the port was found to be ours
         self._started = 0.0
         self._baseline: GpuSnapshot | None = None
@@ -148,8 +140,6 @@ class Launch:
         self.info = LaunchInfo(target.name, settings.launcher.value, [], log_path)
         #: The session's redaction rule: every message, command and log line passes it.
         self.redact = settings.redact
-
-    # -- start ----------------------------------------------------------------------------
 
     def start(self) -> SGLangServer:
         """Pre-flight, launch, gate; on any failure (Ctrl-C included) stop everything first.
@@ -159,7 +149,7 @@ class Launch:
         """
         # The command and environment carry secrets: built in _new_process, never held in
         # this frame, whose locals pytest -l prints.
-        self._started = self._clock()
+        self._started = time.monotonic()
         try:
             port = self._free_port()
             self._process = self._new_process(port)
@@ -179,12 +169,11 @@ class Launch:
             self.info.pid = self._process.pid
             server = self._gate(port)
         except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, SIGTERM: stopped, not failed
-                self.info.outcome = "stopped"
+            interrupted = isinstance(exc, KeyboardInterrupt)  # Ctrl-C, SIGTERM: not a failure
+            self.info.outcome = "stopped" if interrupted else "failed"
+            if interrupted:
                 self.info.cause = f"interrupted while starting ({type(exc).__name__})"
-            else:
-                self.info.outcome = "failed"
-            if self.info.cause is None:
+            elif self.info.cause is None:
                 first = next(iter(self.redact(str(exc)).strip().splitlines()), "").strip()
                 self.info.cause = first or type(exc).__name__
             if self._process is None:  # failed before the process existed: nothing to stop
@@ -202,7 +191,7 @@ class Launch:
                 raise exc.extended(cleanup) from None
             raise
         self.info.outcome = "ready"
-        self._ready_at = self._clock()
+        self._ready_at = time.monotonic()
         self.info.seconds_to_ready = self._ready_at - self._started
         self.info.readiness = dict(server.readiness.phases)
         self._progress(
@@ -264,20 +253,19 @@ class Launch:
 
     def _gate(self, port: int) -> SGLangServer:
         assert self._process is not None
-        url = f"http://{self.host}:{port}"
-        gate = ReadinessGate.for_target(
+        # The key the server was started with (``--api-key K`` or ``--api-key=K``), else ours.
+        keys = (v[0] for flag, v in split_flags(self.profile.args) if flag == "--api-key" and v)
+        server = ReadinessGate.for_target(
             self.target,
-            url,
-            timeout=self.settings.ready_timeout,
-            api_key=_flag_value(self.profile.args, "--api-key") or self.settings.api_key.value,
+            f"http://{self.host}:{port}",
+            self.settings,
+            api_key=next(keys, None) or self.settings.api_key.value,
             watch=self._watch,
-            secrets=self.settings.secrets,
             ready_line=self._process.wait_ready_line,
-        )
-        server = gate.wait()
+        ).wait()
         self._check_fresh()
         if self._process.poll() is not None:  # it died after answering: report its exit
-            self._watch("freshness", self._clock() - self._started)
+            self._watch("freshness", time.monotonic() - self._started)
         return replace(server, launch=self.info)
 
     def _check_fresh(self) -> None:
@@ -287,7 +275,7 @@ class Launch:
             return
         port = self.info.port
         if not self._process.listens_on(port):
-            if self._process.exits_within(DYING_GRACE):
+            if self._process.poll(DYING_GRACE) is not None:
                 return  # it closed its port to die: the caller reports the exit
             raise ServerNotReady(
                 f"SGLang server {self.profile.name!r} at http://{self.host}:{port} answered, "
@@ -305,7 +293,7 @@ class Launch:
             code = self._process.poll()
         if code is not None:
             cause = f"during phase {phase!r}, {elapsed:.1f}s after launch"
-            raise self._exited(code, cause, ServerExited, phase=phase, pid="")
+            raise self._exited(code, cause, ServerExited, phase=phase)
         if elapsed >= self._next_progress:
             self._next_progress = elapsed + PROGRESS_EVERY
             tail, _ = without_probes(self._process.log_tail(50))
@@ -342,8 +330,6 @@ class Launch:
         lines += [f"  hint: {hint}" for hint in hints]
         return self.redact("\n".join(lines))
 
-    # -- while serving --------------------------------------------------------------------
-
     def check_alive(self, during: str = "", *, wait: float = 0.0) -> ServerDied | None:
         """Return the error describing this server's death if its process has exited.
 
@@ -352,36 +338,29 @@ class Launch:
         """
         if self._process is None or self.info.outcome not in ("ready", "died"):
             return None
-        self._process.exits_within(wait)
-        code = self._process.poll()
+        code = self._process.poll(wait)
         if code is None:
             return None
         cause = None
         if self.info.outcome != "died":  # the first to find out records the cause
             self.info.outcome = "died"
-            served = self._clock() - self._ready_at if self._ready_at is not None else None
-            cause = "while serving" + (
-                f", {served:.1f}s after it was ready" if served is not None else ""
-            )
+            served = time.monotonic() - self._ready_at
+            cause = f"while serving, {served:.1f}s after it was ready"
             cause += f" (found by {during})" if during else ""
-        return self._exited(code, cause, ServerDied, phase="serving", pid=f", pid {self.info.pid}")
+        return self._exited(code, cause, ServerDied, phase="serving")
 
-    def _exited(
-        self, code: int, cause: str | None, error: type[_Exit], *, phase: str, pid: str
-    ) -> _Exit:
+    def _exited(self, code: int, cause: str | None, error: type[_Exit], *, phase: str) -> _Exit:
         """Record the exit with ``cause`` (if given); return ``error`` with the log's tail."""
         if cause is not None:
             self.info.exit_code = code
             self.info.cause = f"exited with code {_code_text(code)} {cause}"
-        died = "died: " if error is ServerDied else ""
-        message = f"SGLang server {self.profile.name!r} ({self.info.launcher}{pid}) {died}"
+        died = f", pid {self.info.pid}) died:" if error is ServerDied else ")"
+        message = f"SGLang server {self.profile.name!r} ({self.info.launcher}{died} "
         return error(
             self._with_log(message + str(self.info.cause), exit_code=code),
             phase=phase,
             exit_code=code,
         )
-
-    # -- stop -----------------------------------------------------------------------------
 
     def stop(self) -> None:
         """Stop the server and everything it started, then check GPU memory is released.
@@ -389,11 +368,11 @@ class Launch:
         :raises ServerLeftovers: processes of ours outlived the server (they were killed).
         :raises GpuMemoryNotReleased: memory not back to the baseline (pids named).
         """
-        if self._process is None or self._process.stop_report is not None:
+        if self.finished:
             return
+        assert self._process is not None
         self.check_alive("teardown")  # a death no test noticed is still a death
-        report = self._process.stop()
-        self.info.stop = report
+        self.info.stop = report = self._process.stop()
         if self.info.outcome == "ready":
             self.info.outcome = "stopped"
         if self.info.exit_code is None:
@@ -414,26 +393,12 @@ class Launch:
     @property
     def finished(self) -> bool:
         """Whether nothing of this launch can be running: never started, or fully stopped."""
-        return self._process is None or self._process.stop_report is not None
+        return self._process is None or self.info.stop is not None
 
     def hurry(self) -> None:
         """Kill the server's processes at once, no grace period (a second Ctrl-C)."""
         if self._process is not None:
             self._process.kill_now()
-
-    @property
-    def forced(self) -> str | None:
-        """How teardown had to force the server down (SIGKILL after SIGTERM), or None."""
-        signals = self.info.stop.signals if self.info.stop is not None else []
-        kill = next((sent for sent in signals if "SIGKILL" in sent), None)
-        return (
-            None
-            if kill is None
-            else (
-                f"SGLang server {self.profile.name!r} (pid {self.info.pid}) did not stop on "
-                f"SIGTERM: {kill} (its shutdown hangs, or it ignores SIGTERM)"
-            )
-        )
 
 
 def _code_text(code: int) -> str:

@@ -146,7 +146,7 @@ class ServerPool:
         profile was launched again). Raises the gate's or launch's error, now or later.
         """
         if name in self._ready:
-            died = self._died(name, during)
+            died = self.check(name, during=during)
             if died is not None:
                 raise died
             return self._ready[name]
@@ -164,7 +164,11 @@ class ServerPool:
             )
         try:
             with self._outside_test_timeout():
-                server = self._start(target, during=during, why=why)
+                if target.url is None:
+                    server = self._launch(target, during=during, why=why)
+                else:
+                    with self.locks.hold(target.url, during=during):  # probes disturb a run
+                        server = ReadinessGate.for_target(target, target.url, self.settings).wait()
         except SGLangError as exc:
             # "Not configured here" is cheap to find out again; a failed gate or launch is not.
             if not isinstance(exc, ServerUnavailable):
@@ -190,19 +194,6 @@ class ServerPool:
                 self.on_launched(server)
             return self.get(name, during=during)  # it may have died meanwhile
         return server
-
-    def _start(self, target: ServerTarget, *, during: str, why: str) -> SGLangServer:
-        """Gate an attached server, or launch a profile's."""
-        if target.url is not None:
-            with self.locks.hold(target.url, during=during):  # its probes disturb a run
-                return ReadinessGate.for_target(
-                    target,
-                    target.url,
-                    timeout=self.settings.ready_timeout,
-                    api_key=self.settings.api_key.value,
-                    secrets=self.settings.secrets,
-                ).wait()
-        return self._launch(target, during=during, why=why)
 
     def _launch(self, target: ServerTarget, *, during: str, why: str) -> SGLangServer:
         name, profile = target.name, target.profile
@@ -241,12 +232,7 @@ class ServerPool:
         )
         # Running from its first moment: a start cut short (Ctrl-C) is still ours to stop.
         self._running = launch
-        try:
-            return launch.start()
-        except BaseException:
-            if launch.finished:  # the failed start stopped it already (or started nothing)
-                self._running = None
-            raise
+        return launch.start()
 
     def _owned_gpus(self, name: str, tp: int) -> tuple[str, ...] | None:
         """Return this pytest-xdist worker's equal, disjoint share of the host's GPUs, or None."""
@@ -292,26 +278,19 @@ class ServerPool:
     def check(self, name: str, *, during: str = "", wait: float = 0.0) -> ServerDied | None:
         """Return the error describing server ``name``'s death, or None while it serves.
 
-        Launched: its process exited (within ``wait`` s); attached: its port refuses connections.
+        Launched: its process exited (within ``wait`` s); attached: its port refuses
+        connections. A dead server is marked failed for the rest of the session.
         """
-        if name in self._failed:
-            failed = self._failed[name]
-            return failed if isinstance(failed, ServerDied) else None
-        return self._died(name, during, wait)
-
-    def _died(self, name: str, during: str, wait: float = 0.0) -> ServerDied | None:
-        """Check a ready server; mark it failed and return the error if it is dead."""
-        server = self._ready.get(name)
+        failed, server = self._failed.get(name), self._ready.get(name)
         if server is None:
-            return None
-        running = self._running
-        died: ServerDied | None = None
+            return failed if isinstance(failed, ServerDied) else None
+        running, died = self._running, None
         if running is not None and running.profile.name == name:
             died = running.check_alive(during, wait=wait)
         elif server.launch is None:
             died = self._unreachable(server, during)
         if died is not None:
-            self._ready.pop(name, None)
+            del self._ready[name]
             self._failed[name] = died
         return died
 
@@ -342,18 +321,24 @@ class ServerPool:
         return [info.as_dict() for info in self.launches]
 
     def stop_running(self) -> None:
-        """Stop the launched server that is running, if any (its errors propagate)."""
+        """Stop the launched server that is running, if any (its errors propagate).
+
+        The latest launch stays ``_running`` once finished (then every call on it does nothing):
+        a stop that Ctrl-C cut short is still ours to finish, and ``hurry`` may cut it short.
+        """
         launch = self._running
-        if launch is not None:
+        if launch is not None and not launch.finished:
             self._ready.pop(launch.profile.name, None)
             try:
-                launch.stop()  # still ``_running`` meanwhile: ``hurry`` may cut the stop short
+                launch.stop()
             finally:
-                # A stop that Ctrl-C cut short left it ours to stop (``close``, at the end).
-                if launch.finished:
-                    self._running = None
-                if launch.forced is not None:
-                    self.problems.append(launch.forced)
+                signals = launch.info.stop.signals if launch.info.stop is not None else []
+                kill = next((sent for sent in signals if "SIGKILL" in sent), None)
+                if kill is not None:
+                    self.problems.append(
+                        f"SGLang server {launch.profile.name!r} (pid {launch.info.pid}) did not "
+                        f"stop on SIGTERM: {kill} (its shutdown hangs, or it ignores SIGTERM)"
+                    )
 
     def hurry(self) -> None:
         """Kill the launched server now, without its grace period (a second Ctrl-C)."""

@@ -19,6 +19,7 @@ import sys
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 import psutil
@@ -58,6 +59,7 @@ def kill_ours(launch_id: str, pgid: int, grace: float, exclude: Sequence[int] = 
     """
     report = StopReport()
     start = time.monotonic()
+    reaped: dict[int, int | None] = {}
     # Signal the group only while a process of ours is in it: a pgid whose processes are all
     # gone could, in theory, be reused by somebody else's group.
     members = [p for p in find_ours(launch_id, exclude) if _pgid(p) == pgid]
@@ -71,7 +73,7 @@ def kill_ours(launch_id: str, pgid: int, grace: float, exclude: Sequence[int] = 
             os.killpg(pgid, sig)
             report.signals.append(said)
         gone, members = psutil.wait_procs(members, timeout=wait)
-        report.reaped.update({p.pid: getattr(p, "returncode", None) for p in gone})
+        reaped.update({p.pid: getattr(p, "returncode", None) for p in gone})
     # Whatever still carries our id escaped the group (setsid, double fork): name and kill it.
     stragglers = find_ours(launch_id, exclude)
     for proc in stragglers:
@@ -81,7 +83,7 @@ def kill_ours(launch_id: str, pgid: int, grace: float, exclude: Sequence[int] = 
         report.stragglers.append(described)
     _kill(stragglers)
     psutil.wait_procs(stragglers, timeout=5)
-    report.seconds = time.monotonic() - start
+    report.exit_code, report.seconds = reaped.get(pgid), time.monotonic() - start
     return report
 
 
@@ -97,30 +99,27 @@ def _kill(procs: list[psutil.Process]) -> None:
             proc.kill()
 
 
+@dataclass(eq=False, repr=False)  # no repr: argv and env hold secrets (pytest -l prints locals)
 class ServerProcess:
-    """Start a server command in its own session with a redacted log file; stop it completely."""
+    """Start a server command in its own session with a redacted log file; stop it completely.
 
-    def __init__(
-        self,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str],
-        log_path: Path,
-        secrets: Sequence[str] = (),
-    ) -> None:
-        self.argv = list(argv)
-        self.env = dict(env)
-        self.log_path = log_path
-        self.secrets = tuple(secrets)  # hidden in the log, with every secret-looking value
-        self.launch_id = uuid.uuid4().hex
-        self._popen: subprocess.Popen[bytes] | None = None
-        self._reaper: subprocess.Popen[bytes] | None = None
-        self._pump: subprocess.Popen[bytes] | None = None
-        #: Read end of the pipe on which the log pump signals the ready line; None once read.
-        self._ready_fd: int | None = None
-        self._ready_seen = False
-        self.stop_report: StopReport | None = None
-        self._killed_at_once = False
+    ``secrets`` are hidden in the log, with every secret-looking value.
+    """
+
+    argv: Sequence[str]
+    _: KW_ONLY
+    env: Mapping[str, str]
+    log_path: Path
+    secrets: Sequence[str] = ()
+    launch_id: str = field(init=False, default_factory=lambda: uuid.uuid4().hex)
+    stop_report: StopReport | None = field(init=False, default=None)
+    _popen: subprocess.Popen[bytes] | None = field(init=False, default=None)
+    _reaper: subprocess.Popen[bytes] | None = field(init=False, default=None)
+    _pump: subprocess.Popen[bytes] | None = field(init=False, default=None)
+    #: Read end of the pipe on which the log pump signals the ready line; None once read.
+    _ready_fd: int | None = field(init=False, default=None)
+    _ready_seen: bool = field(init=False, default=False)
+    _killed_at_once: bool = field(init=False, default=False)
 
     @property
     def pid(self) -> int:
@@ -145,7 +144,7 @@ class ServerProcess:
                     str(self.log_path),
                     str(ready_write),
                     stdin=read_end,
-                    env={**os.environ, SECRETS_ENV: json.dumps(self.secrets)},
+                    env={**os.environ, SECRETS_ENV: json.dumps(list(self.secrets))},
                     pass_fds=(ready_write,),
                 )
                 self._popen = subprocess.Popen(
@@ -166,15 +165,11 @@ class ServerProcess:
         # any way, and then the reaper stops the server. Its own session keeps Ctrl-C away.
         self._reaper = _spawn("process", self.launch_id, str(self.pid), stdin=subprocess.PIPE)
 
-    def poll(self) -> int | None:
-        """Return the exit code if the server process has exited, else None."""
-        return self._popen.poll() if self._popen is not None else None
-
-    def exits_within(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the server process to exit; return whether it did."""
+    def poll(self, wait: float = 0.0) -> int | None:
+        """Return the exit code, waiting up to ``wait`` s for the server to exit; None if not."""
         with contextlib.suppress(subprocess.TimeoutExpired):
-            return self._popen is not None and self._popen.wait(timeout) is not None
-        return False
+            return self._popen.wait(wait) if self._popen is not None else None
+        return None
 
     def wait_ready_line(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the ready line in the log; return whether it came.
@@ -234,12 +229,8 @@ class ServerProcess:
         self._close_ready()
         if self._killed_at_once:
             report.signals.append(KILLED_AT_ONCE)
-        code = None
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            code = self._popen.wait(timeout=5)
-        # psutil may have reaped the leader while waiting; then Popen only sees ECHILD and
-        # reports 0, and the code psutil collected is the real one.
-        report.exit_code = report.reaped.get(self._popen.pid, code)
+        code = self.poll(5.0)  # where psutil reaped the leader first, ECHILD: 0, not the code
+        report.exit_code = code if report.exit_code is None else report.exit_code
         if self._reaper is not None:  # nothing left to reap: the reaper finds that out, exits
             with contextlib.suppress(OSError):
                 assert self._reaper.stdin is not None

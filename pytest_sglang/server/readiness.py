@@ -14,8 +14,9 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from pytest_sglang.config.redaction import Redactor
+from pytest_sglang.config.settings import Settings
 from pytest_sglang.config.targets import ServerTarget
-from pytest_sglang.config.values import Expectation, Sourced
+from pytest_sglang.config.values import Expectation
 from pytest_sglang.errors import IdentityMismatch, SchemaMismatch, ServerNotReady
 from pytest_sglang.interrupts import HeldInterrupts, held_interrupts
 from pytest_sglang.loadgen.jsoncodec import UnsafeBody, loads_body
@@ -99,17 +100,19 @@ class ReadinessGate:
 
     @classmethod
     def for_target(
-        cls, target: ServerTarget, url: str, *, timeout: Sourced[float], **options: Any
+        cls, target: ServerTarget, url: str, settings: Settings, **options: Any
     ) -> ReadinessGate:
-        """Return the gate for ``target`` at ``url`` (``options``: the other fields)."""
+        """Return the gate for ``target`` at ``url`` under ``settings`` (``options``: the rest)."""
+        options.setdefault("api_key", settings.api_key.value)
         return cls(
             target.name,
             url,
-            timeout=timeout.value,
-            timeout_source=timeout.source,
+            timeout=settings.ready_timeout.value,
+            timeout_source=settings.ready_timeout.source,
             expectations=target.expectations,
             kind=target.kind,
             headers=target.header_map,
+            secrets=settings.secrets,
             **options,
         )
 
@@ -130,8 +133,6 @@ class ReadinessGate:
 
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         self._start = self._phase_start = self.clock()
-        server_info: dict[str, Any] = {}
-        model_info: dict[str, Any] = {}
         with held_interrupts() as self._interrupts, asyncio.Runner() as runner:
             self._interrupts.loop = runner.get_loop()
             self._prober = Prober(runner)
@@ -146,8 +147,8 @@ class ReadinessGate:
             )
             try:
                 cards = self._health_and_models(client)
-                if self.kind != "openai":
-                    server_info, model_info = self._server_info(client)
+                openai = self.kind == "openai"
+                server_info, model_info = ({}, {}) if openai else self._server_info(client)
                 self._interrupts.check()
             finally:
                 runner.run(client.aclose())

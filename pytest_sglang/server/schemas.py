@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 from pytest_sglang.config.schema import read_schema
 
-__all__ = ["SchemaViolation", "describe_violations", "first_violation", "validator", "violations"]
+__all__ = ["SchemaViolation", "describe_violations", "validator", "violations"]
 
 #: How much of the body around a violation a message quotes.
 EXCERPT_CHARS = 160
@@ -42,16 +42,6 @@ def validator(name: str) -> Draft202012Validator:
     from jsonschema import Draft202012Validator
 
     return Draft202012Validator(read_schema(name))
-
-
-def first_violation(instance: object, name: str) -> SchemaViolation | None:
-    """Validate ``instance`` against schema ``name``; return its best violation or None."""
-    from jsonschema.exceptions import best_match
-
-    error = best_match(validator(name).iter_errors(instance))
-    if error is None:
-        return None
-    return SchemaViolation(name, error.json_path, error.message)
 
 
 def _excerpt(instance: object, path: Sequence[object]) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pytest_sglang.server.schemas import first_violation
+from pytest_sglang.server.schemas import violations
 
 # Inner tests record synthetic results the way sglang_bench and the verdicts do.
 SUITE = """
@@ -53,7 +53,7 @@ def suite(pytester: pytest.Pytester) -> pytest.Pytester:
 
 def load(path: Path) -> dict[str, Any]:
     document = json.loads(path.read_text())
-    assert first_violation(document, "report") is None, first_violation(document, "report")
+    assert violations(document, "report") == [], violations(document, "report")
     return document
 
 
