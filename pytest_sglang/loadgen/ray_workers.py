@@ -22,7 +22,7 @@ from typing import Any, Self, Unpack
 from pytest_sglang.errors import SGLangError
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.relay import Counts, ProgressSum, Relay
-from pytest_sglang.loadgen.schedule import Shard, check_count
+from pytest_sglang.loadgen.schedule import Shard
 from pytest_sglang.loadgen.workers import (
     PROGRESS_INTERVAL,
     Coordination,
@@ -32,6 +32,7 @@ from pytest_sglang.loadgen.workers import (
     coordinate,
     run_shard,
 )
+from pytest_sglang.loadgen.workload import check_count
 
 __all__ = ["CLOCK_ROUNDS", "ClockOffset", "RayLoadWorkers", "RayUnavailable"]
 

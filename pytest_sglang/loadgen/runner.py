@@ -39,13 +39,12 @@ from pytest_sglang.loadgen.schedule import (
     Load,
     OpenLoop,
     Shard,
-    check_count,
     run_fields,
 )
 from pytest_sglang.loadgen.streams import StreamParser
 from pytest_sglang.loadgen.transport import Attempt, RetryFailed, describe, exchange, trace
 from pytest_sglang.loadgen.watchdog import StallWatchdog
-from pytest_sglang.loadgen.workload import Workload
+from pytest_sglang.loadgen.workload import Workload, check_count
 
 __all__ = ["CacheFlushFailed", "LoadGenerator", "ServerStoppedAnswering", "run_blocking"]
 

@@ -20,18 +20,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
+from pytest_sglang.loadgen.workload import DEFAULT_WARMUP_CAP, Workload, check_count
+
 if TYPE_CHECKING:
     from pytest_sglang.loadgen.records import RequestRecord
-    from pytest_sglang.loadgen.workload import Workload
 
 __all__ = ["ARRIVALS", "Arrival", "ClosedLoop", "Load", "OpenLoop", "Shard", "arrival_offsets",
            "owner", "slot_shares"]  # fmt: skip
 
 Arrival = Literal["poisson", "constant"]
 ARRIVALS: tuple[str, ...] = get_args(Arrival)
-
-#: Warm-up requests run by default: one per concurrency slot, at most this many.
-DEFAULT_WARMUP_CAP = 8
 
 
 def arrival_offsets(count: int, rate: float, arrival: Arrival, seed: str) -> list[float]:
@@ -57,24 +55,6 @@ def check_arrival(rate: float, arrival: str) -> None:
         raise ValueError(
             f"arrival must be one of {', '.join(map(repr, ARRIVALS))}, got {arrival!r}"
         )
-
-
-def check_count(
-    name: str, value: object, minimum: int | None = 1, none: str | None = None, hint: str = ""
-) -> None:
-    """Raise :class:`ValueError` unless ``value`` is an integer >= ``minimum``.
-
-    ``None`` is allowed where ``none`` says what it means; ``hint`` ends the message.
-    """
-    if value is None and none is not None:
-        return
-    if isinstance(value, int) and not isinstance(value, bool):
-        if minimum is None or value >= minimum:
-            return
-    allowed = "an integer" if minimum is None else f"an integer >= {minimum}"
-    if none is not None:
-        allowed = f"None ({none}) or {allowed}" if none else f"None or {allowed}"
-    raise ValueError(f"{name} must be {allowed}, got {value!r}{hint}")
 
 
 @dataclass(frozen=True)

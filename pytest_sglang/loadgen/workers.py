@@ -23,8 +23,8 @@ from pytest_sglang.loadgen.progress import ProgressCallback
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.relay import ProgressSum, Relay, Sender
 from pytest_sglang.loadgen.runner import LoadGenerator, ServerStoppedAnswering, run_blocking
-from pytest_sglang.loadgen.schedule import Load, Shard, check_count, owner, run_fields, slot_shares
-from pytest_sglang.loadgen.workload import Workload
+from pytest_sglang.loadgen.schedule import Load, Shard, owner, run_fields, slot_shares
+from pytest_sglang.loadgen.workload import Workload, check_count
 
 __all__ = ["Coordination", "LoadWorkersFailed", "RunPlan", "coordinate", "run_shard", "run_sharded"]
 

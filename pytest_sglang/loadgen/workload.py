@@ -18,12 +18,33 @@ from types import MappingProxyType
 from typing import Any, Literal, get_args
 
 from pytest_sglang.loadgen import datasets
-from pytest_sglang.loadgen.schedule import DEFAULT_WARMUP_CAP, check_count
 
-__all__ = ["DEFAULT_WARMUP_CAP", "ENDPOINTS", "Endpoint", "Workload"]
+__all__ = ["DEFAULT_WARMUP_CAP", "ENDPOINTS", "Endpoint", "Workload", "check_count"]
 
 Endpoint = Literal["generate", "completions", "chat"]
 ENDPOINTS: tuple[str, ...] = get_args(Endpoint)
+
+#: Warm-up requests run by default: one per concurrency slot, at most this many.
+DEFAULT_WARMUP_CAP = 8
+
+
+def check_count(
+    name: str, value: object, minimum: int | None = 1, none: str | None = None, hint: str = ""
+) -> None:
+    """Raise :class:`ValueError` unless ``value`` is an integer >= ``minimum``.
+
+    ``None`` is allowed where ``none`` says what it means; ``hint`` ends the message.
+    """
+    if value is None and none is not None:
+        return
+    if isinstance(value, int) and not isinstance(value, bool):
+        if minimum is None or value >= minimum:
+            return
+    allowed = "an integer" if minimum is None else f"an integer >= {minimum}"
+    if none is not None:
+        allowed = f"None ({none}) or {allowed}" if none else f"None or {allowed}"
+    raise ValueError(f"{name} must be {allowed}, got {value!r}{hint}")
+
 
 #: Set while :meth:`Workload.from_dict` rebuilds a workload: its dataset file is not read.
 _REBUILDING: contextvars.ContextVar[bool] = contextvars.ContextVar(
