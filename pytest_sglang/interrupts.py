@@ -1,12 +1,12 @@
 """Ctrl-C and SIGTERM: an interrupted session keeps what it measured and stops what it started.
 
 CI cancels a job with SIGTERM, which would end pytest on the spot, writing nothing. Here
-SIGTERM runs the SIGINT handler (asyncio's during a load run, which keeps the run's finished
-part); the test it cut short is reported with what it recorded; what the session started
-stops before its outputs are written; a second interrupt kills the session's servers at once
-(SIGKILL) and raises nothing, so that the teardown still writes the outputs. A Ctrl-C or
-SIGTERM during the readiness gate is held and raised between its steps
-(:func:`held_interrupts`), where nothing can drop it.
+SIGTERM runs the SIGINT handler (its ``KeyboardInterrupt`` cancels a load run, which keeps
+its finished part: ``loadgen/blocking.py``); the test it cut short is reported with what it
+recorded; what the session started stops before its outputs are written; a second interrupt
+kills the session's servers at once (SIGKILL) and raises nothing, so that the teardown still
+writes the outputs. A Ctrl-C or SIGTERM during the readiness gate is held and raised between
+its steps (:func:`held_interrupts`), where nothing can drop it.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ class SessionInterrupts:
         self._cause = "SIGTERM (handled as Ctrl-C: KeyboardInterrupt)"
         handler = signal.getsignal(signal.SIGINT)
         if callable(handler):
-            handler(signal.SIGINT, frame)  # asyncio's cancels the run; Python's raises
+            handler(signal.SIGINT, frame)  # Python's raises KeyboardInterrupt
             return
         raise KeyboardInterrupt
 

@@ -29,7 +29,7 @@ from pytest_sglang.measure.session_format import (
     measurements_of,
     read_document,
 )
-from pytest_sglang.report.entries import MeasurementRow
+from pytest_sglang.report.entries import MeasurementRow, ServerEntry
 from pytest_sglang.report.writing import write_atomic
 
 __all__ = ["MACHINE_ID", "BaselineStore", "StoredSession"]
@@ -90,8 +90,10 @@ class BaselineStore:
         elif self.uri.startswith("elasticsearch+"):
             self.path = None
         else:
+            from pytest_sglang.config.redaction import redact
+
             raise ValueError(
-                f"storage {uri!r} is not file://PATH or "
+                f"storage {redact(uri)!r} is not file://PATH or "
                 "elasticsearch+http[s]://host1,host2/index/doctype?project_name=NAME"
             )
 
@@ -178,13 +180,34 @@ class BaselineStore:
         if importlib.util.find_spec("elasticsearch") is None:
             raise OSError("the Elasticsearch storage needs its client: pip install elasticsearch")
 
-    def save(self, name: str, rows: Sequence[MeasurementRow], *args: Any, **options: Any) -> str:
+    def save(
+        self,
+        name: str,
+        rows: Sequence[MeasurementRow],
+        servers: Sequence[ServerEntry] = (),
+        gpus: Sequence[str] = (),
+        *,
+        commit: Mapping[str, Any] | None = None,
+        machine: Mapping[str, Any] | None = None,
+        verdicts: Sequence[Mapping[str, Any]] = (),
+        interrupted: bool = False,
+    ) -> str:
         """Save one session (:func:`build_document`'s arguments) under ``name``; return where."""
         if not _SAVE_NAME.match(name):
             raise ValueError(
                 f"cannot save under {name!r}: use letters, digits, '_', '.', '+' and '-'"
             )
-        return self.save_document(name, build_document(name, rows, *args, **options))
+        document = build_document(
+            name,
+            rows,
+            servers,
+            gpus,
+            commit=commit,
+            machine=machine,
+            verdicts=verdicts,
+            interrupted=interrupted,
+        )
+        return self.save_document(name, document)
 
     def save_document(self, name: str, document: Mapping[str, Any]) -> str:
         """Save a document of :func:`build_document` under ``name``; return where it landed."""

@@ -147,3 +147,14 @@ def test_a_bad_storage_uri_is_a_usage_error(
     err = capsys.readouterr().err
     assert exited.value.code == MISUSE, err
     assert "storage 'ftp://host/store' is not file://PATH" in err and "Traceback" not in err
+
+
+def test_a_bad_storage_uri_is_refused_without_its_password(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--storage", "elastic+https://ci:hunter2-pw@es.example/i/d", "list"], io.StringIO())
+    err = capsys.readouterr().err
+    assert exited.value.code == MISUSE, err
+    assert "'elastic+https://***@es.example/i/d' is not file://PATH" in err
+    assert "hunter2-pw" not in err
