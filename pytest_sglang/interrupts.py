@@ -6,17 +6,15 @@ its finished part: ``loadgen/blocking.py``); the test it cut short is reported w
 recorded; what the session started stops before its outputs are written; a second interrupt
 kills the session's servers at once (SIGKILL) and raises nothing, so that the teardown still
 writes the outputs. A Ctrl-C or SIGTERM during the readiness gate is held and raised between
-its steps (:func:`held_interrupts`), where nothing can drop it.
+its steps (``server/probing.held_interrupts``), where nothing can drop it.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from types import FrameType
 from typing import Any, Literal
 
@@ -26,61 +24,6 @@ _Handler = Callable[[int, FrameType | None], Any] | int | None
 _Phase = Literal["setup", "call", "teardown"]
 _Outcome = Literal["passed", "failed"]
 _PHASES: tuple[_Phase, ...] = ("setup", "call", "teardown")
-
-
-class HeldInterrupts:
-    """SIGINT (and SIGTERM, which runs SIGINT's handler) noted while held, not raised at once.
-
-    A ``KeyboardInterrupt`` raised wherever the main thread happens to be can be lost: in a
-    finalizer (``__del__``, the weakref callback asyncio runs as each ``Runner.run`` ends) it
-    is printed as "Exception ignored" and dropped; raised inside an event loop's own code it
-    can leave ``Runner.close`` waiting forever. Held, a signal cancels the tasks of ``loop``
-    (the probe in flight) from a loop callback, and :meth:`check`, called between a loop's
-    steps, raises the ``KeyboardInterrupt`` where it propagates.
-    """
-
-    def __init__(self) -> None:
-        self.came = False
-        #: The event loop whose tasks a signal cancels (the gate's runner's).
-        self.loop: asyncio.AbstractEventLoop | None = None
-
-    def _note(self, signum: int, frame: FrameType | None) -> None:
-        self.came = True
-        loop = self.loop
-        if loop is not None and loop.is_running():
-            loop.call_soon_threadsafe(_cancel_all, loop)
-
-    def check(self) -> None:
-        """Raise ``KeyboardInterrupt`` if SIGINT or SIGTERM came while held."""
-        if self.came:
-            raise KeyboardInterrupt
-
-
-def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
-    for task in asyncio.all_tasks(loop):
-        task.cancel()
-
-
-@contextlib.contextmanager
-def held_interrupts() -> Iterator[HeldInterrupts]:
-    """Hold Ctrl-C and SIGTERM over the block (main thread only; see :class:`HeldInterrupts`).
-
-    An interrupt that came ends the block with ``KeyboardInterrupt``, whatever else ended it
-    (the ``CancelledError`` of the probe it cancelled, a failure it provoked).
-    """
-    held = HeldInterrupts()
-    if threading.current_thread() is not threading.main_thread():
-        yield held  # signals reach the main thread only: it raises there, not here
-        return
-    previous = signal.signal(signal.SIGINT, held._note)
-    try:
-        yield held
-    except BaseException:
-        if not held.came:
-            raise
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    held.check()
 
 
 class SessionInterrupts:

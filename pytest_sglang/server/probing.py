@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import ssl
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from pytest_sglang.loadgen.jsoncodec import MAX_BODY_BYTES, UnsafeBody
@@ -12,7 +17,7 @@ from pytest_sglang.loadgen.jsoncodec import MAX_BODY_BYTES, UnsafeBody
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["Prober", "Seen", "tls_failure"]
+__all__ = ["HeldInterrupts", "Prober", "Seen", "held_interrupts", "tls_failure"]
 
 #: OpenSSL's reasons when the peer of a TLS handshake answered bytes that are no TLS record
 #: (an HTTP answer to the ClientHello).
@@ -123,3 +128,58 @@ def tls_failure(exc: BaseException, url: httpx.URL) -> str | None:
     else:
         fix = "check that this port serves TLS, and the server's TLS configuration"
     return f"the TLS handshake with {url.host}:{url.port or 443} failed ({cause}): {fix}"
+
+
+class HeldInterrupts:
+    """SIGINT (and SIGTERM, which runs SIGINT's handler) noted while held, not raised at once.
+
+    A ``KeyboardInterrupt`` raised wherever the main thread happens to be can be lost: in a
+    finalizer (``__del__``, the weakref callback asyncio runs as each ``Runner.run`` ends) it
+    is printed as "Exception ignored" and dropped; raised inside an event loop's own code it
+    can leave ``Runner.close`` waiting forever. Held, a signal cancels the tasks of ``loop``
+    (the probe in flight) from a loop callback, and :meth:`check`, called between a loop's
+    steps, raises the ``KeyboardInterrupt`` where it propagates.
+    """
+
+    def __init__(self) -> None:
+        self.came = False
+        #: The event loop whose tasks a signal cancels (the gate's runner's).
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def _note(self, signum: int, frame: FrameType | None) -> None:
+        self.came = True
+        loop = self.loop
+        if loop is not None and loop.is_running():
+            loop.call_soon_threadsafe(_cancel_all, loop)
+
+    def check(self) -> None:
+        """Raise ``KeyboardInterrupt`` if SIGINT or SIGTERM came while held."""
+        if self.came:
+            raise KeyboardInterrupt
+
+
+def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
+    for task in asyncio.all_tasks(loop):
+        task.cancel()
+
+
+@contextlib.contextmanager
+def held_interrupts() -> Iterator[HeldInterrupts]:
+    """Hold Ctrl-C and SIGTERM over the block (main thread only; see :class:`HeldInterrupts`).
+
+    An interrupt that came ends the block with ``KeyboardInterrupt``, whatever else ended it
+    (the ``CancelledError`` of the probe it cancelled, a failure it provoked).
+    """
+    held = HeldInterrupts()
+    if threading.current_thread() is not threading.main_thread():
+        yield held  # signals reach the main thread only: it raises there, not here
+        return
+    previous = signal.signal(signal.SIGINT, held._note)
+    try:
+        yield held
+    except BaseException:
+        if not held.came:
+            raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    held.check()

@@ -18,7 +18,6 @@ from pytest_sglang.config.settings import Settings
 from pytest_sglang.config.targets import ServerTarget
 from pytest_sglang.config.values import Expectation
 from pytest_sglang.errors import IdentityMismatch, SchemaMismatch, ServerNotReady
-from pytest_sglang.interrupts import HeldInterrupts, held_interrupts
 from pytest_sglang.loadgen.jsoncodec import UnsafeBody, loads_body
 from pytest_sglang.server.engines import advice, recognise
 from pytest_sglang.server.handle import ModelCard, ReadinessTimings, SGLangServer
@@ -29,7 +28,7 @@ from pytest_sglang.server.identity import (
     check_server_info_expectations,
     select_card,
 )
-from pytest_sglang.server.probing import Prober, Seen, tls_failure
+from pytest_sglang.server.probing import HeldInterrupts, Prober, Seen, held_interrupts, tls_failure
 from pytest_sglang.server.schemas import describe_violations, validator, violations
 
 if TYPE_CHECKING:
