@@ -99,20 +99,31 @@ class ReadinessGate:
 
     @classmethod
     def for_target(
-        cls, target: ServerTarget, url: str, settings: Settings, **options: Any
+        cls,
+        target: ServerTarget,
+        url: str,
+        settings: Settings,
+        *,
+        api_key: str | None = None,
+        watch: Callable[[str, float], None] | None = None,
+        ready_line: Callable[[float], object] | None = None,
     ) -> ReadinessGate:
-        """Return the gate for ``target`` at ``url`` under ``settings`` (``options``: the rest)."""
-        options.setdefault("api_key", settings.api_key.value)
+        """Return the gate for ``target`` at ``url`` under ``settings``.
+
+        ``api_key`` replaces the settings' key; launch mode adds ``watch`` and ``ready_line``.
+        """
         return cls(
             target.name,
             url,
             timeout=settings.ready_timeout.value,
             timeout_source=settings.ready_timeout.source,
+            api_key=api_key or settings.api_key.value,
             expectations=target.expectations,
             kind=target.kind,
             headers=target.header_map,
             secrets=settings.secrets,
-            **options,
+            watch=watch,
+            ready_line=ready_line,
         )
 
     def wait(self) -> SGLangServer:
