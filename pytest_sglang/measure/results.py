@@ -12,7 +12,7 @@ import zlib
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import Any, SupportsIndex, cast, overload
 
 from pytest_sglang.loadgen.records import RequestRecord
 from pytest_sglang.loadgen.schedule import OpenLoop
@@ -173,11 +173,21 @@ class PackedRecords(Sequence[RequestRecord]):
     def __len__(self) -> int:
         return self._len
 
-    def __getitem__(self, index: Any) -> Any:  # an int, or a slice (a list)
-        return self._unpacked()[index]
+    @overload
+    def __getitem__(self, index: SupportsIndex) -> RequestRecord: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[RequestRecord, ...]: ...
+    def __getitem__(
+        self, index: SupportsIndex | slice
+    ) -> RequestRecord | tuple[RequestRecord, ...]:
+        return tuple(self._unpacked())[index]
 
     def __iter__(self) -> Iterator[RequestRecord]:
         return iter(self._unpacked())
+
+    def __reversed__(self) -> Iterator[RequestRecord]:
+        # Sequence's own would unpack the whole run once per record.
+        return reversed(self._unpacked())
 
     def __repr__(self) -> str:
         return f"PackedRecords({len(self)} records, {len(self._blob)} bytes)"

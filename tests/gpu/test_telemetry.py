@@ -281,9 +281,11 @@ def test_energy_per_token_matches_the_emulators_ground_truth(tmp_path: Path) -> 
     uuids = write_fake_gpus(gpus, 2)
     trace = tmp_path / "trace.jsonl"
     workload = Workload(input_len=32, output_len=64, requests=48, warmup=0)
+    speedup = 10  # the meter accrues model time: idle watts times the speed-up per second
     with running_emulator(
-        tmp_path, "--tp-size", "2", "--emulator-engine", "batch", "--emulator-speedup", "10",
-        "--emulator-gpu-dir", str(gpus), "--emulator-trace", str(trace),
+        tmp_path, "--tp-size", "2", "--emulator-engine", "batch",
+        "--emulator-speedup", str(speedup), "--emulator-gpu-dir", str(gpus),
+        "--emulator-trace", str(trace),
     ) as emulator:  # fmt: skip
         sampler = TelemetrySampler(FakeProbe(gpus), uuids, interval=0.1)
         with sampler:
@@ -300,7 +302,7 @@ def test_energy_per_token_matches_the_emulators_ground_truth(tmp_path: Path) -> 
         before = max((p for p in log if p[0] <= t), key=lambda p: p[0])
         after = min((p for p in log if p[0] >= t), key=lambda p: p[0], default=None)
         if after is None:  # idle since the last change: idle power, in model time
-            return float(before[1] + IDLE_W * 10 * len(uuids) * (t - before[0]))
+            return float(before[1] + IDLE_W * speedup * len(uuids) * (t - before[0]))
         if after[0] == before[0]:
             return float(before[1])
         return before[1] + (after[1] - before[1]) * (t - before[0]) / (after[0] - before[0])
