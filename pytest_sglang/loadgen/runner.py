@@ -79,7 +79,7 @@ class LoadGenerator:
     a run spread over workers; ``connections`` the server's known connection habits.
     """
 
-    url: str
+    url: str = field(repr=False)  # it may carry a password (user:password@host)
     _: KW_ONLY
     api_key: str | None = field(default=None, repr=False)
     headers: Mapping[str, str] | None = field(default=None, repr=False)

@@ -336,6 +336,8 @@ def _error_message(data: dict[str, Any]) -> str | None:
         return error
     if isinstance(error, dict):
         return str(error.get("message", error))
+    if error is not None:  # any other shape is an error still, said as it came
+        return str(error)
     if data.get("object") == "error":
         return str(data.get("message", data))
     if "detail" in data and len(data) == 1:

@@ -43,6 +43,9 @@ class Interrupted(Exception):
     measurement: Measurement
     error: SGLangError
 
+    def __str__(self) -> str:
+        return str(self.error)  # not the fields' reprs: the server's URL, every metric
+
 
 class Runner:
     """Takes a bench's runs (``generator_options``: the load generator's, and its placement)."""

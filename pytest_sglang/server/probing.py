@@ -171,10 +171,13 @@ def held_interrupts() -> Iterator[HeldInterrupts]:
     (the ``CancelledError`` of the probe it cancelled, a failure it provoked).
     """
     held = HeldInterrupts()
-    if threading.current_thread() is not threading.main_thread():
-        yield held  # signals reach the main thread only: it raises there, not here
+    previous = signal.getsignal(signal.SIGINT)
+    # Signals reach the main thread only (it raises there, not here); an ignored SIGINT
+    # stays ignored; a handler installed outside Python could not be put back.
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield held
         return
-    previous = signal.signal(signal.SIGINT, held._note)
+    signal.signal(signal.SIGINT, held._note)
     try:
         yield held
     except BaseException:

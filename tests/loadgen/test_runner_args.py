@@ -62,3 +62,16 @@ def test_load_generator_for_a_server_takes_url_headers_and_model() -> None:
     client = generator.client(3)
     assert client.headers["authorization"] == "Bearer sk-x"
     assert client.headers["accept-encoding"] == "identity"
+
+
+def test_the_repr_shows_no_secret() -> None:
+    # pytest -l prints the locals of a failing test: a generator among them.
+    generator = LoadGenerator(
+        "http://ci:url-password@gpu:30000",
+        api_key="the-api-key",
+        headers={"X-Token": "header-secret"},
+    )
+    shown = repr(generator)
+    assert "LoadGenerator(" in shown
+    for secret in ("url-password", "the-api-key", "header-secret"):
+        assert secret not in shown

@@ -558,3 +558,10 @@ def test_error_body_with_status_200_is_a_failure() -> None:
     rec = record()
     StreamParser("generate", rec).whole(b'{"error": {"message": "bad"}}')
     assert rec.error == "error response: bad"
+
+
+@pytest.mark.parametrize("error", [b"500", b"true", b'["overloaded"]'])
+def test_an_error_of_any_other_shape_fails_the_request(error: bytes) -> None:
+    rec = record()
+    StreamParser("generate", rec).whole(b'{"error": ' + error + b', "text": ""}')
+    assert rec.error is not None and rec.error.startswith("error response: ")

@@ -229,6 +229,19 @@ def test_matching_expectations_pass() -> None:
     assert ready.model.max_model_len == 131072
 
 
+def test_a_secret_that_is_part_of_the_model_name_leaves_the_model_alone() -> None:
+    # Only /server_info is held redacted (its api_key): the model list is the server's identity.
+    clock = FakeClock()
+    card = {**MODELS["data"][0], "id": "tenant42/model", "root": "tenant42/model"}
+    ready = gate(
+        ScriptedServer(clock, models={**MODELS, "data": [card]}),
+        clock,
+        headers={"X-Route": "tenant42"},
+        expectations=[expect("model_id", "tenant42/model")],
+    ).wait()
+    assert (ready.model.id, ready.model.root) == ("tenant42/model", "tenant42/model")
+
+
 @pytest.mark.parametrize("key", [None, "wrong-key"])
 def test_api_key_problems_are_explained(key: str | None) -> None:
     clock = FakeClock()
@@ -499,3 +512,30 @@ def test_a_ctrl_c_beats_the_error_that_ends_the_gate() -> None:
     with pytest.raises(KeyboardInterrupt) as caught:
         probes.wait()
     assert isinstance(caught.value.__context__, RuntimeError)
+
+
+def test_an_ignored_ctrl_c_stays_ignored_while_the_gate_waits() -> None:
+    # `nohup pytest`, `pytest &` in a script: SIGINT is not meant for this process.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        clock = FakeClock()
+        server = ScriptedServer(clock, ready_at=0.3)
+        seen: list[object] = []
+
+        def wait(seconds: float) -> None:
+            seen.append(signal.getsignal(signal.SIGINT))
+            signal.raise_signal(signal.SIGINT)
+            clock.sleep(seconds)
+
+        ready = ReadinessGate(
+            "default",
+            "http://sglang.test",
+            timeout=60.0,
+            transport=httpx.MockTransport(server),
+            clock=clock,
+            sleep=wait,
+        ).wait()
+        assert ready.model.id == "org/model"
+        assert seen and all(handler == signal.SIG_IGN for handler in seen)
+    finally:
+        signal.signal(signal.SIGINT, previous)
