@@ -21,7 +21,7 @@ from pytest_sglang.server.readiness import (
 )
 from tests.fake_clock import FakeClock
 
-MODELS = {
+MODELS: dict[str, Any] = {
     "object": "list",
     "data": [
         {
