@@ -156,9 +156,11 @@ def recommend_adaptive_config(
             steps: _median(sweep.points[index], metric) for steps, sweep in sorted(fixed.items())
         }
         best = max(fixed, key=lambda s: medians[s] if larger else -medians[s])
-        for sweep in fixed.values():
-            _check_comparable(sweep.points[index], point, metric)
-        chosen = _compare(fixed[best].points[index], point, metric, 1.0, alpha)
+        # Every sweep is compared, so one too small to ever decide is refused, chosen or not.
+        compared = {
+            s: _compare(sw.points[index], point, metric, 1.0, alpha) for s, sw in fixed.items()
+        }
+        chosen = compared[best]
         ratio = f"{chosen.ratio:.3f}x baseline"
         steps = best if chosen.outcome is Outcome.PASS else 0
         why = (

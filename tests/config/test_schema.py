@@ -133,8 +133,10 @@ def test_the_options_part_is_made_from_the_catalogue() -> None:
     schema = _settings_schema()
     properties = schema["$defs"]["settings"]["properties"]
     kinds = {s.ini: s.kind for s in OPTIONS if s.kind in schema["$defs"]}
-    assert {s.ini for s in OPTIONS if s.flag} <= set(kinds)
-    assert {s.ini for s in OPTIONS if s.metavar == "SECONDS"} <= set(kinds)
+    flags = {s.ini for s in OPTIONS if s.flag}
+    timeouts = {s.ini for s in OPTIONS if s.name.endswith("-timeout")}
+    assert flags and {kinds.get(ini) for ini in flags} == {"boolean"}
+    assert len(timeouts) == 4 and {kinds.get(ini) for ini in timeouts} == {"duration"}
     assert set(properties) == set(kinds)
     for ini, kind in kinds.items():
         assert properties[ini]["items"]["$ref"] == f"#/$defs/{kind}"

@@ -128,3 +128,11 @@ def test_recommended_json_loads_in_sglangs_own_parser(tmp_path: Path) -> None:
     _, buckets = namespace["_load_adaptive_config"](str(path))
     assert sorted(buckets) == [1, 8, 32]
     assert buckets[8]["candidate_steps"] == [1]
+
+
+def test_a_sweep_too_small_to_decide_is_refused_even_where_it_is_not_the_best() -> None:
+    base = make("base", BASE)
+    one_run: dict[int, Sequence[float]] = {c: [m * 0.5] for c, m in STEPS_1.items()}
+    small = sweep("s1", one_run, config={**SPEC_CONFIG, "max_running_requests": 64})
+    with pytest.raises(ComparisonRefused, match="runs per side"):
+        recommend_adaptive_config(base, {3: make("s3", STEPS_3, 2), 1: small})
