@@ -106,19 +106,18 @@ class SGLangWarning(UserWarning):
     """Something the user should know that does not fail a test (an unwritable output)."""
 
 
-class PerformanceAssertionError(SGLangError, AssertionError):
+class _VerdictFailure(SGLangError, AssertionError):
+    """A verdict that did not pass: the message says why, ``verdict`` holds the evidence."""
+
+    def __init__(self, message: str, verdict: object = None) -> None:
+        super().__init__(message)
+        #: The :class:`~pytest_sglang.verdicts.assertions.Verdict` with all the evidence.
+        self.verdict = verdict
+
+
+class PerformanceAssertionError(_VerdictFailure):
     """A performance verdict failed; the message is the evidence table."""
 
-    def __init__(self, message: str, verdict: object = None) -> None:
-        super().__init__(message)
-        #: The :class:`~pytest_sglang.verdicts.assertions.Verdict` with all the evidence.
-        self.verdict = verdict
 
-
-class Inconclusive(SGLangError, AssertionError):
+class Inconclusive(_VerdictFailure):
     """The runs cannot decide the claim either way; the message says what would."""
-
-    def __init__(self, message: str, verdict: object = None) -> None:
-        super().__init__(message)
-        #: The :class:`~pytest_sglang.verdicts.assertions.Verdict` with all the evidence.
-        self.verdict = verdict

@@ -25,6 +25,8 @@ __all__ = ["MAX_EXTENDS_DEPTH", "Profile", "load_profiles", "merge_args"]
 #: How many profiles one ``extends`` chain may hold (a chain this long is a mistake, and the
 #: resolution must end in a clean error, not in Python's recursion limit).
 MAX_EXTENDS_DEPTH = 32
+#: The profile keys a profile's own value replaces (the others merge, flag by flag or by key).
+_REPLACED = frozenset({"model-path", "tp", "command", "kind"})
 
 
 @dataclass(frozen=True)
@@ -100,30 +102,22 @@ def profiles_from_tables(
         raise pytest.UsageError("\n".join(problems))
     profiles = {}
     for name in tables:
-        merged: dict[str, Any] = {"args": [], "env": {}, "expect": {}}
+        # A Profile's keys, from its defaults up the chain (the schema has checked the types).
+        merged: dict[str, Any] = {"model_path": "", "tp": 1, "args": [], "env": {}, "expect": {}}
         for link in reversed(_chain(name, tables, path, prefix)):
             raw = tables[link]
-            merged.update({k: raw[k] for k in ("model-path", "tp", "command", "kind") if k in raw})
+            merged |= {k.replace("-", "_"): v for k, v in raw.items() if k in _REPLACED}
             merged["args"] = merge_args(merged["args"], [str(a) for a in raw.get("args", [])])
             merged["env"] |= {k: str(v) for k, v in raw.get("env", {}).items()}
             merged["expect"] |= raw.get("expect", {})
-        if "model-path" not in merged and merged.get("kind") != "openai":
+        if not merged["model_path"] and merged.get("kind") != "openai":
             problem, fix = "missing (also in the profiles it extends)", "add model-path = "
             raise _error(
                 path, prefix, name, "model-path", problem, fix + '"ORG/MODEL" or a local path'
             )
-        command = merged.get("command")
-        profiles[name] = Profile(
-            name=name,
-            model_path=merged.get("model-path", ""),
-            tp=int(merged.get("tp", 1)),
-            args=tuple(merged["args"]),
-            env=merged["env"],
-            expect=merged["expect"],
-            command=tuple(command) if command else None,
-            source=str(path),
-            kind=merged.get("kind", "sglang"),
-        )
+        merged["args"] = tuple(merged["args"])
+        merged["command"] = tuple(merged["command"]) if "command" in merged else None
+        profiles[name] = Profile(name=name, source=str(path), **merged)
     return profiles
 
 

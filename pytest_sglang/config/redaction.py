@@ -40,10 +40,9 @@ _SECRET_NAME = re.compile(
     re.IGNORECASE,
 )
 _NAME = r"[A-Za-z_][A-Za-z0-9_.-]*"
-# --flag=value, --flag value, and a list's repr: '--flag', 'value'.
-_FLAG_EQ = re.compile(r"(?P<head>--(?P<name>[A-Za-z][A-Za-z0-9_-]*)=)(?P<value>[^\s'\",\])}]+)")
-_FLAG_SPACE = re.compile(
-    r"(?P<head>--(?P<name>[A-Za-z][A-Za-z0-9_-]*)\s+)(?P<value>(?!-)[^\s'\",\])}]+)"
+# --flag=value, --flag value (not a next --flag), and a list's repr: '--flag', 'value'.
+_FLAG = re.compile(
+    r"(?P<head>--(?P<name>[A-Za-z][A-Za-z0-9_-]*)(?:=|\s+(?!-)))(?P<value>[^\s'\",\])}]+)"
 )
 _FLAG_LISTED = re.compile(
     r"(?P<head>--(?P<name>[A-Za-z][A-Za-z0-9_-]*)(?P<q>['\"]),\s*(?P=q))(?P<value>[^'\"]*)"
@@ -132,8 +131,7 @@ class Redactor:
             text = _USERINFO.sub(_masked, text)
         if "--" in text:
             text = _FLAG_LISTED.sub(_masked_if_secret_flag, text)
-            text = _FLAG_EQ.sub(_masked_if_secret_flag, text)
-            text = _FLAG_SPACE.sub(_masked_if_secret_flag, text)
+            text = _FLAG.sub(_masked_if_secret_flag, text)
         if "=" in text or ":" in text:
             text = _ASSIGN_QUOTED.sub(_masked_if_secret, text)
             text = _ASSIGN_BARE.sub(_masked_if_secret, text)

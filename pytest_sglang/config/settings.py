@@ -372,14 +372,12 @@ def _check_distinct_outputs(
     seen: list[tuple[str, str, Path]] = []
     xmlpath = getattr(config.option, "xmlpath", None)
     if xmlpath:
-        junit = Path(config.invocation_params.dir, xmlpath)
-        seen.append(("--junitxml", repr(str(xmlpath)), Path(os.path.realpath(junit))))
+        seen.append(("--junitxml", repr(str(xmlpath)), Path(config.invocation_params.dir, xmlpath)))
     for spec, sourced in outputs:
         if sourced.value is None:
             continue
-        path = Path(os.path.realpath(sourced.value))
         for name, shown, other in seen:
-            if other == path or _same_file(other, path):
+            if _same_file(other, sourced.value):
                 raise usage_error(
                     spec,
                     sourced.source,
@@ -387,14 +385,15 @@ def _check_distinct_outputs(
                     "written to one file corrupt each other",
                     "give each output its own path",
                 )
-        seen.append((spec.label, f"from {sourced.source}", path))
+        seen.append((spec.label, f"from {sourced.source}", sourced.value))
 
 
 def _same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file: one inode, or (not both there yet) one real path."""
     try:
         return os.path.samefile(a, b)
     except OSError:
-        return False
+        return os.path.realpath(a) == os.path.realpath(b)
 
 
 #: Where ``pytest_configure`` stores the resolved :class:`Settings`.
