@@ -40,13 +40,12 @@ _SECRET_NAME = re.compile(
     re.IGNORECASE,
 )
 _NAME = r"[A-Za-z_][A-Za-z0-9_.-]*"
+# A --flag's name; not the plugin's own --sglang-api-key, which its messages name ("from
+# --sglang-api-key on the command line"): that value is a known secret, hidden as a literal.
+_FLAG_NAME = r"--(?!sglang-)(?P<name>[A-Za-z][A-Za-z0-9_-]*)"
 # --flag=value, --flag value (not a next --flag), and a list's repr: '--flag', 'value'.
-_FLAG = re.compile(
-    r"(?P<head>--(?P<name>[A-Za-z][A-Za-z0-9_-]*)(?:=|\s+(?!-)))(?P<value>[^\s'\",\])}]+)"
-)
-_FLAG_LISTED = re.compile(
-    r"(?P<head>--(?P<name>[A-Za-z][A-Za-z0-9_-]*)(?P<q>['\"]),\s*(?P=q))(?P<value>[^'\"]*)"
-)
+_FLAG = re.compile(rf"(?P<head>{_FLAG_NAME}(?:=|\s+(?!-)))(?P<value>[^\s'\",\])}}]+)")
+_FLAG_LISTED = re.compile(rf"(?P<head>{_FLAG_NAME}(?P<q>['\"]),\s*(?P=q))(?P<value>[^'\"]*)")
 # name='value', name="value", "name": "value", 'name': 'value', name=value
 _ASSIGN_QUOTED = re.compile(
     rf"(?P<head>(?P<nq>['\"]?)(?P<name>{_NAME})(?P=nq)\s*[:=]\s*(?P<q>['\"]))(?P<value>[^'\"]*)"
@@ -103,14 +102,6 @@ def _masked_if_secret(match: re.Match[str]) -> str:
     return match.group(0)
 
 
-def _masked_if_secret_flag(match: re.Match[str]) -> str:
-    # The plugin's own --sglang-api-key is named in its messages ("from --sglang-api-key on
-    # the command line"); its value is a known secret, hidden as a literal instead.
-    if match.group("name").startswith("sglang-"):
-        return match.group(0)
-    return _masked_if_secret(match)
-
-
 def _masked(match: re.Match[str]) -> str:
     return match.group("head") + MASK
 
@@ -130,8 +121,8 @@ class Redactor:
         if "://" in text:
             text = _USERINFO.sub(_masked, text)
         if "--" in text:
-            text = _FLAG_LISTED.sub(_masked_if_secret_flag, text)
-            text = _FLAG.sub(_masked_if_secret_flag, text)
+            text = _FLAG_LISTED.sub(_masked_if_secret, text)
+            text = _FLAG.sub(_masked_if_secret, text)
         if "=" in text or ":" in text:
             text = _ASSIGN_QUOTED.sub(_masked_if_secret, text)
             text = _ASSIGN_BARE.sub(_masked_if_secret, text)

@@ -179,16 +179,6 @@ def lookup(
     return Raw(ini_values, f"ini option {spec.ini}{where}", base)
 
 
-def _lookup_one(spec: OptionSpec, config: pytest.Config, environ: Mapping[str, str]) -> Raw | None:
-    """Return the raw value of a single-valued option, or None when it is not set."""
-    raw = lookup(spec, config, environ)
-    if raw is not None and len(raw.value) != 1:
-        raise usage_error(
-            spec, raw.source, f"expected one value, got {raw.value!r}", "give the option once"
-        )
-    return raw
-
-
 def _seconds(text: str) -> float:
     text = text.strip()
     unit = next((u for u in ("ms", "s", "m", "h") if text.endswith(u)), "")
@@ -253,24 +243,18 @@ def _check_names(spec: OptionSpec, given: Sequence[Header | Expectation], names:
             )
 
 
-def _resolve_path(
-    spec: OptionSpec, config: pytest.Config, environ: Mapping[str, str]
-) -> Sourced[Path | None]:
-    """Resolve a path option, relative to where it was written; refuse what ``_PATHS`` names.
+def _resolve_path(spec: OptionSpec, text: str, base: Path) -> Path:
+    """Resolve a path option relative to where it was written; refuse what ``_PATHS`` names.
 
     An output path's last part is not resolved: a link there is judged, not followed.
     """
-    raw = _lookup_one(spec, config, environ)
-    if raw is None:
-        return Sourced(None, "default")
-    text, (problem, fix) = raw.value[0], _PATHS[spec]
-    output = problem is output_problem
-    path = output_path(raw.base, text) if output else Path(raw.base, text).resolve()
+    problem, fix = _PATHS[spec]
+    path = output_path(base, text) if problem is output_problem else Path(base, text).resolve()
     wrong = problem(path)
     if wrong is not None:
-        where = "" if Path(text).is_absolute() else f" (relative to {raw.base})"
-        raise usage_error(spec, raw.source, f"{text!r}{where} {wrong}", fix)
-    return Sourced(path, raw.source)
+        where = "" if Path(text).is_absolute() else f" (relative to {base})"
+        raise ValueError(f"{text!r}{where} {wrong}", fix)
+    return path
 
 
 def _not_a_fake_gpu_dir(path: Path) -> str | None:
@@ -322,38 +306,50 @@ def _resolve_profiles(config: pytest.Config, profiles_file: Path | None) -> dict
 def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = None) -> Settings:
     """Resolve every setting (flag > ``-o`` > environment > ini file > default), validated."""
     env = os.environ if environ is None else environ
-    check_settings({s: (r.value, r.source) for s in OPTIONS if (r := lookup(s, config, env))})
-    values: dict[str, Any] = {}
-    for spec in OPTIONS:
-        name = spec.dest.removeprefix("sglang_")
-        if spec in _PATHS:
-            values[name] = _resolve_path(spec, config, env)
-        elif spec.kind and (raw := _lookup_one(spec, config, env)):
-            convert = _CONVERT.get(spec.kind, str)
-            try:
-                value = convert(raw.value[0])
-            except ValueError as exc:
-                raise usage_error(spec, raw.source, *exc.args) from None
-            values[name] = Sourced(value, raw.source, secret=spec is API_KEY)
-    servers = _resolve_servers(lookup(URL, config, env))
-    expectations = _each(lookup(EXPECT, config, env), parse_expectation)
+    raws = {spec: raw for spec in OPTIONS if (raw := lookup(spec, config, env))}
+    check_settings({spec: (raw.value, raw.source) for spec, raw in raws.items()})
+    values = {
+        spec.dest.removeprefix("sglang_"): _resolve_one(spec, raw)
+        for spec, raw in raws.items()
+        if spec.kind or spec in _PATHS
+    }
+    servers = _resolve_servers(raws.get(URL))
+    expectations = _each(raws.get(EXPECT), parse_expectation)
     if servers:
         _check_names(EXPECT, expectations, {s.name for s in servers})
-    profiles = _resolve_profiles(config, values.pop("profiles").value)
-    headers = _each(lookup(HEADER, config, env), parse_header)
+    profiles_file = values.pop("profiles", Sourced(None, "default")).value
+    profiles = _resolve_profiles(config, profiles_file)
+    headers = _each(raws.get(HEADER), parse_header)
     _check_names(HEADER, headers, {s.name for s in servers} | set(profiles))
-    if "api_key" in values:
-        _check_one_authorization(values["api_key"], headers)
-    _check_distinct_outputs(config, ((REPORT, values["report"]), (MARKDOWN, values["markdown"])))
-    return Settings(
+    settings = Settings(
         servers, expectations=expectations, profiles=profiles, headers=headers, **values
     )
+    _check_one_authorization(settings)
+    _check_distinct_outputs(config, settings)
+    return settings
 
 
-def _check_one_authorization(api_key: Sourced[str], headers: Sequence[Header]) -> None:
+def _resolve_one(spec: OptionSpec, raw: Raw) -> Sourced[Any]:
+    """Convert the text of a single-valued option (a path: where it was written) to its value."""
+    if len(raw.value) != 1:
+        problem = f"expected one value, got {raw.value!r}"
+        raise usage_error(spec, raw.source, problem, "give the option once")
+    text = raw.value[0]
+    try:
+        if spec in _PATHS:
+            value: object = _resolve_path(spec, text, raw.base)
+        else:
+            value = _CONVERT.get(spec.kind or "", str)(text)
+    except ValueError as exc:
+        raise usage_error(spec, raw.source, *exc.args) from None
+    return Sourced(value, raw.source, secret=spec is API_KEY)
+
+
+def _check_one_authorization(settings: Settings) -> None:
     """Refuse ``--sglang-api-key`` with an ``Authorization`` header: one would replace the other."""
-    for header in headers:
-        if header.name.lower() == "authorization":
+    api_key = settings.api_key
+    for header in settings.headers:
+        if api_key.source != "default" and header.name.lower() == "authorization":
             servers = f"server {header.server!r}" if header.server else "every server"
             raise usage_error(
                 HEADER,
@@ -365,15 +361,13 @@ def _check_one_authorization(api_key: Sourced[str], headers: Sequence[Header]) -
             )
 
 
-def _check_distinct_outputs(
-    config: pytest.Config, outputs: Sequence[tuple[OptionSpec, Sourced[Path | None]]]
-) -> None:
+def _check_distinct_outputs(config: pytest.Config, settings: Settings) -> None:
     """Refuse two outputs (``--junitxml`` too) that name one file: each would corrupt the other."""
     seen: list[tuple[str, str, Path]] = []
     xmlpath = getattr(config.option, "xmlpath", None)
     if xmlpath:
         seen.append(("--junitxml", repr(str(xmlpath)), Path(config.invocation_params.dir, xmlpath)))
-    for spec, sourced in outputs:
+    for spec, sourced in ((REPORT, settings.report), (MARKDOWN, settings.markdown)):
         if sourced.value is None:
             continue
         for name, shown, other in seen:
