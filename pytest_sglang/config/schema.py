@@ -1,7 +1,7 @@
 """The configuration's JSON Schema (``schemas/config.schema.json``) and its error messages.
 
 A violation names the file and TOML table (profiles) or the option and its source, what is
-allowed and the fix. The options' part is built from each option's ``kind``.
+allowed and the fix. An option's ``kind`` names the definition its values must match.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_sglang.config.options import OPTIONS, OptionSpec
+from pytest_sglang.config.options import OptionSpec
 from pytest_sglang.config.parsing import usage_error
 from pytest_sglang.config.redaction import Redactor, is_secret_name, server_secrets
 
@@ -32,34 +32,23 @@ def read_schema(name: str) -> dict[str, Any]:
     return schema
 
 
-@functools.cache
-def _settings_schema() -> dict[str, Any]:
-    """Return ``#/$defs/settings`` with a property per option whose kind the schema defines."""
-    schema = read_schema("config")
-    kinds = {s.ini: s.kind for s in OPTIONS if s.kind in schema["$defs"]}
-    properties = {
-        ini: {"type": "array", "items": {"$ref": f"#/$defs/{k}"}} for ini, k in kinds.items()
-    }
-    settings = {**schema["$defs"]["settings"], "properties": properties}
-    defs = {**schema["$defs"], "settings": settings}
-    return {**schema, "$ref": "#/$defs/settings", "$defs": defs}
-
-
 def check_settings(values: Mapping[OptionSpec, tuple[Sequence[str], str]]) -> None:
-    """Validate the options' ``(raw values, source)``; a usage error for the first violation."""
-    schema = _settings_schema()
-    constrained = schema["$defs"]["settings"]["properties"]
-    instance = {spec.ini: list(raw) for spec, (raw, _) in values.items() if spec.ini in constrained}
-    if not instance:
+    """Validate the options' ``(raw values, source)``; a usage error for the first violation.
+
+    Each value must match the ``$defs`` entry of its option's kind, where the schema has one.
+    """
+    schema = read_schema("config")
+    checked = [(spec, raw) for spec, raw in values.items() if spec.kind in schema["$defs"]]
+    if not checked:
         return  # nothing to check: jsonschema is not imported
     from jsonschema import Draft202012Validator
 
-    error = next(Draft202012Validator(schema).iter_errors(instance), None)
-    if error is None:
-        return
-    spec = next(s for s in values if s.ini == error.absolute_path[0])
-    problem = f"{error.instance!r} is not {error.schema['description']}"
-    raise usage_error(spec, values[spec][1], problem, error.schema["fix"])
+    for spec, (texts, source) in checked:
+        validator = Draft202012Validator({**schema, "$ref": f"#/$defs/{spec.kind}"})
+        error = next((e for text in texts for e in validator.iter_errors(text)), None)
+        if error is not None:
+            problem = f"{error.instance!r} is not {error.schema['description']}"
+            raise usage_error(spec, source, problem, error.schema["fix"])
 
 
 def toml_table(*keys: str) -> str:
