@@ -36,9 +36,8 @@ class ServerTarget:
     @property
     def header_map(self) -> dict[str, str]:
         """The extra headers as a mapping (a header given for this server wins)."""
-        merged = {h.name: h.value for h in self.headers if h.server is None}
-        merged.update({h.name: h.value for h in self.headers if h.server is not None})
-        return merged
+        ordered = sorted(self.headers, key=lambda h: h.server is not None)  # this server's last
+        return {h.name: h.value for h in ordered}
 
 
 def build_targets(
