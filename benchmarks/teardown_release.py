@@ -39,7 +39,7 @@ def trial(workdir: Path, index: int) -> tuple[float, float, float]:
     )  # fmt: skip
     profile = Profile(name="bench", model_path="bench/model", tp=1, args=FAST)
     settings = dataclasses.replace(settings, profiles={"bench": profile})
-    target = settings.target("bench")
+    target = settings.targets.get("bench")
     assert target is not None
     launch = Launch(target, settings, log_path=workdir / f"bench-{index}.log", gpu=probe)
     launch.start()

@@ -101,10 +101,6 @@ class Settings:
             build_targets(self.servers, self.profiles, self.expectations, self.headers)
         )
 
-    def target(self, name: str) -> ServerTarget | None:
-        """Return the server called ``name`` (attached or a profile), if any."""
-        return self.targets.get(name)
-
     def default_server(self) -> str | None:
         """Return the server a test that names none gets, or None when that is ambiguous.
 

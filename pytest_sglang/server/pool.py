@@ -101,7 +101,7 @@ class ServerPool:
         urls = [
             server.url
             if not isinstance(server, str)
-            else getattr(self.settings.target(server), "url", None)
+            else getattr(self.settings.targets.get(server), "url", None)
             for server in servers
         ]
         return self.locks.hold(*filter(None, urls), during=during)
@@ -154,7 +154,7 @@ class ServerPool:
             raise self._failed[name].extended(
                 "\n  (this server failed earlier in the session; it is not tried again)"
             )
-        target = self.settings.target(name)
+        target = self.settings.targets.get(name)
         if target is None:
             known = ", ".join(self.names) or "none"
             raise ServerUnavailable(
