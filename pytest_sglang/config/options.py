@@ -64,6 +64,11 @@ class OptionSpec:
         return self.cli or self.ini
 
 
+def _timeout(name: str, text: str, default: float) -> OptionSpec:
+    """Return a per-project timeout: a duration, its help ``text`` and its ``default``."""
+    return OptionSpec(name, f"{text}. Default: {default:g}s", per_project=True, kind="duration")
+
+
 # Help texts follow xdist's rule: capitalised, no final period; one line of `pytest --help`.
 URL = OptionSpec(
     "url", "Attach to a running server (repeatable)", "[NAME=][openai+]URL", repeatable=True
@@ -115,23 +120,12 @@ GPU_HOST = OptionSpec(
     "gpu-host", "Read GPU state over ssh on [USER@]HOST", per_project=True, kind="host"
 )
 GPU_FAKE = OptionSpec("gpu-fake", "Read GPU state from a fake-GPU directory", per_project=True)
-REQUEST_TIMEOUT = OptionSpec(
-    "request-timeout",
-    f"A measured request's deadline. Default: {DEFAULT_REQUEST_TIMEOUT:g}s",
-    per_project=True,
-    kind="duration",
+REQUEST_TIMEOUT = _timeout(
+    "request-timeout", "A measured request's deadline", DEFAULT_REQUEST_TIMEOUT
 )
-STALL_TIMEOUT = OptionSpec(
-    "stall-timeout",
-    f"Longest silence of a stream. Default: {DEFAULT_STALL_TIMEOUT:g}s",
-    per_project=True,
-    kind="duration",
-)
-FIRST_TOKEN_TIMEOUT = OptionSpec(
-    "first-token-timeout",
-    f"First-token wait on a frozen server. Default: {DEFAULT_FIRST_TOKEN_TIMEOUT:g}s",
-    per_project=True,
-    kind="duration",
+STALL_TIMEOUT = _timeout("stall-timeout", "Longest silence of a stream", DEFAULT_STALL_TIMEOUT)
+FIRST_TOKEN_TIMEOUT = _timeout(
+    "first-token-timeout", "First-token wait on a frozen server", DEFAULT_FIRST_TOKEN_TIMEOUT
 )
 MAX_CONSECUTIVE_FAILURES = OptionSpec(
     "max-consecutive-failures",
