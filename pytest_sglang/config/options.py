@@ -64,9 +64,16 @@ class OptionSpec:
         return self.cli or self.ini
 
 
-def _timeout(name: str, text: str, default: float) -> OptionSpec:
-    """Return a per-project timeout: a duration, its help ``text`` and its ``default``."""
-    return OptionSpec(name, f"{text}. Default: {default:g}s", per_project=True, kind="duration")
+def _choice(name: str, text: str, choices: tuple[str, ...]) -> OptionSpec:
+    """Return a command-line option of ``choices`` (the first: its default); its kind: ``name``."""
+    shown = "{" + ",".join(choices) + "}"
+    return OptionSpec(name, f"{text}. Default: {choices[0]}", shown, kind=name)
+
+
+def _timeout(name: str, text: str, default: float, metavar: str | None = None) -> OptionSpec:
+    """Return a timeout: a flag taking ``metavar`` if given, else a per-project setting."""
+    described = f"{text}. Default: {default:g}s"
+    return OptionSpec(name, described, metavar, per_project=metavar is None, kind="duration")
 
 
 # Help texts follow xdist's rule: capitalised, no final period; one line of `pytest --help`.
@@ -83,25 +90,10 @@ EXPECT = OptionSpec(
 REQUIRE = OptionSpec(
     "require", "Fail, not skip, tests without server or GPU", flag=True, kind="boolean"
 )
-READY_TIMEOUT = OptionSpec(
-    "ready-timeout",
-    f"Readiness deadline. Default: {DEFAULT_READY_TIMEOUT:g}s",
-    "SECONDS",
-    kind="duration",
-)
+READY_TIMEOUT = _timeout("ready-timeout", "Readiness deadline", DEFAULT_READY_TIMEOUT, "SECONDS")
 PROFILES = OptionSpec("profiles", "TOML file of [profiles.NAME] tables", "PATH")
-LAUNCHER = OptionSpec(
-    "launcher",
-    f"What launches a profile. Default: {LAUNCHERS[0]}",
-    "{" + ",".join(LAUNCHERS) + "}",
-    kind="launcher",
-)
-INCONCLUSIVE = OptionSpec(
-    "inconclusive",
-    f"What an inconclusive verdict does. Default: {INCONCLUSIVE_CHOICES[0]}",
-    "{" + ",".join(INCONCLUSIVE_CHOICES) + "}",
-    kind="inconclusive",
-)
+LAUNCHER = _choice("launcher", "What launches a profile", LAUNCHERS)
+INCONCLUSIVE = _choice("inconclusive", "What an inconclusive verdict does", INCONCLUSIVE_CHOICES)
 SHARD = OptionSpec("shard", "Run shard K of N (whole launch groups)", "K/N", kind="shard")
 REPORT = OptionSpec("report", "Write the results as JSON", "PATH")
 MARKDOWN = OptionSpec("markdown", "Append the results as Markdown", "PATH")
