@@ -111,25 +111,22 @@ def profiles_from_tables(
             merged["env"] |= {k: str(v) for k, v in raw.get("env", {}).items()}
             merged["expect"] |= raw.get("expect", {})
         if not merged["model_path"] and merged.get("kind") != "openai":
-            problem, fix = "missing (also in the profiles it extends)", "add model-path = "
-            raise _error(
-                path, prefix, name, "model-path", problem, fix + '"ORG/MODEL" or a local path'
-            )
+            problem = "missing (also in the profiles it extends)"
+            fix = 'add model-path = "ORG/MODEL" or a local path'
+            raise _error(path, prefix, name, "model-path", problem, fix)
         merged["args"] = tuple(merged["args"])
         merged["command"] = tuple(merged["command"]) if "command" in merged else None
         profiles[name] = Profile(name=name, source=str(path), **merged)
     return profiles
 
 
-def _read_toml(path: Path, option: str) -> dict[str, Any]:
+def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as file:
             return tomllib.load(file)
-    except FileNotFoundError:
-        raise pytest.UsageError(
-            f"{option}: profile file {path} does not exist; give the path of a TOML file "
-            "with [profiles.NAME] sections"
-        ) from None
+    except OSError as exc:
+        fix = "give the path of a readable TOML file"
+        raise pytest.UsageError(f"{path}: cannot be read ({exc.strerror or exc}); {fix}") from None
     except tomllib.TOMLDecodeError as exc:
         raise pytest.UsageError(f"{path}: not valid TOML: {exc}; fix the syntax") from None
     except UnicodeDecodeError as exc:
@@ -144,7 +141,7 @@ def load_profiles(pyproject: Path | None, profiles_file: Path | None) -> dict[st
     """Load the profiles of ``pyproject.toml`` and a profiles file (a name in both is an error)."""
     profiles: dict[str, Profile] = {}
     if pyproject is not None and pyproject.is_file():
-        data = _read_toml(pyproject, "pyproject.toml")
+        data = _read_toml(pyproject)
         tool = data.get("tool")
         ours = tool.get("pytest-sglang", {}) if isinstance(tool, dict) else {}
         if not isinstance(ours, dict):
@@ -156,7 +153,7 @@ def load_profiles(pyproject: Path | None, profiles_file: Path | None) -> dict[st
         if tables is not None:
             profiles.update(profiles_from_tables(tables, pyproject, "tool.pytest-sglang.profiles"))
     if profiles_file is not None:
-        data = _read_toml(profiles_file, "--sglang-profiles")
+        data = _read_toml(profiles_file)
         extra = profiles_from_tables(data.get("profiles", {}), profiles_file, "profiles")
         for name, profile in extra.items():
             if name in profiles:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,12 @@ def test_errors_name_file_profile_and_key(tmp_path: Path, text: str, expected: s
         load_profiles(None, path)
     assert str(path) in str(info.value)
     assert expected in str(info.value)
+
+
+def test_a_file_that_cannot_be_read_is_a_usage_error(tmp_path: Path) -> None:
+    # A directory, or (for a user who is not root) a file without read permission.
+    with pytest.raises(pytest.UsageError, match=rf"{re.escape(str(tmp_path))}: cannot be read \("):
+        load_profiles(None, tmp_path)
 
 
 def test_option_errors_reach_the_user(pytester: pytest.Pytester) -> None:
