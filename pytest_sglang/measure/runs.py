@@ -112,6 +112,8 @@ class Runner:
                 'with Workload(endpoint="completions") or Workload(endpoint="chat")'
             )
         self._cut = None
+        if load is None:
+            self._note_cap(server, concurrency)
         label = f"{server.name} {load.describe() if load else f'C={concurrency}'}"
         label += f" run {repeat + 1}/{repeats}"
         line, last = "", time.monotonic()
@@ -220,7 +222,7 @@ class Runner:
         error = ServerDied(lost, phase=died.phase, exit_code=died.exit_code)
         raise Interrupted(server, measurement, error)
 
-    def note_cap(self, server: SGLangServer, concurrency: int) -> None:
+    def _note_cap(self, server: SGLangServer, concurrency: int) -> None:
         """Say so when ``concurrency`` exceeds the requests the server runs at once."""
         cap, key = server.max_running_requests, (server.name, concurrency)
         if cap is None or cap < 1 or concurrency <= cap or key in self._noted:
