@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NoReturn, overload
 
+from pytest_sglang.errors import MeasurementFailed, ServerUnavailable, SGLangError
 from pytest_sglang.loadgen.schedule import Arrival, OpenLoop
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.budget import (
@@ -23,7 +24,7 @@ from pytest_sglang.measure.budget import (
     open_loop_of,
     repeats_of,
 )
-from pytest_sglang.measure.measurement import Measurement
+from pytest_sglang.measure.measurement import Measurement, measure
 from pytest_sglang.measure.plans import DEFAULT_REPEATS, CacheKey, MeasurementPlans, cache_key
 from pytest_sglang.measure.results import CONFIG_KEYS, BenchResult, Sweep, packed
 from pytest_sglang.measure.runs import Interrupted, Runner, cut_by
@@ -31,7 +32,6 @@ from pytest_sglang.report.entries import Schedule
 from pytest_sglang.report.progress import RunLine
 
 if TYPE_CHECKING:
-    from pytest_sglang.errors import SGLangError
     from pytest_sglang.server.handle import SGLangServer
     from pytest_sglang.server.pool import ServerPool
 
@@ -116,8 +116,6 @@ class Bench:
         return view
 
     def _server(self, server: str | SGLangServer, *, why: str = "") -> SGLangServer:
-        from pytest_sglang.errors import ServerUnavailable, SGLangError
-
         __tracebackhide__ = True
         if not isinstance(server, str):
             return server
@@ -349,8 +347,6 @@ class Bench:
         self._recorded.add(id(result))
         broken = broken_message(result, budget)
         if broken is not None:
-            from pytest_sglang.errors import MeasurementFailed
-
             self._fail(MeasurementFailed(broken))
         return result
 
@@ -400,8 +396,6 @@ class Bench:
             self._record(result(stop.server, ended), stop.server)
             self._fail(stop.error)
         except BaseException as error:  # a test timeout or Ctrl-C
-            from pytest_sglang.measure.measurement import measure
-
             for server, taken in zip(servers, runs, strict=True):
                 finished = list(taken)
                 interrupted = self._runner.take_cut(server.name)

@@ -15,20 +15,21 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from pytest_sglang.errors import GpuUnavailable, MeasurementFailed, ServerDied, SGLangError
 from pytest_sglang.loadgen.ray_pools import RayPools
 from pytest_sglang.loadgen.schedule import ClosedLoop, OpenLoop
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.budget import failure_kinds
-from pytest_sglang.measure.measurement import Measurement
+from pytest_sglang.measure.checks import telemetry_checks
+from pytest_sglang.measure.measurement import Measurement, measure
 from pytest_sglang.measure.results import packed
+from pytest_sglang.measure.server_metrics import MetricsSnapshot, delta, scrape
 from pytest_sglang.report.progress import RunLine
 
 if TYPE_CHECKING:
-    from pytest_sglang.errors import SGLangError
     from pytest_sglang.gpu.probes import GpuProbe
     from pytest_sglang.loadgen.records import LoadRun
     from pytest_sglang.loadgen.runner import LoadGenerator
-    from pytest_sglang.measure.server_metrics import MetricsSnapshot
     from pytest_sglang.server.handle import SGLangServer
     from pytest_sglang.server.pool import ServerPool
 
@@ -97,13 +98,9 @@ class Runner:
 
         :raises Interrupted: the server died (reported to ``server_failed``), or the run gave up.
         """
-        from pytest_sglang.errors import MeasurementFailed
         from pytest_sglang.gpu.telemetry import TelemetrySampler
         from pytest_sglang.loadgen.placement import run_on_workers
         from pytest_sglang.loadgen.runner import ServerStoppedAnswering
-        from pytest_sglang.measure.checks import telemetry_checks
-        from pytest_sglang.measure.measurement import measure
-        from pytest_sglang.measure.server_metrics import delta
 
         if server.kind == "openai" and workload.endpoint == "generate":
             raise ValueError(
@@ -205,7 +202,6 @@ class Runner:
     ) -> None:
         """End the measurement naming the server's death if it died under the load."""
         __tracebackhide__ = True
-        from pytest_sglang.errors import ServerDied
 
         # Give a dying process a moment to be reaped when the run looks like a death.
         tail = measurement.records[-5:]
@@ -239,7 +235,6 @@ class Runner:
 
 def _gpu_probe(pool: ServerPool) -> GpuProbe | None:
     """Return the session's GPU telemetry reader, or None where no GPU is read."""
-    from pytest_sglang.errors import GpuUnavailable
     from pytest_sglang.gpu.probes import make_probe
 
     settings = pool.settings
@@ -255,8 +250,6 @@ def _gpu_probe(pool: ServerPool) -> GpuProbe | None:
 def _scrape(server: SGLangServer) -> MetricsSnapshot | None:
     """Scrape the server's ``/metrics``; None where it serves none (its figures stand alone)."""
     import httpx
-
-    from pytest_sglang.measure.server_metrics import scrape
 
     try:
         return scrape(server.url, server.headers)
