@@ -274,12 +274,9 @@ class Bench:
         The pool calls this after a launch. One that fails is not cached: its test measures
         again and fails with its own message.
         """
-        pending = [
-            (key, declared)
-            for key, declared in self._plans.items()
-            if declared.server == server.name and key not in self._cache
-        ]
-        pending.sort(key=lambda item: item[1].concurrency)
+        plans, cached = self._plans.items(), self._cache.keys()
+        pending = [(k, d) for k, d in plans if d.server == server.name and k not in cached]
+        pending.sort(key=lambda plan: plan[1].concurrency)
         if not pending:
             return
         self._progress(

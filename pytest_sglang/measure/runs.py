@@ -162,11 +162,10 @@ class Runner:
             live.end(line)
         measurement = measure(run)
         before = scrapes[0] if scrapes and stopped is None else None
-        after = _scrape(server) if before is not None else None
-        if before is not None and after is not None:
+        after = before and _scrape(server)
+        if before and after:
             with contextlib.suppress(ValueError):  # restarted, or not SGLang's counters
-                counters = delta(before, after)
-                measurement = dataclasses.replace(measurement, server_counters=counters)
+                measurement = dataclasses.replace(measurement, server_counters=delta(before, after))
         if sampler is not None and sampler.started_at:
             summary = sampler.summary()
             measurement = dataclasses.replace(
