@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NoReturn, overload
 
+from pytest_sglang.errors import MeasurementFailed, ServerUnavailable, SGLangError
 from pytest_sglang.loadgen.schedule import Arrival, OpenLoop
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.budget import (
@@ -23,7 +24,7 @@ from pytest_sglang.measure.budget import (
     open_loop_of,
     repeats_of,
 )
-from pytest_sglang.measure.measurement import Measurement
+from pytest_sglang.measure.measurement import Measurement, measure
 from pytest_sglang.measure.plans import DEFAULT_REPEATS, CacheKey, MeasurementPlans, cache_key
 from pytest_sglang.measure.results import CONFIG_KEYS, BenchResult, Sweep, packed
 from pytest_sglang.measure.runs import Interrupted, Runner, cut_by
@@ -31,7 +32,6 @@ from pytest_sglang.report.entries import Schedule
 from pytest_sglang.report.progress import RunLine
 
 if TYPE_CHECKING:
-    from pytest_sglang.errors import SGLangError
     from pytest_sglang.server.handle import SGLangServer
     from pytest_sglang.server.pool import ServerPool
 
@@ -116,8 +116,6 @@ class Bench:
         return view
 
     def _server(self, server: str | SGLangServer, *, why: str = "") -> SGLangServer:
-        from pytest_sglang.errors import ServerUnavailable, SGLangError
-
         __tracebackhide__ = True
         if not isinstance(server, str):
             return server
@@ -231,14 +229,7 @@ class Bench:
             keys = [cache_key(name, workload, level, repeats) for name in (a, b)]
             if {a, b} <= attached and not any(key in self._cache for key in keys):
                 check_fills(workload, level)
-                servers = (self._server(a), self._server(b))
-
-                def take(runs: tuple[list[Measurement], ...]) -> None:
-                    for repeat in range(repeats):  # A B A B, so that drift cancels
-                        for side, server in enumerate(servers):
-                            runs[side].append(self._run(server, workload, level, repeat, repeats))
-
-                taken = self._taken(servers, workload, level, repeats, take, "interleaved")
+                taken = self._taken((self._server(a), self._server(b)), workload, level, repeats)
                 self._cache.update(zip(keys, taken, strict=True))
             first = self._measure(a, workload, level, repeats, budget)
             return first, self._measure(b, workload, level, repeats, budget)
@@ -283,14 +274,14 @@ class Bench:
         The pool calls this after a launch. One that fails is not cached: its test measures
         again and fails with its own message.
         """
-        cached = self._cache.keys()
-        pending = [d for k, d in self._plans.items() if d.server == server.name and k not in cached]
-        pending.sort(key=lambda d: d.concurrency)
+        plans, cached = self._plans.items(), self._cache.keys()
+        pending = [(k, d) for k, d in plans if d.server == server.name and k not in cached]
+        pending.sort(key=lambda plan: plan[1].concurrency)
         if not pending:
             return
         self._progress(
             f"sglang: {server.name!r} is up: taking the {len(pending)} measurement(s) declared "
-            f"for it ({', '.join(d.label() for d in pending)})"
+            f"for it ({', '.join(declared.label() for _, declared in pending)})"
         )
 
         def keep_cut(result: BenchResult, handle: SGLangServer | None) -> None:
@@ -298,11 +289,12 @@ class Bench:
                 self._unrecorded_cuts.append((result, handle))
 
         quiet = self.with_recorder(keep_cut)
-        for number, declared in enumerate(pending, 1):
+        for number, (key, declared) in enumerate(pending, 1):
             started = time.monotonic()
-            key = cache_key(server.name, declared.workload, declared.concurrency, declared.repeats)
             try:
-                quiet._fill(server, declared.workload, declared.concurrency, declared.repeats, key)
+                (self._cache[key],) = quiet._taken(
+                    (server,), declared.workload, declared.concurrency, declared.repeats
+                )
             except Exception as exc:  # the declaring test measures again, and says why
                 first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 self._progress(
@@ -343,43 +335,17 @@ class Bench:
                     "it is taken while the server is up"
                 )
             handle = self._server(server, why=why)
-            if key not in self._cache:
-                self._fill(handle, workload, concurrency, repeats, key, load=load)
+            if key not in self._cache:  # the server's launch may have taken it (take_declared)
+                (self._cache[key],) = self._taken(
+                    (handle,), workload, concurrency, repeats, load=load
+                )
         result = self._cache[key]
         self._record(result, self._handles.get(result.server))
         self._recorded.add(id(result))
         broken = broken_message(result, budget)
         if broken is not None:
-            from pytest_sglang.errors import MeasurementFailed
-
             self._fail(MeasurementFailed(broken))
         return result
-
-    def _fill(
-        self,
-        handle: SGLangServer,
-        workload: Workload,
-        concurrency: int,
-        repeats: int,
-        key: CacheKey,
-        *,
-        load: OpenLoop | None = None,
-    ) -> None:
-        """Measure ``repeats`` runs on ``handle`` into the cache at ``key`` (``load``: open)."""
-        __tracebackhide__ = True
-
-        def take(runs: tuple[list[Measurement], ...]) -> None:
-            if load is None:
-                self._runner.note_cap(handle, concurrency)
-            with self.pool.measuring(handle, during=self._during):
-                for repeat in range(repeats):
-                    runs[0].append(
-                        self._run(handle, workload, concurrency, repeat, repeats, load=load)
-                    )
-
-        (self._cache[key],) = self._taken(
-            (handle,), workload, concurrency, repeats, take, load=load
-        )
 
     def _taken(
         self,
@@ -387,29 +353,27 @@ class Bench:
         workload: Workload,
         concurrency: int,
         repeats: int,
-        take: Callable[[tuple[list[Measurement], ...]], None],
-        schedule: Schedule = "blocks",
         *,
         load: OpenLoop | None = None,
     ) -> list[BenchResult]:
-        """Return the results of ``take``'s runs, one per server (neither cached nor recorded).
+        """Take ``repeats`` runs on each of ``servers`` (A B A B, so that drift cancels).
 
-        An ended measurement is recorded and fails the test; a cut one is recorded, labelled.
+        Returns one result per server, neither cached nor recorded. An ended measurement is
+        recorded and fails the test; a cut one is recorded, labelled.
         """
         __tracebackhide__ = True
         runs: tuple[list[Measurement], ...] = tuple([] for _ in servers)
+        schedule: Schedule = "interleaved" if len(servers) > 1 else "blocks"
 
         def result(server: SGLangServer, taken: list[Measurement]) -> BenchResult:
             self._handles[server.name] = server  # kept for the report
             info = server.server_info
-            config = {k: info[k] for k in CONFIG_KEYS if k in info}
-            runs = tuple(map(packed, taken))
             return BenchResult(
                 server.name,
                 workload,
                 concurrency,
-                runs,
-                config,
+                tuple(taken),  # packed by the runner
+                {k: info[k] for k in CONFIG_KEYS if k in info},
                 schedule,
                 server.url,
                 open_loop=load,
@@ -417,15 +381,18 @@ class Bench:
             )
 
         try:
-            take(runs)
+            with self.pool.measuring(*servers, during=self._during):
+                for repeat in range(repeats):
+                    for server, taken in zip(servers, runs, strict=True):
+                        taken.append(
+                            self._run(server, workload, concurrency, repeat, repeats, load=load)
+                        )
         except Interrupted as stop:
-            side = runs[servers.index(stop.server)]
-            side.append(stop.measurement)
-            self._record(result(stop.server, side), stop.server)
+            ended = runs[servers.index(stop.server)]
+            ended.append(stop.measurement)
+            self._record(result(stop.server, ended), stop.server)
             self._fail(stop.error)
         except BaseException as error:  # a test timeout or Ctrl-C
-            from pytest_sglang.measure.measurement import measure
-
             for server, taken in zip(servers, runs, strict=True):
                 finished = list(taken)
                 interrupted = self._runner.take_cut(server.name)

@@ -42,9 +42,8 @@ class TtftSplit:
 def split_ttft(record: RequestRecord) -> TtftSplit | None:
     """Split ``record``'s TTFT, or ``None`` without a TTFT or the server's timings."""
     ttft, times = record.ttft, record.server_times or {}
-    if ttft is None or record.error is not None or "queue_time" not in times:
-        return None
-    if "prefill_finished_time" not in times or "forward_entry_time" not in times:
+    needed = {"queue_time", "prefill_finished_time", "forward_entry_time"}
+    if ttft is None or record.error is not None or not needed <= times.keys():
         return None
     queue = times["queue_time"]
     prefill = times["prefill_finished_time"] - times["forward_entry_time"]

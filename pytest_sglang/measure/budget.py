@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
 from pytest_sglang.loadgen.schedule import Arrival, OpenLoop
+from pytest_sglang.measure.checks import CHECK_NAMES, ERROR_KINDS, LOAD_CHECKS, errors_by_kind
 
 if TYPE_CHECKING:
     from pytest_sglang.loadgen.workload import Workload
@@ -122,8 +123,6 @@ class Budget:
     @classmethod
     def of(cls, allow_errors: object, allow_checks: object = ()) -> Budget:
         """Return the budget of a call's ``allow_errors`` and ``allow_checks``."""
-        from pytest_sglang.measure.checks import CHECK_NAMES
-
         wanted = "between 0 and 1 (the fraction of each run's requests that may fail)"
         if not isinstance(allow_errors, int | float) or isinstance(allow_errors, bool):
             _refuse(TypeError, "allow_errors", wanted, allow_errors, "allow_errors=0.05")
@@ -183,8 +182,6 @@ def failed_checks_message(result: BenchResult, allowed: frozenset[str]) -> str |
 
     The error budget judges ``no_failed_requests``, the verdicts judge ``LOAD_CHECKS``.
     """
-    from pytest_sglang.measure.checks import LOAD_CHECKS
-
     skip = allowed | LOAD_CHECKS | {"no_failed_requests"}
     failed = [
         (index, check)
@@ -211,8 +208,6 @@ def failed_checks_message(result: BenchResult, allowed: frozenset[str]) -> str |
 
 def failure_kinds(runs: Sequence[Measurement]) -> list[str]:
     """Return lines counting the failed requests of ``runs`` by kind, quoting one of each."""
-    from pytest_sglang.measure.checks import ERROR_KINDS, errors_by_kind
-
     ranked = errors_by_kind([r for run in runs for r in run.records if r.error is not None])
     if not ranked:
         return []

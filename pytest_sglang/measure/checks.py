@@ -5,12 +5,10 @@ Each check, its floor and what a failure means: ``docs/metrics.md``, "Validity c
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pytest_sglang.gpu.telemetry import RunTelemetry
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
@@ -49,10 +47,6 @@ class Check:
     name: str
     passed: bool | None
     detail: str
-
-    def as_dict(self) -> dict[str, Any]:
-        """Return plain JSON types."""
-        return dataclasses.asdict(self)
 
 
 def error_kind(message: str) -> str:

@@ -10,7 +10,7 @@ import bisect
 import dataclasses
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,8 +91,3 @@ class Distribution:
     def as_dict(self) -> dict[str, Any]:
         """Return plain JSON types."""
         return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Distribution:
-        """Rebuild from :meth:`as_dict` output."""
-        return cls(**data)

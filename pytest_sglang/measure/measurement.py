@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
@@ -92,7 +92,7 @@ class Measurement:
             value = getattr(self, name)
             data[name] = value.as_dict() if isinstance(value, Distribution) else value
         data["errors"] = [{"message": m, "count": n} for m, n in self.errors]
-        data["checks"] = [c.as_dict() for c in self.checks]
+        data["checks"] = [asdict(c) for c in self.checks]
         data["valid"] = self.valid
         if include_records:
             origin = min((r.sent for r in self.records), default=0.0)
@@ -108,7 +108,7 @@ class Measurement:
         """
         values: dict[str, Any] = {n: data[n] if n in _REQUIRED else data.get(n) for n in _PLAIN}
         for name in _DISTRIBUTIONS:
-            values[name] = values[name] and Distribution.from_dict(values[name])
+            values[name] = values[name] and Distribution(**values[name])
         return cls(
             workload=Workload.from_dict(data["workload"]),
             errors=tuple((e["message"], e["count"]) for e in data.get("errors", [])),

@@ -15,20 +15,21 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from pytest_sglang.errors import GpuUnavailable, MeasurementFailed, ServerDied, SGLangError
 from pytest_sglang.loadgen.ray_pools import RayPools
 from pytest_sglang.loadgen.schedule import ClosedLoop, OpenLoop
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.budget import failure_kinds
-from pytest_sglang.measure.measurement import Measurement
+from pytest_sglang.measure.checks import telemetry_checks
+from pytest_sglang.measure.measurement import Measurement, measure
 from pytest_sglang.measure.results import packed
+from pytest_sglang.measure.server_metrics import MetricsSnapshot, delta, scrape
 from pytest_sglang.report.progress import RunLine
 
 if TYPE_CHECKING:
-    from pytest_sglang.errors import SGLangError
     from pytest_sglang.gpu.probes import GpuProbe
     from pytest_sglang.loadgen.records import LoadRun
     from pytest_sglang.loadgen.runner import LoadGenerator
-    from pytest_sglang.measure.server_metrics import MetricsSnapshot
     from pytest_sglang.server.handle import SGLangServer
     from pytest_sglang.server.pool import ServerPool
 
@@ -97,13 +98,9 @@ class Runner:
 
         :raises Interrupted: the server died (reported to ``server_failed``), or the run gave up.
         """
-        from pytest_sglang.errors import MeasurementFailed
         from pytest_sglang.gpu.telemetry import TelemetrySampler
         from pytest_sglang.loadgen.placement import run_on_workers
         from pytest_sglang.loadgen.runner import ServerStoppedAnswering
-        from pytest_sglang.measure.checks import telemetry_checks
-        from pytest_sglang.measure.measurement import measure
-        from pytest_sglang.measure.server_metrics import delta
 
         if server.kind == "openai" and workload.endpoint == "generate":
             raise ValueError(
@@ -112,6 +109,8 @@ class Runner:
                 'with Workload(endpoint="completions") or Workload(endpoint="chat")'
             )
         self._cut = None
+        if load is None:
+            self._note_cap(server, concurrency)
         label = f"{server.name} {load.describe() if load else f'C={concurrency}'}"
         label += f" run {repeat + 1}/{repeats}"
         line, last = "", time.monotonic()
@@ -163,11 +162,10 @@ class Runner:
             live.end(line)
         measurement = measure(run)
         before = scrapes[0] if scrapes and stopped is None else None
-        after = _scrape(server) if before is not None else None
-        if before is not None and after is not None:
+        after = before and _scrape(server)
+        if before and after:
             with contextlib.suppress(ValueError):  # restarted, or not SGLang's counters
-                counters = delta(before, after)
-                measurement = dataclasses.replace(measurement, server_counters=counters)
+                measurement = dataclasses.replace(measurement, server_counters=delta(before, after))
         if sampler is not None and sampler.started_at:
             summary = sampler.summary()
             measurement = dataclasses.replace(
@@ -203,7 +201,6 @@ class Runner:
     ) -> None:
         """End the measurement naming the server's death if it died under the load."""
         __tracebackhide__ = True
-        from pytest_sglang.errors import ServerDied
 
         # Give a dying process a moment to be reaped when the run looks like a death.
         tail = measurement.records[-5:]
@@ -220,7 +217,7 @@ class Runner:
         error = ServerDied(lost, phase=died.phase, exit_code=died.exit_code)
         raise Interrupted(server, measurement, error)
 
-    def note_cap(self, server: SGLangServer, concurrency: int) -> None:
+    def _note_cap(self, server: SGLangServer, concurrency: int) -> None:
         """Say so when ``concurrency`` exceeds the requests the server runs at once."""
         cap, key = server.max_running_requests, (server.name, concurrency)
         if cap is None or cap < 1 or concurrency <= cap or key in self._noted:
@@ -237,7 +234,6 @@ class Runner:
 
 def _gpu_probe(pool: ServerPool) -> GpuProbe | None:
     """Return the session's GPU telemetry reader, or None where no GPU is read."""
-    from pytest_sglang.errors import GpuUnavailable
     from pytest_sglang.gpu.probes import make_probe
 
     settings = pool.settings
@@ -253,8 +249,6 @@ def _gpu_probe(pool: ServerPool) -> GpuProbe | None:
 def _scrape(server: SGLangServer) -> MetricsSnapshot | None:
     """Scrape the server's ``/metrics``; None where it serves none (its figures stand alone)."""
     import httpx
-
-    from pytest_sglang.measure.server_metrics import scrape
 
     try:
         return scrape(server.url, server.headers)
