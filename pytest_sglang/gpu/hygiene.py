@@ -135,14 +135,9 @@ def postflight(
 
     GpuMemoryNotReleased names the pids still holding memory.
     """
-    known = {(p.pid, p.gpu_uuid) for p in baseline.processes}
 
-    def new(snapshot: GpuSnapshot) -> list[GpuProcess]:
-        return [
-            p
-            for p in snapshot.processes
-            if p.gpu_uuid in uuids and (p.pid, p.gpu_uuid) not in known
-        ]
+    def new(snapshot: GpuSnapshot) -> tuple[GpuProcess, ...]:
+        return baseline.diff(snapshot.only(uuids)).new_processes
 
     def held(snapshot: GpuSnapshot) -> list[str]:
         limit = {u: baseline.gpu(u).memory_used + RELEASE_TOLERANCE for u in uuids}

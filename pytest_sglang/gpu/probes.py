@@ -19,7 +19,6 @@ import shlex
 import subprocess
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -47,7 +46,10 @@ SMI_GPU_FIELDS = (
 
 
 class GpuProbe(Protocol):
-    """Reads GPU state; :meth:`snapshot` raises :class:`GpuUnavailable` when it cannot."""
+    """Reads GPU state; :meth:`snapshot` raises :class:`GpuUnavailable` when it cannot.
+
+    What ``sglang_gpu`` returns (as :data:`GpuState`); ``before.diff(after)`` compares.
+    """
 
     def snapshot(self) -> GpuSnapshot:
         """Return every GPU and compute process now."""
@@ -60,6 +62,10 @@ class GpuProbe(Protocol):
     def close(self) -> None:
         """Release what the probe holds (NVML's reference count)."""
         return None
+
+
+#: The public name of the session's GPU state reader (the ``sglang_gpu`` fixture's value).
+GpuState = GpuProbe
 
 
 def _number(value: Any, scale: float = 1.0) -> float | None:
@@ -354,18 +360,3 @@ def make_probe(*, host: str | None, fake_dir: Path | None) -> GpuProbe:
     if host is not None:
         return SmiProbe(host)
     return NvmlProbe()
-
-
-@dataclass(frozen=True)
-class GpuState:
-    """What ``sglang_gpu`` returns: snapshots through a probe; ``before.diff(after)`` compares."""
-
-    probe: GpuProbe
-
-    def snapshot(self) -> GpuSnapshot:
-        """Return every GPU and compute process now."""
-        return self.probe.snapshot()
-
-    def describe(self) -> str:
-        """Return where the state comes from, e.g. ``NVML (driver 570.86)``."""
-        return self.probe.describe()

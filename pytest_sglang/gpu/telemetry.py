@@ -102,22 +102,16 @@ class TelemetrySampler:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _wanted(self, uuid: str) -> bool:
-        return not self.uuids or uuid in self.uuids
-
-    def _pids(self, snapshot: GpuSnapshot) -> set[int]:
-        return {p.pid for p in snapshot.processes if self._wanted(p.gpu_uuid)}
-
     def summary(self) -> RunTelemetry:
         """Summarise the snapshots; energy from the driver's counter, else integrated power."""
         by_gpu: dict[str, list[tuple[float, Gpu]]] = {}
         powers: list[float] = []
-        for snapshot in self.snapshots:
-            gpus = [g for g in snapshot.gpus if self._wanted(g.uuid)]
-            for gpu in gpus:
+        snapshots = [s.only(self.uuids) for s in self.snapshots]
+        for snapshot in snapshots:
+            for gpu in snapshot.gpus:
                 by_gpu.setdefault(gpu.uuid, []).append((snapshot.at, gpu))
-            if any(g.power is not None for g in gpus):
-                powers.append(sum(g.power or 0.0 for g in gpus))
+            if any(g.power is not None for g in snapshot.gpus):
+                powers.append(sum(g.power or 0.0 for g in snapshot.gpus))
         ends = [(series[0][1], series[-1][1]) for series in by_gpu.values()]
         counted = all(a.energy is not None and b.energy is not None for a, b in ends)
         energies = [_energy(series) for series in by_gpu.values()]
@@ -125,8 +119,8 @@ class TelemetrySampler:
         throttled = [g for g in samples if g.throttle]
         temps = [g.temperature for g in samples if g.temperature is not None]
         utils = [g.utilization for g in samples if g.utilization is not None]
-        seen = set[int]().union(*map(self._pids, self.snapshots))
-        at_start = self._pids(self.snapshots[0]) if self.snapshots else set()
+        seen = {p.pid for snapshot in snapshots for p in snapshot.processes}
+        at_start = {p.pid for p in snapshots[0].processes} if snapshots else set()
         return RunTelemetry(
             duration=self.stopped_at - self.started_at,
             samples=len(samples),

@@ -119,14 +119,6 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
 
 
-def _longest(value: Any) -> int:
-    """Return the length of the longest string in ``value`` (JSON types)."""
-    if isinstance(value, str):
-        return len(value)
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
-    return max(map(_longest, items), default=0)
-
-
 def _clip_all(value: Any, limit: int) -> Any:
     """Return ``value`` with every string in it clipped to ``limit`` characters."""
     if isinstance(value, str):
@@ -137,15 +129,15 @@ def _clip_all(value: Any, limit: int) -> Any:
 
 
 def json_value(value: Any, redact: Redactor) -> str:
-    """Return ``value`` as redacted compact JSON, its longest strings halved until it fits."""
+    """Return ``value`` as redacted compact JSON, its strings clipped shorter until it fits."""
     value = redact.json(value)
-    while True:
-        text = redact(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
-        if len(text) <= MAX_VALUE_CHARS:
+    limit = MAX_VALUE_CHARS
+    while limit >= 1:
+        compact = json.dumps(_clip_all(value, limit), separators=(",", ":"), ensure_ascii=False)
+        if len(text := redact(compact)) <= MAX_VALUE_CHARS:
             return text
-        if (longest := _longest(value)) <= 1:
-            return json.dumps({"clipped": True, "see": "the JSON report (--sglang-report)"})
-        value = _clip_all(value, longest // 2)
+        limit //= 2
+    return json.dumps({"clipped": True, "see": "the JSON report (--sglang-report)"})
 
 
 def _verdict_value(entry: Mapping[str, Any]) -> dict[str, Any]:

@@ -215,41 +215,37 @@ def render_tables(
 # -- where TTFT went (issue 12) -------------------------------------------------------------------
 
 _PARTS = ("ttft", "queue", "prefill", "rest")
+_STATS = ("p50", "p99")
 
 
 def breakdown_lines(evidence: Mapping[str, Any]) -> list[str]:
     """Return the TTFT split of each server a verdict compared (``breakdown_summary``)."""
     found = evidence.get("ttft_breakdown")
-    lines = []
-    for server, summary in found.items() if isinstance(found, Mapping) else ():
-        with contextlib.suppress(KeyError, TypeError):
-            lines.append(f"TTFT split, {server}: {_split_text(summary)}")
-    return lines
+    splits = found.items() if isinstance(found, Mapping) else ()
+    return [f"TTFT split, {name}: {text}" for name, s in splits if (text := _split_text([s]))]
 
 
-def _split_text(summary: Mapping[str, Any]) -> str:
+def _split_text(splits: Sequence[Any]) -> str | None:
+    """Return the medians of ``splits``' parts (p50 and p99, seconds) in ms; None: one is amiss."""
+    try:
+        median = {
+            (name, stat): statistics.median(float(s[name][stat]) for s in splits) * 1000
+            for name in _PARTS
+            for stat in _STATS
+        }
+    except (KeyError, TypeError, ValueError):  # no split, or one lacks a part
+        return None
     parts = []
-    for stat in ("p50", "p99"):
-        pieces = " + ".join(f"{name} {summary[name][stat] * 1000:.1f}" for name in _PARTS[1:])
-        parts.append(f"{stat} {summary['ttft'][stat] * 1000:.1f} ms = {pieces}")
+    for stat in _STATS:
+        pieces = " + ".join(f"{name} {median[name, stat]:.1f}" for name in _PARTS[1:])
+        parts.append(f"{stat} {median['ttft', stat]:.1f} ms = {pieces}")
     return "; ".join(parts) + " ms (queue and prefill as the server reports them)"
 
 
 def _run_split(entry: MeasurementRow) -> str | None:
-    """Return a row's TTFT split, the medians over its runs (when every run carries one)."""
-    splits: list[Mapping[str, Any]] = [
-        s for run in entry["runs"] if isinstance(s := run.get("ttft_breakdown"), Mapping)
-    ]
-    splits = [s for s in splits if s.get("ttft")]
-    if not splits or not all(isinstance(s.get(name), Mapping) for s in splits for name in _PARTS):
-        return None
-    median = {
-        name: {
-            stat: statistics.median(float(s[name][stat]) for s in splits) for stat in ("p50", "p99")
-        }
-        for name in _PARTS
-    }
-    return _split_text(median)
+    """Return a row's TTFT split, the medians over the runs that carry one."""
+    splits = [s for run in entry["runs"] if isinstance(s := run.get("ttft_breakdown"), Mapping)]
+    return _split_text([s for s in splits if s.get("ttft")])
 
 
 def _xychart(entries: Sequence[MeasurementRow], rows: Sequence[list[str]]) -> list[str]:
