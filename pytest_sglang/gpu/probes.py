@@ -26,15 +26,7 @@ from pytest_sglang.config.fake_gpus import read_fake_gpus
 from pytest_sglang.errors import GpuUnavailable
 from pytest_sglang.gpu.model import MIB, Gpu, GpuProcess, GpuSnapshot, throttle_names
 
-__all__ = [
-    "FakeProbe",
-    "GpuProbe",
-    "GpuState",
-    "GpuUnavailable",
-    "NvmlProbe",
-    "SmiProbe",
-    "make_probe",
-]
+__all__ = ["FakeProbe", "GpuProbe", "GpuState", "NvmlProbe", "SmiProbe", "make_probe"]
 
 #: nvidia-smi can hang on a GPU in a bad state; never wait for it forever.
 SMI_TIMEOUT = 30.0

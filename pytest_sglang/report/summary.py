@@ -9,8 +9,8 @@ import contextlib
 import json
 import statistics
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from pytest_sglang.report.entries import (
     MeasurementRow,
@@ -29,6 +29,8 @@ COLUMNS = (
     ("TTFT p99", 9), ("ITL p50", 8), ("accept", 7), ("errors", 6),
 )  # fmt: skip
 HEADER = [name for name, _ in COLUMNS]
+
+Row = TypeVar("Row", bound=Mapping[str, Any])
 
 
 def _md(value: object) -> str:
@@ -133,16 +135,22 @@ def emulated_speedups(servers: Sequence[ServerEntry]) -> dict[str, float]:
     return found
 
 
+def by_workload(rows: Iterable[Row], ignore: Collection[str] = ()) -> dict[str, list[Row]]:
+    """Group measurement rows by their workload (its fields in ``ignore`` aside)."""
+    groups: dict[str, list[Row]] = {}
+    for row in rows:
+        workload = {k: v for k, v in row["workload"].items() if k not in ignore}
+        groups.setdefault(json.dumps(workload, sort_keys=True), []).append(row)
+    return groups
+
+
 def _workloads(
     measurements: Sequence[MeasurementRow], emulated: Mapping[str, float] | None
 ) -> list[tuple[str, list[MeasurementRow]]]:
     """Group the measurements by workload: (title, rows by concurrency, then server)."""
-    groups: dict[str, list[MeasurementRow]] = {}
     emulated = emulated or {}
-    for entry in measurements:
-        groups.setdefault(json.dumps(entry["workload"], sort_keys=True), []).append(entry)
     tables = []
-    for entries in groups.values():
+    for entries in by_workload(measurements).values():
         title = _title(entries[0]["workload"])
         names = sorted({str(e["server"]) for e in entries if e["server"] in emulated})
         for speedup in sorted({emulated[name] for name in names}):
