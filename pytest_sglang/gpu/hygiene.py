@@ -73,10 +73,9 @@ def _holders(snapshot: GpuSnapshot, uuids: Sequence[str]) -> str:
     lines = []
     for uuid in uuids:
         gpu = snapshot.gpu(uuid)
-        procs = snapshot.processes_on(uuid)
-        holders = ", ".join(p.describe() for p in procs) or "no process listed"
-        used = f"{gpu.memory_used / GIB:.1f} GiB"
-        lines.append(f"  GPU {gpu.index} ({gpu.name}, {uuid}): {used} used by {holders}")
+        holders = ", ".join(p.describe() for p in snapshot.processes_on(uuid))
+        used = f"{gpu.memory_used / GIB:.1f} GiB used by {holders or 'no process listed'}"
+        lines.append(f"  GPU {gpu.index} ({gpu.name}, {uuid}): {used}")
     return "\n".join(lines)
 
 

@@ -162,10 +162,5 @@ def unmet_requirement(snapshot: GpuSnapshot, requirement: dict[str, Any]) -> str
         wanted += f" named like {name!r}"
     if min_free is not None:
         wanted += f" with >= {float(min_free):g} GiB free"
-    found = (
-        "; ".join(
-            f"GPU {g.index} {g.name} ({g.memory_free / GIB:.1f} GiB free)" for g in snapshot.gpus
-        )
-        or "no GPU"
-    )
-    return f"requires {wanted}; found {len(matching)} such: {found}"
+    found = [f"GPU {g.index} {g.name} ({g.memory_free / GIB:.1f} GiB free)" for g in snapshot.gpus]
+    return f"requires {wanted}; found {len(matching)} such: {'; '.join(found) or 'no GPU'}"

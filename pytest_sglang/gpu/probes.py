@@ -162,9 +162,8 @@ class NvmlProbe(GpuProbe):
             for index, handle in enumerate(self._handles()):
                 gpus.append(gpu := self._gpu(index, handle))
                 for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                    name = os.path.basename(
-                        str(self._get("nvmlSystemGetProcessName", proc.pid) or "")
-                    )
+                    path = str(self._get("nvmlSystemGetProcessName", proc.pid) or "")
+                    name = os.path.basename(path)
                     used = _whole(proc.usedGpuMemory)
                     processes.append(GpuProcess(int(proc.pid), gpu.uuid, used, name))
         except nvml.NVMLError as exc:
