@@ -17,6 +17,8 @@ from pytest_sglang.gpu.probes import GpuProbe
 __all__ = ["RunTelemetry", "TelemetrySampler"]
 
 DEFAULT_INTERVAL = 0.5
+#: The JSON name of each figure that has a unit.
+UNITS = {"energy": "energy_j", "mean_power": "mean_power_w", "max_temperature": "max_temperature_c"}
 
 
 @dataclass(frozen=True)
@@ -44,10 +46,8 @@ class RunTelemetry:
 
     def as_dict(self, output_tokens: int = 0) -> dict[str, Any]:
         """Return plain JSON types, the unit in a key's name (with J/token, given the tokens)."""
-        units = {"energy": "energy_j", "mean_power": "mean_power_w"}
-        units["max_temperature"] = "max_temperature_c"
         plain = {
-            units.get(k, k): list(v) if isinstance(v, tuple) else v for k, v in vars(self).items()
+            UNITS.get(k, k): list(v) if isinstance(v, tuple) else v for k, v in vars(self).items()
         }
         return {**plain, "energy_per_token_j": self.energy_per_token(output_tokens)}
 

@@ -185,17 +185,17 @@ def concise_properties(entries: Sequence[Entry], redact: Redactor) -> list[tuple
 def _measurement_properties(entries: Sequence[Entry], redact: Redactor) -> list[tuple[str, object]]:
     # The latest of each (server, workload, level): a cached measurement is recorded again.
     measured = [e for e in entries if e["record"] == "measurement"]
-    workloads = list(dict.fromkeys(json.dumps(e["workload"], sort_keys=True) for e in measured))
     rows = {json.dumps([e["server"], e["workload"], e["concurrency"]]): e for e in measured}
-    props: list[tuple[str, object]] = []
-    several = len(workloads) > 1
-    for index, workload in enumerate(workloads, 1):
-        name = f"sglang.workload.w{index}" if several else "sglang.workload"
-        props.append((name, json_value(json.loads(workload), redact)))
+    # Each workload's tag in the names: ``.w1``, ``.w2``... where there are several.
+    keys = dict.fromkeys(json.dumps(e["workload"], sort_keys=True) for e in measured)
+    tags = {key: f".w{index}" if len(keys) > 1 else "" for index, key in enumerate(keys, 1)}
+    props: list[tuple[str, object]] = [
+        (f"sglang.workload{tag}", json_value(json.loads(key), redact)) for key, tag in tags.items()
+    ]
     for row in sorted(rows.values(), key=lambda r: (str(r["server"]), int(r["concurrency"]))):
         runs = row["runs"]
-        tag = f".w{workloads.index(json.dumps(row['workload'], sort_keys=True)) + 1}"
-        base = f"sglang.{_name(row['server'])}{tag if several else ''}.c{row['concurrency']}"
+        tag = tags[json.dumps(row["workload"], sort_keys=True)]
+        base = f"sglang.{_name(row['server'])}{tag}.c{row['concurrency']}"
         rate = _number(run_median(runs, "output_throughput"), 1)
         figures = {
             # A negative rate (a server's negative token counts) is no speed.
