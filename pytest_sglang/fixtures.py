@@ -298,7 +298,6 @@ def sglang_gpu(sglang_servers: ServerPool, sglang_settings: Settings) -> GpuStat
     what changed. Skipped where GPU state cannot be read, unless ``--sglang-require``.
     """
     from pytest_sglang.errors import GpuUnavailable
-    from pytest_sglang.gpu.probes import GpuState
 
     failure = None
     try:
@@ -309,7 +308,7 @@ def sglang_gpu(sglang_servers: ServerPool, sglang_settings: Settings) -> GpuStat
         _fail(sglang_settings, failure)
     if probe is None:
         pytest.skip(f"GPU state unavailable: {sglang_servers.gpu_skip_reason}")
-    return GpuState(probe)
+    return probe
 
 
 def stop_started(config: pytest.Config) -> None:

@@ -73,10 +73,9 @@ def _holders(snapshot: GpuSnapshot, uuids: Sequence[str]) -> str:
     lines = []
     for uuid in uuids:
         gpu = snapshot.gpu(uuid)
-        procs = snapshot.processes_on(uuid)
-        holders = ", ".join(p.describe() for p in procs) or "no process listed"
-        used = f"{gpu.memory_used / GIB:.1f} GiB"
-        lines.append(f"  GPU {gpu.index} ({gpu.name}, {uuid}): {used} used by {holders}")
+        holders = ", ".join(p.describe() for p in snapshot.processes_on(uuid))
+        used = f"{gpu.memory_used / GIB:.1f} GiB used by {holders or 'no process listed'}"
+        lines.append(f"  GPU {gpu.index} ({gpu.name}, {uuid}): {used}")
     return "\n".join(lines)
 
 
@@ -135,14 +134,9 @@ def postflight(
 
     GpuMemoryNotReleased names the pids still holding memory.
     """
-    known = {(p.pid, p.gpu_uuid) for p in baseline.processes}
 
-    def new(snapshot: GpuSnapshot) -> list[GpuProcess]:
-        return [
-            p
-            for p in snapshot.processes
-            if p.gpu_uuid in uuids and (p.pid, p.gpu_uuid) not in known
-        ]
+    def new(snapshot: GpuSnapshot) -> tuple[GpuProcess, ...]:
+        return baseline.diff(snapshot.only(uuids)).new_processes
 
     def held(snapshot: GpuSnapshot) -> list[str]:
         limit = {u: baseline.gpu(u).memory_used + RELEASE_TOLERANCE for u in uuids}

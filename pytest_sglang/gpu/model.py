@@ -6,6 +6,7 @@ For the pre/post-flight checks and the telemetry alike; None where a probe canno
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,7 +97,14 @@ class GpuSnapshot:
 
     def processes_on(self, uuid: str) -> tuple[GpuProcess, ...]:
         """Return the compute processes on the GPU with this UUID."""
-        return tuple(p for p in self.processes if p.gpu_uuid == uuid)
+        return self.only([uuid]).processes
+
+    def only(self, uuids: Collection[str]) -> GpuSnapshot:
+        """Return the part of this snapshot on the GPUs ``uuids`` (all of it when empty)."""
+        if not uuids:
+            return self
+        gpus = tuple(g for g in self.gpus if g.uuid in uuids)
+        return GpuSnapshot(gpus, tuple(p for p in self.processes if p.gpu_uuid in uuids), self.at)
 
     def diff(self, later: GpuSnapshot) -> SnapshotDiff:
         """Return what changed from this snapshot to ``later``."""
@@ -154,10 +162,5 @@ def unmet_requirement(snapshot: GpuSnapshot, requirement: dict[str, Any]) -> str
         wanted += f" named like {name!r}"
     if min_free is not None:
         wanted += f" with >= {float(min_free):g} GiB free"
-    found = (
-        "; ".join(
-            f"GPU {g.index} {g.name} ({g.memory_free / GIB:.1f} GiB free)" for g in snapshot.gpus
-        )
-        or "no GPU"
-    )
-    return f"requires {wanted}; found {len(matching)} such: {found}"
+    found = [f"GPU {g.index} {g.name} ({g.memory_free / GIB:.1f} GiB free)" for g in snapshot.gpus]
+    return f"requires {wanted}; found {len(matching)} such: {'; '.join(found) or 'no GPU'}"

@@ -19,7 +19,6 @@ import shlex
 import subprocess
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,15 +26,7 @@ from pytest_sglang.config.fake_gpus import read_fake_gpus
 from pytest_sglang.errors import GpuUnavailable
 from pytest_sglang.gpu.model import MIB, Gpu, GpuProcess, GpuSnapshot, throttle_names
 
-__all__ = [
-    "FakeProbe",
-    "GpuProbe",
-    "GpuState",
-    "GpuUnavailable",
-    "NvmlProbe",
-    "SmiProbe",
-    "make_probe",
-]
+__all__ = ["FakeProbe", "GpuProbe", "GpuState", "NvmlProbe", "SmiProbe", "make_probe"]
 
 #: nvidia-smi can hang on a GPU in a bad state; never wait for it forever.
 SMI_TIMEOUT = 30.0
@@ -47,7 +38,10 @@ SMI_GPU_FIELDS = (
 
 
 class GpuProbe(Protocol):
-    """Reads GPU state; :meth:`snapshot` raises :class:`GpuUnavailable` when it cannot."""
+    """Reads GPU state; :meth:`snapshot` raises :class:`GpuUnavailable` when it cannot.
+
+    What ``sglang_gpu`` returns (as :data:`GpuState`); ``before.diff(after)`` compares.
+    """
 
     def snapshot(self) -> GpuSnapshot:
         """Return every GPU and compute process now."""
@@ -60,6 +54,10 @@ class GpuProbe(Protocol):
     def close(self) -> None:
         """Release what the probe holds (NVML's reference count)."""
         return None
+
+
+#: The public name of the session's GPU state reader (the ``sglang_gpu`` fixture's value).
+GpuState = GpuProbe
 
 
 def _number(value: Any, scale: float = 1.0) -> float | None:
@@ -164,9 +162,8 @@ class NvmlProbe(GpuProbe):
             for index, handle in enumerate(self._handles()):
                 gpus.append(gpu := self._gpu(index, handle))
                 for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                    name = os.path.basename(
-                        str(self._get("nvmlSystemGetProcessName", proc.pid) or "")
-                    )
+                    path = str(self._get("nvmlSystemGetProcessName", proc.pid) or "")
+                    name = os.path.basename(path)
                     used = _whole(proc.usedGpuMemory)
                     processes.append(GpuProcess(int(proc.pid), gpu.uuid, used, name))
         except nvml.NVMLError as exc:
@@ -354,18 +351,3 @@ def make_probe(*, host: str | None, fake_dir: Path | None) -> GpuProbe:
     if host is not None:
         return SmiProbe(host)
     return NvmlProbe()
-
-
-@dataclass(frozen=True)
-class GpuState:
-    """What ``sglang_gpu`` returns: snapshots through a probe; ``before.diff(after)`` compares."""
-
-    probe: GpuProbe
-
-    def snapshot(self) -> GpuSnapshot:
-        """Return every GPU and compute process now."""
-        return self.probe.snapshot()
-
-    def describe(self) -> str:
-        """Return where the state comes from, e.g. ``NVML (driver 570.86)``."""
-        return self.probe.describe()

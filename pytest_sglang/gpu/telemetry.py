@@ -17,6 +17,8 @@ from pytest_sglang.gpu.probes import GpuProbe
 __all__ = ["RunTelemetry", "TelemetrySampler"]
 
 DEFAULT_INTERVAL = 0.5
+#: The JSON name of each figure that has a unit.
+UNITS = {"energy": "energy_j", "mean_power": "mean_power_w", "max_temperature": "max_temperature_c"}
 
 
 @dataclass(frozen=True)
@@ -44,10 +46,8 @@ class RunTelemetry:
 
     def as_dict(self, output_tokens: int = 0) -> dict[str, Any]:
         """Return plain JSON types, the unit in a key's name (with J/token, given the tokens)."""
-        units = {"energy": "energy_j", "mean_power": "mean_power_w"}
-        units["max_temperature"] = "max_temperature_c"
         plain = {
-            units.get(k, k): list(v) if isinstance(v, tuple) else v for k, v in vars(self).items()
+            UNITS.get(k, k): list(v) if isinstance(v, tuple) else v for k, v in vars(self).items()
         }
         return {**plain, "energy_per_token_j": self.energy_per_token(output_tokens)}
 
@@ -102,22 +102,16 @@ class TelemetrySampler:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _wanted(self, uuid: str) -> bool:
-        return not self.uuids or uuid in self.uuids
-
-    def _pids(self, snapshot: GpuSnapshot) -> set[int]:
-        return {p.pid for p in snapshot.processes if self._wanted(p.gpu_uuid)}
-
     def summary(self) -> RunTelemetry:
         """Summarise the snapshots; energy from the driver's counter, else integrated power."""
         by_gpu: dict[str, list[tuple[float, Gpu]]] = {}
         powers: list[float] = []
-        for snapshot in self.snapshots:
-            gpus = [g for g in snapshot.gpus if self._wanted(g.uuid)]
-            for gpu in gpus:
+        snapshots = [s.only(self.uuids) for s in self.snapshots]
+        for snapshot in snapshots:
+            for gpu in snapshot.gpus:
                 by_gpu.setdefault(gpu.uuid, []).append((snapshot.at, gpu))
-            if any(g.power is not None for g in gpus):
-                powers.append(sum(g.power or 0.0 for g in gpus))
+            if any(g.power is not None for g in snapshot.gpus):
+                powers.append(sum(g.power or 0.0 for g in snapshot.gpus))
         ends = [(series[0][1], series[-1][1]) for series in by_gpu.values()]
         counted = all(a.energy is not None and b.energy is not None for a, b in ends)
         energies = [_energy(series) for series in by_gpu.values()]
@@ -125,8 +119,8 @@ class TelemetrySampler:
         throttled = [g for g in samples if g.throttle]
         temps = [g.temperature for g in samples if g.temperature is not None]
         utils = [g.utilization for g in samples if g.utilization is not None]
-        seen = set[int]().union(*map(self._pids, self.snapshots))
-        at_start = self._pids(self.snapshots[0]) if self.snapshots else set()
+        seen = {p.pid for snapshot in snapshots for p in snapshot.processes}
+        at_start = {p.pid for p in snapshots[0].processes} if snapshots else set()
         return RunTelemetry(
             duration=self.stopped_at - self.started_at,
             samples=len(samples),

@@ -64,7 +64,7 @@ class Runner:
         self._workers = int(self._options.pop("load_workers", 1))
         self._ray_address = self._options.pop("ray_address", None)
         self._progress = progress
-        self._run_line = run_line or RunLine(None, lambda write: write())
+        self._run_line = run_line or RunLine(None)
         self._gpu = _gpu_probe(pool)
         self._ray_pools = RayPools()
         self._noted: set[tuple[str, int]] = set()

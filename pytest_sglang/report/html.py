@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from pytest_sglang.config.redaction import Redactor
 from pytest_sglang.report.entries import MeasurementRow
-from pytest_sglang.report.summary import HEADER, cells, describe_workload
+from pytest_sglang.report.summary import HEADER, by_workload, cells, describe_workload
 
 __all__ = ["render_html"]
 
@@ -80,15 +80,6 @@ def _median(values: Sequence[float], scale: float, digits: int) -> str:
     median = statistics.median(values) * scale
     spread = (max(values) - min(values)) * scale / median * 100 if median else 0.0
     return f"{median:.2f} (±{spread / 2:.1f}%)" if len(values) > 1 else f"{median:.2f}"
-
-
-def _groups(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
-    """Group rows by workload (its request count aside: a baseline's may differ)."""
-    groups: dict[str, list[Mapping[str, Any]]] = {}
-    for row in rows:
-        workload = {k: v for k, v in row["workload"].items() if k != "requests"}
-        groups.setdefault(json.dumps(workload, sort_keys=True), []).append(row)
-    return groups
 
 
 def _regressed_levels(
@@ -226,8 +217,9 @@ def render_html(
             "<h2>Configurations (what the fingerprint compares)</h2>",
             _table(("server", "effective configuration (/server_info)"), list(configs.values())),
         ]
-    stored = _groups(baselines)
-    for index, (key, rows) in enumerate(_groups(measurements).items(), 1):
+    # A baseline's request count may differ from the measurement's.
+    stored = by_workload(baselines, ignore={"requests"})
+    for index, (key, rows) in enumerate(by_workload(measurements, ignore={"requests"}).items(), 1):
         parts += _workload_html(index, rows, stored.get(key, []), verdicts)
     parts.append("<h2>Verdicts</h2>")
     if not verdicts:

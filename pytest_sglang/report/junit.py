@@ -119,14 +119,6 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
 
 
-def _longest(value: Any) -> int:
-    """Return the length of the longest string in ``value`` (JSON types)."""
-    if isinstance(value, str):
-        return len(value)
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
-    return max(map(_longest, items), default=0)
-
-
 def _clip_all(value: Any, limit: int) -> Any:
     """Return ``value`` with every string in it clipped to ``limit`` characters."""
     if isinstance(value, str):
@@ -137,15 +129,15 @@ def _clip_all(value: Any, limit: int) -> Any:
 
 
 def json_value(value: Any, redact: Redactor) -> str:
-    """Return ``value`` as redacted compact JSON, its longest strings halved until it fits."""
+    """Return ``value`` as redacted compact JSON, its strings clipped shorter until it fits."""
     value = redact.json(value)
-    while True:
-        text = redact(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
-        if len(text) <= MAX_VALUE_CHARS:
+    limit = MAX_VALUE_CHARS
+    while limit >= 1:
+        compact = json.dumps(_clip_all(value, limit), separators=(",", ":"), ensure_ascii=False)
+        if len(text := redact(compact)) <= MAX_VALUE_CHARS:
             return text
-        if (longest := _longest(value)) <= 1:
-            return json.dumps({"clipped": True, "see": "the JSON report (--sglang-report)"})
-        value = _clip_all(value, longest // 2)
+        limit //= 2
+    return json.dumps({"clipped": True, "see": "the JSON report (--sglang-report)"})
 
 
 def _verdict_value(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -193,17 +185,17 @@ def concise_properties(entries: Sequence[Entry], redact: Redactor) -> list[tuple
 def _measurement_properties(entries: Sequence[Entry], redact: Redactor) -> list[tuple[str, object]]:
     # The latest of each (server, workload, level): a cached measurement is recorded again.
     measured = [e for e in entries if e["record"] == "measurement"]
-    workloads = list(dict.fromkeys(json.dumps(e["workload"], sort_keys=True) for e in measured))
     rows = {json.dumps([e["server"], e["workload"], e["concurrency"]]): e for e in measured}
-    props: list[tuple[str, object]] = []
-    several = len(workloads) > 1
-    for index, workload in enumerate(workloads, 1):
-        name = f"sglang.workload.w{index}" if several else "sglang.workload"
-        props.append((name, json_value(json.loads(workload), redact)))
+    # Each workload's tag in the names: ``.w1``, ``.w2``... where there are several.
+    keys = dict.fromkeys(json.dumps(e["workload"], sort_keys=True) for e in measured)
+    tags = {key: f".w{index}" if len(keys) > 1 else "" for index, key in enumerate(keys, 1)}
+    props: list[tuple[str, object]] = [
+        (f"sglang.workload{tag}", json_value(json.loads(key), redact)) for key, tag in tags.items()
+    ]
     for row in sorted(rows.values(), key=lambda r: (str(r["server"]), int(r["concurrency"]))):
         runs = row["runs"]
-        tag = f".w{workloads.index(json.dumps(row['workload'], sort_keys=True)) + 1}"
-        base = f"sglang.{_name(row['server'])}{tag if several else ''}.c{row['concurrency']}"
+        tag = tags[json.dumps(row["workload"], sort_keys=True)]
+        base = f"sglang.{_name(row['server'])}{tag}.c{row['concurrency']}"
         rate = _number(run_median(runs, "output_throughput"), 1)
         figures = {
             # A negative rate (a server's negative token counts) is no speed.

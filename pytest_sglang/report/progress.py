@@ -16,29 +16,16 @@ from pytest import TerminalReporter
 __all__ = ["RunLine", "progress_writer", "run_line"]
 
 
-def _uncaptured(config: pytest.Config) -> Callable[[Callable[[], None]], None]:
-    """Return a function that calls a write with output capturing suspended around it."""
+def _uncaptured(config: pytest.Config) -> Callable[[], contextlib.AbstractContextManager[None]]:
+    """Return a context in which output capturing is suspended (nothing without capturing)."""
     capture = config.pluginmanager.get_plugin("capturemanager")
-
-    def uncaptured(write: Callable[[], None]) -> None:
-        with (
-            capture.global_and_fixture_disabled()
-            if capture is not None
-            else contextlib.nullcontext()
-        ):
-            write()
-
-    return uncaptured
+    return contextlib.nullcontext if capture is None else capture.global_and_fixture_disabled
 
 
-def _flushed(reporter: TerminalReporter, line: str) -> Callable[[], None]:
-    """Return a write of ``line`` on its own line, flushed so that a CI log shows it now."""
-
-    def write() -> None:
-        reporter.write_line(line)
-        reporter.flush()
-
-    return write
+def _write_line(reporter: TerminalReporter, line: str) -> None:
+    """Write ``line`` on its own line, flushed so that a CI log shows it now."""
+    reporter.write_line(line)
+    reporter.flush()
 
 
 def progress_writer(config: pytest.Config) -> Callable[[str], None]:
@@ -48,13 +35,14 @@ def progress_writer(config: pytest.Config) -> Callable[[str], None]:
     uncaptured = _uncaptured(config)
 
     def show(line: str) -> None:
-        if workerinput is not None:
-            # Its own line (the controller's may be mid-line), straight to the descriptor:
-            # sys.stderr may be a capture's replacement.
-            data = f"\n[{workerinput.get('workerid', 'worker')}] {line}\n".encode(errors="replace")
-            uncaptured(lambda: _write_all(data))
-        elif reporter is not None:
-            uncaptured(_flushed(reporter, line))
+        with uncaptured():
+            if workerinput is not None:
+                # Its own line (the controller's may be mid-line), straight to the
+                # descriptor: sys.stderr may be a capture's replacement.
+                worker = workerinput.get("workerid", "worker")
+                _write_all(f"\n[{worker}] {line}\n".encode(errors="replace"))
+            elif reporter is not None:
+                _write_line(reporter, line)
 
     return show
 
@@ -68,7 +56,8 @@ class RunLine:
     """
 
     _reporter: TerminalReporter | None
-    _uncaptured: Callable[[Callable[[], None]], None]
+    #: Suspends output capturing around a write (``_uncaptured``).
+    _uncaptured: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
     _: KW_ONLY
     #: ``-q``: no progress at all, the measurement's occasional lines neither.
     quiet: bool = False
@@ -83,15 +72,17 @@ class RunLine:
     def show(self, line: str) -> None:
         """Show the run's line so far (on a terminal; elsewhere nothing)."""
         if self.in_place:
-            self._uncaptured(lambda: self._rewrite(line))
+            with self._uncaptured():
+                self._rewrite(line)
 
     def end(self, line: str) -> None:
         """Leave the run's last line: rewritten in place, or written once."""
-        if self.in_place:
-            self._uncaptured(lambda: self._rewrite(line))
-            self._open = False
-        elif self._reporter is not None:
-            self._uncaptured(_flushed(self._reporter, line))
+        with self._uncaptured():
+            if self.in_place:
+                self._rewrite(line)
+                self._open = False
+            elif self._reporter is not None:
+                _write_line(self._reporter, line)
 
     def _rewrite(self, line: str) -> None:
         reporter = self._reporter

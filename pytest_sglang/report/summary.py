@@ -9,8 +9,8 @@ import contextlib
 import json
 import statistics
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from pytest_sglang.report.entries import (
     MeasurementRow,
@@ -29,6 +29,8 @@ COLUMNS = (
     ("TTFT p99", 9), ("ITL p50", 8), ("accept", 7), ("errors", 6),
 )  # fmt: skip
 HEADER = [name for name, _ in COLUMNS]
+
+Row = TypeVar("Row", bound=Mapping[str, Any])
 
 
 def _md(value: object) -> str:
@@ -133,16 +135,22 @@ def emulated_speedups(servers: Sequence[ServerEntry]) -> dict[str, float]:
     return found
 
 
+def by_workload(rows: Iterable[Row], ignore: Collection[str] = ()) -> dict[str, list[Row]]:
+    """Group measurement rows by their workload (its fields in ``ignore`` aside)."""
+    groups: dict[str, list[Row]] = {}
+    for row in rows:
+        workload = {k: v for k, v in row["workload"].items() if k not in ignore}
+        groups.setdefault(json.dumps(workload, sort_keys=True), []).append(row)
+    return groups
+
+
 def _workloads(
     measurements: Sequence[MeasurementRow], emulated: Mapping[str, float] | None
 ) -> list[tuple[str, list[MeasurementRow]]]:
     """Group the measurements by workload: (title, rows by concurrency, then server)."""
-    groups: dict[str, list[MeasurementRow]] = {}
     emulated = emulated or {}
-    for entry in measurements:
-        groups.setdefault(json.dumps(entry["workload"], sort_keys=True), []).append(entry)
     tables = []
-    for entries in groups.values():
+    for entries in by_workload(measurements).values():
         title = _title(entries[0]["workload"])
         names = sorted({str(e["server"]) for e in entries if e["server"] in emulated})
         for speedup in sorted({emulated[name] for name in names}):
@@ -215,41 +223,37 @@ def render_tables(
 # -- where TTFT went (issue 12) -------------------------------------------------------------------
 
 _PARTS = ("ttft", "queue", "prefill", "rest")
+_STATS = ("p50", "p99")
 
 
 def breakdown_lines(evidence: Mapping[str, Any]) -> list[str]:
     """Return the TTFT split of each server a verdict compared (``breakdown_summary``)."""
     found = evidence.get("ttft_breakdown")
-    lines = []
-    for server, summary in found.items() if isinstance(found, Mapping) else ():
-        with contextlib.suppress(KeyError, TypeError):
-            lines.append(f"TTFT split, {server}: {_split_text(summary)}")
-    return lines
+    splits = found.items() if isinstance(found, Mapping) else ()
+    return [f"TTFT split, {name}: {text}" for name, s in splits if (text := _split_text([s]))]
 
 
-def _split_text(summary: Mapping[str, Any]) -> str:
+def _split_text(splits: Sequence[Any]) -> str | None:
+    """Return the medians of ``splits``' parts (p50 and p99, seconds) in ms; None: one is amiss."""
+    try:
+        median = {
+            (name, stat): statistics.median(float(s[name][stat]) for s in splits) * 1000
+            for name in _PARTS
+            for stat in _STATS
+        }
+    except (KeyError, TypeError, ValueError):  # no split, or one lacks a part
+        return None
     parts = []
-    for stat in ("p50", "p99"):
-        pieces = " + ".join(f"{name} {summary[name][stat] * 1000:.1f}" for name in _PARTS[1:])
-        parts.append(f"{stat} {summary['ttft'][stat] * 1000:.1f} ms = {pieces}")
+    for stat in _STATS:
+        pieces = " + ".join(f"{name} {median[name, stat]:.1f}" for name in _PARTS[1:])
+        parts.append(f"{stat} {median['ttft', stat]:.1f} ms = {pieces}")
     return "; ".join(parts) + " ms (queue and prefill as the server reports them)"
 
 
 def _run_split(entry: MeasurementRow) -> str | None:
-    """Return a row's TTFT split, the medians over its runs (when every run carries one)."""
-    splits: list[Mapping[str, Any]] = [
-        s for run in entry["runs"] if isinstance(s := run.get("ttft_breakdown"), Mapping)
-    ]
-    splits = [s for s in splits if s.get("ttft")]
-    if not splits or not all(isinstance(s.get(name), Mapping) for s in splits for name in _PARTS):
-        return None
-    median = {
-        name: {
-            stat: statistics.median(float(s[name][stat]) for s in splits) for stat in ("p50", "p99")
-        }
-        for name in _PARTS
-    }
-    return _split_text(median)
+    """Return a row's TTFT split, the medians over the runs that carry one."""
+    splits = [s for run in entry["runs"] if isinstance(s := run.get("ttft_breakdown"), Mapping)]
+    return _split_text([s for s in splits if s.get("ttft")])
 
 
 def _xychart(entries: Sequence[MeasurementRow], rows: Sequence[list[str]]) -> list[str]:

@@ -57,7 +57,7 @@ def test_on_a_terminal_the_line_is_rewritten_in_place(pytester: pytest.Pytester)
     screen = _Terminal()
     reporter = TerminalReporter(config, screen)
     reporter.write_fspath_result("test_a.py::test_x", "")  # pytest mid-line: "test_a.py "
-    line = RunLine(reporter, lambda write: write())
+    line = RunLine(reporter)
     assert line.in_place
     line.show("sglang: measuring srv C=1 run 1/2: 1/8 requests, 10 output tok/s")
     line.show("sglang: measuring srv C=1 run 1/2: 5/8 requests, 50 output tok/s")
@@ -79,7 +79,7 @@ def test_on_a_terminal_the_line_is_rewritten_in_place(pytester: pytest.Pytester)
 
 
 def test_a_silent_line_says_nothing() -> None:
-    line = RunLine(None, lambda write: write(), quiet=True)
+    line = RunLine(None, quiet=True)
     assert not line.in_place and line.quiet
     line.show("x")
     line.end("x")
