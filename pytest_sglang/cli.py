@@ -20,18 +20,18 @@ from pytest_sglang.config.paths import OUTPUT_FIX, output_path, output_problem
 from pytest_sglang.measure.session_format import (
     DamagedSession,
     StoredMeasurement,
-    find_counterpart,
     read_document,
     report_measurements,
 )
 from pytest_sglang.measure.store import BaselineStore, StoredSession
+from pytest_sglang.report.entries import REPORT_FORMAT
 from pytest_sglang.verdicts.baseline_options import (
     DEFAULT_CHECKS,
     NOTHING_COMPARED_OK,
     allows_nothing_compared,
     parse_compare_fail,
 )
-from pytest_sglang.verdicts.regression import refused_fields, regression_verdicts
+from pytest_sglang.verdicts.gate import judge
 
 __all__ = ["main"]
 
@@ -42,7 +42,6 @@ NO_STORED_VERDICTS = (
     "This stored session was saved without its verdicts (by a pytest-sglang before they were "
     "stored); --baseline A judges its measurements against A."
 )
-REPORT_FORMAT = "pytest-sglang-report"
 
 
 class _Misuse(Exception):
@@ -78,22 +77,15 @@ def _emit(
     print(done, file=out)
 
 
-def _report(path: Path) -> dict[str, Any] | None:
-    """Return the JSON report at ``path`` (None: another JSON document)."""
-    document = read_document(path)
-    return document if document.get("format") == REPORT_FORMAT else None
-
-
 def _load(ref: str, store: BaselineStore) -> tuple[str, list[StoredMeasurement], dict[str, Any]]:
     """Return (name, measurements, report document) for a stored session or a JSON report."""
-    path = Path(ref)
-    if path.suffix == ".json" and path.is_file() and (document := _report(path)) is not None:
-        return str(path), report_measurements(document, str(path)), document
     try:
         session = store.find(ref)
     except (LookupError, ValueError) as exc:
         raise _Misuse(str(exc)) from None
-    return session.id, list(session.measurements), session_document(session)
+    report = session.document.get("format") == REPORT_FORMAT
+    document = dict(session.document) if report else session_document(session)
+    return session.id, list(session.measurements), document
 
 
 def session_document(session: StoredSession) -> dict[str, Any]:
@@ -201,32 +193,17 @@ def compare_measurements(
     verdicts: list[dict[str, Any]] = []
     status = OK
     for fresh in candidate:
-        match, near = find_counterpart(fresh.fingerprint, baseline)
-        label = f"{fresh.row['server']} @ C={fresh.row['concurrency']}"
-        if match is None and near:
-            fields = "; ".join(refused_fields(fresh.fingerprint, near[0].fingerprint))
-            lines.append(f"[REFUSED] {label}: the fingerprints differ: {fields}")
-        elif match is None:
-            lines.append(f"[NO BASELINE] {label}: no measurement with its fingerprint")
-        else:
-            judged = regression_verdicts(
-                fresh.result,
-                match,
-                checks,
-                alpha,
-                fresh_fingerprint=fresh.fingerprint,
-                fresh_labels=fresh.labels,
+        for judged in judge(fresh, baseline, checks, alpha):
+            lines.append(f"[{judged.tag}] {judged.label}: {judged.text}")
+            if judged.verdict is None:
+                continue
+            verdict = judged.verdict
+            verdicts.append(
+                {**verdict.as_dict(), "test": str(fresh.row.get("test", fresh.session))}
             )
-            for verdict in judged:
-                if isinstance(verdict, str):
-                    lines.append(f"[REFUSED] {label}: {verdict}")
-                    continue
-                body = {**verdict.as_dict(), "test": str(fresh.row.get("test", fresh.session))}
-                verdicts.append(body)
-                lines.append(f"[{str(body['outcome']).upper()}] {label}: {verdict.summary}")
-                lines += [f"    {row}" for row in verdict.table.splitlines()]
-                lines += [f"    warning: {w}" for w in verdict.warnings]
-                status = REGRESSION if body["outcome"] == "fail" else status
+            lines += [f"    {row}" for row in verdict.table.splitlines()]
+            lines += [f"    warning: {w}" for w in verdict.warnings]
+            status = REGRESSION if judged.outcome == "fail" else status
     if not verdicts and allows_nothing_compared(terms):
         lines.append(f"nothing was compared (allowed by {NOTHING_COMPARED_OK})")
     elif not verdicts:
@@ -344,7 +321,7 @@ def _cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
     for index, source in enumerate(args.reports, 1):
         if not Path(source).is_file():
             raise _Misuse(f"cannot read {source}: no such file; give a --sglang-report file")
-        if (document := _report(Path(source))) is None:
+        if (document := read_document(Path(source))).get("format") != REPORT_FORMAT:
             raise _Misuse(f"report {index} ({source}) is not a pytest-sglang report")
         documents.append(document)
     now = datetime.datetime.now(datetime.UTC)

@@ -21,7 +21,7 @@ from pytest_sglang.loadgen.schedule import OpenLoop
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import Measurement
 from pytest_sglang.measure.results import PERFORMANCE_FLAGS, BenchResult
-from pytest_sglang.report.entries import MeasurementRow, ServerEntry
+from pytest_sglang.report.entries import REPORT_FORMAT, MeasurementRow, ServerEntry, run_values
 
 __all__ = [
     "DamagedSession",
@@ -272,14 +272,6 @@ def _stats(values: Sequence[float]) -> dict[str, Any]:
     return out | {"data": list(values), "iterations": 1}
 
 
-def _metric_values(row: Mapping[str, Any], metric: str) -> list[float]:
-    base, _, stat = metric.partition(".")
-    values = [run.get(base) for run in row["runs"]]
-    if stat:
-        values = [value.get(stat) if isinstance(value, dict) else None for value in values]
-    return [float(v) for v in values if isinstance(v, int | float) and v > 0]
-
-
 def benchmark_entries(
     row: MeasurementRow, fingerprint: Fingerprint, labels: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
@@ -288,7 +280,7 @@ def benchmark_entries(
     title = f"{w['endpoint']} in={w['input_len']} out={w['output_len']} C={level}"
     entries = []
     for metric, unit in SAVED_METRICS:
-        values = _metric_values(row, metric)
+        values = [v for v in run_values(row["runs"], metric) if v > 0]
         if not values:
             continue
         options: dict[str, Any] = {"unit": unit}
@@ -323,10 +315,12 @@ def benchmark_entries(
 
 
 def measurements_of(document: Mapping[str, Any], session: str) -> list[StoredMeasurement]:
-    """Return the session's measurements.
+    """Return the measurements of a saved session, or of a JSON report (``--sglang-report``).
 
     :raises ValueError: a record of ours that lacks what it must hold (says which).
     """
+    if document.get("format") == REPORT_FORMAT:
+        return report_measurements(document, session)
     out = []
     benchmarks = document.get("benchmarks", [])
     if not isinstance(benchmarks, list):

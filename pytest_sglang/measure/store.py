@@ -13,7 +13,7 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,6 @@ from pytest_sglang.measure.session_format import (
     measurements_of,
     read_document,
 )
-from pytest_sglang.report.entries import MeasurementRow, ServerEntry
 from pytest_sglang.report.writing import write_atomic
 
 __all__ = ["MACHINE_ID", "BaselineStore", "StoredSession"]
@@ -180,37 +179,16 @@ class BaselineStore:
         if importlib.util.find_spec("elasticsearch") is None:
             raise OSError("the Elasticsearch storage needs its client: pip install elasticsearch")
 
-    def save(
-        self,
-        name: str,
-        rows: Sequence[MeasurementRow],
-        servers: Sequence[ServerEntry] = (),
-        gpus: Sequence[str] = (),
-        *,
-        commit: Mapping[str, Any] | None = None,
-        machine: Mapping[str, Any] | None = None,
-        verdicts: Sequence[Mapping[str, Any]] = (),
-        interrupted: bool = False,
-    ) -> str:
+    def save(self, name: str, *args: Any, **kwargs: Any) -> str:
         """Save one session (:func:`build_document`'s arguments) under ``name``; return where."""
+        return self.save_document(name, build_document(name, *args, **kwargs))
+
+    def save_document(self, name: str, document: Mapping[str, Any]) -> str:
+        """Save a document of :func:`build_document` under ``name``; return where it landed."""
         if not _SAVE_NAME.match(name):
             raise ValueError(
                 f"cannot save under {name!r}: use letters, digits, '_', '.', '+' and '-'"
             )
-        document = build_document(
-            name,
-            rows,
-            servers,
-            gpus,
-            commit=commit,
-            machine=machine,
-            verdicts=verdicts,
-            interrupted=interrupted,
-        )
-        return self.save_document(name, document)
-
-    def save_document(self, name: str, document: Mapping[str, Any]) -> str:
-        """Save a document of :func:`build_document` under ``name``; return where it landed."""
         if self.path is None:
             self._elasticsearch.save(document, name)
             return f"{self} ({MACHINE_ID}_{name})"  # str(): the URI's password as ***
@@ -291,6 +269,8 @@ class BaselineStore:
     def find(self, ref: str) -> StoredSession:
         """Return the session ``ref`` names: ``latest``, a number, a save name, an id or a path.
 
+        A path may name a saved session's file or a JSON report (``--sglang-report``).
+
         :raises LookupError: with the sessions there are.
         :raises DamagedSession: the file, or a session file in the store, is damaged.
         """
@@ -311,17 +291,18 @@ class BaselineStore:
         known = ", ".join(s.id for s in sessions[-10:])
         raise LookupError(f"no stored session {ref!r} in {self}; the latest are: {known}")
 
+    def measurements(self, ref: str = "latest") -> list[StoredMeasurement]:
+        """Return the measurements ``ref`` names (:meth:`find`), oldest first; ``latest``: all."""
+        if ref == "latest":
+            return [m for session in self.sessions() for m in session.measurements]
+        return list(self.find(ref).measurements)
+
     def counterparts(
-        self, fingerprint: Fingerprint, ref: str = "latest", *, exclude: Iterable[str] = ()
+        self, fingerprint: Fingerprint, ref: str = "latest"
     ) -> tuple[StoredMeasurement | None, list[StoredMeasurement]]:
         """Return the stored counterpart of a measurement, and the near misses.
 
         The counterpart is the newest match, or the one in session ``ref``; near misses have
         the same workload and level but another fingerprint.
         """
-        skip = set(exclude)
-        if ref == "latest":
-            candidates = [m for s in self.sessions() if s.id not in skip for m in s.measurements]
-        else:
-            candidates = list(self.find(ref).measurements)
-        return find_counterpart(fingerprint, candidates)
+        return find_counterpart(fingerprint, self.measurements(ref))

@@ -22,6 +22,7 @@ from pytest_sglang.config.redaction import Redactor
 from pytest_sglang.errors import SGLangWarning
 from pytest_sglang.report import writing
 from pytest_sglang.report.entries import (
+    REPORT_FORMAT,
     MeasurementRow,
     ServerEntry,
     VerdictRow,
@@ -113,7 +114,7 @@ class SGLangReporter:
         ]
         shard = self.config.stash[SETTINGS_KEY].shard.value
         document = {
-            "format": "pytest-sglang-report",
+            "format": REPORT_FORMAT,
             "version": REPORT_VERSION,
             "complete": exit_status not in (None, pytest.ExitCode.INTERRUPTED),
             "interrupted": exit_status == pytest.ExitCode.INTERRUPTED,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
@@ -21,21 +21,70 @@ from pytest_sglang.report.entries import (
     unique_measurements,
 )
 from pytest_sglang.report.junit import add_entry, report_entries
-from pytest_sglang.verdicts.baseline_options import NOTHING_COMPARED_OK, BaselineOptions
+from pytest_sglang.verdicts.baseline_options import (
+    NOTHING_COMPARED_OK,
+    BaselineOptions,
+    RegressionCheck,
+)
 
 if TYPE_CHECKING:
     from pytest_sglang.measure.session_format import StoredMeasurement
+    from pytest_sglang.verdicts.assertions import Verdict
 
-__all__ = ["BaselineGate", "register_gate"]
+__all__ = ["BaselineGate", "Judged", "judge", "register_gate"]
 
 GATE_NAME = "sglang-baselines"
 
 
-class _Outcome(NamedTuple):
-    test: str
+class Judged(NamedTuple):
+    """One measurement judged against the stored ones: an outcome, for one check or for all."""
+
     label: str
     outcome: str  # pass / fail / inconclusive / refused / none
     text: str
+    verdict: Verdict | None = None
+
+    @property
+    def tag(self) -> str:
+        """Return what the outcome is shown as: ``PASS``, ``REFUSED``, ``NO BASELINE``..."""
+        return "NO BASELINE" if self.outcome == "none" else self.outcome.upper()
+
+
+def judge(
+    fresh: StoredMeasurement,
+    candidates: Sequence[StoredMeasurement],
+    checks: Sequence[RegressionCheck],
+    alpha: float = 0.05,
+) -> list[Judged]:
+    """Judge ``fresh`` against its newest counterpart in ``candidates``, once per check.
+
+    Without a counterpart, one outcome says why: ``refused`` (a near miss's fields that must
+    match and differ) or ``none``.
+    """
+    from pytest_sglang.measure.session_format import find_counterpart
+    from pytest_sglang.verdicts.regression import refused_fields, regression_verdicts
+
+    label = f"{fresh.row['server']} @ C={fresh.row['concurrency']}"
+    match, near = find_counterpart(fresh.fingerprint, candidates)
+    if match is None and near:
+        fields = "; ".join(refused_fields(fresh.fingerprint, near[0].fingerprint))
+        return [Judged(label, "refused", f"{near[0].session}: fields differ: {fields}")]
+    if match is None:
+        return [Judged(label, "none", "no stored measurement with its fingerprint")]
+    verdicts = regression_verdicts(
+        fresh.result,
+        match,
+        checks,
+        alpha,
+        fresh_fingerprint=fresh.fingerprint,
+        fresh_labels=fresh.labels,
+    )
+    return [
+        Judged(label, "refused", v)
+        if isinstance(v, str)
+        else Judged(label, v.as_dict()["outcome"], v.summary, v)
+        for v in verdicts
+    ]
 
 
 @dataclass
@@ -47,7 +96,8 @@ class BaselineGate:
     rows: list[MeasurementRow] = field(default_factory=list)
     servers: list[ServerEntry] = field(default_factory=list)
     gpus: list[str] = field(default_factory=list)
-    outcomes: list[_Outcome] = field(default_factory=list)
+    #: What was judged, by test.
+    outcomes: list[tuple[str, Judged]] = field(default_factory=list)
     #: Every verdict row of the session (the tests' and the gate's), saved with it.
     verdicts: list[dict[str, Any]] = field(default_factory=list)
     saved: str | None = None
@@ -60,20 +110,11 @@ class BaselineGate:
     def candidates(self) -> list[StoredMeasurement]:
         """Return the stored measurements ``--sglang-compare`` refers to (read once)."""
         if self._candidates is None:
-            from pytest_sglang.measure.session_format import read_document, report_measurements
-
-            ref = self.options.compare or "latest"
-            store = self.options.store()
             self._candidates = []
             try:
-                path = self.options.base / ref
-                if ref.endswith(".json") and path.is_file():
-                    document = read_document(path)
-                    if document.get("format") == "pytest-sglang-report":
-                        self._candidates = report_measurements(document, str(path))
-                        return self._candidates
-                sessions = store.sessions() if ref == "latest" else [store.find(ref)]
-                self._candidates = [m for s in sessions for m in s.measurements]
+                self._candidates = self.options.store().measurements(
+                    self.options.compare or "latest"
+                )
             except (LookupError, OSError, ValueError) as exc:
                 self._candidates_error = str(exc)
         return self._candidates
@@ -103,48 +144,29 @@ class BaselineGate:
 
     def _judge(self, report: pytest.TestReport, rows: list[MeasurementRow]) -> None:
         from pytest_sglang.measure.session_format import (
-            find_counterpart,
+            StoredMeasurement,
             fingerprint_of,
-            result_of,
             server_for,
             session_labels,
         )
-        from pytest_sglang.verdicts.regression import refused_fields, regression_verdicts
 
         failures: list[str] = []
         for row in rows:
             server = server_for(row, self.servers)
             fingerprint = fingerprint_of(row, server, self.gpus)
-            label = f"{row['server']} @ C={row['concurrency']}"
-            match, near = find_counterpart(fingerprint, self.candidates())
-            if match is None:
-                if near:
-                    fields = "; ".join(refused_fields(fingerprint, near[0].fingerprint))
-                    tag, text = "refused", f"{near[0].session}: fields differ: {fields}"
-                else:
-                    why = self._candidates_error or "no stored measurement with its fingerprint"
-                    tag, text = "none", why
-                self.outcomes.append(_Outcome(report.nodeid, label, tag, text))
-                continue
             labels = session_labels("now", [server] if server else [], self.commit, "")
-            for verdict in regression_verdicts(
-                result_of(row),
-                match,
-                self.options.checks,
-                fresh_fingerprint=fingerprint,
-                fresh_labels=labels,
-            ):
-                if isinstance(verdict, str):
-                    self.outcomes.append(_Outcome(report.nodeid, label, "refused", verdict))
+            fresh = StoredMeasurement(row, fingerprint, "now", labels)
+            for judged in judge(fresh, self.candidates(), self.options.checks):
+                if judged.outcome == "none" and self._candidates_error:
+                    judged = judged._replace(text=self._candidates_error)
+                self.outcomes.append((report.nodeid, judged))
+                if judged.verdict is None:
                     continue
-                body = verdict.as_dict()
+                body = judged.verdict.as_dict()
                 add_entry(report, {"record": "verdict", **body})
                 self.verdicts.append({"test": report.nodeid, **body})
-                self.outcomes.append(
-                    _Outcome(report.nodeid, label, body["outcome"], verdict.summary)
-                )
-                if self.options.fail and body["outcome"] == "fail":
-                    failures.append(verdict.message())
+                if self.options.fail and judged.outcome == "fail":
+                    failures.append(judged.verdict.message())
         if failures and not report.failed:
             terms = ", ".join(c.describe() for c in self.options.checks)
             report.outcome = "failed"
@@ -158,7 +180,7 @@ class BaselineGate:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def _count(self, outcome: str) -> int:
-        return sum(1 for o in self.outcomes if o.outcome == outcome)
+        return sum(1 for _, judged in self.outcomes if judged.outcome == outcome)
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -166,7 +188,7 @@ class BaselineGate:
         if self.config.option.collectonly:
             return
         options = self.options
-        judged = any(o.outcome in ("pass", "fail", "inconclusive") for o in self.outcomes)
+        judged = any(j.outcome in ("pass", "fail", "inconclusive") for _, j in self.outcomes)
         if options.compare and options.fail and not judged:
             why = (
                 f"{self._count('refused')} measurement(s) refused, {self._count('none')} "
@@ -262,12 +284,9 @@ class BaselineGate:
             )
             if not self.outcomes:
                 tr.write_line("  no measurement was taken in this session")
-            for o in self.outcomes:
-                tag = {"none": "NO BASELINE", "refused": "REFUSED"}.get(
-                    o.outcome, o.outcome.upper()
-                )
-                red = o.outcome in ("fail", "refused")
-                tr.write_line(f"  [{tag}] {o.test} {o.label}: {o.text}", red=red)
+            for test, j in self.outcomes:
+                red = j.outcome in ("fail", "refused")
+                tr.write_line(f"  [{j.tag}] {test} {j.label}: {j.text}", red=red)
             if self._count("none"):
                 tr.write_line(f"  {self._count('none')} measurement(s) had no stored counterpart")
             if self.nothing_compared:
