@@ -21,7 +21,6 @@ from pytest_sglang.measure.session_format import (
     DamagedSession,
     StoredMeasurement,
     read_document,
-    report_measurements,
 )
 from pytest_sglang.measure.store import BaselineStore, StoredSession
 from pytest_sglang.report.entries import REPORT_FORMAT
@@ -48,8 +47,10 @@ class _Misuse(Exception):
     """A command line that cannot be carried out; exit status 2."""
 
 
-def _output(option: str, value: str) -> Path:
-    """Return an output path, refused as ``--sglang-report``'s is (a link, a directory...)."""
+def _output(option: str, value: str | None) -> Path | None:
+    """Return an output path, refused as ``--sglang-report``'s is (None: standard output)."""
+    if value in (None, "-"):
+        return None
     path = output_path(Path.cwd(), value)
     problem = output_problem(path)
     if problem is not None:
@@ -280,12 +281,11 @@ def _cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_report(args: argparse.Namespace, out: TextIO) -> int:
-    target = None if args.output in (None, "-") else _output("-o", args.output)
-    _, _, document = _load(args.source, args.storage)
+    target = _output("-o", args.output)
+    _, candidates, document = _load(args.source, args.storage)
     baselines: list[dict[str, Any]] = []
     if args.baseline:
         _, stored, _ = _load(args.baseline, args.storage)
-        candidates = report_measurements(document, args.source)
         _, verdicts, _ = compare_measurements(stored, candidates, args.fail or (), args.alpha)
         # A verdict the report holds already (its session's gate against the same baseline)
         # is judged again here: the fresh one replaces it, so that it is counted once.
@@ -311,8 +311,8 @@ def _cmd_report(args: argparse.Namespace, out: TextIO) -> int:
 
 def _cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
     target = _output("the merged report", args.output)
-    markdown = None if args.markdown in (None, "-") else _output("--markdown", args.markdown)
-    if markdown == target:
+    markdown = _output("--markdown", args.markdown)
+    if markdown is not None and markdown == target:
         raise _Misuse(
             f"--markdown {args.markdown!r} is the merged report's own path: the two would "
             "corrupt each other; give each its own path"

@@ -103,21 +103,6 @@ def read_document(path: Path, *, folder: Path | None = None) -> dict[str, Any]:
     raise DamagedSession(path, problem, folder=folder)
 
 
-@dataclass(frozen=True)
-class FieldDifference:
-    """One fingerprint field that differs between a measurement and a stored one."""
-
-    name: str
-    fresh: Any
-    stored: Any
-    #: Soft fields (unknown on one side) are shown; hard ones refuse the comparison.
-    refused: bool
-
-    def describe(self) -> str:
-        """Return e.g. ``tp_size: 8 (now) vs 4 (stored)``."""
-        return f"{self.name}: {_show(self.fresh)} (now) vs {_show(self.stored)} (stored)"
-
-
 def _show(value: Any) -> str:
     return json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else repr(value)
 
@@ -135,20 +120,23 @@ class Fingerprint:
         text = json.dumps(hard, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
-    def differences(self, stored: Fingerprint) -> list[FieldDifference]:
-        """Return every field that differs from ``stored``'s, refused or only shown."""
-        pairs = [(n, self.fields.get(n), stored.fields.get(n)) for n in FINGERPRINT_FIELDS]
-        return [
-            FieldDifference(
-                n, a, b, n not in SOFT_FIELDS or (a not in (None, 0) and b not in (None, 0))
-            )
-            for n, a, b in pairs
-            if a != b
-        ]
+    def differences(self, stored: Fingerprint, *, refused: bool) -> list[str]:
+        """Describe each field that differs from ``stored``'s: ``tp_size: 8 (now) vs 4 (stored)``.
+
+        ``refused``: the fields that refuse the comparison; else the ones only shown (a soft
+        field unknown on one side).
+        """
+        out = []
+        for name in FINGERPRINT_FIELDS:
+            now, then = self.fields.get(name), stored.fields.get(name)
+            hard = name not in SOFT_FIELDS or (now not in (None, 0) and then not in (None, 0))
+            if now != then and hard == refused:
+                out.append(f"{name}: {_show(now)} (now) vs {_show(then)} (stored)")
+        return out
 
     def matches(self, stored: Fingerprint) -> bool:
         """Whether no field refuses the comparison."""
-        return not any(d.refused for d in self.differences(stored))
+        return not self.differences(stored, refused=True)
 
     def describe(self) -> str:
         """Return the fields on one line, e.g. ``model='m', tp_size=8, ...``."""

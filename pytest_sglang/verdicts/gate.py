@@ -62,12 +62,12 @@ def judge(
     match and differ) or ``none``.
     """
     from pytest_sglang.measure.session_format import find_counterpart
-    from pytest_sglang.verdicts.regression import refused_fields, regression_verdicts
+    from pytest_sglang.verdicts.regression import regression_verdicts
 
     label = f"{fresh.row['server']} @ C={fresh.row['concurrency']}"
     match, near = find_counterpart(fresh.fingerprint, candidates)
     if match is None and near:
-        fields = "; ".join(refused_fields(fresh.fingerprint, near[0].fingerprint))
+        fields = "; ".join(fresh.fingerprint.differences(near[0].fingerprint, refused=True))
         return [Judged(label, "refused", f"{near[0].session}: fields differ: {fields}")]
     if match is None:
         return [Judged(label, "none", "no stored measurement with its fingerprint")]

@@ -106,7 +106,7 @@ def _warnings(c: Comparison, tolerance: float, stored: BenchResult) -> list[str]
 
 def refused_fields(mine: Fingerprint, other: Fingerprint) -> list[str]:
     """Describe each fingerprint field that differs where it must match (none: comparable)."""
-    return [d.describe() for d in mine.differences(other) if d.refused]
+    return mine.differences(other, refused=True)
 
 
 def _refusal(what: str, fields: list[str]) -> ComparisonRefused:
@@ -134,7 +134,6 @@ def regression_verdict(
     else:
         base, stored_fp, labels, where = stored, fingerprint_of(stored.as_dict()), {}, None
     mine = fresh_fingerprint or fingerprint_of(fresh.as_dict())
-    differences = mine.differences(stored_fp)
     what = f"{fresh.label()} vs {where.label() if where else base.label() + ' (stored)'}"
     if refused := refused_fields(mine, stored_fp):
         raise _refusal(what, refused)
@@ -144,7 +143,7 @@ def regression_verdict(
         comparison.table(),
         _labels_line("now", fresh_labels or {}),
         _labels_line("stored", labels),
-        *(f"shown, not refused: {d.describe()}" for d in differences),
+        *(f"shown, not refused: {d}" for d in mine.differences(stored_fp, refused=False)),
         f"fingerprint: {mine.describe()}",
     ]
     return Verdict(

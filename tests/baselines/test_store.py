@@ -58,9 +58,12 @@ def test_fingerprint_fields_and_differences() -> None:
     assert "version" not in a.fields
     other_config = {**BASE_CONFIG, "tp_size": 4, "version": "0.5.24"}
     b = fingerprint_of(row([100, 101, 99], config=other_config), None, [])
-    diffs = {d.name: d for d in a.differences(b)}
-    assert diffs["tp_size"].refused
-    assert not diffs["gpu_model"].refused  # unknown on one side: shown, not refused
+    assert a.differences(b, refused=True) == ["tp_size: 8 (now) vs 4 (stored)"]
+    # unknown on one side: shown, not refused
+    assert a.differences(b, refused=False) == [
+        "gpu_model: 'H200' (now) vs None (stored)",
+        "gpu_count: 2 (now) vs 0 (stored)",
+    ]
     assert not a.matches(b)
     c = fingerprint_of(row([90, 91, 92], config={**BASE_CONFIG, "version": "0.5.24"}), None, [])
     assert a.matches(c) and a.key == c.key
