@@ -24,6 +24,7 @@ from pytest_sglang.measure.session_format import (
 )
 from pytest_sglang.measure.store import BaselineStore, StoredSession
 from pytest_sglang.report.entries import REPORT_FORMAT
+from pytest_sglang.report.writing import append_summary, json_text, write_atomic
 from pytest_sglang.verdicts.baseline_options import (
     DEFAULT_CHECKS,
     NOTHING_COMPARED_OK,
@@ -62,8 +63,6 @@ def _emit(
     text: str, target: Path | None, value: str, out: TextIO, done: str, *, summary: bool = False
 ) -> None:
     """Write ``text`` to standard output, or atomically to ``target`` (a ``summary`` appended)."""
-    from pytest_sglang.report.writing import append_summary, write_atomic
-
     if target is None:
         out.write(text)
         return
@@ -331,7 +330,7 @@ def _cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
         raise _Misuse("the merged report does not validate:\n  " + "\n  ".join(problems))
     counts = f"{len(merged['measurements'])} measurements, {len(merged['verdicts'])} verdicts"
     done = f"merged {len(documents)} reports into {args.output}: {counts}"
-    _emit(json.dumps(merged, indent=1) + "\n", target, args.output, out, done)
+    _emit(json_text(merged), target, args.output, out, done)
     if args.markdown:
         shards = merged["environment"]["merged_from"]
         text = _markdown(merged, "pytest-sglang results (merged)", shards)

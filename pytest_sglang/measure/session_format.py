@@ -30,7 +30,6 @@ __all__ = [
     "autosave_name",
     "build_document",
     "commit_info",
-    "document_text",
     "find_counterpart",
     "fingerprint_of",
     "measurements_of",
@@ -409,11 +408,6 @@ def build_document(
         "datetime": when,
         "version": benchmark_version,
     }
-
-
-def document_text(document: Mapping[str, Any]) -> str:
-    """Return a session document as the text of its file."""
-    return json.dumps(document, indent=1, allow_nan=False, default=str) + "\n"
 
 
 def find_counterpart(

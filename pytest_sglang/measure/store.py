@@ -24,12 +24,11 @@ from pytest_sglang.measure.session_format import (
     Fingerprint,
     StoredMeasurement,
     build_document,
-    document_text,
     find_counterpart,
     measurements_of,
     read_document,
 )
-from pytest_sglang.report.writing import write_atomic
+from pytest_sglang.report.writing import json_text, write_atomic
 
 __all__ = ["MACHINE_ID", "BaselineStore", "StoredSession"]
 
@@ -53,12 +52,8 @@ class StoredSession:
     document: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     #: What is wrong with a damaged session (``sessions(damaged=True)`` only); else None.
     problem: str | None = None
-
-    @property
-    def number(self) -> int | None:
-        """The file storage's sequence number, if any."""
-        match = _NUMBERED.match(Path(self.id).name + ".json")
-        return int(match.group(1)) if match else None
+    #: The file storage's sequence number, if any.
+    number: int | None = None
 
 
 @contextlib.contextmanager
@@ -201,7 +196,7 @@ class BaselineStore:
     def _save_file(self, name: str, document: Mapping[str, Any]) -> Path:
         folder = self.folder
         folder.mkdir(parents=True, exist_ok=True)
-        payload = document_text(document).encode()
+        payload = json_text(document).encode()
         # Under the lock no two writers take one number; an exclusive write replaces nothing.
         with _folder_lock(folder):
             for _ in range(10_000):
@@ -237,9 +232,7 @@ class BaselineStore:
             except DamagedSession as exc:
                 if not damaged:
                     raise
-                match = _NUMBERED.match(path.name)
-                name = match.group(2) if match else path.stem
-                out.append(StoredSession(sid, name, "", {}, (), path, problem=exc.problem))
+                out.append(StoredSession(sid, path.stem, "", {}, (), path, problem=exc.problem))
                 continue
             if session.measurements:
                 out.append(session)
@@ -255,15 +248,15 @@ class BaselineStore:
             raise DamagedSession(path or sid, str(exc), folder=folder) from None
         labels = dict(measurements[0].labels) if measurements else {}
         match = _NUMBERED.match(path.name) if path is not None else None
-        name = match.group(2) if match else str(labels.get("name", sid))
         return StoredSession(
             id=sid,
-            name=name,
+            name=match.group(2) if match else str(labels.get("name", sid)),
             datetime=str(document.get("datetime", "")),
             labels=labels,
             measurements=tuple(measurements),
             path=path,
             document=document,
+            number=int(match.group(1)) if match else None,
         )
 
     def find(self, ref: str) -> StoredSession:

@@ -8,7 +8,6 @@ run leaves a valid report. A failed write is a warning, never the reason a run f
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import warnings
 from collections.abc import Callable
@@ -145,8 +144,7 @@ class SGLangReporter:
             return
         try:
             document = self.document(exit_status)
-            text = json.dumps(document, indent=1, allow_nan=False, default=str) + "\n"
-            writing.write_atomic(self.path, text)
+            writing.write_atomic(self.path, writing.json_text(document))
         except (OSError, ValueError) as exc:
             self._problem("the JSON report", self.path, exc)
             self.written = False

@@ -245,8 +245,7 @@ class BaselineGate:
         from pathlib import Path
 
         from pytest_sglang.config.settings import SETTINGS_KEY
-        from pytest_sglang.measure.session_format import document_text
-        from pytest_sglang.report.writing import write_atomic
+        from pytest_sglang.report.writing import json_text, write_atomic
 
         settings = self.config.stash.get(SETTINGS_KEY, None)
         report = getattr(getattr(settings, "report", None), "value", None)
@@ -259,7 +258,7 @@ class BaselineGate:
             )
             path = next(p for p in (folder / f"{n}.json" for n in names) if not p.exists())
             try:
-                write_atomic(path, document_text(document))
+                write_atomic(path, json_text(document))
             except OSError as exc:
                 problems.append(f"{folder}: {exc.strerror or exc}")
                 continue
