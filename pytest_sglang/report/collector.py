@@ -90,6 +90,17 @@ class SGLangReporter:
         if fresh:
             self.write()
 
+    def latest_servers(self) -> list[ServerEntry]:
+        """Return each server (by name and URL) once, as its latest entry says it.
+
+        The latest says most: a launched server that died since, for one.
+        """
+        latest: dict[str, ServerEntry] = {}
+        for server in self.servers:
+            latest.pop(f"{server['name']} {server['url']}", None)
+            latest[f"{server['name']} {server['url']}"] = server
+        return list(latest.values())
+
     def document(self, exit_status: int | None = None) -> dict[str, Any]:
         """Return the report as plain JSON; incomplete while the session runs and if interrupted."""
         import platform
@@ -98,18 +109,13 @@ class SGLangReporter:
         from pytest_sglang.config.settings import SETTINGS_KEY
 
         launches = self.launches()
-        # The latest entry of a server says most (a launched server that died since), and
-        # its launch record is the pool's latest, matched by pid.
-        latest: dict[str, ServerEntry] = {}
-        for server in self.servers:
-            latest.pop(f"{server['name']} {server['url']}", None)
-            latest[f"{server['name']} {server['url']}"] = server
+        # A server's launch record is the pool's latest, matched by pid.
         by_pid = {launch.get("pid"): launch for launch in launches if launch.get("pid")}
         servers = [
             cast("ServerEntry", {**s, "launch": by_pid[pid]})
             if (pid := (s.get("launch") or {}).get("pid")) in by_pid
             else s
-            for s in latest.values()
+            for s in self.latest_servers()
         ]
         shard = self.config.stash[SETTINGS_KEY].shard.value
         document = {

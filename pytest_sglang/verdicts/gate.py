@@ -1,7 +1,8 @@
 """The session's baselines: save its measurements, judge each against its stored counterpart.
 
-Registered on the controller of a session that saves or compares; it reads each report's
-records through ``report_entries``, alike with and without xdist (``docs/baselines.md``).
+Registered on the controller of a session that saves or compares; it judges each report's
+measurements (``report_entries``) before the reporter files them, and saves the reporter's
+records, alike with and without xdist (``docs/baselines.md``).
 """
 
 from __future__ import annotations
@@ -14,12 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import pytest
 
-from pytest_sglang.report.entries import (
-    MeasurementRow,
-    ServerEntry,
-    as_row,
-    unique_measurements,
-)
+from pytest_sglang.report.entries import Entry, MeasurementRow, as_row, unique_measurements
 from pytest_sglang.report.junit import add_entry, report_entries
 from pytest_sglang.verdicts.baseline_options import (
     NOTHING_COMPARED_OK,
@@ -29,6 +25,7 @@ from pytest_sglang.verdicts.baseline_options import (
 
 if TYPE_CHECKING:
     from pytest_sglang.measure.session_format import StoredMeasurement
+    from pytest_sglang.report.collector import SGLangReporter
     from pytest_sglang.verdicts.assertions import Verdict
 
 __all__ = ["BaselineGate", "Judged", "judge", "register_gate"]
@@ -93,13 +90,10 @@ class BaselineGate:
 
     config: pytest.Config
     options: BaselineOptions
-    rows: list[MeasurementRow] = field(default_factory=list)
-    servers: list[ServerEntry] = field(default_factory=list)
-    gpus: list[str] = field(default_factory=list)
+    #: The session's records (servers, GPUs, measurements, verdicts: the gate's too).
+    records: SGLangReporter
     #: What was judged, by test.
     outcomes: list[tuple[str, Judged]] = field(default_factory=list)
-    #: Every verdict row of the session (the tests' and the gate's), saved with it.
-    verdicts: list[dict[str, Any]] = field(default_factory=list)
     saved: str | None = None
     #: Why the gate passed nothing, when it compared nothing (``--sglang-compare-fail``).
     nothing_compared: str | None = None
@@ -128,21 +122,12 @@ class BaselineGate:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Take the report's new records; judge new measurements before anyone else sees it."""
-        fresh, test = report_entries(report), report.nodeid
-        measured = [
-            cast("MeasurementRow", as_row(e, test)) for e in fresh if e["record"] == "measurement"
-        ]
-        self.rows += measured
-        self.servers += [e for e in fresh if e["record"] == "server"]
-        self.gpus = next(
-            (list(e["names"]) for e in fresh[::-1] if e["record"] == "gpus"), self.gpus
-        )
-        self.verdicts += [as_row(e, test) for e in fresh if e["record"] == "verdict"]
-        if self.options.compare and measured:
-            self._judge(report, measured)
+        """Judge the report's new measurements before anyone else sees it (the reporter too)."""
+        entries = report_entries(report)
+        if self.options.compare and any(e["record"] == "measurement" for e in entries):
+            self._judge(report, entries)
 
-    def _judge(self, report: pytest.TestReport, rows: list[MeasurementRow]) -> None:
+    def _judge(self, report: pytest.TestReport, entries: list[Entry]) -> None:
         from pytest_sglang.measure.session_format import (
             StoredMeasurement,
             fingerprint_of,
@@ -150,10 +135,16 @@ class BaselineGate:
             session_labels,
         )
 
+        # The reporter files this report after the gate: its servers and GPUs are added here.
+        servers = self.records.servers + [e for e in entries if e["record"] == "server"]
+        gpus = next((e["names"] for e in entries[::-1] if e["record"] == "gpus"), self.records.gpus)
         failures: list[str] = []
-        for row in rows:
-            server = server_for(row, self.servers)
-            fingerprint = fingerprint_of(row, server, self.gpus)
+        for entry in entries:
+            if entry["record"] != "measurement":
+                continue
+            row = cast("MeasurementRow", as_row(entry, report.nodeid))
+            server = server_for(row, servers)
+            fingerprint = fingerprint_of(row, server, gpus)
             labels = session_labels("now", [server] if server else [], self.commit, "")
             fresh = StoredMeasurement(row, fingerprint, "now", labels)
             for judged in judge(fresh, self.candidates(), self.options.checks):
@@ -164,7 +155,6 @@ class BaselineGate:
                     continue
                 body = judged.verdict.as_dict()
                 add_entry(report, {"record": "verdict", **body})
-                self.verdicts.append({"test": report.nodeid, **body})
                 if self.options.fail and judged.outcome == "fail":
                     failures.append(judged.verdict.message())
         if failures and not report.failed:
@@ -214,20 +204,20 @@ class BaselineGate:
         """Save the session's measurements, each once; a lost save fails the session, loudly."""
         from pytest_sglang.measure.session_format import autosave_name, build_document
 
-        rows = unique_measurements(self.rows)
+        records = self.records
+        rows = unique_measurements(records.measurements)
         if not rows:
             self.save_error = "not saving anything: no measurements were taken"
             return
         name = self.options.save or autosave_name(self.commit)
-        servers = list({f"{s['name']} {s['url']}": s for s in self.servers}.values())
         store = self.options.store()
         document = build_document(
             name,
             rows,
-            servers,
-            self.gpus,
+            records.latest_servers(),
+            records.gpus,
             commit=self.commit,
-            verdicts=self.verdicts,
+            verdicts=records.verdicts,
             interrupted=interrupted,
         )
         try:
@@ -292,7 +282,8 @@ class BaselineGate:
                 tr.write_line(f"  {self.nothing_compared}", red=not options.nothing_compared_ok)
         if self.saved:
             tr.write_line(
-                f"saved {len(unique_measurements(self.rows))} measurement(s) to {self.saved}"
+                f"saved {len(unique_measurements(self.records.measurements))} measurement(s) "
+                f"to {self.saved}"
             )
         if self.save_error:
             tr.write_line(self.save_error, red=True)
@@ -301,12 +292,16 @@ class BaselineGate:
 def register_gate(config: pytest.Config, options: BaselineOptions) -> BaselineGate:
     """Check the storage and the stored sessions now, then register the gate on the controller.
 
+    The session's reporter (``sglang-reporter``) must be registered already: it keeps the records.
+
     :raises pytest.UsageError: on an unwritable storage or a damaged stored session.
     """
     from pytest_sglang.config.options import COMPARE, SAVE, STORAGE
     from pytest_sglang.measure.session_format import DamagedSession
 
-    gate = BaselineGate(config, options)
+    records = config.pluginmanager.get_plugin("sglang-reporter")
+    assert records is not None, "plugin.py registers the reporter before the gate"
+    gate = BaselineGate(config, options, records)
     check = not config.option.collectonly
     if check and (options.save or options.autosave):
         try:
