@@ -222,12 +222,11 @@ class StoredMeasurement:
         )
 
 
-def autosave_name(commit: Mapping[str, Any] | None = None) -> str:
+def autosave_name(commit: Mapping[str, Any]) -> str:
     """Return pytest-benchmark's autosave name: ``COMMIT_YYYYmmdd_HHMMSS[_uncommitted-changes]``."""
-    info = commit if commit is not None else commit_info()
     now = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d_%H%M%S")
-    parts = [str(info.get("id") or "unversioned")[:12], now]
-    if info.get("dirty"):
+    parts = [str(commit.get("id") or "unversioned")[:12], now]
+    if commit.get("dirty"):
         parts.append("uncommitted-changes")
     return "_".join(parts)
 

@@ -234,12 +234,10 @@ class BaselineGate:
         import tempfile
         from pathlib import Path
 
-        from pytest_sglang.config.settings import SETTINGS_KEY
         from pytest_sglang.report.writing import json_text, write_atomic
 
-        settings = self.config.stash.get(SETTINGS_KEY, None)
-        report = getattr(getattr(settings, "report", None), "value", None)
-        folders = [Path(report).parent] if report is not None else []
+        report = self.records.path  # --sglang-report's
+        folders = [report.parent] if report is not None else []
         folders += [Path(self.config.invocation_params.dir), Path(tempfile.gettempdir())]
         problems = []
         for folder in folders:
