@@ -21,10 +21,8 @@ from typing import Any
 from pytest_sglang.config.defaults import DEFAULT_STORAGE
 from pytest_sglang.measure.session_format import (
     DamagedSession,
-    Fingerprint,
     StoredMeasurement,
     build_document,
-    find_counterpart,
     measurements_of,
     read_document,
 )
@@ -289,13 +287,3 @@ class BaselineStore:
         if ref == "latest":
             return [m for session in self.sessions() for m in session.measurements]
         return list(self.find(ref).measurements)
-
-    def counterparts(
-        self, fingerprint: Fingerprint, ref: str = "latest"
-    ) -> tuple[StoredMeasurement | None, list[StoredMeasurement]]:
-        """Return the stored counterpart of a measurement, and the near misses.
-
-        The counterpart is the newest match, or the one in session ``ref``; near misses have
-        the same workload and level but another fingerprint.
-        """
-        return find_counterpart(fingerprint, self.measurements(ref))

@@ -20,6 +20,7 @@ from pytest_sglang.measure.session_format import (
     DamagedSession,
     Fingerprint,
     StoredMeasurement,
+    find_counterpart,
     fingerprint_of,
 )
 from pytest_sglang.measure.store import BaselineStore
@@ -231,7 +232,7 @@ def assert_no_regression(
         store = _store_for_current_test(storage)
         fingerprint = fingerprint_of(result.as_dict())
         try:
-            match, near = store.counterparts(fingerprint, baseline)
+            match, near = find_counterpart(fingerprint, store.measurements(baseline))
         except DamagedSession as exc:  # never skipped: it may be the latest
             raise ComparisonRefused(str(exc)) from None
         except LookupError as exc:
