@@ -98,20 +98,14 @@ class BaselineGate:
     #: Why the gate passed nothing, when it compared nothing (``--sglang-compare-fail``).
     nothing_compared: str | None = None
     save_error: str | None = None
-    _candidates: list[StoredMeasurement] | None = None
-    _candidates_error: str | None = None
 
-    def candidates(self) -> list[StoredMeasurement]:
-        """Return the stored measurements ``--sglang-compare`` refers to (read once)."""
-        if self._candidates is None:
-            self._candidates = []
-            try:
-                self._candidates = self.options.store().measurements(
-                    self.options.compare or "latest"
-                )
-            except (LookupError, OSError, ValueError) as exc:
-                self._candidates_error = str(exc)
-        return self._candidates
+    @functools.cached_property
+    def stored(self) -> tuple[list[StoredMeasurement], str | None]:
+        """The stored measurements ``--sglang-compare`` refers to, or why none (read once)."""
+        try:
+            return self.options.store().measurements(self.options.compare or "latest"), None
+        except (LookupError, OSError, ValueError) as exc:
+            return [], str(exc)
 
     @functools.cached_property
     def commit(self) -> dict[str, Any]:
@@ -138,6 +132,7 @@ class BaselineGate:
         # The reporter files this report after the gate: its servers and GPUs are added here.
         servers = self.records.servers + [e for e in entries if e["record"] == "server"]
         gpus = next((e["names"] for e in entries[::-1] if e["record"] == "gpus"), self.records.gpus)
+        candidates, unread = self.stored
         failures: list[str] = []
         for entry in entries:
             if entry["record"] != "measurement":
@@ -147,9 +142,9 @@ class BaselineGate:
             fingerprint = fingerprint_of(row, server, gpus)
             labels = session_labels("now", [server] if server else [], self.commit, "")
             fresh = StoredMeasurement(row, fingerprint, "now", labels)
-            for judged in judge(fresh, self.candidates(), self.options.checks):
-                if judged.outcome == "none" and self._candidates_error:
-                    judged = judged._replace(text=self._candidates_error)
+            for judged in judge(fresh, candidates, self.options.checks):
+                if judged.outcome == "none" and unread:
+                    judged = judged._replace(text=unread)
                 self.outcomes.append((report.nodeid, judged))
                 if judged.verdict is None:
                     continue
@@ -312,7 +307,7 @@ def register_gate(config: pytest.Config, options: BaselineOptions) -> BaselineGa
     if check and options.compare:
         try:
             options.store().check_reachable()
-            gate.candidates()
+            gate.stored  # noqa: B018 (read now: a damaged stored session stops the session)
         except (DamagedSession, OSError) as exc:
             raise pytest.UsageError(f"{COMPARE.label}={options.compare}: {exc}") from None
     config.pluginmanager.register(gate, GATE_NAME)
