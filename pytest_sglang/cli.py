@@ -20,18 +20,18 @@ from pytest_sglang.config.paths import OUTPUT_FIX, output_path, output_problem
 from pytest_sglang.measure.session_format import (
     DamagedSession,
     StoredMeasurement,
-    find_counterpart,
     read_document,
-    report_measurements,
 )
 from pytest_sglang.measure.store import BaselineStore, StoredSession
+from pytest_sglang.report.entries import REPORT_FORMAT
+from pytest_sglang.report.writing import append_summary, json_text, write_atomic
 from pytest_sglang.verdicts.baseline_options import (
     DEFAULT_CHECKS,
     NOTHING_COMPARED_OK,
     allows_nothing_compared,
     parse_compare_fail,
 )
-from pytest_sglang.verdicts.regression import refused_fields, regression_verdicts
+from pytest_sglang.verdicts.gate import judge
 
 __all__ = ["main"]
 
@@ -42,15 +42,16 @@ NO_STORED_VERDICTS = (
     "This stored session was saved without its verdicts (by a pytest-sglang before they were "
     "stored); --baseline A judges its measurements against A."
 )
-REPORT_FORMAT = "pytest-sglang-report"
 
 
 class _Misuse(Exception):
     """A command line that cannot be carried out; exit status 2."""
 
 
-def _output(option: str, value: str) -> Path:
-    """Return an output path, refused as ``--sglang-report``'s is (a link, a directory...)."""
+def _output(option: str, value: str | None) -> Path | None:
+    """Return an output path, refused as ``--sglang-report``'s is (None: standard output)."""
+    if value in (None, "-"):
+        return None
     path = output_path(Path.cwd(), value)
     problem = output_problem(path)
     if problem is not None:
@@ -62,8 +63,6 @@ def _emit(
     text: str, target: Path | None, value: str, out: TextIO, done: str, *, summary: bool = False
 ) -> None:
     """Write ``text`` to standard output, or atomically to ``target`` (a ``summary`` appended)."""
-    from pytest_sglang.report.writing import append_summary, write_atomic
-
     if target is None:
         out.write(text)
         return
@@ -78,22 +77,15 @@ def _emit(
     print(done, file=out)
 
 
-def _report(path: Path) -> dict[str, Any] | None:
-    """Return the JSON report at ``path`` (None: another JSON document)."""
-    document = read_document(path)
-    return document if document.get("format") == REPORT_FORMAT else None
-
-
 def _load(ref: str, store: BaselineStore) -> tuple[str, list[StoredMeasurement], dict[str, Any]]:
     """Return (name, measurements, report document) for a stored session or a JSON report."""
-    path = Path(ref)
-    if path.suffix == ".json" and path.is_file() and (document := _report(path)) is not None:
-        return str(path), report_measurements(document, str(path)), document
     try:
         session = store.find(ref)
     except (LookupError, ValueError) as exc:
         raise _Misuse(str(exc)) from None
-    return session.id, list(session.measurements), session_document(session)
+    report = session.document.get("format") == REPORT_FORMAT
+    document = dict(session.document) if report else session_document(session)
+    return session.id, list(session.measurements), document
 
 
 def session_document(session: StoredSession) -> dict[str, Any]:
@@ -201,32 +193,17 @@ def compare_measurements(
     verdicts: list[dict[str, Any]] = []
     status = OK
     for fresh in candidate:
-        match, near = find_counterpart(fresh.fingerprint, baseline)
-        label = f"{fresh.row['server']} @ C={fresh.row['concurrency']}"
-        if match is None and near:
-            fields = "; ".join(refused_fields(fresh.fingerprint, near[0].fingerprint))
-            lines.append(f"[REFUSED] {label}: the fingerprints differ: {fields}")
-        elif match is None:
-            lines.append(f"[NO BASELINE] {label}: no measurement with its fingerprint")
-        else:
-            judged = regression_verdicts(
-                fresh.result,
-                match,
-                checks,
-                alpha,
-                fresh_fingerprint=fresh.fingerprint,
-                fresh_labels=fresh.labels,
+        for judged in judge(fresh, baseline, checks, alpha):
+            lines.append(f"[{judged.tag}] {judged.label}: {judged.text}")
+            if judged.verdict is None:
+                continue
+            verdict = judged.verdict
+            verdicts.append(
+                {**verdict.as_dict(), "test": str(fresh.row.get("test", fresh.session))}
             )
-            for verdict in judged:
-                if isinstance(verdict, str):
-                    lines.append(f"[REFUSED] {label}: {verdict}")
-                    continue
-                body = {**verdict.as_dict(), "test": str(fresh.row.get("test", fresh.session))}
-                verdicts.append(body)
-                lines.append(f"[{str(body['outcome']).upper()}] {label}: {verdict.summary}")
-                lines += [f"    {row}" for row in verdict.table.splitlines()]
-                lines += [f"    warning: {w}" for w in verdict.warnings]
-                status = REGRESSION if body["outcome"] == "fail" else status
+            lines += [f"    {row}" for row in verdict.table.splitlines()]
+            lines += [f"    warning: {w}" for w in verdict.warnings]
+            status = REGRESSION if judged.outcome == "fail" else status
     if not verdicts and allows_nothing_compared(terms):
         lines.append(f"nothing was compared (allowed by {NOTHING_COMPARED_OK})")
     elif not verdicts:
@@ -303,12 +280,11 @@ def _cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_report(args: argparse.Namespace, out: TextIO) -> int:
-    target = None if args.output in (None, "-") else _output("-o", args.output)
-    _, _, document = _load(args.source, args.storage)
+    target = _output("-o", args.output)
+    _, candidates, document = _load(args.source, args.storage)
     baselines: list[dict[str, Any]] = []
     if args.baseline:
         _, stored, _ = _load(args.baseline, args.storage)
-        candidates = report_measurements(document, args.source)
         _, verdicts, _ = compare_measurements(stored, candidates, args.fail or (), args.alpha)
         # A verdict the report holds already (its session's gate against the same baseline)
         # is judged again here: the fresh one replaces it, so that it is counted once.
@@ -334,8 +310,8 @@ def _cmd_report(args: argparse.Namespace, out: TextIO) -> int:
 
 def _cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
     target = _output("the merged report", args.output)
-    markdown = None if args.markdown in (None, "-") else _output("--markdown", args.markdown)
-    if markdown == target:
+    markdown = _output("--markdown", args.markdown)
+    if markdown is not None and markdown == target:
         raise _Misuse(
             f"--markdown {args.markdown!r} is the merged report's own path: the two would "
             "corrupt each other; give each its own path"
@@ -344,7 +320,7 @@ def _cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
     for index, source in enumerate(args.reports, 1):
         if not Path(source).is_file():
             raise _Misuse(f"cannot read {source}: no such file; give a --sglang-report file")
-        if (document := _report(Path(source))) is None:
+        if (document := read_document(Path(source))).get("format") != REPORT_FORMAT:
             raise _Misuse(f"report {index} ({source}) is not a pytest-sglang report")
         documents.append(document)
     now = datetime.datetime.now(datetime.UTC)
@@ -354,7 +330,7 @@ def _cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
         raise _Misuse("the merged report does not validate:\n  " + "\n  ".join(problems))
     counts = f"{len(merged['measurements'])} measurements, {len(merged['verdicts'])} verdicts"
     done = f"merged {len(documents)} reports into {args.output}: {counts}"
-    _emit(json.dumps(merged, indent=1) + "\n", target, args.output, out, done)
+    _emit(json_text(merged), target, args.output, out, done)
     if args.markdown:
         shards = merged["environment"]["merged_from"]
         text = _markdown(merged, "pytest-sglang results (merged)", shards)

@@ -21,7 +21,7 @@ from pytest_sglang.loadgen.schedule import OpenLoop
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import Measurement
 from pytest_sglang.measure.results import PERFORMANCE_FLAGS, BenchResult
-from pytest_sglang.report.entries import MeasurementRow, ServerEntry
+from pytest_sglang.report.entries import REPORT_FORMAT, MeasurementRow, ServerEntry, run_values
 
 __all__ = [
     "DamagedSession",
@@ -30,7 +30,6 @@ __all__ = [
     "autosave_name",
     "build_document",
     "commit_info",
-    "document_text",
     "find_counterpart",
     "fingerprint_of",
     "measurements_of",
@@ -103,21 +102,6 @@ def read_document(path: Path, *, folder: Path | None = None) -> dict[str, Any]:
     raise DamagedSession(path, problem, folder=folder)
 
 
-@dataclass(frozen=True)
-class FieldDifference:
-    """One fingerprint field that differs between a measurement and a stored one."""
-
-    name: str
-    fresh: Any
-    stored: Any
-    #: Soft fields (unknown on one side) are shown; hard ones refuse the comparison.
-    refused: bool
-
-    def describe(self) -> str:
-        """Return e.g. ``tp_size: 8 (now) vs 4 (stored)``."""
-        return f"{self.name}: {_show(self.fresh)} (now) vs {_show(self.stored)} (stored)"
-
-
 def _show(value: Any) -> str:
     return json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else repr(value)
 
@@ -135,20 +119,23 @@ class Fingerprint:
         text = json.dumps(hard, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
-    def differences(self, stored: Fingerprint) -> list[FieldDifference]:
-        """Return every field that differs from ``stored``'s, refused or only shown."""
-        pairs = [(n, self.fields.get(n), stored.fields.get(n)) for n in FINGERPRINT_FIELDS]
-        return [
-            FieldDifference(
-                n, a, b, n not in SOFT_FIELDS or (a not in (None, 0) and b not in (None, 0))
-            )
-            for n, a, b in pairs
-            if a != b
-        ]
+    def differences(self, stored: Fingerprint, *, refused: bool) -> list[str]:
+        """Describe each field that differs from ``stored``'s: ``tp_size: 8 (now) vs 4 (stored)``.
+
+        ``refused``: the fields that refuse the comparison; else the ones only shown (a soft
+        field unknown on one side).
+        """
+        out = []
+        for name in FINGERPRINT_FIELDS:
+            now, then = self.fields.get(name), stored.fields.get(name)
+            hard = name not in SOFT_FIELDS or (now not in (None, 0) and then not in (None, 0))
+            if now != then and hard == refused:
+                out.append(f"{name}: {_show(now)} (now) vs {_show(then)} (stored)")
+        return out
 
     def matches(self, stored: Fingerprint) -> bool:
         """Whether no field refuses the comparison."""
-        return not any(d.refused for d in self.differences(stored))
+        return not self.differences(stored, refused=True)
 
     def describe(self) -> str:
         """Return the fields on one line, e.g. ``model='m', tp_size=8, ...``."""
@@ -235,12 +222,11 @@ class StoredMeasurement:
         )
 
 
-def autosave_name(commit: Mapping[str, Any] | None = None) -> str:
+def autosave_name(commit: Mapping[str, Any]) -> str:
     """Return pytest-benchmark's autosave name: ``COMMIT_YYYYmmdd_HHMMSS[_uncommitted-changes]``."""
-    info = commit if commit is not None else commit_info()
     now = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d_%H%M%S")
-    parts = [str(info.get("id") or "unversioned")[:12], now]
-    if info.get("dirty"):
+    parts = [str(commit.get("id") or "unversioned")[:12], now]
+    if commit.get("dirty"):
         parts.append("uncommitted-changes")
     return "_".join(parts)
 
@@ -272,14 +258,6 @@ def _stats(values: Sequence[float]) -> dict[str, Any]:
     return out | {"data": list(values), "iterations": 1}
 
 
-def _metric_values(row: Mapping[str, Any], metric: str) -> list[float]:
-    base, _, stat = metric.partition(".")
-    values = [run.get(base) for run in row["runs"]]
-    if stat:
-        values = [value.get(stat) if isinstance(value, dict) else None for value in values]
-    return [float(v) for v in values if isinstance(v, int | float) and v > 0]
-
-
 def benchmark_entries(
     row: MeasurementRow, fingerprint: Fingerprint, labels: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
@@ -288,7 +266,7 @@ def benchmark_entries(
     title = f"{w['endpoint']} in={w['input_len']} out={w['output_len']} C={level}"
     entries = []
     for metric, unit in SAVED_METRICS:
-        values = _metric_values(row, metric)
+        values = [v for v in run_values(row["runs"], metric) if v > 0]
         if not values:
             continue
         options: dict[str, Any] = {"unit": unit}
@@ -323,10 +301,12 @@ def benchmark_entries(
 
 
 def measurements_of(document: Mapping[str, Any], session: str) -> list[StoredMeasurement]:
-    """Return the session's measurements.
+    """Return the measurements of a saved session, or of a JSON report (``--sglang-report``).
 
     :raises ValueError: a record of ours that lacks what it must hold (says which).
     """
+    if document.get("format") == REPORT_FORMAT:
+        return report_measurements(document, session)
     out = []
     benchmarks = document.get("benchmarks", [])
     if not isinstance(benchmarks, list):
@@ -427,11 +407,6 @@ def build_document(
         "datetime": when,
         "version": benchmark_version,
     }
-
-
-def document_text(document: Mapping[str, Any]) -> str:
-    """Return a session document as the text of its file."""
-    return json.dumps(document, indent=1, allow_nan=False, default=str) + "\n"
 
 
 def find_counterpart(

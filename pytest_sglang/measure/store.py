@@ -13,7 +13,7 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,16 +21,12 @@ from typing import Any
 from pytest_sglang.config.defaults import DEFAULT_STORAGE
 from pytest_sglang.measure.session_format import (
     DamagedSession,
-    Fingerprint,
     StoredMeasurement,
     build_document,
-    document_text,
-    find_counterpart,
     measurements_of,
     read_document,
 )
-from pytest_sglang.report.entries import MeasurementRow, ServerEntry
-from pytest_sglang.report.writing import write_atomic
+from pytest_sglang.report.writing import json_text, write_atomic
 
 __all__ = ["MACHINE_ID", "BaselineStore", "StoredSession"]
 
@@ -54,12 +50,8 @@ class StoredSession:
     document: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     #: What is wrong with a damaged session (``sessions(damaged=True)`` only); else None.
     problem: str | None = None
-
-    @property
-    def number(self) -> int | None:
-        """The file storage's sequence number, if any."""
-        match = _NUMBERED.match(Path(self.id).name + ".json")
-        return int(match.group(1)) if match else None
+    #: The file storage's sequence number, if any.
+    number: int | None = None
 
 
 @contextlib.contextmanager
@@ -180,37 +172,16 @@ class BaselineStore:
         if importlib.util.find_spec("elasticsearch") is None:
             raise OSError("the Elasticsearch storage needs its client: pip install elasticsearch")
 
-    def save(
-        self,
-        name: str,
-        rows: Sequence[MeasurementRow],
-        servers: Sequence[ServerEntry] = (),
-        gpus: Sequence[str] = (),
-        *,
-        commit: Mapping[str, Any] | None = None,
-        machine: Mapping[str, Any] | None = None,
-        verdicts: Sequence[Mapping[str, Any]] = (),
-        interrupted: bool = False,
-    ) -> str:
+    def save(self, name: str, *args: Any, **kwargs: Any) -> str:
         """Save one session (:func:`build_document`'s arguments) under ``name``; return where."""
+        return self.save_document(name, build_document(name, *args, **kwargs))
+
+    def save_document(self, name: str, document: Mapping[str, Any]) -> str:
+        """Save a document of :func:`build_document` under ``name``; return where it landed."""
         if not _SAVE_NAME.match(name):
             raise ValueError(
                 f"cannot save under {name!r}: use letters, digits, '_', '.', '+' and '-'"
             )
-        document = build_document(
-            name,
-            rows,
-            servers,
-            gpus,
-            commit=commit,
-            machine=machine,
-            verdicts=verdicts,
-            interrupted=interrupted,
-        )
-        return self.save_document(name, document)
-
-    def save_document(self, name: str, document: Mapping[str, Any]) -> str:
-        """Save a document of :func:`build_document` under ``name``; return where it landed."""
         if self.path is None:
             self._elasticsearch.save(document, name)
             return f"{self} ({MACHINE_ID}_{name})"  # str(): the URI's password as ***
@@ -223,7 +194,7 @@ class BaselineStore:
     def _save_file(self, name: str, document: Mapping[str, Any]) -> Path:
         folder = self.folder
         folder.mkdir(parents=True, exist_ok=True)
-        payload = document_text(document).encode()
+        payload = json_text(document).encode()
         # Under the lock no two writers take one number; an exclusive write replaces nothing.
         with _folder_lock(folder):
             for _ in range(10_000):
@@ -259,9 +230,7 @@ class BaselineStore:
             except DamagedSession as exc:
                 if not damaged:
                     raise
-                match = _NUMBERED.match(path.name)
-                name = match.group(2) if match else path.stem
-                out.append(StoredSession(sid, name, "", {}, (), path, problem=exc.problem))
+                out.append(StoredSession(sid, path.stem, "", {}, (), path, problem=exc.problem))
                 continue
             if session.measurements:
                 out.append(session)
@@ -277,19 +246,21 @@ class BaselineStore:
             raise DamagedSession(path or sid, str(exc), folder=folder) from None
         labels = dict(measurements[0].labels) if measurements else {}
         match = _NUMBERED.match(path.name) if path is not None else None
-        name = match.group(2) if match else str(labels.get("name", sid))
         return StoredSession(
             id=sid,
-            name=name,
+            name=match.group(2) if match else str(labels.get("name", sid)),
             datetime=str(document.get("datetime", "")),
             labels=labels,
             measurements=tuple(measurements),
             path=path,
             document=document,
+            number=int(match.group(1)) if match else None,
         )
 
     def find(self, ref: str) -> StoredSession:
         """Return the session ``ref`` names: ``latest``, a number, a save name, an id or a path.
+
+        A path may name a saved session's file or a JSON report (``--sglang-report``).
 
         :raises LookupError: with the sessions there are.
         :raises DamagedSession: the file, or a session file in the store, is damaged.
@@ -311,17 +282,8 @@ class BaselineStore:
         known = ", ".join(s.id for s in sessions[-10:])
         raise LookupError(f"no stored session {ref!r} in {self}; the latest are: {known}")
 
-    def counterparts(
-        self, fingerprint: Fingerprint, ref: str = "latest", *, exclude: Iterable[str] = ()
-    ) -> tuple[StoredMeasurement | None, list[StoredMeasurement]]:
-        """Return the stored counterpart of a measurement, and the near misses.
-
-        The counterpart is the newest match, or the one in session ``ref``; near misses have
-        the same workload and level but another fingerprint.
-        """
-        skip = set(exclude)
+    def measurements(self, ref: str = "latest") -> list[StoredMeasurement]:
+        """Return the measurements ``ref`` names (:meth:`find`), oldest first; ``latest``: all."""
         if ref == "latest":
-            candidates = [m for s in self.sessions() if s.id not in skip for m in s.measurements]
-        else:
-            candidates = list(self.find(ref).measurements)
-        return find_counterpart(fingerprint, candidates)
+            return [m for session in self.sessions() for m in session.measurements]
+        return list(self.find(ref).measurements)

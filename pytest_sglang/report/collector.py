@@ -8,7 +8,6 @@ run leaves a valid report. A failed write is a warning, never the reason a run f
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import warnings
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from pytest_sglang.config.redaction import Redactor
 from pytest_sglang.errors import SGLangWarning
 from pytest_sglang.report import writing
 from pytest_sglang.report.entries import (
+    REPORT_FORMAT,
     MeasurementRow,
     ServerEntry,
     VerdictRow,
@@ -90,6 +90,17 @@ class SGLangReporter:
         if fresh:
             self.write()
 
+    def latest_servers(self) -> list[ServerEntry]:
+        """Return each server (by name and URL) once, as its latest entry says it.
+
+        The latest says most: a launched server that died since, for one.
+        """
+        latest: dict[str, ServerEntry] = {}
+        for server in self.servers:
+            latest.pop(f"{server['name']} {server['url']}", None)
+            latest[f"{server['name']} {server['url']}"] = server
+        return list(latest.values())
+
     def document(self, exit_status: int | None = None) -> dict[str, Any]:
         """Return the report as plain JSON; incomplete while the session runs and if interrupted."""
         import platform
@@ -98,22 +109,17 @@ class SGLangReporter:
         from pytest_sglang.config.settings import SETTINGS_KEY
 
         launches = self.launches()
-        # The latest entry of a server says most (a launched server that died since), and
-        # its launch record is the pool's latest, matched by pid.
-        latest: dict[str, ServerEntry] = {}
-        for server in self.servers:
-            latest.pop(f"{server['name']} {server['url']}", None)
-            latest[f"{server['name']} {server['url']}"] = server
+        # A server's launch record is the pool's latest, matched by pid.
         by_pid = {launch.get("pid"): launch for launch in launches if launch.get("pid")}
         servers = [
             cast("ServerEntry", {**s, "launch": by_pid[pid]})
             if (pid := (s.get("launch") or {}).get("pid")) in by_pid
             else s
-            for s in latest.values()
+            for s in self.latest_servers()
         ]
         shard = self.config.stash[SETTINGS_KEY].shard.value
         document = {
-            "format": "pytest-sglang-report",
+            "format": REPORT_FORMAT,
             "version": REPORT_VERSION,
             "complete": exit_status not in (None, pytest.ExitCode.INTERRUPTED),
             "interrupted": exit_status == pytest.ExitCode.INTERRUPTED,
@@ -144,8 +150,7 @@ class SGLangReporter:
             return
         try:
             document = self.document(exit_status)
-            text = json.dumps(document, indent=1, allow_nan=False, default=str) + "\n"
-            writing.write_atomic(self.path, text)
+            writing.write_atomic(self.path, writing.json_text(document))
         except (OSError, ValueError) as exc:
             self._problem("the JSON report", self.path, exc)
             self.written = False

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
 
 __all__ = [
+    "REPORT_FORMAT",
     "Entry",
     "GpusEntry",
     "MeasurementBody",
@@ -34,6 +35,9 @@ __all__ = [
     "unique_measurements",
     "warning_tests",
 ]
+
+#: The ``format`` of a JSON results report (``--sglang-report``).
+REPORT_FORMAT = "pytest-sglang-report"
 
 #: The assertion that produced a verdict.
 VerdictKind: TypeAlias = Literal[

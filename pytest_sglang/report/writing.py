@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import stat
 import tempfile
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from pytest_sglang.config.paths import describe_kind
 
-__all__ = ["UnsafeTarget", "append_summary", "write_atomic"]
+__all__ = ["UnsafeTarget", "append_summary", "json_text", "write_atomic"]
 
 
 class UnsafeTarget(OSError):
@@ -89,6 +90,11 @@ def write_atomic(
             os.fsync(folder)
         finally:
             os.close(folder)
+
+
+def json_text(document: object) -> str:
+    """Return ``document`` as the text of a JSON file we keep: indented, strict (no NaN)."""
+    return json.dumps(document, indent=1, allow_nan=False, default=str) + "\n"
 
 
 def append_summary(path: Path, text: str) -> None:

@@ -71,13 +71,12 @@ def _metric_name(text: str) -> str:
 
 
 def _terms(values: Sequence[str]) -> list[str]:
-    terms = [t.strip() for value in values for t in value.split(",")]
-    return [t for t in terms if t and t != NOTHING_COMPARED_OK]
+    return [t.strip() for value in values for t in value.split(",") if t.strip()]
 
 
 def allows_nothing_compared(values: Sequence[str]) -> bool:
     """Whether the terms hold :data:`NOTHING_COMPARED_OK` (a gate may compare nothing)."""
-    return any(t.strip() == NOTHING_COMPARED_OK for value in values for t in value.split(","))
+    return NOTHING_COMPARED_OK in _terms(values)
 
 
 def parse_compare_fail(values: Sequence[str]) -> tuple[RegressionCheck, ...]:
@@ -89,6 +88,8 @@ def parse_compare_fail(values: Sequence[str]) -> tuple[RegressionCheck, ...]:
 
     checks = []
     for term in _terms(values):
+        if term == NOTHING_COMPARED_OK:
+            continue
         match = _TERM.match(term)
         if match is None:
             raise ValueError(

@@ -1,41 +1,87 @@
 """The session's baselines: save its measurements, judge each against its stored counterpart.
 
-Registered on the controller of a session that saves or compares; it reads each report's
-records through ``report_entries``, alike with and without xdist (``docs/baselines.md``).
+Registered on the controller of a session that saves or compares; it judges each report's
+measurements (``report_entries``) before the reporter files them, and saves the reporter's
+records, alike with and without xdist (``docs/baselines.md``).
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import pytest
 
-from pytest_sglang.report.entries import (
-    MeasurementRow,
-    ServerEntry,
-    as_row,
-    unique_measurements,
-)
+from pytest_sglang.report.entries import Entry, MeasurementRow, as_row, unique_measurements
 from pytest_sglang.report.junit import add_entry, report_entries
-from pytest_sglang.verdicts.baseline_options import NOTHING_COMPARED_OK, BaselineOptions
+from pytest_sglang.verdicts.baseline_options import (
+    NOTHING_COMPARED_OK,
+    BaselineOptions,
+    RegressionCheck,
+)
 
 if TYPE_CHECKING:
     from pytest_sglang.measure.session_format import StoredMeasurement
+    from pytest_sglang.report.collector import SGLangReporter
+    from pytest_sglang.verdicts.assertions import Verdict
 
-__all__ = ["BaselineGate", "register_gate"]
+__all__ = ["BaselineGate", "Judged", "judge", "register_gate"]
 
 GATE_NAME = "sglang-baselines"
 
 
-class _Outcome(NamedTuple):
-    test: str
+class Judged(NamedTuple):
+    """One measurement judged against the stored ones: an outcome, for one check or for all."""
+
     label: str
     outcome: str  # pass / fail / inconclusive / refused / none
     text: str
+    verdict: Verdict | None = None
+
+    @property
+    def tag(self) -> str:
+        """Return what the outcome is shown as: ``PASS``, ``REFUSED``, ``NO BASELINE``..."""
+        return "NO BASELINE" if self.outcome == "none" else self.outcome.upper()
+
+
+def judge(
+    fresh: StoredMeasurement,
+    candidates: Sequence[StoredMeasurement],
+    checks: Sequence[RegressionCheck],
+    alpha: float = 0.05,
+) -> list[Judged]:
+    """Judge ``fresh`` against its newest counterpart in ``candidates``, once per check.
+
+    Without a counterpart, one outcome says why: ``refused`` (a near miss's fields that must
+    match and differ) or ``none``.
+    """
+    from pytest_sglang.measure.session_format import find_counterpart
+    from pytest_sglang.verdicts.regression import regression_verdicts
+
+    label = f"{fresh.row['server']} @ C={fresh.row['concurrency']}"
+    match, near = find_counterpart(fresh.fingerprint, candidates)
+    if match is None and near:
+        fields = "; ".join(fresh.fingerprint.differences(near[0].fingerprint, refused=True))
+        return [Judged(label, "refused", f"{near[0].session}: fields differ: {fields}")]
+    if match is None:
+        return [Judged(label, "none", "no stored measurement with its fingerprint")]
+    verdicts = regression_verdicts(
+        fresh.result,
+        match,
+        checks,
+        alpha,
+        fresh_fingerprint=fresh.fingerprint,
+        fresh_labels=fresh.labels,
+    )
+    return [
+        Judged(label, "refused", v)
+        if isinstance(v, str)
+        else Judged(label, v.as_dict()["outcome"], v.summary, v)
+        for v in verdicts
+    ]
 
 
 @dataclass
@@ -44,39 +90,22 @@ class BaselineGate:
 
     config: pytest.Config
     options: BaselineOptions
-    rows: list[MeasurementRow] = field(default_factory=list)
-    servers: list[ServerEntry] = field(default_factory=list)
-    gpus: list[str] = field(default_factory=list)
-    outcomes: list[_Outcome] = field(default_factory=list)
-    #: Every verdict row of the session (the tests' and the gate's), saved with it.
-    verdicts: list[dict[str, Any]] = field(default_factory=list)
+    #: The session's records (servers, GPUs, measurements, verdicts: the gate's too).
+    records: SGLangReporter
+    #: What was judged, by test.
+    outcomes: list[tuple[str, Judged]] = field(default_factory=list)
     saved: str | None = None
     #: Why the gate passed nothing, when it compared nothing (``--sglang-compare-fail``).
     nothing_compared: str | None = None
     save_error: str | None = None
-    _candidates: list[StoredMeasurement] | None = None
-    _candidates_error: str | None = None
 
-    def candidates(self) -> list[StoredMeasurement]:
-        """Return the stored measurements ``--sglang-compare`` refers to (read once)."""
-        if self._candidates is None:
-            from pytest_sglang.measure.session_format import read_document, report_measurements
-
-            ref = self.options.compare or "latest"
-            store = self.options.store()
-            self._candidates = []
-            try:
-                path = self.options.base / ref
-                if ref.endswith(".json") and path.is_file():
-                    document = read_document(path)
-                    if document.get("format") == "pytest-sglang-report":
-                        self._candidates = report_measurements(document, str(path))
-                        return self._candidates
-                sessions = store.sessions() if ref == "latest" else [store.find(ref)]
-                self._candidates = [m for s in sessions for m in s.measurements]
-            except (LookupError, OSError, ValueError) as exc:
-                self._candidates_error = str(exc)
-        return self._candidates
+    @functools.cached_property
+    def stored(self) -> tuple[list[StoredMeasurement], str | None]:
+        """The stored measurements ``--sglang-compare`` refers to, or why none (read once)."""
+        try:
+            return self.options.store().measurements(self.options.compare or "latest"), None
+        except (LookupError, OSError, ValueError) as exc:
+            return [], str(exc)
 
     @functools.cached_property
     def commit(self) -> dict[str, Any]:
@@ -87,64 +116,42 @@ class BaselineGate:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Take the report's new records; judge new measurements before anyone else sees it."""
-        fresh, test = report_entries(report), report.nodeid
-        measured = [
-            cast("MeasurementRow", as_row(e, test)) for e in fresh if e["record"] == "measurement"
-        ]
-        self.rows += measured
-        self.servers += [e for e in fresh if e["record"] == "server"]
-        self.gpus = next(
-            (list(e["names"]) for e in fresh[::-1] if e["record"] == "gpus"), self.gpus
-        )
-        self.verdicts += [as_row(e, test) for e in fresh if e["record"] == "verdict"]
-        if self.options.compare and measured:
-            self._judge(report, measured)
+        """Judge the report's new measurements before anyone else sees it (the reporter too)."""
+        entries = report_entries(report)
+        if self.options.compare and any(e["record"] == "measurement" for e in entries):
+            self._judge(report, entries)
 
-    def _judge(self, report: pytest.TestReport, rows: list[MeasurementRow]) -> None:
+    def _judge(self, report: pytest.TestReport, entries: list[Entry]) -> None:
         from pytest_sglang.measure.session_format import (
-            find_counterpart,
+            StoredMeasurement,
             fingerprint_of,
-            result_of,
             server_for,
             session_labels,
         )
-        from pytest_sglang.verdicts.regression import refused_fields, regression_verdicts
 
+        # The reporter files this report after the gate: its servers and GPUs are added here.
+        servers = self.records.servers + [e for e in entries if e["record"] == "server"]
+        gpus = next((e["names"] for e in entries[::-1] if e["record"] == "gpus"), self.records.gpus)
+        candidates, unread = self.stored
         failures: list[str] = []
-        for row in rows:
-            server = server_for(row, self.servers)
-            fingerprint = fingerprint_of(row, server, self.gpus)
-            label = f"{row['server']} @ C={row['concurrency']}"
-            match, near = find_counterpart(fingerprint, self.candidates())
-            if match is None:
-                if near:
-                    fields = "; ".join(refused_fields(fingerprint, near[0].fingerprint))
-                    tag, text = "refused", f"{near[0].session}: fields differ: {fields}"
-                else:
-                    why = self._candidates_error or "no stored measurement with its fingerprint"
-                    tag, text = "none", why
-                self.outcomes.append(_Outcome(report.nodeid, label, tag, text))
+        for entry in entries:
+            if entry["record"] != "measurement":
                 continue
+            row = cast("MeasurementRow", as_row(entry, report.nodeid))
+            server = server_for(row, servers)
+            fingerprint = fingerprint_of(row, server, gpus)
             labels = session_labels("now", [server] if server else [], self.commit, "")
-            for verdict in regression_verdicts(
-                result_of(row),
-                match,
-                self.options.checks,
-                fresh_fingerprint=fingerprint,
-                fresh_labels=labels,
-            ):
-                if isinstance(verdict, str):
-                    self.outcomes.append(_Outcome(report.nodeid, label, "refused", verdict))
+            fresh = StoredMeasurement(row, fingerprint, "now", labels)
+            for judged in judge(fresh, candidates, self.options.checks):
+                if judged.outcome == "none" and unread:
+                    judged = judged._replace(text=unread)
+                self.outcomes.append((report.nodeid, judged))
+                if judged.verdict is None:
                     continue
-                body = verdict.as_dict()
+                body = judged.verdict.as_dict()
                 add_entry(report, {"record": "verdict", **body})
-                self.verdicts.append({"test": report.nodeid, **body})
-                self.outcomes.append(
-                    _Outcome(report.nodeid, label, body["outcome"], verdict.summary)
-                )
-                if self.options.fail and body["outcome"] == "fail":
-                    failures.append(verdict.message())
+                if self.options.fail and judged.outcome == "fail":
+                    failures.append(judged.verdict.message())
         if failures and not report.failed:
             terms = ", ".join(c.describe() for c in self.options.checks)
             report.outcome = "failed"
@@ -158,7 +165,7 @@ class BaselineGate:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def _count(self, outcome: str) -> int:
-        return sum(1 for o in self.outcomes if o.outcome == outcome)
+        return sum(1 for _, judged in self.outcomes if judged.outcome == outcome)
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -166,7 +173,7 @@ class BaselineGate:
         if self.config.option.collectonly:
             return
         options = self.options
-        judged = any(o.outcome in ("pass", "fail", "inconclusive") for o in self.outcomes)
+        judged = any(j.outcome in ("pass", "fail", "inconclusive") for _, j in self.outcomes)
         if options.compare and options.fail and not judged:
             why = (
                 f"{self._count('refused')} measurement(s) refused, {self._count('none')} "
@@ -192,20 +199,20 @@ class BaselineGate:
         """Save the session's measurements, each once; a lost save fails the session, loudly."""
         from pytest_sglang.measure.session_format import autosave_name, build_document
 
-        rows = unique_measurements(self.rows)
+        records = self.records
+        rows = unique_measurements(records.measurements)
         if not rows:
             self.save_error = "not saving anything: no measurements were taken"
             return
         name = self.options.save or autosave_name(self.commit)
-        servers = list({f"{s['name']} {s['url']}": s for s in self.servers}.values())
         store = self.options.store()
         document = build_document(
             name,
             rows,
-            servers,
-            self.gpus,
+            records.latest_servers(),
+            records.gpus,
             commit=self.commit,
-            verdicts=self.verdicts,
+            verdicts=records.verdicts,
             interrupted=interrupted,
         )
         try:
@@ -222,13 +229,10 @@ class BaselineGate:
         import tempfile
         from pathlib import Path
 
-        from pytest_sglang.config.settings import SETTINGS_KEY
-        from pytest_sglang.measure.session_format import document_text
-        from pytest_sglang.report.writing import write_atomic
+        from pytest_sglang.report.writing import json_text, write_atomic
 
-        settings = self.config.stash.get(SETTINGS_KEY, None)
-        report = getattr(getattr(settings, "report", None), "value", None)
-        folders = [Path(report).parent] if report is not None else []
+        report = self.records.path  # --sglang-report's
+        folders = [report.parent] if report is not None else []
         folders += [Path(self.config.invocation_params.dir), Path(tempfile.gettempdir())]
         problems = []
         for folder in folders:
@@ -237,7 +241,7 @@ class BaselineGate:
             )
             path = next(p for p in (folder / f"{n}.json" for n in names) if not p.exists())
             try:
-                write_atomic(path, document_text(document))
+                write_atomic(path, json_text(document))
             except OSError as exc:
                 problems.append(f"{folder}: {exc.strerror or exc}")
                 continue
@@ -262,19 +266,17 @@ class BaselineGate:
             )
             if not self.outcomes:
                 tr.write_line("  no measurement was taken in this session")
-            for o in self.outcomes:
-                tag = {"none": "NO BASELINE", "refused": "REFUSED"}.get(
-                    o.outcome, o.outcome.upper()
-                )
-                red = o.outcome in ("fail", "refused")
-                tr.write_line(f"  [{tag}] {o.test} {o.label}: {o.text}", red=red)
+            for test, j in self.outcomes:
+                red = j.outcome in ("fail", "refused")
+                tr.write_line(f"  [{j.tag}] {test} {j.label}: {j.text}", red=red)
             if self._count("none"):
                 tr.write_line(f"  {self._count('none')} measurement(s) had no stored counterpart")
             if self.nothing_compared:
                 tr.write_line(f"  {self.nothing_compared}", red=not options.nothing_compared_ok)
         if self.saved:
             tr.write_line(
-                f"saved {len(unique_measurements(self.rows))} measurement(s) to {self.saved}"
+                f"saved {len(unique_measurements(self.records.measurements))} measurement(s) "
+                f"to {self.saved}"
             )
         if self.save_error:
             tr.write_line(self.save_error, red=True)
@@ -283,12 +285,16 @@ class BaselineGate:
 def register_gate(config: pytest.Config, options: BaselineOptions) -> BaselineGate:
     """Check the storage and the stored sessions now, then register the gate on the controller.
 
+    The session's reporter (``sglang-reporter``) must be registered already: it keeps the records.
+
     :raises pytest.UsageError: on an unwritable storage or a damaged stored session.
     """
     from pytest_sglang.config.options import COMPARE, SAVE, STORAGE
     from pytest_sglang.measure.session_format import DamagedSession
 
-    gate = BaselineGate(config, options)
+    records = config.pluginmanager.get_plugin("sglang-reporter")
+    assert records is not None, "plugin.py registers the reporter before the gate"
+    gate = BaselineGate(config, options, records)
     check = not config.option.collectonly
     if check and (options.save or options.autosave):
         try:
@@ -301,7 +307,7 @@ def register_gate(config: pytest.Config, options: BaselineOptions) -> BaselineGa
     if check and options.compare:
         try:
             options.store().check_reachable()
-            gate.candidates()
+            gate.stored  # noqa: B018 (read now: a damaged stored session stops the session)
         except (DamagedSession, OSError) as exc:
             raise pytest.UsageError(f"{COMPARE.label}={options.compare}: {exc}") from None
     config.pluginmanager.register(gate, GATE_NAME)

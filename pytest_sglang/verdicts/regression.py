@@ -20,6 +20,7 @@ from pytest_sglang.measure.session_format import (
     DamagedSession,
     Fingerprint,
     StoredMeasurement,
+    find_counterpart,
     fingerprint_of,
 )
 from pytest_sglang.measure.store import BaselineStore
@@ -106,7 +107,7 @@ def _warnings(c: Comparison, tolerance: float, stored: BenchResult) -> list[str]
 
 def refused_fields(mine: Fingerprint, other: Fingerprint) -> list[str]:
     """Describe each fingerprint field that differs where it must match (none: comparable)."""
-    return [d.describe() for d in mine.differences(other) if d.refused]
+    return mine.differences(other, refused=True)
 
 
 def _refusal(what: str, fields: list[str]) -> ComparisonRefused:
@@ -134,7 +135,6 @@ def regression_verdict(
     else:
         base, stored_fp, labels, where = stored, fingerprint_of(stored.as_dict()), {}, None
     mine = fresh_fingerprint or fingerprint_of(fresh.as_dict())
-    differences = mine.differences(stored_fp)
     what = f"{fresh.label()} vs {where.label() if where else base.label() + ' (stored)'}"
     if refused := refused_fields(mine, stored_fp):
         raise _refusal(what, refused)
@@ -144,7 +144,7 @@ def regression_verdict(
         comparison.table(),
         _labels_line("now", fresh_labels or {}),
         _labels_line("stored", labels),
-        *(f"shown, not refused: {d.describe()}" for d in differences),
+        *(f"shown, not refused: {d}" for d in mine.differences(stored_fp, refused=False)),
         f"fingerprint: {mine.describe()}",
     ]
     return Verdict(
@@ -232,7 +232,7 @@ def assert_no_regression(
         store = _store_for_current_test(storage)
         fingerprint = fingerprint_of(result.as_dict())
         try:
-            match, near = store.counterparts(fingerprint, baseline)
+            match, near = find_counterpart(fingerprint, store.measurements(baseline))
         except DamagedSession as exc:  # never skipped: it may be the latest
             raise ComparisonRefused(str(exc)) from None
         except LookupError as exc:

@@ -18,7 +18,7 @@ MACHINE = {"node": "host"}
 def _save(store: BaselineStore, name: str, values: list[float], **config: object) -> Path:
     body = result("baseline", values, config={**BASE_CONFIG, **config}).as_dict()
     row = {"test": "t::t", **body}
-    return Path(store.save(name, [row], commit=COMMIT, machine=MACHINE))  # type: ignore[list-item]
+    return Path(store.save(name, [row], commit=COMMIT, machine=MACHINE))
 
 
 def _cli(store: BaselineStore, *args: str) -> tuple[int, str]:

@@ -46,7 +46,7 @@ def _save(store: BaselineStore, name: str, **config: object) -> Path:
     body = result("baseline", [100.0, 100.4, 99.6, 100.1, 99.9],
                   config={**BASE_CONFIG, **config}).as_dict()  # fmt: skip
     row = {"test": "t::t", **body}
-    return Path(store.save(name, [row], commit=COMMIT, machine=MACHINE))  # type: ignore[list-item]
+    return Path(store.save(name, [row], commit=COMMIT, machine=MACHINE))
 
 
 # -- item 4: a gate that compared nothing has not passed ------------------------------------

@@ -14,6 +14,7 @@ import pytest
 from pytest_sglang.config.defaults import DEFAULT_STORAGE
 from pytest_sglang.measure.session_format import (
     DamagedSession,
+    find_counterpart,
     fingerprint_of,
     report_measurements,
     result_of,
@@ -58,9 +59,12 @@ def test_fingerprint_fields_and_differences() -> None:
     assert "version" not in a.fields
     other_config = {**BASE_CONFIG, "tp_size": 4, "version": "0.5.24"}
     b = fingerprint_of(row([100, 101, 99], config=other_config), None, [])
-    diffs = {d.name: d for d in a.differences(b)}
-    assert diffs["tp_size"].refused
-    assert not diffs["gpu_model"].refused  # unknown on one side: shown, not refused
+    assert a.differences(b, refused=True) == ["tp_size: 8 (now) vs 4 (stored)"]
+    # unknown on one side: shown, not refused
+    assert a.differences(b, refused=False) == [
+        "gpu_model: 'H200' (now) vs None (stored)",
+        "gpu_count: 2 (now) vs 0 (stored)",
+    ]
     assert not a.matches(b)
     c = fingerprint_of(row([90, 91, 92], config={**BASE_CONFIG, "version": "0.5.24"}), None, [])
     assert a.matches(c) and a.key == c.key
@@ -100,10 +104,10 @@ def test_counterpart_is_the_newest_match_and_mismatches_are_near_misses(tmp_path
     other = {**BASE_CONFIG, "tp_size": 4}
     store.save("three", [row([300, 301, 302], config=other)], commit=COMMIT, machine=MACHINE)
     fp = fingerprint_of(row([1, 2, 3]))
-    match, near = store.counterparts(fp)
+    match, near = find_counterpart(fp, store.measurements())
     assert match is not None and match.session == "sglang/0002_two"
     assert [n.session for n in near] == ["sglang/0003_three"]
-    match, _ = store.counterparts(fp, "one")
+    match, _ = find_counterpart(fp, store.measurements("one"))
     assert match is not None and match.session == "sglang/0001_one"
 
 
@@ -194,8 +198,7 @@ def test_a_truncated_session_is_an_error_that_names_the_file(tmp_path: Path) -> 
     store.save("older", [row([100.0, 101.0, 99.0])], commit=COMMIT, machine=MACHINE)
     latest = Path(store.save("latest", [row([90.0, 91.0, 89.0])], commit=COMMIT, machine=MACHINE))
     _truncate(latest)
-    fp = fingerprint_of(row([1, 2, 3]))
-    for read in (store.sessions, lambda: store.find("latest"), lambda: store.counterparts(fp),
+    for read in (store.sessions, lambda: store.find("latest"), store.measurements,
                  lambda: store.find("older"), lambda: store.find(str(latest))):  # fmt: skip
         with pytest.raises(DamagedSession) as info:
             read()
