@@ -22,7 +22,6 @@ from pytest_sglang.config.defaults import DEFAULT_STORAGE
 from pytest_sglang.measure.session_format import (
     DamagedSession,
     StoredMeasurement,
-    build_document,
     measurements_of,
     read_document,
 )
@@ -172,11 +171,7 @@ class BaselineStore:
         if importlib.util.find_spec("elasticsearch") is None:
             raise OSError("the Elasticsearch storage needs its client: pip install elasticsearch")
 
-    def save(self, name: str, *args: Any, **kwargs: Any) -> str:
-        """Save one session (:func:`build_document`'s arguments) under ``name``; return where."""
-        return self.save_document(name, build_document(name, *args, **kwargs))
-
-    def save_document(self, name: str, document: Mapping[str, Any]) -> str:
+    def save(self, name: str, document: Mapping[str, Any]) -> str:
         """Save a document of :func:`build_document` under ``name``; return where it landed."""
         if not _SAVE_NAME.match(name):
             raise ValueError(

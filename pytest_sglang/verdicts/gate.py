@@ -216,7 +216,7 @@ class BaselineGate:
             interrupted=interrupted,
         )
         try:
-            self.saved = store.save_document(name, document)
+            self.saved = store.save(name, document)
         except Exception as exc:  # a lost save must be loud: it is the next session's baseline
             self.save_error = (
                 f"saving the baseline to {store} failed: {type(exc).__name__}: {exc}"

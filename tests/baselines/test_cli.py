@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_sglang.cli import DATA, MISUSE, OK, REGRESSION, main
+from pytest_sglang.measure.session_format import build_document
 from pytest_sglang.measure.store import BaselineStore
 from tests.bench_data import BASE_CONFIG, result
 
@@ -18,7 +19,7 @@ MACHINE = {"node": "host"}
 def _save(store: BaselineStore, name: str, values: list[float], **config: object) -> Path:
     body = result("baseline", values, config={**BASE_CONFIG, **config}).as_dict()
     row = {"test": "t::t", **body}
-    return Path(store.save(name, [row], commit=COMMIT, machine=MACHINE))
+    return Path(store.save(name, build_document(name, [row], commit=COMMIT, machine=MACHINE)))  # type: ignore[list-item]
 
 
 def _cli(store: BaselineStore, *args: str) -> tuple[int, str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sglang.measure.session_format import measurements_of
+from pytest_sglang.measure.session_format import build_document, measurements_of
 from pytest_sglang.measure.store import BaselineStore
 from tests.bench_data import BASE_CONFIG, result
 
@@ -46,7 +46,7 @@ def _save(store: BaselineStore, name: str, **config: object) -> Path:
     body = result("baseline", [100.0, 100.4, 99.6, 100.1, 99.9],
                   config={**BASE_CONFIG, **config}).as_dict()  # fmt: skip
     row = {"test": "t::t", **body}
-    return Path(store.save(name, [row], commit=COMMIT, machine=MACHINE))
+    return Path(store.save(name, build_document(name, [row], commit=COMMIT, machine=MACHINE)))  # type: ignore[list-item]
 
 
 # -- item 4: a gate that compared nothing has not passed ------------------------------------

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from pytest_sglang.errors import ComparisonRefused, Inconclusive, PerformanceAssertionError
+from pytest_sglang.measure.session_format import build_document
 from pytest_sglang.measure.store import BaselineStore
 from pytest_sglang.verdicts.baseline_options import RegressionCheck, parse_compare_fail
 from pytest_sglang.verdicts.decision import Outcome
@@ -79,8 +80,15 @@ def test_a_fingerprint_mismatch_is_refused_with_the_fields() -> None:
 def test_the_sglang_version_is_shown_not_refused(tmp_path: Path) -> None:
     store = BaselineStore(str(tmp_path))
     old = {**BASE_CONFIG, "version": "0.5.23"}
-    store.save("released", [{"test": "t", **result("baseline", STORED, config=old).as_dict()}],
-               commit=COMMIT, machine={})  # fmt: skip
+    store.save(
+        "released",
+        build_document(
+            "released",
+            [{"test": "t", **result("baseline", STORED, config=old).as_dict()}],
+            commit=COMMIT,
+            machine={},
+        ),
+    )
     fresh = result("baseline", STORED, config={**BASE_CONFIG, "version": "0.5.24"})
     verdict = assert_no_regression(fresh, storage=str(tmp_path))
     assert verdict.outcome is Outcome.PASS

@@ -14,6 +14,7 @@ import pytest
 from pytest_sglang.config.defaults import DEFAULT_STORAGE
 from pytest_sglang.measure.session_format import (
     DamagedSession,
+    build_document,
     find_counterpart,
     fingerprint_of,
     report_measurements,
@@ -73,8 +74,12 @@ def test_fingerprint_fields_and_differences() -> None:
 def test_save_and_load_round_trip(tmp_path: Path) -> None:
     store = BaselineStore(f"file://{tmp_path / 'store'}")
     rows = [row([100.0, 102.0, 98.0, 101.0, 99.0]), row([300.0, 310.0, 305.0], concurrency=4)]
-    where = store.save("qualified", rows, [server_entry()], ["H200"], commit=COMMIT,
-                       machine=MACHINE)  # fmt: skip
+    where = store.save(
+        "qualified",
+        build_document(
+            "qualified", rows, [server_entry()], ["H200"], commit=COMMIT, machine=MACHINE
+        ),
+    )
     assert Path(where) == tmp_path / "store" / MACHINE_ID / "0001_qualified.json"
     (session,) = store.sessions()
     assert session.name == "qualified" and session.number == 1
@@ -99,10 +104,15 @@ def test_save_and_load_round_trip(tmp_path: Path) -> None:
 
 def test_counterpart_is_the_newest_match_and_mismatches_are_near_misses(tmp_path: Path) -> None:
     store = BaselineStore(str(tmp_path))
-    store.save("one", [row([100, 101, 102])], commit=COMMIT, machine=MACHINE)
-    store.save("two", [row([200, 201, 202])], commit=COMMIT, machine=MACHINE)
+    store.save("one", build_document("one", [row([100, 101, 102])], commit=COMMIT, machine=MACHINE))
+    store.save("two", build_document("two", [row([200, 201, 202])], commit=COMMIT, machine=MACHINE))
     other = {**BASE_CONFIG, "tp_size": 4}
-    store.save("three", [row([300, 301, 302], config=other)], commit=COMMIT, machine=MACHINE)
+    store.save(
+        "three",
+        build_document(
+            "three", [row([300, 301, 302], config=other)], commit=COMMIT, machine=MACHINE
+        ),
+    )
     fp = fingerprint_of(row([1, 2, 3]))
     match, near = find_counterpart(fp, store.measurements())
     assert match is not None and match.session == "sglang/0002_two"
@@ -121,7 +131,9 @@ def test_report_measurements(tmp_path: Path) -> None:
 
 def test_a_bad_save_name_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="cannot save"):
-        BaselineStore(str(tmp_path)).save("a/b", [row([1, 2, 3])], commit=COMMIT, machine=MACHINE)
+        BaselineStore(str(tmp_path)).save(
+            "a/b", build_document("a/b", [row([1, 2, 3])], commit=COMMIT, machine=MACHINE)
+        )
 
 
 # -- pytest-benchmark reads the store ------------------------------------------------------
@@ -136,8 +148,14 @@ def _pytest_benchmark(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]
 
 def test_pytest_benchmark_list_and_compare_show_the_saved_measurements(tmp_path: Path) -> None:
     store = BaselineStore(DEFAULT_STORAGE, base=tmp_path)
-    store.save("released", [row([100.0, 101.0, 99.0])], commit=COMMIT, machine=MACHINE)
-    store.save("candidate", [row([90.0, 91.0, 89.0])], commit=COMMIT, machine=MACHINE)
+    store.save(
+        "released",
+        build_document("released", [row([100.0, 101.0, 99.0])], commit=COMMIT, machine=MACHINE),
+    )
+    store.save(
+        "candidate",
+        build_document("candidate", [row([90.0, 91.0, 89.0])], commit=COMMIT, machine=MACHINE),
+    )
     listed = _pytest_benchmark("list", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     assert "0001_released.json" in listed.stdout and "0002_candidate.json" in listed.stdout
@@ -158,7 +176,12 @@ def _save_many(path: str, tag: str, count: int, barrier: Any) -> None:
     store = BaselineStore(f"file://{path}")
     barrier.wait()
     for i in range(count):
-        store.save(f"{tag}-{i}", [row([100.0 + i, 101.0, 99.0])], commit=COMMIT, machine=MACHINE)
+        store.save(
+            f"{tag}-{i}",
+            build_document(
+                f"{tag}-{i}", [row([100.0 + i, 101.0, 99.0])], commit=COMMIT, machine=MACHINE
+            ),
+        )
 
 
 def test_two_processes_saving_at_once_both_land_intact(tmp_path: Path) -> None:
@@ -195,8 +218,16 @@ def _truncate(path: Path) -> None:
 
 def test_a_truncated_session_is_an_error_that_names_the_file(tmp_path: Path) -> None:
     store = BaselineStore(str(tmp_path))
-    store.save("older", [row([100.0, 101.0, 99.0])], commit=COMMIT, machine=MACHINE)
-    latest = Path(store.save("latest", [row([90.0, 91.0, 89.0])], commit=COMMIT, machine=MACHINE))
+    store.save(
+        "older",
+        build_document("older", [row([100.0, 101.0, 99.0])], commit=COMMIT, machine=MACHINE),
+    )
+    latest = Path(
+        store.save(
+            "latest",
+            build_document("latest", [row([90.0, 91.0, 89.0])], commit=COMMIT, machine=MACHINE),
+        )
+    )
     _truncate(latest)
     for read in (store.sessions, lambda: store.find("latest"), store.measurements,
                  lambda: store.find("older"), lambda: store.find(str(latest))):  # fmt: skip
@@ -216,7 +247,12 @@ def test_a_truncated_session_is_an_error_that_names_the_file(tmp_path: Path) -> 
 
 def test_a_session_whose_record_is_malformed_is_damaged(tmp_path: Path) -> None:
     store = BaselineStore(str(tmp_path))
-    path = Path(store.save("one", [row([100.0, 101.0, 99.0])], commit=COMMIT, machine=MACHINE))
+    path = Path(
+        store.save(
+            "one",
+            build_document("one", [row([100.0, 101.0, 99.0])], commit=COMMIT, machine=MACHINE),
+        )
+    )
     document = json.loads(path.read_text())
     del document["benchmarks"][0]["options"]["sglang"]["measurement"]
     path.write_text(json.dumps(document))
@@ -229,8 +265,14 @@ def test_assert_no_regression_refuses_a_damaged_store(tmp_path: Path) -> None:
     from pytest_sglang.verdicts.regression import assert_no_regression
 
     store = BaselineStore(str(tmp_path))
-    _truncate(Path(store.save("one", [row([100.0, 101.0, 99.0])], commit=COMMIT,
-                              machine=MACHINE)))  # fmt: skip
+    _truncate(
+        Path(
+            store.save(
+                "one",
+                build_document("one", [row([100.0, 101.0, 99.0])], commit=COMMIT, machine=MACHINE),
+            )
+        )
+    )
     fresh = result("baseline", [100.0, 101.0, 99.0], config=BASE_CONFIG)
     with pytest.raises(ComparisonRefused, match=r"0001_one\.json"):
         assert_no_regression(fresh, storage=str(tmp_path))

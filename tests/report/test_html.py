@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from pytest_sglang.measure.session_format import build_document
 from pytest_sglang.report.html import render_html
 from pytest_sglang.verdicts.regression import regression_verdict
 from tests.bench_data import BASE_CONFIG, SPEC_CONFIG, result
@@ -205,7 +206,7 @@ def _store_with_baseline(tmp_path: Path) -> Any:
 
     store = BaselineStore(f"file://{tmp_path / 'store'}")
     rows = [_row("baseline", c, 100.0 * c**0.8, BASE_CONFIG) for c in LEVELS]
-    store.save("released", rows, commit={"id": "abc"}, machine={})
+    store.save("released", build_document("released", rows, commit={"id": "abc"}, machine={}))
     return store
 
 
@@ -255,7 +256,10 @@ def test_a_report_from_a_stored_session_shows_its_verdicts(tmp_path: Path) -> No
         "evidence": {"spec": "eagle3", "base": "baseline", "crossover": {"level": 5}},
     }
     rows = [_row("baseline", c, 100.0 * c**0.8, BASE_CONFIG) for c in LEVELS]
-    store.save("judged", rows, commit={"id": "abc"}, machine={}, verdicts=[verdict])
+    store.save(
+        "judged",
+        build_document("judged", rows, commit={"id": "abc"}, machine={}, verdicts=[verdict]),
+    )
     out = tmp_path / "q.html"
     assert main(["--storage", store.uri, "report", "judged", "-o", str(out)], io.StringIO()) == 0
     page = out.read_text()
