@@ -19,23 +19,13 @@ from pytest_sglang.verdicts.assertions import (
     _check_comparable,
     _compare,
     _direction,
+    _same_levels,
     conclude,
     confounders,
 )
 from pytest_sglang.verdicts.decision import Outcome
 
 __all__ = ["AdaptiveRecommendation", "assert_adaptive", "recommend_adaptive_config"]
-
-
-def _same_levels(sweeps: Mapping[str, Sweep]) -> tuple[int, ...]:
-    __tracebackhide__ = True
-    levels = {sweep.levels for sweep in sweeps.values()}
-    if len(levels) != 1:
-        found = ", ".join(f"{name} {sweep.levels}" for name, sweep in sweeps.items())
-        raise ComparisonRefused(
-            f"the sweeps cover different levels: {found}; sweep all over one list"
-        )
-    return next(iter(levels))
 
 
 def _median(point: BenchResult, metric: str) -> float:
@@ -59,7 +49,7 @@ def assert_adaptive(
     """
     __tracebackhide__ = True
     larger = _direction(metric)
-    levels = _same_levels({"adaptive": adaptive, "base": base, "fixed": fixed})
+    levels = _same_levels(adaptive, base, fixed)
     rows, slower, levels_evidence, warnings = [], [], [], []
     for level, a, b, f in zip(levels, adaptive, base, fixed, strict=True):
         for other in (b, f):
@@ -147,7 +137,7 @@ def recommend_adaptive_config(
     if not fixed or any(steps < 1 for steps in fixed):
         raise ComparisonRefused("recommend_adaptive_config needs sweeps at step counts >= 1")
     larger = _direction(metric)
-    levels = _same_levels({"base": base, **{f"steps {s}": sw for s, sw in fixed.items()}})
+    levels = _same_levels(base, *fixed.values())
     rows: list[dict[str, Any]] = []
     config: dict[str, dict[str, Any]] = {}
     for index, level in enumerate(levels):

@@ -39,7 +39,6 @@ from pytest_sglang.verdicts.stats import median_bounds
 
 __all__ = [
     "CrossoverVerdict",
-    "InconclusivePolicy",
     "Verdict",
     "assert_at_least",
     "assert_at_most",
@@ -48,13 +47,8 @@ __all__ = [
     "confounders",
     "estimate_break_even",
     "find_crossover",
-    "inconclusive_policy",
     "record_verdict",
-    "settle_inconclusive",
 ]
-
-#: The choices of ``--sglang-inconclusive``.
-InconclusivePolicy = Literal["fail", "skip", "warn"]
 
 
 @dataclass
@@ -90,37 +84,30 @@ def record_verdict(verdict: Verdict) -> None:
     record({"record": "verdict", **verdict.as_dict()})
 
 
-def inconclusive_policy() -> InconclusivePolicy:
-    """Return the running test's session's ``--sglang-inconclusive`` (``fail`` outside one)."""
-    item = CURRENT_ITEM.get()
-    settings = None if item is None else item.config.stash.get(SETTINGS_KEY, None)
-    value = "fail" if settings is None else settings.inconclusive.value
-    return "skip" if value == "skip" else "warn" if value == "warn" else "fail"
+def conclude(verdict: Verdict) -> Verdict:
+    """Record ``verdict``; raise on FAIL, settle INCONCLUSIVE by the policy, else return it.
 
+    The policy is the running test's ``--sglang-inconclusive``: fail (also outside a test),
+    skip or warn.
 
-def settle_inconclusive(verdict: Verdict) -> None:
-    """Fail, skip or warn for an inconclusive, already recorded ``verdict``, as the policy says.
-
-    :raises Inconclusive: under ``fail``.
+    :raises PerformanceAssertionError: on FAIL.
+    :raises Inconclusive: on INCONCLUSIVE under ``fail``.
     """
     __tracebackhide__ = True
-    policy = inconclusive_policy()
+    record_verdict(verdict)
+    if verdict.outcome is Outcome.FAIL:
+        raise PerformanceAssertionError(verdict.message(), verdict)
+    if verdict.outcome is not Outcome.INCONCLUSIVE:
+        return verdict
+    item = CURRENT_ITEM.get()
+    settings = None if item is None else item.config.stash.get(SETTINGS_KEY, None)
+    policy = "fail" if settings is None else settings.inconclusive.value
     if policy == "skip":
         pytest.skip(f"inconclusive (--sglang-inconclusive=skip): {verdict.summary}")
     if policy == "fail":
         raise Inconclusive(verdict.message(), verdict)
     text = f"inconclusive (--sglang-inconclusive=warn): {verdict.message()}"
-    warnings_module.warn(SGLangWarning(text), stacklevel=3)
-
-
-def conclude(verdict: Verdict) -> Verdict:
-    """Record ``verdict``; raise on FAIL, settle INCONCLUSIVE by the policy, else return it."""
-    __tracebackhide__ = True
-    record_verdict(verdict)
-    if verdict.outcome is Outcome.FAIL:
-        raise PerformanceAssertionError(verdict.message(), verdict)
-    if verdict.outcome is Outcome.INCONCLUSIVE:
-        settle_inconclusive(verdict)
+    warnings_module.warn(SGLangWarning(text), stacklevel=2)
     return verdict
 
 
@@ -209,8 +196,7 @@ def confounders(a: BenchResult, b: BenchResult) -> list[str]:
     if unknown:
         return unknown
     ca, cb = a.config, b.config
-    model_a = ca.get("served_model_name") or ca.get("model_path")
-    model_b = cb.get("served_model_name") or cb.get("model_path")
+    model_a, model_b = (c.get("served_model_name") or c.get("model_path") for c in (ca, cb))
     found = []
     if model_a != model_b:
         found.append(f"different models: {a.server} serves {model_a!r}, {b.server} {model_b!r}")
@@ -246,6 +232,17 @@ def _cap_confounders(a: BenchResult, b: BenchResult) -> list[str]:
         f"implicit cap is 48) while {other}: the rest queue, so the comparison measures the "
         "cap as much as the configuration; pin --max-running-requests on both profiles"
     ]
+
+
+def _same_levels(*sweeps: Sweep) -> tuple[int, ...]:
+    """Return the levels that all ``sweeps`` cover; sweeps over different levels are refused."""
+    __tracebackhide__ = True
+    if len({sweep.levels for sweep in sweeps}) > 1:
+        found = ", ".join(f"{sweep.server} {sweep.levels}" for sweep in sweeps)
+        raise ComparisonRefused(
+            f"the sweeps cover different levels: {found}; sweep all over the same list"
+        )
+    return sweeps[0].levels
 
 
 def _context(a: BenchResult, b: BenchResult) -> str:
@@ -406,11 +403,7 @@ def find_crossover(
     is recorded as a finding with the per-level evidence.
     """
     __tracebackhide__ = True
-    if spec.levels != base.levels:
-        raise ComparisonRefused(
-            f"the sweeps cover different levels: {spec.server} {spec.levels}, "
-            f"{base.server} {base.levels}; sweep both over the same list"
-        )
+    _same_levels(spec, base)
     pairs = list(zip(spec.points, base.points, strict=True))
     comparisons = [_compare(a, b, metric, by, alpha) for a, b in pairs]
     warnings = group_warnings([w for a, b in pairs for w in confounders(a, b)])

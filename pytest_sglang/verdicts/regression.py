@@ -61,7 +61,7 @@ def _raw(c: Comparison) -> tuple[float, float, float, float]:
 
 def _summary(c: Comparison, metric: str, tolerance: float, what: str) -> str:
     ratio, low, high, bound = _raw(c)
-    conf = f"{100 * c.confidence:.1f}%"
+    conf = f"{c.confidence:.1%}"
     head = f"assert_no_regression({what}) on {metric}"
     tol = f"{100 * tolerance:g}% tolerance"
     shown = f"now/stored = {ratio:.4f}, {conf}"
