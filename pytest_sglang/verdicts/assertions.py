@@ -348,22 +348,18 @@ def _absolute(m: BenchResult, metric: str, value: float, alpha: float, at_least:
         )
     if metric.startswith("ttft"):
         table += "".join(f"\n{line}" for line in _breakdown_lines(m))
-    return Verdict(
-        kind="assert_at_least" if at_least else "assert_at_most",
-        outcome=outcome,
-        metric=metric,
-        summary=f"{outcome.name}: {metric} of {m.label()} {word} {value:g}",
-        table=table,
-        evidence={
-            "result": m.label(),
-            "values": values,
-            "threshold": value,
-            "lower": lower,
-            "upper": upper,
-            "confidence": confidence,
-            **_extras(m),
-        },
-    )
+    kind: VerdictKind = "assert_at_least" if at_least else "assert_at_most"
+    summary = f"{outcome.name}: {metric} of {m.label()} {word} {value:g}"
+    evidence = {
+        "result": m.label(),
+        "values": values,
+        "threshold": value,
+        "lower": lower,
+        "upper": upper,
+        "confidence": confidence,
+        **_extras(m),
+    }
+    return Verdict(kind, outcome, metric, summary, table, evidence)
 
 
 def assert_at_least(m: BenchResult, metric: str, value: float, alpha: float = 0.05) -> Verdict:
@@ -409,17 +405,10 @@ def find_crossover(
     warnings = group_warnings([w for a, b in pairs for w in confounders(a, b)])
     result = crossover(spec.levels, comparisons, warnings)
     found = "none" if result.level is None else f"C={result.level}"
-    record_verdict(
-        Verdict(
-            kind="find_crossover",
-            outcome="finding",
-            metric=metric,
-            summary=f"crossover of {spec.server} vs {base.server}: {found}",
-            table=replace(result, warnings=[]).table(),
-            evidence={"spec": spec.server, "base": base.server, "crossover": result.as_dict()},
-            warnings=warnings,
-        )
-    )
+    summary = f"crossover of {spec.server} vs {base.server}: {found}"
+    table = replace(result, warnings=[]).table()
+    evidence = {"spec": spec.server, "base": base.server, "crossover": result.as_dict()}
+    record_verdict(Verdict("find_crossover", "finding", metric, summary, table, evidence, warnings))
     return result
 
 

@@ -147,28 +147,31 @@ def regression_verdict(
         *(f"shown, not refused: {d.describe()}" for d in differences),
         f"fingerprint: {mine.describe()}",
     ]
+    summary = _summary(comparison, metric, tolerance, what)
+    evidence = {
+        "a": fresh.label(),
+        "b": where.label() if where else base.label(),
+        "workload": fresh.workload.as_dict(),
+        "comparison": comparison.as_dict(),
+        "tolerance": tolerance,
+        "bound": bound,
+        "ratio_now_stored": ratio,
+        "bounds_now_stored": [low, high],
+        "fingerprint": mine.as_dict(),
+        "fingerprint_key": mine.key,
+        "stored_session": where.session if where else None,
+        "stored_labels": dict(labels),
+        "regression": comparison.outcome is Outcome.FAIL,
+    }
+    warnings = _warnings(comparison, tolerance, base)
     return Verdict(
-        kind="assert_no_regression",
-        outcome=comparison.outcome,
-        metric=metric,
-        summary=_summary(comparison, metric, tolerance, what),
-        table="\n".join(table),
-        evidence={
-            "a": fresh.label(),
-            "b": where.label() if where else base.label(),
-            "workload": fresh.workload.as_dict(),
-            "comparison": comparison.as_dict(),
-            "tolerance": tolerance,
-            "bound": bound,
-            "ratio_now_stored": ratio,
-            "bounds_now_stored": [low, high],
-            "fingerprint": mine.as_dict(),
-            "fingerprint_key": mine.key,
-            "stored_session": where.session if where else None,
-            "stored_labels": dict(labels),
-            "regression": comparison.outcome is Outcome.FAIL,
-        },
-        warnings=_warnings(comparison, tolerance, base),
+        "assert_no_regression",
+        comparison.outcome,
+        metric,
+        summary,
+        "\n".join(table),
+        evidence,
+        warnings,
     )
 
 

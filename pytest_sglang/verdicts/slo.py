@@ -48,12 +48,15 @@ class ObjectiveDecision:
 
 
 def judge_slo(
-    slo: Slo, records: Sequence[RequestRecord], alpha: float = 0.05
+    slo: Slo, records: Sequence[RequestRecord], alpha: float = 0.05, source: str = "the run"
 ) -> tuple[Outcome, list[ObjectiveDecision]]:
-    """Judge ``slo`` on ``records`` (see the module docstring); pure."""
+    """Judge ``slo`` on ``records`` (see the module docstring); pure.
+
+    :raises ComparisonRefused: no records (``source``, e.g. a result's label, kept none).
+    """
     __tracebackhide__ = True
     if not records:
-        raise ComparisonRefused("no measured requests to judge the SLO on")
+        raise ComparisonRefused(f"{source} kept no per-request records, which an SLO is judged on")
     each = alpha / len(slo.objectives)
     decisions = []
     for a in attainment(slo, records):
@@ -73,11 +76,7 @@ def assert_slo(result: BenchResult, slo: Slo | str, alpha: float = 0.05) -> Verd
     __tracebackhide__ = True
     slo = Slo.parse(slo) if isinstance(slo, str) else slo
     records = [r for run in result.runs for r in run.records]
-    if not records:
-        raise ComparisonRefused(
-            f"{result.label()} kept no per-request records, which an SLO is judged on"
-        )
-    outcome, decisions = judge_slo(slo, records, alpha)
+    outcome, decisions = judge_slo(slo, records, alpha, result.label())
     goodputs = [goodput(slo, run.records, run.duration) for run in result.runs]
     table = "\n".join(
         [
@@ -96,29 +95,23 @@ def assert_slo(result: BenchResult, slo: Slo | str, alpha: float = 0.05) -> Verd
             f"\noutcome: INCONCLUSIVE - the bounds straddle a percentile; a violation-free "
             f"pass needs at least {needed} requests"
         )
-    verdict = Verdict(
-        kind="assert_slo",
-        outcome=outcome,
-        metric=slo.describe(),
-        summary=f"{outcome.name}: {result.label()} meets {slo.describe()}",
-        table=table,
-        evidence={
-            "result": result.label(),
-            "slo": slo.describe(),
-            "requests": len(records),
-            "goodput": goodputs,
-            "objectives": [
-                {
-                    "objective": d.attainment.objective.describe(),
-                    "met": d.attainment.met,
-                    "requests": d.attainment.requests,
-                    "lower": d.lower,
-                    "upper": d.upper,
-                    "alpha": d.alpha,
-                    "outcome": d.outcome.value,
-                }
-                for d in decisions
-            ],
-        },
-    )
-    return conclude(verdict)
+    summary = f"{outcome.name}: {result.label()} meets {slo.describe()}"
+    evidence = {
+        "result": result.label(),
+        "slo": slo.describe(),
+        "requests": len(records),
+        "goodput": goodputs,
+        "objectives": [
+            {
+                "objective": d.attainment.objective.describe(),
+                "met": d.attainment.met,
+                "requests": d.attainment.requests,
+                "lower": d.lower,
+                "upper": d.upper,
+                "alpha": d.alpha,
+                "outcome": d.outcome.value,
+            }
+            for d in decisions
+        ],
+    }
+    return conclude(Verdict("assert_slo", outcome, slo.describe(), summary, table, evidence))
