@@ -262,8 +262,7 @@ def _context(a: BenchResult, b: BenchResult) -> str:
 
 def _breakdowns(*sides: BenchResult) -> dict[str, dict[str, Any]]:
     """Each side's TTFT split (queue, prefill, rest), when its server reported the timings."""
-    found = {side.server: breakdown_summary(side.runs) for side in sides}
-    return {server: summary for server, summary in found.items() if summary is not None}
+    return {s.server: found for s in sides if (found := breakdown_summary(s.runs)) is not None}
 
 
 def _breakdown_lines(*sides: BenchResult) -> list[str]:
