@@ -271,11 +271,9 @@ def _breakdown_lines(*sides: BenchResult) -> list[str]:
 
 def _extras(*sides: BenchResult) -> dict[str, Any]:
     """Return the evidence only some results have: TTFT splits, checks that did not apply."""
-    breakdown = _breakdowns(*sides)
     skipped = {s.server: sorted(s.not_applicable) for s in sides if s.not_applicable}
-    return ({"ttft_breakdown": breakdown} if breakdown else {}) | (
-        {"not_applicable": skipped} if skipped else {}
-    )
+    extras = {"ttft_breakdown": _breakdowns(*sides), "not_applicable": skipped}
+    return {key: value for key, value in extras.items() if value}
 
 
 # -- the assertions -----------------------------------------------------------------------------
