@@ -24,6 +24,7 @@ from pytest_sglang.measure.session_format import (
 )
 from pytest_sglang.measure.store import BaselineStore
 from pytest_sglang.report.context import CURRENT_ITEM
+from pytest_sglang.report.entries import VerdictKind
 from pytest_sglang.verdicts.assertions import Verdict, _compare, conclude
 from pytest_sglang.verdicts.baseline_options import RegressionCheck, baseline_options
 from pytest_sglang.verdicts.decision import Comparison, Outcome
@@ -140,7 +141,7 @@ def regression_verdict(
         raise _refusal(what, refused)
     comparison = _compare(fresh, base, metric, by, alpha, ("now", "stored"), what)
     ratio, low, high, bound = _raw(comparison)
-    table = [
+    lines = [
         comparison.table(),
         _labels_line("now", fresh_labels or {}),
         _labels_line("stored", labels),
@@ -163,16 +164,9 @@ def regression_verdict(
         "stored_labels": dict(labels),
         "regression": comparison.outcome is Outcome.FAIL,
     }
-    warnings = _warnings(comparison, tolerance, base)
-    return Verdict(
-        "assert_no_regression",
-        comparison.outcome,
-        metric,
-        summary,
-        "\n".join(table),
-        evidence,
-        warnings,
-    )
+    table, warnings = "\n".join(lines), _warnings(comparison, tolerance, base)
+    kind: VerdictKind = "assert_no_regression"
+    return Verdict(kind, comparison.outcome, metric, summary, table, evidence, warnings)
 
 
 def regression_verdicts(
