@@ -205,7 +205,6 @@ def compare(
     hl = hodges_lehmann_ratio(num, den, alpha=alpha)
     outcome = judge(p_pass <= alpha and hl.lower > by, p_fail <= alpha and hl.upper < by)
     sigma = log_spread(xs, ys)
-    inconclusive = outcome is Outcome.INCONCLUSIVE
     return Comparison(
         outcome=outcome,
         a=xs,
@@ -227,7 +226,7 @@ def compare(
         cv_b=_cv(ys),
         mde=min_detectable_ratio(sigma, len(xs), len(ys), alpha=alpha, power=power),
         repeats_needed=runs_needed(sigma, hl.estimate / by, alpha=alpha, power=power)
-        if inconclusive
+        if outcome is Outcome.INCONCLUSIVE
         else None,
         label_a=label_a,
         label_b=label_b,

@@ -200,12 +200,11 @@ def regression_verdicts(
 def _store_for_current_test(storage: str | None) -> BaselineStore:
     __tracebackhide__ = True
     item = CURRENT_ITEM.get()
-    if storage is not None:
-        base = Path(item.config.invocation_params.dir) if item is not None else Path.cwd()
-        return BaselineStore(storage, base=base)
-    if item is None:
-        return BaselineStore(DEFAULT_STORAGE)
-    return baseline_options(item.config).store()
+    if item is None:  # outside a test: relative to the working directory
+        return BaselineStore(DEFAULT_STORAGE if storage is None else storage)
+    if storage is None:
+        return baseline_options(item.config).store()
+    return BaselineStore(storage, base=Path(item.config.invocation_params.dir))
 
 
 def assert_no_regression(

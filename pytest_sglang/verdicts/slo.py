@@ -78,23 +78,22 @@ def assert_slo(result: BenchResult, slo: Slo | str, alpha: float = 0.05) -> Verd
     records = [r for run in result.runs for r in run.records]
     outcome, decisions = judge_slo(slo, records, alpha, result.label())
     goodputs = [goodput(slo, run.records, run.duration) for run in result.runs]
-    table = "\n".join(
-        [
-            f"SLO {slo.describe()} on {result.label()}: {len(records)} requests in "
-            f"{len(result.runs)} runs; one-sided bounds at alpha {alpha:g} "
-            f"(Bonferroni over {len(slo.objectives)})",
-            f"{'objective':<28} {'met':>13} {'fraction':>8} bounds",
-            *(d.row() for d in decisions),
-            "goodput per run (req/s meeting every objective): "
-            + ", ".join(f"{g:.3g}" for g in goodputs),
-        ]
-    )
+    lines = [
+        f"SLO {slo.describe()} on {result.label()}: {len(records)} requests in "
+        f"{len(result.runs)} runs; one-sided bounds at alpha {alpha:g} "
+        f"(Bonferroni over {len(slo.objectives)})",
+        f"{'objective':<28} {'met':>13} {'fraction':>8} bounds",
+        *(d.row() for d in decisions),
+        "goodput per run (req/s meeting every objective): "
+        + ", ".join(f"{g:.3g}" for g in goodputs),
+    ]
     if outcome is Outcome.INCONCLUSIVE:
         needed = max(requests_to_pass(o.percentile, alpha) for o in slo.objectives)
-        table += (
-            f"\noutcome: INCONCLUSIVE - the bounds straddle a percentile; a violation-free "
-            f"pass needs at least {needed} requests"
+        lines.append(
+            "outcome: INCONCLUSIVE - the bounds straddle a percentile; a violation-free pass "
+            f"needs at least {needed} requests"
         )
+    table = "\n".join(lines)
     summary = f"{outcome.name}: {result.label()} meets {slo.describe()}"
     evidence = {
         "result": result.label(),
