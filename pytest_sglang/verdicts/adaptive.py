@@ -12,35 +12,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_sglang.errors import ComparisonRefused
-from pytest_sglang.measure.results import BenchResult, Sweep
+from pytest_sglang.measure.results import Sweep
 from pytest_sglang.report.entries import group_warnings
 from pytest_sglang.verdicts.assertions import (
     Verdict,
-    _check_comparable,
     _compare,
     _direction,
+    _same_levels,
     conclude,
     confounders,
 )
 from pytest_sglang.verdicts.decision import Outcome
 
 __all__ = ["AdaptiveRecommendation", "assert_adaptive", "recommend_adaptive_config"]
-
-
-def _same_levels(sweeps: Mapping[str, Sweep]) -> tuple[int, ...]:
-    __tracebackhide__ = True
-    levels = {sweep.levels for sweep in sweeps.values()}
-    if len(levels) != 1:
-        found = ", ".join(f"{name} {sweep.levels}" for name, sweep in sweeps.items())
-        raise ComparisonRefused(
-            f"the sweeps cover different levels: {found}; sweep all over one list"
-        )
-    return next(iter(levels))
-
-
-def _median(point: BenchResult, metric: str) -> float:
-    value = point.median(metric)
-    return float("nan") if value is None else value
 
 
 def assert_adaptive(
@@ -55,25 +39,25 @@ def assert_adaptive(
 
     The reference at each level is the better median of ``base`` and ``fixed``; the level
     fails on :func:`~pytest_sglang.assert_faster`'s FAIL against ``by`` times it (``by=0.95``
-    tolerates 5 %). Too few runs to ever decide are refused, so a pass is never vacuous.
+    tolerates 5 %). Too few runs to ever decide, against either reference, are refused, so
+    a pass is never vacuous.
     """
     __tracebackhide__ = True
     larger = _direction(metric)
-    levels = _same_levels({"adaptive": adaptive, "base": base, "fixed": fixed})
+    levels = _same_levels(adaptive, base, fixed)
     rows, slower, levels_evidence, warnings = [], [], [], []
     for level, a, b, f in zip(levels, adaptive, base, fixed, strict=True):
-        for other in (b, f):
-            _check_comparable(a, other, metric)
-        mb, mf = _median(b, metric), _median(f, metric)
-        best = b if (mb >= mf) == larger else f
-        c = _compare(a, best, metric, by, alpha)
+        # Both references are compared, so either too small to ever decide is refused.
+        vs_base, vs_fixed = (_compare(a, other, metric, by, alpha) for other in (b, f))
+        mb, mf = vs_base.median_b, vs_fixed.median_b
+        best, c = (b, vs_base) if (mb >= mf) == larger else (f, vs_fixed)
         warnings += confounders(a, b)
         note = {Outcome.PASS: "faster", Outcome.INCONCLUSIVE: "not slower"}.get(c.outcome)
         if note is None:
             slower.append(f"C={level} ({1 - c.ratio:.1%})")
             note = f"SLOWER by {1 - c.ratio:.1%} (at least {1 - c.upper_bound:.1%})"
         rows.append(
-            f"{level:>6}  {mb:>10.4g}  {mf:>10.4g}  {_median(a, metric):>10.4g}  "
+            f"{level:>6}  {mb:>10.4g}  {mf:>10.4g}  {c.median_a:>10.4g}  "
             f"{best.server:>12}  {c.ratio:>7.4f}  {c.lower_bound:>7.4f}  {c.upper_bound:>7.4f}"
             f"  {note}"
         )
@@ -147,20 +131,19 @@ def recommend_adaptive_config(
     if not fixed or any(steps < 1 for steps in fixed):
         raise ComparisonRefused("recommend_adaptive_config needs sweeps at step counts >= 1")
     larger = _direction(metric)
-    levels = _same_levels({"base": base, **{f"steps {s}": sw for s, sw in fixed.items()}})
+    levels = _same_levels(base, *fixed.values())
     rows: list[dict[str, Any]] = []
     config: dict[str, dict[str, Any]] = {}
     for index, level in enumerate(levels):
         point = base.points[index]
-        medians = {0: _median(point, metric)} | {
-            steps: _median(sweep.points[index], metric) for steps, sweep in sorted(fixed.items())
-        }
-        best = max(fixed, key=lambda s: medians[s] if larger else -medians[s])
         # Every sweep is compared, so one too small to ever decide is refused, chosen or not.
         compared = {
             s: _compare(sw.points[index], point, metric, 1.0, alpha) for s, sw in fixed.items()
         }
+        speculative = {s: compared[s].median_a for s in sorted(compared)}
+        best = max(fixed, key=lambda s: speculative[s] if larger else -speculative[s])
         chosen = compared[best]
+        medians = {0: chosen.median_b} | speculative
         ratio = f"{chosen.ratio:.3f}x baseline"
         steps = best if chosen.outcome is Outcome.PASS else 0
         why = (

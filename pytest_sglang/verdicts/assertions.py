@@ -39,7 +39,6 @@ from pytest_sglang.verdicts.stats import median_bounds
 
 __all__ = [
     "CrossoverVerdict",
-    "InconclusivePolicy",
     "Verdict",
     "assert_at_least",
     "assert_at_most",
@@ -48,13 +47,8 @@ __all__ = [
     "confounders",
     "estimate_break_even",
     "find_crossover",
-    "inconclusive_policy",
     "record_verdict",
-    "settle_inconclusive",
 ]
-
-#: The choices of ``--sglang-inconclusive``.
-InconclusivePolicy = Literal["fail", "skip", "warn"]
 
 
 @dataclass
@@ -90,37 +84,30 @@ def record_verdict(verdict: Verdict) -> None:
     record({"record": "verdict", **verdict.as_dict()})
 
 
-def inconclusive_policy() -> InconclusivePolicy:
-    """Return the running test's session's ``--sglang-inconclusive`` (``fail`` outside one)."""
-    item = CURRENT_ITEM.get()
-    settings = None if item is None else item.config.stash.get(SETTINGS_KEY, None)
-    value = "fail" if settings is None else settings.inconclusive.value
-    return "skip" if value == "skip" else "warn" if value == "warn" else "fail"
+def conclude(verdict: Verdict) -> Verdict:
+    """Record ``verdict``; raise on FAIL, settle INCONCLUSIVE by the policy, else return it.
 
+    The policy is the running test's ``--sglang-inconclusive``: fail (also outside a test),
+    skip or warn.
 
-def settle_inconclusive(verdict: Verdict) -> None:
-    """Fail, skip or warn for an inconclusive, already recorded ``verdict``, as the policy says.
-
-    :raises Inconclusive: under ``fail``.
+    :raises PerformanceAssertionError: on FAIL.
+    :raises Inconclusive: on INCONCLUSIVE under ``fail``.
     """
     __tracebackhide__ = True
-    policy = inconclusive_policy()
+    record_verdict(verdict)
+    if verdict.outcome is Outcome.FAIL:
+        raise PerformanceAssertionError(verdict.message(), verdict)
+    if verdict.outcome is not Outcome.INCONCLUSIVE:
+        return verdict
+    item = CURRENT_ITEM.get()
+    settings = None if item is None else item.config.stash.get(SETTINGS_KEY, None)
+    policy = "fail" if settings is None else settings.inconclusive.value
     if policy == "skip":
         pytest.skip(f"inconclusive (--sglang-inconclusive=skip): {verdict.summary}")
     if policy == "fail":
         raise Inconclusive(verdict.message(), verdict)
     text = f"inconclusive (--sglang-inconclusive=warn): {verdict.message()}"
-    warnings_module.warn(SGLangWarning(text), stacklevel=3)
-
-
-def conclude(verdict: Verdict) -> Verdict:
-    """Record ``verdict``; raise on FAIL, settle INCONCLUSIVE by the policy, else return it."""
-    __tracebackhide__ = True
-    record_verdict(verdict)
-    if verdict.outcome is Outcome.FAIL:
-        raise PerformanceAssertionError(verdict.message(), verdict)
-    if verdict.outcome is Outcome.INCONCLUSIVE:
-        settle_inconclusive(verdict)
+    warnings_module.warn(SGLangWarning(text), stacklevel=2)
     return verdict
 
 
@@ -209,8 +196,7 @@ def confounders(a: BenchResult, b: BenchResult) -> list[str]:
     if unknown:
         return unknown
     ca, cb = a.config, b.config
-    model_a = ca.get("served_model_name") or ca.get("model_path")
-    model_b = cb.get("served_model_name") or cb.get("model_path")
+    model_a, model_b = (c.get("served_model_name") or c.get("model_path") for c in (ca, cb))
     found = []
     if model_a != model_b:
         found.append(f"different models: {a.server} serves {model_a!r}, {b.server} {model_b!r}")
@@ -248,6 +234,17 @@ def _cap_confounders(a: BenchResult, b: BenchResult) -> list[str]:
     ]
 
 
+def _same_levels(*sweeps: Sweep) -> tuple[int, ...]:
+    """Return the levels that all ``sweeps`` cover; sweeps over different levels are refused."""
+    __tracebackhide__ = True
+    if len({sweep.levels for sweep in sweeps}) > 1:
+        found = ", ".join(f"{sweep.server} {sweep.levels}" for sweep in sweeps)
+        raise ComparisonRefused(
+            f"the sweeps cover different levels: {found}; sweep all over the same list"
+        )
+    return sweeps[0].levels
+
+
 def _context(a: BenchResult, b: BenchResult) -> str:
     w = a.workload
     lines = [
@@ -265,8 +262,7 @@ def _context(a: BenchResult, b: BenchResult) -> str:
 
 def _breakdowns(*sides: BenchResult) -> dict[str, dict[str, Any]]:
     """Each side's TTFT split (queue, prefill, rest), when its server reported the timings."""
-    found = {side.server: breakdown_summary(side.runs) for side in sides}
-    return {server: summary for server, summary in found.items() if summary is not None}
+    return {s.server: found for s in sides if (found := breakdown_summary(s.runs)) is not None}
 
 
 def _breakdown_lines(*sides: BenchResult) -> list[str]:
@@ -275,11 +271,9 @@ def _breakdown_lines(*sides: BenchResult) -> list[str]:
 
 def _extras(*sides: BenchResult) -> dict[str, Any]:
     """Return the evidence only some results have: TTFT splits, checks that did not apply."""
-    breakdown = _breakdowns(*sides)
     skipped = {s.server: sorted(s.not_applicable) for s in sides if s.not_applicable}
-    return ({"ttft_breakdown": breakdown} if breakdown else {}) | (
-        {"not_applicable": skipped} if skipped else {}
-    )
+    extras = {"ttft_breakdown": _breakdowns(*sides), "not_applicable": skipped}
+    return {key: value for key, value in extras.items() if value}
 
 
 # -- the assertions -----------------------------------------------------------------------------
@@ -351,22 +345,18 @@ def _absolute(m: BenchResult, metric: str, value: float, alpha: float, at_least:
         )
     if metric.startswith("ttft"):
         table += "".join(f"\n{line}" for line in _breakdown_lines(m))
-    return Verdict(
-        kind="assert_at_least" if at_least else "assert_at_most",
-        outcome=outcome,
-        metric=metric,
-        summary=f"{outcome.name}: {metric} of {m.label()} {word} {value:g}",
-        table=table,
-        evidence={
-            "result": m.label(),
-            "values": values,
-            "threshold": value,
-            "lower": lower,
-            "upper": upper,
-            "confidence": confidence,
-            **_extras(m),
-        },
-    )
+    kind: VerdictKind = "assert_at_least" if at_least else "assert_at_most"
+    summary = f"{outcome.name}: {metric} of {m.label()} {word} {value:g}"
+    evidence = {
+        "result": m.label(),
+        "values": values,
+        "threshold": value,
+        "lower": lower,
+        "upper": upper,
+        "confidence": confidence,
+        **_extras(m),
+    }
+    return Verdict(kind, outcome, metric, summary, table, evidence)
 
 
 def assert_at_least(m: BenchResult, metric: str, value: float, alpha: float = 0.05) -> Verdict:
@@ -406,27 +396,16 @@ def find_crossover(
     is recorded as a finding with the per-level evidence.
     """
     __tracebackhide__ = True
-    if spec.levels != base.levels:
-        raise ComparisonRefused(
-            f"the sweeps cover different levels: {spec.server} {spec.levels}, "
-            f"{base.server} {base.levels}; sweep both over the same list"
-        )
+    _same_levels(spec, base)
     pairs = list(zip(spec.points, base.points, strict=True))
     comparisons = [_compare(a, b, metric, by, alpha) for a, b in pairs]
     warnings = group_warnings([w for a, b in pairs for w in confounders(a, b)])
     result = crossover(spec.levels, comparisons, warnings)
     found = "none" if result.level is None else f"C={result.level}"
-    record_verdict(
-        Verdict(
-            kind="find_crossover",
-            outcome="finding",
-            metric=metric,
-            summary=f"crossover of {spec.server} vs {base.server}: {found}",
-            table=replace(result, warnings=[]).table(),
-            evidence={"spec": spec.server, "base": base.server, "crossover": result.as_dict()},
-            warnings=warnings,
-        )
-    )
+    summary = f"crossover of {spec.server} vs {base.server}: {found}"
+    table = replace(result, warnings=[]).table()
+    evidence = {"spec": spec.server, "base": base.server, "crossover": result.as_dict()}
+    record_verdict(Verdict("find_crossover", "finding", metric, summary, table, evidence, warnings))
     return result
 
 

@@ -87,7 +87,7 @@ class CapacityVerdict:
         else:
             head = f"capacity of {self.label} at {self.slo.describe()}: {self.unit}={self.level:g}"
         if self.upper is None:
-            tail = " (the highest level searched)" if self.level is not None else ""
+            tail = " (the highest level searched)"  # it passed: no level above is left
         elif self.decided:
             tail = f"; {self.unit}={self.upper:g} misses it (bracket holds at >= {confidence})"
         else:
@@ -121,12 +121,9 @@ class CapacityVerdict:
 
     def table(self) -> str:
         """Return the evidence: one line per probed level, in load order."""
-        lines = [
-            self.statement(),
-            f"{self.unit:>8} {'runs':>4} {'requests':>8} {'worst':>8} bounds",
-        ]
-        lines += [self.decisions[lv].row() for lv in sorted(self.decisions)]
-        return "\n".join(lines)
+        header = f"{self.unit:>8} {'runs':>4} {'requests':>8} {'worst':>8} bounds"
+        rows = [self.decisions[lv].row() for lv in sorted(self.decisions)]
+        return "\n".join([self.statement(), header, *rows])
 
 
 def find_capacity(

@@ -44,10 +44,6 @@ def judge(shown: bool, refuted: bool) -> Outcome:
     return Outcome.PASS if shown else Outcome.FAIL if refuted else Outcome.INCONCLUSIVE
 
 
-def _pct(fraction: float) -> str:
-    return f"{100.0 * fraction:.1f}%"
-
-
 def _cv(values: Sequence[float]) -> float | None:
     return statistics.stdev(values) / statistics.fmean(values) if len(values) > 1 else None
 
@@ -103,7 +99,7 @@ class Comparison:
 
     def summary(self) -> str:
         """Return one line: the outcome and its evidence."""
-        conf, ratio = _pct(self.confidence), f"{self.ratio_label} = {self.ratio:.4g}"
+        conf, ratio = f"{self.confidence:.1%}", f"{self.ratio_label} = {self.ratio:.4g}"
         if self.outcome is not Outcome.INCONCLUSIVE:
             failed = self.outcome is Outcome.FAIL
             sign, side = ("<", "upper") if failed else (">", "lower")
@@ -122,7 +118,7 @@ class Comparison:
         """Return what an inconclusive comparison had, and the runs that would decide it."""
         need = self.repeats_needed
         more = f"; about {need} runs per side would decide" if need is not None else ""
-        return f"with {self.n_a}+{self.n_b} runs; smallest detectable effect {_pct(self.mde)}{more}"
+        return f"with {self.n_a}+{self.n_b} runs; smallest detectable effect {self.mde:.1%}{more}"
 
     def table(self) -> str:
         """Return the runs and the statistics as plain text, for failure messages."""
@@ -136,8 +132,8 @@ class Comparison:
         for i, (va, vb) in enumerate(itertools.zip_longest(self.a, self.b), 1):
             cells = ["" if v is None else format(v, ".6g") for v in (va, vb)]
             lines.append(f"{i:>6}  {cells[0]:>{w}}  {cells[1]:>{w}}")
-        cv_a, cv_b = ("-" if cv is None else _pct(cv) for cv in (self.cv_a, self.cv_b))
-        conf = _pct(self.confidence)
+        cv_a, cv_b = ("-" if cv is None else f"{cv:.1%}" for cv in (self.cv_a, self.cv_b))
+        conf = f"{self.confidence:.1%}"
         lines += [
             f"{'median':>6}  {self.median_a:>{w}.6g}  {self.median_b:>{w}.6g}",
             f"{'cv':>6}  {cv_a:>{w}}  {cv_b:>{w}}",
@@ -145,8 +141,8 @@ class Comparison:
             f"bounds: lower {self.lower_bound:.4f}, upper {self.upper_bound:.4f}",
             f"exact Mann-Whitney p ({self.ratio_label} > {self.by:g}) = {self.p_value:.4g}, "
             f"p ({self.ratio_label} < {self.by:g}) = {self.p_value_fail:.4g}",
-            f"smallest detectable effect with {self.n_a}+{self.n_b} runs: {_pct(self.mde)} "
-            f"({_pct(self.power)} power, log spread {self.sigma:.4f})",
+            f"smallest detectable effect with {self.n_a}+{self.n_b} runs: {self.mde:.1%} "
+            f"({self.power:.1%} power, log spread {self.sigma:.4f})",
         ]
         if self.outcome is not Outcome.INCONCLUSIVE:
             return "\n".join([*lines, f"outcome: {self.outcome.name}"])
@@ -155,7 +151,7 @@ class Comparison:
         else:
             advice = (
                 f"about {self.repeats_needed} runs per side would decide a true ratio of "
-                f"{self.ratio:.4g} with {_pct(self.power)} power; measure them afresh "
+                f"{self.ratio:.4g} with {self.power:.1%} power; measure them afresh "
                 "(adding runs to these and testing again inflates the false-pass rate)"
             )
         return "\n".join([*lines, f"outcome: INCONCLUSIVE - {advice}"])
@@ -209,7 +205,6 @@ def compare(
     hl = hodges_lehmann_ratio(num, den, alpha=alpha)
     outcome = judge(p_pass <= alpha and hl.lower > by, p_fail <= alpha and hl.upper < by)
     sigma = log_spread(xs, ys)
-    inconclusive = outcome is Outcome.INCONCLUSIVE
     return Comparison(
         outcome=outcome,
         a=xs,
@@ -231,7 +226,7 @@ def compare(
         cv_b=_cv(ys),
         mde=min_detectable_ratio(sigma, len(xs), len(ys), alpha=alpha, power=power),
         repeats_needed=runs_needed(sigma, hl.estimate / by, alpha=alpha, power=power)
-        if inconclusive
+        if outcome is Outcome.INCONCLUSIVE
         else None,
         label_a=label_a,
         label_b=label_b,

@@ -58,10 +58,8 @@ def _generate(
     __tracebackhide__ = True
     import httpx
 
-    body: dict[str, Any] = (
-        {"text": prompt} if isinstance(prompt, str) else {"input_ids": list(prompt)}
-    )
-    body["sampling_params"] = {"temperature": 0, "max_new_tokens": max_new_tokens}
+    key, value = ("text", prompt) if isinstance(prompt, str) else ("input_ids", list(prompt))
+    body = {key: value, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens}}
     try:
         response = http.post("/generate", json=body)
     except httpx.HTTPError as exc:

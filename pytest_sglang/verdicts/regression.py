@@ -25,6 +25,7 @@ from pytest_sglang.measure.session_format import (
 )
 from pytest_sglang.measure.store import BaselineStore
 from pytest_sglang.report.context import CURRENT_ITEM
+from pytest_sglang.report.entries import VerdictKind
 from pytest_sglang.verdicts.assertions import Verdict, _compare, conclude
 from pytest_sglang.verdicts.baseline_options import RegressionCheck, baseline_options
 from pytest_sglang.verdicts.decision import Comparison, Outcome
@@ -62,7 +63,7 @@ def _raw(c: Comparison) -> tuple[float, float, float, float]:
 
 def _summary(c: Comparison, metric: str, tolerance: float, what: str) -> str:
     ratio, low, high, bound = _raw(c)
-    conf = f"{100 * c.confidence:.1f}%"
+    conf = f"{c.confidence:.1%}"
     head = f"assert_no_regression({what}) on {metric}"
     tol = f"{100 * tolerance:g}% tolerance"
     shown = f"now/stored = {ratio:.4f}, {conf}"
@@ -140,36 +141,32 @@ def regression_verdict(
         raise _refusal(what, refused)
     comparison = _compare(fresh, base, metric, by, alpha, ("now", "stored"), what)
     ratio, low, high, bound = _raw(comparison)
-    table = [
+    lines = [
         comparison.table(),
         _labels_line("now", fresh_labels or {}),
         _labels_line("stored", labels),
         *(f"shown, not refused: {d}" for d in mine.differences(stored_fp, refused=False)),
         f"fingerprint: {mine.describe()}",
     ]
-    return Verdict(
-        kind="assert_no_regression",
-        outcome=comparison.outcome,
-        metric=metric,
-        summary=_summary(comparison, metric, tolerance, what),
-        table="\n".join(table),
-        evidence={
-            "a": fresh.label(),
-            "b": where.label() if where else base.label(),
-            "workload": fresh.workload.as_dict(),
-            "comparison": comparison.as_dict(),
-            "tolerance": tolerance,
-            "bound": bound,
-            "ratio_now_stored": ratio,
-            "bounds_now_stored": [low, high],
-            "fingerprint": mine.as_dict(),
-            "fingerprint_key": mine.key,
-            "stored_session": where.session if where else None,
-            "stored_labels": dict(labels),
-            "regression": comparison.outcome is Outcome.FAIL,
-        },
-        warnings=_warnings(comparison, tolerance, base),
-    )
+    summary = _summary(comparison, metric, tolerance, what)
+    evidence = {
+        "a": fresh.label(),
+        "b": where.label() if where else base.label(),
+        "workload": fresh.workload.as_dict(),
+        "comparison": comparison.as_dict(),
+        "tolerance": tolerance,
+        "bound": bound,
+        "ratio_now_stored": ratio,
+        "bounds_now_stored": [low, high],
+        "fingerprint": mine.as_dict(),
+        "fingerprint_key": mine.key,
+        "stored_session": where.session if where else None,
+        "stored_labels": dict(labels),
+        "regression": comparison.outcome is Outcome.FAIL,
+    }
+    table, warnings = "\n".join(lines), _warnings(comparison, tolerance, base)
+    kind: VerdictKind = "assert_no_regression"
+    return Verdict(kind, comparison.outcome, metric, summary, table, evidence, warnings)
 
 
 def regression_verdicts(
@@ -203,12 +200,11 @@ def regression_verdicts(
 def _store_for_current_test(storage: str | None) -> BaselineStore:
     __tracebackhide__ = True
     item = CURRENT_ITEM.get()
-    if storage is not None:
-        base = Path(item.config.invocation_params.dir) if item is not None else Path.cwd()
-        return BaselineStore(storage, base=base)
-    if item is None:
-        return BaselineStore(DEFAULT_STORAGE)
-    return baseline_options(item.config).store()
+    if item is None:  # outside a test: relative to the working directory
+        return BaselineStore(DEFAULT_STORAGE if storage is None else storage)
+    if storage is None:
+        return baseline_options(item.config).store()
+    return BaselineStore(storage, base=Path(item.config.invocation_params.dir))
 
 
 def assert_no_regression(

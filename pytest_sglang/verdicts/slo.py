@@ -48,12 +48,15 @@ class ObjectiveDecision:
 
 
 def judge_slo(
-    slo: Slo, records: Sequence[RequestRecord], alpha: float = 0.05
+    slo: Slo, records: Sequence[RequestRecord], alpha: float = 0.05, source: str = "the run"
 ) -> tuple[Outcome, list[ObjectiveDecision]]:
-    """Judge ``slo`` on ``records`` (see the module docstring); pure."""
+    """Judge ``slo`` on ``records`` (see the module docstring); pure.
+
+    :raises ComparisonRefused: no records (``source``, e.g. a result's label, kept none).
+    """
     __tracebackhide__ = True
     if not records:
-        raise ComparisonRefused("no measured requests to judge the SLO on")
+        raise ComparisonRefused(f"{source} kept no per-request records, which an SLO is judged on")
     each = alpha / len(slo.objectives)
     decisions = []
     for a in attainment(slo, records):
@@ -73,52 +76,41 @@ def assert_slo(result: BenchResult, slo: Slo | str, alpha: float = 0.05) -> Verd
     __tracebackhide__ = True
     slo = Slo.parse(slo) if isinstance(slo, str) else slo
     records = [r for run in result.runs for r in run.records]
-    if not records:
-        raise ComparisonRefused(
-            f"{result.label()} kept no per-request records, which an SLO is judged on"
-        )
-    outcome, decisions = judge_slo(slo, records, alpha)
+    outcome, decisions = judge_slo(slo, records, alpha, result.label())
     goodputs = [goodput(slo, run.records, run.duration) for run in result.runs]
-    table = "\n".join(
-        [
-            f"SLO {slo.describe()} on {result.label()}: {len(records)} requests in "
-            f"{len(result.runs)} runs; one-sided bounds at alpha {alpha:g} "
-            f"(Bonferroni over {len(slo.objectives)})",
-            f"{'objective':<28} {'met':>13} {'fraction':>8} bounds",
-            *(d.row() for d in decisions),
-            "goodput per run (req/s meeting every objective): "
-            + ", ".join(f"{g:.3g}" for g in goodputs),
-        ]
-    )
+    lines = [
+        f"SLO {slo.describe()} on {result.label()}: {len(records)} requests in "
+        f"{len(result.runs)} runs; one-sided bounds at alpha {alpha:g} "
+        f"(Bonferroni over {len(slo.objectives)})",
+        f"{'objective':<28} {'met':>13} {'fraction':>8} bounds",
+        *(d.row() for d in decisions),
+        "goodput per run (req/s meeting every objective): "
+        + ", ".join(f"{g:.3g}" for g in goodputs),
+    ]
     if outcome is Outcome.INCONCLUSIVE:
         needed = max(requests_to_pass(o.percentile, alpha) for o in slo.objectives)
-        table += (
-            f"\noutcome: INCONCLUSIVE - the bounds straddle a percentile; a violation-free "
-            f"pass needs at least {needed} requests"
+        lines.append(
+            "outcome: INCONCLUSIVE - the bounds straddle a percentile; a violation-free pass "
+            f"needs at least {needed} requests"
         )
-    verdict = Verdict(
-        kind="assert_slo",
-        outcome=outcome,
-        metric=slo.describe(),
-        summary=f"{outcome.name}: {result.label()} meets {slo.describe()}",
-        table=table,
-        evidence={
-            "result": result.label(),
-            "slo": slo.describe(),
-            "requests": len(records),
-            "goodput": goodputs,
-            "objectives": [
-                {
-                    "objective": d.attainment.objective.describe(),
-                    "met": d.attainment.met,
-                    "requests": d.attainment.requests,
-                    "lower": d.lower,
-                    "upper": d.upper,
-                    "alpha": d.alpha,
-                    "outcome": d.outcome.value,
-                }
-                for d in decisions
-            ],
-        },
-    )
-    return conclude(verdict)
+    table = "\n".join(lines)
+    summary = f"{outcome.name}: {result.label()} meets {slo.describe()}"
+    evidence = {
+        "result": result.label(),
+        "slo": slo.describe(),
+        "requests": len(records),
+        "goodput": goodputs,
+        "objectives": [
+            {
+                "objective": d.attainment.objective.describe(),
+                "met": d.attainment.met,
+                "requests": d.attainment.requests,
+                "lower": d.lower,
+                "upper": d.upper,
+                "alpha": d.alpha,
+                "outcome": d.outcome.value,
+            }
+            for d in decisions
+        ],
+    }
+    return conclude(Verdict("assert_slo", outcome, slo.describe(), summary, table, evidence))

@@ -15,18 +15,12 @@ from pytest_sglang.verdicts.stats import require
 __all__ = ["CycleEstimate", "break_even_accept_length", "estimate_cycle_time", "speedup"]
 
 
-def _times(t_draft: float = 0.0, **times: float) -> list[float]:
-    """Check positive finite times and a non-negative draft time; return the times."""
-    for name, value in times.items():
-        require(
-            value > 0.0 and math.isfinite(value),
-            f"{name} must be a positive finite number, got {value!r}",
-        )
-    require(
-        t_draft >= 0.0 and math.isfinite(t_draft),
-        f"t_draft must be a finite non-negative number, got {t_draft!r}",
-    )
-    return [float(v) for v in times.values()]
+def _time(name: str, value: float, *, may_be_zero: bool = False) -> float:
+    """Return ``value``, a positive finite time (or non-negative, for a part that may be absent)."""
+    ok = value >= 0.0 if may_be_zero else value > 0.0
+    what = "a finite non-negative number" if may_be_zero else "a positive finite number"
+    require(ok and math.isfinite(value), f"{name} must be {what}, got {value!r}")
+    return float(value)
 
 
 def _accept_length(value: float) -> float:
@@ -44,17 +38,16 @@ def break_even_accept_length(t_cycle: float, t_decode: float, *, t_draft: float 
     ``t_cycle`` is one speculative cycle (or its verify alone, with the drafting in
     ``t_draft``), ``t_decode`` one plain decode step at the same batch size.
     """
-    cycle, decode = _times(t_draft, t_cycle=t_cycle, t_decode=t_decode)
-    return (cycle + t_draft) / decode
+    cycle = _time("t_cycle", t_cycle) + _time("t_draft", t_draft, may_be_zero=True)
+    return cycle / _time("t_decode", t_decode)
 
 
 def speedup(
     accept_length: float, t_cycle: float, t_decode: float, *, t_draft: float = 0.0
 ) -> float:
-    """Return speculation's decode speed-up, ``tau * t_decode / (t_cycle + t_draft)``."""
+    """Return speculation's decode speed-up, ``tau / tau_be`` (:func:`break_even_accept_length`)."""
     tau = _accept_length(accept_length)
-    cycle, decode = _times(t_draft, t_cycle=t_cycle, t_decode=t_decode)
-    return tau * decode / (cycle + t_draft)
+    return tau / break_even_accept_length(t_cycle, t_decode, t_draft=t_draft)
 
 
 @dataclass(frozen=True)
@@ -79,6 +72,6 @@ def estimate_cycle_time(
     *, spec_tpot: float, base_tpot: float, accept_length: float
 ) -> CycleEstimate:
     """Infer the speculative cycle time and break-even from two TPOTs at one concurrency."""
-    spec, base = _times(spec_tpot=spec_tpot, base_tpot=base_tpot)
+    spec, base = _time("spec_tpot", spec_tpot), _time("base_tpot", base_tpot)
     tau = _accept_length(accept_length)
     return CycleEstimate(tau * spec, base, tau, tau * spec / base, base / spec)

@@ -291,13 +291,12 @@ def runs_needed(
     if delta == 0.0:
         return None
     # The normal-theory n is a lower bound (t quantiles exceed z); search up from there.
-    normal = statistics.NormalDist()
-    n_z = 2.0 * ((normal.inv_cdf(1.0 - alpha) + normal.inv_cdf(power)) * sigma / delta) ** 2
-    if n_z > limit:
-        return None
-    n = max(min_runs(alpha), 2, math.ceil(n_z))
-    while _quantiles(2 * n - 2, alpha, power) * sigma * math.sqrt(2.0 / n) > delta:
-        n += 1
-        if n > limit:
-            return None
-    return n
+    z = statistics.NormalDist().inv_cdf
+    n_z = 2.0 * ((z(1.0 - alpha) + z(power)) * sigma / delta) ** 2
+    first = max(min_runs(alpha), 2, math.ceil(min(n_z, limit + 1)))
+    detected = (
+        n
+        for n in range(first, limit + 1)
+        if _quantiles(2 * n - 2, alpha, power) * sigma * math.sqrt(2.0 / n) <= delta
+    )
+    return next(detected, None)

@@ -136,3 +136,12 @@ def test_a_sweep_too_small_to_decide_is_refused_even_where_it_is_not_the_best() 
     small = sweep("s1", one_run, config={**SPEC_CONFIG, "max_running_requests": 64})
     with pytest.raises(ComparisonRefused, match="runs per side"):
         recommend_adaptive_config(base, {3: make("s3", STEPS_3, 2), 1: small})
+
+
+def test_a_reference_too_small_to_decide_is_refused_even_where_it_is_not_the_best() -> None:
+    # The fixed-step sweep is slower everywhere (never the reference) and has one run a level:
+    # a pass against the baseline alone would hide that it was never comparable.
+    one_run: dict[int, Sequence[float]] = {c: [m * 0.5] for c, m in STEPS_3.items()}
+    small = sweep("eagle3", one_run, config={**SPEC_CONFIG, "max_running_requests": 64})
+    with pytest.raises(ComparisonRefused, match="runs per side"):
+        assert_adaptive(make("adaptive", BASE, seed=5), make("base", BASE), small)
