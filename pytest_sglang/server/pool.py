@@ -63,7 +63,6 @@ class ServerPool:
         self._failed: dict[str, SGLangError] = {}
         self._running: Launch | None = None
         self._gpu: GpuProbe | None = None
-        self._gpu_checked = False
         self._gpu_names: list[str] | None = None
         #: Every launch of the session, in order, for the report.
         self.launches: list[LaunchInfo] = []
@@ -114,8 +113,7 @@ class ServerPool:
 
         :raises GpuUnavailable: under ``--sglang-require`` when GPU state cannot be read.
         """
-        if not self._gpu_checked:
-            self._gpu_checked = True
+        if self._gpu is None and self.gpu_skip_reason is None:  # not tried yet
             try:
                 self._gpu = make_probe(
                     host=self.settings.gpu_host.value, fake_dir=self.settings.gpu_fake.value

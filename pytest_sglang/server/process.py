@@ -220,11 +220,9 @@ class ServerProcess:
         """Stop the server and everything it started; idempotent."""
         if self.stop_report is not None:
             return self.stop_report
-        if self._popen is None:  # never started (Popen itself failed): nothing to stop
-            self._close_ready()
-            self.stop_report = StopReport()
-            return self.stop_report
-        report = kill_ours(self.launch_id, self._popen.pid, grace, self._exclude())
+        report = StopReport()
+        if self._popen is not None:  # else never started (Popen itself failed): nothing to stop
+            report = kill_ours(self.launch_id, self._popen.pid, grace, self._exclude())
         self._end_pump()
         self._close_ready()
         if self._killed_at_once:

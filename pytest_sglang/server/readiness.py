@@ -87,12 +87,10 @@ class ReadinessGate:
     _phase_start: float = field(init=False, default=0.0)
     _interval: float = field(init=False, default=CHEAP_POLL_INTERVAL)
     _tls_checked: bool = field(init=False, default=False)
-    _validators_built: bool = field(init=False, default=False)
     #: Ctrl-C and SIGTERM, held during the gate and raised between its steps.
     _interrupts: HeldInterrupts = field(init=False, default_factory=HeldInterrupts)
 
     def __post_init__(self) -> None:
-        self.headers = dict(self.headers)
         self._redact = Redactor(
             (*self.secrets, *filter(None, [self.api_key]), *self.headers.values())
         )
@@ -252,8 +250,7 @@ class ReadinessGate:
         schema = schema or path.removeprefix("/get_").strip("/")  # /server_info: server_info
         if schema == "server_info":  # its api_key, admin_api_key never reach a repr or message
             body = self._redact.json(body)  # (the model list is left whole: it names the model)
-        found = violations(body, schema, 1)
-        if found:
+        if found := violations(body, schema, 1):
             self._fail(
                 f"GET {path} returned a body that breaks "
                 + ("the model-list schema: " if path == "/v1/models" else "its schema: ")
@@ -303,7 +300,7 @@ class ReadinessGate:
         quick = path == "/ready" or (self.watch is not None and "connect" not in self._phases)
         bound = QUICK_PROBE_TIMEOUT if quick else PROBE_TIMEOUT
         limit = min(self._remaining(), bound)
-        seen = Seen("GET", path, at=0.0)
+        seen = Seen(path, at=0.0)
         response: httpx.Response | None = None
         failed: Exception | None = None
         try:
@@ -394,10 +391,9 @@ class ReadinessGate:
                 f"not passed within the ready timeout of {self.timeout:g}s "
                 f"(from {self.timeout_source})"
             )
-        if not self._validators_built:  # built while the server starts, not once it is ready
-            for name in ("openai_models",) if self.kind == "openai" else _SCHEMAS:
-                validator(name)
-            self._validators_built = True
+        # Built (once: they are cached) while the server starts, not once it is ready.
+        for name in ("openai_models",) if self.kind == "openai" else _SCHEMAS:
+            validator(name)
         last_path = self._last.path if self._last is not None else ""
         cheap = self.ready_line is None and (phase == "connect" or last_path == "/ready")
         interval = min(self._interval, MAX_CHEAP_POLL_INTERVAL if cheap else MAX_POLL_INTERVAL)

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+import operator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from jsonschema import Draft202012Validator
+    from jsonschema import Draft202012Validator, ValidationError
 
 from pytest_sglang.config.schema import read_schema
 
@@ -44,23 +44,16 @@ def validator(name: str) -> Draft202012Validator:
     return Draft202012Validator(read_schema(name))
 
 
-def _excerpt(instance: object, path: Sequence[object]) -> str:
-    """Return the JSON of the object at ``path`` or holding it, cut to ``EXCERPT_CHARS``."""
-    steps = list(path)
-    nodes: list[object] = [instance]
-    for step in steps:
-        try:
-            nodes.append(nodes[-1][step])  # type: ignore[index]
-        except (KeyError, IndexError, TypeError):
-            break
-    at_path = nodes[-1] if len(nodes) == len(steps) + 1 else None
-    holder = at_path if isinstance(at_path, (dict, list)) else nodes[max(0, len(nodes) - 2)]
+def _excerpt(instance: Any, error: ValidationError) -> str:
+    """Return the JSON of the object at the violation or holding it, cut to ``EXCERPT_CHARS``."""
+    steps, holder, key = list(error.absolute_path), error.instance, ""
+    if steps and not isinstance(holder, (dict, list)):  # a value: show the object around it
+        holder = functools.reduce(operator.getitem, steps[:-1], instance)
+        key = json.dumps(steps[-1]) + ":"
     text = json.dumps(holder, default=str)
     if len(text) <= EXCERPT_CHARS:
         return text
-    key = json.dumps(steps[-1]) + ":" if steps and not isinstance(at_path, (dict, list)) else ""
-    centre = max(0, text.find(key)) if key else 0
-    start = max(0, centre - EXCERPT_CHARS // 3)
+    start = max(0, text.find(key) - EXCERPT_CHARS // 3) if key else 0
     end = start + EXCERPT_CHARS
     return ("…" if start else "") + text[start:end] + ("…" if end < len(text) else "")
 
@@ -72,8 +65,7 @@ def violations(instance: object, name: str, limit: int = 5) -> list[SchemaViolat
     # jsonschema's own ordering of relevance (best_match's), most relevant first.
     errors = sorted(validator(name).iter_errors(instance), key=relevance, reverse=True)
     return [
-        SchemaViolation(name, e.json_path, e.message, _excerpt(instance, list(e.absolute_path)))
-        for e in errors[:limit]
+        SchemaViolation(name, e.json_path, e.message, _excerpt(instance, e)) for e in errors[:limit]
     ]
 
 
