@@ -69,18 +69,8 @@ def build_command(
         base = list(profile.command)
     else:
         base = [python, "-m", "sglang.launch_server"]
-    return [
-        *base,
-        "--model-path",
-        profile.model_path,
-        "--tp-size",
-        str(profile.tp),
-        "--host",
-        host,
-        "--port",
-        str(port),
-        *profile.args,
-    ]
+    model = ["--model-path", profile.model_path, "--tp-size", str(profile.tp)]
+    return [*base, *model, "--host", host, "--port", str(port), *profile.args]
 
 
 def server_environment(

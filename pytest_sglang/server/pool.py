@@ -74,20 +74,14 @@ class ServerPool:
         #: bench takes the measurements declared for it: ``Bench.take_declared``).
         self.on_launched: Callable[[SGLangServer], None] | None = None
 
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The names of attached servers and profiles, attached first."""
-        attached = tuple(s.name for s in self.settings.servers)
-        return attached + tuple(p for p in self.settings.profiles if p not in attached)
-
     def default_name(self) -> str:
         """Return the server a test without ``sglang_profile`` gets; raise if that is ambiguous."""
         name = self.settings.default_server()
         if name is not None:
             return name
         raise ServerUnavailable(
-            f"several SGLang servers are configured ({', '.join(self.names)}) and this test does "
-            "not say which one it needs; mark it with @pytest.mark.sglang_profile(NAME)"
+            f"several SGLang servers are configured ({', '.join(self.settings.targets)}) and this "
+            "test does not say which one it needs; mark it with @pytest.mark.sglang_profile(NAME)"
         )
 
     def measuring(
@@ -154,7 +148,7 @@ class ServerPool:
             )
         target = self.settings.target(name)
         if target is None:
-            known = ", ".join(self.names) or "none"
+            known = ", ".join(self.settings.targets) or "none"
             raise ServerUnavailable(
                 f"no SGLang server or profile named {name!r} is configured (known: {known}); "
                 f"attach it with --sglang-url {name}=URL or define [profiles.{name}] "
