@@ -221,8 +221,7 @@ class Launch:
                 )
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self.visible_gpus)
         if self.gpu is not None:
-            snapshot = self.gpu.snapshot()
-            self.info.gpus = server_gpus(snapshot, self.profile.tp, env)
+            self.info.gpus = server_gpus(self.gpu.snapshot(), self.profile.tp, env)
             self._baseline = preflight(self.gpu, self.info.gpus)
             # Pin the server to the checked GPUs by UUID: indices differ between NVML and
             # CUDA's default order, UUIDs do not.
@@ -235,11 +234,10 @@ class Launch:
         assert self._process is not None
         # The key the server was started with (``--api-key K`` or ``--api-key=K``), else ours.
         keys = (v[0] for flag, v in split_flags(self.profile.args) if flag == "--api-key" and v)
-        server = ReadinessGate.for_target(
-            self.target,
-            f"http://{self.host}:{port}",
-            self.settings,
-            api_key=next(keys, None),
+        gate = ReadinessGate.for_target(self.target, f"http://{self.host}:{port}", self.settings)
+        server = replace(
+            gate,
+            api_key=next(keys, None) or gate.api_key,
             watch=self._watch,
             ready_line=self._process.wait_ready_line,
         ).wait()

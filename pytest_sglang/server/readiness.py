@@ -84,7 +84,6 @@ class ReadinessGate:
     _last: Seen | None = field(init=False, default=None)
     _server_header: str | None = field(init=False, default=None)
     _start: float = field(init=False, default=0.0)
-    _phase_start: float = field(init=False, default=0.0)
     _interval: float = field(init=False, default=CHEAP_POLL_INTERVAL)
     _tls_checked: bool = field(init=False, default=False)
     #: Ctrl-C and SIGTERM, held during the gate and raised between its steps.
@@ -96,32 +95,21 @@ class ReadinessGate:
         )
 
     @classmethod
-    def for_target(
-        cls,
-        target: ServerTarget,
-        url: str,
-        settings: Settings,
-        *,
-        api_key: str | None = None,
-        watch: Callable[[str, float], None] | None = None,
-        ready_line: Callable[[float], object] | None = None,
-    ) -> ReadinessGate:
+    def for_target(cls, target: ServerTarget, url: str, settings: Settings) -> ReadinessGate:
         """Return the gate for ``target`` at ``url`` under ``settings``.
 
-        ``api_key`` replaces the settings' key; launch mode adds ``watch`` and ``ready_line``.
+        Launch mode adds its ``watch`` and ``ready_line`` (``dataclasses.replace``).
         """
         return cls(
             target.name,
             url,
             timeout=settings.ready_timeout.value,
             timeout_source=settings.ready_timeout.source,
-            api_key=api_key or settings.api_key.value,
+            api_key=settings.api_key.value,
             expectations=target.expectations,
             kind=target.kind,
             headers=target.header_map,
             secrets=settings.secrets,
-            watch=watch,
-            ready_line=ready_line,
         )
 
     def wait(self) -> SGLangServer:
@@ -140,7 +128,7 @@ class ReadinessGate:
         import httpx
 
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        self._start = self._phase_start = self.clock()
+        self._start = self.clock()
         with held_interrupts() as self._interrupts, asyncio.Runner() as runner:
             self._interrupts.loop = runner.get_loop()
             self._prober = Prober(runner)
@@ -378,9 +366,7 @@ class ReadinessGate:
         return next((p for p in _PHASES if p not in self._phases), _PHASES[-1])
 
     def _pass(self, phase: str) -> None:
-        now = self.clock()
-        self._phases[phase] = now - self._phase_start
-        self._phase_start = now
+        self._phases[phase] = self._elapsed() - sum(self._phases.values())  # phases follow on
 
     def _wait_a_moment(self) -> None:
         phase = self._current_phase()
