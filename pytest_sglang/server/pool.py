@@ -63,6 +63,7 @@ class ServerPool:
         self._failed: dict[str, SGLangError] = {}
         self._running: Launch | None = None
         self._gpu: GpuProbe | None = None
+        self._gpu_checked = False  # made once: after close() too, none is made again
         self._gpu_names: list[str] | None = None
         #: Every launch of the session, in order, for the report.
         self.launches: list[LaunchInfo] = []
@@ -107,7 +108,8 @@ class ServerPool:
 
         :raises GpuUnavailable: under ``--sglang-require`` when GPU state cannot be read.
         """
-        if self._gpu is None and self.gpu_skip_reason is None:  # not tried yet
+        if not self._gpu_checked:
+            self._gpu_checked = True
             try:
                 self._gpu = make_probe(
                     host=self.settings.gpu_host.value, fake_dir=self.settings.gpu_fake.value
