@@ -183,12 +183,9 @@ class SGLangServer:
 
         Use it as ``Workload(vocab_size=...)``; ``None`` when it cannot be learned here.
         """
-        for source in (self.model_info, self.server_info):
-            value = source.get("vocab_size")
-            if isinstance(value, int) and not isinstance(value, bool):
-                return value
+        served = _first_count("vocab_size", self.model_info, self.server_info)
         path = self.server_info.get("model_path") or self.model_info.get("model_path")
-        return local_vocab_size(path) if isinstance(path, str) else None
+        return served or (local_vocab_size(path) if isinstance(path, str) else None)
 
     def client(self, **kwargs: Any) -> httpx.Client:
         """Return a new httpx client bound to this server; the caller closes it."""
@@ -211,8 +208,7 @@ def effective_max_running_requests(server_info: dict[str, Any]) -> int | None:
         ]
         if per_rank and all(isinstance(v, int) and not isinstance(v, bool) for v in per_rank):
             return sum(int(v) for v in per_rank if v is not None)
-    value = server_info.get("max_running_requests")
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return _first_count("max_running_requests", server_info)
 
 
 def local_vocab_size(model_path: str) -> int | None:
@@ -223,11 +219,14 @@ def local_vocab_size(model_path: str) -> int | None:
         config = json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(config, dict):
-        return None
-    text = config.get("text_config")
-    for source in (text if isinstance(text, dict) else {}, config):
-        value = source.get("vocab_size")
+    text = config.get("text_config") if isinstance(config, dict) else None
+    return _first_count("vocab_size", text, config)
+
+
+def _first_count(key: str, *sources: object) -> int | None:
+    """Return the first positive int (not a bool) at ``key`` of the ``sources`` that are dicts."""
+    for source in sources:
+        value = source.get(key) if isinstance(source, dict) else None
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return None

@@ -16,49 +16,39 @@ _OOM = (
     "GPUs (other processes may hold memory: see nvidia-smi)"
 )
 
-#: (substring of a log line, hint), in the order hints are shown.
-SIGNATURES: tuple[tuple[str, str], ...] = (
-    (
-        "is greater than the derived context_length",
+#: Substring of a log line -> its hint, in the order hints are shown.
+SIGNATURES: dict[str, str] = {
+    "is greater than the derived context_length": (
         "the draft model's context length is shorter than the target's (SGLang refuses this "
         "since 0.5): set SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 in the profile's env, or "
-        "pass a --context-length no larger than the draft's in its args",
+        "pass a --context-length no larger than the draft's in its args"
     ),
-    (
-        "Address already in use",
+    "Address already in use": (
         "the port was taken between the plugin's check and the server's bind: another server "
-        "(a leftover?) is starting on this machine; look for it and rerun",
+        "(a leftover?) is starting on this machine; look for it and rerun"
     ),
-    ("CUDA out of memory", _OOM),
-    ("OutOfMemoryError", _OOM),
-    (
-        "The memory capacity is unbalanced",
-        "some GPUs are partly occupied by other processes: free them before launching",
+    "CUDA out of memory": _OOM,
+    "OutOfMemoryError": _OOM,
+    "The memory capacity is unbalanced": (
+        "some GPUs are partly occupied by other processes: free them before launching"
     ),
-    (
-        "ambiguous option: --cuda-graph-max-bs",
-        "SGLang 0.5.23 removed --cuda-graph-max-bs: use --cuda-graph-max-bs-decode",
+    "ambiguous option: --cuda-graph-max-bs": (
+        "SGLang 0.5.23 removed --cuda-graph-max-bs: use --cuda-graph-max-bs-decode"
     ),
-    (
-        "Initialization failed. warmup error",
-        "the server's warm-up request failed: read the traceback in the log above",
+    "Initialization failed. warmup error": (
+        "the server's warm-up request failed: read the traceback in the log above"
     ),
-    (
-        "No module named sglang",
+    "No module named sglang": (
         "SGLang is not installed for this Python: install it, set the profile's command, or "
-        "use --sglang-launcher=emulator for a dry run",
+        "use --sglang-launcher=emulator for a dry run"
     ),
-)
+}
 
 
 def hints_for(lines: Iterable[str]) -> list[str]:
     """Return the hints whose signature appears in ``lines`` (any case), without duplicates."""
     text = "\n".join(lines).lower()
-    found: list[str] = []
-    for signature, hint in SIGNATURES:
-        if signature.lower() in text and hint not in found:
-            found.append(hint)
-    return found
+    return list(dict.fromkeys(h for sig, h in SIGNATURES.items() if sig.lower() in text))
 
 
 #: The readiness gate's requests as an access log shows them (uvicorn, SGLang).

@@ -69,18 +69,8 @@ def build_command(
         base = list(profile.command)
     else:
         base = [python, "-m", "sglang.launch_server"]
-    return [
-        *base,
-        "--model-path",
-        profile.model_path,
-        "--tp-size",
-        str(profile.tp),
-        "--host",
-        host,
-        "--port",
-        str(port),
-        *profile.args,
-    ]
+    model = ["--model-path", profile.model_path, "--tp-size", str(profile.tp)]
+    return [*base, *model, "--host", host, "--port", str(port), *profile.args]
 
 
 def server_environment(
@@ -151,7 +141,9 @@ class Launch:
         # this frame, whose locals pytest -l prints.
         self._started = time.monotonic()
         try:
-            port = self._free_port()
+            # Another process may take the port before the server binds: the freshness check
+            # (``_check_fresh``) finds a server that is not ours.
+            port = pick_port(self.host)
             self._process = self._new_process(port)
             try:
                 self._process.start()
@@ -229,8 +221,7 @@ class Launch:
                 )
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self.visible_gpus)
         if self.gpu is not None:
-            snapshot = self.gpu.snapshot()
-            self.info.gpus = server_gpus(snapshot, self.profile.tp, env)
+            self.info.gpus = server_gpus(self.gpu.snapshot(), self.profile.tp, env)
             self._baseline = preflight(self.gpu, self.info.gpus)
             # Pin the server to the checked GPUs by UUID: indices differ between NVML and
             # CUDA's default order, UUIDs do not.
@@ -239,27 +230,14 @@ class Launch:
             argv, env=env, log_path=self.info.log_path, secrets=self.settings.secrets
         )
 
-    def _free_port(self) -> int:
-        # Another process may take the OS's free port before the server binds: check again
-        # (the freshness check catches the rest).
-        for _ in range(5):
-            port = pick_port(self.host)
-            if not port_in_use(self.host, port):
-                return port
-        raise ServerNotReady(
-            f"no free port found on {self.host} after 5 tries: is something grabbing ports?",
-            phase="connect",
-        )
-
     def _gate(self, port: int) -> SGLangServer:
         assert self._process is not None
         # The key the server was started with (``--api-key K`` or ``--api-key=K``), else ours.
         keys = (v[0] for flag, v in split_flags(self.profile.args) if flag == "--api-key" and v)
-        server = ReadinessGate.for_target(
-            self.target,
-            f"http://{self.host}:{port}",
-            self.settings,
-            api_key=next(keys, None) or self.settings.api_key.value,
+        gate = ReadinessGate.for_target(self.target, f"http://{self.host}:{port}", self.settings)
+        server = replace(
+            gate,
+            api_key=next(keys, None) or gate.api_key,
             watch=self._watch,
             ready_line=self._process.wait_ready_line,
         ).wait()
@@ -271,19 +249,16 @@ class Launch:
     def _check_fresh(self) -> None:
         """Make sure the server that answers is ours, once: a process we started has the port."""
         assert self._process is not None
-        if self._fresh:
-            return
         port = self.info.port
-        if not self._process.listens_on(port):
-            if self._process.poll(DYING_GRACE) is not None:
-                return  # it closed its port to die: the caller reports the exit
-            raise ServerNotReady(
-                f"SGLang server {self.profile.name!r} at http://{self.host}:{port} answered, "
-                f"but no process we started listens on port {port}: another server took the "
-                "port; stop it and rerun",
-                phase="freshness",
-            )
-        self._fresh = True
+        self._fresh = self._fresh or self._process.listens_on(port)
+        if self._fresh or self._process.poll(DYING_GRACE) is not None:
+            return  # ours; or it closed its port to die: the caller reports the exit
+        raise ServerNotReady(
+            f"SGLang server {self.profile.name!r} at http://{self.host}:{port} answered, "
+            f"but no process we started listens on port {port}: another server took the "
+            "port; stop it and rerun",
+            phase="freshness",
+        )
 
     def _watch(self, phase: str, elapsed: float) -> None:
         assert self._process is not None
@@ -322,12 +297,10 @@ class Launch:
             lines.append(f"  log tail (last {len(tail)} lines{left_out}):")
             lines += [f"    | {line}" for line in tail]
         # Signatures are searched in a longer tail than shown: a TP=8 failure prints one
-        # traceback per rank after the line that explains it.
-        hints = hints_for(window)
-        extra = exit_hint(exit_code)
-        if extra is not None and not hints:
-            hints.append(extra)
-        lines += [f"  hint: {hint}" for hint in hints]
+        # traceback per rank after the line that explains it. Where the log has no known
+        # signature, what the exit code says.
+        hints: Sequence[str | None] = hints_for(window) or [exit_hint(exit_code)]
+        lines += [f"  hint: {hint}" for hint in hints if hint]
         return self.redact("\n".join(lines))
 
     def check_alive(self, during: str = "", *, wait: float = 0.0) -> ServerDied | None:

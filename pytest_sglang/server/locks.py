@@ -47,8 +47,8 @@ class ServerLocks:
         self.folder = folder
         self._owner = owner or f"pid {os.getpid()}"
         self._progress = progress
-        #: key -> the open lock file (-1 without a folder), while this process holds it
-        self._held: dict[str, int] = {}
+        #: The keys this process holds (reentrant: an inner hold of one does nothing).
+        self._held: set[str] = set()
 
     @contextlib.contextmanager
     def hold(self, *urls: str, during: str = "") -> Iterator[None]:
@@ -58,34 +58,28 @@ class ServerLocks:
         """
         with contextlib.ExitStack() as stack:
             for key, url in sorted({server_key(url): url for url in urls}.items()):
-                stack.enter_context(self._hold_one(key, url, during))
+                if self.folder is not None and key not in self._held:  # the outer hold has it
+                    stack.enter_context(self._hold_one(self.folder, key, url, during))
             yield
 
     @contextlib.contextmanager
-    def _hold_one(self, key: str, url: str, during: str) -> Iterator[None]:
-        if key in self._held:  # reentrant: the outer hold releases it
-            yield
-            return
-        fd = -1
-        if self.folder is not None:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.folder / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        self._held[key] = fd
+    def _hold_one(self, folder: Path, key: str, url: str, during: str) -> Iterator[None]:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        self._held.add(key)
         try:
-            if fd >= 0:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    holder = os.pread(fd, 1000, 0).decode(errors="replace").strip() or "another"
-                    self._progress(
-                        f"sglang: waiting for the server at {url}: {holder} is measuring it (one "
-                        "measurement of a server at a time, across pytest-xdist workers)"
-                    )
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, f"{self._owner}{f' in {during}' if during else ''}".encode(), 0)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 1000, 0).decode(errors="replace").strip() or "another"
+                self._progress(
+                    f"sglang: waiting for the server at {url}: {holder} is measuring it (one "
+                    "measurement of a server at a time, across pytest-xdist workers)"
+                )
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{self._owner}{f' in {during}' if during else ''}".encode(), 0)
             yield
         finally:
-            del self._held[key]
-            if fd >= 0:
-                os.close(fd)  # closing the file releases the lock taken on it
+            self._held.discard(key)
+            os.close(fd)  # closing the file releases the lock taken on it

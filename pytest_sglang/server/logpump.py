@@ -64,21 +64,19 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m pytest_sglang.server.logpump LOG [READY_FD]``: append stdin to LOG."""
+    """``python -m pytest_sglang.server.logpump LOG READY_FD``: append stdin to LOG.
+
+    The file and the descriptor close as the process exits.
+    """
     secrets = json.loads(os.environ.get(SECRETS_ENV, "[]"))
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
     sink = os.open(argv[0], flags, 0o644)
-    ready_fd = int(argv[1]) if len(argv) > 1 else None
 
     def signal_ready() -> None:
-        if ready_fd is not None:
-            with contextlib.suppress(OSError):  # nobody waits any more: nothing to tell
-                os.write(ready_fd, b"R")
+        with contextlib.suppress(OSError):  # nobody waits any more: nothing to tell
+            os.write(int(argv[1]), b"R")
 
-    try:
-        pump(sys.stdin.fileno(), sink, Redactor(secrets), signal_ready)
-    finally:
-        os.close(sink)
+    pump(sys.stdin.fileno(), sink, Redactor(secrets), signal_ready)
     return 0
 
 

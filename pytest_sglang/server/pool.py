@@ -63,7 +63,7 @@ class ServerPool:
         self._failed: dict[str, SGLangError] = {}
         self._running: Launch | None = None
         self._gpu: GpuProbe | None = None
-        self._gpu_checked = False
+        self._gpu_checked = False  # made once: after close() too, none is made again
         self._gpu_names: list[str] | None = None
         #: Every launch of the session, in order, for the report.
         self.launches: list[LaunchInfo] = []
@@ -75,20 +75,14 @@ class ServerPool:
         #: bench takes the measurements declared for it: ``Bench.take_declared``).
         self.on_launched: Callable[[SGLangServer], None] | None = None
 
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The names of attached servers and profiles, attached first."""
-        attached = tuple(s.name for s in self.settings.servers)
-        return attached + tuple(p for p in self.settings.profiles if p not in attached)
-
     def default_name(self) -> str:
         """Return the server a test without ``sglang_profile`` gets; raise if that is ambiguous."""
         name = self.settings.default_server()
         if name is not None:
             return name
         raise ServerUnavailable(
-            f"several SGLang servers are configured ({', '.join(self.names)}) and this test does "
-            "not say which one it needs; mark it with @pytest.mark.sglang_profile(NAME)"
+            f"several SGLang servers are configured ({', '.join(self.settings.targets)}) and this "
+            "test does not say which one it needs; mark it with @pytest.mark.sglang_profile(NAME)"
         )
 
     def measuring(
@@ -156,7 +150,7 @@ class ServerPool:
             )
         target = self.settings.targets.get(name)
         if target is None:
-            known = ", ".join(self.names) or "none"
+            known = ", ".join(self.settings.targets) or "none"
             raise ServerUnavailable(
                 f"no SGLang server or profile named {name!r} is configured (known: {known}); "
                 f"attach it with --sglang-url {name}=URL or define [profiles.{name}] "

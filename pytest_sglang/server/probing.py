@@ -28,9 +28,8 @@ _BODY_SNIPPET = 300
 
 @dataclass
 class Seen:
-    """What one probe got: a response or a transport error, for failure messages."""
+    """What one ``GET`` probe got: a response or a transport error, for failure messages."""
 
-    method: str
     path: str
     at: float
     status: int | None = None
@@ -41,7 +40,7 @@ class Seen:
 
     def describe(self) -> str:
         """Return the probe in one line: ``GET /ready -> 503 with empty body (at 1.20s)``."""
-        where = f"{self.method} {self.path}"
+        where = f"GET {self.path}"
         if self.error is not None:
             return f"{where}: {self.error} (at {self.at:.2f}s)"
         body = repr(self.body[:_BODY_SNIPPET]) if self.body else "empty body"

@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -37,19 +38,15 @@ DEFAULT_GRACE = 15.0
 
 def find_ours(launch_id: str, exclude: Sequence[int] = ()) -> list[psutil.Process]:
     """Return the live (non-zombie) processes carrying ``launch_id`` in their environment."""
-    found = []
-    for proc in psutil.process_iter():
-        if proc.pid in exclude or proc.pid == os.getpid():
-            continue
-        try:  # gone, or not ours to read: then not ours to kill either
-            if (
-                proc.status() != psutil.STATUS_ZOMBIE
-                and proc.environ().get(LAUNCH_ID_ENV) == launch_id
-            ):
-                found.append(proc)
-        except (psutil.Error, OSError):
-            continue
-    return found
+    skip = {os.getpid(), *exclude}
+    # A process gone is left out; one not ours to read (None) is not ours to kill either.
+    return [
+        proc
+        for proc in psutil.process_iter(["status", "environ"], ad_value=None)
+        if proc.pid not in skip
+        and proc.info["status"] != psutil.STATUS_ZOMBIE
+        and (proc.info["environ"] or {}).get(LAUNCH_ID_ENV) == launch_id
+    ]
 
 
 def kill_ours(launch_id: str, pgid: int, grace: float, exclude: Sequence[int] = ()) -> StopReport:
@@ -220,11 +217,9 @@ class ServerProcess:
         """Stop the server and everything it started; idempotent."""
         if self.stop_report is not None:
             return self.stop_report
-        if self._popen is None:  # never started (Popen itself failed): nothing to stop
-            self._close_ready()
-            self.stop_report = StopReport()
-            return self.stop_report
-        report = kill_ours(self.launch_id, self._popen.pid, grace, self._exclude())
+        report = StopReport()
+        if self._popen is not None:  # else never started (Popen itself failed): nothing to stop
+            report = kill_ours(self.launch_id, self._popen.pid, grace, self._exclude())
         self._end_pump()
         self._close_ready()
         if self._killed_at_once:
@@ -258,22 +253,17 @@ class ServerProcess:
         return [self._reaper.pid] if self._reaper is not None else []
 
 
-def _spawn(
-    module: str,
-    *args: str,
-    stdin: int,
-    env: Mapping[str, str] | None = None,
-    pass_fds: Sequence[int] = (),
-) -> subprocess.Popen[bytes]:
-    """Start ``python -m pytest_sglang.server.MODULE ARGS`` in its own session, silent."""
+def _spawn(module: str, *args: str, **popen: Any) -> subprocess.Popen[bytes]:
+    """Start ``python -m pytest_sglang.server.MODULE ARGS`` in its own session, silent.
+
+    ``popen``: more of :class:`subprocess.Popen`'s arguments (``stdin``, ``env``...).
+    """
     return subprocess.Popen(
         [sys.executable, "-m", f"pytest_sglang.server.{module}", *args],
-        stdin=stdin,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env=env,
         start_new_session=True,
-        pass_fds=pass_fds,
+        **popen,
     )
 
 

@@ -84,46 +84,32 @@ class ReadinessGate:
     _last: Seen | None = field(init=False, default=None)
     _server_header: str | None = field(init=False, default=None)
     _start: float = field(init=False, default=0.0)
-    _phase_start: float = field(init=False, default=0.0)
     _interval: float = field(init=False, default=CHEAP_POLL_INTERVAL)
     _tls_checked: bool = field(init=False, default=False)
-    _validators_built: bool = field(init=False, default=False)
     #: Ctrl-C and SIGTERM, held during the gate and raised between its steps.
     _interrupts: HeldInterrupts = field(init=False, default_factory=HeldInterrupts)
 
     def __post_init__(self) -> None:
-        self.headers = dict(self.headers)
         self._redact = Redactor(
             (*self.secrets, *filter(None, [self.api_key]), *self.headers.values())
         )
 
     @classmethod
-    def for_target(
-        cls,
-        target: ServerTarget,
-        url: str,
-        settings: Settings,
-        *,
-        api_key: str | None = None,
-        watch: Callable[[str, float], None] | None = None,
-        ready_line: Callable[[float], object] | None = None,
-    ) -> ReadinessGate:
+    def for_target(cls, target: ServerTarget, url: str, settings: Settings) -> ReadinessGate:
         """Return the gate for ``target`` at ``url`` under ``settings``.
 
-        ``api_key`` replaces the settings' key; launch mode adds ``watch`` and ``ready_line``.
+        Launch mode adds its ``watch`` and ``ready_line`` (``dataclasses.replace``).
         """
         return cls(
             target.name,
             url,
             timeout=settings.ready_timeout.value,
             timeout_source=settings.ready_timeout.source,
-            api_key=api_key or settings.api_key.value,
+            api_key=settings.api_key.value,
             expectations=target.expectations,
             kind=target.kind,
             headers=target.header_map,
             secrets=settings.secrets,
-            watch=watch,
-            ready_line=ready_line,
         )
 
     def wait(self) -> SGLangServer:
@@ -142,7 +128,7 @@ class ReadinessGate:
         import httpx
 
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        self._start = self._phase_start = self.clock()
+        self._start = self.clock()
         with held_interrupts() as self._interrupts, asyncio.Runner() as runner:
             self._interrupts.loop = runner.get_loop()
             self._prober = Prober(runner)
@@ -252,8 +238,7 @@ class ReadinessGate:
         schema = schema or path.removeprefix("/get_").strip("/")  # /server_info: server_info
         if schema == "server_info":  # its api_key, admin_api_key never reach a repr or message
             body = self._redact.json(body)  # (the model list is left whole: it names the model)
-        found = violations(body, schema, 1)
-        if found:
+        if found := violations(body, schema, 1):
             self._fail(
                 f"GET {path} returned a body that breaks "
                 + ("the model-list schema: " if path == "/v1/models" else "its schema: ")
@@ -303,7 +288,7 @@ class ReadinessGate:
         quick = path == "/ready" or (self.watch is not None and "connect" not in self._phases)
         bound = QUICK_PROBE_TIMEOUT if quick else PROBE_TIMEOUT
         limit = min(self._remaining(), bound)
-        seen = Seen("GET", path, at=0.0)
+        seen = Seen(path, at=0.0)
         response: httpx.Response | None = None
         failed: Exception | None = None
         try:
@@ -381,9 +366,7 @@ class ReadinessGate:
         return next((p for p in _PHASES if p not in self._phases), _PHASES[-1])
 
     def _pass(self, phase: str) -> None:
-        now = self.clock()
-        self._phases[phase] = now - self._phase_start
-        self._phase_start = now
+        self._phases[phase] = self._elapsed() - sum(self._phases.values())  # phases follow on
 
     def _wait_a_moment(self) -> None:
         phase = self._current_phase()
@@ -394,10 +377,9 @@ class ReadinessGate:
                 f"not passed within the ready timeout of {self.timeout:g}s "
                 f"(from {self.timeout_source})"
             )
-        if not self._validators_built:  # built while the server starts, not once it is ready
-            for name in ("openai_models",) if self.kind == "openai" else _SCHEMAS:
-                validator(name)
-            self._validators_built = True
+        # Built (once: they are cached) while the server starts, not once it is ready.
+        for name in ("openai_models",) if self.kind == "openai" else _SCHEMAS:
+            validator(name)
         last_path = self._last.path if self._last is not None else ""
         cheap = self.ready_line is None and (phase == "connect" or last_path == "/ready")
         interval = min(self._interval, MAX_CHEAP_POLL_INTERVAL if cheap else MAX_POLL_INTERVAL)

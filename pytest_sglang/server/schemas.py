@@ -8,32 +8,19 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+import operator
+import sys
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from jsonschema import Draft202012Validator
+    from jsonschema import Draft202012Validator, ValidationError
 
 from pytest_sglang.config.schema import read_schema
 
-__all__ = ["SchemaViolation", "describe_violations", "validator", "violations"]
+__all__ = ["describe_violations", "validator", "violations"]
 
 #: How much of the body around a violation a message quotes.
 EXCERPT_CHARS = 160
-
-
-@dataclass
-class SchemaViolation:
-    """One violation of a schema: where, what, and the JSON of the object holding it."""
-
-    schema_name: str
-    json_path: str
-    message: str
-    excerpt: str = ""
-
-    def __str__(self) -> str:
-        return f"at {self.json_path}: {self.message} (schema {self.schema_name}.schema.json)"
 
 
 @functools.cache
@@ -44,50 +31,40 @@ def validator(name: str) -> Draft202012Validator:
     return Draft202012Validator(read_schema(name))
 
 
-def _excerpt(instance: object, path: Sequence[object]) -> str:
-    """Return the JSON of the object at ``path`` or holding it, cut to ``EXCERPT_CHARS``."""
-    steps = list(path)
-    nodes: list[object] = [instance]
-    for step in steps:
-        try:
-            nodes.append(nodes[-1][step])  # type: ignore[index]
-        except (KeyError, IndexError, TypeError):
-            break
-    at_path = nodes[-1] if len(nodes) == len(steps) + 1 else None
-    holder = at_path if isinstance(at_path, (dict, list)) else nodes[max(0, len(nodes) - 2)]
+def _excerpt(instance: Any, error: ValidationError) -> str:
+    """Return the JSON of the object at the violation or holding it, cut to ``EXCERPT_CHARS``."""
+    steps, holder, key = list(error.absolute_path), error.instance, ""
+    if steps and not isinstance(holder, (dict, list)):  # a value: show the object around it
+        holder = functools.reduce(operator.getitem, steps[:-1], instance)
+        key = json.dumps(steps[-1]) + ":"
     text = json.dumps(holder, default=str)
     if len(text) <= EXCERPT_CHARS:
         return text
-    key = json.dumps(steps[-1]) + ":" if steps and not isinstance(at_path, (dict, list)) else ""
-    centre = max(0, text.find(key)) if key else 0
-    start = max(0, centre - EXCERPT_CHARS // 3)
+    start = max(0, text.find(key) - EXCERPT_CHARS // 3) if key else 0
     end = start + EXCERPT_CHARS
     return ("…" if start else "") + text[start:end] + ("…" if end < len(text) else "")
 
 
-def violations(instance: object, name: str, limit: int = 5) -> list[SchemaViolation]:
-    """Return up to ``limit`` violations of schema ``name``, the most relevant first."""
+def violations(instance: object, name: str, limit: int = 5) -> list[ValidationError]:
+    """Return up to ``limit`` violations of schema ``name``, the most relevant first.
+
+    Each is jsonschema's error: ``json_path`` says where, ``message`` what.
+    """
     from jsonschema.exceptions import relevance
 
     # jsonschema's own ordering of relevance (best_match's), most relevant first.
-    errors = sorted(validator(name).iter_errors(instance), key=relevance, reverse=True)
-    return [
-        SchemaViolation(name, e.json_path, e.message, _excerpt(instance, list(e.absolute_path)))
-        for e in errors[:limit]
-    ]
+    return sorted(validator(name).iter_errors(instance), key=relevance, reverse=True)[:limit]
 
 
 def describe_violations(instance: object, name: str, limit: int = 5) -> str | None:
     """Return every violation (up to ``limit``) as message lines with excerpts, or None."""
-    found = violations(instance, name, limit)
+    found = violations(instance, name, sys.maxsize)
     if not found:
         return None
-    total = sum(1 for _ in validator(name).iter_errors(instance))
-    head = f"{total} violation{'s' if total != 1 else ''} of {name}.schema.json"
-    if total > len(found):
-        head += f" (the first {len(found)} shown)"
+    head = f"{len(found)} violation{'s' if len(found) != 1 else ''} of {name}.schema.json"
+    if len(found) > limit:
+        head += f" (the first {limit} shown)"
     lines = [head + ":"]
-    for v in found:
-        lines.append(f"  at {v.json_path}: {v.message}")
-        lines.append(f"    in: {v.excerpt}")
+    for e in found[:limit]:
+        lines += [f"  at {e.json_path}: {e.message}", f"    in: {_excerpt(instance, e)}"]
     return "\n".join(lines)

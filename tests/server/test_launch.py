@@ -178,7 +178,7 @@ from pytest_sglang.server import launcher
 @pytest.fixture(autouse=True, scope="session")
 def _taken_port():
     patch = pytest.MonkeyPatch()
-    patch.setattr(launcher.Launch, "_free_port", lambda self: {port})
+    patch.setattr(launcher, "pick_port", lambda host: {port})
     yield
     patch.undo()
 """
