@@ -40,7 +40,9 @@ def progress_writer(config: pytest.Config) -> Callable[[str], None]:
                 # Its own line (the controller's may be mid-line), straight to the
                 # descriptor: sys.stderr may be a capture's replacement.
                 worker = workerinput.get("workerid", "worker")
-                _write_all(f"\n[{worker}] {line}\n".encode(errors="replace"))
+                # A closed standard error must not fail the test.
+                with contextlib.suppress(OSError), open(2, "wb", closefd=False) as stderr:
+                    stderr.write(f"\n[{worker}] {line}\n".encode(errors="replace"))
             elif reporter is not None:
                 _write_line(reporter, line)
 
@@ -71,30 +73,27 @@ class RunLine:
 
     def show(self, line: str) -> None:
         """Show the run's line so far (on a terminal; elsewhere nothing)."""
-        if self.in_place:
-            with self._uncaptured():
-                self._rewrite(line)
+        reporter = self._reporter
+        if reporter is None or not reporter.isatty():
+            return
+        with self._uncaptured():
+            # A run's first line leaves the one pytest is writing ("test_x.py ."); pytest's
+            # own marker for "this line is taken" (-2) makes its next output start a new one.
+            if not self._open:
+                reporter.ensure_newline()
+                self._open = True
+            reporter.rewrite(line, erase=True)
+            reporter.currentfspath = -2
+            reporter.flush()
 
     def end(self, line: str) -> None:
         """Leave the run's last line: rewritten in place, or written once."""
-        with self._uncaptured():
-            if self.in_place:
-                self._rewrite(line)
-                self._open = False
-            elif self._reporter is not None:
+        if self.in_place:
+            self.show(line)
+            self._open = False
+        elif self._reporter is not None:
+            with self._uncaptured():
                 _write_line(self._reporter, line)
-
-    def _rewrite(self, line: str) -> None:
-        reporter = self._reporter
-        assert reporter is not None
-        # A run's first line leaves the one pytest is writing ("test_x.py ."); pytest's own
-        # marker for "this line is taken" (-2) makes its next output start a new one.
-        if not self._open:
-            reporter.ensure_newline()
-            self._open = True
-        reporter.rewrite(line, erase=True)
-        reporter.currentfspath = -2
-        reporter.flush()
 
 
 def run_line(config: pytest.Config) -> RunLine:
@@ -104,8 +103,3 @@ def run_line(config: pytest.Config) -> RunLine:
     if quiet or getattr(config, "workerinput", None) is not None:
         reporter = None
     return RunLine(reporter, _uncaptured(config), quiet=quiet)
-
-
-def _write_all(data: bytes) -> None:
-    with contextlib.suppress(OSError), open(2, "wb", closefd=False) as stderr:
-        stderr.write(data)  # a closed standard error must not fail the test
