@@ -22,29 +22,19 @@ def _uncaptured(config: pytest.Config) -> Callable[[], contextlib.AbstractContex
     return contextlib.nullcontext if capture is None else capture.global_and_fixture_disabled
 
 
-def _write_line(reporter: TerminalReporter, line: str) -> None:
-    """Write ``line`` on its own line, flushed so that a CI log shows it now."""
-    reporter.write_line(line)
-    reporter.flush()
-
-
 def progress_writer(config: pytest.Config) -> Callable[[str], None]:
     """Return a function that shows one progress line live, past output capturing."""
     workerinput = getattr(config, "workerinput", None)
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
     uncaptured = _uncaptured(config)
+    if workerinput is None:
+        return RunLine(config.pluginmanager.get_plugin("terminalreporter"), uncaptured).write
+    worker = workerinput.get("workerid", "worker")
 
     def show(line: str) -> None:
-        with uncaptured():
-            if workerinput is not None:
-                # Its own line (the controller's may be mid-line), straight to the
-                # descriptor: sys.stderr may be a capture's replacement.
-                worker = workerinput.get("workerid", "worker")
-                # A closed standard error must not fail the test.
-                with contextlib.suppress(OSError), open(2, "wb", closefd=False) as stderr:
-                    stderr.write(f"\n[{worker}] {line}\n".encode(errors="replace"))
-            elif reporter is not None:
-                _write_line(reporter, line)
+        # Its own line (the controller's may be mid-line), straight to the descriptor:
+        # sys.stderr may be a capture's replacement; a closed one must not fail the test.
+        with uncaptured(), contextlib.suppress(OSError), open(2, "wb", closefd=False) as stderr:
+            stderr.write(f"\n[{worker}] {line}\n".encode(errors="replace"))
 
     return show
 
@@ -91,9 +81,15 @@ class RunLine:
         if self.in_place:
             self.show(line)
             self._open = False
-        elif self._reporter is not None:
+        else:
+            self.write(line)
+
+    def write(self, line: str) -> None:
+        """Write ``line`` once on its own line, flushed so that a CI log shows it now."""
+        if self._reporter is not None:
             with self._uncaptured():
-                _write_line(self._reporter, line)
+                self._reporter.write_line(line)
+                self._reporter.flush()
 
 
 def run_line(config: pytest.Config) -> RunLine:
