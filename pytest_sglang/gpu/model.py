@@ -108,31 +108,23 @@ class GpuSnapshot:
 
     def diff(self, later: GpuSnapshot) -> SnapshotDiff:
         """Return what changed from this snapshot to ``later``."""
-        return SnapshotDiff(self, later)
+        before = {g.uuid: g.memory_used for g in self.gpus}
+        return SnapshotDiff(
+            {g.uuid: g.memory_used - before[g.uuid] for g in later.gpus if g.uuid in before},
+            new_processes=_missing(later, self),
+            gone_processes=_missing(self, later),
+        )
 
 
 @dataclass(frozen=True)
 class SnapshotDiff:
     """The change between two snapshots: memory per GPU, processes that came and went."""
 
-    before: GpuSnapshot
-    after: GpuSnapshot
-
-    @property
-    def memory_delta(self) -> dict[str, int]:
-        """Bytes of used memory gained (negative: released) per GPU UUID."""
-        before = {g.uuid: g.memory_used for g in self.before.gpus}
-        return {g.uuid: g.memory_used - before[g.uuid] for g in self.after.gpus if g.uuid in before}
-
-    @property
-    def new_processes(self) -> tuple[GpuProcess, ...]:
-        """Processes present after but not before (by pid and GPU)."""
-        return _missing(self.after, self.before)
-
-    @property
-    def gone_processes(self) -> tuple[GpuProcess, ...]:
-        """Processes present before but not after."""
-        return _missing(self.before, self.after)
+    #: Bytes of used memory gained (negative: released) per GPU UUID.
+    memory_delta: dict[str, int]
+    #: Processes present after but not before (by pid and GPU), and the reverse.
+    new_processes: tuple[GpuProcess, ...]
+    gone_processes: tuple[GpuProcess, ...]
 
 
 def _missing(snapshot: GpuSnapshot, other: GpuSnapshot) -> tuple[GpuProcess, ...]:

@@ -299,15 +299,15 @@ class FakeProbe(GpuProbe):
             if h is not None and _pid_alive(int(h["pid"]))
             for uuid in h["gpus"]
         ]
-        telemetry = self._read("telemetry.json")
-        telemetry = telemetry.get("gpus") if isinstance(telemetry, dict) else None
+        # The emulator writes telemetry.json whole (os.replace): a dict of each GPU's readings.
+        telemetry = (self._read("telemetry.json") or {}).get("gpus", {})
         now = time.monotonic()
         gpus = []
         for index, gpu in enumerate(listed):
             total = int(gpu["total_mib"]) * MIB
             held = sum(p.used_memory or 0 for p in processes if p.gpu_uuid == gpu["uuid"])
             used = int(gpu.get("base_used_mib", 0)) * MIB + held
-            t = telemetry.get(gpu["uuid"], {}) if isinstance(telemetry, dict) else {}
+            t = telemetry.get(gpu["uuid"], {})
             energy = t.get("energy_j")
             if energy is not None and "energy_rate" in t and "written_at" in t:
                 # time.monotonic() is one clock for every process of a host (Linux).

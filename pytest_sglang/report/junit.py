@@ -141,16 +141,15 @@ def json_value(value: Any, redact: Redactor) -> str:
 
 
 def _verdict_value(entry: Mapping[str, Any]) -> dict[str, Any]:
-    evidence = entry.get("evidence")
-    evidence = evidence if isinstance(evidence, Mapping) else {}
-    comparison = evidence.get("comparison")
-    crossover = evidence.get("crossover")
+    # The evidence is a verdict's own (``Verdict.as_dict``): a comparison's figures, a crossover.
+    evidence = entry.get("evidence") or {}
+    comparison = evidence.get("comparison") or {}
+    crossover = evidence.get("crossover") or {}
     body: dict[str, Any] = {k: entry.get(k) for k in ("kind", "outcome", "metric")}
-    if isinstance(comparison, Mapping):
-        numbers = {k: _number(comparison.get(k), 4) for k in ("ratio", "lower_bound", "p_value")}
-        body.update({k: v for k, v in numbers.items() if v is not None})
-    if isinstance(crossover, Mapping) and "level" in crossover:
-        body["level"] = crossover.get("level")
+    numbers = {k: _number(comparison.get(k), 4) for k in ("ratio", "lower_bound", "p_value")}
+    body.update({k: v for k, v in numbers.items() if v is not None})
+    if "level" in crossover:
+        body["level"] = crossover["level"]
     return {**body, "summary": str(entry.get("summary", ""))}
 
 

@@ -22,27 +22,19 @@ def _uncaptured(config: pytest.Config) -> Callable[[], contextlib.AbstractContex
     return contextlib.nullcontext if capture is None else capture.global_and_fixture_disabled
 
 
-def _write_line(reporter: TerminalReporter, line: str) -> None:
-    """Write ``line`` on its own line, flushed so that a CI log shows it now."""
-    reporter.write_line(line)
-    reporter.flush()
-
-
 def progress_writer(config: pytest.Config) -> Callable[[str], None]:
     """Return a function that shows one progress line live, past output capturing."""
     workerinput = getattr(config, "workerinput", None)
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
     uncaptured = _uncaptured(config)
+    if workerinput is None:
+        return RunLine(config.pluginmanager.get_plugin("terminalreporter"), uncaptured).write
+    worker = workerinput.get("workerid", "worker")
 
     def show(line: str) -> None:
-        with uncaptured():
-            if workerinput is not None:
-                # Its own line (the controller's may be mid-line), straight to the
-                # descriptor: sys.stderr may be a capture's replacement.
-                worker = workerinput.get("workerid", "worker")
-                _write_all(f"\n[{worker}] {line}\n".encode(errors="replace"))
-            elif reporter is not None:
-                _write_line(reporter, line)
+        # Its own line (the controller's may be mid-line), straight to the descriptor:
+        # sys.stderr may be a capture's replacement; a closed one must not fail the test.
+        with uncaptured(), contextlib.suppress(OSError), open(2, "wb", closefd=False) as stderr:
+            stderr.write(f"\n[{worker}] {line}\n".encode(errors="replace"))
 
     return show
 
@@ -71,30 +63,33 @@ class RunLine:
 
     def show(self, line: str) -> None:
         """Show the run's line so far (on a terminal; elsewhere nothing)."""
-        if self.in_place:
-            with self._uncaptured():
-                self._rewrite(line)
+        reporter = self._reporter
+        if reporter is None or not reporter.isatty():
+            return
+        with self._uncaptured():
+            # A run's first line leaves the one pytest is writing ("test_x.py ."); pytest's
+            # own marker for "this line is taken" (-2) makes its next output start a new one.
+            if not self._open:
+                reporter.ensure_newline()
+                self._open = True
+            reporter.rewrite(line, erase=True)
+            reporter.currentfspath = -2
+            reporter.flush()
 
     def end(self, line: str) -> None:
         """Leave the run's last line: rewritten in place, or written once."""
-        with self._uncaptured():
-            if self.in_place:
-                self._rewrite(line)
-                self._open = False
-            elif self._reporter is not None:
-                _write_line(self._reporter, line)
+        if self.in_place:
+            self.show(line)
+            self._open = False
+        else:
+            self.write(line)
 
-    def _rewrite(self, line: str) -> None:
-        reporter = self._reporter
-        assert reporter is not None
-        # A run's first line leaves the one pytest is writing ("test_x.py ."); pytest's own
-        # marker for "this line is taken" (-2) makes its next output start a new one.
-        if not self._open:
-            reporter.ensure_newline()
-            self._open = True
-        reporter.rewrite(line, erase=True)
-        reporter.currentfspath = -2
-        reporter.flush()
+    def write(self, line: str) -> None:
+        """Write ``line`` once on its own line, flushed so that a CI log shows it now."""
+        if self._reporter is not None:
+            with self._uncaptured():
+                self._reporter.write_line(line)
+                self._reporter.flush()
 
 
 def run_line(config: pytest.Config) -> RunLine:
@@ -104,8 +99,3 @@ def run_line(config: pytest.Config) -> RunLine:
     if quiet or getattr(config, "workerinput", None) is not None:
         reporter = None
     return RunLine(reporter, _uncaptured(config), quiet=quiet)
-
-
-def _write_all(data: bytes) -> None:
-    with contextlib.suppress(OSError), open(2, "wb", closefd=False) as stderr:
-        stderr.write(data)  # a closed standard error must not fail the test

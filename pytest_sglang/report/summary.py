@@ -5,6 +5,7 @@ One table per workload (server x concurrency, medians over runs), then the verdi
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import statistics
@@ -120,18 +121,16 @@ def _title(workload: Mapping[str, Any]) -> str:
 
 def emulated_speedups(servers: Sequence[ServerEntry]) -> dict[str, float]:
     """Return the launched emulators' ``--emulator-speedup``s: no emulator reads as a GPU."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    parser.add_argument("--emulator-speedup", default="1")
     found: dict[str, float] = {}
     for server in servers:
         launch = server.get("launch") or {}
-        if launch.get("launcher") != "emulator":
-            continue
-        command = [str(arg) for arg in launch.get("command", [])]
-        found[server["name"]] = 1.0
-        for index, arg in enumerate(command):
-            name, _, value = arg.partition("=")
-            if name == "--emulator-speedup":
-                with contextlib.suppress(ValueError, IndexError):
-                    found[server["name"]] = float(value or command[index + 1])
+        if launch.get("launcher") == "emulator":
+            found[server["name"]] = 1.0
+            with contextlib.suppress(argparse.ArgumentError, ValueError):
+                known, _ = parser.parse_known_args([str(a) for a in launch.get("command", [])])
+                found[server["name"]] = float(known.emulator_speedup)
     return found
 
 
