@@ -17,7 +17,8 @@ from pytest_sglang.loadgen.records import RequestRecord
 
 __all__ = ["Counts", "ProgressSum", "Relay", "Sender"]
 
-#: ``(done, total, output_tokens, started)``: a worker's progress, ``started`` on its clock.
+#: ``(done, total, output_tokens, elapsed)``: a worker's progress, ``elapsed`` seconds since its
+#: run started, as of the hand-over (so no clock is shared between hosts).
 Counts = tuple[int, int, int, float]
 
 
@@ -27,7 +28,8 @@ class Relay:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._records: list[RequestRecord] = []
-        self._counts: Counts = (0, 0, 0, 0.0)
+        self._counts = (0, 0, 0)
+        self._started = time.perf_counter()
         self._changed = False
 
     def finished(self, record: RequestRecord) -> None:
@@ -37,7 +39,7 @@ class Relay:
 
     def progress(self, done: int, total: int, output_tokens: int, elapsed: float) -> None:
         """Note the run's progress (a :class:`ProgressCallback`, called on the event loop)."""
-        self._counts = (done, total, output_tokens, time.perf_counter() - elapsed)
+        self._counts, self._started = (done, total, output_tokens), time.perf_counter() - elapsed
         self._changed = True
 
     def take(self) -> tuple[Counts, list[RequestRecord]] | None:
@@ -47,7 +49,7 @@ class Relay:
         if not records and not self._changed:
             return None
         self._changed = False
-        return self._counts, records
+        return (*self._counts, time.perf_counter() - self._started), records
 
 
 class Sender:
@@ -60,7 +62,7 @@ class Sender:
     def __init__(
         self,
         relay: Relay,
-        send: Callable[[tuple[str, Counts, list[RequestRecord]]], None],
+        send: Callable[[tuple[str, Counts, list[RequestRecord]]], object],
         interval: float,
     ) -> None:
         self._stopped = threading.Event()
@@ -89,13 +91,15 @@ class ProgressSum:
 
     callback: ProgressCallback | None = None
     interval: float = 1.0
+    #: Each worker's latest counts, ``elapsed`` turned into its start on this clock.
     counts: dict[int, Counts] = field(default_factory=dict)
     records: dict[int, list[RequestRecord]] = field(default_factory=dict)
     _last: float = field(default=0.0, init=False, repr=False)
 
     def add(self, worker: int, counts: Counts, records: Sequence[RequestRecord]) -> None:
         """Take one worker's batch, and report the sum at most every ``interval``."""
-        self.counts[worker] = counts
+        done, total, tokens, elapsed = counts
+        self.counts[worker] = (done, total, tokens, time.perf_counter() - elapsed)
         self.records.setdefault(worker, []).extend(records)
         if time.monotonic() - self._last >= self.interval:
             self._last = time.monotonic()

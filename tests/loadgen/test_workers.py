@@ -10,10 +10,9 @@ import psutil
 import pytest
 
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
-from pytest_sglang.loadgen.relay import ProgressSum
 from pytest_sglang.loadgen.runner import LoadGenerator
 from pytest_sglang.loadgen.schedule import ClosedLoop, OpenLoop, arrival_offsets, owner, slot_shares
-from pytest_sglang.loadgen.workers import Outcome, RunPlan, coordinate, run_sharded
+from pytest_sglang.loadgen.workers import Message, RunPlan, coordinate, run_sharded
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import measure
 from pytest_sglang.testing import running_emulator
@@ -170,16 +169,16 @@ class _OneWorkerLost:
     def __init__(self, workload: Workload, done: tuple[int, ...]) -> None:
         self.workload, self.done, self.started = workload, done, False
 
-    def receive(self, pending: set[int], heard: ProgressSum) -> dict[int, Outcome]:
+    def receive(self, pending: set[int]) -> list[tuple[int, Message]]:
         if not self.started:
-            return {i: ("ready", None, None) for i in pending}
+            return [(i, ("ready", None, None)) for i in pending]
         records = tuple(
             RequestRecord(i, False, 8, 8, started=1.0, sent=1.0, end=2.0) for i in self.done
         )
-        return {
-            0: ("ok", LoadRun(self.workload, "closed", records, 1.0), None),
-            1: ("died", None, "gone"),
-        }
+        return [
+            (0, ("ok", LoadRun(self.workload, "closed", records, 1.0), None)),
+            (1, ("died", None, "gone")),
+        ]
 
     def start(self, at: float) -> None:
         self.started = True
