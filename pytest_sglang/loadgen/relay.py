@@ -1,88 +1,53 @@
 """What a load worker hands its coordinator while a run goes on: progress and finished records.
 
-A worker's :class:`Relay` collects them as they happen and the coordinator takes them in
-batches, so a lost worker costs only what it had not handed over, and one progress line is
-summed over the workers. Pickling and sending happen off the event loop.
+A worker's :class:`Relay` sends them in a batch at each progress tick, so a lost worker costs
+only what it had not handed over, and one progress line is summed over the workers.
+Pickling and sending happen off the event loop.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pytest_sglang.loadgen.progress import ProgressCallback
 from pytest_sglang.loadgen.records import RequestRecord
 
-__all__ = ["Counts", "ProgressSum", "Relay", "Sender"]
+__all__ = ["Counts", "ProgressSum", "Relay"]
 
 #: ``(done, total, output_tokens, elapsed)``: a worker's progress, ``elapsed`` seconds since its
-#: run started, as of the hand-over (so no clock is shared between hosts).
+#: run started (so no clock is shared between hosts).
 Counts = tuple[int, int, int, float]
 
 
 class Relay:
-    """One worker's finished measured records and progress, taken in batches by another thread."""
+    """Sends a worker's finished measured records with its progress, at each progress tick.
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._records: list[RequestRecord] = []
-        self._counts = (0, 0, 0)
-        self._started = time.perf_counter()
-        self._changed = False
-
-    def finished(self, record: RequestRecord) -> None:
-        """Keep a finished measured request (called on the event loop)."""
-        with self._lock:
-            self._records.append(record)
-
-    def progress(self, done: int, total: int, output_tokens: int, elapsed: float) -> None:
-        """Note the run's progress (a :class:`ProgressCallback`, called on the event loop)."""
-        self._counts, self._started = (done, total, output_tokens), time.perf_counter() - elapsed
-        self._changed = True
-
-    def take(self) -> tuple[Counts, list[RequestRecord]] | None:
-        """Return the progress and records new since the last take; None: nothing new."""
-        with self._lock:
-            records, self._records = self._records, []
-        if not records and not self._changed:
-            return None
-        self._changed = False
-        return (*self._counts, time.perf_counter() - self._started), records
-
-
-class Sender:
-    """A thread that sends a :class:`Relay`'s batches every ``interval`` until stopped.
-
-    ``send`` (a pipe's) may block while the coordinator is busy: on this thread, never on the
-    event loop. :meth:`stop` returns once the last batch is sent.
+    Both are called on the event loop; ``send`` (a pipe's) may block while the coordinator is
+    busy, so it runs on the relay's own thread. :meth:`stop` returns once every batch is sent.
     """
 
-    def __init__(
-        self,
-        relay: Relay,
-        send: Callable[[tuple[str, Counts, list[RequestRecord]]], object],
-        interval: float,
-    ) -> None:
-        self._stopped = threading.Event()
+    def __init__(self, send: Callable[[tuple[str, Counts, list[RequestRecord]]], object]) -> None:
+        self._send = send
+        self._records: list[RequestRecord] = []
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="sglang-relay")
 
-        def loop() -> None:
-            while True:
-                stopping = self._stopped.wait(interval)
-                batch = relay.take()
-                if batch is not None:
-                    send(("progress", *batch))
-                if stopping:
-                    return
+    def finished(self, record: RequestRecord) -> None:
+        """Keep a finished measured request for the next batch."""
+        self._records.append(record)
 
-        self._thread = threading.Thread(target=loop, name="sglang-relay", daemon=True)
-        self._thread.start()
+    def progress(self, done: int, total: int, output_tokens: int, elapsed: float) -> None:
+        """Send the progress and the records finished since the last batch (the callback)."""
+        records, self._records = self._records, []
+        self._thread.submit(
+            self._send, ("progress", (done, total, output_tokens, elapsed), records)
+        )
 
     def stop(self) -> None:
-        """Send what is left and wait for the thread."""
-        self._stopped.set()
-        self._thread.join()
+        """Wait until every batch is sent."""
+        self._thread.shutdown()
 
 
 @dataclass
@@ -98,7 +63,7 @@ class ProgressSum:
 
     def add(self, worker: int, counts: Counts, records: Sequence[RequestRecord]) -> None:
         """Take one worker's batch, and report the sum at most every ``interval``."""
-        done, total, tokens, elapsed = counts
+        done, total, tokens, elapsed = counts  # at the worker's last tick, a moment ago
         self.counts[worker] = (done, total, tokens, time.perf_counter() - elapsed)
         self.records.setdefault(worker, []).extend(records)
         if time.monotonic() - self._last >= self.interval:

@@ -22,7 +22,7 @@ from typing import Any, Protocol, TypedDict, Unpack, cast
 from pytest_sglang.errors import SGLangError
 from pytest_sglang.loadgen.progress import ProgressCallback
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
-from pytest_sglang.loadgen.relay import ProgressSum, Relay, Sender
+from pytest_sglang.loadgen.relay import ProgressSum, Relay
 from pytest_sglang.loadgen.runner import LoadGenerator, ServerStoppedAnswering, run_blocking
 from pytest_sglang.loadgen.schedule import Load, Shard, owner, run_fields, slot_shares
 from pytest_sglang.loadgen.workload import Workload, check_count
@@ -112,8 +112,7 @@ def serve(
         send(("ready", None, None))
         return wait_start()
 
-    relay = Relay()
-    sender = Sender(relay, send, PROGRESS_INTERVAL)
+    relay = Relay(send)
     options = dict(plan.options)
     generator = LoadGenerator(
         options.pop("url"),
@@ -130,7 +129,7 @@ def serve(
         outcome = ("stopped", exc.run, str(exc))
     except BaseException as exc:  # the coordinator reports it; nothing is lost silently
         outcome = ("error", generator.interrupted_run, f"{type(exc).__name__}: {exc}")
-    sender.stop()  # every batch before the outcome
+    relay.stop()  # every batch before the outcome
     send(outcome)
 
 
