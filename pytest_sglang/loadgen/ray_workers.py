@@ -2,7 +2,7 @@
 
 The workers of :mod:`~pytest_sglang.loadgen.workers` as Ray actors, with the same guarantees
 (exact total concurrency, a common start, loss is failure) plus one time base: each actor's
-clock offset is measured NTP-style before the run and its records are moved onto the
+clock offset is measured NTP-style before the measured start and its records are moved onto the
 coordinator's clock. Ray is imported only when a run is made. See ``docs/scaling.md``.
 """
 
@@ -215,12 +215,10 @@ class RayLoadWorkers:
         self._actor_class = self._ray.remote(_LoadActor)
         self._actors: list[Any] = []
         self._where: list[tuple[str, str, int]] = []
-        #: The clock offsets measured before the last run, one per actor that took part.
+        #: The clock offsets read at the last run's start, one per actor that took part.
         self.clocks: tuple[ClockOffset, ...] = ()
-        # The run in progress: the refs awaited (worker, "run" or "take"), and the workers
-        # not ready yet (the clocks are read once every one is).
+        # The run in progress: the refs awaited (worker, "run" or "take").
         self._refs: dict[Any, tuple[int, str]] = {}
-        self._unready: list[int] = []
         self._count = 0
 
     def __enter__(self) -> Self:
@@ -283,8 +281,7 @@ class RayLoadWorkers:
         ready_timeout = coordination.get("ready_timeout", 600.0)
         self.clocks = ()
         self._ensure(len(shares), ready_timeout)
-        self._count = len(shares)
-        self._refs, self._unready = {}, list(range(self._count))
+        self._count, self._refs = len(shares), {}
         for i, actor in enumerate(self._actors[: len(shares)]):
             self._refs[actor.run.remote(i, shares, plan, ready_timeout + 60.0)] = (i, "run")
         try:
@@ -300,8 +297,10 @@ class RayLoadWorkers:
             "(its process was killed or its node left the cluster)"
         )
 
-    def start(self, at: float) -> None:
-        """Workers.start: each actor is told the start on its own clock."""
+    def start(self, margin: float) -> None:
+        """Workers.start: read every actor's clock, then tell each the start on its own."""
+        self.clocks = tuple(self._clock(i) for i in range(self._count))
+        at = time.perf_counter() + margin
         self._ray.get(
             [self._actors[c.worker].go.remote(at + c.offset) for c in self.clocks], timeout=30
         )
@@ -309,8 +308,7 @@ class RayLoadWorkers:
     def receive(self, pending: set[int]) -> list[tuple[int, Message]]:
         """Workers.receive: each pending actor has a take in flight.
 
-        The clocks are read once every actor is ready; the records an actor sends are moved
-        onto this process's clock.
+        The records an actor sends are moved onto this process's clock.
         """
         ray = self._ray
         taking = {i for i, kind in self._refs.values() if kind == "take"}
@@ -333,10 +331,6 @@ class RayLoadWorkers:
                 elif isinstance(first, LoadRun):
                     first = first.shifted(by)
                 received.append((i, (kind, first, second)))
-                if kind == "ready" and i in self._unready:
-                    self._unready.remove(i)
-                    if not self._unready:
-                        self.clocks = tuple(self._clock(j) for j in range(self._count))
         return received
 
     def kill(self, index: int) -> str:

@@ -180,7 +180,7 @@ class _OneWorkerLost:
             (1, ("died", None, "gone")),
         ]
 
-    def start(self, at: float) -> None:
+    def start(self, margin: float) -> None:
         self.started = True
 
     def kill(self, index: int) -> str:
