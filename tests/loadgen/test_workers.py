@@ -12,7 +12,7 @@ import pytest
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.runner import LoadGenerator
 from pytest_sglang.loadgen.schedule import ClosedLoop, OpenLoop, arrival_offsets, owner, slot_shares
-from pytest_sglang.loadgen.workers import Message, RunPlan, coordinate, run_sharded
+from pytest_sglang.loadgen.workers import Message, RunPlan, coordinate, run_sharded, serve
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import measure
 from pytest_sglang.testing import running_emulator
@@ -195,3 +195,24 @@ def test_a_lost_worker_fails_the_requests_of_its_own_sessions() -> None:
     run = coordinate(plan, plan.shares(2), _OneWorkerLost(workload, (0, 1, 4, 5)))
     assert sorted(r.index for r in run.measured) == list(range(8))
     assert sorted(r.index for r in run.measured if r.error == "gone") == [2, 3, 6, 7]
+
+
+def test_a_workers_warm_up_is_progress_but_never_a_handed_over_record(tmp_path: Path) -> None:
+    # A worker hands over progress from its first tick, warm-up included (a Ray actor's queue
+    # is read from the start too); the records it hands over are measured ones only, so a
+    # worker lost later is never credited with a warm-up request as a measured one.
+    workload = Workload(input_len=8, output_len=300, requests=4, warmup=2)
+    messages: list[Message] = []
+    with running_emulator(tmp_path, "--emulator-decode-ms", "5") as emulator:
+        plan = RunPlan({"url": emulator.url}, workload, ClosedLoop(2))
+        serve(0, (2,), plan, messages.append, time.perf_counter)
+    kinds = [kind for kind, _, _ in messages]
+    ready = kinds.index("ready")
+    assert "progress" in kinds[:ready]  # the warm-up (~1.5 s) outlasted a progress tick
+    assert all(not records for kind, _, records in messages[:ready] if kind == "progress")
+    handed = [r for kind, _, records in messages if kind == "progress" for r in records]
+    kind, run, _ = messages[-1]
+    assert kind == "ok" and isinstance(run, LoadRun)
+    assert len([r for r in run.records if r.warmup]) == 2
+    assert sorted(r.index for r in handed) == sorted(r.index for r in run.measured) == [0, 1, 2, 3]
+    assert not any(r.warmup for r in handed)
