@@ -82,7 +82,6 @@ class _Fields(NamedTuple):
     """Where one event of either API holds what the parser reads."""
 
     counts: dict[str, Any]  # the token counts: native meta_info, OpenAI usage
-    where: str  # their name, for messages
     text: bool  # the event carries generated text
     finish: Any  # the finish reason as sent (native: a dict), None before the last event
     meta: dict[str, Any]  # the native meta_info read at the end: spec_verify_ct, timings
@@ -180,9 +179,7 @@ class StreamParser:
         ids = event.get("output_ids")
         if isinstance(ids, list):
             self._ids.append(len(ids))
-        return _Fields(
-            meta, "meta_info", bool(event.get("text")), meta.get("finish_reason"), meta, True
-        )
+        return _Fields(meta, bool(event.get("text")), meta.get("finish_reason"), meta, True)
 
     def _openai_fields(self, event: dict[str, Any]) -> _Fields:
         # Text deltas, optional running usage per chunk, a final usage on the finish chunk or
@@ -190,7 +187,7 @@ class StreamParser:
         usage = _dict(event.get("usage"))
         choices = event.get("choices")
         if not choices or not isinstance(choices[0], dict):
-            return _Fields(usage, "usage", False, None, {}, False)
+            return _Fields(usage, False, None, {}, False)
         choice = choices[0]
         delta = choice.get(self._delta) if self._delta else choice
         text = isinstance(delta, dict) and bool(
@@ -198,12 +195,12 @@ class StreamParser:
         )
         meta = _dict(choice.get("meta_info"))  # chat with return_meta_info: the native one
         final_meta = meta if meta.get("finish_reason") is not None else {}
-        return _Fields(usage, "usage", text, choice.get("finish_reason"), final_meta, True)
+        return _Fields(usage, text, choice.get("finish_reason"), final_meta, True)
 
     def _event(self, event: _Fields, now: float | None) -> None:
         """Read one event (``now`` ``None``: a whole body, which counts no chunks)."""
         record, counts = self.record, event.counts
-        if self._negative(counts, event.where):
+        if self._negative(counts, "meta_info" if self._native else "usage"):
             return
         text = event.text and now is not None
         running = counts.get("completion_tokens")
@@ -237,8 +234,9 @@ class StreamParser:
             kind = finish.get("type") if isinstance(finish, dict) else finish
             record.finish_reason = None if kind is None else str(kind)
             if kind == "abort":
-                why = finish.get("message", finish) if isinstance(finish, dict) else "finish_reason"
-                self._fail(f"the server aborted the request: {why} 'abort'")
+                why = " (finish_reason 'abort')"  # native: a dict with the server's message
+                why = f": {finish.get('message', finish)}" if isinstance(finish, dict) else why
+                self._fail(f"the server aborted the request{why}")
             if event.meta:
                 record.spec_verify_ct = _int_or_none(event.meta.get("spec_verify_ct"))
                 _read_server_times(record, event.meta)
