@@ -184,7 +184,8 @@ def test_native_abort_is_an_error() -> None:
 
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])
 def test_openai_abort_is_an_error(endpoint: str) -> None:
-    text, finish = {"text": " a"}, {"text": "", "finish_reason": "abort"}
+    text: dict[str, Any] = {"text": " a"}
+    finish: dict[str, Any] = {"text": "", "finish_reason": "abort"}
     if endpoint == "chat":
         text, finish = {"delta": {"content": " a"}}, {"delta": {}, "finish_reason": "abort"}
     reads = sse({"choices": [text]}, {"choices": [finish]}, "[DONE]")
