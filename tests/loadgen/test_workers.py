@@ -11,7 +11,7 @@ import pytest
 
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.runner import LoadGenerator
-from pytest_sglang.loadgen.schedule import ClosedLoop, OpenLoop, arrival_offsets, owner, slot_shares
+from pytest_sglang.loadgen.schedule import ClosedLoop, OpenLoop, owner, slot_shares
 from pytest_sglang.loadgen.workers import Message, RunPlan, coordinate, run_sharded, serve
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import measure
@@ -58,7 +58,7 @@ def test_an_open_loop_over_two_processes_keeps_the_schedule(tmp_path: Path) -> N
     with running_emulator(tmp_path) as emulator:
         plan = RunPlan({"url": emulator.url}, workload, OpenLoop(40.0, "poisson"))
         run = run_sharded(plan, 2)
-    offsets = arrival_offsets(40, 40.0, "poisson", f"{workload.seed}/open/poisson/40/r0/arrivals")
+    offsets = OpenLoop(40.0).offsets(40, f"{workload.seed}/open/poisson/40/r0")
     scheduled = {r.index: r.scheduled for r in run.measured}
     origin = min(s for s in scheduled.values() if s is not None) - offsets[0]
     for index, offset in enumerate(offsets):
