@@ -15,6 +15,7 @@ from typing import Protocol
 __all__ = [
     "ClientLoad",
     "ClientMonitor",
+    "GuardedProgress",
     "Periodic",
     "ProgressCallback",
     "ProgressTicker",
@@ -75,17 +76,39 @@ class Periodic:
         """Do the periodic work (``late``: how late the task woke, the event loop's lag)."""
 
 
-class ProgressTicker(Periodic):
-    """Calls a :class:`ProgressCallback` every ``interval`` seconds, and once at the end.
+class GuardedProgress:
+    """A progress callback that turns itself off, with a warning, the first time it raises.
 
-    A callback that raises is disabled with a warning: a display bug must not lose a run.
+    A display bug must not lose a run (in one process or summed over workers).
     """
+
+    def __init__(self, callback: ProgressCallback | None) -> None:
+        #: The callback; ``None`` when there is none, or once it raised.
+        self.callback = None if callback is no_progress else callback
+
+    def __call__(self, done: int, total: int, output_tokens: int, elapsed: float) -> None:
+        """Report progress, unless the callback is off."""
+        if self.callback is None:
+            return
+        try:
+            self.callback(done, total, output_tokens, elapsed)
+        except Exception as exc:
+            self.callback = None
+            warnings.warn(
+                f"the progress callback raised {exc!r}; progress reporting is off for this run",
+                RuntimeWarning,
+                stacklevel=1,
+            )
+
+
+class ProgressTicker(Periodic):
+    """Calls a :class:`ProgressCallback` every ``interval`` seconds, and once at the end."""
 
     def __init__(
         self, callback: ProgressCallback, tally: Tally, started: float, interval: float = 1.0
     ) -> None:
-        self._callback = None if callback is no_progress else callback
-        self.interval = None if self._callback is None else interval
+        self._report = GuardedProgress(callback)
+        self.interval = None if self._report.callback is None else interval
         self._tally, self._started = tally, started
 
     async def stop(self) -> None:
@@ -95,18 +118,8 @@ class ProgressTicker(Periodic):
 
     def tick(self, late: float) -> None:
         """Report the counts so far."""
-        if self._callback is None:
-            return
         t = self._tally
-        try:
-            self._callback(t.done, t.total, t.tokens, time.perf_counter() - self._started)
-        except Exception as exc:
-            self._callback = None
-            warnings.warn(
-                f"the progress callback raised {exc!r}; progress reporting is off for this run",
-                RuntimeWarning,
-                stacklevel=1,
-            )
+        self._report(t.done, t.total, t.tokens, time.perf_counter() - self._started)
 
 
 @dataclass(frozen=True)

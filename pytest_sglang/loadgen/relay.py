@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from pytest_sglang.loadgen.progress import ProgressCallback
+from pytest_sglang.loadgen.progress import GuardedProgress, ProgressCallback
 from pytest_sglang.loadgen.records import RequestRecord
 
 __all__ = ["Counts", "ProgressSum", "Relay"]
@@ -61,6 +61,9 @@ class ProgressSum:
     records: dict[int, list[RequestRecord]] = field(default_factory=dict)
     _last: float = field(default=0.0, init=False, repr=False)
 
+    def __post_init__(self) -> None:
+        self._report = GuardedProgress(self.callback)
+
     def add(self, worker: int, counts: Counts, records: Sequence[RequestRecord]) -> None:
         """Take one worker's batch, and report the sum at most every ``interval``."""
         done, total, tokens, elapsed = counts  # at the worker's last tick, a moment ago
@@ -72,10 +75,9 @@ class ProgressSum:
 
     def report(self) -> None:
         """Call the callback with the counts summed over the workers heard from."""
-        if self.callback is None or not self.counts:
-            return
-        done, total, tokens, started = zip(*self.counts.values(), strict=True)
-        self.callback(sum(done), sum(total), sum(tokens), time.perf_counter() - min(started))
+        if self.counts:
+            done, total, tokens, started = zip(*self.counts.values(), strict=True)
+            self._report(sum(done), sum(total), sum(tokens), time.perf_counter() - min(started))
 
     def received(self, worker: int) -> list[RequestRecord]:
         """Return the measured records ``worker`` sent before its end."""

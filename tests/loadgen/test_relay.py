@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from pytest_sglang.loadgen.records import RequestRecord
 from pytest_sglang.loadgen.relay import Counts, ProgressSum, Relay
 
@@ -38,3 +40,16 @@ def test_progress_sums_the_workers_and_keeps_what_each_sent() -> None:
     assert calls[-1] == (7, 20, 70)  # each worker's latest counts, summed
     assert [r.index for r in heard.received(0)] == [0, 2, 4]
     assert heard.received(5) == []
+
+
+def test_a_raising_progress_callback_is_turned_off_and_the_workers_records_are_kept() -> None:
+    # As in a single process: a display bug must not lose a run spread over workers.
+    def broken(done: int, total: int, output_tokens: int, elapsed: float) -> None:
+        raise ZeroDivisionError("display bug")
+
+    heard = ProgressSum(broken, interval=0.0)
+    with pytest.warns(RuntimeWarning, match="the progress callback raised ZeroDivisionError"):
+        heard.add(0, (1, 4, 4, 0.0), [record(0)])
+    heard.add(0, (2, 4, 8, 0.0), [record(1)])  # off now: no second warning
+    heard.report()
+    assert [r.index for r in heard.received(0)] == [0, 1]
