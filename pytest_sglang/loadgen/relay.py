@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from pytest_sglang.loadgen.progress import GuardedProgress, ProgressCallback
 from pytest_sglang.loadgen.records import RequestRecord
@@ -25,11 +26,11 @@ Counts = tuple[int, int, int, float]
 class Relay:
     """Sends a worker's finished measured records with its progress, at each progress tick.
 
-    Both are called on the event loop; ``send`` (a pipe's) may block while the coordinator is
-    busy, so it runs on the relay's own thread. :meth:`stop` returns once every batch is sent.
+    ``send`` (a pipe's) may block while the coordinator is busy, so every message goes out on
+    the relay's own thread, one at a time, in order. :meth:`stop` returns once all are sent.
     """
 
-    def __init__(self, send: Callable[[tuple[str, Counts, list[RequestRecord]]], object]) -> None:
+    def __init__(self, send: Callable[[tuple[str, Any, Any]], object]) -> None:
         self._send = send
         self._records: list[RequestRecord] = []
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="sglang-relay")
@@ -41,12 +42,14 @@ class Relay:
     def progress(self, done: int, total: int, output_tokens: int, elapsed: float) -> None:
         """Send the progress and the records finished since the last batch (the callback)."""
         records, self._records = self._records, []
-        self._thread.submit(
-            self._send, ("progress", (done, total, output_tokens, elapsed), records)
-        )
+        self.send(("progress", (done, total, output_tokens, elapsed), records))
+
+    def send(self, message: tuple[str, Any, Any]) -> None:
+        """Send ``message`` after those before it (from any thread)."""
+        self._thread.submit(self._send, message)
 
     def stop(self) -> None:
-        """Wait until every batch is sent."""
+        """Wait until every message is sent."""
         self._thread.shutdown()
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -105,11 +104,12 @@ def serve(
     """Run worker ``index``'s shard of ``plan`` here, sending each :data:`Message` to ``send``.
 
     ``wait_start`` blocks until the coordinator's common start and returns it (this clock).
-    Nothing is raised: an error is an outcome, with what had finished.
+    ``send`` is called from one thread at a time. Nothing is raised: an error is an
+    outcome, with what had finished.
     """
 
     def sync() -> float:
-        send(("ready", None, None))
+        relay.send(("ready", None, None))  # after the warm-up's progress
         return wait_start()
 
     relay = Relay(send)
@@ -244,13 +244,7 @@ def _settle(
 def _worker(
     index: int, shares: tuple[int, ...], plan: RunPlan, pipe: Connection
 ) -> None:  # pragma: no cover - runs in a worker process; covered end to end
-    lock = threading.Lock()  # the relay's thread sends too
-
-    def send(message: Message) -> None:
-        with lock:
-            pipe.send(message)
-
-    serve(index, shares, plan, send, lambda: float(pipe.recv()))
+    serve(index, shares, plan, pipe.send, lambda: float(pipe.recv()))
     pipe.close()
 
 

@@ -12,11 +12,14 @@ def record(index: int) -> RequestRecord:
     return RequestRecord(index=index, warmup=False, input_len=4, output_len=4, end=1.0)
 
 
-def test_a_relay_sends_each_record_once_with_the_progress_and_all_before_it_stops() -> None:
-    sent: list[tuple[str, Counts, list[RequestRecord]]] = []
+def test_a_relay_sends_each_record_once_with_the_progress_in_order_and_all_before_it_stops() -> (
+    None
+):
+    sent: list[tuple[str, Counts | None, list[RequestRecord] | None]] = []
     relay = Relay(sent.append)
     relay.finished(record(0))
     relay.progress(1, 4, 4, 0.5)
+    relay.send(("ready", None, None))  # in order with the batches
     relay.progress(2, 4, 8, 1.0)  # progress alone is news
     for i in range(1, 4):
         relay.finished(record(i))
@@ -24,10 +27,11 @@ def test_a_relay_sends_each_record_once_with_the_progress_and_all_before_it_stop
     relay.stop()
     assert [(kind, counts) for kind, counts, _ in sent] == [
         ("progress", (1, 4, 4, 0.5)),
+        ("ready", None),
         ("progress", (2, 4, 8, 1.0)),
         ("progress", (4, 4, 16, 1.5)),
     ]
-    assert [[r.index for r in records] for _, _, records in sent] == [[0], [], [1, 2, 3]]
+    assert [[r.index for r in records or ()] for _, _, records in sent] == [[0], [], [], [1, 2, 3]]
     assert not any(t.name.startswith("sglang-relay") for t in threading.enumerate())
 
 
