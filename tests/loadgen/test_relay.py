@@ -12,9 +12,7 @@ def record(index: int) -> RequestRecord:
     return RequestRecord(index=index, warmup=False, input_len=4, output_len=4, end=1.0)
 
 
-def test_a_relay_sends_each_record_once_with_the_progress_in_order_and_all_before_it_stops() -> (
-    None
-):
+def test_a_relay_sends_its_messages_in_order_each_record_once_all_before_it_stops() -> None:
     sent: list[tuple[str, Counts | None, list[RequestRecord] | None]] = []
     relay = Relay(sent.append)
     relay.finished(record(0))
