@@ -2,7 +2,7 @@
 
 CI cancels a job with SIGTERM, which would end pytest on the spot, writing nothing. Here
 SIGTERM runs the SIGINT handler (its ``KeyboardInterrupt`` cancels a load run, which keeps
-its finished part: ``loadgen/blocking.py``); the test it cut short is reported with what it
+its finished part: ``loadgen/runner.py``); the test it cut short is reported with what it
 recorded; what the session started stops before its outputs are written; a second interrupt
 kills the session's servers at once (SIGKILL) and raises nothing, so that the teardown still
 writes the outputs. A Ctrl-C or SIGTERM during the readiness gate is held and raised between

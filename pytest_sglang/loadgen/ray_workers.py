@@ -2,7 +2,7 @@
 
 The workers of :mod:`~pytest_sglang.loadgen.workers` as Ray actors, with the same guarantees
 (exact total concurrency, a common start, loss is failure) plus one time base: each actor's
-clock offset is measured NTP-style before the run and its records are moved onto the
+clock offset is measured NTP-style before the measured start and its records are moved onto the
 coordinator's clock. Ray is imported only when a run is made. See ``docs/scaling.md``.
 """
 
@@ -11,26 +11,23 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
 import socket
-import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Self, Unpack
 
 from pytest_sglang.errors import SGLangError
-from pytest_sglang.loadgen.records import LoadRun, RequestRecord
-from pytest_sglang.loadgen.relay import Counts, ProgressSum, Relay
-from pytest_sglang.loadgen.schedule import Shard
+from pytest_sglang.loadgen.records import LoadRun
 from pytest_sglang.loadgen.workers import (
-    PROGRESS_INTERVAL,
     Coordination,
     LoadWorkersFailed,
-    Outcome,
+    Message,
     RunPlan,
     coordinate,
-    run_shard,
+    serve,
 )
 from pytest_sglang.loadgen.workload import check_count
 
@@ -136,13 +133,11 @@ def unreachable(address: str, timeout: float = CONNECT_TIMEOUT) -> str | None:
 
 
 class _LoadActor:  # pragma: no cover - runs inside a Ray actor; covered end to end
-    """One worker: runs its shard of a plan, waiting for the coordinator's start."""
+    """One worker: runs its shard of a plan (:func:`~.workers.serve`), its messages queued."""
 
     def __init__(self) -> None:
-        self._ready = threading.Event()
-        self._go = threading.Event()
-        self._start = 0.0
-        self._relay = Relay()
+        self._messages: queue.SimpleQueue[Message] = queue.SimpleQueue()
+        self._start: queue.SimpleQueue[float] = queue.SimpleQueue()
 
     def where(self) -> tuple[str, str, int]:
         """Return this actor's node address, Ray node id and process id."""
@@ -155,32 +150,29 @@ class _LoadActor:  # pragma: no cover - runs inside a Ray actor; covered end to 
         """Return this actor's ``perf_counter``."""
         return time.perf_counter()
 
-    def wait_ready(self, timeout: float) -> bool:
-        """Wait until the run's warm-up is over (the actor waits for the start)."""
-        return self._ready.wait(timeout)
-
-    def poll(self) -> tuple[Counts, list[RequestRecord]] | None:
-        """Return the progress and the measured records finished since the last poll."""
-        return self._relay.take()
+    def take(self, timeout: float) -> list[Message]:
+        """Return the messages sent since the last take, waiting up to ``timeout`` for one."""
+        messages = []
+        with contextlib.suppress(queue.Empty):
+            messages.append(self._messages.get(timeout=timeout))
+            while True:
+                messages.append(self._messages.get_nowait())
+        return messages
 
     def go(self, start_at: float) -> None:
         """Start the measured requests at ``start_at`` (this actor's clock)."""
-        self._start = start_at
-        self._go.set()
+        self._start.put(start_at)
 
-    def run(self, index: int, shares: tuple[int, ...], plan: RunPlan, wait_limit: float) -> Outcome:
-        """Run shard ``index`` of ``plan`` (:func:`~.workers.run_shard`) and return its outcome."""
-        self._ready.clear()
-        self._go.clear()
-        self._relay = Relay()
+    def run(self, index: int, shares: tuple[int, ...], plan: RunPlan, wait_limit: float) -> None:
+        """Run shard ``index`` of ``plan``, its messages queued for :meth:`take`."""
 
-        def sync() -> float:
-            self._ready.set()
-            if not self._go.wait(wait_limit):
-                raise LoadWorkersFailed("the run was called off by the coordinator")
-            return self._start
+        def wait_start() -> float:
+            try:
+                return self._start.get(timeout=wait_limit)
+            except queue.Empty:
+                raise LoadWorkersFailed("the run was called off by the coordinator") from None
 
-        return run_shard(plan, Shard(index, shares, sync), self._relay)
+        serve(index, shares, plan, self._messages.put, wait_start)
 
 
 def _reason(exc: BaseException) -> str:
@@ -215,7 +207,7 @@ class RayLoadWorkers:
         self._ray = connect(address, source=source)
         self._options: dict[str, Any] = {
             "num_cpus": num_cpus,
-            "max_concurrency": 4,  # run, wait_ready, clock and go at once
+            "max_concurrency": 4,  # run, take, clock and go at once
             "max_restarts": 0,
             "resources": dict(resources or {}),
             "scheduling_strategy": "SPREAD",  # on as many nodes as possible
@@ -223,14 +215,11 @@ class RayLoadWorkers:
         self._actor_class = self._ray.remote(_LoadActor)
         self._actors: list[Any] = []
         self._where: list[tuple[str, str, int]] = []
-        #: The clock offsets measured before the last run, one per actor that took part.
+        #: The clock offsets read at the last run's start, one per actor that took part.
         self.clocks: tuple[ClockOffset, ...] = ()
-        # The run in progress: the refs awaited (worker, "ready", "run" or "poll"), the
-        # workers not ready yet, and when to poll each next.
+        # The run in progress: the refs awaited (worker, "run" or "take").
         self._refs: dict[Any, tuple[int, str]] = {}
-        self._unready: set[int] = set()
         self._count = 0
-        self._next_poll: dict[int, float] = {}
 
     def __enter__(self) -> Self:
         return self
@@ -292,11 +281,9 @@ class RayLoadWorkers:
         ready_timeout = coordination.get("ready_timeout", 600.0)
         self.clocks = ()
         self._ensure(len(shares), ready_timeout)
-        self._count = len(shares)
-        self._refs, self._unready, self._next_poll = {}, set(range(self._count)), {}
+        self._count, self._refs = len(shares), {}
         for i, actor in enumerate(self._actors[: len(shares)]):
             self._refs[actor.run.remote(i, shares, plan, ready_timeout + 60.0)] = (i, "run")
-            self._refs[actor.wait_ready.remote(ready_timeout)] = (i, "ready")
         try:
             return coordinate(plan, shares, self, **coordination)
         except BaseException:
@@ -310,51 +297,41 @@ class RayLoadWorkers:
             "(its process was killed or its node left the cluster)"
         )
 
-    def start(self, at: float) -> None:
-        """Workers.start: each actor is told the start on its own clock."""
+    def start(self, margin: float) -> None:
+        """Workers.start: read every actor's clock, then tell each the start on its own."""
+        self.clocks = tuple(self._clock(i) for i in range(self._count))
+        at = time.perf_counter() + margin
         self._ray.get(
             [self._actors[c.worker].go.remote(at + c.offset) for c in self.clocks], timeout=30
         )
 
-    def receive(self, pending: set[int], heard: ProgressSum) -> dict[int, Outcome]:
-        """Workers.receive; the clocks are read once every actor is ready.
+    def receive(self, pending: set[int]) -> list[tuple[int, Message]]:
+        """Workers.receive: each pending actor has a take in flight.
 
-        Then each actor is polled every ``PROGRESS_INTERVAL``; what it hands over is moved
-        onto this process's clock.
+        The records an actor sends are moved onto this process's clock.
         """
-        ray, now = self._ray, time.monotonic()
-        polling = {i for i, kind in self._refs.values() if kind == "poll"}
-        for i in pending - polling if self.clocks else ():
-            if now >= self._next_poll.get(i, 0.0):
-                self._refs[self._actors[i].poll.remote()] = (i, "poll")
-                self._next_poll[i] = now + PROGRESS_INTERVAL
+        ray = self._ray
+        taking = {i for i, kind in self._refs.values() if kind == "take"}
+        for i in pending - taking:
+            self._refs[self._actors[i].take.remote(0.5)] = (i, "take")
         watch = [ref for ref, (i, _) in self._refs.items() if i in pending]
-        done, _ = ray.wait(watch, num_returns=1, timeout=0.5)
-        outcomes: dict[int, Outcome] = {}
+        done, _ = ray.wait(watch, num_returns=1, timeout=1.0)
+        received: list[tuple[int, Message]] = []
         for ref in done:
-            i, kind = self._refs.pop(ref)
+            i, _ = self._refs.pop(ref)
             try:
-                result = ray.get(ref)
+                messages = ray.get(ref) or []  # a run returns nothing: its actor sends all
             except ray.exceptions.RayError as exc:
-                if kind != "poll":  # a poll's actor is gone: its run ref says so
-                    outcomes[i] = ("died", None, self._describe(i, exc))
+                received.append((i, ("died", None, self._describe(i, exc))))
                 continue
             by = -self.clocks[i].offset if self.clocks else 0.0
-            if kind == "ready" and result:
-                outcomes[i] = ("ready", None, None)
-                self._unready.discard(i)
-                if not self._unready:
-                    self.clocks = tuple(self._clock(j) for j in range(self._count))
-            elif kind == "poll" and result is not None:
-                (count, total, tokens, started), records = result
-                heard.add(i, (count, total, tokens, started + by), [r.shifted(by) for r in records])
-            elif kind == "run":
-                ended, run, message = result
-                if run is not None:
-                    records = tuple(r.shifted(by) for r in run.records)
-                    run = replace(run, started=run.started + by, records=records)
-                outcomes[i] = (ended, run, message)
-        return outcomes
+            for kind, first, second in messages:
+                if kind == "progress":
+                    second = [record.shifted(by) for record in second]
+                elif isinstance(first, LoadRun):
+                    first = first.shifted(by)
+                received.append((i, (kind, first, second)))
+        return received
 
     def kill(self, index: int) -> str:
         """Workers.kill."""

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
-from pytest_sglang.loadgen.saturation import ClientLoad
+from pytest_sglang.loadgen.progress import ClientLoad
 from pytest_sglang.loadgen.workload import Workload
 
 __all__ = ["LoadRun", "RequestRecord"]
@@ -156,6 +156,12 @@ class LoadRun:
     #: The client's own CPU and event-loop lag over the measured requests (None: not
     #: watched, e.g. a run that never reached its measured phase).
     client: ClientLoad | None = None
+
+    def shifted(self, by: float) -> LoadRun:
+        """Return a copy with every timestamp moved by ``by`` seconds (onto another clock)."""
+        return replace(
+            self, started=self.started + by, records=tuple(r.shifted(by) for r in self.records)
+        )
 
     @property
     def measured(self) -> tuple[RequestRecord, ...]:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import KW_ONLY, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import httpx
@@ -27,12 +29,17 @@ from pytest_sglang.config.defaults import (
     DEFAULT_STALL_TIMEOUT,
 )
 from pytest_sglang.errors import SGLangError
-from pytest_sglang.loadgen.blocking import run_blocking
 from pytest_sglang.loadgen.habits import ConnectionHabits
-from pytest_sglang.loadgen.progress import ProgressCallback, ProgressTicker, Tally, no_progress
+from pytest_sglang.loadgen.progress import (
+    ClientLoad,
+    ClientMonitor,
+    ProgressCallback,
+    ProgressTicker,
+    Tally,
+    no_progress,
+)
 from pytest_sglang.loadgen.prompts import encoded_bodies
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
-from pytest_sglang.loadgen.saturation import ClientLoad, ClientMonitor
 from pytest_sglang.loadgen.schedule import (
     Arrival,
     ClosedLoop,
@@ -47,6 +54,8 @@ from pytest_sglang.loadgen.watchdog import StallWatchdog
 from pytest_sglang.loadgen.workload import DEFAULT_WARMUP_CAP, Workload, check_count
 
 __all__ = ["CacheFlushFailed", "LoadGenerator", "ServerStoppedAnswering", "run_blocking"]
+
+T = TypeVar("T")
 
 
 class ServerStoppedAnswering(SGLangError):
@@ -156,30 +165,6 @@ class LoadGenerator:
         """Run ``workload`` with exactly ``concurrency`` requests in flight (a closed loop)."""
         return await self.run(workload, ClosedLoop(concurrency), repeat=repeat)
 
-    async def open_loop(
-        self,
-        workload: Workload,
-        rate: float,
-        *,
-        arrival: Arrival = "poisson",
-        max_concurrency: int | None = None,
-        repeat: int = 0,
-    ) -> LoadRun:
-        """Send ``workload``'s requests at ``rate`` per second, regardless of completions.
-
-        ``arrival``: ``"poisson"`` (seeded by the workload's seed) or ``"constant"``;
-        ``max_concurrency`` caps the requests in flight (:class:`OpenLoop`).
-        """
-        return await self.run(workload, OpenLoop(rate, arrival, max_concurrency), repeat=repeat)
-
-    async def sweep(
-        self, workload: Workload, concurrencies: Sequence[int], *, repeat: int = 0
-    ) -> list[LoadRun]:
-        """Run ``workload`` closed-loop at each concurrency in turn, one run per level."""
-        for level in concurrencies:
-            check_count("each concurrency", level)
-        return [await self.closed_loop(workload, c, repeat=repeat) for c in concurrencies]
-
     def run_closed_loop(self, workload: Workload, concurrency: int, *, repeat: int = 0) -> LoadRun:
         """Blocking :meth:`closed_loop` (its own event loop, see :func:`run_blocking`)."""
         return run_blocking(self.closed_loop(workload, concurrency, repeat=repeat))
@@ -193,15 +178,58 @@ class LoadGenerator:
         max_concurrency: int | None = None,
         repeat: int = 0,
     ) -> LoadRun:
-        """Blocking :meth:`open_loop` (its own event loop, see :func:`run_blocking`)."""
+        """Send ``workload``'s requests at ``rate`` per second, regardless of completions.
+
+        Blocking (its own event loop, see :func:`run_blocking`). ``arrival``: ``"poisson"``
+        (seeded by the workload's seed) or ``"constant"``; ``max_concurrency`` caps the
+        requests in flight (:class:`OpenLoop`). Awaitable: :meth:`run` with an ``OpenLoop``.
+        """
         load = OpenLoop(rate, arrival, max_concurrency)
         return run_blocking(self.run(workload, load, repeat=repeat))
 
     def run_sweep(
         self, workload: Workload, concurrencies: Sequence[int], *, repeat: int = 0
     ) -> list[LoadRun]:
-        """Blocking :meth:`sweep` (its own event loop, see :func:`run_blocking`)."""
-        return run_blocking(self.sweep(workload, concurrencies, repeat=repeat))
+        """Run ``workload`` closed-loop at each concurrency in turn (blocking), a run per level."""
+        for level in concurrencies:
+            check_count("each concurrency", level)
+        return [self.run_closed_loop(workload, c, repeat=repeat) for c in concurrencies]
+
+
+def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` to completion on a new event loop and return its result.
+
+    pytest-timeout raises from a ``SIGALRM`` handler in whatever frame runs; inside one of
+    asyncio's callbacks that exception is swallowed and logged, and the run would go on past
+    the test's limit. The coroutine therefore runs on its own event loop in a worker thread
+    while the caller's thread only waits: there a signal handler's exception (or Ctrl-C)
+    cancels the run, waits for it to end (its finished part is kept), and propagates.
+    Callable from a thread already running an event loop (an ``async def`` test calling
+    ``sglang_bench``), whose loop waits, blocked (await the async API to keep it running).
+    """
+    tasks: list[asyncio.Task[T]] = []
+    interrupted: list[bool] = []
+
+    async def tracked() -> T:
+        task = asyncio.current_task()
+        assert task is not None
+        tasks.append(task)
+        if interrupted:  # struck before the run began
+            coroutine.close()
+            raise asyncio.CancelledError
+        return await coroutine
+
+    with ThreadPoolExecutor(1, thread_name_prefix="pytest-sglang-loadgen") as worker:
+        future = worker.submit(asyncio.run, tracked())
+        try:
+            return future.result()
+        except BaseException:
+            # Raised here (a test timeout, Ctrl-C): the run must not go on without us.
+            interrupted.append(True)
+            if tasks and not future.done():
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    tasks[0].get_loop().call_soon_threadsafe(tasks[0].cancel)
+            raise
 
 
 class _Run:

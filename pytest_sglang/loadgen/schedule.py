@@ -25,36 +25,11 @@ from pytest_sglang.loadgen.workload import check_count
 if TYPE_CHECKING:
     from pytest_sglang.loadgen.records import RequestRecord
 
-__all__ = ["ARRIVALS", "Arrival", "ClosedLoop", "Load", "OpenLoop", "Shard", "arrival_offsets",
-           "owner", "slot_shares"]  # fmt: skip
+__all__ = ["ARRIVALS", "Arrival", "ClosedLoop", "Load", "OpenLoop", "Shard", "owner",
+           "slot_shares"]  # fmt: skip
 
 Arrival = Literal["poisson", "constant"]
 ARRIVALS: tuple[str, ...] = get_args(Arrival)
-
-
-def arrival_offsets(count: int, rate: float, arrival: Arrival, seed: str) -> list[float]:
-    """Return ``count`` send offsets in seconds, the first at 0, at ``rate`` requests/s.
-
-    ``constant`` spaces requests exactly ``1 / rate`` apart; ``poisson`` draws exponential
-    gaps of mean ``1 / rate`` from a generator seeded with ``seed``, so a run's schedule is
-    reproducible. The first request goes at once in both, so a run never starts idle.
-    """
-    check_arrival(rate, arrival)
-    if arrival == "constant":
-        return [i / rate for i in range(count)]
-    rng = random.Random(seed)
-    gaps = [rng.expovariate(rate) for _ in range(count - 1)]
-    return list(itertools.accumulate(gaps, initial=0.0))[:count]
-
-
-def check_arrival(rate: float, arrival: str) -> None:
-    """Raise :class:`ValueError`, saying what is wrong, unless ``rate`` and ``arrival`` work."""
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < math.inf:
-        raise ValueError(f"the request rate must be a finite number > 0 per second, got {rate!r}")
-    if arrival not in ARRIVALS:
-        raise ValueError(
-            f"arrival must be one of {', '.join(map(repr, ARRIVALS))}, got {arrival!r}"
-        )
 
 
 @dataclass(frozen=True)
@@ -101,7 +76,15 @@ class OpenLoop:
     concurrency: ClassVar[None] = None
 
     def __post_init__(self) -> None:
-        check_arrival(self.rate, self.arrival)
+        rate = self.rate
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < math.inf:
+            raise ValueError(
+                f"the request rate must be a finite number > 0 per second, got {rate!r}"
+            )
+        if self.arrival not in ARRIVALS:
+            raise ValueError(
+                f"arrival must be one of {', '.join(map(repr, ARRIVALS))}, got {self.arrival!r}"
+            )
         if self.max_concurrency is not None:  # None: no cap
             check_count("max_concurrency", self.max_concurrency)
         object.__setattr__(self, "rate", float(self.rate))
@@ -115,9 +98,18 @@ class OpenLoop:
         """Return the seed of repeat ``repeat``'s prompts and schedule."""
         return f"open/{self.arrival}/{self.rate:g}/r{repeat}"
 
-    def offsets(self, count: int, seed: str) -> list[float] | None:
-        """Return when each of ``count`` arrivals is due, in seconds from the run's start."""
-        return arrival_offsets(count, self.rate, self.arrival, f"{seed}/arrivals")
+    def offsets(self, count: int, seed: str) -> list[float]:
+        """Return when each of ``count`` arrivals is due, in seconds from the run's start.
+
+        ``constant`` spaces them exactly ``1 / rate`` apart; ``poisson`` draws exponential
+        gaps of mean ``1 / rate`` from a generator seeded with ``seed``, so a run's schedule
+        is reproducible. The first goes at once in both, so a run never starts idle.
+        """
+        if self.arrival == "constant":
+            return [i / self.rate for i in range(count)]
+        rng = random.Random(f"{seed}/arrivals")
+        gaps = [rng.expovariate(self.rate) for _ in range(count - 1)]
+        return list(itertools.accumulate(gaps, initial=0.0))[:count]
 
     def key(self) -> str:
         """Return a stable text key, e.g. ``open:poisson:20:cap64``."""

@@ -8,7 +8,7 @@ malformed JSON, a stream without ``[DONE]`` or a final chunk, a negative token c
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from pytest_sglang.loadgen.jsoncodec import UnsafeBody, loads, loads_body
 from pytest_sglang.loadgen.progress import Tally
@@ -76,6 +76,16 @@ class SSEDecoder:
         its final newline.
         """
         return self.feed(b"\n\n")
+
+
+class _Fields(NamedTuple):
+    """Where one event of either API holds what the parser reads."""
+
+    counts: dict[str, Any]  # the token counts: native meta_info, OpenAI usage
+    text: bool  # the event carries generated text
+    finish: Any  # the finish reason as sent (native: a dict), None before the last event
+    meta: dict[str, Any]  # the native meta_info read at the end: spec_verify_ct, timings
+    choice: bool  # a chunk of the answer (False: OpenAI's usage chunk, ``choices: []``)
 
 
 class StreamParser:
@@ -158,106 +168,78 @@ class StreamParser:
             if message is not None:
                 error = "error event in stream" if now is not None else "error response"
                 return self._fail(f"{error}: {message}")
-        if self._native:
-            self._native_event(event, now)
-        else:
-            self._openai_event(event, now)
+        self._event(self._native_fields(event) if self._native else self._openai_fields(event), now)
+        details = _dict(_dict(event.get("sglext")).get("spec_tokens_details"))
+        if "spec_verify_ct" in details:  # SGLang's extension, on either API
+            self.record.spec_verify_ct = _int_or_none(details["spec_verify_ct"])
 
-    def _native_event(self, event: dict[str, Any], now: float | None) -> None:
+    def _native_fields(self, event: dict[str, Any]) -> _Fields:
         # Cumulative meta_info counts per chunk, the final one with the finish reason.
-        record = self.record
-        meta = event.get("meta_info")
-        meta = meta if isinstance(meta, dict) else {}
+        meta = _dict(event.get("meta_info"))
         ids = event.get("output_ids")
         if isinstance(ids, list):
             self._ids.append(len(ids))
-        if self._negative(meta, "meta_info"):
+        return _Fields(meta, bool(event.get("text")), meta.get("finish_reason"), meta, True)
+
+    def _openai_fields(self, event: dict[str, Any]) -> _Fields:
+        # Text deltas, optional running usage per chunk, a final usage on the finish chunk or
+        # on a usage chunk of its own (``choices: []``).
+        usage = _dict(event.get("usage"))
+        choices = event.get("choices")
+        if not choices or not isinstance(choices[0], dict):
+            return _Fields(usage, False, None, {}, False)
+        choice = choices[0]
+        delta = choice.get(self._delta) if self._delta else choice
+        text = isinstance(delta, dict) and bool(
+            delta.get("text") or delta.get("content") or delta.get("reasoning_content")
+        )
+        meta = _dict(choice.get("meta_info"))  # chat with return_meta_info: the native one
+        final_meta = meta if meta.get("finish_reason") is not None else {}
+        return _Fields(usage, text, choice.get("finish_reason"), final_meta, True)
+
+    def _event(self, event: _Fields, now: float | None) -> None:
+        """Read one event (``now`` ``None``: a whole body, which counts no chunks)."""
+        record, counts = self.record, event.counts
+        if self._negative(counts, "meta_info" if self._native else "usage"):
             return
-        cumulative = meta.get("completion_tokens")
-        if isinstance(cumulative, int):
-            self._count(cumulative, now)
-        elif event.get("text") and now is not None:
-            # No count from the server (never seen on SGLang): one token per chunk with text.
+        text = event.text and now is not None
+        running = counts.get("completion_tokens")
+        # OpenAI's usage is a running count only once a chunk with text carried one: a usage
+        # on a text-less finish chunk of a stream without running usage is the final count
+        # (llama.cpp puts it there, with no usage chunk), never a chunk of tokens.
+        if isinstance(running, int) and event.choice and (self._native or text or self._running):
+            self._running = self._running or text
+            self._count(running, now)
+        elif text:  # no count from the server: one token per chunk with text
             self._counted = False
             self._count(self._cumulative + 1, now)
-        if record.prompt_tokens is None:  # the first chunk: the queue and prefill times
-            record.prompt_tokens = _int_or_none(meta.get("prompt_tokens"))
-            _read_server_times(record, meta)
-        finish = meta.get("finish_reason")
-        if finish is None and now is not None:
-            return
-        self._final_seen = True
-        record.output_tokens_server = _int_or_none(meta.get("completion_tokens"))
-        record.spec_verify_ct = _int_or_none(meta.get("spec_verify_ct"))
-        cached = _int_or_none(meta.get("cached_tokens"))
-        record.cached_tokens = record.cached_tokens if cached is None else cached
-        kind = finish.get("type") if isinstance(finish, dict) else finish
-        record.finish_reason = None if kind is None else str(kind)
-        if kind == "abort" and isinstance(finish, dict):
-            self._fail(f"the server aborted the request: {finish.get('message', finish)}")
-        _read_server_times(record, meta)
-
-    def _openai_event(self, event: dict[str, Any], now: float | None) -> None:
-        # Text deltas, optional running usage per chunk, a final usage (or a usage chunk).
-        record = self.record
-        choices = event.get("choices")
-        usage = event.get("usage")
-        usage = usage if isinstance(usage, dict) else None
-        if choices and isinstance(choices[0], dict):
-            choice = choices[0]
-            delta = choice.get(self._delta) if self._delta else choice
-            has_text = (  # a whole body counts no chunks
-                now is not None
-                and isinstance(delta, dict)
-                and bool(
-                    delta.get("text") or delta.get("content") or delta.get("reasoning_content")
-                )
-            )
-            if usage is not None and self._negative(usage, "usage"):
-                return
-            running = None if usage is None else usage.get("completion_tokens")
-            # A usage is a running count only once a chunk with text carried one: a usage
-            # on a text-less finish chunk of a stream without running usage is the final
-            # count (llama.cpp puts it there, with no usage chunk), never a chunk of tokens.
-            if isinstance(running, int) and (has_text or self._running):
-                self._running = self._running or has_text
-                self._count(running, now)
-            elif has_text:
-                self._counted = False
-                self._count(self._cumulative + 1, now)
-            finish = choice.get("finish_reason")
-            if finish is not None or now is None:
-                self._final_seen = True
-                record.finish_reason = None if finish is None else str(finish)
-                if finish == "abort":
-                    self._fail("the server aborted the request (finish_reason 'abort')")
-                if usage is not None:
-                    self._usage(usage)
-            meta = choice.get("meta_info")  # chat with return_meta_info: the native meta_info
-            if isinstance(meta, dict) and meta.get("finish_reason") is not None:
-                record.spec_verify_ct = _int_or_none(meta.get("spec_verify_ct"))
-                _read_server_times(record, meta)
-        elif usage is not None:
-            self._usage(usage)  # the separate usage chunk (``choices: []``)
-        sglext = event.get("sglext")
-        details = sglext.get("spec_tokens_details") if isinstance(sglext, dict) else None
-        if isinstance(details, dict) and "spec_verify_ct" in details:
-            record.spec_verify_ct = _int_or_none(details.get("spec_verify_ct"))
-
-    def _usage(self, usage: dict[str, Any]) -> None:
-        """Read a final OpenAI ``usage`` (a finish chunk's and a usage chunk's: the last wins)."""
-        if self._negative(usage, "usage"):
-            return
-        # prompt_tokens_details.cached_tokens: null without the server's cache reports.
-        details = usage.get("prompt_tokens_details")
-        counts = {
-            "output_tokens_server": usage.get("completion_tokens"),
-            "prompt_tokens": usage.get("prompt_tokens"),
-            "cached_tokens": details.get("cached_tokens") if isinstance(details, dict) else None,
-        }
-        for name, value in counts.items():
-            if _int_or_none(value) is not None:
-                setattr(self.record, name, value)
+        if self._native and record.prompt_tokens is None:  # the first chunk: queue, prefill
+            record.prompt_tokens = _int_or_none(counts.get("prompt_tokens"))
+            _read_server_times(record, event.meta)
+        final = event.choice and (event.finish is not None or now is None)
+        if final or not event.choice:  # the final counts (the last wins)
+            details = _dict(counts.get("prompt_tokens_details"))
+            totals = {
+                "output_tokens_server": counts.get("completion_tokens"),
+                "prompt_tokens": counts.get("prompt_tokens"),
+                # native meta_info.cached_tokens; OpenAI's is null without cache reports
+                "cached_tokens": counts.get("cached_tokens", details.get("cached_tokens")),
+            }
+            for name, value in totals.items():
+                if _int_or_none(value) is not None:
+                    setattr(record, name, value)
+        if final:
+            self._final_seen = True
+            finish = event.finish
+            kind = finish.get("type") if isinstance(finish, dict) else finish
+            record.finish_reason = None if kind is None else str(kind)
+            if kind == "abort":
+                why = " (finish_reason 'abort')"  # native: a dict with the server's message
+                why = f": {finish.get('message', finish)}" if isinstance(finish, dict) else why
+                self._fail(f"the server aborted the request{why}")
+            if event.meta:
+                record.spec_verify_ct = _int_or_none(event.meta.get("spec_verify_ct"))
+                _read_server_times(record, event.meta)
 
     def _settle(self) -> None:
         """Settle the client's count and the per-chunk counts once the body ended."""
@@ -343,6 +325,10 @@ def _error_message(data: dict[str, Any]) -> str | None:
     if "detail" in data and len(data) == 1:
         return str(data["detail"])
     return None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _int_or_none(value: Any) -> int | None:

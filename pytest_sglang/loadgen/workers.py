@@ -1,16 +1,16 @@
 """A run spread over several load-generator workers: the coordinator, and processes on this host.
 
 One asyncio process saturates one core. Every worker, a process of :func:`run_sharded` or a
-Ray actor (:mod:`~pytest_sglang.loadgen.ray_workers`), runs :func:`run_shard` on its
-:class:`~pytest_sglang.loadgen.schedule.Shard`; :func:`coordinate` drives either kind and
-merges their records. The guarantees are in ``docs/scaling.md``.
+Ray actor (:mod:`~pytest_sglang.loadgen.ray_workers`), runs :func:`serve` on its
+:class:`~pytest_sglang.loadgen.schedule.Shard` and sends the same messages back;
+:func:`coordinate` drives either kind and merges their records. The guarantees are in
+``docs/scaling.md``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import multiprocessing
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -21,12 +21,12 @@ from typing import Any, Protocol, TypedDict, Unpack, cast
 from pytest_sglang.errors import SGLangError
 from pytest_sglang.loadgen.progress import ProgressCallback
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
-from pytest_sglang.loadgen.relay import ProgressSum, Relay, Sender
+from pytest_sglang.loadgen.relay import ProgressSum, Relay
 from pytest_sglang.loadgen.runner import LoadGenerator, ServerStoppedAnswering, run_blocking
 from pytest_sglang.loadgen.schedule import Load, Shard, owner, run_fields, slot_shares
 from pytest_sglang.loadgen.workload import Workload, check_count
 
-__all__ = ["Coordination", "LoadWorkersFailed", "RunPlan", "coordinate", "run_shard", "run_sharded"]
+__all__ = ["Coordination", "LoadWorkersFailed", "RunPlan", "coordinate", "run_sharded", "serve"]
 
 #: How long the measured start is set after the last worker is ready: time for every worker
 #: to wake and reach its first send.
@@ -43,6 +43,10 @@ class LoadWorkersFailed(SGLangError):
 #: A worker's outcome: its kind ("ok", "stopped", "error", or "died" when it was lost), what
 #: it recorded, and a message.
 Outcome = tuple[str, LoadRun | None, str | None]
+
+#: What a worker sends its coordinator, in order: ``("ready", None, None)`` once warmed up,
+#: ``("progress", counts, records)`` batches (:mod:`~.relay`), and its :data:`Outcome` last.
+Message = tuple[str, Any, Any]
 
 
 @dataclass(frozen=True)
@@ -77,35 +81,56 @@ class Workers(Protocol):
 
     name: str
 
-    def receive(self, pending: set[int], heard: ProgressSum) -> dict[int, Outcome]:
-        """Wait a moment; hand progress on; return outcomes (``"ready"``: warm-up over)."""
+    def receive(self, pending: set[int]) -> list[tuple[int, Message]]:
+        """Wait a moment; return what the ``pending`` workers sent, as ``(worker, message)``.
 
-    def start(self, at: float) -> None:
-        """Release every worker to start its measured requests at ``at`` (this clock)."""
+        A worker that was lost sends ``("died", None, why)``.
+        """
+
+    def start(self, margin: float) -> None:
+        """Release every worker to start its measured requests ``margin`` seconds from now."""
 
     def kill(self, index: int) -> str:
         """Kill worker ``index`` (out of time) and return its description."""
 
 
-def run_shard(plan: RunPlan, shard: Shard, relay: Relay) -> Outcome:
-    """Run one worker's ``shard`` of ``plan`` here, handing progress and records to ``relay``.
+def serve(
+    index: int,
+    shares: tuple[int, ...],
+    plan: RunPlan,
+    send: Callable[[Message], object],
+    wait_start: Callable[[], float],
+) -> None:  # pragma: no cover - runs in a worker; covered end to end
+    """Run worker ``index``'s shard of ``plan`` here, sending each :data:`Message` to ``send``.
 
-    Nothing is raised: an error is an outcome, with what had finished.
+    ``wait_start`` blocks until the coordinator's common start and returns it (this clock).
+    ``send`` is called from one thread at a time. Nothing is raised: an error is an
+    outcome, with what had finished.
     """
+
+    def sync() -> float:
+        relay.send(("ready", None, None))  # after the warm-up's progress
+        return wait_start()
+
+    relay = Relay(send)
     options = dict(plan.options)
     generator = LoadGenerator(
         options.pop("url"),
         **options,
         progress=relay.progress,
         progress_interval=PROGRESS_INTERVAL,
-        shard=replace(shard, finished=relay.finished),
+        shard=Shard(index, shares, sync, relay.finished),
     )
+    outcome: Outcome
     try:
-        return "ok", run_blocking(generator.run(plan.workload, plan.load, repeat=plan.repeat)), None
+        run = run_blocking(generator.run(plan.workload, plan.load, repeat=plan.repeat))
+        outcome = ("ok", run, None)
     except ServerStoppedAnswering as exc:
-        return "stopped", exc.run, str(exc)
+        outcome = ("stopped", exc.run, str(exc))
     except BaseException as exc:  # the coordinator reports it; nothing is lost silently
-        return "error", generator.interrupted_run, f"{type(exc).__name__}: {exc}"
+        outcome = ("error", generator.interrupted_run, f"{type(exc).__name__}: {exc}")
+    relay.stop()  # every batch before the outcome
+    send(outcome)
 
 
 def coordinate(
@@ -129,10 +154,20 @@ def coordinate(
     :raises ServerStoppedAnswering: a worker gave up on the server (as a single process).
     """
     heard = ProgressSum(progress, PROGRESS_INTERVAL)
+
+    def receive(pending: set[int]) -> dict[int, Outcome]:
+        outcomes = {}
+        for i, message in workers.receive(pending):
+            if message[0] == "progress":
+                heard.add(i, message[1], message[2])
+            else:
+                outcomes[i] = message
+        return outcomes
+
     pending = set(range(len(shares)))
     deadline = time.monotonic() + ready_timeout
     while pending:
-        for i, (kind, _, message) in workers.receive(pending, heard).items():
+        for i, (kind, _, message) in receive(pending).items():
             if kind != "ready":
                 raise LoadWorkersFailed(
                     f"{workers.name} {i} ended before its measured requests ({kind}: {message}); "
@@ -146,14 +181,14 @@ def coordinate(
             )
     if before_measured is not None:
         before_measured()
-    workers.start(time.perf_counter() + START_MARGIN)
+    workers.start(START_MARGIN)
     outcomes: dict[int, Outcome] = {}
     # By default the request timeout per request, plus a minute.
     per_request = float(plan.options.get("request_timeout", 600.0))
     timeout = run_timeout or per_request * (plan.workload.requests + 1) + 60
     deadline = time.monotonic() + timeout
     while pending := set(range(len(shares))) - set(outcomes):
-        outcomes.update(workers.receive(pending, heard))
+        outcomes.update(receive(pending))
         if time.monotonic() > deadline:
             for i in pending - set(outcomes):
                 late = f"{workers.kill(i)} did not finish in {timeout:g} s and was killed"
@@ -209,21 +244,7 @@ def _settle(
 def _worker(
     index: int, shares: tuple[int, ...], plan: RunPlan, pipe: Connection
 ) -> None:  # pragma: no cover - runs in a worker process; covered end to end
-    lock = threading.Lock()  # the relay's thread sends too
-
-    def send(message: object) -> None:
-        with lock:
-            pipe.send(message)
-
-    def sync() -> float:
-        send(("ready", None, None))
-        return float(pipe.recv())
-
-    relay = Relay()
-    sender = Sender(relay, send, PROGRESS_INTERVAL)
-    outcome = run_shard(plan, Shard(index, shares, sync), relay)
-    sender.stop()  # every batch before the outcome
-    pipe.send(outcome)
+    serve(index, shares, plan, pipe.send, lambda: float(pipe.recv()))
     pipe.close()
 
 
@@ -252,25 +273,22 @@ class _Processes:
             self._pipes.append(pipe)
             self._processes.append(process)
 
-    def receive(self, pending: set[int], heard: ProgressSum) -> dict[int, Outcome]:
-        outcomes: dict[int, Outcome] = {}
+    def receive(self, pending: set[int]) -> list[tuple[int, Message]]:
+        messages = []
         waiting = {self._pipes[i]: i for i in pending}
         for pipe in cast("list[Connection]", wait(list(waiting), timeout=0.2)):
             i = waiting[pipe]
             try:
-                message = pipe.recv()
+                messages.append((i, pipe.recv()))
             except EOFError:  # it died while sending, or before
                 process = self._processes[i]
                 process.join(timeout=1)
                 died = f"load worker {i} (pid {process.pid}) died with exit code {process.exitcode}"
-                message = ("died", None, died)
-            if message[0] == "progress":
-                heard.add(i, message[1], message[2])
-            else:
-                outcomes[i] = message
-        return outcomes
+                messages.append((i, ("died", None, died)))
+        return messages
 
-    def start(self, at: float) -> None:
+    def start(self, margin: float) -> None:
+        at = time.perf_counter() + margin  # on the clock every process of a host shares
         for pipe in self._pipes:
             with contextlib.suppress(OSError):  # one gone: receive tells
                 pipe.send(at)

@@ -16,7 +16,7 @@ from types import FrameType
 
 import pytest
 
-from pytest_sglang.loadgen.blocking import run_blocking
+from pytest_sglang.loadgen.runner import run_blocking
 
 
 class Struck(BaseException):

@@ -30,7 +30,7 @@ from pytest_sglang.emulator.engine.trace import read_trace  # noqa: E402
 from pytest_sglang.loadgen.ray_pools import RayPools  # noqa: E402
 from pytest_sglang.loadgen.ray_workers import RayLoadWorkers  # noqa: E402
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord  # noqa: E402
-from pytest_sglang.loadgen.schedule import ClosedLoop, OpenLoop, arrival_offsets  # noqa: E402
+from pytest_sglang.loadgen.schedule import ClosedLoop, OpenLoop  # noqa: E402
 from pytest_sglang.loadgen.workers import RunPlan  # noqa: E402
 from pytest_sglang.loadgen.workload import Workload  # noqa: E402
 from pytest_sglang.measure.measurement import measure  # noqa: E402
@@ -163,7 +163,7 @@ def test_an_open_loop_over_two_nodes_keeps_one_schedule(two_nodes: Any, tmp_path
     assert m.failed == 0 and m.completed == 40, m.errors
     # Each actor sent its own requests at their offsets on its own clock; moved onto ours,
     # they are one Poisson schedule from one origin.
-    offsets = arrival_offsets(40, 40.0, "poisson", f"{workload.seed}/open/poisson/40/r0/arrivals")
+    offsets = OpenLoop(40.0).offsets(40, f"{workload.seed}/open/poisson/40/r0")
     scheduled = {r.index: r.scheduled for r in run.measured}
     origin = min(s for s in scheduled.values() if s is not None) - offsets[0]
     for index, offset in enumerate(offsets):

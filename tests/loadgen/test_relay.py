@@ -2,37 +2,35 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from pytest_sglang.loadgen.records import RequestRecord
-from pytest_sglang.loadgen.relay import ProgressSum, Relay, Sender
+from pytest_sglang.loadgen.relay import Counts, ProgressSum, Relay
 
 
 def record(index: int) -> RequestRecord:
     return RequestRecord(index=index, warmup=False, input_len=4, output_len=4, end=1.0)
 
 
-def test_a_relay_hands_over_each_record_once_and_nothing_when_nothing_changed() -> None:
-    relay = Relay()
-    assert relay.take() is None
+def test_a_relay_sends_its_messages_in_order_each_record_once_all_before_it_stops() -> None:
+    sent: list[tuple[str, Counts | None, list[RequestRecord] | None]] = []
+    relay = Relay(sent.append)
     relay.finished(record(0))
     relay.progress(1, 4, 4, 0.5)
-    counts, records = relay.take() or ((0, 0, 0, 0.0), [])
-    assert counts[:3] == (1, 4, 4) and [r.index for r in records] == [0]
-    assert relay.take() is None
+    relay.send(("ready", None, None))  # in order with the batches
     relay.progress(2, 4, 8, 1.0)  # progress alone is news
-    counts, records = relay.take() or ((0, 0, 0, 0.0), [record(9)])
-    assert counts[:3] == (2, 4, 8) and records == []
-
-
-def test_the_sender_sends_the_last_batch_before_it_stops() -> None:
-    relay = Relay()
-    sent: list[tuple[str, object, list[RequestRecord]]] = []
-    sender = Sender(relay, sent.append, interval=60.0)  # no tick during the test
-    for i in range(3):
+    for i in range(1, 4):
         relay.finished(record(i))
-    relay.progress(3, 3, 12, 0.1)
-    sender.stop()
-    assert [r.index for _, _, records in sent for r in records] == [0, 1, 2]
-    assert not any(t.name == "sglang-relay" for t in threading.enumerate())
+    relay.progress(4, 4, 16, 1.5)
+    relay.stop()
+    assert [(kind, counts) for kind, counts, _ in sent] == [
+        ("progress", (1, 4, 4, 0.5)),
+        ("ready", None),
+        ("progress", (2, 4, 8, 1.0)),
+        ("progress", (4, 4, 16, 1.5)),
+    ]
+    assert [[r.index for r in records or ()] for _, _, records in sent] == [[0], [], [], [1, 2, 3]]
+    assert not any(t.name.startswith("sglang-relay") for t in threading.enumerate())
 
 
 def test_progress_sums_the_workers_and_keeps_what_each_sent() -> None:
@@ -44,3 +42,16 @@ def test_progress_sums_the_workers_and_keeps_what_each_sent() -> None:
     assert calls[-1] == (7, 20, 70)  # each worker's latest counts, summed
     assert [r.index for r in heard.received(0)] == [0, 2, 4]
     assert heard.received(5) == []
+
+
+def test_a_raising_progress_callback_is_turned_off_and_the_workers_records_are_kept() -> None:
+    # As in a single process: a display bug must not lose a run spread over workers.
+    def broken(done: int, total: int, output_tokens: int, elapsed: float) -> None:
+        raise ZeroDivisionError("display bug")
+
+    heard = ProgressSum(broken, interval=0.0)
+    with pytest.warns(RuntimeWarning, match="the progress callback raised ZeroDivisionError"):
+        heard.add(0, (1, 4, 4, 0.0), [record(0)])
+    heard.add(0, (2, 4, 8, 0.0), [record(1)])  # off now: no second warning
+    heard.report()
+    assert [r.index for r in heard.received(0)] == [0, 1]

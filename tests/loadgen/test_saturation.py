@@ -4,8 +4,8 @@ import asyncio
 import dataclasses
 import time
 
+from pytest_sglang.loadgen.progress import ClientLoad, ClientMonitor
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
-from pytest_sglang.loadgen.saturation import ClientLoad, ClientMonitor
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import Measurement, measure
 

@@ -178,7 +178,19 @@ def test_native_abort_is_an_error() -> None:
     final = {"finish_reason": {"type": "abort", "message": "Abort by user", "status_code": 499}}
     reads = sse(native_chunk([11], " a"), native_chunk([11, 12], " a b", final), "[DONE]")
     rec = feed("generate", reads)
-    assert rec.error is not None and "Abort by user" in rec.error
+    assert rec.error == "the server aborted the request: Abort by user"
+    assert rec.finish_reason == "abort"
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_openai_abort_is_an_error(endpoint: str) -> None:
+    text: dict[str, Any] = {"text": " a"}
+    finish: dict[str, Any] = {"text": "", "finish_reason": "abort"}
+    if endpoint == "chat":
+        text, finish = {"delta": {"content": " a"}}, {"delta": {}, "finish_reason": "abort"}
+    reads = sse({"choices": [text]}, {"choices": [finish]}, "[DONE]")
+    rec = feed(endpoint, reads)
+    assert rec.error == "the server aborted the request (finish_reason 'abort')"
     assert rec.finish_reason == "abort"
 
 

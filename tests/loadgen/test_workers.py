@@ -10,10 +10,9 @@ import psutil
 import pytest
 
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
-from pytest_sglang.loadgen.relay import ProgressSum
 from pytest_sglang.loadgen.runner import LoadGenerator
-from pytest_sglang.loadgen.schedule import ClosedLoop, OpenLoop, arrival_offsets, owner, slot_shares
-from pytest_sglang.loadgen.workers import Outcome, RunPlan, coordinate, run_sharded
+from pytest_sglang.loadgen.schedule import ClosedLoop, OpenLoop, owner, slot_shares
+from pytest_sglang.loadgen.workers import Message, RunPlan, coordinate, run_sharded, serve
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import measure
 from pytest_sglang.testing import running_emulator
@@ -59,7 +58,7 @@ def test_an_open_loop_over_two_processes_keeps_the_schedule(tmp_path: Path) -> N
     with running_emulator(tmp_path) as emulator:
         plan = RunPlan({"url": emulator.url}, workload, OpenLoop(40.0, "poisson"))
         run = run_sharded(plan, 2)
-    offsets = arrival_offsets(40, 40.0, "poisson", f"{workload.seed}/open/poisson/40/r0/arrivals")
+    offsets = OpenLoop(40.0).offsets(40, f"{workload.seed}/open/poisson/40/r0")
     scheduled = {r.index: r.scheduled for r in run.measured}
     origin = min(s for s in scheduled.values() if s is not None) - offsets[0]
     for index, offset in enumerate(offsets):
@@ -170,18 +169,18 @@ class _OneWorkerLost:
     def __init__(self, workload: Workload, done: tuple[int, ...]) -> None:
         self.workload, self.done, self.started = workload, done, False
 
-    def receive(self, pending: set[int], heard: ProgressSum) -> dict[int, Outcome]:
+    def receive(self, pending: set[int]) -> list[tuple[int, Message]]:
         if not self.started:
-            return {i: ("ready", None, None) for i in pending}
+            return [(i, ("ready", None, None)) for i in pending]
         records = tuple(
             RequestRecord(i, False, 8, 8, started=1.0, sent=1.0, end=2.0) for i in self.done
         )
-        return {
-            0: ("ok", LoadRun(self.workload, "closed", records, 1.0), None),
-            1: ("died", None, "gone"),
-        }
+        return [
+            (0, ("ok", LoadRun(self.workload, "closed", records, 1.0), None)),
+            (1, ("died", None, "gone")),
+        ]
 
-    def start(self, at: float) -> None:
+    def start(self, margin: float) -> None:
         self.started = True
 
     def kill(self, index: int) -> str:
@@ -196,3 +195,24 @@ def test_a_lost_worker_fails_the_requests_of_its_own_sessions() -> None:
     run = coordinate(plan, plan.shares(2), _OneWorkerLost(workload, (0, 1, 4, 5)))
     assert sorted(r.index for r in run.measured) == list(range(8))
     assert sorted(r.index for r in run.measured if r.error == "gone") == [2, 3, 6, 7]
+
+
+def test_a_workers_warm_up_is_progress_but_never_a_handed_over_record(tmp_path: Path) -> None:
+    # A worker hands over progress from its first tick, warm-up included (a Ray actor's queue
+    # is read from the start too); the records it hands over are measured ones only, so a
+    # worker lost later is never credited with a warm-up request as a measured one.
+    workload = Workload(input_len=8, output_len=300, requests=4, warmup=2)
+    messages: list[Message] = []
+    with running_emulator(tmp_path, "--emulator-decode-ms", "5") as emulator:
+        plan = RunPlan({"url": emulator.url}, workload, ClosedLoop(2))
+        serve(0, (2,), plan, messages.append, time.perf_counter)
+    kinds = [kind for kind, _, _ in messages]
+    ready = kinds.index("ready")
+    assert "progress" in kinds[:ready]  # the warm-up (~1.5 s) outlasted a progress tick
+    assert all(not records for kind, _, records in messages[:ready] if kind == "progress")
+    handed = [r for kind, _, records in messages if kind == "progress" for r in records]
+    kind, run, _ = messages[-1]
+    assert kind == "ok" and isinstance(run, LoadRun)
+    assert len([r for r in run.records if r.warmup]) == 2
+    assert sorted(r.index for r in handed) == sorted(r.index for r in run.measured) == [0, 1, 2, 3]
+    assert not any(r.warmup for r in handed)
