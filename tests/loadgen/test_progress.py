@@ -12,19 +12,30 @@ def test_ticker_reports_periodically_and_once_at_the_end() -> None:
     calls: list[tuple[int, int, int, float]] = []
     tally = Tally(total=10)
 
-    async def run() -> None:
-        ticker = ProgressTicker(lambda *args: calls.append(args), tally, time.perf_counter(), 0.05)
+    async def run() -> float:
+        two_reports = asyncio.Event()
+
+        def report(done: int, total: int, output_tokens: int, elapsed: float) -> None:
+            calls.append((done, total, output_tokens, elapsed))
+            if len(calls) >= 2:
+                two_reports.set()
+
+        started = time.perf_counter()
+        ticker = ProgressTicker(report, tally, started, 0.05)
         ticker.start()
         for _ in range(10):
             tally.done += 1
             tally.tokens += 7
             await asyncio.sleep(0.02)
+        await asyncio.wait_for(two_reports.wait(), 30)  # two periodic reports
         await ticker.stop()
+        return time.perf_counter() - started
 
-    asyncio.run(run())
+    elapsed = asyncio.run(run())
     assert calls[-1][:3] == (10, 10, 70)
-    # 0.2 s at one report per 0.05 s: a handful, not one per request or token.
-    assert 2 <= len(calls) <= 6
+    # Periodic, and at most one report per interval (however slow the machine): not one per
+    # request or token.
+    assert 3 <= len(calls) <= elapsed / 0.05 + 2
     assert [c[3] for c in calls] == sorted(c[3] for c in calls)
 
 
