@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from pytest_sglang.config.settings import Settings
-from pytest_sglang.config.shards import launch_groups
+from pytest_sglang.config.shards import launch_groups, servers_used
 
 __all__ = ["configure_xdist", "read_groups", "shared_folder"]
 
@@ -26,8 +26,6 @@ __all__ = ["configure_xdist", "read_groups", "shared_folder"]
 _SHARED = "sglang_shared"
 #: Distribution modes that would spread the tests of one server over several workers.
 _SPLITTING = ("loadscope", "loadfile", "worksteal")
-#: Fixtures that give a test the default server when it names none.
-_SERVER_FIXTURES = frozenset({"sglang_server", "sglang_bench", "sglang_servers"})
 
 
 def configure_xdist(
@@ -126,10 +124,7 @@ class _WorkerGroups:
 
     def servers(self, item: pytest.Item) -> frozenset[str]:
         """Return what ties ``item`` to other tests: its servers and ``xdist_group`` marks."""
-        names = set(self._servers_of(item))
-        if not names and self._default is not None:
-            if _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
-                names.add(self._default)
+        names = set(servers_used(item, self._servers_of, self._default))
         for mark in item.iter_markers("xdist_group"):
             names.add(f"xdist_group={mark.args[0] if mark.args else mark.kwargs.get('name')}")
         return frozenset(names)
