@@ -154,7 +154,7 @@ def lookup(
     env_map = os.environ if environ is None else environ
     invoked = Path(config.invocation_params.dir)
     cli = config.getoption(spec.dest, default=None) if spec.cli else None
-    if cli is not None and cli != []:
+    if cli is not None:
         values = ["true"] if cli is True else cli if isinstance(cli, list) else [cli]
         return Raw([str(v) for v in values], f"{spec.cli} on the command line", invoked)
     overrides = config.getoption("override_ini", default=None) or ()
@@ -327,10 +327,7 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
 
 def _resolve_one(spec: OptionSpec, raw: Raw) -> Sourced[Any]:
     """Convert the text of a single-valued option (a path: where it was written) to its value."""
-    if len(raw.value) != 1:
-        problem = f"expected one value, got {raw.value!r}"
-        raise usage_error(spec, raw.source, problem, "give the option once")
-    text = raw.value[0]
+    (text,) = raw.value  # one: a flag stored once, an environment variable or an ini string
     try:
         if spec in _PATHS:
             value: object = _resolve_path(spec, text, raw.base)

@@ -7,7 +7,7 @@ same split (rules in docs/ci.md).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -84,21 +84,17 @@ def assign_shards(servers: Mapping[str, frozenset[str]], count: int) -> dict[str
     return shard_of
 
 
+@dataclass(eq=False)  # a plugin: hashed by identity
 class ShardSelector:
     """Deselects the tests of other shards (``plugin.py`` registers it under the option)."""
 
-    def __init__(
-        self,
-        shard: Shard,
-        servers_of: Callable[[pytest.Item], frozenset[str]],
-        default: str | None = None,
-    ) -> None:
-        self.shard = shard
-        self._servers_of = servers_of
-        self._default = default
-        self.kept: list[str] = []
-        self.profiles: set[str] = set()
-        self.deselected = 0
+    shard: Shard
+    servers_of: Callable[[pytest.Item], frozenset[str]]
+    #: The server a test that names none gets (``Settings.default_server``).
+    default: str | None = None
+    kept: list[str] = field(default_factory=list)
+    profiles: set[str] = field(default_factory=set)
+    deselected: int = 0
 
     # trylast: after -k and -m. The declared measurements are read from what is left, at
     # pytest_collection_finish, whatever order the collection hooks ran in.
@@ -107,7 +103,7 @@ class ShardSelector:
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
         """Keep this shard's tests, deselect the others (``pytest_deselected``)."""
-        servers = {i.nodeid: servers_used(i, self._servers_of, self._default) for i in items}
+        servers = {i.nodeid: servers_used(i, self.servers_of, self.default) for i in items}
         shard_of = assign_shards(servers, self.shard.count)
         kept = [item for item in items if shard_of[item.nodeid] == self.shard.index]
         gone = [item for item in items if shard_of[item.nodeid] != self.shard.index]

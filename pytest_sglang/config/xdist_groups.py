@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,8 @@ def configure_xdist(
     folder = shared_folder(config)
     if folder is not None:
         worker = str(getattr(config, "workerinput", {}).get("workerid", "gw"))
-        groups = _WorkerGroups(folder / f"groups-{worker}.json", settings, servers_of)
+        path = folder / f"groups-{worker}.json"
+        groups = _WorkerGroups(path, servers_of, settings.default_server())
         config.pluginmanager.register(groups, "sglang-xdist-groups")
         return
     dist = getattr(config.option, "dist", "no")
@@ -112,19 +114,17 @@ class _Controller:
             shutil.rmtree(self.folder, ignore_errors=True)
 
 
+@dataclass(eq=False)  # a plugin: hashed by identity
 class _WorkerGroups:
     """In a worker: writes the launch group of every test it collected."""
 
-    def __init__(
-        self, path: Path, settings: Settings, servers_of: Callable[[pytest.Item], frozenset[str]]
-    ) -> None:
-        self._path = path
-        self._servers_of = servers_of
-        self._default = settings.default_server()
+    path: Path
+    servers_of: Callable[[pytest.Item], frozenset[str]]
+    default: str | None
 
     def servers(self, item: pytest.Item) -> frozenset[str]:
         """Return what ties ``item`` to other tests: its servers and ``xdist_group`` marks."""
-        names = set(servers_used(item, self._servers_of, self._default))
+        names = set(servers_used(item, self.servers_of, self.default))
         for mark in item.iter_markers("xdist_group"):
             names.add(f"xdist_group={mark.args[0] if mark.args else mark.kwargs.get('name')}")
         return frozenset(names)
@@ -141,6 +141,6 @@ class _WorkerGroups:
         }
         # Whole or not at all: the controller may read at any moment. (Not report/writing.py:
         # config may not import the report stage.)
-        partial = self._path.with_suffix(f".{os.getpid()}.tmp")
+        partial = self.path.with_suffix(f".{os.getpid()}.tmp")
         partial.write_text(json.dumps(groups), encoding="utf-8")
-        os.replace(partial, self._path)
+        os.replace(partial, self.path)
