@@ -49,7 +49,7 @@ from pytest_sglang.config.parsing import (
 )
 from pytest_sglang.config.paths import OUTPUT_FIX, output_path, output_problem
 from pytest_sglang.config.redaction import Redactor, secret_flag_values, server_secrets
-from pytest_sglang.config.schema import check_settings
+from pytest_sglang.config.schema import check_option
 from pytest_sglang.config.shards import Shard, parse_shard
 from pytest_sglang.config.targets import ServerTarget, build_targets
 from pytest_sglang.config.values import Expectation, Header, ServerUrl, Sourced
@@ -164,8 +164,7 @@ def lookup(
         parts = shlex.split(env) if spec.repeatable else [env.strip()]
         return Raw(parts, f"environment variable {spec.env}", invoked)
     ini = config.getini(spec.ini)
-    ini_values = [str(v) for v in ini] if isinstance(ini, list) else [str(ini)]
-    ini_values = [v.strip() for v in ini_values if v.strip()]
+    ini_values = [v.strip() for v in (ini if isinstance(ini, list) else [ini]) if v.strip()]
     if not ini_values:
         return None
     if overridden:
@@ -303,7 +302,6 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
     """Resolve every setting (flag > ``-o`` > environment > ini file > default), validated."""
     env = os.environ if environ is None else environ
     raws = {spec: raw for spec in OPTIONS if (raw := lookup(spec, config, env))}
-    check_settings({spec: (raw.value, raw.source) for spec, raw in raws.items()})
     values = {
         spec.dest.removeprefix("sglang_"): _resolve_one(spec, raw)
         for spec, raw in raws.items()
@@ -328,6 +326,7 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
 def _resolve_one(spec: OptionSpec, raw: Raw) -> Sourced[Any]:
     """Convert the text of a single-valued option (a path: where it was written) to its value."""
     (text,) = raw.value  # one: a flag stored once, an environment variable or an ini string
+    check_option(spec, text, raw.source)
     try:
         if spec in _PATHS:
             value: object = _resolve_path(spec, text, raw.base)

@@ -73,12 +73,13 @@ def read_groups(folder: Path) -> dict[str, str]:
     return {k: v for f in files for k, v in json.loads(f.read_text(encoding="utf-8")).items()}
 
 
+@dataclass(eq=False)  # a plugin: hashed by identity
 class _Controller:
     """In the controller: the shared folder, and the scheduler that reads the groups."""
 
-    def __init__(self, *, grouped: bool) -> None:
-        self._grouped = grouped
-        self.folder: Path | None = None
+    #: Whether to schedule by launch group (not under ``--dist each``).
+    grouped: bool
+    folder: Path | None = None
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -90,7 +91,7 @@ class _Controller:
     @pytest.hookimpl(optionalhook=True, tryfirst=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
         """Schedule whole launch groups: xdist's ``loadscope``, the workers' groups as scopes."""
-        if not self._grouped or self.folder is None:
+        if not self.grouped or self.folder is None:
             return None
         from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
