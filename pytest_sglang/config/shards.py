@@ -6,7 +6,7 @@ same split (rules in docs/ci.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import pytest
@@ -78,7 +78,7 @@ def assign_shards(servers: Mapping[str, frozenset[str]], count: int) -> dict[str
         tests[best] += len(members)
         for test in members:
             shard_of[test] = best + 1
-    unnamed: Sequence[str] = sorted(test for test, names in servers.items() if not names)
+    unnamed = sorted(test for test, names in servers.items() if not names)
     for position, test in enumerate(unnamed):
         shard_of[test] = position % count + 1
     return shard_of

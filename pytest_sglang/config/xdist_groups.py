@@ -47,10 +47,8 @@ def configure_xdist(
         return
     dist = getattr(config.option, "dist", "no")
     distributing = dist not in (None, "no") and getattr(config.option, "tx", None)
-    if hasattr(config, "workerinput") or not distributing:
-        return
-    if not settings.servers and not settings.profiles:
-        return  # no server: nothing to keep together
+    if hasattr(config, "workerinput") or not distributing or not settings.targets:
+        return  # not the controller of a distributed session with servers to keep together
     if dist in _SPLITTING:
         raise pytest.UsageError(
             f"--dist {dist} would spread the tests of one SGLang server over several "
