@@ -128,7 +128,7 @@ def _start_session(config: pytest.Config, settings: Settings) -> None:
     if settings.shard.value is not None:
         from pytest_sglang.config.shards import ShardSelector
 
-        selector = ShardSelector(settings.shard.value, servers_named)
+        selector = ShardSelector(settings.shard.value, servers_named, settings.default_server())
         config.pluginmanager.register(selector, "sglang-shard")
 
 

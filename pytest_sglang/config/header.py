@@ -10,8 +10,20 @@ from pytest_sglang.config.values import Sourced
 __all__ = ["header_lines"]
 
 
-def _from(*values: Sourced[Any]) -> bool:
-    return any(v.source != "default" for v in values)
+#: Lines shown only when one of their settings is set: the defaults would lengthen every header.
+_WHEN_SET = (
+    ("request_timeout", "stall_timeout"),
+    ("first_token_timeout", "max_consecutive_failures"),
+    ("inconclusive",),
+    ("shard",),
+)
+
+
+def _shown(name: str, option: Sourced[Any]) -> str:
+    """Return ``name: value (from source)``, seconds as ``90s``, a count of 0 as ``never``."""
+    value = option.value
+    text = f"{value:g}s" if isinstance(value, float) else value or "never"
+    return f"{name.replace('_', '-')}: {text} (from {option.source})"
 
 
 def header_lines(settings: Settings) -> list[str]:
@@ -23,30 +35,19 @@ def header_lines(settings: Settings) -> list[str]:
     lines = [
         f"sglang: servers: {redact(servers) or 'none'}"
         + (f" (from {s.servers[0].source})" if s.servers else ""),
-        f"sglang: ready-timeout: {s.ready_timeout.value:g}s (from {s.ready_timeout.source}); "
-        f"api-key: {key}; require: {'yes' if s.require.value else 'no'}",
+        f"sglang: {_shown('ready-timeout', s.ready_timeout)}; api-key: {key}; "
+        f"require: {'yes' if s.require.value else 'no'}",
     ]
     if s.profiles:
         emulated = s.emulator_args.value and s.launcher.value == "emulator"
         args = f"; emulator args: {redact(' '.join(s.emulator_args.value))}" if emulated else ""
         lines.append(
-            f"sglang: launcher: {s.launcher.value} (from {s.launcher.source}); "
-            f"profiles: {', '.join(s.profiles)}{args}"
+            f"sglang: {_shown('launcher', s.launcher)}; profiles: {', '.join(s.profiles)}{args}"
         )
-    # Shown only when set: the defaults would lengthen every header.
-    if _from(s.request_timeout, s.stall_timeout):
-        lines.append(
-            f"sglang: request-timeout: {s.request_timeout.value:g}s (from "
-            f"{s.request_timeout.source}); stall-timeout: {s.stall_timeout.value:g}s (from "
-            f"{s.stall_timeout.source})"
-        )
-    if _from(s.first_token_timeout, s.max_consecutive_failures):
-        lines.append(
-            f"sglang: first-token-timeout: {s.first_token_timeout.value:g}s (from "
-            f"{s.first_token_timeout.source}); max-consecutive-failures: "
-            f"{s.max_consecutive_failures.value or 'never'} (from "
-            f"{s.max_consecutive_failures.source})"
-        )
+    for names in _WHEN_SET:
+        options = {name: getattr(s, name) for name in names}
+        if any(option.source != "default" for option in options.values()):
+            lines.append("sglang: " + "; ".join(_shown(*item) for item in options.items()))
     workers, ray = s.load_workers, s.ray_address
     if ray.value is not None:
         actors = f"{workers.value} Ray actor{'s' if workers.value > 1 else ''}"
@@ -55,13 +56,6 @@ def header_lines(settings: Settings) -> list[str]:
         lines.append(
             f"sglang: load: {workers.value} processes on this host (from {workers.source})"
         )
-    ci = [
-        f"{name}: {option.value} (from {option.source})"
-        for name, option in (("inconclusive", s.inconclusive), ("shard", s.shard))
-        if _from(option)
-    ]
-    if ci:
-        lines.append("sglang: " + "; ".join(ci))
     if s.headers:  # names only: every value is a secret
         lines.append("sglang: headers: " + ", ".join(h.describe() for h in s.headers))
     if s.expectations:

@@ -1,8 +1,9 @@
 """The option catalogue: every setting's flag, ini key, environment variable and help text.
 
-A setting changed from run to run is a flag ``--sglang-NAME``; one set once per project is
-not (``per_project``). Every setting is also the ini key ``sglang_NAME`` and the environment
-variable ``PYTEST_SGLANG_NAME`` (never ``SGLANG_*``, which SGLang itself reads).
+A setting changed from run to run is a flag ``--sglang-NAME`` (taking a ``metavar``, or a
+switch); one set once per project is not (``per_project``: neither). Every setting is also
+the ini key ``sglang_NAME`` and the environment variable ``PYTEST_SGLANG_NAME`` (never
+``SGLANG_*``, which SGLang itself reads).
 """
 
 from __future__ import annotations
@@ -30,16 +31,20 @@ class OptionSpec:
 
     name: str
     help: str
+    #: What the flag takes, e.g. ``PATH``; None: a switch (``flag``) or a per-project setting.
     metavar: str | None = None
     repeatable: bool = False
     flag: bool = False
     #: The value of the flag given alone (``--sglang-compare`` means ``latest``).
     const: str | None = None
-    #: Set once per project: an ini key and an environment variable, no command-line flag.
-    per_project: bool = False
     #: What kind of value it takes: the ``$defs`` entry of ``schemas/config.schema.json`` its
     #: values must match, if there is one, and how ``config/settings.py`` converts them.
     kind: str | None = None
+
+    @property
+    def per_project(self) -> bool:
+        """Set once per project: an ini key and an environment variable, no command-line flag."""
+        return self.metavar is None and not self.flag
 
     @property
     def cli(self) -> str | None:
@@ -73,7 +78,7 @@ def _choice(name: str, text: str, choices: tuple[str, ...]) -> OptionSpec:
 def _timeout(name: str, text: str, default: float, metavar: str | None = None) -> OptionSpec:
     """Return a timeout: a flag taking ``metavar`` if given, else a per-project setting."""
     described = f"{text}. Default: {default:g}s"
-    return OptionSpec(name, described, metavar, per_project=metavar is None, kind="duration")
+    return OptionSpec(name, described, metavar, kind="duration")
 
 
 # Help texts follow xdist's rule: capitalised, no final period; one line of `pytest --help`.
@@ -106,12 +111,10 @@ COMPARE_FAIL = OptionSpec(
 
 # Set once per project: ini keys and environment variables only.
 EMULATOR_ARGS = OptionSpec(
-    "emulator-args", "Extra emulator arguments (launcher emulator)", per_project=True, kind="args"
+    "emulator-args", "Extra emulator arguments (launcher emulator)", kind="args"
 )
-GPU_HOST = OptionSpec(
-    "gpu-host", "Read GPU state over ssh on [USER@]HOST", per_project=True, kind="host"
-)
-GPU_FAKE = OptionSpec("gpu-fake", "Read GPU state from a fake-GPU directory", per_project=True)
+GPU_HOST = OptionSpec("gpu-host", "Read GPU state over ssh on [USER@]HOST", kind="host")
+GPU_FAKE = OptionSpec("gpu-fake", "Read GPU state from a fake-GPU directory")
 REQUEST_TIMEOUT = _timeout(
     "request-timeout", "A measured request's deadline", DEFAULT_REQUEST_TIMEOUT
 )
@@ -122,19 +125,15 @@ FIRST_TOKEN_TIMEOUT = _timeout(
 MAX_CONSECUTIVE_FAILURES = OptionSpec(
     "max-consecutive-failures",
     f"Unanswered requests that end a run. Default: {DEFAULT_MAX_CONSECUTIVE_FAILURES}",
-    per_project=True,
     kind="count",
 )
 LOAD_WORKERS = OptionSpec(
     "load-workers",
     f"Load-generator processes. Default: {DEFAULT_LOAD_WORKERS}",
-    per_project=True,
     kind="workers",
 )
-RAY_ADDRESS = OptionSpec(
-    "ray-address", "Ray cluster for the load workers", per_project=True, kind="ray-address"
-)
-STORAGE = OptionSpec("storage", f"Baselines' storage. Default: {DEFAULT_STORAGE}", per_project=True)
+RAY_ADDRESS = OptionSpec("ray-address", "Ray cluster for the load workers", kind="ray-address")
+STORAGE = OptionSpec("storage", f"Baselines' storage. Default: {DEFAULT_STORAGE}")
 
 #: Every setting, in the order of ``pytest --help``: the specs above, as defined.
 OPTIONS: tuple[OptionSpec, ...] = tuple(

@@ -1,4 +1,4 @@
-"""Parsers for the option values no schema can check (the rest: :func:`~.schema.check_settings`).
+"""Parsers for the option values no schema can check (the rest: :func:`~.schema.check_option`).
 
 Every error names the option, the value's source and the fix.
 """

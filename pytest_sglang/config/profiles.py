@@ -139,26 +139,25 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 def load_profiles(pyproject: Path | None, profiles_file: Path | None) -> dict[str, Profile]:
     """Load the profiles of ``pyproject.toml`` and a profiles file (a name in both is an error)."""
-    profiles: dict[str, Profile] = {}
+    sources: list[tuple[Path, str, Any]] = []
     if pyproject is not None and pyproject.is_file():
-        data = _read_toml(pyproject)
-        tool = data.get("tool")
+        tool = _read_toml(pyproject).get("tool")
         ours = tool.get("pytest-sglang", {}) if isinstance(tool, dict) else {}
         if not isinstance(ours, dict):
             raise pytest.UsageError(
                 f"{pyproject}: [tool.pytest-sglang]: expected a table, got {ours!r}; write "
                 "[tool.pytest-sglang.profiles.NAME] sections"
             )
-        tables = ours.get("profiles")
-        if tables is not None:
-            profiles.update(profiles_from_tables(tables, pyproject, "tool.pytest-sglang.profiles"))
+        if "profiles" in ours:
+            sources.append((pyproject, "tool.pytest-sglang.profiles", ours["profiles"]))
     if profiles_file is not None:
-        data = _read_toml(profiles_file)
-        extra = profiles_from_tables(data.get("profiles", {}), profiles_file, "profiles")
-        for name, profile in extra.items():
+        sources.append((profiles_file, "profiles", _read_toml(profiles_file).get("profiles", {})))
+    profiles: dict[str, Profile] = {}
+    for path, prefix, tables in sources:
+        for name, profile in profiles_from_tables(tables, path, prefix).items():
             if name in profiles:
                 raise pytest.UsageError(
-                    f"{profiles_file}: profile {name!r} is also defined in "
+                    f"{path}: profile {name!r} is also defined in "
                     f"{profiles[name].source}; rename one of them"
                 )
             profiles[name] = profile

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +21,7 @@ from pytest_sglang.config.redaction import Redactor, is_secret_name, server_secr
 if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError
 
-__all__ = ["check_settings", "profile_errors", "read_schema", "toml_table"]
+__all__ = ["check_option", "profile_errors", "read_schema", "toml_table"]
 
 
 @functools.cache
@@ -32,23 +32,21 @@ def read_schema(name: str) -> dict[str, Any]:
     return schema
 
 
-def check_settings(values: Mapping[OptionSpec, tuple[Sequence[str], str]]) -> None:
-    """Validate the options' ``(raw values, source)``; a usage error for the first violation.
+def check_option(spec: OptionSpec, text: str, source: str) -> None:
+    """Refuse (a usage error) an option's text that does not match its kind's ``$defs`` entry.
 
-    Each value must match the ``$defs`` entry of its option's kind, where the schema has one.
+    An option whose kind the schema does not define is not checked (nor jsonschema imported).
     """
     schema = read_schema("config")
-    checked = [(spec, raw) for spec, raw in values.items() if spec.kind in schema["$defs"]]
-    if not checked:
-        return  # nothing to check: jsonschema is not imported
+    if spec.kind not in schema["$defs"]:
+        return
     from jsonschema import Draft202012Validator
 
-    for spec, (texts, source) in checked:
-        validator = Draft202012Validator({**schema, "$ref": f"#/$defs/{spec.kind}"})
-        error = next((e for text in texts for e in validator.iter_errors(text)), None)
-        if error is not None:
-            problem = f"{error.instance!r} is not {error.schema['description']}"
-            raise usage_error(spec, source, problem, error.schema["fix"])
+    validator = Draft202012Validator({**schema, "$ref": f"#/$defs/{spec.kind}"})
+    error = next(validator.iter_errors(text), None)
+    if error is not None:
+        problem = f"{error.instance!r} is not {error.schema['description']}"
+        raise usage_error(spec, source, problem, error.schema["fix"])
 
 
 def toml_table(*keys: str) -> str:

@@ -49,7 +49,7 @@ from pytest_sglang.config.parsing import (
 )
 from pytest_sglang.config.paths import OUTPUT_FIX, output_path, output_problem
 from pytest_sglang.config.redaction import Redactor, secret_flag_values, server_secrets
-from pytest_sglang.config.schema import check_settings
+from pytest_sglang.config.schema import check_option
 from pytest_sglang.config.shards import Shard, parse_shard
 from pytest_sglang.config.targets import ServerTarget, build_targets
 from pytest_sglang.config.values import Expectation, Header, ServerUrl, Sourced
@@ -154,7 +154,7 @@ def lookup(
     env_map = os.environ if environ is None else environ
     invoked = Path(config.invocation_params.dir)
     cli = config.getoption(spec.dest, default=None) if spec.cli else None
-    if cli is not None and cli != []:
+    if cli is not None:
         values = ["true"] if cli is True else cli if isinstance(cli, list) else [cli]
         return Raw([str(v) for v in values], f"{spec.cli} on the command line", invoked)
     overrides = config.getoption("override_ini", default=None) or ()
@@ -164,8 +164,7 @@ def lookup(
         parts = shlex.split(env) if spec.repeatable else [env.strip()]
         return Raw(parts, f"environment variable {spec.env}", invoked)
     ini = config.getini(spec.ini)
-    ini_values = [str(v) for v in ini] if isinstance(ini, list) else [str(ini)]
-    ini_values = [v.strip() for v in ini_values if v.strip()]
+    ini_values = [v.strip() for v in (ini if isinstance(ini, list) else [ini]) if v.strip()]
     if not ini_values:
         return None
     if overridden:
@@ -303,7 +302,6 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
     """Resolve every setting (flag > ``-o`` > environment > ini file > default), validated."""
     env = os.environ if environ is None else environ
     raws = {spec: raw for spec in OPTIONS if (raw := lookup(spec, config, env))}
-    check_settings({spec: (raw.value, raw.source) for spec, raw in raws.items()})
     values = {
         spec.dest.removeprefix("sglang_"): _resolve_one(spec, raw)
         for spec, raw in raws.items()
@@ -327,10 +325,8 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
 
 def _resolve_one(spec: OptionSpec, raw: Raw) -> Sourced[Any]:
     """Convert the text of a single-valued option (a path: where it was written) to its value."""
-    if len(raw.value) != 1:
-        problem = f"expected one value, got {raw.value!r}"
-        raise usage_error(spec, raw.source, problem, "give the option once")
-    text = raw.value[0]
+    (text,) = raw.value  # one: a flag stored once, an environment variable or an ini string
+    check_option(spec, text, raw.source)
     try:
         if spec in _PATHS:
             value: object = _resolve_path(spec, text, raw.base)

@@ -6,12 +6,22 @@ same split (rules in docs/ci.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import pytest
 
-__all__ = ["Shard", "ShardSelector", "assign_shards", "launch_groups", "parse_shard"]
+__all__ = [
+    "Shard",
+    "ShardSelector",
+    "assign_shards",
+    "launch_groups",
+    "parse_shard",
+    "servers_used",
+]
+
+#: Fixtures that give a test the default server when it names none.
+_SERVER_FIXTURES = frozenset({"sglang_server", "sglang_bench", "sglang_servers"})
 
 
 @dataclass(frozen=True)
@@ -32,6 +42,16 @@ def parse_shard(raw: str) -> Shard:
         problem = f"{raw!r}: K must be between 1 and N, and N at least 1"
         raise ValueError(problem, "give K/N with 1 <= K <= N, e.g. 1/2 and 2/2 on two runners")
     return Shard(index, count)
+
+
+def servers_used(
+    item: pytest.Item, servers_of: Callable[[pytest.Item], frozenset[str]], default: str | None
+) -> frozenset[str]:
+    """Return the servers ``item`` uses: those it names, else the default one a fixture gives."""
+    names = servers_of(item)
+    if names or default is None or not _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return names
+    return frozenset({default})
 
 
 def launch_groups(servers: Mapping[str, frozenset[str]]) -> list[tuple[frozenset[str], list[str]]]:
@@ -58,21 +78,23 @@ def assign_shards(servers: Mapping[str, frozenset[str]], count: int) -> dict[str
         tests[best] += len(members)
         for test in members:
             shard_of[test] = best + 1
-    unnamed: Sequence[str] = sorted(test for test, names in servers.items() if not names)
+    unnamed = sorted(test for test, names in servers.items() if not names)
     for position, test in enumerate(unnamed):
         shard_of[test] = position % count + 1
     return shard_of
 
 
+@dataclass(eq=False)  # a plugin: hashed by identity
 class ShardSelector:
     """Deselects the tests of other shards (``plugin.py`` registers it under the option)."""
 
-    def __init__(self, shard: Shard, servers_of: Callable[[pytest.Item], frozenset[str]]) -> None:
-        self.shard = shard
-        self._servers_of = servers_of
-        self.kept: list[str] = []
-        self.profiles: set[str] = set()
-        self.deselected = 0
+    shard: Shard
+    servers_of: Callable[[pytest.Item], frozenset[str]]
+    #: The server a test that names none gets (``Settings.default_server``).
+    default: str | None = None
+    kept: list[str] = field(default_factory=list)
+    profiles: set[str] = field(default_factory=set)
+    deselected: int = 0
 
     # trylast: after -k and -m. The declared measurements are read from what is left, at
     # pytest_collection_finish, whatever order the collection hooks ran in.
@@ -81,7 +103,7 @@ class ShardSelector:
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
         """Keep this shard's tests, deselect the others (``pytest_deselected``)."""
-        servers = {item.nodeid: self._servers_of(item) for item in items}
+        servers = {i.nodeid: servers_used(i, self.servers_of, self.default) for i in items}
         shard_of = assign_shards(servers, self.shard.count)
         kept = [item for item in items if shard_of[item.nodeid] == self.shard.index]
         gone = [item for item in items if shard_of[item.nodeid] != self.shard.index]

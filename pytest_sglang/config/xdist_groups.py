@@ -12,13 +12,14 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_sglang.config.settings import Settings
-from pytest_sglang.config.shards import launch_groups
+from pytest_sglang.config.shards import launch_groups, servers_used
 
 __all__ = ["configure_xdist", "read_groups", "shared_folder"]
 
@@ -26,8 +27,6 @@ __all__ = ["configure_xdist", "read_groups", "shared_folder"]
 _SHARED = "sglang_shared"
 #: Distribution modes that would spread the tests of one server over several workers.
 _SPLITTING = ("loadscope", "loadfile", "worksteal")
-#: Fixtures that give a test the default server when it names none.
-_SERVER_FIXTURES = frozenset({"sglang_server", "sglang_bench", "sglang_servers"})
 
 
 def configure_xdist(
@@ -42,15 +41,14 @@ def configure_xdist(
     folder = shared_folder(config)
     if folder is not None:
         worker = str(getattr(config, "workerinput", {}).get("workerid", "gw"))
-        groups = _WorkerGroups(folder / f"groups-{worker}.json", settings, servers_of)
+        path = folder / f"groups-{worker}.json"
+        groups = _WorkerGroups(path, servers_of, settings.default_server())
         config.pluginmanager.register(groups, "sglang-xdist-groups")
         return
     dist = getattr(config.option, "dist", "no")
     distributing = dist not in (None, "no") and getattr(config.option, "tx", None)
-    if hasattr(config, "workerinput") or not distributing:
-        return
-    if not settings.servers and not settings.profiles:
-        return  # no server: nothing to keep together
+    if hasattr(config, "workerinput") or not distributing or not settings.targets:
+        return  # not the controller of a distributed session with servers to keep together
     if dist in _SPLITTING:
         raise pytest.UsageError(
             f"--dist {dist} would spread the tests of one SGLang server over several "
@@ -73,12 +71,13 @@ def read_groups(folder: Path) -> dict[str, str]:
     return {k: v for f in files for k, v in json.loads(f.read_text(encoding="utf-8")).items()}
 
 
+@dataclass(eq=False)  # a plugin: hashed by identity
 class _Controller:
     """In the controller: the shared folder, and the scheduler that reads the groups."""
 
-    def __init__(self, *, grouped: bool) -> None:
-        self._grouped = grouped
-        self.folder: Path | None = None
+    #: Whether to schedule by launch group (not under ``--dist each``).
+    grouped: bool
+    folder: Path | None = None
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -90,7 +89,7 @@ class _Controller:
     @pytest.hookimpl(optionalhook=True, tryfirst=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
         """Schedule whole launch groups: xdist's ``loadscope``, the workers' groups as scopes."""
-        if not self._grouped or self.folder is None:
+        if not self.grouped or self.folder is None:
             return None
         from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
@@ -114,22 +113,17 @@ class _Controller:
             shutil.rmtree(self.folder, ignore_errors=True)
 
 
+@dataclass(eq=False)  # a plugin: hashed by identity
 class _WorkerGroups:
     """In a worker: writes the launch group of every test it collected."""
 
-    def __init__(
-        self, path: Path, settings: Settings, servers_of: Callable[[pytest.Item], frozenset[str]]
-    ) -> None:
-        self._path = path
-        self._servers_of = servers_of
-        self._default = settings.default_server()
+    path: Path
+    servers_of: Callable[[pytest.Item], frozenset[str]]
+    default: str | None
 
     def servers(self, item: pytest.Item) -> frozenset[str]:
         """Return what ties ``item`` to other tests: its servers and ``xdist_group`` marks."""
-        names = set(self._servers_of(item))
-        if not names and self._default is not None:
-            if _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
-                names.add(self._default)
+        names = set(servers_used(item, self.servers_of, self.default))
         for mark in item.iter_markers("xdist_group"):
             names.add(f"xdist_group={mark.args[0] if mark.args else mark.kwargs.get('name')}")
         return frozenset(names)
@@ -146,6 +140,6 @@ class _WorkerGroups:
         }
         # Whole or not at all: the controller may read at any moment. (Not report/writing.py:
         # config may not import the report stage.)
-        partial = self._path.with_suffix(f".{os.getpid()}.tmp")
+        partial = self.path.with_suffix(f".{os.getpid()}.tmp")
         partial.write_text(json.dumps(groups), encoding="utf-8")
-        os.replace(partial, self._path)
+        os.replace(partial, self.path)

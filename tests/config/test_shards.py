@@ -142,3 +142,22 @@ def test_every_shard_count_partitions() -> None:
         for x, y in pairs:
             if SERVERS[x] & SERVERS[y]:
                 assert shard_of[x] == shard_of[y]
+
+
+def test_tests_of_the_default_server_go_to_one_shard(pytester: pytest.Pytester) -> None:
+    # Unmarked tests that use a server get the default one (the only profile): dealt out
+    # round-robin, every shard would launch it; as under -n N, they go with that server.
+    pytester.makepyprojecttoml(PROFILES.split("[tool.pytest-sglang.profiles.b]")[0])
+    pytester.makepyfile(test_suite="def test_x(sglang_server): pass\n\n"
+                        "def test_y(sglang_server): pass\n\n"
+                        "def test_z(sglang_bench): pass\n\n"
+                        "def test_plain1(): pass\n\n"
+                        "def test_plain2(): pass\n")  # fmt: skip
+    seen = []
+    for index in (1, 2):
+        result = pytester.runpytest(f"--sglang-shard={index}/2", "--co", "-q")
+        assert result.ret == pytest.ExitCode.OK
+        seen.append(_collected(result))
+    assert seen == [{"test_x", "test_y", "test_z", "test_plain1"}, {"test_plain2"}]
+    result = pytester.runpytest("--sglang-shard=1/2", "--co")
+    result.stdout.fnmatch_lines(["sglang: shard 1/2: 4 tests (servers: a); 1 tests run *"])
