@@ -24,6 +24,10 @@ from pytest_sglang.verdicts.assertions import (
 )
 from pytest_sglang.verdicts.decision import Outcome
 
+# pytest reads __tracebackhide__ from a frame's globals too: a failed or refused verdict's
+# traceback shows the test's line, none of this module's frames.
+__tracebackhide__ = True
+
 __all__ = ["AdaptiveRecommendation", "assert_adaptive", "recommend_adaptive_config"]
 
 
@@ -42,7 +46,6 @@ def assert_adaptive(
     tolerates 5 %). Too few runs to ever decide, against either reference, are refused, so
     a pass is never vacuous.
     """
-    __tracebackhide__ = True
     larger = _direction(metric)
     levels = _same_levels(adaptive, base, fixed)
     rows, slower, levels_evidence, warnings = [], [], [], []
@@ -127,7 +130,6 @@ def recommend_adaptive_config(
     merge into one bucket keyed by its first concurrency (the first is ``"1"``). Launch with
     ``--speculative-num-steps`` :attr:`AdaptiveRecommendation.num_steps` (``docs/speculation.md``).
     """
-    __tracebackhide__ = True
     if not fixed or any(steps < 1 for steps in fixed):
         raise ComparisonRefused("recommend_adaptive_config needs sweeps at step counts >= 1")
     larger = _direction(metric)

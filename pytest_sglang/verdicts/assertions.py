@@ -37,6 +37,10 @@ from pytest_sglang.verdicts.decision import (
 from pytest_sglang.verdicts.specdecode import CycleEstimate, estimate_cycle_time
 from pytest_sglang.verdicts.stats import median_bounds
 
+# pytest reads __tracebackhide__ from a frame's globals too: a failed or refused verdict's
+# traceback shows the test's line, none of this module's frames.
+__tracebackhide__ = True
+
 __all__ = [
     "CrossoverVerdict",
     "Verdict",
@@ -93,7 +97,6 @@ def conclude(verdict: Verdict) -> Verdict:
     :raises PerformanceAssertionError: on FAIL.
     :raises Inconclusive: on INCONCLUSIVE under ``fail``.
     """
-    __tracebackhide__ = True
     record_verdict(verdict)
     if verdict.outcome is Outcome.FAIL:
         raise PerformanceAssertionError(verdict.message(), verdict)
@@ -115,7 +118,6 @@ def conclude(verdict: Verdict) -> Verdict:
 
 
 def _refuse_invalid(side: BenchResult, what: str = "") -> None:
-    __tracebackhide__ = True
     if not side.valid:
         raise ComparisonRefused(
             f"cannot judge {side.label()}: its runs failed validity checks{what}:\n  "
@@ -124,7 +126,6 @@ def _refuse_invalid(side: BenchResult, what: str = "") -> None:
 
 
 def _check_comparable(a: BenchResult, b: BenchResult, metric: str) -> None:
-    __tracebackhide__ = True
     if a.workload.key() != b.workload.key():
         raise ComparisonRefused(
             f"cannot compare {a.label()} with {b.label()}: the workloads differ "
@@ -141,7 +142,6 @@ def _check_comparable(a: BenchResult, b: BenchResult, metric: str) -> None:
 
 def _direction(metric: str) -> bool:
     """Whether larger is better for ``metric``; a load metric is refused."""
-    __tracebackhide__ = True
     larger = metric_spec(metric).larger_is_better  # an unknown metric fails before any run
     if larger is None:
         raise ComparisonRefused(
@@ -161,7 +161,6 @@ def _compare(
     what: str = "",
 ) -> Comparison:
     """Compare comparable results on ``metric``; an impossible comparison is refused."""
-    __tracebackhide__ = True
     larger = _direction(metric)
     _check_comparable(a, b, metric)
     label_a, label_b = labels or (a.server, b.server)
@@ -236,7 +235,6 @@ def _cap_confounders(a: BenchResult, b: BenchResult) -> list[str]:
 
 def _same_levels(*sweeps: Sweep) -> tuple[int, ...]:
     """Return the levels that all ``sweeps`` cover; sweeps over different levels are refused."""
-    __tracebackhide__ = True
     if len({sweep.levels for sweep in sweeps}) > 1:
         found = ", ".join(f"{sweep.server} {sweep.levels}" for sweep in sweeps)
         raise ComparisonRefused(
@@ -291,7 +289,6 @@ def assert_faster(
     Direction-aware (for ``ttft.p50``, ``by=1.1`` means 1.1x lower): the exact Mann-Whitney
     test at ``alpha`` and the Hodges-Lehmann bound must both clear ``by``.
     """
-    __tracebackhide__ = True
     comparison = _compare(a, b, metric, by, alpha)
     interleaved = a.schedule == b.schedule == "interleaved"
     blocks = [
@@ -315,7 +312,6 @@ def assert_faster(
 
 
 def _absolute(m: BenchResult, metric: str, value: float, alpha: float, at_least: bool) -> Verdict:
-    __tracebackhide__ = True
     _refuse_invalid(m)
     metric_spec(metric)  # an unknown metric fails here (a hidden frame), not in BenchResult
     values = m.values(metric)
@@ -365,7 +361,6 @@ def assert_at_least(m: BenchResult, metric: str, value: float, alpha: float = 0.
     Passes when the median's lower confidence bound is at least ``value``, fails when even
     the upper bound is below it, and is inconclusive in between.
     """
-    __tracebackhide__ = True
     return conclude(_absolute(m, metric, value, alpha, at_least=True))
 
 
@@ -375,7 +370,6 @@ def assert_at_most(m: BenchResult, metric: str, value: float, alpha: float = 0.0
     Passes when the median's upper confidence bound is at most ``value``, fails when even the
     lower bound is above it, and is inconclusive in between.
     """
-    __tracebackhide__ = True
     return conclude(_absolute(m, metric, value, alpha, at_least=False))
 
 
@@ -395,7 +389,6 @@ def find_crossover(
     Each level is an :func:`assert_faster`-style comparison that raises nothing; the result
     is recorded as a finding with the per-level evidence.
     """
-    __tracebackhide__ = True
     _same_levels(spec, base)
     pairs = list(zip(spec.points, base.points, strict=True))
     comparisons = [_compare(a, b, metric, by, alpha) for a, b in pairs]
@@ -414,7 +407,6 @@ def estimate_break_even(spec: BenchResult, base: BenchResult) -> CycleEstimate:
 
     :raises ComparisonRefused: not comparable, or ``spec`` reports no acceptance length.
     """
-    __tracebackhide__ = True
     _check_comparable(spec, base, "tpot")
     accept = spec.median("acceptance_length")
     spec_tpot, base_tpot = spec.median("tpot"), base.median("tpot")

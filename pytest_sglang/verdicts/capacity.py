@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_sglang.errors import ComparisonRefused
 from pytest_sglang.loadgen.records import RequestRecord
 from pytest_sglang.measure.measurement import Measurement
 from pytest_sglang.measure.slo import Slo
@@ -19,6 +18,10 @@ from pytest_sglang.verdicts.assertions import Verdict, record_verdict
 from pytest_sglang.verdicts.decision import Outcome
 from pytest_sglang.verdicts.slo import ObjectiveDecision, judge_slo
 from pytest_sglang.verdicts.stats import require
+
+# pytest reads __tracebackhide__ from a frame's globals too: a failed or refused verdict's
+# traceback shows the test's line, none of this module's frames.
+__tracebackhide__ = True
 
 __all__ = ["CapacityVerdict", "LevelDecision", "find_capacity"]
 
@@ -142,7 +145,6 @@ def find_capacity(
     level; at most ``max_runs`` are spent at one level; ``unit`` names the level in messages
     (``C`` or ``rate``).
     """
-    __tracebackhide__ = True
     slo = Slo.parse(slo) if isinstance(slo, str) else slo
     grid = tuple(sorted(set(levels)))
     require(bool(grid), "find_capacity needs at least one level")
@@ -153,15 +155,9 @@ def find_capacity(
         mid = (low + high) // 2
         records: list[RequestRecord] = []
         for repeat in range(max_runs):  # more runs while the level stays undecided
-            measurement = run(grid[mid], repeat)
-            if not measurement.records:
-                raise ComparisonRefused(
-                    f"the run at {grid[mid]:g} kept no per-request records, which an SLO is "
-                    "judged on"
-                )
-            records += measurement.records
+            records += run(grid[mid], repeat).records
             # Each end of the bracket at alpha / 2.
-            outcome, objectives = judge_slo(slo, records, alpha / 2)
+            outcome, objectives = judge_slo(slo, records, alpha / 2, f"the run at {grid[mid]:g}")
             if outcome is not Outcome.INCONCLUSIVE:
                 break
         decision = LevelDecision(grid[mid], outcome, repeat + 1, len(records), tuple(objectives))

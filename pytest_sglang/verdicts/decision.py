@@ -186,7 +186,6 @@ def compare(
     """
     require(by > 0.0 and math.isfinite(by), f"by must be a positive finite ratio, got {by!r}")
     require(0.0 < alpha < 0.5, f"alpha must be between 0 and 0.5, got {alpha!r}")
-    require(0.5 <= power < 1.0, f"power must be at least 0.5 and below 1, got {power!r}")
     sizes = f"{label_a} has {len(a)} runs and {label_b} {len(b)}"
     require(bool(a) and bool(b), f"{sizes}: need at least {min_runs(alpha)} runs per side")
     floor = min_p_value(len(a), len(b))

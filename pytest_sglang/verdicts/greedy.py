@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 
     from pytest_sglang.server.handle import SGLangServer
 
+# pytest reads __tracebackhide__ from a frame's globals too: a failed or refused verdict's
+# traceback shows the test's line, none of this module's frames.
+__tracebackhide__ = True
+
 __all__ = ["assert_greedy_equivalent"]
 
 Prompt = str | Sequence[int]
@@ -38,7 +42,6 @@ def _outputs(
     timeout: float,
 ) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
     """Return the server's label, its ``/server_info`` (if known) and one answer per prompt."""
-    __tracebackhide__ = True
     import httpx
 
     server = server() if callable(server) else server
@@ -55,7 +58,6 @@ def _outputs(
 def _generate(
     http: httpx.Client, label: str, prompt: Prompt, max_new_tokens: int
 ) -> dict[str, Any]:
-    __tracebackhide__ = True
     import httpx
 
     key, value = ("text", prompt) if isinstance(prompt, str) else ("input_ids", list(prompt))
@@ -99,7 +101,6 @@ def assert_greedy_equivalent(
     one, called in turn (launch mode runs one server at a time). A failure names the first
     divergence; a warning says when the servers' numerics (backend, dtype) differ.
     """
-    __tracebackhide__ = True
     require(bool(prompts), "assert_greedy_equivalent needs at least one prompt")
     spec_label, spec_info, spec_answers = _outputs(spec, prompts, max_new_tokens, timeout)
     base_label, base_info, base_answers = _outputs(base, prompts, max_new_tokens, timeout)

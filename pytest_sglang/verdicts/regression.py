@@ -30,10 +30,13 @@ from pytest_sglang.verdicts.assertions import Verdict, _compare, conclude
 from pytest_sglang.verdicts.baseline_options import RegressionCheck, baseline_options
 from pytest_sglang.verdicts.decision import Comparison, Outcome
 
+# pytest reads __tracebackhide__ from a frame's globals too: a failed or refused verdict's
+# traceback shows the test's line, none of this module's frames.
+__tracebackhide__ = True
+
 __all__ = [
     "MIN_BASELINE_RUNS",
     "assert_no_regression",
-    "refused_fields",
     "regression_verdict",
     "regression_verdicts",
 ]
@@ -45,7 +48,6 @@ _LABELS = ("sglang_version", "commit", "name", "datetime")
 
 
 def _margin(metric: str, tolerance: float) -> tuple[bool, float]:
-    __tracebackhide__ = True
     larger = metric_spec(metric).larger_is_better
     if larger is None:
         raise ComparisonRefused(f"{metric!r} describes the load and cannot regress")
@@ -106,18 +108,6 @@ def _warnings(c: Comparison, tolerance: float, stored: BenchResult) -> list[str]
     return out
 
 
-def refused_fields(mine: Fingerprint, other: Fingerprint) -> list[str]:
-    """Describe each fingerprint field that differs where it must match (none: comparable)."""
-    return mine.differences(other, refused=True)
-
-
-def _refusal(what: str, fields: list[str]) -> ComparisonRefused:
-    return ComparisonRefused(
-        f"cannot compare {what}: the fingerprints differ in what must match:\n  "
-        + "\n  ".join(fields)
-    )
-
-
 def regression_verdict(
     fresh: BenchResult,
     stored: StoredMeasurement | BenchResult,
@@ -129,7 +119,6 @@ def regression_verdict(
     fresh_labels: Mapping[str, Any] | None = None,
 ) -> Verdict:
     """Judge ``fresh`` against ``stored``; record and raise nothing but refusals."""
-    __tracebackhide__ = True
     _, by = _margin(metric, tolerance)
     if isinstance(stored, StoredMeasurement):
         base, stored_fp, labels, where = stored.result, stored.fingerprint, stored.labels, stored
@@ -137,8 +126,11 @@ def regression_verdict(
         base, stored_fp, labels, where = stored, fingerprint_of(stored.as_dict()), {}, None
     mine = fresh_fingerprint or fingerprint_of(fresh.as_dict())
     what = f"{fresh.label()} vs {where.label() if where else base.label() + ' (stored)'}"
-    if refused := refused_fields(mine, stored_fp):
-        raise _refusal(what, refused)
+    if refused := mine.differences(stored_fp, refused=True):
+        raise ComparisonRefused(
+            f"cannot compare {what}: the fingerprints differ in what must match:\n  "
+            + "\n  ".join(refused)
+        )
     comparison = _compare(fresh, base, metric, by, alpha, ("now", "stored"), what)
     ratio, low, high, bound = _raw(comparison)
     lines = [
@@ -182,23 +174,23 @@ def regression_verdicts(
     out: list[Verdict | str] = []
     for check in checks:
         try:
-            verdict: Verdict | str = regression_verdict(
-                fresh,
-                stored,
-                check.metric,
-                check.tolerance,
-                alpha,
-                fresh_fingerprint=fresh_fingerprint,
-                fresh_labels=fresh_labels,
+            out.append(
+                regression_verdict(
+                    fresh,
+                    stored,
+                    check.metric,
+                    check.tolerance,
+                    alpha,
+                    fresh_fingerprint=fresh_fingerprint,
+                    fresh_labels=fresh_labels,
+                )
             )
         except (ComparisonRefused, ValueError) as exc:
-            verdict = str(exc)
-        out.append(verdict)
+            out.append(str(exc))
     return out
 
 
 def _store_for_current_test(storage: str | None) -> BaselineStore:
-    __tracebackhide__ = True
     item = CURRENT_ITEM.get()
     if item is None:  # outside a test: relative to the working directory
         return BaselineStore(DEFAULT_STORAGE if storage is None else storage)
@@ -222,7 +214,6 @@ def assert_no_regression(
     (``storage``, else ini ``sglang_storage``): ``"latest"`` with the same fingerprint, a
     session number or name, or a saved file. Skips when nothing comparable is stored yet.
     """
-    __tracebackhide__ = True
     stored: StoredMeasurement | BenchResult
     if isinstance(baseline, str):
         store = _store_for_current_test(storage)
@@ -235,15 +226,12 @@ def assert_no_regression(
             if baseline == "latest":
                 pytest.skip(f"no stored baseline to compare {result.label()} with: {exc}")
             raise ComparisonRefused(str(exc)) from None
-        if match is None:
-            if near:
-                what = f"{result.label()} with {near[0].label()}"
-                raise _refusal(what, refused_fields(fingerprint, near[0].fingerprint))
+        if match is None and not near:
             pytest.skip(
                 f"no stored baseline with the fingerprint of {result.label()} in {store} "
                 f"({fingerprint.describe()}); save one with --sglang-save NAME"
             )
-        stored = match
+        stored = near[0] if match is None else match  # a near miss: refused with its fields
     else:
         stored = baseline
     return conclude(regression_verdict(result, stored, metric, tolerance, alpha))

@@ -19,6 +19,10 @@ from pytest_sglang.verdicts.assertions import Verdict, conclude
 from pytest_sglang.verdicts.decision import Outcome, judge
 from pytest_sglang.verdicts.stats import binomial_bounds
 
+# pytest reads __tracebackhide__ from a frame's globals too: a failed or refused verdict's
+# traceback shows the test's line, none of this module's frames.
+__tracebackhide__ = True
+
 __all__ = ["ObjectiveDecision", "assert_slo", "judge_slo", "requests_to_pass"]
 
 
@@ -54,7 +58,6 @@ def judge_slo(
 
     :raises ComparisonRefused: no records (``source``, e.g. a result's label, kept none).
     """
-    __tracebackhide__ = True
     if not records:
         raise ComparisonRefused(f"{source} kept no per-request records, which an SLO is judged on")
     each = alpha / len(slo.objectives)
@@ -73,7 +76,6 @@ def assert_slo(result: BenchResult, slo: Slo | str, alpha: float = 0.05) -> Verd
     Decided on exact binomial bounds; the table lists each objective's count, bounds and
     outcome, and each run's goodput.
     """
-    __tracebackhide__ = True
     slo = Slo.parse(slo) if isinstance(slo, str) else slo
     records = [r for run in result.runs for r in run.records]
     outcome, decisions = judge_slo(slo, records, alpha, result.label())

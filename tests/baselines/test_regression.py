@@ -99,3 +99,12 @@ def test_no_stored_baseline_skips_with_how_to_save(tmp_path: Path) -> None:
     fresh = result("baseline", STORED, config=BASE_CONFIG)
     with pytest.raises(pytest.skip.Exception, match="no stored baseline"):
         assert_no_regression(fresh, storage=str(tmp_path))
+
+
+def test_a_stored_near_miss_is_refused_with_the_fields(tmp_path: Path) -> None:
+    store = BaselineStore(str(tmp_path))
+    stored = result("baseline", STORED, config=BASE_CONFIG).as_dict()
+    store.save("tp8", build_document("tp8", [{"test": "t", **stored}], commit=COMMIT, machine={}))
+    fresh = result("baseline", STORED, config={**BASE_CONFIG, "tp_size": 4})
+    with pytest.raises(ComparisonRefused, match=r"sglang/0001_tp8.*\n  tp_size: 4 \(now\) vs 8"):
+        assert_no_regression(fresh, storage=str(tmp_path))

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_sglang.errors import ComparisonRefused
 from pytest_sglang.measure.measurement import Measurement
 from pytest_sglang.verdicts.capacity import find_capacity
 from pytest_sglang.verdicts.decision import Outcome
@@ -69,6 +70,14 @@ def test_bad_arguments() -> None:
         find_capacity(run, [], "ttft.p99 <= 1s")
     with pytest.raises(ValueError, match="max_runs must be at least 1"):
         find_capacity(run, [1], "ttft.p99 <= 1s", max_runs=0)
+
+
+def test_a_run_without_records_is_refused() -> None:
+    def run(level: float, repeat: int) -> Measurement:
+        return dataclasses.replace(TEMPLATE, records=(), duration=10.0)
+
+    with pytest.raises(ComparisonRefused, match=r"^the run at 4 kept no per-request records"):
+        find_capacity(run, [1, 4, 16], "ttft.p99 <= 1s")
 
 
 @pytest.mark.slow
