@@ -20,6 +20,7 @@ from pytest_sglang.fixtures import (
     hurry_started,
     settings_of,
     stop_started,
+    unavailable,
     unreported_properties,
 )
 from pytest_sglang.interrupts import SessionInterrupts
@@ -263,10 +264,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Skip (or, under ``--sglang-require``, fail) tests whose ``sglang_requires`` is unmet."""
     unmet = item.stash.get(UNMET_KEY, None)
-    if unmet is not None and settings_of(item.config).require.value:
-        pytest.fail(f"{unmet} (--sglang-require is set)", pytrace=False)
     if unmet is not None:
-        pytest.skip(unmet)
+        unavailable(settings_of(item.config), unmet)
 
 
 @pytest.hookimpl
