@@ -26,8 +26,6 @@ if TYPE_CHECKING:
     from pytest_sglang.server.handle import SGLangServer
     from pytest_sglang.server.pool import ServerPool
 
-__all__ = ["POOL_KEY", "hurry_started", "settings_of", "stop_started", "unreported_properties"]
-
 #: The session's pool, also reachable from hooks (terminal summary, unconfigure).
 POOL_KEY = pytest.StashKey["ServerPool"]()
 #: The session's bench (one cache of measurements for every test).
@@ -51,11 +49,14 @@ def settings_of(config: pytest.Config) -> Settings:
 
 def _need_a_server(settings: Settings) -> None:
     if not settings.servers and not settings.profiles:
-        _unavailable(settings, f"no SGLang server configured: {_HOW_TO_ATTACH}")
+        unavailable(settings, f"no SGLang server configured: {_HOW_TO_ATTACH}")
 
 
-def _unavailable(settings: Settings, message: str) -> NoReturn:
-    # A skip, so that a GPU-less run is not a wall of errors; --sglang-require makes it a failure.
+def unavailable(settings: Settings, message: str) -> NoReturn:
+    """Skip the test for ``message`` (what it needs is missing), or fail under --sglang-require.
+
+    A skip, so that a GPU-less run is not a wall of errors.
+    """
     message = settings.redact(message)
     if settings.require.value:
         pytest.fail(
@@ -171,7 +172,7 @@ def sglang_server(
         error = exc
     # Outside the except block: the report shows our message, not the chained exception.
     if isinstance(error, ServerUnavailable):
-        _unavailable(sglang_settings, str(error))
+        unavailable(sglang_settings, str(error))
     if error is not None:
         request.node.user_properties.append(
             ("sglang", _failure_entry(name, error, sglang_settings))
@@ -260,7 +261,7 @@ def sglang_bench(request: pytest.FixtureRequest, sglang_servers: ServerPool) -> 
         lambda result, server: node.user_properties.extend(
             _measurement_properties(result, server, settings)
         ),
-        unavailable=lambda message: _unavailable(settings, message),
+        unavailable=lambda message: unavailable(settings, message),
         failure=lambda message: _fail(settings, message),
         server_failed=lambda name, error: node.user_properties.append(
             ("sglang", _failure_entry(name, error, settings))

@@ -123,8 +123,6 @@ class SessionInterrupts:
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self) -> None:
         """Give the signals back their handlers (after the last server was stopped)."""
-        if threading.current_thread() is not threading.main_thread():
-            return
         for signum, previous in self._previous.items():
             if signal.getsignal(signum) in (self._on_sigterm, self._on_again):
                 signal.signal(signum, previous if previous is not None else signal.SIG_DFL)

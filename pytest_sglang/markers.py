@@ -20,6 +20,11 @@ MARKERS = (
     "model_id, max_model_len or any /server_info key (tp_size=8...).",
     "sglang_requires(gpus=1, gpu_name=None, min_free_gib=None): skip the test unless this "
     "machine has such GPUs (fail under --sglang-require).",
+    "sglang_measure(*servers, workload, concurrency=1, repeats=5): declare the measurements "
+    "this test takes with sglang_bench (each server at each concurrency level), so that "
+    "they are taken while the server is up, whichever test launched it: each launched "
+    "profile is launched once per session, whatever the test order. A test may still "
+    "measure what it did not declare, at the price of a relaunch the summary points out.",
 )
 
 #: Why a test's ``sglang_requires`` is unmet (set at collection, acted on at setup).

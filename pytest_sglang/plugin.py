@@ -20,6 +20,7 @@ from pytest_sglang.fixtures import (
     hurry_started,
     settings_of,
     stop_started,
+    unavailable,
     unreported_properties,
 )
 from pytest_sglang.interrupts import SessionInterrupts
@@ -33,7 +34,6 @@ from pytest_sglang.markers import (
     servers_named,
     validate_markers,
 )
-from pytest_sglang.measure.plans import MEASURE_MARKER, PLANS_KEY, declared_measurements
 
 if TYPE_CHECKING:
     from pytest_sglang.config.settings import Settings
@@ -68,7 +68,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl
 def pytest_configure(config: pytest.Config) -> None:
     """Register the markers and fixtures; when anything of ours is set, resolve and check it."""
-    for line in (*MARKERS, MEASURE_MARKER):
+    for line in MARKERS:
         config.addinivalue_line("markers", line)
     config.pluginmanager.register(fixtures, "sglang-fixtures")
     if config.option.help or config.option.version:
@@ -254,17 +254,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.hookimpl
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Read the measurements the selected tests declare (``sglang_measure``), after every -k/-m."""
-    session.config.stash[PLANS_KEY] = declared_measurements(session.items)
+    if any(item.get_closest_marker("sglang_measure") for item in session.items):
+        from pytest_sglang.measure.plans import PLANS_KEY, declared_measurements
+
+        session.config.stash[PLANS_KEY] = declared_measurements(session.items)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Skip (or, under ``--sglang-require``, fail) tests whose ``sglang_requires`` is unmet."""
     unmet = item.stash.get(UNMET_KEY, None)
-    if unmet is not None and settings_of(item.config).require.value:
-        pytest.fail(f"{unmet} (--sglang-require is set)", pytrace=False)
     if unmet is not None:
-        pytest.skip(unmet)
+        unavailable(settings_of(item.config), unmet)
 
 
 @pytest.hookimpl

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_REPEATS",
-    "MEASURE_MARKER",
     "PLANS_KEY",
     "CacheKey",
     "Declared",
@@ -29,15 +28,6 @@ __all__ = [
 
 #: Runs per measurement when a test does not say (``sglang_bench`` and ``sglang_measure``).
 DEFAULT_REPEATS = 5
-
-#: The marker line ``pytest --markers`` shows.
-MEASURE_MARKER = (
-    "sglang_measure(*servers, workload, concurrency=1, repeats=5): declare the measurements "
-    "this test takes with sglang_bench (each server at each concurrency level), so that "
-    "they are taken while the server is up, whichever test launched it: each launched "
-    "profile is launched once per session, whatever the test order. A test may still "
-    "measure what it did not declare, at the price of a relaunch the summary points out."
-)
 
 _EXAMPLE = (
     "write e.g. @pytest.mark.sglang_measure('baseline', 'eagle3', workload=CHAT, "

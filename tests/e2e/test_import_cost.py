@@ -43,8 +43,7 @@ NOT_AT_COLLECTION = (
     *HEAVY,
     "pytest_sglang.server",
     "pytest_sglang.loadgen",
-    "pytest_sglang.measure.bench",
-    "pytest_sglang.measure.metrics",
+    "pytest_sglang.measure",
     "pytest_sglang.verdicts.gate",
     "pytest_sglang.report.context",
     # A session that sets nothing of ours: settings and reporters wait for their first use.

@@ -205,6 +205,8 @@ def test_requires_marker_and_gpu_fixture(pytester: pytest.Pytester, tmp_path: Pa
     result.stdout.fnmatch_lines(["*requires 8 GPUs; found 1 such: GPU 0 NVIDIA H200*"])
     result = pytester.runpytest(f"-osglang_gpu_fake={tmp_path / 'gpus'}", "--sglang-require")
     result.assert_outcomes(passed=1, errors=1)
+    # The same rule as any missing requirement: it names where --sglang-require was set.
+    result.stdout.fnmatch_lines(["*requires 8 GPUs*(--sglang-require is set, from *)*"])
 
 
 def test_without_nvml_gpu_tests_skip_with_reason(pytester: pytest.Pytester) -> None:
