@@ -34,6 +34,10 @@ MACHINE_ID = "sglang"
 
 _SAVE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 _NUMBERED = re.compile(r"^(\d{4})_(.+)\.json$")
+#: The storage URIs there are (pytest-benchmark's): files, or Elasticsearch over HTTP(S).
+_STORAGE = re.compile(r"^(file|elasticsearch\+https?)://")
+#: Why an Elasticsearch storage cannot be used here.
+_NO_CLIENT = "the Elasticsearch storage needs its client: pip install elasticsearch"
 
 
 @dataclass(frozen=True)
@@ -75,18 +79,17 @@ class BaselineStore:
     def __init__(self, uri: str = DEFAULT_STORAGE, *, base: Path | None = None) -> None:
         self.uri = uri if "://" in uri else f"file://{uri}"
         self.base = base or Path.cwd()
-        if self.uri.startswith("file://"):
-            path = Path(self.uri[len("file://") :]).expanduser()
-            self.path: Path | None = path if path.is_absolute() else self.base / path
-        elif self.uri.startswith("elasticsearch+"):
-            self.path = None
-        else:
+        if not _STORAGE.match(self.uri):
             from pytest_sglang.config.redaction import redact
 
             raise ValueError(
                 f"storage {redact(uri)!r} is not file://PATH or "
                 "elasticsearch+http[s]://host1,host2/index/doctype?project_name=NAME"
             )
+        self.path: Path | None = None
+        if self.uri.startswith("file://"):
+            path = Path(self.uri[len("file://") :]).expanduser()
+            self.path = path if path.is_absolute() else self.base / path
 
     def __str__(self) -> str:
         """Return the folder, or the URI with any password as ``***`` (it goes into messages)."""
@@ -105,12 +108,15 @@ class BaselineStore:
         from pytest_benchmark.logger import Logger
         from pytest_benchmark.utils import load_storage
 
-        return load_storage(  # type: ignore[no-untyped-call]
-            self.uri,
-            logger=Logger(Logger.QUIET),  # type: ignore[no-untyped-call]
-            default_machine_id=MACHINE_ID,
-            netrc="",  # pytest-benchmark's "no netrc file" (None is a TypeError there)
-        )
+        try:
+            return load_storage(  # type: ignore[no-untyped-call]
+                self.uri,
+                logger=Logger(Logger.QUIET),  # type: ignore[no-untyped-call]
+                default_machine_id=MACHINE_ID,
+                netrc="",  # pytest-benchmark's "no netrc file" (None is a TypeError there)
+            )
+        except ImportError:
+            raise OSError(_NO_CLIENT) from None
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -169,7 +175,7 @@ class BaselineStore:
                 f"Elasticsearch at {', '.join(tried)} does not answer within {timeout:g} s"
             )
         if importlib.util.find_spec("elasticsearch") is None:
-            raise OSError("the Elasticsearch storage needs its client: pip install elasticsearch")
+            raise OSError(_NO_CLIENT)
 
     def save(self, name: str, document: Mapping[str, Any]) -> str:
         """Save a document of :func:`build_document` under ``name``; return where it landed."""

@@ -166,15 +166,13 @@ def baseline_options(config: pytest.Config) -> BaselineOptions:
             )
     uri, base = DEFAULT_STORAGE, Path(config.invocation_params.dir)
     if storage is not None:
+        from pytest_sglang.measure.store import BaselineStore  # the one storage-URI rule
+
         uri, base = storage.value[0], storage.base
-        if "://" in uri and not uri.startswith(("file://", "elasticsearch+http")):
-            raise usage_error(
-                STORAGE,
-                storage.source,
-                f"{uri!r} is not a storage URI",
-                "give file://PATH or "
-                "elasticsearch+http[s]://host1,host2/index/doctype?project_name=NAME",
-            )
+        try:
+            BaselineStore(uri, base=base)
+        except ValueError as exc:
+            raise usage_error(STORAGE, storage.source, str(exc), "see docs/baselines.md") from None
     # ``--sglang-save`` alone (or the name ``auto``): an automatic name, commit and time.
     name = save.value[0] if save else None
     return BaselineOptions(
