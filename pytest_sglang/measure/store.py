@@ -188,10 +188,6 @@ class BaselineStore:
             return f"{self} ({MACHINE_ID}_{name})"  # str(): the URI's password as ***
         return str(self._save_file(name, document))
 
-    def _next_number(self) -> int:
-        numbers = [int(m.group(1)) for p in self.folder.iterdir() if (m := _NUMBERED.match(p.name))]
-        return max(numbers, default=0) + 1
-
     def _save_file(self, name: str, document: Mapping[str, Any]) -> Path:
         folder = self.folder
         folder.mkdir(parents=True, exist_ok=True)
@@ -199,7 +195,8 @@ class BaselineStore:
         # Under the lock no two writers take one number; an exclusive write replaces nothing.
         with _folder_lock(folder):
             for _ in range(10_000):
-                target = folder / f"{self._next_number():04d}_{name}.json"
+                taken = [int(m[1]) for p in folder.iterdir() if (m := _NUMBERED.match(p.name))]
+                target = folder / f"{max(taken, default=0) + 1:04d}_{name}.json"
                 try:
                     write_atomic(target, payload, exclusive=True)
                 except FileExistsError:
