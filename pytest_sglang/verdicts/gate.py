@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import pytest
 
-from pytest_sglang.report.entries import Entry, MeasurementRow, as_row, unique_measurements
+from pytest_sglang.report.entries import MeasurementRow, as_row, unique_measurements
 from pytest_sglang.report.junit import add_entry, report_entries
 from pytest_sglang.verdicts.baseline_options import (
     NOTHING_COMPARED_OK,
@@ -115,11 +115,8 @@ class BaselineGate:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Judge the report's new measurements before anyone else sees it (the reporter too)."""
-        entries = report_entries(report)
-        if self.options.compare and any(e["record"] == "measurement" for e in entries):
-            self._judge(report, entries)
-
-    def _judge(self, report: pytest.TestReport, entries: list[Entry]) -> None:
+        if not self.options.compare:
+            return
         from pytest_sglang.measure.session_format import (
             StoredMeasurement,
             fingerprint_of,
@@ -127,6 +124,7 @@ class BaselineGate:
             session_labels,
         )
 
+        entries = report_entries(report)
         # The reporter files this report after the gate: its servers and GPUs are added here.
         servers = self.records.servers + [e for e in entries if e["record"] == "server"]
         gpus = next((e["names"] for e in entries[::-1] if e["record"] == "gpus"), self.records.gpus)
