@@ -14,6 +14,7 @@ import pytest
 from pytest_sglang.config.defaults import DEFAULT_STORAGE
 from pytest_sglang.measure.session_format import (
     DamagedSession,
+    StoredMeasurement,
     build_document,
     find_counterpart,
     fingerprint_of,
@@ -119,6 +120,26 @@ def test_counterpart_is_the_newest_match_and_mismatches_are_near_misses(tmp_path
     assert [n.session for n in near] == ["sglang/0003_three"]
     match, _ = find_counterpart(fp, store.measurements("one"))
     assert match is not None and match.session == "sglang/0001_one"
+
+
+def test_an_open_loop_is_the_counterpart_only_of_one_at_its_rate() -> None:
+    closed = row([100, 101, 99], concurrency=4)
+    slow = {**closed, "rate": 5.0, "arrival": "poisson", "max_concurrency": 4}
+    fast = {**slow, "rate": 10.0}
+    stored = [
+        StoredMeasurement(r, fingerprint_of(r), f"sglang/000{n}_x", {})  # type: ignore[arg-type]
+        for n, r in enumerate((closed, slow, fast), 1)
+    ]
+    fingerprint = fingerprint_of(fast)
+    match, near = find_counterpart(fingerprint, stored[:2])
+    assert match is None  # neither 5/s nor a closed loop at C=4 is a baseline for 10/s
+    assert [n.session for n in near] == ["sglang/0002_x", "sglang/0001_x"]
+    assert fingerprint.differences(near[0].fingerprint, refused=True) == [
+        'open_loop: {"arrival": "poisson", "max_concurrency": 4, "rate": 10.0} (now) vs '
+        '{"arrival": "poisson", "max_concurrency": 4, "rate": 5.0} (stored)'
+    ]
+    assert find_counterpart(fingerprint, stored)[0] is stored[2]
+    assert "open_loop=" in fingerprint.describe()
 
 
 def test_report_measurements(tmp_path: Path) -> None:
