@@ -27,7 +27,7 @@ from pytest_sglang.measure.session_format import (
 )
 from pytest_sglang.report.writing import json_text, write_atomic
 
-__all__ = ["MACHINE_ID", "BaselineStore", "StoredSession"]
+__all__ = ["MACHINE_ID", "BaselineStore", "StoredSession", "check_save_name"]
 
 #: The machine folder of the file storage (the GPUs are in each fingerprint instead).
 MACHINE_ID = "sglang"
@@ -55,6 +55,15 @@ class StoredSession:
     problem: str | None = None
     #: The file storage's sequence number, if any.
     number: int | None = None
+
+
+def check_save_name(name: str) -> None:
+    """Refuse a save name that would not make a plain file name (``NNNN_NAME.json``).
+
+    :raises ValueError: naming it and what is accepted.
+    """
+    if not _SAVE_NAME.match(name):
+        raise ValueError(f"cannot save under {name!r}: use letters, digits, '_', '.', '+' and '-'")
 
 
 @contextlib.contextmanager
@@ -179,10 +188,7 @@ class BaselineStore:
 
     def save(self, name: str, document: Mapping[str, Any]) -> str:
         """Save a document of :func:`build_document` under ``name``; return where it landed."""
-        if not _SAVE_NAME.match(name):
-            raise ValueError(
-                f"cannot save under {name!r}: use letters, digits, '_', '.', '+' and '-'"
-            )
+        check_save_name(name)
         if self.path is None:
             self._elasticsearch.save(document, name)
             return f"{self} ({MACHINE_ID}_{name})"  # str(): the URI's password as ***
