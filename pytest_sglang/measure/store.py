@@ -8,6 +8,7 @@ are atomic and take the first free number under a lock, so concurrent CI jobs bo
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import os
 import re
@@ -189,8 +190,8 @@ class BaselineStore:
     def save(self, name: str, document: Mapping[str, Any]) -> str:
         """Save a document of :func:`build_document` under ``name``; return where it landed."""
         check_save_name(name)
-        if self.path is None:
-            self._elasticsearch.save(document, name)
+        if self.path is None:  # pytest-benchmark's save takes the document apart: a copy
+            self._elasticsearch.save(copy.deepcopy(dict(document)), name)
             return f"{self} ({MACHINE_ID}_{name})"  # str(): the URI's password as ***
         return str(self._save_file(name, document))
 
@@ -220,25 +221,25 @@ class BaselineStore:
         :raises DamagedSession: a damaged session file (never skipped: it may be the latest).
         """
         if self.path is None:
-            loaded = list(self._elasticsearch.load())
-            return [self._session(str(key), data, None) for key, data in loaded]
-        if not self.folder.is_dir():
-            return []
-        out = []
-        for path in sorted(self.folder.glob("[0-9][0-9][0-9][0-9]_*.json")):
-            sid = f"{MACHINE_ID}/{path.stem}"
-            try:
-                session = self._session(
-                    sid, read_document(path, folder=self.folder), path, folder=self.folder
-                )
-            except DamagedSession as exc:
-                if not damaged:
-                    raise
-                out.append(StoredSession(sid, path.stem, "", {}, (), path, problem=exc.problem))
-                continue
-            if session.measurements:
-                out.append(session)
-        return out
+            every = [
+                self._session(str(key), data, None) for key, data in self._elasticsearch.load()
+            ]
+        else:
+            paths = self.folder.glob("[0-9][0-9][0-9][0-9]_*.json") if self.folder.is_dir() else []
+            every = [self._read(path, damaged) for path in sorted(paths)]
+        # A session of plain pytest-benchmark results (no measurement of ours) is not one.
+        return [s for s in every if s.measurements or s.problem]
+
+    def _read(self, path: Path, damaged: bool) -> StoredSession:
+        sid = f"{MACHINE_ID}/{path.stem}"
+        try:
+            return self._session(
+                sid, read_document(path, folder=self.folder), path, folder=self.folder
+            )
+        except DamagedSession as exc:
+            if not damaged:
+                raise
+            return StoredSession(sid, path.stem, "", {}, (), path, problem=exc.problem)
 
     @staticmethod
     def _session(

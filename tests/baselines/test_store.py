@@ -319,6 +319,40 @@ def test_a_stored_label_cuts_only_a_commit_hash(commit: str | None, shown: str |
         assert label.endswith(f", {shown})")
 
 
+class _PytestBenchmarkElasticsearch:
+    """What pytest-benchmark's Elasticsearch storage does with what it is given (no server)."""
+
+    def __init__(self, stored: list[tuple[str, dict[str, Any]]]) -> None:
+        self.stored = stored
+
+    def save(self, output_json: dict[str, Any], save: str) -> None:
+        output_json.pop("benchmarks")  # as its save() does, before it indexes each
+        raise ConnectionError("the host went away")
+
+    def load(self) -> list[tuple[str, dict[str, Any]]]:
+        return self.stored
+
+
+def test_an_elasticsearch_save_that_fails_leaves_the_document_whole() -> None:
+    store = BaselineStore("elasticsearch+http://127.0.0.1:9/bench/run?project_name=p")
+    store.__dict__["_elasticsearch"] = _PytestBenchmarkElasticsearch([])
+    document = build_document("one", [row([100.0, 101.0])], commit=COMMIT, machine=MACHINE)
+    with pytest.raises(ConnectionError):
+        store.save("one", document)
+    assert len(document["benchmarks"]) > 0  # the gate writes it elsewhere: nothing is lost
+
+
+def test_an_elasticsearch_project_s_plain_benchmarks_are_not_sessions_of_ours() -> None:
+    ours = build_document("one", [row([100.0, 101.0])], commit=COMMIT, machine=MACHINE)
+    theirs = {**ours, "benchmarks": [{"name": "test_sort", "options": {}, "stats": {}}]}
+    store = BaselineStore("elasticsearch+http://127.0.0.1:9/bench/run?project_name=p")
+    store.__dict__["_elasticsearch"] = _PytestBenchmarkElasticsearch(
+        [("abc_1", ours), ("abc_2", theirs)]
+    )
+    assert [s.id for s in store.sessions()] == ["abc_1"]  # "latest" is ours, as with files
+    assert store.find("latest").id == "abc_1"
+
+
 def test_an_elasticsearch_store_never_names_its_password() -> None:
     store = BaselineStore("elasticsearch+https://ci:hunter2@es.example:9200/bench/run")
     assert "hunter2" not in str(store)
