@@ -399,7 +399,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     args = make_parser().parse_args(argv)
     try:
         status: int = args.run(args, out or sys.stdout)
-    except (_Misuse, DamagedSession) as exc:
+    except (_Misuse, DamagedSession, OSError) as exc:  # OSError: a store that cannot be used
         sys.stderr.write(f"pytest-sglang {args.command}: {exc}\n")
         return DATA if isinstance(exc, DamagedSession) else MISUSE
     return status

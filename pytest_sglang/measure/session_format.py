@@ -44,11 +44,6 @@ __all__ = [
 RECORD_FORMAT = "pytest-sglang-baseline"
 RECORD_VERSION = 1
 
-#: The fingerprint's fields, in display order.
-FINGERPRINT_FIELDS = (
-    "model", "tp_size", "dp_size", "gpu_model", "gpu_count", "workload", "concurrency",
-    *PERFORMANCE_FLAGS,
-)  # fmt: skip
 #: Fields that may be unknown on one side (GPU names where no probe ran): shown, not refused.
 SOFT_FIELDS = frozenset({"gpu_model", "gpu_count"})
 
@@ -110,6 +105,7 @@ def _show(value: Any) -> str:
 class Fingerprint:
     """What must match for two measurements' comparison to mean anything."""
 
+    #: The fields in display order (:func:`fingerprint_of`'s); every one must match.
     fields: Mapping[str, Any]
 
     @property
@@ -126,7 +122,7 @@ class Fingerprint:
         field unknown on one side).
         """
         out = []
-        for name in FINGERPRINT_FIELDS:
+        for name in dict.fromkeys([*self.fields, *stored.fields]):  # every field, in order
             now, then = self.fields.get(name), stored.fields.get(name)
             hard = name not in SOFT_FIELDS or (now not in (None, 0) and then not in (None, 0))
             if now != then and hard == refused:
@@ -139,9 +135,7 @@ class Fingerprint:
 
     def describe(self) -> str:
         """Return the fields on one line, e.g. ``model='m', tp_size=8, ...``."""
-        return ", ".join(
-            f"{k}={_show(self.fields.get(k))}" for k in FINGERPRINT_FIELDS if k in self.fields
-        )
+        return ", ".join(f"{k}={_show(v)}" for k, v in self.fields.items())
 
     def as_dict(self) -> dict[str, Any]:
         """Return plain JSON types."""

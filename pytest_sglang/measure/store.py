@@ -8,6 +8,7 @@ are atomic and take the first free number under a lock, so concurrent CI jobs bo
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import os
 import re
@@ -27,13 +28,17 @@ from pytest_sglang.measure.session_format import (
 )
 from pytest_sglang.report.writing import json_text, write_atomic
 
-__all__ = ["MACHINE_ID", "BaselineStore", "StoredSession"]
+__all__ = ["MACHINE_ID", "BaselineStore", "StoredSession", "check_save_name"]
 
 #: The machine folder of the file storage (the GPUs are in each fingerprint instead).
 MACHINE_ID = "sglang"
 
 _SAVE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 _NUMBERED = re.compile(r"^(\d{4})_(.+)\.json$")
+#: The storage URIs there are (pytest-benchmark's): files, or Elasticsearch over HTTP(S).
+_STORAGE = re.compile(r"^(file|elasticsearch\+https?)://")
+#: Why an Elasticsearch storage cannot be used here.
+_NO_CLIENT = "the Elasticsearch storage needs its client: pip install elasticsearch"
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,15 @@ class StoredSession:
     problem: str | None = None
     #: The file storage's sequence number, if any.
     number: int | None = None
+
+
+def check_save_name(name: str) -> None:
+    """Refuse a save name that would not make a plain file name (``NNNN_NAME.json``).
+
+    :raises ValueError: naming it and what is accepted.
+    """
+    if not _SAVE_NAME.match(name):
+        raise ValueError(f"cannot save under {name!r}: use letters, digits, '_', '.', '+' and '-'")
 
 
 @contextlib.contextmanager
@@ -75,18 +89,17 @@ class BaselineStore:
     def __init__(self, uri: str = DEFAULT_STORAGE, *, base: Path | None = None) -> None:
         self.uri = uri if "://" in uri else f"file://{uri}"
         self.base = base or Path.cwd()
-        if self.uri.startswith("file://"):
-            path = Path(self.uri[len("file://") :]).expanduser()
-            self.path: Path | None = path if path.is_absolute() else self.base / path
-        elif self.uri.startswith("elasticsearch+"):
-            self.path = None
-        else:
+        if not _STORAGE.match(self.uri):
             from pytest_sglang.config.redaction import redact
 
             raise ValueError(
                 f"storage {redact(uri)!r} is not file://PATH or "
                 "elasticsearch+http[s]://host1,host2/index/doctype?project_name=NAME"
             )
+        self.path: Path | None = None
+        if self.uri.startswith("file://"):
+            path = Path(self.uri[len("file://") :]).expanduser()
+            self.path = path if path.is_absolute() else self.base / path
 
     def __str__(self) -> str:
         """Return the folder, or the URI with any password as ``***`` (it goes into messages)."""
@@ -105,12 +118,15 @@ class BaselineStore:
         from pytest_benchmark.logger import Logger
         from pytest_benchmark.utils import load_storage
 
-        return load_storage(  # type: ignore[no-untyped-call]
-            self.uri,
-            logger=Logger(Logger.QUIET),  # type: ignore[no-untyped-call]
-            default_machine_id=MACHINE_ID,
-            netrc="",  # pytest-benchmark's "no netrc file" (None is a TypeError there)
-        )
+        try:
+            return load_storage(  # type: ignore[no-untyped-call]
+                self.uri,
+                logger=Logger(Logger.QUIET),  # type: ignore[no-untyped-call]
+                default_machine_id=MACHINE_ID,
+                netrc="",  # pytest-benchmark's "no netrc file" (None is a TypeError there)
+            )
+        except ImportError:
+            raise OSError(_NO_CLIENT) from None
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -169,22 +185,15 @@ class BaselineStore:
                 f"Elasticsearch at {', '.join(tried)} does not answer within {timeout:g} s"
             )
         if importlib.util.find_spec("elasticsearch") is None:
-            raise OSError("the Elasticsearch storage needs its client: pip install elasticsearch")
+            raise OSError(_NO_CLIENT)
 
     def save(self, name: str, document: Mapping[str, Any]) -> str:
         """Save a document of :func:`build_document` under ``name``; return where it landed."""
-        if not _SAVE_NAME.match(name):
-            raise ValueError(
-                f"cannot save under {name!r}: use letters, digits, '_', '.', '+' and '-'"
-            )
-        if self.path is None:
-            self._elasticsearch.save(document, name)
+        check_save_name(name)
+        if self.path is None:  # pytest-benchmark's save takes the document apart: a copy
+            self._elasticsearch.save(copy.deepcopy(dict(document)), name)
             return f"{self} ({MACHINE_ID}_{name})"  # str(): the URI's password as ***
         return str(self._save_file(name, document))
-
-    def _next_number(self) -> int:
-        numbers = [int(m.group(1)) for p in self.folder.iterdir() if (m := _NUMBERED.match(p.name))]
-        return max(numbers, default=0) + 1
 
     def _save_file(self, name: str, document: Mapping[str, Any]) -> Path:
         folder = self.folder
@@ -193,7 +202,8 @@ class BaselineStore:
         # Under the lock no two writers take one number; an exclusive write replaces nothing.
         with _folder_lock(folder):
             for _ in range(10_000):
-                target = folder / f"{self._next_number():04d}_{name}.json"
+                taken = [int(m[1]) for p in folder.iterdir() if (m := _NUMBERED.match(p.name))]
+                target = folder / f"{max(taken, default=0) + 1:04d}_{name}.json"
                 try:
                     write_atomic(target, payload, exclusive=True)
                 except FileExistsError:
@@ -211,25 +221,25 @@ class BaselineStore:
         :raises DamagedSession: a damaged session file (never skipped: it may be the latest).
         """
         if self.path is None:
-            loaded = list(self._elasticsearch.load())
-            return [self._session(str(key), data, None) for key, data in loaded]
-        if not self.folder.is_dir():
-            return []
-        out = []
-        for path in sorted(self.folder.glob("[0-9][0-9][0-9][0-9]_*.json")):
-            sid = f"{MACHINE_ID}/{path.stem}"
-            try:
-                session = self._session(
-                    sid, read_document(path, folder=self.folder), path, folder=self.folder
-                )
-            except DamagedSession as exc:
-                if not damaged:
-                    raise
-                out.append(StoredSession(sid, path.stem, "", {}, (), path, problem=exc.problem))
-                continue
-            if session.measurements:
-                out.append(session)
-        return out
+            every = [
+                self._session(str(key), data, None) for key, data in self._elasticsearch.load()
+            ]
+        else:
+            paths = self.folder.glob("[0-9][0-9][0-9][0-9]_*.json") if self.folder.is_dir() else []
+            every = [self._read(path, damaged) for path in sorted(paths)]
+        # A session of plain pytest-benchmark results (no measurement of ours) is not one.
+        return [s for s in every if s.measurements or s.problem]
+
+    def _read(self, path: Path, damaged: bool) -> StoredSession:
+        sid = f"{MACHINE_ID}/{path.stem}"
+        try:
+            return self._session(
+                sid, read_document(path, folder=self.folder), path, folder=self.folder
+            )
+        except DamagedSession as exc:
+            if not damaged:
+                raise
+            return StoredSession(sid, path.stem, "", {}, (), path, problem=exc.problem)
 
     @staticmethod
     def _session(

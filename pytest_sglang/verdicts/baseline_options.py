@@ -141,7 +141,7 @@ class BaselineOptions:
 def baseline_options(config: pytest.Config) -> BaselineOptions:
     """Resolve the baseline options of a session (one precedence: ``config.settings.lookup``).
 
-    :raises pytest.UsageError: on a bad ``compare-fail`` term or storage URI, or
+    :raises pytest.UsageError: on a bad ``compare-fail`` term, storage URI or save name, or
         ``compare-fail`` without ``compare``.
     """
     save, storage, compare, fail = (
@@ -166,17 +166,23 @@ def baseline_options(config: pytest.Config) -> BaselineOptions:
             )
     uri, base = DEFAULT_STORAGE, Path(config.invocation_params.dir)
     if storage is not None:
+        from pytest_sglang.measure.store import BaselineStore  # the one storage-URI rule
+
         uri, base = storage.value[0], storage.base
-        if "://" in uri and not uri.startswith(("file://", "elasticsearch+http")):
-            raise usage_error(
-                STORAGE,
-                storage.source,
-                f"{uri!r} is not a storage URI",
-                "give file://PATH or "
-                "elasticsearch+http[s]://host1,host2/index/doctype?project_name=NAME",
-            )
+        try:
+            BaselineStore(uri, base=base)
+        except ValueError as exc:
+            raise usage_error(STORAGE, storage.source, str(exc), "see docs/baselines.md") from None
     # ``--sglang-save`` alone (or the name ``auto``): an automatic name, commit and time.
     name = save.value[0] if save else None
+    if save is not None and name != SAVE.const:
+        from pytest_sglang.measure.store import check_save_name
+
+        try:
+            check_save_name(save.value[0])
+        except ValueError as exc:
+            fix = f"or give {SAVE.label} alone for a name of the commit and time"
+            raise usage_error(SAVE, save.source, str(exc), fix) from None
     return BaselineOptions(
         save=None if name == SAVE.const else name,
         autosave=name == SAVE.const,

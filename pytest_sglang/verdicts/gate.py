@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import pytest
 
-from pytest_sglang.report.entries import Entry, MeasurementRow, as_row, unique_measurements
+from pytest_sglang.report.entries import MeasurementRow, as_row, unique_measurements
 from pytest_sglang.report.junit import add_entry, report_entries
 from pytest_sglang.verdicts.baseline_options import (
     NOTHING_COMPARED_OK,
@@ -94,10 +94,8 @@ class BaselineGate:
     records: SGLangReporter
     #: What was judged, by test.
     outcomes: list[tuple[str, Judged]] = field(default_factory=list)
-    saved: str | None = None
-    #: Why the gate passed nothing, when it compared nothing (``--sglang-compare-fail``).
-    nothing_compared: str | None = None
-    save_error: str | None = None
+    #: What the summary says last, and whether in red: a gate that compared nothing, the save.
+    notes: list[tuple[str, bool]] = field(default_factory=list)
 
     @functools.cached_property
     def stored(self) -> tuple[list[StoredMeasurement], str | None]:
@@ -117,11 +115,8 @@ class BaselineGate:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Judge the report's new measurements before anyone else sees it (the reporter too)."""
-        entries = report_entries(report)
-        if self.options.compare and any(e["record"] == "measurement" for e in entries):
-            self._judge(report, entries)
-
-    def _judge(self, report: pytest.TestReport, entries: list[Entry]) -> None:
+        if not self.options.compare:
+            return
         from pytest_sglang.measure.session_format import (
             StoredMeasurement,
             fingerprint_of,
@@ -129,6 +124,7 @@ class BaselineGate:
             session_labels,
         )
 
+        entries = report_entries(report)
         # The reporter files this report after the gate: its servers and GPUs are added here.
         servers = self.records.servers + [e for e in entries if e["record"] == "server"]
         gpus = next((e["names"] for e in entries[::-1] if e["record"] == "gpus"), self.records.gpus)
@@ -182,16 +178,15 @@ class BaselineGate:
                 else "no measurement was taken"
             )
             if options.nothing_compared_ok:
-                self.nothing_compared = (
-                    f"nothing was compared (allowed by {NOTHING_COMPARED_OK}): {why}"
-                )
+                note = f"nothing was compared (allowed by {NOTHING_COMPARED_OK}): {why}"
             else:
-                self.nothing_compared = (
+                note = (
                     f"the gate compared nothing: {why}; a regression gate (--sglang-compare-fail) "
                     "that compared nothing has not passed: save a comparable baseline first, or "
                     f"add the term {NOTHING_COMPARED_OK} to let such a session pass"
                 )
                 self._fail(session)
+            self.notes.append((f"  {note}", not options.nothing_compared_ok))
         if options.save or options.autosave:
             self._save(session, exitstatus == pytest.ExitCode.INTERRUPTED)
 
@@ -202,7 +197,7 @@ class BaselineGate:
         records = self.records
         rows = unique_measurements(records.measurements)
         if not rows:
-            self.save_error = "not saving anything: no measurements were taken"
+            self.notes.append(("not saving anything: no measurements were taken", True))
             return
         name = self.options.save or autosave_name(self.commit)
         store = self.options.store()
@@ -216,13 +211,13 @@ class BaselineGate:
             interrupted=interrupted,
         )
         try:
-            self.saved = store.save(name, document)
+            where = store.save(name, document)
         except Exception as exc:  # a lost save must be loud: it is the next session's baseline
-            self.save_error = (
-                f"saving the baseline to {store} failed: {type(exc).__name__}: {exc}"
-                + self._keep(name, document)
-            )
+            error = f"saving the baseline to {store} failed: {type(exc).__name__}: {exc}"
+            self.notes.append((error + self._keep(name, document), True))
             self._fail(session)
+            return
+        self.notes.append((f"saved {len(rows)} measurement(s) to {where}", False))
 
     def _keep(self, name: str, document: Mapping[str, Any]) -> str:
         """Write the session that could not be saved somewhere else; return what to say."""
@@ -255,7 +250,7 @@ class BaselineGate:
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         """Say what was compared, what had no counterpart, and where the session was saved."""
         tr, options = terminalreporter, self.options
-        if not (self.outcomes or self.saved or self.save_error or options.compare):
+        if not (self.outcomes or self.notes or options.compare):
             return
         tr.section("sglang baselines")
         if options.compare:
@@ -271,15 +266,8 @@ class BaselineGate:
                 tr.write_line(f"  [{j.tag}] {test} {j.label}: {j.text}", red=red)
             if self._count("none"):
                 tr.write_line(f"  {self._count('none')} measurement(s) had no stored counterpart")
-            if self.nothing_compared:
-                tr.write_line(f"  {self.nothing_compared}", red=not options.nothing_compared_ok)
-        if self.saved:
-            tr.write_line(
-                f"saved {len(unique_measurements(self.records.measurements))} measurement(s) "
-                f"to {self.saved}"
-            )
-        if self.save_error:
-            tr.write_line(self.save_error, red=True)
+        for line, red in self.notes:
+            tr.write_line(line, red=red)
 
 
 def register_gate(config: pytest.Config, options: BaselineOptions) -> BaselineGate:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import sys
 from pathlib import Path
 
 import pytest
@@ -148,6 +149,29 @@ def test_a_bad_storage_uri_is_a_usage_error(
     err = capsys.readouterr().err
     assert exited.value.code == MISUSE, err
     assert "storage 'ftp://host/store' is not file://PATH" in err and "Traceback" not in err
+
+
+def test_an_elasticsearch_uri_of_another_scheme_is_refused_as_the_session_refuses_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # One storage rule: elasticsearch+http:// or elasticsearch+https://, never another scheme.
+    with pytest.raises(SystemExit) as exited:
+        main(["--storage", "elasticsearch+ftp://es.example/i/d", "list"], io.StringIO())
+    err = capsys.readouterr().err
+    assert exited.value.code == MISUSE, err
+    assert "storage 'elasticsearch+ftp://es.example/i/d' is not file://PATH" in err
+
+
+def test_an_elasticsearch_storage_without_its_client_says_what_to_install(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for module in ("elasticsearch", "pytest_benchmark.storage.elasticsearch"):
+        monkeypatch.setitem(sys.modules, module, None)  # an import of it fails
+    uri = "elasticsearch+http://127.0.0.1:9/i/d?project_name=p"
+    assert main(["--storage", uri, "list"], io.StringIO()) == MISUSE
+    err = capsys.readouterr().err
+    assert "pytest-sglang list: the Elasticsearch storage needs its client" in err
+    assert "pip install elasticsearch" in err and "Traceback" not in err
 
 
 def test_a_bad_storage_uri_is_refused_without_its_password(

@@ -134,6 +134,25 @@ def test_an_unwritable_storage_folder(suite: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["*--sglang-save*cannot write to*/proc/pytest-sglang-store*"])
 
 
+def test_a_save_name_the_store_refuses_is_a_usage_error_before_any_test(
+    suite: pytest.Pytester,
+) -> None:
+    # Not found out at the end of a long session, when the save fails.
+    result = suite.runpytest("-p", "sglang", "-osglang_storage=file://store", "--sglang-save=a b")
+    _runs_nothing(result)
+    result.stderr.fnmatch_lines(["*--sglang-save: cannot save under 'a b': use letters, digits*"])
+
+
+def test_a_storage_uri_the_store_refuses_is_a_usage_error(suite: pytest.Pytester) -> None:
+    # The session and the store apply one rule: elasticsearch+http[s]:// only.
+    uri = "elasticsearch+httpx://user:pw@127.0.0.1/benchmarks/sglang"
+    result = suite.runpytest("-p", "sglang", f"-osglang_storage={uri}", "--sglang-save=x")
+    _runs_nothing(result)
+    result.stderr.fnmatch_lines(["*sglang_storage*'elasticsearch+httpx://***@127.0.0.1/*"
+                                 "is not file://PATH or elasticsearch+http[[]s]://*"])  # fmt: skip
+    assert "pw" not in result.stderr.str()
+
+
 @pytest.mark.parametrize("option", ["--sglang-save=x", "--sglang-compare"])
 def test_an_elasticsearch_that_does_not_answer(suite: pytest.Pytester, option: str) -> None:
     with socket.socket() as sock:  # a port nothing listens on

@@ -14,6 +14,7 @@ import pytest
 from pytest_sglang.config.defaults import DEFAULT_STORAGE
 from pytest_sglang.measure.session_format import (
     DamagedSession,
+    StoredMeasurement,
     build_document,
     find_counterpart,
     fingerprint_of,
@@ -119,6 +120,26 @@ def test_counterpart_is_the_newest_match_and_mismatches_are_near_misses(tmp_path
     assert [n.session for n in near] == ["sglang/0003_three"]
     match, _ = find_counterpart(fp, store.measurements("one"))
     assert match is not None and match.session == "sglang/0001_one"
+
+
+def test_an_open_loop_is_the_counterpart_only_of_one_at_its_rate() -> None:
+    closed = row([100, 101, 99], concurrency=4)
+    slow = {**closed, "rate": 5.0, "arrival": "poisson", "max_concurrency": 4}
+    fast = {**slow, "rate": 10.0}
+    stored = [
+        StoredMeasurement(r, fingerprint_of(r), f"sglang/000{n}_x", {})  # type: ignore[arg-type]
+        for n, r in enumerate((closed, slow, fast), 1)
+    ]
+    fingerprint = fingerprint_of(fast)
+    match, near = find_counterpart(fingerprint, stored[:2])
+    assert match is None  # neither 5/s nor a closed loop at C=4 is a baseline for 10/s
+    assert [n.session for n in near] == ["sglang/0002_x", "sglang/0001_x"]
+    assert fingerprint.differences(near[0].fingerprint, refused=True) == [
+        'open_loop: {"arrival": "poisson", "max_concurrency": 4, "rate": 10.0} (now) vs '
+        '{"arrival": "poisson", "max_concurrency": 4, "rate": 5.0} (stored)'
+    ]
+    assert find_counterpart(fingerprint, stored)[0] is stored[2]
+    assert "open_loop=" in fingerprint.describe()
 
 
 def test_report_measurements(tmp_path: Path) -> None:
@@ -296,6 +317,40 @@ def test_a_stored_label_cuts_only_a_commit_hash(commit: str | None, shown: str |
         assert label.endswith("(SGLang 0.5.23)")
     else:
         assert label.endswith(f", {shown})")
+
+
+class _PytestBenchmarkElasticsearch:
+    """What pytest-benchmark's Elasticsearch storage does with what it is given (no server)."""
+
+    def __init__(self, stored: list[tuple[str, dict[str, Any]]]) -> None:
+        self.stored = stored
+
+    def save(self, output_json: dict[str, Any], save: str) -> None:
+        output_json.pop("benchmarks")  # as its save() does, before it indexes each
+        raise ConnectionError("the host went away")
+
+    def load(self) -> list[tuple[str, dict[str, Any]]]:
+        return self.stored
+
+
+def test_an_elasticsearch_save_that_fails_leaves_the_document_whole() -> None:
+    store = BaselineStore("elasticsearch+http://127.0.0.1:9/bench/run?project_name=p")
+    store.__dict__["_elasticsearch"] = _PytestBenchmarkElasticsearch([])
+    document = build_document("one", [row([100.0, 101.0])], commit=COMMIT, machine=MACHINE)
+    with pytest.raises(ConnectionError):
+        store.save("one", document)
+    assert len(document["benchmarks"]) > 0  # the gate writes it elsewhere: nothing is lost
+
+
+def test_an_elasticsearch_project_s_plain_benchmarks_are_not_sessions_of_ours() -> None:
+    ours = build_document("one", [row([100.0, 101.0])], commit=COMMIT, machine=MACHINE)
+    theirs = {**ours, "benchmarks": [{"name": "test_sort", "options": {}, "stats": {}}]}
+    store = BaselineStore("elasticsearch+http://127.0.0.1:9/bench/run?project_name=p")
+    store.__dict__["_elasticsearch"] = _PytestBenchmarkElasticsearch(
+        [("abc_1", ours), ("abc_2", theirs)]
+    )
+    assert [s.id for s in store.sessions()] == ["abc_1"]  # "latest" is ours, as with files
+    assert store.find("latest").id == "abc_1"
 
 
 def test_an_elasticsearch_store_never_names_its_password() -> None:
