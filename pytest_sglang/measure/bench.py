@@ -393,10 +393,10 @@ class Bench:
             self._record(result(stop.server, ended), stop.server)
             self._fail(stop.error)
         except BaseException as error:  # a test timeout or Ctrl-C
+            cut_server, interrupted = self._runner.cut or ("", None)
             for server, taken in zip(servers, runs, strict=True):
                 finished = list(taken)
-                interrupted = self._runner.take_cut(server.name)
-                if interrupted is not None and interrupted.measured:
+                if server.name == cut_server and interrupted is not None and interrupted.measured:
                     try:
                         finished.append(packed(measure(interrupted)))
                     except ValueError:

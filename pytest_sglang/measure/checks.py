@@ -299,19 +299,19 @@ def _client(run: LoadRun, done: Sequence[RequestRecord]) -> Check:
         + (f", a quarter of the median chunk gap {gap * 1000:.1f} ms" if gap else "")
         + ")"
     )
-    bound = load.cpu_fraction >= CLIENT_CPU_LIMIT
-    if bound:
+    if load.cpu_fraction >= CLIENT_CPU_LIMIT:
         detail += (
             ": the client could not keep up and its figures measure itself; spread the load "
             "over processes (processes=N) or hosts"
         )
-    elif load.lag_p99 > lag_limit:
-        detail = (
-            detail + ": the loop was late with CPU to spare, so other work (another process, "
+        return Check("client_bound", False, detail)
+    if load.lag_p99 > lag_limit:
+        detail += (
+            ": the loop was late with CPU to spare, so other work (another process, "
             "this one's other threads) held it back; the latencies may carry that delay"
         )
         return Check("client_bound", None, detail)
-    return Check("client_bound", not bound, detail)
+    return Check("client_bound", True, detail)
 
 
 def telemetry_checks(gpu: RunTelemetry) -> tuple[Check, ...]:

@@ -68,19 +68,12 @@ class Runner:
         self._gpu = _gpu_probe(pool)
         self._ray_pools = RayPools()
         self._noted: set[tuple[str, int]] = set()
-        # The server and finished part of a run a test timeout or Ctrl-C cut, until reported.
-        self._cut: tuple[str, LoadRun | None] | None = None
+        #: The server and finished part of the last run, if a test timeout or Ctrl-C cut it.
+        self.cut: tuple[str, LoadRun | None] | None = None
 
     def close(self) -> None:
         """Release what is kept between runs (the Ray load-worker actors)."""
         self._ray_pools.close()
-
-    def take_cut(self, server: str) -> LoadRun | None:
-        """Return, once, the finished part of the run on ``server`` that something cut."""
-        if self._cut is None or self._cut[0] != server:
-            return None
-        run, self._cut = self._cut[1], None
-        return run
 
     def run(
         self,
@@ -108,7 +101,7 @@ class Runner:
                 "/generate endpoint; measure it (and the SGLang servers it is compared with) "
                 'with Workload(endpoint="completions") or Workload(endpoint="chat")'
             )
-        self._cut = None
+        self.cut = None
         if load is None:
             self._note_cap(server, concurrency)
         label = f"{server.name} {load.describe() if load else f'C={concurrency}'}"
@@ -153,7 +146,7 @@ class Runner:
         except ServerStoppedAnswering as exc:
             stopped, run = exc, exc.run
         except BaseException:
-            self._cut = (server.name, generator.interrupted_run)  # for the report
+            self.cut = (server.name, generator.interrupted_run)  # for the report
             raise
         finally:
             if sampler is not None and sampler.started_at:
