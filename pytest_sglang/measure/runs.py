@@ -179,7 +179,20 @@ class Runner:
             stopped.run = dataclasses.replace(stopped.run, records=())
         give_back_memory()
         if measurement.failed or stopped is not None:
-            self._check_server(server, measurement, stopped is not None, during, server_failed)
+            # A server that died under the load ends the measurement, naming its death; a
+            # dying process gets a moment to be reaped when the run looks like a death.
+            tail = measurement.records[-5:]
+            wait = 2.0 if stopped is not None or (tail and all(not r.ok for r in tail)) else 0.0
+            died = self.pool.check(server.name, during=during, wait=wait)
+            if died is not None:
+                server_failed(server.name, died)
+                lost = (
+                    f"{died}\n  the measurement ({server.name} C={measurement.concurrency}, run "
+                    f"{repeat + 1}) lost {measurement.failed} of {measurement.requests} requests "
+                    "to it"
+                )
+                error = ServerDied(lost, phase=died.phase, exit_code=died.exit_code)
+                raise Interrupted(server, measurement, error)
         if stopped is not None:
             message = [
                 f"the measurement of {server.name} @ C={concurrency} ({server.url}) was stopped "
@@ -190,32 +203,6 @@ class Runner:
             ]
             raise Interrupted(server, measurement, MeasurementFailed("\n".join(message)))
         return measurement
-
-    def _check_server(
-        self,
-        server: SGLangServer,
-        measurement: Measurement,
-        gave_up: bool,
-        during: str,
-        server_failed: Callable[[str, SGLangError], None],
-    ) -> None:
-        """End the measurement naming the server's death if it died under the load."""
-        __tracebackhide__ = True
-
-        # Give a dying process a moment to be reaped when the run looks like a death.
-        tail = measurement.records[-5:]
-        wait = 2.0 if gave_up or (tail and all(not r.ok for r in tail)) else 0.0
-        died = self.pool.check(server.name, during=during, wait=wait)
-        if died is None:
-            return
-        server_failed(server.name, died)
-        lost = (
-            f"{died}\n  the measurement ({server.name} C={measurement.concurrency}, run "
-            f"{measurement.repeat + 1}) lost {measurement.failed} of {measurement.requests} "
-            "requests to it"
-        )
-        error = ServerDied(lost, phase=died.phase, exit_code=died.exit_code)
-        raise Interrupted(server, measurement, error)
 
     def _note_cap(self, server: SGLangServer, concurrency: int) -> None:
         """Say so when ``concurrency`` exceeds the requests the server runs at once."""
