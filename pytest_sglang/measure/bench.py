@@ -60,7 +60,7 @@ class Bench:
         run_line: RunLine | None = None,
     ) -> None:
         self.pool = pool
-        self._record: _Record = lambda result, server: None
+        self._record: _Record = self._keep_cut  # a test's view records with its own
         self._progress = progress
         self._runner = Runner(
             pool, generator_options=generator_options, progress=progress, run_line=run_line
@@ -283,16 +283,10 @@ class Bench:
             f"sglang: {server.name!r} is up: taking the {len(pending)} measurement(s) declared "
             f"for it ({', '.join(declared.label() for _, declared in pending)})"
         )
-
-        def keep_cut(result: BenchResult, handle: SGLangServer | None) -> None:
-            if result.cut is not None and handle is not None:  # Ctrl-C: reported at the end
-                self._unrecorded_cuts.append((result, handle))
-
-        quiet = self.with_recorder(keep_cut)
         for number, (key, declared) in enumerate(pending, 1):
             started = time.monotonic()
             try:
-                (self._cache[key],) = quiet._taken(
+                (self._cache[key],) = self._taken(
                     (server,), declared.workload, declared.concurrency, declared.repeats
                 )
             except Exception as exc:  # the declaring test measures again, and says why
@@ -309,6 +303,11 @@ class Bench:
             )
 
     # -- internals ------------------------------------------------------------------------
+
+    def _keep_cut(self, result: BenchResult, server: SGLangServer | None) -> None:
+        """Keep a cut measurement no test records (a declared one), reported at the end."""
+        if result.cut is not None and server is not None:
+            self._unrecorded_cuts.append((result, server))
 
     def _measure(
         self,
@@ -393,10 +392,10 @@ class Bench:
             self._record(result(stop.server, ended), stop.server)
             self._fail(stop.error)
         except BaseException as error:  # a test timeout or Ctrl-C
+            cut_server, interrupted = self._runner.cut or ("", None)
             for server, taken in zip(servers, runs, strict=True):
                 finished = list(taken)
-                interrupted = self._runner.take_cut(server.name)
-                if interrupted is not None and interrupted.measured:
+                if server.name == cut_server and interrupted is not None and interrupted.measured:
                     try:
                         finished.append(packed(measure(interrupted)))
                     except ValueError:

@@ -70,12 +70,11 @@ def run_checks(
     done: Sequence[RequestRecord],
     duration: float,
     realised: float,
-    longest: float,
 ) -> tuple[Check, ...]:
     """Return the validity checks of ``run``.
 
     ``records``: the measured ones, ``done``: the completed ones; ``duration``: the window,
-    ``realised``: the realised concurrency, ``longest``: the longest e2e latency (seconds).
+    ``realised``: the realised concurrency.
     """
     workload, stream = run.workload, run.workload.stream
     failed = [r for r in records if not r.ok]
@@ -127,7 +126,7 @@ def run_checks(
     checks.append(_token_counts(done))
     checks.append(_input_length(run, done))
     if run.mode == "closed" and run.concurrency is not None:
-        checks.append(_concurrency(run, records, len(failed), realised, longest, duration))
+        checks.append(_concurrency(run, records, len(failed), realised, duration))
     if run.mode == "open" and run.rate:
         lags = [r.sent - r.scheduled for r in records if r.scheduled is not None]
         allowed = SCHEDULE_LAG_FIXED + SCHEDULE_LAG_FRACTION / run.rate
@@ -227,21 +226,21 @@ def _concurrency(
     records: Sequence[RequestRecord],
     failed: int,
     realised: float,
-    longest: float,
     duration: float,
 ) -> Check:
     """Whether the closed loop held its slots full, allowing a ramp-down tail."""
     concurrency = run.concurrency or 0
-    units, unit = len(records), "request"
-    if run.workload.turns is not None:  # a session holds its slot from first send to last end
-        bounds: dict[int, tuple[float, float]] = {}
-        for r in records:
-            if r.end is not None:
-                session = run.workload.session(r.index)[0]
-                first, last = bounds.get(session, (r.sent, r.end))
-                bounds[session] = (min(first, r.sent), max(last, r.end))
-        spans = [last - first for first, last in bounds.values()]
-        units, longest, unit = len(spans), max(spans, default=longest), "session"
+    # A session holds its slot from its first send to its last end (a request is a session
+    # of one turn).
+    bounds: dict[int, tuple[float, float]] = {}
+    for r in records:
+        if r.end is not None:
+            session = run.workload.session(r.index)[0]
+            first, last = bounds.get(session, (r.sent, r.end))
+            bounds[session] = (min(first, r.sent), max(last, r.end))
+    spans = [last - first for first, last in bounds.values()]
+    units, longest = len(spans), max(spans, default=0.0)
+    unit = "request" if run.workload.turns is None else "session"
     if duration <= 0:
         return Check("concurrency", None, "the run had no duration")
     target = min(concurrency, units)
@@ -299,19 +298,19 @@ def _client(run: LoadRun, done: Sequence[RequestRecord]) -> Check:
         + (f", a quarter of the median chunk gap {gap * 1000:.1f} ms" if gap else "")
         + ")"
     )
-    bound = load.cpu_fraction >= CLIENT_CPU_LIMIT
-    if bound:
+    if load.cpu_fraction >= CLIENT_CPU_LIMIT:
         detail += (
             ": the client could not keep up and its figures measure itself; spread the load "
             "over processes (processes=N) or hosts"
         )
-    elif load.lag_p99 > lag_limit:
-        detail = (
-            detail + ": the loop was late with CPU to spare, so other work (another process, "
+        return Check("client_bound", False, detail)
+    if load.lag_p99 > lag_limit:
+        detail += (
+            ": the loop was late with CPU to spare, so other work (another process, "
             "this one's other threads) held it back; the latencies may carry that delay"
         )
         return Check("client_bound", None, detail)
-    return Check("client_bound", not bound, detail)
+    return Check("client_bound", True, detail)
 
 
 def telemetry_checks(gpu: RunTelemetry) -> tuple[Check, ...]:

@@ -135,8 +135,7 @@ def measure(run: LoadRun) -> Measurement:
     duration = max(max(ends, default=start) - start, 0.0)
     output_tokens = sum(r.output_tokens or 0 for r in done)
     input_tokens = sum(r.input_len if r.prompt_tokens is None else r.prompt_tokens for r in done)
-    e2es = [t for r in records if (t := r.e2e) is not None]
-    realised = math.fsum(e2es) / duration if duration > 0 else 0.0
+    realised = math.fsum(r.e2e or 0.0 for r in records) / duration if duration > 0 else 0.0
     gaps = [gap for r in done for gap in r.gaps]
     spec = [r for r in done if r.spec_verify_ct and r.output_tokens_server is not None]
     cached = [r for r in done if r.cached_tokens is not None and r.prompt_tokens]
@@ -180,7 +179,7 @@ def measure(run: LoadRun) -> Measurement:
         if cached
         else None,
         errors=tuple(Counter(r.error for r in records if r.error).most_common(ERROR_SAMPLES)),
-        checks=run_checks(run, records, done, duration, realised, max(e2es, default=0.0)),
+        checks=run_checks(run, records, done, duration, realised),
         records=records,
         warmup_records=run.warmup_records,
     )

@@ -27,13 +27,6 @@ class MetricSpec:
     kind: Literal["scalar", "distribution"]
     definition: str
 
-    @property
-    def direction(self) -> str:
-        """``"larger is better"``, ``"smaller is better"`` or ``"descriptive"``."""
-        if self.larger_is_better is None:
-            return "descriptive"
-        return "larger is better" if self.larger_is_better else "smaller is better"
-
 
 _WINDOW = "of the completed measured requests / (last response end - first request sent)"
 METRICS: Mapping[str, MetricSpec] = MappingProxyType(

@@ -65,22 +65,22 @@ class Runner:
         self._ray_address = self._options.pop("ray_address", None)
         self._progress = progress
         self._run_line = run_line or RunLine(None)
-        self._gpu = _gpu_probe(pool)
+        # The session's GPU probe samples each run's telemetry where GPUs can be read: not for
+        # emulated servers alone (they hold none; a fake-GPU directory simulates them).
+        self._gpu: GpuProbe | None = None
+        settings = pool.settings
+        emulated = settings.launcher.value == "emulator" and settings.gpu_fake.value is None
+        if settings.servers or not emulated:
+            with contextlib.suppress(GpuUnavailable):  # --sglang-require: the fixtures fail
+                self._gpu = pool.gpu_probe()
         self._ray_pools = RayPools()
         self._noted: set[tuple[str, int]] = set()
-        # The server and finished part of a run a test timeout or Ctrl-C cut, until reported.
-        self._cut: tuple[str, LoadRun | None] | None = None
+        #: The server and finished part of the last run, if a test timeout or Ctrl-C cut it.
+        self.cut: tuple[str, LoadRun | None] | None = None
 
     def close(self) -> None:
         """Release what is kept between runs (the Ray load-worker actors)."""
         self._ray_pools.close()
-
-    def take_cut(self, server: str) -> LoadRun | None:
-        """Return, once, the finished part of the run on ``server`` that something cut."""
-        if self._cut is None or self._cut[0] != server:
-            return None
-        run, self._cut = self._cut[1], None
-        return run
 
     def run(
         self,
@@ -108,7 +108,7 @@ class Runner:
                 "/generate endpoint; measure it (and the SGLang servers it is compared with) "
                 'with Workload(endpoint="completions") or Workload(endpoint="chat")'
             )
-        self._cut = None
+        self.cut = None
         if load is None:
             self._note_cap(server, concurrency)
         label = f"{server.name} {load.describe() if load else f'C={concurrency}'}"
@@ -153,7 +153,7 @@ class Runner:
         except ServerStoppedAnswering as exc:
             stopped, run = exc, exc.run
         except BaseException:
-            self._cut = (server.name, generator.interrupted_run)  # for the report
+            self.cut = (server.name, generator.interrupted_run)  # for the report
             raise
         finally:
             if sampler is not None and sampler.started_at:
@@ -179,7 +179,20 @@ class Runner:
             stopped.run = dataclasses.replace(stopped.run, records=())
         give_back_memory()
         if measurement.failed or stopped is not None:
-            self._check_server(server, measurement, stopped is not None, during, server_failed)
+            # A server that died under the load ends the measurement, naming its death; a
+            # dying process gets a moment to be reaped when the run looks like a death.
+            tail = measurement.records[-5:]
+            wait = 2.0 if stopped is not None or (tail and all(not r.ok for r in tail)) else 0.0
+            died = self.pool.check(server.name, during=during, wait=wait)
+            if died is not None:
+                server_failed(server.name, died)
+                lost = (
+                    f"{died}\n  the measurement ({server.name} C={measurement.concurrency}, run "
+                    f"{repeat + 1}) lost {measurement.failed} of {measurement.requests} requests "
+                    "to it"
+                )
+                error = ServerDied(lost, phase=died.phase, exit_code=died.exit_code)
+                raise Interrupted(server, measurement, error)
         if stopped is not None:
             message = [
                 f"the measurement of {server.name} @ C={concurrency} ({server.url}) was stopped "
@@ -190,32 +203,6 @@ class Runner:
             ]
             raise Interrupted(server, measurement, MeasurementFailed("\n".join(message)))
         return measurement
-
-    def _check_server(
-        self,
-        server: SGLangServer,
-        measurement: Measurement,
-        gave_up: bool,
-        during: str,
-        server_failed: Callable[[str, SGLangError], None],
-    ) -> None:
-        """End the measurement naming the server's death if it died under the load."""
-        __tracebackhide__ = True
-
-        # Give a dying process a moment to be reaped when the run looks like a death.
-        tail = measurement.records[-5:]
-        wait = 2.0 if gave_up or (tail and all(not r.ok for r in tail)) else 0.0
-        died = self.pool.check(server.name, during=during, wait=wait)
-        if died is None:
-            return
-        server_failed(server.name, died)
-        lost = (
-            f"{died}\n  the measurement ({server.name} C={measurement.concurrency}, run "
-            f"{measurement.repeat + 1}) lost {measurement.failed} of {measurement.requests} "
-            "requests to it"
-        )
-        error = ServerDied(lost, phase=died.phase, exit_code=died.exit_code)
-        raise Interrupted(server, measurement, error)
 
     def _note_cap(self, server: SGLangServer, concurrency: int) -> None:
         """Say so when ``concurrency`` exceeds the requests the server runs at once."""
@@ -230,20 +217,6 @@ class Runner:
             f"{cap}{source}: {concurrency - cap} requests at a time wait in the server's "
             "queue, and their TTFT includes that wait"
         )
-
-
-def _gpu_probe(pool: ServerPool) -> GpuProbe | None:
-    """Return the session's GPU telemetry reader, or None where no GPU is read."""
-    from pytest_sglang.gpu.probes import make_probe
-
-    settings = pool.settings
-    emulated = settings.launcher.value == "emulator" and settings.gpu_fake.value is None
-    if emulated and not settings.servers:
-        return None
-    try:
-        return make_probe(host=settings.gpu_host.value, fake_dir=settings.gpu_fake.value)
-    except GpuUnavailable:
-        return None
 
 
 def _scrape(server: SGLangServer) -> MetricsSnapshot | None:

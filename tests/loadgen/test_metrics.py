@@ -8,13 +8,13 @@ from pytest_sglang.measure.metrics import METRICS, metric_spec
 def test_every_metric_knows_its_unit_and_direction() -> None:
     for name, spec in METRICS.items():
         assert spec.name == name and spec.unit and spec.definition
-    better = {name: spec.direction for name, spec in METRICS.items()}
-    assert better["output_throughput"] == "larger is better"
-    assert better["acceptance_length"] == "larger is better"
+    larger = {name: spec.larger_is_better for name, spec in METRICS.items()}
+    assert larger["output_throughput"] is True
+    assert larger["acceptance_length"] is True
     for latency in ("ttft", "itl", "itl_chunk", "tpot", "e2e_latency"):
-        assert better[latency] == "smaller is better"
+        assert larger[latency] is False
         assert METRICS[latency].unit == "s" and METRICS[latency].kind == "distribution"
-    assert better["realised_concurrency"] == "descriptive"
+    assert larger["realised_concurrency"] is None
 
 
 def test_metric_spec_with_statistic() -> None:
