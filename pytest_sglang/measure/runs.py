@@ -65,14 +65,7 @@ class Runner:
         self._ray_address = self._options.pop("ray_address", None)
         self._progress = progress
         self._run_line = run_line or RunLine(None)
-        # The session's GPU probe samples each run's telemetry where GPUs can be read: not for
-        # emulated servers alone (they hold none; a fake-GPU directory simulates them).
-        self._gpu: GpuProbe | None = None
-        settings = pool.settings
-        emulated = settings.launcher.value == "emulator" and settings.gpu_fake.value is None
-        if settings.servers or not emulated:
-            with contextlib.suppress(GpuUnavailable):  # --sglang-require: the fixtures fail
-                self._gpu = pool.gpu_probe()
+        self._gpu = _gpu_probe(pool)
         self._ray_pools = RayPools()
         self._noted: set[tuple[str, int]] = set()
         #: The server and finished part of the last run, if a test timeout or Ctrl-C cut it.
@@ -217,6 +210,20 @@ class Runner:
             f"{cap}{source}: {concurrency - cap} requests at a time wait in the server's "
             "queue, and their TTFT includes that wait"
         )
+
+
+def _gpu_probe(pool: ServerPool) -> GpuProbe | None:
+    """Return the session's GPU telemetry reader, or None where no GPU is read."""
+    from pytest_sglang.gpu.probes import make_probe
+
+    settings = pool.settings
+    emulated = settings.launcher.value == "emulator" and settings.gpu_fake.value is None
+    if emulated and not settings.servers:
+        return None
+    try:
+        return make_probe(host=settings.gpu_host.value, fake_dir=settings.gpu_fake.value)
+    except GpuUnavailable:
+        return None
 
 
 def _scrape(server: SGLangServer) -> MetricsSnapshot | None:
