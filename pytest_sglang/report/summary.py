@@ -161,10 +161,7 @@ def _workloads(
 
 
 def _notes(entries: Sequence[MeasurementRow]) -> list[str]:
-    """Return the notes under a table: TTFT splits, failed checks, cuts, checks not applied."""
-    splits = [
-        f"{e['server']} @ C={e['concurrency']}: {text}" for e in entries if (text := _run_split(e))
-    ]
+    """Return the notes under a table: failed checks, cuts, checks not applied."""
     invalid = [
         f"{e['server']} @ C={load_cell(e)}: validity check failed: "
         + ", ".join(f"{name} ({n} of {len(e['runs'])} runs)" for name, n in failed.items())
@@ -182,7 +179,7 @@ def _notes(entries: Sequence[MeasurementRow]) -> list[str]:
         f"{server} is an OpenAI-compatible server; checks that did not apply: " + ", ".join(checks)
         for server, checks in skipped.items()
     ]
-    return [f"TTFT split, {text}" for text in splits] + invalid + cuts + openai
+    return invalid + cuts + openai
 
 
 def _tag(verdict: VerdictRow) -> str:
@@ -229,30 +226,20 @@ def breakdown_lines(evidence: Mapping[str, Any]) -> list[str]:
     """Return the TTFT split of each server a verdict compared (``breakdown_summary``)."""
     found = evidence.get("ttft_breakdown")
     splits = found.items() if isinstance(found, Mapping) else ()
-    return [f"TTFT split, {name}: {text}" for name, s in splits if (text := _split_text([s]))]
+    return [f"TTFT split, {name}: {text}" for name, s in splits if (text := _split_text(s))]
 
 
-def _split_text(splits: Sequence[Any]) -> str | None:
-    """Return the medians of ``splits``' parts (p50 and p99, seconds) in ms; None: one is amiss."""
+def _split_text(split: Mapping[str, Any]) -> str | None:
+    """Return a split's parts (p50 and p99, seconds) in ms; None where one is amiss."""
     try:
-        median = {
-            (name, stat): statistics.median(float(s[name][stat]) for s in splits) * 1000
-            for name in _PARTS
-            for stat in _STATS
-        }
+        ms = {(name, stat): float(split[name][stat]) * 1000 for name in _PARTS for stat in _STATS}
     except (KeyError, TypeError, ValueError):  # no split, or one lacks a part
         return None
     parts = []
     for stat in _STATS:
-        pieces = " + ".join(f"{name} {median[name, stat]:.1f}" for name in _PARTS[1:])
-        parts.append(f"{stat} {median['ttft', stat]:.1f} ms = {pieces}")
+        pieces = " + ".join(f"{name} {ms[name, stat]:.1f}" for name in _PARTS[1:])
+        parts.append(f"{stat} {ms['ttft', stat]:.1f} ms = {pieces}")
     return "; ".join(parts) + " ms (queue and prefill as the server reports them)"
-
-
-def _run_split(entry: MeasurementRow) -> str | None:
-    """Return a row's TTFT split, the medians over the runs that carry one."""
-    splits = [s for run in entry["runs"] if isinstance(s := run.get("ttft_breakdown"), Mapping)]
-    return _split_text([s for s in splits if s.get("ttft")])
 
 
 def _xychart(entries: Sequence[MeasurementRow], rows: Sequence[list[str]]) -> list[str]:

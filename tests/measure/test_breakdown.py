@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 import pytest
 
@@ -133,24 +132,3 @@ def test_the_report_shows_the_split_of_a_verdicts_servers() -> None:
     )
     assert f"    {line}" in render_tables([], [verdict])  # type: ignore[list-item]
     assert line in render_markdown([], [verdict])  # type: ignore[list-item]
-
-
-def test_a_rows_split_is_the_median_over_the_runs_that_carry_a_whole_one() -> None:
-    def split(ttft: float) -> dict[str, dict[str, float]]:
-        parts = {"ttft": ttft, "queue": 0.001, "prefill": ttft / 2, "rest": ttft / 2 - 0.001}
-        return {name: {"p50": value, "p99": 2 * value} for name, value in parts.items()}
-
-    runs: list[dict[str, Any]] = [
-        {"ttft_breakdown": split(0.04)},
-        {"ttft_breakdown": split(0.06)},
-        {},
-    ]
-    row = {"test": "t", "server": "a", "concurrency": 2, "workload": {"endpoint": "generate",
-           "input_len": 8, "output_len": 8, "requests": 4}, "runs": runs}  # fmt: skip
-    assert (
-        "TTFT split, a @ C=2: p50 50.0 ms = queue 1.0 + prefill 25.0 + rest 24.0; p99 100.0 ms "
-        "= queue 2.0 + prefill 50.0 + rest 48.0 ms (queue and prefill as the server reports them)"
-    ) in render_tables([row], [])  # type: ignore[list-item]
-    # A run whose split lacks a part: no split is shown rather than a wrong one.
-    runs.append({"ttft_breakdown": {**split(0.05), "queue": None}})
-    assert not any("TTFT split" in line for line in render_tables([row], []))  # type: ignore[list-item]
