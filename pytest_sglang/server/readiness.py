@@ -142,9 +142,7 @@ class ReadinessGate:
                 verify=self.url.startswith("https:"),
             )
             try:
-                cards = self._health_and_models(client)
-                openai = self.kind == "openai"
-                server_info, model_info = ({}, {}) if openai else self._server_info(client)
+                cards, server_info, model_info = self._pass_phases(client)
                 self._interrupts.check()
             finally:
                 runner.run(client.aclose())
@@ -169,8 +167,10 @@ class ReadinessGate:
 
     # -- phases -------------------------------------------------------------------------
 
-    def _health_and_models(self, client: httpx.AsyncClient) -> list[ModelCard]:
-        """Pass ``connect``, ``health``, ``models`` and ``identity``; return the model cards.
+    def _pass_phases(
+        self, client: httpx.AsyncClient
+    ) -> tuple[list[ModelCard], dict[str, Any], dict[str, Any]]:
+        """Pass every phase; return the model cards, ``/server_info`` and ``/model_info``.
 
         SGLang's health is ``/ready`` (from 0.5.23; 404, or 401 where it is not exempt from
         the API key, before) confirmed by one ``/health_generate``, else ``/health_generate``
@@ -196,26 +196,24 @@ class ReadinessGate:
         self._pass("models")
         cards = [ModelCard.from_json(card) for card in body["data"]]
         problems = check_model_expectations(cards, self.expectations)
-        if problems:
-            self._fail(
-                "the server does not serve the expected model:\n  " + "\n  ".join(problems),
-                IdentityMismatch,
-            )
-        self._pass("identity")
-        return cards
-
-    def _server_info(self, client: httpx.AsyncClient) -> tuple[dict[str, Any], dict[str, Any]]:
+        self._pass_unless(problems, "the server does not serve the expected model", "identity")
+        if openai:
+            return cards, {}, {}
         # 0.5.23 renamed the endpoints; the old names log a warning on every call there.
         info_path, server_info = self._json(client, "/server_info", "/get_server_info")
         _, model_info = self._json(client, "/model_info", "/get_model_info")
-        problems = check_server_info_expectations(server_info, self.expectations, info_path)
+        problems = check_server_info_expectations(
+            server_info, self.expectations, info_path, models=cards
+        )
+        what = "the server runs another configuration than expected"
+        self._pass_unless(problems, what, "server_info")
+        return cards, server_info, model_info
+
+    def _pass_unless(self, problems: list[str], what: str, phase: str) -> None:
+        """Fail with :class:`IdentityMismatch` listing ``problems`` if any, else pass ``phase``."""
         if problems:
-            self._fail(
-                "the server runs another configuration than expected:\n  " + "\n  ".join(problems),
-                IdentityMismatch,
-            )
-        self._pass("server_info")
-        return server_info, model_info
+            self._fail(f"{what}:\n  " + "\n  ".join(problems), IdentityMismatch)
+        self._pass(phase)
 
     def _json(
         self, client: httpx.AsyncClient, *paths: str, schema: str | None = None
