@@ -82,7 +82,6 @@ class ReadinessGate:
     _tried: dict[str, dict[str, str]] = field(init=False, default_factory=dict)
     _probes: int = field(init=False, default=0)
     _last: Seen | None = field(init=False, default=None)
-    _server_header: str | None = field(init=False, default=None)
     _start: float = field(init=False, default=0.0)
     _interval: float = field(init=False, default=CHEAP_POLL_INTERVAL)
     _tls_checked: bool = field(init=False, default=False)
@@ -307,7 +306,6 @@ class ReadinessGate:
         if response is not None:
             seen.status, seen.body = response.status_code, response.text
             seen.server = response.headers.get("server")
-            self._server_header = seen.server or self._server_header
         seen.at = self._elapsed()
         self._last = seen
         phase = self._current_phase()
@@ -394,6 +392,7 @@ class ReadinessGate:
         ``always=False``: nothing unless the engine is recognised (a model list that breaks
         SGLang's schema may still be SGLang's, broken).
         """
+        header = self._last.server if self._last is not None else None
         if models is None:  # one quick look at the model list, best effort
             import httpx
 
@@ -401,11 +400,11 @@ class ReadinessGate:
                 response = self._prober.get(
                     client, "/v1/models", min(QUICK_PROBE_TIMEOUT, self._remaining())
                 )
-                self._server_header = response.headers.get("server") or self._server_header
+                header = response.headers.get("server") or header
                 models = loads_body(response.content) if response.status_code == 200 else None
             except (httpx.HTTPError, ValueError, TimeoutError):
                 models = None
-        found = recognise(self._server_header, models)
+        found = recognise(header, models)
         if found is None and not always:
             return ""
         engine = f"\n  this looks like {found.engine}: {found.evidence}" if found else ""
