@@ -203,10 +203,9 @@ class Launch:
         """Pre-flight the GPUs and build the server's process (not started yet)."""
         argv = build_command(self.profile, self.settings.launcher.value, self.host, port)
         if self.settings.launcher.value == "emulator":
-            argv += list(self.settings.emulator_args.value)
-        if isinstance(self.gpu, FakeProbe) and self.settings.launcher.value == "emulator":
-            # The emulator simulates GPU holders in the fake probe's directory.
-            argv += ["--emulator-gpu-dir", str(self.gpu.directory)]
+            argv += self.settings.emulator_args.value
+            if isinstance(self.gpu, FakeProbe):  # it simulates GPU holders in the probe's folder
+                argv += ["--emulator-gpu-dir", str(self.gpu.directory)]
         # Recorded first: a pre-flight failure is reported with the command it stopped.
         self.info.command, self.info.port = self.redact.argv(argv), port
         env = {**server_environment(os.environ, self.profile.env), "PYTHONUNBUFFERED": "1"}
