@@ -24,8 +24,8 @@ SIGNATURES: dict[str, str] = {
         "pass a --context-length no larger than the draft's in its args"
     ),
     "Address already in use": (
-        "the port was taken between the plugin's check and the server's bind: another server "
-        "(a leftover?) is starting on this machine; look for it and rerun"
+        "the port was taken between the plugin picking it and the server's bind: another "
+        "server (a leftover?) is starting on this machine; look for it and rerun"
     ),
     "CUDA out of memory": _OOM,
     "OutOfMemoryError": _OOM,

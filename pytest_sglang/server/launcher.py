@@ -57,9 +57,9 @@ PRIVATE_ENV_NAMES = ("COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG")
 
 
 def build_command(
-    profile: Profile, launcher: str, host: str, port: int, python: str = sys.executable
+    profile: Profile, launcher: str, host: str, port: int | str, python: str = sys.executable
 ) -> list[str]:
-    """Return the command line that launches ``profile`` on ``host:port``.
+    """Return the command line that launches ``profile`` on ``host:port`` (or a placeholder).
 
     SGLang's (or the profile's ``command``), or the emulator's with the same arguments.
     """
@@ -194,8 +194,7 @@ class Launch:
 
     def refuse(self, reason: str) -> str:
         """Record the launch as failed for ``reason``, before it ran; return its command line."""
-        argv = build_command(self.profile, self.settings.launcher.value, self.host, 0)
-        argv[argv.index("--port") + 1] = "PORT"
+        argv = build_command(self.profile, self.settings.launcher.value, self.host, "PORT")
         self.info.command = self.redact.argv(argv)
         self.info.outcome, self.info.cause = "failed", self.redact(reason)
         return " ".join(self.info.command)
@@ -204,10 +203,9 @@ class Launch:
         """Pre-flight the GPUs and build the server's process (not started yet)."""
         argv = build_command(self.profile, self.settings.launcher.value, self.host, port)
         if self.settings.launcher.value == "emulator":
-            argv += list(self.settings.emulator_args.value)
-        if isinstance(self.gpu, FakeProbe) and self.settings.launcher.value == "emulator":
-            # The emulator simulates GPU holders in the fake probe's directory.
-            argv += ["--emulator-gpu-dir", str(self.gpu.directory)]
+            argv += self.settings.emulator_args.value
+            if isinstance(self.gpu, FakeProbe):  # it simulates GPU holders in the probe's folder
+                argv += ["--emulator-gpu-dir", str(self.gpu.directory)]
         # Recorded first: a pre-flight failure is reported with the command it stopped.
         self.info.command, self.info.port = self.redact.argv(argv), port
         env = {**server_environment(os.environ, self.profile.env), "PYTHONUNBUFFERED": "1"}

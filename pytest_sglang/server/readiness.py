@@ -82,7 +82,6 @@ class ReadinessGate:
     _tried: dict[str, dict[str, str]] = field(init=False, default_factory=dict)
     _probes: int = field(init=False, default=0)
     _last: Seen | None = field(init=False, default=None)
-    _server_header: str | None = field(init=False, default=None)
     _start: float = field(init=False, default=0.0)
     _interval: float = field(init=False, default=CHEAP_POLL_INTERVAL)
     _tls_checked: bool = field(init=False, default=False)
@@ -142,9 +141,7 @@ class ReadinessGate:
                 verify=self.url.startswith("https:"),
             )
             try:
-                cards = self._health_and_models(client)
-                openai = self.kind == "openai"
-                server_info, model_info = ({}, {}) if openai else self._server_info(client)
+                cards, server_info, model_info = self._pass_phases(client)
                 self._interrupts.check()
             finally:
                 runner.run(client.aclose())
@@ -169,8 +166,10 @@ class ReadinessGate:
 
     # -- phases -------------------------------------------------------------------------
 
-    def _health_and_models(self, client: httpx.AsyncClient) -> list[ModelCard]:
-        """Pass ``connect``, ``health``, ``models`` and ``identity``; return the model cards.
+    def _pass_phases(
+        self, client: httpx.AsyncClient
+    ) -> tuple[list[ModelCard], dict[str, Any], dict[str, Any]]:
+        """Pass every phase; return the model cards, ``/server_info`` and ``/model_info``.
 
         SGLang's health is ``/ready`` (from 0.5.23; 404, or 401 where it is not exempt from
         the API key, before) confirmed by one ``/health_generate``, else ``/health_generate``
@@ -196,26 +195,24 @@ class ReadinessGate:
         self._pass("models")
         cards = [ModelCard.from_json(card) for card in body["data"]]
         problems = check_model_expectations(cards, self.expectations)
-        if problems:
-            self._fail(
-                "the server does not serve the expected model:\n  " + "\n  ".join(problems),
-                IdentityMismatch,
-            )
-        self._pass("identity")
-        return cards
-
-    def _server_info(self, client: httpx.AsyncClient) -> tuple[dict[str, Any], dict[str, Any]]:
+        self._pass_unless(problems, "the server does not serve the expected model", "identity")
+        if openai:
+            return cards, {}, {}
         # 0.5.23 renamed the endpoints; the old names log a warning on every call there.
         info_path, server_info = self._json(client, "/server_info", "/get_server_info")
         _, model_info = self._json(client, "/model_info", "/get_model_info")
-        problems = check_server_info_expectations(server_info, self.expectations, info_path)
+        problems = check_server_info_expectations(
+            server_info, self.expectations, info_path, models=cards
+        )
+        what = "the server runs another configuration than expected"
+        self._pass_unless(problems, what, "server_info")
+        return cards, server_info, model_info
+
+    def _pass_unless(self, problems: list[str], what: str, phase: str) -> None:
+        """Fail with :class:`IdentityMismatch` listing ``problems`` if any, else pass ``phase``."""
         if problems:
-            self._fail(
-                "the server runs another configuration than expected:\n  " + "\n  ".join(problems),
-                IdentityMismatch,
-            )
-        self._pass("server_info")
-        return server_info, model_info
+            self._fail(f"{what}:\n  " + "\n  ".join(problems), IdentityMismatch)
+        self._pass(phase)
 
     def _json(
         self, client: httpx.AsyncClient, *paths: str, schema: str | None = None
@@ -309,7 +306,6 @@ class ReadinessGate:
         if response is not None:
             seen.status, seen.body = response.status_code, response.text
             seen.server = response.headers.get("server")
-            self._server_header = seen.server or self._server_header
         seen.at = self._elapsed()
         self._last = seen
         phase = self._current_phase()
@@ -396,6 +392,7 @@ class ReadinessGate:
         ``always=False``: nothing unless the engine is recognised (a model list that breaks
         SGLang's schema may still be SGLang's, broken).
         """
+        header = self._last.server if self._last is not None else None
         if models is None:  # one quick look at the model list, best effort
             import httpx
 
@@ -403,11 +400,11 @@ class ReadinessGate:
                 response = self._prober.get(
                     client, "/v1/models", min(QUICK_PROBE_TIMEOUT, self._remaining())
                 )
-                self._server_header = response.headers.get("server") or self._server_header
+                header = response.headers.get("server") or header
                 models = loads_body(response.content) if response.status_code == 200 else None
             except (httpx.HTTPError, ValueError, TimeoutError):
                 models = None
-        found = recognise(self._server_header, models)
+        found = recognise(header, models)
         if found is None and not always:
             return ""
         engine = f"\n  this looks like {found.engine}: {found.evidence}" if found else ""

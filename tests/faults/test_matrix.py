@@ -266,7 +266,7 @@ ROWS = (
     Row("port-taken", "launch", SERVER_SUITE, outcomes={"errors": 2}, conftest=PORT_THIEF,
         message=("*exited with code 1 during phase 'connect'*",
                  "*address already in use*",
-                 "*hint: the port was taken between the plugin's check and the server's bind*"),
+                 "*hint: the port was taken between the plugin picking it and the server's bind*"),
         timed=("test_first", 5.0), later=1.0,
         report=launch_says("failed", "exited with code 1")),
     Row("wrong-api-key", "attach", SERVER_SUITE, ("--api-key", "right-key-0451"),

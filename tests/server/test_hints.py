@@ -13,7 +13,7 @@ def test_port_in_use_matches_whatever_the_case() -> None:
     python = "OSError: [Errno 98] Address already in use"
     for line in (uvicorn, python):
         (hint,) = hints_for([line])
-        assert hint.startswith("the port was taken between the plugin's check")
+        assert hint.startswith("the port was taken between the plugin picking it")
 
 
 def test_probe_lines_are_left_out_of_the_tail() -> None:

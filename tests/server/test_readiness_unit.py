@@ -215,6 +215,18 @@ def test_wrong_and_missing_server_info_values() -> None:
     assert "speculative_algorithm" not in message
 
 
+def test_a_null_context_length_is_checked_against_the_served_max_model_len() -> None:
+    # A real server reports context_length null unless given: the gate checks the effective
+    # value, /v1/models' max_model_len, instead of saying it is not available.
+    clock = FakeClock()
+    server = ScriptedServer(clock, server_info={**SERVER_INFO, "context_length": None})
+    ready = gate(server, clock, expectations=[expect("context_length", 131072)]).wait()
+    assert ready.model.max_model_len == 131072
+    with pytest.raises(IdentityMismatch) as info:
+        gate(server, clock, expectations=[expect("context_length", 4096)]).wait()
+    assert "the effective value is 131072 (/v1/models max_model_len)" in str(info.value)
+
+
 def test_matching_expectations_pass() -> None:
     clock = FakeClock()
     ready = gate(
