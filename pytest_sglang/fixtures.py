@@ -180,7 +180,9 @@ def sglang_server(
         _fail(sglang_settings, str(error))
     expectations = expectations_of(request.node)
     problems = check_model_expectations(server.models, expectations)
-    problems += check_server_info_expectations(server.server_info, expectations, "/server_info")
+    problems += check_server_info_expectations(
+        server.server_info, expectations, "/server_info", models=server.models
+    )
     if problems:
         _fail(
             sglang_settings,

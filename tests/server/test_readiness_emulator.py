@@ -5,6 +5,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import Callable
 
+import httpx
 import pytest
 
 from pytest_sglang.server.readiness import ReadinessGate
@@ -269,3 +270,27 @@ def test_a_plain_http_gate_loads_no_ca_store(
     server = ReadinessGate("default", emulator.url, timeout=30.0).wait()
     assert server.model.id == "emulated/Llama-3.1-8B-Instruct"
     assert loads == []
+
+
+def test_a_markers_context_length_is_checked_against_the_served_max_model_len(
+    pytester: pytest.Pytester, start_emulator: Start
+) -> None:
+    # SGLang reports ``context_length: null`` in /server_info when it was not given; the
+    # effective value is /v1/models' max_model_len, for a test's marker as for the gate.
+    server = start_emulator()
+    served = httpx.get(f"{server.url}/v1/models").json()["data"][0]["max_model_len"]
+    assert httpx.get(f"{server.url}/server_info").json()["context_length"] is None
+    pytester.makepyfile(f"""
+        import pytest
+
+        @pytest.mark.sglang_expect(context_length={served})
+        def test_served(sglang_server):
+            pass
+
+        @pytest.mark.sglang_expect(context_length={served + 1})
+        def test_other(sglang_server):
+            pass
+    """)
+    result = pytester.runpytest(f"--sglang-url={server.url}")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines([f"*context_length: expected {served + 1}*{served}*"])
