@@ -114,6 +114,7 @@ def profiles_from_tables(
             problem = "missing (also in the profiles it extends)"
             fix = 'add model-path = "ORG/MODEL" or a local path'
             raise _error(path, prefix, name, "model-path", problem, fix)
+        merged["tp"] = int(merged["tp"])  # TOML's 8.0 passes the schema's "integer"
         merged["args"] = tuple(merged["args"])
         merged["command"] = tuple(merged["command"]) if "command" in merged else None
         profiles[name] = Profile(name=name, source=str(path), **merged)

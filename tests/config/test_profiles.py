@@ -61,6 +61,17 @@ def test_pyproject_tables(tmp_path: Path) -> None:
     assert load_profiles(pyproject, None)["small"].tp == 1
 
 
+def test_a_whole_float_tp_launches_with_an_integer_tensor_parallel_size(tmp_path: Path) -> None:
+    # TOML's 8.0 is a float; the schema's "integer" accepts it (JSON Schema counts a whole
+    # float as an integer). The profile must still hold the int 8: --tp-size 8, not 8.0, and
+    # the count of GPUs a launch takes (a float there is an internal error).
+    profiles = load_profiles(None, write(tmp_path, '[profiles.a]\nmodel-path = "m"\ntp = 8.0\n'))
+    tp = profiles["a"].tp
+    assert tp == 8 and type(tp) is int
+    command = build_command(profiles["a"], "sglang", "127.0.0.1", 30000)
+    assert command[command.index("--tp-size") + 1] == "8"
+
+
 def test_name_in_both_files_is_an_error(tmp_path: Path) -> None:
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text('[tool.pytest-sglang.profiles.baseline]\nmodel-path = "m"\n')
