@@ -107,7 +107,7 @@ def conclude(verdict: Verdict) -> Verdict:
     policy = "fail" if settings is None else settings.inconclusive.value
     if policy == "skip":
         pytest.skip(f"inconclusive (--sglang-inconclusive=skip): {verdict.summary}")
-    if policy == "fail":
+    if policy != "warn":  # fail, and anything unknown: an undecided verdict never passes
         raise Inconclusive(verdict.message(), verdict)
     text = f"inconclusive (--sglang-inconclusive=warn): {verdict.message()}"
     warnings_module.warn(SGLangWarning(text), stacklevel=2)
