@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_sglang import fixtures
-from pytest_sglang.config.options import OPTIONS
+from pytest_sglang.config.options import OPTIONS, anything_set
 from pytest_sglang.fixtures import (
     POOL_KEY,
     hurry_started,
@@ -80,7 +80,7 @@ def pytest_configure(config: pytest.Config) -> None:
         unreported=lambda: unreported_properties(config),
     )
     config.pluginmanager.register(interrupts, "sglang-interrupts")
-    if not _anything_set(config):
+    if not anything_set(config):
         if not hasattr(config, "workerinput"):
             config.pluginmanager.register(_FirstEntry(config), "sglang-first-entry")
         return
@@ -96,22 +96,6 @@ def pytest_configure(config: pytest.Config) -> None:
             from pytest_sglang.verdicts.gate import register_gate
 
             register_gate(config, options)
-
-
-def _anything_set(config: pytest.Config) -> bool:
-    """Whether a flag, ini key, environment variable or pyproject.toml profile of ours is set."""
-    if any(name.startswith("PYTEST_SGLANG_") for name in os.environ):
-        return True
-    for spec in OPTIONS:
-        if config.getini(spec.ini) or (spec.cli and config.getoption(spec.dest) not in (None, [])):
-            return True
-    inipath = config.inipath
-    pyproject = inipath if inipath and inipath.name == "pyproject.toml" else None
-    try:
-        text = (pyproject or config.rootpath / "pyproject.toml").read_text(errors="replace")
-    except OSError:
-        return False
-    return "pytest-sglang" in text  # as config/settings.py looks for profiles
 
 
 def _start_session(config: pytest.Config, settings: Settings) -> None:
