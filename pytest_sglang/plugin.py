@@ -106,9 +106,10 @@ def _start_session(config: pytest.Config, settings: Settings) -> None:
     # Launches never count against a test's pytest-timeout (see pytest_sglang.timeouts).
     config.stash[BRIDGE_KEY] = TimeoutBridge()
     config.pluginmanager.register(config.stash[BRIDGE_KEY], "sglang-timeout-bridge")
-    _refuse_launch_under_xdist(config, settings)
     # Under -n N: the tests of one launch group run on one worker (config/xdist_groups.py).
-    configure_xdist(config, settings, servers_named)
+    workers = configure_xdist(config, settings, servers_named)
+    if workers and not config.option.collectonly:
+        _refuse_launch_under_xdist(settings, workers)
     if settings.shard.value is not None:
         from pytest_sglang.config.shards import ShardSelector
 
@@ -160,14 +161,8 @@ class _FirstEntry:
         reporter.pytest_runtest_logreport(report)
 
 
-def _refuse_launch_under_xdist(config: pytest.Config, settings: Settings) -> None:
+def _refuse_launch_under_xdist(settings: Settings, workers: int) -> None:
     """Stop at startup when launch mode cannot share the GPUs out between ``-n N`` workers."""
-    if hasattr(config, "workerinput") or config.option.collectonly:
-        return
-    # xdist's own test for distribution (its pytest_cmdline_main ran before configure).
-    workers = len(getattr(config.option, "tx", None) or [])
-    if getattr(config.option, "dist", "no") in (None, "no") or not workers:
-        return
     attached = {server.name for server in settings.servers}
     launched = [name for name in settings.profiles if name not in attached]
     if not launched or (settings.launcher.value == "emulator" and settings.gpu_fake.value is None):
