@@ -165,8 +165,12 @@ def main() -> int:
             "--emulator-trace", str(trace), "--max-running-requests", str(c),
         )  # fmt: skip
         with running_emulator(Path(tmp), *argv) as emulator:
-            pool = ServerPool(settings_for(emulator.url), log_dir=Path(tmp))
-            bench = Bench(pool, progress=lambda line: print(line, flush=True))
+            pool = ServerPool(
+                settings_for(emulator.url),
+                log_dir=Path(tmp),
+                progress=lambda line: print(line, flush=True),
+            )
+            bench = Bench(pool)
             pool.get("soak")  # the gate
             # A small measurement first: the load generator's imports and first connections.
             warm = Workload(INPUT_LEN, options.output_len, requests=512, warmup=0, seed=-1)

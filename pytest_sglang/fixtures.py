@@ -222,13 +222,12 @@ def session_bench(config: pytest.Config, pool: ServerPool) -> Bench:
     """Return the session's bench, made on first use (by a test, or by a launch)."""
     from pytest_sglang.measure.bench import Bench
     from pytest_sglang.measure.plans import PLANS_KEY
-    from pytest_sglang.report.progress import progress_writer, run_line
+    from pytest_sglang.report.progress import run_line
 
     if BENCH_KEY in config.stash:
         return config.stash[BENCH_KEY]
     config.stash[BENCH_KEY] = Bench(
         pool,
-        progress=progress_writer(config),
         run_line=run_line(config),
         plans=config.stash.get(PLANS_KEY, None),
     )

@@ -54,14 +54,13 @@ class Bench:
         self,
         pool: ServerPool,
         *,
-        progress: Callable[[str], None] = lambda message: None,
         plans: MeasurementPlans | None = None,
         run_line: RunLine | None = None,
     ) -> None:
         self.pool = pool
         self._record: _Record = self._keep_cut  # a test's view records with its own
-        self._progress = progress
-        self._runner = Runner(pool, progress=progress, run_line=run_line)
+        self._progress = pool.say
+        self._runner = Runner(pool, run_line=run_line)
         self._plans = plans or {}
         # Set by ``with_recorder`` for a test; without them the errors propagate.
         self._on_unavailable: Callable[[str], NoReturn] | None = None

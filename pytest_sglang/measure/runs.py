@@ -55,7 +55,6 @@ class Runner:
         self,
         pool: ServerPool,
         *,
-        progress: Callable[[str], None] = lambda message: None,
         run_line: RunLine | None = None,
     ) -> None:
         self.pool = pool
@@ -70,7 +69,7 @@ class Runner:
         # Where the load runs (docs/scaling.md).
         self._workers = settings.load_workers.value
         self._ray_address = settings.ray_address.value
-        self._progress = progress
+        self._progress = pool.say
         self._run_line = run_line or RunLine(None)
         self._gpu = _gpu_probe(pool)
         self._ray_pools = RayPools()
