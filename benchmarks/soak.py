@@ -165,12 +165,12 @@ def main() -> int:
             "--emulator-trace", str(trace), "--max-running-requests", str(c),
         )  # fmt: skip
         with running_emulator(Path(tmp), *argv) as emulator:
-            pool = ServerPool(settings_for(emulator.url), log_dir=Path(tmp))
-            bench = Bench(
-                pool,
+            pool = ServerPool(
+                settings_for(emulator.url),
+                log_dir=Path(tmp),
                 progress=lambda line: print(line, flush=True),
-                generator_options={"request_timeout": 600.0, "stall_timeout": 60.0},
             )
+            bench = Bench(pool)
             pool.get("soak")  # the gate
             # A small measurement first: the load generator's imports and first connections.
             warm = Workload(INPUT_LEN, options.output_len, requests=512, warmup=0, seed=-1)

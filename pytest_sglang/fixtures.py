@@ -222,26 +222,13 @@ def session_bench(config: pytest.Config, pool: ServerPool) -> Bench:
     """Return the session's bench, made on first use (by a test, or by a launch)."""
     from pytest_sglang.measure.bench import Bench
     from pytest_sglang.measure.plans import PLANS_KEY
-    from pytest_sglang.report.progress import progress_writer, run_line
+    from pytest_sglang.report.progress import run_line
 
     if BENCH_KEY in config.stash:
         return config.stash[BENCH_KEY]
-    settings = pool.settings
-    limits = {
-        "request_timeout": settings.request_timeout.value,
-        "stall_timeout": settings.stall_timeout.value,
-        "first_token_timeout": settings.first_token_timeout.value,
-        # 0: never stop a run early for unanswered requests.
-        "max_consecutive_failures": settings.max_consecutive_failures.value or None,
-        # Where the load runs: taken out by the bench (docs/scaling.md).
-        "load_workers": settings.load_workers.value,
-        "ray_address": settings.ray_address.value,
-    }
     config.stash[BENCH_KEY] = Bench(
         pool,
-        progress=progress_writer(config),
         run_line=run_line(config),
-        generator_options=limits,
         plans=config.stash.get(PLANS_KEY, None),
     )
     return config.stash[BENCH_KEY]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_sglang import fixtures
-from pytest_sglang.config.options import OPTIONS
+from pytest_sglang.config.options import OPTIONS, anything_set
 from pytest_sglang.fixtures import (
     POOL_KEY,
     hurry_started,
@@ -80,7 +80,7 @@ def pytest_configure(config: pytest.Config) -> None:
         unreported=lambda: unreported_properties(config),
     )
     config.pluginmanager.register(interrupts, "sglang-interrupts")
-    if not _anything_set(config):
+    if not anything_set(config):
         if not hasattr(config, "workerinput"):
             config.pluginmanager.register(_FirstEntry(config), "sglang-first-entry")
         return
@@ -98,22 +98,6 @@ def pytest_configure(config: pytest.Config) -> None:
             register_gate(config, options)
 
 
-def _anything_set(config: pytest.Config) -> bool:
-    """Whether a flag, ini key, environment variable or pyproject.toml profile of ours is set."""
-    if any(name.startswith("PYTEST_SGLANG_") for name in os.environ):
-        return True
-    for spec in OPTIONS:
-        if config.getini(spec.ini) or (spec.cli and config.getoption(spec.dest) not in (None, [])):
-            return True
-    inipath = config.inipath
-    pyproject = inipath if inipath and inipath.name == "pyproject.toml" else None
-    try:
-        text = (pyproject or config.rootpath / "pyproject.toml").read_text(errors="replace")
-    except OSError:
-        return False
-    return "pytest-sglang" in text  # as config/settings.py looks for profiles
-
-
 def _start_session(config: pytest.Config, settings: Settings) -> None:
     """Register what a configured session needs: timeout bridge, xdist, shards."""
     from pytest_sglang.config.xdist_groups import configure_xdist
@@ -122,9 +106,10 @@ def _start_session(config: pytest.Config, settings: Settings) -> None:
     # Launches never count against a test's pytest-timeout (see pytest_sglang.timeouts).
     config.stash[BRIDGE_KEY] = TimeoutBridge()
     config.pluginmanager.register(config.stash[BRIDGE_KEY], "sglang-timeout-bridge")
-    _refuse_launch_under_xdist(config, settings)
     # Under -n N: the tests of one launch group run on one worker (config/xdist_groups.py).
-    configure_xdist(config, settings, servers_named)
+    workers = configure_xdist(config, settings, servers_named)
+    if workers and not config.option.collectonly:
+        _refuse_launch_under_xdist(settings, workers)
     if settings.shard.value is not None:
         from pytest_sglang.config.shards import ShardSelector
 
@@ -176,14 +161,8 @@ class _FirstEntry:
         reporter.pytest_runtest_logreport(report)
 
 
-def _refuse_launch_under_xdist(config: pytest.Config, settings: Settings) -> None:
+def _refuse_launch_under_xdist(settings: Settings, workers: int) -> None:
     """Stop at startup when launch mode cannot share the GPUs out between ``-n N`` workers."""
-    if hasattr(config, "workerinput") or config.option.collectonly:
-        return
-    # xdist's own test for distribution (its pytest_cmdline_main ran before configure).
-    workers = len(getattr(config.option, "tx", None) or [])
-    if getattr(config.option, "dist", "no") in (None, "no") or not workers:
-        return
     attached = {server.name for server in settings.servers}
     launched = [name for name in settings.profiles if name not in attached]
     if not launched or (settings.launcher.value == "emulator" and settings.gpu_fake.value is None):

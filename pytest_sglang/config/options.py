@@ -8,7 +8,11 @@ the ini key ``sglang_NAME`` and the environment variable ``PYTEST_SGLANG_NAME`` 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
 
 from pytest_sglang.config.defaults import (
     DEFAULT_FIRST_TOKEN_TIMEOUT,
@@ -22,7 +26,7 @@ from pytest_sglang.config.defaults import (
     LAUNCHERS,
 )
 
-__all__ = ["OPTIONS", "OptionSpec"]
+__all__ = ["OPTIONS", "OptionSpec", "anything_set", "pyproject_of"]
 
 
 @dataclass(frozen=True)
@@ -139,3 +143,27 @@ STORAGE = OptionSpec("storage", f"Baselines' storage. Default: {DEFAULT_STORAGE}
 OPTIONS: tuple[OptionSpec, ...] = tuple(
     v for v in dict(globals()).values() if isinstance(v, OptionSpec)
 )
+
+
+def pyproject_of(config: pytest.Config) -> tuple[Path, bool]:
+    """Return the session's ``pyproject.toml`` and whether it mentions pytest-sglang.
+
+    Read as text, not parsed: only a file that mentions us can hold our profiles.
+    """
+    path = config.inipath
+    if path is None or path.name != "pyproject.toml":
+        path = config.rootpath / "pyproject.toml"
+    try:
+        return path, "pytest-sglang" in path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return path, False
+
+
+def anything_set(config: pytest.Config) -> bool:
+    """Whether a flag, ini key, environment variable or pyproject.toml profile of ours is set."""
+    if any(name.startswith("PYTEST_SGLANG_") for name in os.environ):
+        return True
+    for spec in OPTIONS:
+        if config.getini(spec.ini) or (spec.cli and config.getoption(spec.dest) not in (None, [])):
+            return True
+    return pyproject_of(config)[1]

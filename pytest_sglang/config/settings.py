@@ -40,6 +40,7 @@ from pytest_sglang.config.options import (
     REPORT,
     URL,
     OptionSpec,
+    pyproject_of,
 )
 from pytest_sglang.config.parsing import (
     parse_expectation,
@@ -283,13 +284,7 @@ _PATHS: dict[OptionSpec, tuple[Callable[[Path], str | None], str]] = {
 
 
 def _resolve_profiles(config: pytest.Config, profiles_file: Path | None) -> dict[str, Profile]:
-    inipath = config.inipath
-    pyproject = inipath if inipath and inipath.name == "pyproject.toml" else None
-    pyproject = pyproject or config.rootpath / "pyproject.toml"
-    try:
-        mentioned = "pytest-sglang" in pyproject.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        mentioned = False
+    pyproject, mentioned = pyproject_of(config)
     if profiles_file is None and not mentioned:
         return {}
     # Imported here: tomllib and the profile code cost milliseconds in every pytest run.

@@ -33,10 +33,11 @@ def configure_xdist(
     config: pytest.Config,
     settings: Settings,
     servers_of: Callable[[pytest.Item], frozenset[str]],
-) -> None:
+) -> int:
     """In the controller, schedule by launch group; in a worker, write the groups.
 
-    A distribution mode that would split launch groups is a usage error.
+    Return the number of workers in the controller of a distributed session with servers
+    (0 elsewhere). A distribution mode that would split launch groups is a usage error.
     """
     folder = shared_folder(config)
     if folder is not None:
@@ -44,11 +45,12 @@ def configure_xdist(
         path = folder / f"groups-{worker}.json"
         groups = _WorkerGroups(path, servers_of, settings.default_server())
         config.pluginmanager.register(groups, "sglang-xdist-groups")
-        return
+        return 0
+    # xdist's own test for distribution (its pytest_cmdline_main ran before configure).
     dist = getattr(config.option, "dist", "no")
-    distributing = dist not in (None, "no") and getattr(config.option, "tx", None)
-    if hasattr(config, "workerinput") or not distributing or not settings.targets:
-        return  # not the controller of a distributed session with servers to keep together
+    workers = len(getattr(config.option, "tx", None) or []) if dist not in (None, "no") else 0
+    if hasattr(config, "workerinput") or not workers or not settings.targets:
+        return 0  # not the controller of a distributed session with servers to keep together
     if dist in _SPLITTING:
         raise pytest.UsageError(
             f"--dist {dist} would spread the tests of one SGLang server over several "
@@ -57,6 +59,7 @@ def configure_xdist(
             "one worker"
         )
     config.pluginmanager.register(_Controller(grouped=dist != "each"), "sglang-xdist")
+    return workers
 
 
 def shared_folder(config: pytest.Config) -> Path | None:

@@ -11,7 +11,7 @@ import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, NoReturn, overload
+from typing import TYPE_CHECKING, NoReturn, overload
 
 from pytest_sglang.errors import MeasurementFailed, ServerUnavailable, SGLangError
 from pytest_sglang.loadgen.schedule import Arrival, OpenLoop
@@ -54,17 +54,13 @@ class Bench:
         self,
         pool: ServerPool,
         *,
-        progress: Callable[[str], None] = lambda message: None,
-        generator_options: dict[str, Any] | None = None,
         plans: MeasurementPlans | None = None,
         run_line: RunLine | None = None,
     ) -> None:
         self.pool = pool
         self._record: _Record = self._keep_cut  # a test's view records with its own
-        self._progress = progress
-        self._runner = Runner(
-            pool, generator_options=generator_options, progress=progress, run_line=run_line
-        )
+        self._progress = pool.say
+        self._runner = Runner(pool, run_line=run_line)
         self._plans = plans or {}
         # Set by ``with_recorder`` for a test; without them the errors propagate.
         self._on_unavailable: Callable[[str], NoReturn] | None = None

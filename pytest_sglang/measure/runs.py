@@ -12,7 +12,7 @@ import dataclasses
 import gc
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pytest_sglang.errors import GpuUnavailable, MeasurementFailed, ServerDied, SGLangError
@@ -49,21 +49,27 @@ class Interrupted(Exception):
 
 
 class Runner:
-    """Takes a bench's runs (``generator_options``: the load generator's, and its placement)."""
+    """Takes a bench's runs, with the load generator's limits and placement from the settings."""
 
     def __init__(
         self,
         pool: ServerPool,
         *,
-        generator_options: Mapping[str, Any] | None = None,
-        progress: Callable[[str], None] = lambda message: None,
         run_line: RunLine | None = None,
     ) -> None:
         self.pool = pool
-        self._options = dict(generator_options or {})
-        self._workers = int(self._options.pop("load_workers", 1))
-        self._ray_address = self._options.pop("ray_address", None)
-        self._progress = progress
+        settings = pool.settings
+        self._options = {
+            "request_timeout": settings.request_timeout.value,
+            "stall_timeout": settings.stall_timeout.value,
+            "first_token_timeout": settings.first_token_timeout.value,
+            # 0: never stop a run early for unanswered requests.
+            "max_consecutive_failures": settings.max_consecutive_failures.value or None,
+        }
+        # Where the load runs (docs/scaling.md).
+        self._workers = settings.load_workers.value
+        self._ray_address = settings.ray_address.value
+        self._progress = pool.say
         self._run_line = run_line or RunLine(None)
         self._gpu = _gpu_probe(pool)
         self._ray_pools = RayPools()

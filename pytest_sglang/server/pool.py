@@ -58,7 +58,7 @@ class ServerPool:
         self.log_dir = log_dir or Path.cwd() / ".sglang-logs"
         self._progress = progress
         worker = f"pytest-xdist worker gw{xdist_worker[0]}, " if xdist_worker else ""
-        self.locks = ServerLocks(lock_dir, owner=f"{worker}pid {os.getpid()}", progress=self._say)
+        self.locks = ServerLocks(lock_dir, owner=f"{worker}pid {os.getpid()}", progress=self.say)
         self._ready: dict[str, SGLangServer] = {}
         self._failed: dict[str, SGLangError] = {}
         self._running: Launch | None = None
@@ -100,7 +100,8 @@ class ServerPool:
         ]
         return self.locks.hold(*filter(None, urls), during=during)
 
-    def _say(self, message: str) -> None:
+    def say(self, message: str) -> None:
+        """Show a progress line live (redacted): the session's one channel for them."""
         self._progress(self.settings.redact(message))
 
     def gpu_probe(self) -> GpuProbe | None:
