@@ -2,8 +2,8 @@
 
 :data:`Load` is what :meth:`~pytest_sglang.loadgen.runner.LoadGenerator.run` takes. Both
 kinds answer the same questions: how many slots (``None``: as many as requests), when each
-request is due (``None``: at once), what seeds the run's prompts, and the fields a
-:class:`~pytest_sglang.loadgen.records.LoadRun` records.
+request is due (``None``: at once), what seeds the run's prompts, the fields a
+:class:`~pytest_sglang.loadgen.records.LoadRun` records, its cache key and its label.
 
 A run spread over several workers gives each a :class:`Shard`: a closed loop's ``C`` slots
 are split over them (requests follow the slots), so exactly ``C`` are in flight in total;
@@ -57,6 +57,14 @@ class ClosedLoop:
     def offsets(self, count: int, seed: str) -> list[float] | None:
         """Return when each of ``count`` arrivals is due: ``None``, as soon as a slot is free."""
         return None
+
+    def key(self) -> str:
+        """Return a stable text key, e.g. ``closed:64``."""
+        return f"closed:{self.concurrency}"
+
+    def describe(self) -> str:
+        """Return e.g. ``C=64``."""
+        return f"C={self.concurrency}"
 
 
 @dataclass(frozen=True)
