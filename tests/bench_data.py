@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
+from pytest_sglang.loadgen.schedule import ClosedLoop
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import Check, Distribution, Measurement, measure
 from pytest_sglang.measure.results import BenchResult, Sweep
@@ -29,7 +30,7 @@ def _template(workload: Workload) -> Measurement:
         )
         for i in range(2)
     )  # fmt: skip
-    run = LoadRun(workload=workload, mode="closed", records=records, started=0.0, concurrency=2)
+    run = LoadRun(workload=workload, load=ClosedLoop(2), records=records, started=0.0)
     return measure(run)
 
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 import operator
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pytest_sglang.loadgen.progress import ClientLoad
 from pytest_sglang.loadgen.workload import Workload
+
+if TYPE_CHECKING:
+    from pytest_sglang.loadgen.schedule import Load
 
 __all__ = ["LoadRun", "RequestRecord"]
 
@@ -137,21 +140,16 @@ class RequestRecord:
 
 @dataclass(frozen=True)
 class LoadRun:
-    """One run of a workload at one load level: every record, warm-up ones first.
+    """One run of a workload under one load: every record, warm-up ones first.
 
-    ``concurrency`` is set for a closed loop (that many requests in flight), ``rate`` (requests
-    per second) and ``arrival`` for an open loop, where ``max_concurrency`` may cap the
-    requests in flight. ``started`` is the ``perf_counter`` origin of the run.
+    ``load`` is how its requests arrived (a closed loop, or an open loop's schedule);
+    ``started`` is the ``perf_counter`` origin of the run.
     """
 
     workload: Workload
-    mode: Literal["closed", "open"]
+    load: Load
     records: tuple[RequestRecord, ...]
     started: float
-    concurrency: int | None = None
-    rate: float | None = None
-    arrival: str | None = None
-    max_concurrency: int | None = None
     repeat: int = 0
     #: The client's own CPU and event-loop lag over the measured requests (None: not
     #: watched, e.g. a run that never reached its measured phase).

@@ -2,7 +2,8 @@
 
 A worker's :class:`Relay` sends them in a batch at each progress tick, so a lost worker costs
 only what it had not handed over, and one progress line is summed over the workers.
-Pickling and sending happen off the event loop.
+Pickling and sending happen off the event loop. A worker's :class:`Shard` is its part of
+the run: its slots and requests, the common start, and where its finished records go.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from typing import Any
 
 from pytest_sglang.loadgen.progress import GuardedProgress, ProgressCallback
 from pytest_sglang.loadgen.records import RequestRecord
+from pytest_sglang.loadgen.schedule import owner
 
-__all__ = ["Counts", "ProgressSum", "Relay"]
+__all__ = ["Counts", "ProgressSum", "Relay", "Shard"]
 
 #: ``(done, total, output_tokens, elapsed)``: a worker's progress, ``elapsed`` seconds since its
 #: run started (so no clock is shared between hosts).
@@ -85,3 +87,26 @@ class ProgressSum:
     def received(self, worker: int) -> list[RequestRecord]:
         """Return the measured records ``worker`` sent before its end."""
         return self.records.get(worker, [])
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Worker ``index`` of ``len(shares)``: its slots, its requests, the common start.
+
+    ``sync`` blocks until every worker has warmed up and returns the common start;
+    ``finished`` receives each measured request as it ends (a :class:`Relay`'s).
+    """
+
+    index: int
+    shares: tuple[int, ...]
+    sync: Callable[[], float]
+    finished: Callable[[RequestRecord], None] | None = None
+
+    @property
+    def slots(self) -> int:
+        """This process's share of the concurrency (or of the open loop's cap)."""
+        return self.shares[self.index]
+
+    def owns(self, request: int) -> bool:
+        """Whether this process sends request ``request`` (warm-up and measured alike)."""
+        return owner(request, self.shares) == self.index

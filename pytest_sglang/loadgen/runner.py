@@ -40,14 +40,8 @@ from pytest_sglang.loadgen.progress import (
 )
 from pytest_sglang.loadgen.prompts import encoded_bodies
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
-from pytest_sglang.loadgen.schedule import (
-    Arrival,
-    ClosedLoop,
-    Load,
-    OpenLoop,
-    Shard,
-    run_fields,
-)
+from pytest_sglang.loadgen.relay import Shard
+from pytest_sglang.loadgen.schedule import Arrival, ClosedLoop, Load, OpenLoop
 from pytest_sglang.loadgen.streams import StreamParser
 from pytest_sglang.loadgen.transport import Attempt, RetryFailed, describe, exchange, trace
 from pytest_sglang.loadgen.watchdog import StallWatchdog
@@ -283,7 +277,7 @@ class _Run:
             started=self.started,
             repeat=self.repeat,
             client=self.client_load,
-            **run_fields(self.load),
+            load=self.load,
         )
 
     def client(self, *, fresh: bool = False) -> httpx.AsyncClient:

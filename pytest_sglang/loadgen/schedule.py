@@ -2,12 +2,13 @@
 
 :data:`Load` is what :meth:`~pytest_sglang.loadgen.runner.LoadGenerator.run` takes. Both
 kinds answer the same questions: how many slots (``None``: as many as requests), when each
-request is due (``None``: at once), what seeds the run's prompts, and the fields a
-:class:`~pytest_sglang.loadgen.records.LoadRun` records.
+request is due (``None``: at once), what seeds the run's prompts, the fields a measurement
+records, its cache key and its label.
 
-A run spread over several workers gives each a :class:`Shard`: a closed loop's ``C`` slots
-are split over them (requests follow the slots), so exactly ``C`` are in flight in total;
-an open loop keeps one schedule, each request sent by the worker that owns it.
+A run spread over several workers gives each a :class:`~pytest_sglang.loadgen.relay.Shard`:
+a closed loop's ``C`` slots are split over them (requests follow the slots, :func:`owner`),
+so exactly ``C`` are in flight in total; an open loop keeps one schedule, each request sent
+by the worker that owns it.
 """
 
 from __future__ import annotations
@@ -16,17 +17,13 @@ import bisect
 import itertools
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 from pytest_sglang.loadgen.workload import check_count
 
-if TYPE_CHECKING:
-    from pytest_sglang.loadgen.records import RequestRecord
-
-__all__ = ["ARRIVALS", "Arrival", "ClosedLoop", "Load", "OpenLoop", "Shard", "owner",
-           "slot_shares"]  # fmt: skip
+__all__ = ["ARRIVALS", "Arrival", "ClosedLoop", "Load", "OpenLoop", "owner", "slot_shares"]
 
 Arrival = Literal["poisson", "constant"]
 ARRIVALS: tuple[str, ...] = get_args(Arrival)
@@ -57,6 +54,14 @@ class ClosedLoop:
     def offsets(self, count: int, seed: str) -> list[float] | None:
         """Return when each of ``count`` arrivals is due: ``None``, as soon as a slot is free."""
         return None
+
+    def key(self) -> str:
+        """Return a stable text key, e.g. ``closed:64``."""
+        return f"closed:{self.concurrency}"
+
+    def describe(self) -> str:
+        """Return e.g. ``C=64``."""
+        return f"C={self.concurrency}"
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,7 @@ Load = ClosedLoop | OpenLoop
 
 
 def run_fields(load: Load) -> dict[str, Any]:
-    """Return the load's fields as :class:`~pytest_sglang.loadgen.records.LoadRun` has them."""
+    """Return the load's fields as a measurement records them (``mode``, ``rate``, ...)."""
     fields = ("mode", "concurrency", "rate", "arrival", "max_concurrency")
     return {name: getattr(load, name) for name in fields}
 
@@ -145,26 +150,3 @@ def slot_shares(total: int, processes: int) -> list[int]:
 def owner(index: int, shares: Sequence[int]) -> int:
     """Return the process that sends request ``index`` (requests follow the slot shares)."""
     return bisect.bisect_right(list(itertools.accumulate(shares)), index % sum(shares))
-
-
-@dataclass(frozen=True)
-class Shard:
-    """Worker ``index`` of ``len(shares)``: its slots, its requests, the common start.
-
-    ``sync`` blocks until every worker has warmed up and returns the common start;
-    ``finished`` receives each measured request as it ends (:mod:`~.relay`).
-    """
-
-    index: int
-    shares: tuple[int, ...]
-    sync: Callable[[], float]
-    finished: Callable[[RequestRecord], None] | None = None
-
-    @property
-    def slots(self) -> int:
-        """This process's share of the concurrency (or of the open loop's cap)."""
-        return self.shares[self.index]
-
-    def owns(self, request: int) -> bool:
-        """Whether this process sends request ``request`` (warm-up and measured alike)."""
-        return owner(request, self.shares) == self.index

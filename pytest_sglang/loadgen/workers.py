@@ -2,7 +2,7 @@
 
 One asyncio process saturates one core. Every worker, a process of :func:`run_sharded` or a
 Ray actor (:mod:`~pytest_sglang.loadgen.ray_workers`), runs :func:`serve` on its
-:class:`~pytest_sglang.loadgen.schedule.Shard` and sends the same messages back;
+:class:`~pytest_sglang.loadgen.relay.Shard` and sends the same messages back;
 :func:`coordinate` drives either kind and merges their records. The guarantees are in
 ``docs/scaling.md``.
 """
@@ -21,9 +21,9 @@ from typing import Any, Protocol, TypedDict, Unpack, cast
 from pytest_sglang.errors import SGLangError
 from pytest_sglang.loadgen.progress import ProgressCallback
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
-from pytest_sglang.loadgen.relay import ProgressSum, Relay
+from pytest_sglang.loadgen.relay import ProgressSum, Relay, Shard
 from pytest_sglang.loadgen.runner import LoadGenerator, ServerStoppedAnswering, run_blocking
-from pytest_sglang.loadgen.schedule import Load, Shard, owner, run_fields, slot_shares
+from pytest_sglang.loadgen.schedule import Load, owner, slot_shares
 from pytest_sglang.loadgen.workload import Workload, check_count
 
 __all__ = ["Coordination", "LoadWorkersFailed", "RunPlan", "coordinate", "run_sharded", "serve"]
@@ -232,7 +232,7 @@ def _settle(
         started=min(starts, default=time.perf_counter()),
         repeat=plan.repeat,
         client=busiest,
-        **run_fields(plan.load),
+        load=plan.load,
     )
     stopped = [message for kind, _, message in outcomes if kind == "stopped"]
     if stopped:

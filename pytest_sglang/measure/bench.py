@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, NoReturn, overload
 
 from pytest_sglang.errors import MeasurementFailed, ServerUnavailable, SGLangError
-from pytest_sglang.loadgen.schedule import Arrival, OpenLoop
+from pytest_sglang.loadgen.schedule import Arrival, ClosedLoop, Load, OpenLoop
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.budget import (
     Budget,
@@ -188,13 +188,10 @@ class Bench:
         load = open_loop_of(
             None if concurrency == 1 else concurrency, rate, arrival, max_concurrency
         )
-        levels = [load.max_concurrency or 0] if load is not None else levels_of(concurrency)
+        loads = [load] if load is not None else map(ClosedLoop, sorted(levels_of(concurrency)))
         repeats = repeats_of(repeats)
         budget = Budget.of(allow_errors, allow_checks)
-        points = tuple(
-            self._measure(server, workload, level, repeats, budget, load=load)
-            for level in sorted(levels)
-        )
+        points = tuple(self._measure(server, workload, one, repeats, budget) for one in loads)
         if isinstance(concurrency, int):
             return points[0]
         return Sweep(server if isinstance(server, str) else server.name, workload, points)
@@ -218,17 +215,18 @@ class Bench:
         """
         __tracebackhide__ = True
         (level,) = levels_of(concurrency)
+        load = ClosedLoop(level)
         repeats = repeats_of(repeats)
         budget = Budget.of(allow_errors, allow_checks)
         with self.pool.measuring(a, b, during=self._during):
             attached = {s.name for s in self.pool.settings.servers}
-            keys = [cache_key(name, workload, level, repeats) for name in (a, b)]
+            keys = [cache_key(name, workload, load, repeats) for name in (a, b)]
             if {a, b} <= attached and not any(key in self._cache for key in keys):
                 check_fills(workload, level)
-                taken = self._taken((self._server(a), self._server(b)), workload, level, repeats)
+                taken = self._taken((self._server(a), self._server(b)), workload, load, repeats)
                 self._cache.update(zip(keys, taken, strict=True))
-            first = self._measure(a, workload, level, repeats, budget)
-            return first, self._measure(b, workload, level, repeats, budget)
+            first = self._measure(a, workload, load, repeats, budget)
+            return first, self._measure(b, workload, load, repeats, budget)
 
     def run_once(
         self,
@@ -249,18 +247,20 @@ class Bench:
         [5, 10, 20, 40], "ttft.p99 <= 1s", unit="rate")``.
         """
         __tracebackhide__ = True
-        load = open_loop_of(concurrency, rate, arrival, max_concurrency)
-        if load is None and concurrency is None:
-            raise ValueError(
-                "run_once measures a closed loop (concurrency=C) or an open loop (rate=R): give one"
-            )
-        (level,) = [load.max_concurrency or 0] if load is not None else levels_of(concurrency)
+        load: Load | None = open_loop_of(concurrency, rate, arrival, max_concurrency)
         if load is None:
+            if concurrency is None:
+                raise ValueError(
+                    "run_once measures a closed loop (concurrency=C) or an open loop (rate=R): "
+                    "give one"
+                )
+            (level,) = levels_of(concurrency)
             check_fills(workload, level)
+            load = ClosedLoop(level)
         handle = self._server(server)
         try:
             with self.pool.measuring(handle, during=self._during):
-                return self._run(handle, workload, level, repeat, repeat + 1, load=load)
+                return self._run(handle, workload, load, repeat, repeat + 1)
         except Interrupted as stop:
             self._fail(stop.error)
 
@@ -283,7 +283,7 @@ class Bench:
             started = time.monotonic()
             try:
                 (self._cache[key],) = self._taken(
-                    (server,), declared.workload, declared.concurrency, declared.repeats
+                    (server,), declared.workload, declared.load, declared.repeats
                 )
             except Exception as exc:  # the declaring test measures again, and says why
                 first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -309,31 +309,27 @@ class Bench:
         self,
         server: str | SGLangServer,
         workload: Workload,
-        concurrency: int,
+        load: Load,
         repeats: int,
         budget: Budget,
-        *,
-        load: OpenLoop | None = None,
     ) -> BenchResult:
         """Measure (or fetch) ``repeats`` runs, then record the result and judge it."""
         __tracebackhide__ = True
         name = server if isinstance(server, str) else server.name
-        key = cache_key(name, workload, concurrency, repeats, load)
+        key = cache_key(name, workload, load, repeats)
         if key not in self._cache:
-            if load is None:
-                check_fills(workload, concurrency)
+            if isinstance(load, ClosedLoop):
+                check_fills(workload, load.concurrency)
             why = ""
-            if load is None and self._plans and key not in self._plans:
+            if load.mode == "closed" and self._plans and key not in self._plans:
                 why = (
-                    f"a measurement no selected test declared ({name} @ C={concurrency}, "
+                    f"a measurement no selected test declared ({name} @ {load.describe()}, "
                     f"x{repeats}): add it to the test's @pytest.mark.sglang_measure so that "
                     "it is taken while the server is up"
                 )
             handle = self._server(server, why=why)
             if key not in self._cache:  # the server's launch may have taken it (take_declared)
-                (self._cache[key],) = self._taken(
-                    (handle,), workload, concurrency, repeats, load=load
-                )
+                (self._cache[key],) = self._taken((handle,), workload, load, repeats)
         result = self._cache[key]
         self._record(result, self._handles.get(result.server))
         self._recorded.add(id(result))
@@ -346,10 +342,8 @@ class Bench:
         self,
         servers: tuple[SGLangServer, ...],
         workload: Workload,
-        concurrency: int,
+        load: Load,
         repeats: int,
-        *,
-        load: OpenLoop | None = None,
     ) -> list[BenchResult]:
         """Take ``repeats`` runs on each of ``servers`` (A B A B, so that drift cancels).
 
@@ -366,12 +360,12 @@ class Bench:
             return BenchResult(
                 server.name,
                 workload,
-                concurrency,
+                load.slots or 0,
                 tuple(taken),  # packed by the runner
                 {k: info[k] for k in CONFIG_KEYS if k in info},
                 schedule,
                 server.url,
-                open_loop=load,
+                open_loop=load if isinstance(load, OpenLoop) else None,
                 not_applicable=server.not_applicable,
             )
 
@@ -379,9 +373,7 @@ class Bench:
             with self.pool.measuring(*servers, during=self._during):
                 for repeat in range(repeats):
                     for server, taken in zip(servers, runs, strict=True):
-                        taken.append(
-                            self._run(server, workload, concurrency, repeat, repeats, load=load)
-                        )
+                        taken.append(self._run(server, workload, load, repeat, repeats))
         except Interrupted as stop:
             ended = runs[servers.index(stop.server)]
             ended.append(stop.measurement)

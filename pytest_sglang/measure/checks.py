@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from pytest_sglang.gpu.telemetry import RunTelemetry
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
+from pytest_sglang.loadgen.schedule import ClosedLoop
 
 __all__ = ["CHECK_NAMES", "LOAD_CHECKS", "Check", "error_kind", "errors_by_kind", "run_checks"]
 
@@ -125,15 +126,16 @@ def run_checks(
 
     checks.append(_token_counts(done))
     checks.append(_input_length(run, done))
-    if run.mode == "closed" and run.concurrency is not None:
-        checks.append(_concurrency(run, records, len(failed), realised, duration))
-    if run.mode == "open" and run.rate:
+    load = run.load
+    if isinstance(load, ClosedLoop):
+        checks.append(_concurrency(run, load.concurrency, records, len(failed), realised, duration))
+    else:
         lags = [r.sent - r.scheduled for r in records if r.scheduled is not None]
-        allowed = SCHEDULE_LAG_FIXED + SCHEDULE_LAG_FRACTION / run.rate
+        allowed = SCHEDULE_LAG_FIXED + SCHEDULE_LAG_FRACTION / load.rate
         if lags:
             detail = (
                 f"largest send delay behind schedule {max(lags) * 1000:.1f} ms (allowed "
-                f"{allowed * 1000:.1f} ms at {run.rate:g} requests/s)"
+                f"{allowed * 1000:.1f} ms at {load.rate:g} requests/s)"
             )
             checks.append(Check("schedule", max(lags) <= allowed, detail))
         else:
@@ -223,13 +225,13 @@ def _input_length(run: LoadRun, done: Sequence[RequestRecord]) -> Check:
 
 def _concurrency(
     run: LoadRun,
+    concurrency: int,
     records: Sequence[RequestRecord],
     failed: int,
     realised: float,
     duration: float,
 ) -> Check:
-    """Whether the closed loop held its slots full, allowing a ramp-down tail."""
-    concurrency = run.concurrency or 0
+    """Whether the closed loop held its ``concurrency`` slots full, allowing a ramp-down tail."""
     # A session holds its slot from its first send to its last end (a request is a session
     # of one turn).
     bounds: dict[int, tuple[float, float]] = {}

@@ -13,6 +13,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
+from pytest_sglang.loadgen.schedule import run_fields
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.checks import Check, run_checks
 from pytest_sglang.measure.distribution import Distribution
@@ -145,11 +146,7 @@ def measure(run: LoadRun) -> Measurement:
 
     return Measurement(
         workload=run.workload,
-        mode=run.mode,
-        concurrency=run.concurrency,
-        rate=run.rate,
-        arrival=run.arrival,
-        max_concurrency=run.max_concurrency,
+        **run_fields(run.load),
         repeat=run.repeat,
         requests=len(records),
         completed=len(done),

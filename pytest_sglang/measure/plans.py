@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from pytest_sglang.loadgen.schedule import OpenLoop
+    from pytest_sglang.loadgen.schedule import ClosedLoop, Load
     from pytest_sglang.loadgen.workload import Workload
 
 __all__ = [
@@ -48,9 +48,16 @@ class Declared:
         """Return e.g. ``baseline @ C=64 (x5)``."""
         return f"{self.server} @ C={self.concurrency} (x{self.repeats})"
 
+    @property
+    def load(self) -> ClosedLoop:
+        """The closed loop it measures."""
+        from pytest_sglang.loadgen.schedule import ClosedLoop  # marked tests only
 
-#: The session cache's key of a measurement: server, workload (and open loop), level, repeats.
-CacheKey = tuple[str, str, int, int]
+        return ClosedLoop(self.concurrency)
+
+
+#: The session cache's key of a measurement: server, workload, load, repeats.
+CacheKey = tuple[str, str, str, int]
 #: Every measurement the selected tests declared, by cache key, in declaration order.
 MeasurementPlans = dict[CacheKey, Declared]
 
@@ -58,12 +65,9 @@ MeasurementPlans = dict[CacheKey, Declared]
 PLANS_KEY = pytest.StashKey[MeasurementPlans]()
 
 
-def cache_key(
-    server: str, workload: Workload, concurrency: int, repeats: int, load: OpenLoop | None = None
-) -> CacheKey:
+def cache_key(server: str, workload: Workload, load: Load, repeats: int) -> CacheKey:
     """Return the session cache's key of a measurement."""
-    what = workload.key() if load is None else f"{workload.key()}|{load.key()}"
-    return (server, what, concurrency, repeats)
+    return (server, workload.key(), load.key(), repeats)
 
 
 def _declared(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Declared]:
@@ -103,6 +107,6 @@ def declared_measurements(items: Iterable[pytest.Item]) -> MeasurementPlans:
                     f"{item.nodeid}: @pytest.mark.sglang_measure: {exc}"
                 ) from None
             for one in declared:
-                key = cache_key(one.server, one.workload, one.concurrency, one.repeats)
+                key = cache_key(one.server, one.workload, one.load, one.repeats)
                 plans.setdefault(key, one)
     return plans

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, SupportsIndex, cast, overload
 
 from pytest_sglang.loadgen.records import RequestRecord
-from pytest_sglang.loadgen.schedule import OpenLoop
+from pytest_sglang.loadgen.schedule import ClosedLoop, OpenLoop
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import Measurement
 from pytest_sglang.measure.metrics import metric_spec
@@ -94,9 +94,8 @@ class BenchResult:
 
     def label(self) -> str:
         """Return e.g. ``eagle3 @ C=10`` (``eagle3 @ 20 req/s poisson`` in an open loop)."""
-        if self.open_loop is not None:
-            return f"{self.server} @ {self.open_loop.describe()}"
-        return f"{self.server} @ C={self.concurrency}"
+        load = self.open_loop or ClosedLoop(self.concurrency)
+        return f"{self.server} @ {load.describe()}"
 
     def as_dict(self) -> MeasurementBody:
         """Return plain JSON types, for reports."""

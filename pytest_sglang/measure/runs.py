@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_sglang.errors import GpuUnavailable, MeasurementFailed, ServerDied, SGLangError
 from pytest_sglang.loadgen.ray_pools import RayPools
-from pytest_sglang.loadgen.schedule import ClosedLoop, OpenLoop
+from pytest_sglang.loadgen.schedule import ClosedLoop, Load
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.budget import failure_kinds
 from pytest_sglang.measure.checks import telemetry_checks
@@ -85,15 +85,14 @@ class Runner:
         self,
         server: SGLangServer,
         workload: Workload,
-        concurrency: int,
+        load: Load,
         repeat: int,
         repeats: int,
         *,
-        load: OpenLoop | None = None,
         during: str = "",
         server_failed: Callable[[str, SGLangError], None] = lambda name, error: None,
     ) -> Measurement:
-        """Take run ``repeat`` (of ``repeats``) on ``server``: a closed loop, or ``load``.
+        """Take run ``repeat`` (of ``repeats``) on ``server`` under ``load``.
 
         :raises Interrupted: the server died (reported to ``server_failed``), or the run gave up.
         """
@@ -108,10 +107,9 @@ class Runner:
                 'with Workload(endpoint="completions") or Workload(endpoint="chat")'
             )
         self.cut = None
-        if load is None:
-            self._note_cap(server, concurrency)
-        label = f"{server.name} {load.describe() if load else f'C={concurrency}'}"
-        label += f" run {repeat + 1}/{repeats}"
+        if isinstance(load, ClosedLoop):
+            self._note_cap(server, load.concurrency)
+        label = f"{server.name} {load.describe()} run {repeat + 1}/{repeats}"
         line, last = "", time.monotonic()
         live = self._run_line
 
@@ -141,11 +139,10 @@ class Runner:
         generator = load_generator_for(
             server, progress=progress, before_measured=before_measured, **self._options
         )
-        level = concurrency if load is None else load.max_concurrency or 1
         stopped: ServerStoppedAnswering | None = None
         try:
             run = run_on_workers(
-                generator, workload.for_concurrency(level), load or ClosedLoop(concurrency),
+                generator, workload.for_concurrency(load.slots or 1), load,
                 workers=self._workers, ray_address=self._ray_address, repeat=repeat,
                 before_measured=before_measured, ray_pools=self._ray_pools,
             )  # fmt: skip
@@ -194,8 +191,8 @@ class Runner:
                 raise Interrupted(server, measurement, error)
         if stopped is not None:
             message = [
-                f"the measurement of {server.name} @ C={concurrency} ({server.url}) was stopped "
-                f"in run {repeat + 1}: {stopped}",
+                f"the measurement of {server.name} @ C={load.slots or 0} ({server.url}) was "
+                f"stopped in run {repeat + 1}: {stopped}",
                 *failure_kinds([measurement]),
                 "  the server still accepts connections, but left that many requests in a row "
                 "without an answer: read its log (a hung scheduler? streams that stall?)",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
+from pytest_sglang.loadgen.schedule import ClosedLoop
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.checks import error_kind
 from pytest_sglang.measure.measurement import measure
@@ -27,7 +28,7 @@ def failed(index: int, error: str) -> RequestRecord:
 
 
 def run(*records: RequestRecord) -> LoadRun:
-    return LoadRun(workload=W, mode="closed", records=records, started=9.0, concurrency=1)
+    return LoadRun(workload=W, load=ClosedLoop(1), records=records, started=9.0)
 
 
 def test_text_with_no_countable_tokens_makes_the_run_invalid() -> None:

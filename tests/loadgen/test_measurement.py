@@ -9,6 +9,7 @@ import statistics
 import pytest
 
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
+from pytest_sglang.loadgen.schedule import ClosedLoop, OpenLoop
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.distribution import percentile as _percentile
 from pytest_sglang.measure.measurement import Distribution, Measurement, measure
@@ -60,7 +61,7 @@ RECORDS = (
     rec(1, 10.0, 10.6, [(10.2, 1), (10.4, 1), (10.6, 1)], server=3, client=3, spec=1),
     rec(2, 10.6, 10.7, error="HTTP 500: boom"),
 )
-RUN = LoadRun(workload=W, mode="closed", records=RECORDS, started=9.0, concurrency=2)
+RUN = LoadRun(workload=W, load=ClosedLoop(2), records=RECORDS, started=9.0)
 
 
 def test_hand_computed_metrics() -> None:
@@ -126,7 +127,7 @@ def test_checks_and_validity() -> None:
     assert "1 of 3 measured requests failed: 1 x HTTP 500 (e.g. request 2: HTTP 500: boom)" in (
         m.check("no_failed_requests").detail
     )
-    ok = LoadRun(workload=W, mode="closed", records=RECORDS[:3], started=9.0, concurrency=2)
+    ok = LoadRun(workload=W, load=ClosedLoop(2), records=RECORDS[:3], started=9.0)
     assert measure(ok).valid
 
 
@@ -144,9 +145,7 @@ def test_get_by_name() -> None:
 
 def test_no_speculation_gives_no_acceptance_length() -> None:
     records = [rec(0, 0.0, 1.0, [(0.5, 3)], server=3, client=3, spec=0)]
-    m = measure(
-        LoadRun(workload=W, mode="closed", records=tuple(records), started=0.0, concurrency=1)
-    )
+    m = measure(LoadRun(workload=W, load=ClosedLoop(1), records=tuple(records), started=0.0))
     assert m.acceptance_length is None
     assert m.get("acceptance_length") is None
 
@@ -156,7 +155,7 @@ def test_wrong_lengths_and_disagreeing_counts_fail_their_checks() -> None:
         rec(0, 0.0, 1.0, [(0.5, 1), (0.9, 1)], server=2, client=2),
         rec(1, 0.0, 1.0, [(0.5, 1), (0.9, 2)], server=3, client=4),
     )
-    m = measure(LoadRun(workload=W, mode="closed", records=records, started=0.0, concurrency=2))
+    m = measure(LoadRun(workload=W, load=ClosedLoop(2), records=records, started=0.0))
     assert m.check("output_length").passed is False
     assert "request 0: 2" in m.check("output_length").detail
     assert m.check("token_counts").passed is False
@@ -166,14 +165,14 @@ def test_wrong_lengths_and_disagreeing_counts_fail_their_checks() -> None:
 def test_chat_input_length_is_reported_not_judged() -> None:
     chat = Workload(input_len=4, output_len=3, requests=1, endpoint="chat")
     records = (rec(0, 0.0, 1.0, [(0.5, 3)], server=3, prompt=17),)
-    m = measure(LoadRun(workload=chat, mode="closed", records=records, started=0.0, concurrency=1))
+    m = measure(LoadRun(workload=chat, load=ClosedLoop(1), records=records, started=0.0))
     check = m.check("input_length")
     assert check.passed is None and "17.0 prompt tokens" in check.detail and "+13.0" in check.detail
 
 
 def test_spread_chunk_counts_are_flagged_not_failed() -> None:
     records = (rec(0, 0.0, 1.0, [(0.5, 1), (0.9, 2)], server=3, exact=False),)
-    m = measure(LoadRun(workload=W, mode="closed", records=records, started=0.0, concurrency=1))
+    m = measure(LoadRun(workload=W, load=ClosedLoop(1), records=records, started=0.0))
     assert m.check("chunk_token_counts").passed is None
     assert m.valid
 
@@ -187,15 +186,11 @@ def sequential(count: int, duration: float, lanes: int) -> tuple[RequestRecord, 
 
 
 def test_concurrency_check_passes_a_full_pipeline_and_fails_idle_slots() -> None:
-    full = LoadRun(
-        workload=W, mode="closed", records=sequential(10, 1.0, 2), started=0.0, concurrency=2
-    )
+    full = LoadRun(workload=W, load=ClosedLoop(2), records=sequential(10, 1.0, 2), started=0.0)
     assert measure(full).realised_concurrency == pytest.approx(2.0)
     assert measure(full).check("concurrency").passed is True
     # The client claimed 2 in flight but sent one at a time: realised 1.0, floor 1.71.
-    idle = LoadRun(
-        workload=W, mode="closed", records=sequential(10, 1.0, 1), started=0.0, concurrency=2
-    )
+    idle = LoadRun(workload=W, load=ClosedLoop(2), records=sequential(10, 1.0, 1), started=0.0)
     check = measure(idle).check("concurrency")
     assert check.passed is False
     assert "realised 1.00 for 2 requested; allowed [1.71, 2]" in check.detail
@@ -207,9 +202,7 @@ def test_open_loop_schedule_check() -> None:
     )
     late = (*on_time[:4], rec(4, 4.3, 4.8, [(4.5, 3)], server=3, scheduled=4.0))
     for records, passed in ((on_time, True), (late, False)):
-        run = LoadRun(
-            workload=W, mode="open", records=records, started=0.0, rate=1.0, arrival="constant"
-        )
+        run = LoadRun(workload=W, load=OpenLoop(1.0, "constant"), records=records, started=0.0)
         m = measure(run)
         assert m.check("schedule").passed is passed
         assert "concurrency" not in {c.name for c in m.checks}
@@ -218,7 +211,7 @@ def test_open_loop_schedule_check() -> None:
 
 def test_all_failed() -> None:
     records = tuple(rec(i, 1.0, 1.0, error="ConnectError: refused", prompt=None) for i in range(3))
-    m = measure(LoadRun(workload=W, mode="closed", records=records, started=0.0, concurrency=3))
+    m = measure(LoadRun(workload=W, load=ClosedLoop(3), records=records, started=0.0))
     assert (m.completed, m.failed, m.output_throughput, m.duration) == (0, 3, 0.0, 0.0)
     assert m.ttft is None and m.itl is None and m.get("ttft.p99") is None
     assert m.errors == (("ConnectError: refused", 3),)

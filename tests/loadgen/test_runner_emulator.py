@@ -18,6 +18,7 @@ from pytest_sglang.emulator.engine.arrivals import kernel_stamps_supported
 from pytest_sglang.emulator.engine.trace import read_trace
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.runner import LoadGenerator
+from pytest_sglang.loadgen.schedule import ClosedLoop, OpenLoop
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import measure
 from pytest_sglang.testing import EmulatorProcess, free_port, running_emulator
@@ -77,7 +78,7 @@ def assert_complete(run: LoadRun, workload: Workload) -> None:
 def test_closed_loop_on_each_endpoint(emulator: EmulatorProcess, endpoint: str) -> None:
     workload = Workload(**SMALL, requests=12, endpoint=endpoint)  # type: ignore[arg-type]
     run = LoadGenerator(emulator.url).run_closed_loop(workload, 4)
-    assert (run.mode, run.concurrency) == ("closed", 4)
+    assert run.load == ClosedLoop(4)
     assert_complete(run, workload)
     # The loop fills all 4 slots and never more, warm-up and measured phases apart.
     assert max_in_flight(run.measured) == 4
@@ -114,7 +115,7 @@ def test_default_warmup_is_one_per_slot(emulator: EmulatorProcess) -> None:
 def test_open_loop_keeps_its_schedule(emulator: EmulatorProcess) -> None:
     workload = Workload(**SMALL, requests=20, warmup=0)
     run = LoadGenerator(emulator.url).run_open_loop(workload, 100.0, arrival="constant")
-    assert (run.mode, run.rate, run.arrival) == ("open", 100.0, "constant")
+    assert run.load == OpenLoop(100.0, "constant")
     assert_complete(run, workload)
     scheduled = [r.scheduled for r in run.measured if r.scheduled is not None]
     assert len(scheduled) == 20
@@ -127,14 +128,14 @@ def test_open_loop_poisson_with_a_concurrency_cap(emulator: EmulatorProcess) -> 
     workload = Workload(**SMALL, requests=20, warmup=1, seed=3)
     run = LoadGenerator(emulator.url).run_open_loop(workload, 500.0, max_concurrency=2)
     assert_complete(run, workload)
-    assert run.max_concurrency == 2
+    assert run.load.max_concurrency == 2
     assert max_in_flight(run.measured) <= 2
 
 
 def test_sweep_runs_each_level_in_turn(emulator: EmulatorProcess) -> None:
     workload = Workload(**SMALL, requests=4, warmup=0)
     runs = LoadGenerator(emulator.url).run_sweep(workload, [1, 3])
-    assert [r.concurrency for r in runs] == [1, 3]
+    assert [r.load.concurrency for r in runs] == [1, 3]
     for run in runs:
         assert_complete(run, workload)
     assert max_in_flight(runs[0].records) == 1

@@ -6,6 +6,7 @@ import time
 
 from pytest_sglang.loadgen.progress import ClientLoad, ClientMonitor
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
+from pytest_sglang.loadgen.schedule import ClosedLoop
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import Measurement, measure
 
@@ -41,7 +42,7 @@ def rec(index: int, gaps: float) -> RequestRecord:
 def checked(cpu: float, lag: float, gap: float = 0.02) -> Measurement:
     load = ClientLoad(cpu_seconds=cpu, wall_seconds=1.0, lag_p50=lag / 2, lag_p99=lag,
                       lag_max=lag, samples=20)  # fmt: skip
-    run = LoadRun(W, "closed", (rec(0, gap), rec(1, gap)), 0.0, concurrency=2, client=load)
+    run = LoadRun(W, ClosedLoop(2), (rec(0, gap), rec(1, gap)), 0.0, client=load)
     return measure(run)
 
 
@@ -61,7 +62,7 @@ def test_client_bound_flags_a_busy_core_or_a_late_loop() -> None:
 
 
 def test_a_run_without_a_monitor_is_not_judged_and_old_reports_load() -> None:
-    run = LoadRun(W, "closed", (rec(0, 0.02),), 0.0, concurrency=1)
+    run = LoadRun(W, ClosedLoop(1), (rec(0, 0.02),), 0.0)
     m = measure(run)
     assert m.check("client_bound").passed is None
     data = m.as_dict()

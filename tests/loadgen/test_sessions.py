@@ -106,6 +106,7 @@ def test_sharegpt_sessions_hit_the_cache_too(tmp_path: Path) -> None:
 def test_the_concurrency_check_counts_sessions_not_requests() -> None:
     """A slot holds a session: its ramp-down tail is the longest session, not request."""
     from pytest_sglang.loadgen.records import LoadRun, RequestRecord
+    from pytest_sglang.loadgen.schedule import ClosedLoop
 
     workload = Workload(input_len=4, output_len=1, requests=6, endpoint="chat", turns=3,
                         warmup=0)  # fmt: skip
@@ -120,7 +121,7 @@ def test_the_concurrency_check_counts_sessions_not_requests() -> None:
         )  # fmt: skip
 
     records = tuple(record(i, sent, end) for i, (sent, end) in enumerate(times))
-    run = measure(LoadRun(workload, "closed", records, started=0.0, concurrency=2))
+    run = measure(LoadRun(workload, ClosedLoop(2), records, started=0.0))
     check = run.check("concurrency")
     # Realised 1.1 of 2: below a per-request floor (1.27), inside the per-session one.
     assert run.realised_concurrency == pytest.approx(1.1)

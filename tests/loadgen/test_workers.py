@@ -176,7 +176,7 @@ class _OneWorkerLost:
             RequestRecord(i, False, 8, 8, started=1.0, sent=1.0, end=2.0) for i in self.done
         )
         return [
-            (0, ("ok", LoadRun(self.workload, "closed", records, 1.0), None)),
+            (0, ("ok", LoadRun(self.workload, ClosedLoop(2), records, 1.0), None)),
             (1, ("died", None, "gone")),
         ]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
+from pytest_sglang.loadgen.schedule import ClosedLoop
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.budget import failed_checks_message
 from pytest_sglang.measure.checks import Check
@@ -34,7 +35,7 @@ def closed_loop(before: float, gap: float) -> LoadRun:
                 )
             )  # fmt: skip
             started = end + gap
-    return LoadRun(workload=W, mode="closed", records=tuple(records), started=0.0, concurrency=C)
+    return LoadRun(workload=W, load=ClosedLoop(C), records=tuple(records), started=0.0)
 
 
 def test_time_before_the_bytes_leave_is_the_servers_shortfall_and_said_so() -> None:
