@@ -381,6 +381,7 @@ class Bench:
             self._fail(stop.error)
         except BaseException as error:  # a test timeout or Ctrl-C
             cut_server, interrupted = self._runner.cut or ("", None)
+            self._runner.cut = None  # reported once, with this measurement only
             for server, taken in zip(servers, runs, strict=True):
                 finished = list(taken)
                 if server.name == cut_server and interrupted is not None and interrupted.measured:

@@ -74,7 +74,8 @@ class Runner:
         self._gpu = _gpu_probe(pool)
         self._ray_pools = RayPools()
         self._noted: set[tuple[str, int]] = set()
-        #: The server and finished part of the last run, if a test timeout or Ctrl-C cut it.
+        #: The server and finished part of the last run, if a test timeout or Ctrl-C cut it
+        #: (the bench takes it once, for the report).
         self.cut: tuple[str, LoadRun | None] | None = None
 
     def close(self) -> None:
