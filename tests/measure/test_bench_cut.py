@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sglang.config.settings import ServerUrl, Settings, Sourced
+from pytest_sglang.config.settings import Settings
+from pytest_sglang.config.values import ServerUrl, Sourced
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.schedule import ClosedLoop
 from pytest_sglang.loadgen.workload import Workload
