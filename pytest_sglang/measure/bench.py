@@ -263,6 +263,8 @@ class Bench:
                 return self._run(handle, workload, load, repeat, repeat + 1)
         except Interrupted as stop:
             self._fail(stop.error)
+        finally:
+            self._runner.cut = None  # never reported: nor is a cut part of it
 
     def take_declared(self, server: SGLangServer) -> None:
         """Take every measurement the selected tests declared for ``server``, now it is up.

@@ -34,7 +34,8 @@ def _finished_part(workload: Workload) -> LoadRun:
     return LoadRun(workload=workload, load=ClosedLoop(2), records=records, started=0.0)
 
 
-def test_a_cut_run_is_reported_once_never_with_a_later_measurement(tmp_path: Path) -> None:
+def _bench(tmp_path: Path) -> tuple[Bench, SGLangServer]:
+    """A bench, and an OpenAI-compatible server: a /generate workload ends before its run."""
     settings = Settings(
         servers=(ServerUrl("api", "http://127.0.0.1:9", "test"),),
         api_key=Sourced(None, "default"),
@@ -42,12 +43,15 @@ def test_a_cut_run_is_reported_once_never_with_a_later_measurement(tmp_path: Pat
         expectations=(),
     )
     pool = ServerPool(settings, log_dir=tmp_path, lock_dir=tmp_path)
-    bench = Bench(pool)
-    # An OpenAI-compatible server: a /generate workload ends before its run starts.
     server = SGLangServer(
         name="api", url="http://127.0.0.1:9", model=CARD, models=(CARD,), model_info={},
         server_info={}, readiness=ReadinessTimings({}, 0), kind="openai",
     )  # fmt: skip
+    return Bench(pool), server
+
+
+def test_a_cut_run_is_reported_once_never_with_a_later_measurement(tmp_path: Path) -> None:
+    bench, server = _bench(tmp_path)
     recorded: list[BenchResult] = []
     view = bench.with_recorder(lambda result, handle: recorded.append(result))
     first = Workload(input_len=4, output_len=2, requests=2, warmup=0)
@@ -62,4 +66,19 @@ def test_a_cut_run_is_reported_once_never_with_a_later_measurement(tmp_path: Pat
     with pytest.raises(ValueError, match="/generate"):
         view(server, second, concurrency=2, repeats=1)
     assert [r.workload for r in recorded] == [first]
+    bench.close()
+
+
+def test_a_cut_run_of_run_once_goes_with_no_later_measurement(tmp_path: Path) -> None:
+    bench, server = _bench(tmp_path)
+    recorded: list[BenchResult] = []
+    view = bench.with_recorder(lambda result, handle: recorded.append(result))
+    searched = Workload(input_len=4, output_len=2, requests=2, warmup=0)
+    # A capacity search's run (run_once: never reported) was cut.
+    bench._runner.cut = ("api", _finished_part(searched))
+    with pytest.raises(ValueError, match="/generate"):
+        view.run_once(server, searched, concurrency=2)
+    with pytest.raises(ValueError, match="/generate"):
+        view(server, Workload(input_len=8, output_len=2, requests=2, warmup=0), concurrency=2)
+    assert recorded == []
     bench.close()
