@@ -184,7 +184,7 @@ class Runner:
             if died is not None:
                 server_failed(server.name, died)
                 lost = (
-                    f"{died}\n  the measurement ({server.name} C={measurement.concurrency}, run "
+                    f"{died}\n  the measurement ({server.name} {load.describe()}, run "
                     f"{repeat + 1}) lost {measurement.failed} of {measurement.requests} requests "
                     "to it"
                 )
@@ -192,7 +192,7 @@ class Runner:
                 raise Interrupted(server, measurement, error)
         if stopped is not None:
             message = [
-                f"the measurement of {server.name} @ C={load.slots or 0} ({server.url}) was "
+                f"the measurement of {server.name} @ {load.describe()} ({server.url}) was "
                 f"stopped in run {repeat + 1}: {stopped}",
                 *failure_kinds([measurement]),
                 "  the server still accepts connections, but left that many requests in a row "
