@@ -42,7 +42,7 @@ __all__ = ["CHEAP_POLL_INTERVAL", "MAX_CHEAP_POLL_INTERVAL", "ReadinessGate"]
 #: others: a server warming up for minutes runs a few health generations a second, not twenty.
 CHEAP_POLL_INTERVAL = 0.02
 POLL_BACKOFF = 1.5
-MAX_CHEAP_POLL_INTERVAL = 0.1
+MAX_CHEAP_POLL_INTERVAL = 0.05
 MAX_POLL_INTERVAL = 0.25
 #: Upper bound of one probe: a stuck ``/health_generate`` gives up after 20 s by itself.
 PROBE_TIMEOUT = 30.0
