@@ -88,14 +88,14 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = settings_of(config)  # usage errors stop pytest here, before collection
     _start_session(config, settings)
     if not hasattr(config, "workerinput"):  # the controller reports, saves and judges
-        _start_reporters(config)
+        _, reporter = _start_reporters(config)
         from pytest_sglang.verdicts.baseline_options import baseline_options
 
         options = baseline_options(config)
         if options.active:
             from pytest_sglang.verdicts.gate import register_gate
 
-            register_gate(config, options)
+            register_gate(config, options, reporter)
 
 
 def _start_session(config: pytest.Config, settings: Settings) -> None:

@@ -270,18 +270,18 @@ class BaselineGate:
             tr.write_line(line, red=red)
 
 
-def register_gate(config: pytest.Config, options: BaselineOptions) -> BaselineGate:
+def register_gate(
+    config: pytest.Config, options: BaselineOptions, records: SGLangReporter
+) -> BaselineGate:
     """Check the storage and the stored sessions now, then register the gate on the controller.
 
-    The session's reporter (``sglang-reporter``) must be registered already: it keeps the records.
+    ``records`` is the session's reporter, registered already: it keeps the records.
 
     :raises pytest.UsageError: on an unwritable storage or a damaged stored session.
     """
     from pytest_sglang.config.options import COMPARE, SAVE, STORAGE
     from pytest_sglang.measure.session_format import DamagedSession
 
-    records = config.pluginmanager.get_plugin("sglang-reporter")
-    assert records is not None, "plugin.py registers the reporter before the gate"
     gate = BaselineGate(config, options, records)
     check = not config.option.collectonly
     if check and (options.save or options.autosave):
