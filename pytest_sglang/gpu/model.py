@@ -100,9 +100,7 @@ class GpuSnapshot:
         return self.only([uuid]).processes
 
     def only(self, uuids: Collection[str]) -> GpuSnapshot:
-        """Return the part of this snapshot on the GPUs ``uuids`` (all of it when empty)."""
-        if not uuids:
-            return self
+        """Return the part of this snapshot on the GPUs ``uuids`` (none of it when empty)."""
         gpus = tuple(g for g in self.gpus if g.uuid in uuids)
         return GpuSnapshot(gpus, tuple(p for p in self.processes if p.gpu_uuid in uuids), self.at)
 

@@ -54,13 +54,15 @@ class RunTelemetry:
 
 @dataclass
 class TelemetrySampler:
-    """Snapshots ``uuids`` (all when empty) on a thread between :meth:`start` and :meth:`stop`.
+    """Snapshots ``uuids`` on a thread between :meth:`start` and :meth:`stop`.
+
+    ``uuids`` None: every GPU the probe shows (an attached server's host).
 
     A compute process not there at the start nor in ``allowed_pids`` counts as foreign.
     """
 
     probe: GpuProbe
-    uuids: Sequence[str] = ()
+    uuids: Sequence[str] | None = None
     interval: float = DEFAULT_INTERVAL
     allowed_pids: frozenset[int] = frozenset()
     snapshots: list[GpuSnapshot] = field(default_factory=list)
@@ -106,7 +108,8 @@ class TelemetrySampler:
         """Summarise the snapshots; energy from the driver's counter, else integrated power."""
         by_gpu: dict[str, list[tuple[float, Gpu]]] = {}
         powers: list[float] = []
-        snapshots = [s.only(self.uuids) for s in self.snapshots]
+        uuids = self.uuids
+        snapshots = [s if uuids is None else s.only(uuids) for s in self.snapshots]
         for snapshot in snapshots:
             for gpu in snapshot.gpus:
                 by_gpu.setdefault(gpu.uuid, []).append((snapshot.at, gpu))

@@ -126,9 +126,11 @@ class Runner:
 
         launch = server.launch
         sampler = None
-        if self._gpu is not None:
+        # A launch samples the GPUs it was pinned to (none: the emulator without fake GPUs);
+        # an attached server, every GPU of the probe's host.
+        if self._gpu is not None and (launch is None or launch.gpus):
             pids = frozenset({launch.pid} if launch is not None and launch.pid else ())
-            uuids = tuple(launch.gpus) if launch is not None else ()
+            uuids = None if launch is None else launch.gpus
             sampler = TelemetrySampler(self._gpu, uuids, allowed_pids=pids)
         scrapes: list[MetricsSnapshot | None] = []
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -164,4 +165,38 @@ def test_bench_samples_the_gpus_during_each_run(pytester: pytest.Pytester, tmp_p
     """)
     pytester.makepyfile(TELEMETRY)
     result = pytester.runpytest("--sglang-launcher=emulator", f"-osglang_gpu_fake={gpus}")
+    result.assert_outcomes(passed=1)
+
+
+NO_GPU_TELEMETRY = """
+from pytest_sglang import Workload
+
+def test_no_telemetry(sglang_bench):
+    result = sglang_bench("emulated", Workload(input_len=8, output_len=4, requests=4), 2, 1)
+    assert result.runs[0].gpu_telemetry is None
+    assert result.valid, result.problems()
+"""
+
+
+def test_a_launch_that_holds_no_gpu_gets_no_gpu_telemetry(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An emulator launch without fake GPUs holds none: the host's (throttled) GPUs are not its."""
+    from tests.gpu.test_gpu import FAKE_SMI, FAKE_SSH, install
+
+    install(tmp_path, "nvidia-smi", FAKE_SMI)  # GPU-aaaa throttles, pids 4242/4243 hold it
+    install(tmp_path, "ssh", FAKE_SSH)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    pytester.makepyprojecttoml("""
+        [tool.pytest-sglang.profiles.emulated]
+        model-path = "fake/model"
+        args = ["--emulator-load-time", "0", "--emulator-warmup-time", "0",
+                "--emulator-health-probe-time", "0", "--emulator-speedup", "20"]
+    """)
+    pytester.makepyfile(NO_GPU_TELEMETRY)
+    # The attached server makes the session read GPU state (on its host, gpu-box).
+    result = pytester.runpytest(
+        "--sglang-launcher=emulator", "--sglang-url=other=http://127.0.0.1:9",
+        "-osglang_gpu_host=gpu-box",
+    )  # fmt: skip
     result.assert_outcomes(passed=1)
