@@ -225,7 +225,7 @@ def _judged(verdict: Any) -> str | None:
 
 def _markdown(document: dict[str, Any], title: str, shards: Sequence[Any] = ()) -> str:
     """Return the ``--sglang-markdown`` summary of a report (of a merge: its shards first)."""
-    from pytest_sglang.report.summary import emulated_speedups, render_markdown, table
+    from pytest_sglang.report.summary import render_markdown, table
 
     head = ["report", "shard", "created", "complete", "exit status", "measurements", "verdicts"]
     rows = [
@@ -234,10 +234,10 @@ def _markdown(document: dict[str, Any], title: str, shards: Sequence[Any] = ()) 
         for s in shards
     ]
     lead = [f"Merged from {len(shards)} reports:", "", *table(head, rows, 4, markdown=True)]
-    emulated = emulated_speedups(document.get("servers", []))
     measurements, verdicts = document.get("measurements", []), document.get("verdicts", [])
+    servers = document.get("servers", [])
     return render_markdown(
-        measurements, verdicts, title=title, emulated=emulated, lead=lead if shards else ()
+        measurements, verdicts, title=title, servers=servers, lead=lead if shards else ()
     )
 
 

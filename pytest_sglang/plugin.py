@@ -193,7 +193,7 @@ def _refuse_launch_under_xdist(settings: Settings, workers: int) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     """Let verdicts called from the test record their evidence on it."""
-    from pytest_sglang.report.context import CURRENT_ITEM
+    from pytest_sglang.report.entries import CURRENT_ITEM
 
     token = CURRENT_ITEM.set(item)
     try:

@@ -73,7 +73,7 @@ def _holders(snapshot: GpuSnapshot, uuids: Sequence[str]) -> str:
     lines = []
     for uuid in uuids:
         gpu = snapshot.gpu(uuid)
-        holders = ", ".join(p.describe() for p in snapshot.processes_on(uuid))
+        holders = ", ".join(p.describe() for p in snapshot.only([uuid]).processes)
         used = f"{gpu.memory_used / GIB:.1f} GiB used by {holders or 'no process listed'}"
         lines.append(f"  GPU {gpu.index} ({gpu.name}, {uuid}): {used}")
     return "\n".join(lines)
@@ -106,8 +106,8 @@ def preflight(
     """Return the baseline once the GPUs are clean; GpuNotClean listing the holders if not."""
 
     def dirty(snapshot: GpuSnapshot) -> list[str]:
-        used = {u: snapshot.gpu(u).memory_used for u in uuids}
-        return [u for u in uuids if snapshot.processes_on(u) or used[u] > PREFLIGHT_MAX_USED]
+        held = {p.gpu_uuid for p in snapshot.processes}
+        return [u for u in uuids if u in held or snapshot.gpu(u).memory_used > PREFLIGHT_MAX_USED]
 
     snapshot, held, _ = _wait(probe, dirty, PREFLIGHT_WAIT, clock, sleep)
     if held:

@@ -95,10 +95,6 @@ class GpuSnapshot:
             f"{', '.join(g.uuid for g in self.gpus) or 'none'}"
         )
 
-    def processes_on(self, uuid: str) -> tuple[GpuProcess, ...]:
-        """Return the compute processes on the GPU with this UUID."""
-        return self.only([uuid]).processes
-
     def only(self, uuids: Collection[str]) -> GpuSnapshot:
         """Return the part of this snapshot on the GPUs ``uuids`` (none of it when empty)."""
         gpus = tuple(g for g in self.gpus if g.uuid in uuids)

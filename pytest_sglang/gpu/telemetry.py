@@ -38,18 +38,15 @@ class RunTelemetry:
     new_ecc_errors: int
     foreign_pids: tuple[int, ...]
 
-    def energy_per_token(self, output_tokens: int) -> float | None:
-        """Joules per output token (None without energy or tokens)."""
-        if self.energy is None or output_tokens <= 0:
-            return None
-        return self.energy / output_tokens
-
     def as_dict(self, output_tokens: int = 0) -> dict[str, Any]:
-        """Return plain JSON types, the unit in a key's name (with J/token, given the tokens)."""
+        """Return plain JSON types, the unit in a key's name, and J/token given the tokens."""
         plain = {
             UNITS.get(k, k): list(v) if isinstance(v, tuple) else v for k, v in vars(self).items()
         }
-        return {**plain, "energy_per_token_j": self.energy_per_token(output_tokens)}
+        per_token = (
+            None if self.energy is None or output_tokens <= 0 else self.energy / output_tokens
+        )
+        return {**plain, "energy_per_token_j": per_token}
 
 
 @dataclass

@@ -166,12 +166,6 @@ class SGLangReporter:
             with contextlib.suppress(Warning):
                 warnings.warn(SGLangWarning(line), stacklevel=2)
 
-    def _summary(self) -> tuple[list[MeasurementRow], dict[str, float]]:
-        """Return the rows the tables show and the emulated servers they name."""
-        from pytest_sglang.report.summary import emulated_speedups
-
-        return unique_measurements(self.measurements), emulated_speedups(self.servers)
-
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Write the final report and append the Markdown summary to ``--sglang-markdown``."""
@@ -185,8 +179,8 @@ class SGLangReporter:
             ["_The run was interrupted: these are the results up to then._"] if interrupted else []
         )
         try:
-            rows, emulated = self._summary()
-            text = render_markdown(rows, self.verdicts, emulated=emulated, lead=note)
+            rows = unique_measurements(self.measurements)
+            text = render_markdown(rows, self.verdicts, servers=self.servers, lead=note)
             writing.append_summary(self.markdown, self.redact(text))
         except Exception as exc:  # rendering or writing: never the reason the run fails
             self._problem("the Markdown summary", self.markdown, exc)
@@ -198,8 +192,8 @@ class SGLangReporter:
             from pytest_sglang.report.summary import render_tables
 
             terminalreporter.section("sglang results")
-            rows, emulated = self._summary()
-            for line in render_tables(rows, self.verdicts, emulated=emulated):
+            rows = unique_measurements(self.measurements)
+            for line in render_tables(rows, self.verdicts, servers=self.servers):
                 terminalreporter.write_line(self.redact(line))
             if self.path is not None and self.written and not self.problems:
                 terminalreporter.write_line(f"report written to {self.path}")

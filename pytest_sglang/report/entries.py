@@ -2,18 +2,24 @@
 
 Each fact (a server, the GPUs, a measurement, a verdict) travels as ``("sglang", entry)`` in
 the test's ``user_properties``, so pytest-xdist carries it to the controller. Bodies are
-plain JSON (``schemas/report.schema.json``); the ``record`` key names the kind.
+plain JSON (``schemas/report.schema.json``); the ``record`` key names the kind. Code called
+from tests without a fixture at hand (verdicts) records in :data:`CURRENT_ITEM`, which the
+plugin sets around each test call.
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
 
+import pytest
+
 __all__ = [
+    "CURRENT_ITEM",
     "REPORT_FORMAT",
     "Entry",
     "GpusEntry",
@@ -30,6 +36,7 @@ __all__ = [
     "as_row",
     "group_warnings",
     "load_cell",
+    "record",
     "run_median",
     "run_values",
     "unique_measurements",
@@ -158,6 +165,18 @@ class ServerFailureEntry(TypedDict):
 
 #: Anything a test records for the report.
 Entry: TypeAlias = ServerEntry | GpusEntry | MeasurementEntry | VerdictEntry | ServerFailureEntry
+
+#: The test being run (set by the plugin around each test call).
+CURRENT_ITEM: contextvars.ContextVar[pytest.Item | None] = contextvars.ContextVar(
+    "pytest_sglang_current_item", default=None
+)
+
+
+def record(entry: Entry) -> None:
+    """Append ``("sglang", entry)`` to the running test's ``user_properties``, if any."""
+    item = CURRENT_ITEM.get()
+    if item is not None:
+        item.user_properties.append(("sglang", entry))
 
 
 def as_row(entry: Mapping[str, Any], test: str) -> dict[str, Any]:

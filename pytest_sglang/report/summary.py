@@ -22,7 +22,7 @@ from pytest_sglang.report.entries import (
     warning_tests,
 )
 
-__all__ = ["describe_workload", "emulated_speedups", "render_markdown", "render_tables", "table"]
+__all__ = ["describe_workload", "render_markdown", "render_tables", "table"]
 
 #: Column titles and their widths in the terminal table.
 COLUMNS = (
@@ -115,11 +115,7 @@ def describe_workload(workload: Mapping[str, Any]) -> str:
     return text
 
 
-def _title(workload: Mapping[str, Any]) -> str:
-    return f"workload: {describe_workload(workload)}; medians over runs, times in ms"
-
-
-def emulated_speedups(servers: Sequence[ServerEntry]) -> dict[str, float]:
+def _emulated_speedups(servers: Sequence[ServerEntry]) -> dict[str, float]:
     """Return the launched emulators' ``--emulator-speedup``s: no emulator reads as a GPU."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     parser.add_argument("--emulator-speedup", default="1")
@@ -144,13 +140,14 @@ def by_workload(rows: Iterable[Row], ignore: Collection[str] = ()) -> dict[str, 
 
 
 def _workloads(
-    measurements: Sequence[MeasurementRow], emulated: Mapping[str, float] | None
+    measurements: Sequence[MeasurementRow], servers: Sequence[ServerEntry]
 ) -> list[tuple[str, list[MeasurementRow]]]:
     """Group the measurements by workload: (title, rows by concurrency, then server)."""
-    emulated = emulated or {}
+    emulated = _emulated_speedups(servers)
     tables = []
     for entries in by_workload(measurements).values():
-        title = _title(entries[0]["workload"])
+        workload = describe_workload(entries[0]["workload"])
+        title = f"workload: {workload}; medians over runs, times in ms"
         names = sorted({str(e["server"]) for e in entries if e["server"] in emulated})
         for speedup in sorted({emulated[name] for name in names}):
             which = ", ".join(name for name in names if emulated[name] == speedup)
@@ -191,15 +188,15 @@ def render_tables(
     measurements: Sequence[MeasurementRow],
     verdicts: Sequence[VerdictRow],
     *,
-    emulated: Mapping[str, float] | None = None,
+    servers: Sequence[ServerEntry] = (),
 ) -> list[str]:
     """Return the terminal summary: one table per workload, the verdicts, then the warnings.
 
     Each thing is said once: a per-level table two verdicts share, each warning (its levels
-    and tests merged).
+    and tests merged). ``servers`` (the report's) say which figures are an emulator's.
     """
     lines: list[str] = []
-    for title, entries in _workloads(measurements, emulated):
+    for title, entries in _workloads(measurements, servers):
         lines += [title, *table(HEADER, [cells(e) for e in entries]), *_notes(entries), ""]
     tables: dict[str, str] = {}
     for verdict in verdicts:
@@ -283,7 +280,7 @@ def render_markdown(
     verdicts: Sequence[VerdictRow],
     *,
     title: str = "pytest-sglang results",
-    emulated: Mapping[str, float] | None = None,
+    servers: Sequence[ServerEntry] = (),
     lead: Sequence[str] = (),
 ) -> str:
     """Return the summary as GitHub-flavoured Markdown (tables, verdicts, evidence folded).
@@ -293,7 +290,7 @@ def render_markdown(
     out = [f"## {_md(title)}", "", *lead, *([""] if lead else [])]
     if not measurements and not verdicts:
         out += ["No measurements or verdicts were recorded.", ""]
-    for heading, entries in _workloads(measurements, emulated):
+    for heading, entries in _workloads(measurements, servers):
         rows = [cells(e) for e in entries]
         out += [f"**{_md(heading[0].upper() + heading[1:])}**", ""]
         out += [*table(HEADER, rows, markdown=True), ""]

@@ -23,8 +23,13 @@ from pytest_sglang.errors import (
 from pytest_sglang.measure.breakdown import breakdown_summary, summary_line
 from pytest_sglang.measure.metrics import metric_spec
 from pytest_sglang.measure.results import BenchResult, Sweep
-from pytest_sglang.report.context import CURRENT_ITEM, record
-from pytest_sglang.report.entries import VerdictBody, VerdictKind, group_warnings
+from pytest_sglang.report.entries import (
+    CURRENT_ITEM,
+    VerdictBody,
+    VerdictKind,
+    group_warnings,
+    record,
+)
 from pytest_sglang.server.handle import effective_max_running_requests
 from pytest_sglang.verdicts.decision import (
     Comparison,

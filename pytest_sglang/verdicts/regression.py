@@ -24,8 +24,7 @@ from pytest_sglang.measure.session_format import (
     fingerprint_of,
 )
 from pytest_sglang.measure.store import BaselineStore
-from pytest_sglang.report.context import CURRENT_ITEM
-from pytest_sglang.report.entries import VerdictKind
+from pytest_sglang.report.entries import CURRENT_ITEM, VerdictKind
 from pytest_sglang.verdicts.assertions import Verdict, _compare, conclude
 from pytest_sglang.verdicts.baseline_options import RegressionCheck, baseline_options
 from pytest_sglang.verdicts.decision import Comparison, Outcome

@@ -18,7 +18,7 @@ from pytest_sglang.measure.store import BaselineStore
 from tests.bench_data import BASE_CONFIG, result
 
 SUITE = """
-from pytest_sglang.report.context import record
+from pytest_sglang.report.entries import record
 from bench_data import BASE_CONFIG, result
 
 def test_measure():
@@ -192,7 +192,7 @@ def test_a_save_that_fails_at_the_end_keeps_the_session(suite: pytest.Pytester) 
 
 
 OPEN_LOOPS = """
-from pytest_sglang.report.context import record
+from pytest_sglang.report.entries import record
 from bench_data import BASE_CONFIG, result
 
 def test_two_rates():

@@ -250,7 +250,7 @@ def test_negative_token_counts_break_the_measurement_and_not_the_table(
     assert "negative token counts" in (impossible_counts_message(broken) or "")
     pytester.makepyfile(
         test_negative="""
-        from pytest_sglang.report.context import record
+        from pytest_sglang.report.entries import record
         from bench_data import result
 
         def test_records():

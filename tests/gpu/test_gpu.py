@@ -42,7 +42,7 @@ def test_fake_probe_counts_holders_only_while_alive(
     probe = FakeProbe(tmp_path)
     snap = probe.snapshot()
     assert [g.memory_used for g in snap.gpus] == [76 * GIB, 76 * GIB]
-    assert snap.processes_on(uuids[0])[0].describe() == (
+    assert snap.only([uuids[0]]).processes[0].describe() == (
         f"pid {sleeper.pid} (sglang::scheduler) 76.0 GiB"
     )
     sleeper.kill()

@@ -69,7 +69,7 @@ def test_energy_comes_from_the_counter_between_the_first_and_last_sample(tmp_pat
         summary = sampler.summary()
         assert summary.energy == pytest.approx(2 * 250.0)
         assert summary.energy_source == "counter"
-        assert summary.energy_per_token(1000) == pytest.approx(0.5)
+        assert summary.as_dict(1000)["energy_per_token_j"] == pytest.approx(0.5)
         assert summary.samples >= 4 and 0 < summary.throttled_fraction < 1
         assert summary.throttle_reasons == ("hw_thermal",)
         # Processes that appear during the run are foreign unless they are the server's.
@@ -215,7 +215,9 @@ def test_nvml_reader_converts_units_and_tolerates_unsupported_queries(
     a, b = snapshot.gpus
     assert (a.uuid, a.power, a.energy, a.utilization) == ("GPU-a", 350.5, 12_345.678, 97.0)
     assert (a.sm_clock, a.temperature, a.throttle) == (1980.0, 71.0, ("sw_thermal",))
-    assert [p.describe() for p in snapshot.processes_on("GPU-a")] == ["pid 4242 (python3) 76.0 GiB"]
+    assert [p.describe() for p in snapshot.only(["GPU-a"]).processes] == [
+        "pid 4242 (python3) 76.0 GiB"
+    ]
     assert a.memory_used == 76 * 1024**3 and a.ecc_errors == 0
     assert (b.energy, b.ecc_errors) == (None, None)
     assert (a.xid_errors, b.xid_errors) == (0, 1)  # the pending XID event was on GPU-b
@@ -310,7 +312,7 @@ def test_energy_per_token_matches_the_emulators_ground_truth(tmp_path: Path) -> 
     m = measure(run)
     summary_tel = sampler.summary()
     truth = (energy_at(sampler.stopped_at) - energy_at(sampler.started_at)) / m.output_tokens
-    measured = summary_tel.energy_per_token(m.output_tokens)
+    measured = summary_tel.as_dict(m.output_tokens)["energy_per_token_j"]
     assert summary_tel.energy_source == "counter"
     assert measured == pytest.approx(truth, rel=0.02)
     assert summary_tel.mean_power is not None and summary_tel.mean_power > 2 * 100.0

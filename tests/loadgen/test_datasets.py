@@ -159,13 +159,14 @@ def test_a_dataset_run_records_the_servers_prompt_tokens(tmp_path: Path) -> None
 
 
 def test_the_summary_names_the_dataset_and_the_turns(tmp_path: Path) -> None:
-    from pytest_sglang.report.summary import _title
+    from pytest_sglang.report.summary import describe_workload
 
     path = tmp_path / "sharegpt.json"
     path.write_text(json.dumps(SHAREGPT))
     workload = Workload(input_len=100, output_len=8, endpoint="chat", turns=2,
                         dataset=str(path))  # fmt: skip
-    assert ", dataset sharegpt.json, 2-turn sessions;" in _title(workload.as_dict())
+    text = describe_workload(workload.as_dict())
+    assert text.endswith(", dataset sharegpt.json, 2-turn sessions")
 
 
 def test_a_stored_dataset_workload_rebuilds_without_its_file(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from pytest_sglang.server.schemas import violations
 SUITE = """
 import pytest
 from pytest_sglang import assert_faster, find_crossover
-from pytest_sglang.report.context import record
+from pytest_sglang.report.entries import record
 from bench_data import result, sweep
 
 FAST = [110.0, 111.0, 112.5, 113.0, 114.2]
@@ -184,7 +184,7 @@ def test_markdown_escapes_table_breakers() -> None:
 
 
 def test_the_table_title_says_when_tok_s_are_an_emulators() -> None:
-    from pytest_sglang.report.summary import emulated_speedups, render_markdown, render_tables
+    from pytest_sglang.report.summary import render_markdown, render_tables
     from tests.bench_data import result
 
     def server(name: str, launcher: str, args: list[str]) -> dict[str, Any]:
@@ -196,12 +196,10 @@ def test_the_table_title_says_when_tok_s_are_an_emulators() -> None:
     servers = [server("baseline", "emulator", ["--emulator-speedup", "20"]),
                server("eagle3", "emulator", ["--emulator-speedup=20"]),
                server("real", "sglang", [])]  # fmt: skip
-    speedups = emulated_speedups(servers)  # type: ignore[arg-type]
-    assert speedups == {"baseline": 20.0, "eagle3": 20.0}
     rows = [
         {"test": "t", **result(name, [100.0, 101.0]).as_dict()} for name in ("baseline", "eagle3")
     ]
-    lines = render_tables(rows, [], emulated=speedups)  # type: ignore[arg-type]
+    lines = render_tables(rows, [], servers=servers)  # type: ignore[arg-type]
     assert lines[0].endswith(
         "; medians over runs, times in ms; "
         "emulated at 20x the modelled GPU's speed: baseline, eagle3"
@@ -209,14 +207,13 @@ def test_the_table_title_says_when_tok_s_are_an_emulators() -> None:
     assert "emulated at 20x the modelled GPU's speed: baseline, eagle3" in render_markdown(
         rows,  # type: ignore[arg-type]
         [],
-        emulated=speedups,
+        servers=servers,  # type: ignore[arg-type]
     )
     real = [{"test": "t", **result("real", [100.0]).as_dict()}]
-    assert "emulated" not in render_tables(real, [], emulated=speedups)[0]  # type: ignore[arg-type]
+    assert "emulated" not in render_tables(real, [], servers=servers)[0]  # type: ignore[arg-type]
     # Without the flag the emulator runs its model in real time: still not a GPU's figures.
-    plain = emulated_speedups([server("baseline", "emulator", [])])  # type: ignore[list-item]
-    assert plain == {"baseline": 1.0}
-    assert render_tables(rows[:1], [], emulated=plain)[0].endswith(  # type: ignore[arg-type]
+    plain = [server("baseline", "emulator", [])]
+    assert render_tables(rows[:1], [], servers=plain)[0].endswith(  # type: ignore[arg-type]
         "; emulated in real time: baseline"
     )
 

@@ -101,7 +101,7 @@ def test_a_failed_write_leaves_the_target_and_no_temporary_file(
 
 SUITE = """
 import pytest
-from pytest_sglang.report.context import record
+from pytest_sglang.report.entries import record
 from bench_data import result
 
 def test_measures():

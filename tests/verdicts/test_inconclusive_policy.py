@@ -19,7 +19,7 @@ from pytest_sglang.verdicts.decision import Outcome
 SUITE = """
 import pytest
 from pytest_sglang import assert_faster
-from pytest_sglang.report.context import record
+from pytest_sglang.report.entries import record
 from bench_data import result
 
 def test_undecided():
