@@ -10,6 +10,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_sglang.errors import GpuUnavailable
+
 __all__ = [
     "GIB",
     "MIB",
@@ -88,8 +90,6 @@ class GpuSnapshot:
         for gpu in self.gpus:
             if gpu.uuid == uuid:
                 return gpu
-        from pytest_sglang.errors import GpuUnavailable
-
         raise GpuUnavailable(
             f"GPU {uuid} is not visible any more; GPUs now: "
             f"{', '.join(g.uuid for g in self.gpus) or 'none'}"

@@ -35,7 +35,6 @@ __all__ = [
     "VerdictRow",
     "as_row",
     "group_warnings",
-    "load_cell",
     "record",
     "run_median",
     "run_values",
@@ -247,12 +246,3 @@ def run_median(runs: Sequence[Mapping[str, Any]], metric: str) -> float | None:
 
     values = run_values(runs, metric)
     return statistics.median(values) if values else None
-
-
-def load_cell(entry: Mapping[str, Any]) -> str:
-    """Return the load cell: the concurrency, or an open loop's rate (``20/s``, ``20/s <=64``)."""
-    rate = entry.get("rate")
-    if rate is None:
-        return str(entry["concurrency"])
-    cap = entry.get("max_concurrency")
-    return f"{rate:g}/s" + (f" <={cap}" if cap else "")

@@ -17,7 +17,6 @@ from pytest_sglang.report.entries import (
     MeasurementRow,
     ServerEntry,
     VerdictRow,
-    load_cell,
     run_values,
     warning_tests,
 )
@@ -98,6 +97,15 @@ def cells(
         figure(run_values(runs, "acceptance_length"), 1, 2),
         str(sum(int(run.get("failed", 0)) for run in runs)),
     ]
+
+
+def load_cell(entry: Mapping[str, Any]) -> str:
+    """Return the load cell: the concurrency, or an open loop's rate (``20/s``, ``20/s <=64``)."""
+    rate = entry.get("rate")
+    if rate is None:
+        return str(entry["concurrency"])
+    cap = entry.get("max_concurrency")
+    return f"{rate:g}/s" + (f" <={cap}" if cap else "")
 
 
 def describe_workload(workload: Mapping[str, Any]) -> str:
