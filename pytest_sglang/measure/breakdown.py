@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_sglang.loadgen.records import RequestRecord
-from pytest_sglang.measure.distribution import Distribution
+from pytest_sglang.measure.metrics import Distribution
 
 __all__ = ["PARTS", "breakdown_summary", "split_ttft", "summary_line", "ttft_breakdown"]
 

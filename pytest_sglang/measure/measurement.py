@@ -16,8 +16,7 @@ from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.schedule import run_fields
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.checks import Check, run_checks
-from pytest_sglang.measure.distribution import Distribution
-from pytest_sglang.measure.metrics import metric_spec
+from pytest_sglang.measure.metrics import Distribution, metric_spec
 
 __all__ = ["Check", "Distribution", "Measurement", "measure"]
 

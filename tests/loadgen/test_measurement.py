@@ -11,9 +11,9 @@ import pytest
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.schedule import ClosedLoop, OpenLoop
 from pytest_sglang.loadgen.workload import Workload
-from pytest_sglang.measure.distribution import percentile as _percentile
 from pytest_sglang.measure.measurement import Distribution, Measurement, measure
 from pytest_sglang.measure.metrics import METRICS
+from pytest_sglang.measure.metrics import percentile as _percentile
 
 W = Workload(input_len=4, output_len=3, requests=3, warmup=1)
 
