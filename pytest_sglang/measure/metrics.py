@@ -1,8 +1,9 @@
 """The metric vocabulary (name, unit, direction, definition) and distribution summaries.
 
-Every metric is defined once, here (pure, no I/O). A single number is addressed as ``"ttft.p99"``; a bare ``"ttft"`` means its mean; the full
-definitions are in ``docs/metrics.md``. Percentiles interpolate linearly between order
-statistics, numpy's default, without numpy (``docs/metrics.md``, "Percentiles").
+Every metric is defined once, here (pure, no I/O). A single number is addressed as
+``"ttft.p99"``; a bare ``"ttft"`` means its mean; the full definitions are in
+``docs/metrics.md``. Percentiles interpolate linearly between order statistics, numpy's
+default, without numpy (``docs/metrics.md``, "Percentiles").
 """
 
 from __future__ import annotations
