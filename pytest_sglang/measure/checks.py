@@ -14,7 +14,7 @@ from pytest_sglang.gpu.telemetry import RunTelemetry
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.schedule import ClosedLoop
 
-__all__ = ["CHECK_NAMES", "LOAD_CHECKS", "Check", "error_kind", "errors_by_kind", "run_checks"]
+__all__ = ["CHECK_NAMES", "LOAD_CHECKS", "Check", "errors_by_kind", "run_checks"]
 
 #: Every check a run can carry (``sglang_bench(..., allow_checks=[...])`` names them).
 CHECK_NAMES = (
@@ -50,18 +50,18 @@ class Check:
     detail: str
 
 
-def error_kind(message: str) -> str:
-    """Return the kind of an error: its message's head before ``": "`` (``HTTP 503``)."""
-    head = message.split(": ", 1)[0]
-    return message[:60] if len(head) > 60 or "'" in head else head
-
-
 def errors_by_kind(records: Sequence[RequestRecord]) -> list[tuple[str, list[RequestRecord]]]:
-    """Return the failed ``records`` grouped by :func:`error_kind`, the most frequent first."""
+    """Return the failed ``records`` grouped by kind, the most frequent first.
+
+    A failure's kind is its message's head before ``": "`` (``HTTP 503``), or the message's
+    first 60 characters where that head is longer or quotes.
+    """
     kinds: dict[str, list[RequestRecord]] = {}
     for r in records:
-        if not r.ok:
-            kinds.setdefault(error_kind(r.error or ""), []).append(r)
+        if r.error is not None:
+            head = r.error.split(": ", 1)[0]
+            kind = r.error[:60] if len(head) > 60 or "'" in head else head
+            kinds.setdefault(kind, []).append(r)
     return sorted(kinds.items(), key=lambda item: -len(item[1]))
 
 
@@ -319,31 +319,27 @@ def telemetry_checks(gpu: RunTelemetry) -> tuple[Check, ...]:
     """Return the checks of what the GPUs did during a run (``pytest_sglang.gpu.telemetry``)."""
     if gpu.samples == 0:
         return (Check("gpu_throttled", None, "no GPU telemetry was read"),)
-    throttled, foreign = gpu.throttled_fraction, gpu.foreign_pids
-    errors = gpu.new_xid_errors + gpu.new_ecc_errors
-    reasons = ", ".join(gpu.throttle_reasons)
-    return (
-        Check(
-            "gpu_throttled",
-            throttled == 0,
-            f"GPUs throttled in {throttled:.0%} of the samples ({reasons}): the server ran "
-            "below its clocks, so its figures are not its capacity"
-            if throttled
-            else "no GPU throttled",
+    foreign = ", ".join(map(str, gpu.foreign_pids))
+    # Per check: whether it failed, then its detail when it failed and when it passed.
+    judged = {
+        "gpu_throttled": (
+            gpu.throttled_fraction > 0,
+            f"GPUs throttled in {gpu.throttled_fraction:.0%} of the samples "
+            f"({', '.join(gpu.throttle_reasons)}): the server ran below its clocks, so its "
+            "figures are not its capacity",
+            "no GPU throttled",
         ),
-        Check(
-            "gpu_foreign_process",
-            not foreign,
-            f"processes {', '.join(map(str, foreign))} appeared on the server's GPUs during the "
-            "run and shared them"
-            if foreign
-            else "no other process appeared on the server's GPUs",
+        "gpu_foreign_process": (
+            bool(foreign),
+            f"processes {foreign} appeared on the server's GPUs during the run and shared them",
+            "no other process appeared on the server's GPUs",
         ),
-        Check(
-            "gpu_errors",
-            errors == 0,
-            f"{gpu.new_xid_errors} XID and {gpu.new_ecc_errors} ECC errors during the run"
-            if errors
-            else "no new XID or ECC errors",
+        "gpu_errors": (
+            gpu.new_xid_errors + gpu.new_ecc_errors > 0,
+            f"{gpu.new_xid_errors} XID and {gpu.new_ecc_errors} ECC errors during the run",
+            "no new XID or ECC errors",
         ),
+    }
+    return tuple(
+        Check(name, not bad, why if bad else ok) for name, (bad, why, ok) in judged.items()
     )
