@@ -90,7 +90,7 @@ class Measurement:
         data: dict[str, Any] = {"workload": self.workload.as_dict()}
         for name in _PLAIN:
             value = getattr(self, name)
-            data[name] = value.as_dict() if isinstance(value, Distribution) else value
+            data[name] = asdict(value) if isinstance(value, Distribution) else value
         data["errors"] = [{"message": m, "count": n} for m, n in self.errors]
         data["checks"] = [asdict(c) for c in self.checks]
         data["valid"] = self.valid

@@ -12,9 +12,9 @@ import bisect
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Literal
 
 __all__ = ["METRICS", "Distribution", "MetricSpec", "metric_spec", "percentile"]
 
@@ -142,7 +142,3 @@ class Distribution:
             min=pairs[0][0],
             max=pairs[-1][0],
         )
-
-    def as_dict(self) -> dict[str, Any]:
-        """Return plain JSON types."""
-        return asdict(self)

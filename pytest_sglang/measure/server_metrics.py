@@ -77,11 +77,10 @@ def delta(before: MetricsSnapshot, after: MetricsSnapshot) -> dict[str, float | 
             "the scrapes have no sglang:num_requests_total or sglang:generation_tokens_total: "
             "is this SGLang's /metrics (launched with --enable-metrics)?"
         )
-    verify, cached = counted.pop("verify_calls"), counted["cached_tokens"]
+    verify, cached = counted["verify_calls"], counted["cached_tokens"]
     queued, waited = counted.pop("queue_time_count"), counted.pop("queue_time_sum")
     return counted | {
         "prompt_tokens": prompt,
-        "verify_calls": verify,
         "acceptance_length": generated / verify if verify else None,
         "cache_hit_ratio": cached / prompt if cached is not None and prompt else None,
         "mean_queue_time": waited / queued if queued and waited is not None else None,

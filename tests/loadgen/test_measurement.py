@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import statistics
+from dataclasses import asdict
 
 import pytest
 
@@ -255,5 +256,5 @@ def test_weighted_distribution_equals_the_expanded_one() -> None:
     expanded = [v for v, w in zip(values, weights, strict=True) for _ in range(w)]
     weighted, plain = Distribution.weighted(values, weights), Distribution.of(expanded)
     assert weighted is not None and plain is not None
-    assert weighted.as_dict() == pytest.approx(plain.as_dict())
+    assert asdict(weighted) == pytest.approx(asdict(plain))
     assert Distribution.weighted([], []) is None and Distribution.of([]) is None
