@@ -107,9 +107,8 @@ def run_checks(
 
     counted = [r for r in done if r.output_tokens is not None]
     wrong = [r for r in counted if r.output_tokens != r.output_len]
-    asked = "number of tokens"
-    if {r.output_len for r in counted} == {workload.output_len}:
-        asked = f"{workload.output_len} tokens"
+    same = {r.output_len for r in counted} == {workload.output_len}
+    asked = f"{workload.output_len} tokens" if same else "number of tokens"
     detail = f"all {len(counted)} completed requests generated the {asked}"
     if not counted:
         detail = "no completed request reported its output length"
