@@ -14,7 +14,7 @@ from pytest_sglang.gpu.telemetry import RunTelemetry
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.schedule import ClosedLoop
 
-__all__ = ["CHECK_NAMES", "LOAD_CHECKS", "Check", "errors_by_kind", "run_checks"]
+__all__ = ["CHECK_NAMES", "LOAD_CHECKS", "Check", "failure_kinds", "run_checks"]
 
 #: Every check a run can carry (``sglang_bench(..., allow_checks=[...])`` names them).
 CHECK_NAMES = (
@@ -37,8 +37,10 @@ CLIENT_CPU_LIMIT = 0.9
 #: saturated core says the client could not keep up (``docs/metrics.md``, "Client saturation").
 CLIENT_LAG_SHARE = 0.25
 CLIENT_LAG_FLOOR = 0.002
-#: How many kinds of failure a check or a failure message lists.
+#: How many kinds of failure a check or a failure message lists, and how many characters of
+#: each kind's example a message quotes.
 ERROR_KINDS = 5
+EXAMPLE_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ class Check:
     detail: str
 
 
-def errors_by_kind(records: Sequence[RequestRecord]) -> list[tuple[str, list[RequestRecord]]]:
+def _by_kind(records: Sequence[RequestRecord]) -> list[tuple[str, list[RequestRecord]]]:
     """Return the failed ``records`` grouped by kind, the most frequent first.
 
     A failure's kind is its message's head before ``": "`` (``HTTP 503``), or the message's
@@ -63,6 +65,22 @@ def errors_by_kind(records: Sequence[RequestRecord]) -> list[tuple[str, list[Req
             kind = r.error[:60] if len(head) > 60 or "'" in head else head
             kinds.setdefault(kind, []).append(r)
     return sorted(kinds.items(), key=lambda item: -len(item[1]))
+
+
+def failure_kinds(records: Sequence[RequestRecord]) -> list[str]:
+    """Return lines counting the failed ``records`` by kind, quoting one of each."""
+    ranked = _by_kind(records)
+    if not ranked:
+        return []
+    lines = ["  failures by kind (the server's answer quoted):"]
+    for kind, failed in ranked[:ERROR_KINDS]:
+        example = (failed[0].error or "").removeprefix(kind + ": ")
+        if len(example) > EXAMPLE_CHARS:
+            example = example[:EXAMPLE_CHARS] + " …"
+        lines.append(f"    {len(failed)} x {kind}: {example}")
+    if len(ranked) > ERROR_KINDS:
+        lines.append(f"    ... and {len(ranked) - ERROR_KINDS} other kinds")
+    return lines
 
 
 def run_checks(
@@ -81,7 +99,7 @@ def run_checks(
     failed = [r for r in records if not r.ok]
     detail = f"all {len(records)} measured requests completed"
     if failed:
-        ranked = errors_by_kind(failed)
+        ranked = _by_kind(failed)
         parts = [
             f"{len(rs)} x {kind} (e.g. request {rs[0].index}: {rs[0].error})"
             for kind, rs in ranked[:ERROR_KINDS]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.schedule import ClosedLoop
 from pytest_sglang.loadgen.workload import Workload
-from pytest_sglang.measure.checks import errors_by_kind
+from pytest_sglang.measure.checks import failure_kinds
 from pytest_sglang.measure.measurement import measure
 
 W = Workload(input_len=4, output_len=3, requests=4, warmup=0, endpoint="completions")
@@ -68,10 +68,12 @@ def test_failed_requests_check_lists_the_top_error_kinds_with_counts() -> None:
 def test_error_kind_is_the_head_of_the_message() -> None:
     long = "stream ended before 'data: [DONE]' after 3 events"
     messages = ["HTTP 500: boom", "stale connection: x", long, "HTTP 500: again"]
-    ranked = errors_by_kind([done(0), *(failed(i, m) for i, m in enumerate(messages, 1))])
-    assert [(kind, [r.index for r in rs]) for kind, rs in ranked] == [
-        ("HTTP 500", [1, 4]), ("stale connection", [2]), (long[:60], [3])
-    ]  # fmt: skip
+    assert failure_kinds([done(0), *(failed(i, m) for i, m in enumerate(messages, 1))]) == [
+        "  failures by kind (the server's answer quoted):",
+        "    2 x HTTP 500: boom",
+        "    1 x stale connection: x",
+        f"    1 x {long[:60]}: {long}",
+    ]
 
 
 def test_retries_are_counted_and_are_not_failures() -> None:
