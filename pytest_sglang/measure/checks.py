@@ -145,18 +145,17 @@ def run_checks(
     checks.append(_input_length(run, done))
     load = run.load
     if isinstance(load, ClosedLoop):
-        checks.append(_concurrency(run, load.concurrency, records, len(failed), realised, duration))
+        checks.append(_concurrency(run, load.concurrency, len(failed), realised, duration))
     else:
-        lags = [r.sent - r.scheduled for r in records if r.scheduled is not None]
+        lag = max((r.sent - r.scheduled for r in records if r.scheduled is not None), default=None)
         allowed = SCHEDULE_LAG_FIXED + SCHEDULE_LAG_FRACTION / load.rate
-        if lags:
-            detail = (
-                f"largest send delay behind schedule {max(lags) * 1000:.1f} ms (allowed "
-                f"{allowed * 1000:.1f} ms at {load.rate:g} requests/s)"
-            )
-            checks.append(Check("schedule", max(lags) <= allowed, detail))
-        else:
-            checks.append(Check("schedule", None, "no request had a schedule"))
+        detail = (
+            f"largest send delay behind schedule {lag * 1000:.1f} ms (allowed "
+            f"{allowed * 1000:.1f} ms at {load.rate:g} requests/s)"
+            if lag is not None
+            else "no request had a schedule"
+        )
+        checks.append(Check("schedule", None if lag is None else lag <= allowed, detail))
 
     inexact = [r for r in done if not r.chunk_tokens_exact]
     detail = "every chunk's token count came from the server"
@@ -241,14 +240,10 @@ def _input_length(run: LoadRun, done: Sequence[RequestRecord]) -> Check:
 
 
 def _concurrency(
-    run: LoadRun,
-    concurrency: int,
-    records: Sequence[RequestRecord],
-    failed: int,
-    realised: float,
-    duration: float,
+    run: LoadRun, concurrency: int, failed: int, realised: float, duration: float
 ) -> Check:
     """Whether the closed loop held its ``concurrency`` slots full, allowing a ramp-down tail."""
+    records = run.measured
     # A session holds its slot from its first send to its last end (a request is a session
     # of one turn).
     bounds: dict[int, tuple[float, float]] = {}
