@@ -11,10 +11,9 @@ do not add up, so :func:`summary_line` shows the TTFT's own beside them.
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_sglang.loadgen.records import RequestRecord
@@ -52,9 +51,7 @@ def split_ttft(record: RequestRecord) -> TtftSplit | None:
     if received is None or sent is None:
         return split
     server = sent - received
-    return dataclasses.replace(
-        split, server_other=server - queue - prefill, transport=ttft - server
-    )
+    return replace(split, server_other=server - queue - prefill, transport=ttft - server)
 
 
 def breakdown_summary(runs: Sequence[Any]) -> dict[str, Any] | None:
