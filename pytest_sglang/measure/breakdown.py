@@ -11,16 +11,15 @@ do not add up, so :func:`summary_line` shows the TTFT's own beside them.
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_sglang.loadgen.records import RequestRecord
-from pytest_sglang.measure.distribution import Distribution
+from pytest_sglang.measure.metrics import percentile
 
-__all__ = ["PARTS", "breakdown_summary", "split_ttft", "summary_line", "ttft_breakdown"]
+__all__ = ["PARTS", "breakdown_summary", "split_ttft", "summary_line"]
 
 #: The parts of a split, in order; ``server_other`` and ``transport`` only with the server's
 #: receive and send timestamps.
@@ -52,76 +51,42 @@ def split_ttft(record: RequestRecord) -> TtftSplit | None:
     if received is None or sent is None:
         return split
     server = sent - received
-    return dataclasses.replace(
-        split, server_other=server - queue - prefill, transport=ttft - server
-    )
-
-
-@dataclass(frozen=True)
-class TtftBreakdown:
-    """One run's TTFT split over its requests: a distribution per part."""
-
-    requests: int  # records with a TTFT
-    split: int  # of which the server reported the timings
-    ttft: Distribution
-    queue: Distribution
-    prefill: Distribution
-    rest: Distribution
-    server_other: Distribution | None = None
-    transport: Distribution | None = None
-    #: Per request: ``|queue + prefill + rest - ttft|``, the median (0 by construction).
-    residual_p50: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain JSON: counts, and each part's distribution (seconds)."""
-        return dataclasses.asdict(self)
-
-
-def ttft_breakdown(records: Iterable[RequestRecord]) -> TtftBreakdown | None:
-    """Split a run's (measured) records' TTFT; ``None`` when no request can be split."""
-    with_ttft = [r for r in records if r.ok and r.ttft is not None]
-    splits = [s for s in map(split_ttft, with_ttft) if s is not None]
-    if not splits:
-        return None
-    parts: dict[str, Any] = {}
-    for name in ("ttft", *PARTS):
-        values = [v for s in splits if (v := getattr(s, name)) is not None]
-        parts[name] = Distribution.of(values) if len(values) == len(splits) else None
-    residuals = (abs(s.queue + s.prefill + s.rest - s.ttft) for s in splits)
-    return TtftBreakdown(
-        len(with_ttft), len(splits), residual_p50=statistics.median(residuals), **parts
-    )
+    return replace(split, server_other=server - queue - prefill, transport=ttft - server)
 
 
 def breakdown_summary(runs: Sequence[Any]) -> dict[str, Any] | None:
     """Medians over runs (measurements) of each part's p50 and p99 (seconds), or None.
 
-    None when no run could be split (the server reported no timings).
+    None when no run could be split (the server reported no timings). ``requests`` counts the
+    split runs' completed requests with a TTFT, ``split`` those the server gave timings for.
     """
-    breakdowns = [b for b in (ttft_breakdown(r.records) for r in runs) if b]
-    if not breakdowns:
+    requests = 0
+    splits: list[list[TtftSplit]] = []
+    for run in runs:
+        with_ttft = [r for r in run.records if r.ok and r.ttft is not None]
+        if split := [s for s in map(split_ttft, with_ttft) if s is not None]:
+            requests += len(with_ttft)
+            splits.append(split)
+    if not splits:
         return None
-    summary: dict[str, Any] = {"runs": len(breakdowns), "of_runs": len(runs)}
+    summary: dict[str, Any] = {"runs": len(splits), "of_runs": len(runs)}
     for name in ("ttft", *PARTS):
-        dists: list[Distribution] = [d for b in breakdowns if (d := getattr(b, name))]
-        if len(dists) == len(breakdowns):
+        per_run = [[getattr(s, name) for s in split] for split in splits]
+        if all(None not in values for values in per_run):
             summary[name] = {
-                "p50": statistics.median(d.p50 for d in dists),
-                "p99": statistics.median(d.p99 for d in dists),
+                f"p{q}": statistics.median(percentile(values, q) for values in per_run)
+                for q in (50, 99)
             }
-    summary["split"] = sum(b.split for b in breakdowns)
-    summary["requests"] = sum(b.requests for b in breakdowns)
-    return summary
+    return summary | {"split": sum(map(len, splits)), "requests": requests}
 
 
-def summary_line(summary: Mapping[str, Any], stat: str = "p50") -> str:
-    """One line of :func:`breakdown_summary`, e.g. for a verdict's evidence table."""
-    ttft = summary["ttft"][stat]
-    parts = " + ".join(f"{n} {summary[n][stat] * 1000:.1f}" for n in ("queue", "prefill", "rest"))
-    text = f"TTFT {stat} {ttft * 1000:.1f} ms = {parts} ms"
-    if "transport" in summary and "server_other" in summary:
-        text += (
-            f" (rest = server {summary['server_other'][stat] * 1000:.1f} + transport/client "
-            f"{summary['transport'][stat] * 1000:.1f})"
-        )
+def summary_line(summary: Mapping[str, Any]) -> str:
+    """Return the p50 line of :func:`breakdown_summary`, e.g. for a verdict's evidence."""
+    p50 = {
+        name: f"{summary[name]['p50'] * 1000:.1f}" for name in ("ttft", *PARTS) if name in summary
+    }
+    parts = " + ".join(f"{name} {p50[name]}" for name in ("queue", "prefill", "rest"))
+    text = f"TTFT p50 {p50['ttft']} ms = {parts} ms"
+    if "transport" in p50 and "server_other" in p50:
+        text += f" (rest = server {p50['server_other']} + transport/client {p50['transport']})"
     return text + f"; medians over {summary['runs']} runs"

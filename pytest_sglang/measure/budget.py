@@ -6,33 +6,18 @@ Arguments are checked before anything runs; a :class:`Budget` (``allow_errors``,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
 from pytest_sglang.loadgen.schedule import Arrival, OpenLoop
-from pytest_sglang.measure.checks import CHECK_NAMES, ERROR_KINDS, LOAD_CHECKS, errors_by_kind
+from pytest_sglang.measure.checks import CHECK_NAMES, LOAD_CHECKS, failure_kinds
 
 if TYPE_CHECKING:
     from pytest_sglang.loadgen.workload import Workload
-    from pytest_sglang.measure.measurement import Measurement
     from pytest_sglang.measure.results import BenchResult
 
-__all__ = [
-    "Budget",
-    "broken_message",
-    "check_fills",
-    "failed_checks_message",
-    "failed_requests_message",
-    "failure_kinds",
-    "impossible_counts_message",
-    "levels_of",
-    "open_loop_of",
-    "repeats_of",
-]
-
-#: How many characters of each failure kind's example a message quotes.
-_EXAMPLE_CHARS = 300
+__all__ = ["Budget", "broken_message", "check_fills", "levels_of", "open_loop_of", "repeats_of"]
 
 
 def _refuse(
@@ -143,13 +128,13 @@ class Budget:
 def broken_message(result: BenchResult, budget: Budget) -> str | None:
     """Return why ``result`` breaks ``budget`` (failed requests, impossible counts, checks)."""
     return (
-        failed_requests_message(result, budget.errors)
-        or impossible_counts_message(result)
-        or failed_checks_message(result, budget.checks)
+        _failed_requests(result, budget.errors)
+        or _impossible_counts(result)
+        or _failed_checks(result, budget.checks)
     )
 
 
-def failed_requests_message(result: BenchResult, allow_errors: float) -> str | None:
+def _failed_requests(result: BenchResult, allow_errors: float) -> str | None:
     """Return why ``result`` breaks its error budget (None when every run keeps it)."""
     over = {
         i: run
@@ -170,14 +155,14 @@ def failed_requests_message(result: BenchResult, allow_errors: float) -> str | N
         [
             f"the measurement of {result.label()} ({result.url}) is broken: {failed} of "
             f"{requests} measured requests failed ({runs}); {budget}",
-            *failure_kinds(list(over.values())),
+            *failure_kinds([r for run in over.values() for r in run.records]),
             "  fix: find out why the server failed them (its log); if failures are expected, "
             "allow them: sglang_bench(..., allow_errors=0.05)",
         ]
     )
 
 
-def failed_checks_message(result: BenchResult, allowed: frozenset[str]) -> str | None:
+def _failed_checks(result: BenchResult, allowed: frozenset[str]) -> str | None:
     """Return why ``result``'s runs are invalid (None when every failed check is allowed).
 
     The error budget judges ``no_failed_requests``, the verdicts judge ``LOAD_CHECKS``.
@@ -206,23 +191,7 @@ def failed_checks_message(result: BenchResult, allowed: frozenset[str]) -> str |
     )
 
 
-def failure_kinds(runs: Sequence[Measurement]) -> list[str]:
-    """Return lines counting the failed requests of ``runs`` by kind, quoting one of each."""
-    ranked = errors_by_kind([r for run in runs for r in run.records if r.error is not None])
-    if not ranked:
-        return []
-    lines = ["  failures by kind (the server's answer quoted):"]
-    for kind, records in ranked[:ERROR_KINDS]:
-        example = (records[0].error or "").removeprefix(kind + ": ")
-        if len(example) > _EXAMPLE_CHARS:
-            example = example[:_EXAMPLE_CHARS] + " …"
-        lines.append(f"    {len(records)} x {kind}: {example}")
-    if len(ranked) > ERROR_KINDS:
-        lines.append(f"    ... and {len(ranked) - ERROR_KINDS} other kinds")
-    return lines
-
-
-def impossible_counts_message(result: BenchResult) -> str | None:
+def _impossible_counts(result: BenchResult) -> str | None:
     """Return why ``result``'s token counts cannot be right (negative), or None."""
     for index, run in enumerate(result.runs):
         bad = [r for r in run.records if min(r.output_tokens or 0, r.prompt_tokens or 0) < 0]

@@ -14,7 +14,7 @@ from pytest_sglang.gpu.telemetry import RunTelemetry
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.schedule import ClosedLoop
 
-__all__ = ["CHECK_NAMES", "LOAD_CHECKS", "Check", "error_kind", "errors_by_kind", "run_checks"]
+__all__ = ["CHECK_NAMES", "LOAD_CHECKS", "Check", "failure_kinds", "run_checks"]
 
 #: Every check a run can carry (``sglang_bench(..., allow_checks=[...])`` names them).
 CHECK_NAMES = (
@@ -37,8 +37,10 @@ CLIENT_CPU_LIMIT = 0.9
 #: saturated core says the client could not keep up (``docs/metrics.md``, "Client saturation").
 CLIENT_LAG_SHARE = 0.25
 CLIENT_LAG_FLOOR = 0.002
-#: How many kinds of failure a check or a failure message lists.
+#: How many kinds of failure a check or a failure message lists, and how many characters of
+#: each kind's example a message quotes.
 ERROR_KINDS = 5
+EXAMPLE_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -50,19 +52,35 @@ class Check:
     detail: str
 
 
-def error_kind(message: str) -> str:
-    """Return the kind of an error: its message's head before ``": "`` (``HTTP 503``)."""
-    head = message.split(": ", 1)[0]
-    return message[:60] if len(head) > 60 or "'" in head else head
+def _by_kind(records: Sequence[RequestRecord]) -> list[tuple[str, list[RequestRecord]]]:
+    """Return the failed ``records`` grouped by kind, the most frequent first.
 
-
-def errors_by_kind(records: Sequence[RequestRecord]) -> list[tuple[str, list[RequestRecord]]]:
-    """Return the failed ``records`` grouped by :func:`error_kind`, the most frequent first."""
+    A failure's kind is its message's head before ``": "`` (``HTTP 503``), or the message's
+    first 60 characters where that head is longer or quotes.
+    """
     kinds: dict[str, list[RequestRecord]] = {}
     for r in records:
-        if not r.ok:
-            kinds.setdefault(error_kind(r.error or ""), []).append(r)
+        if r.error is not None:
+            head = r.error.split(": ", 1)[0]
+            kind = r.error[:60] if len(head) > 60 or "'" in head else head
+            kinds.setdefault(kind, []).append(r)
     return sorted(kinds.items(), key=lambda item: -len(item[1]))
+
+
+def failure_kinds(records: Sequence[RequestRecord]) -> list[str]:
+    """Return lines counting the failed ``records`` by kind, quoting one of each."""
+    ranked = _by_kind(records)
+    if not ranked:
+        return []
+    lines = ["  failures by kind (the server's answer quoted):"]
+    for kind, failed in ranked[:ERROR_KINDS]:
+        example = (failed[0].error or "").removeprefix(kind + ": ")
+        if len(example) > EXAMPLE_CHARS:
+            example = example[:EXAMPLE_CHARS] + " …"
+        lines.append(f"    {len(failed)} x {kind}: {example}")
+    if len(ranked) > ERROR_KINDS:
+        lines.append(f"    ... and {len(ranked) - ERROR_KINDS} other kinds")
+    return lines
 
 
 def run_checks(
@@ -81,7 +99,7 @@ def run_checks(
     failed = [r for r in records if not r.ok]
     detail = f"all {len(records)} measured requests completed"
     if failed:
-        ranked = errors_by_kind(failed)
+        ranked = _by_kind(failed)
         parts = [
             f"{len(rs)} x {kind} (e.g. request {rs[0].index}: {rs[0].error})"
             for kind, rs in ranked[:ERROR_KINDS]
@@ -107,9 +125,8 @@ def run_checks(
 
     counted = [r for r in done if r.output_tokens is not None]
     wrong = [r for r in counted if r.output_tokens != r.output_len]
-    asked = "number of tokens"
-    if {r.output_len for r in counted} == {workload.output_len}:
-        asked = f"{workload.output_len} tokens"
+    same = {r.output_len for r in counted} == {workload.output_len}
+    asked = f"{workload.output_len} tokens" if same else "number of tokens"
     detail = f"all {len(counted)} completed requests generated the {asked}"
     if not counted:
         detail = "no completed request reported its output length"
@@ -128,18 +145,17 @@ def run_checks(
     checks.append(_input_length(run, done))
     load = run.load
     if isinstance(load, ClosedLoop):
-        checks.append(_concurrency(run, load.concurrency, records, len(failed), realised, duration))
+        checks.append(_concurrency(run, load.concurrency, len(failed), realised, duration))
     else:
-        lags = [r.sent - r.scheduled for r in records if r.scheduled is not None]
+        lag = max((r.sent - r.scheduled for r in records if r.scheduled is not None), default=None)
         allowed = SCHEDULE_LAG_FIXED + SCHEDULE_LAG_FRACTION / load.rate
-        if lags:
-            detail = (
-                f"largest send delay behind schedule {max(lags) * 1000:.1f} ms (allowed "
-                f"{allowed * 1000:.1f} ms at {load.rate:g} requests/s)"
-            )
-            checks.append(Check("schedule", max(lags) <= allowed, detail))
-        else:
-            checks.append(Check("schedule", None, "no request had a schedule"))
+        detail = (
+            f"largest send delay behind schedule {lag * 1000:.1f} ms (allowed "
+            f"{allowed * 1000:.1f} ms at {load.rate:g} requests/s)"
+            if lag is not None
+            else "no request had a schedule"
+        )
+        checks.append(Check("schedule", None if lag is None else lag <= allowed, detail))
 
     inexact = [r for r in done if not r.chunk_tokens_exact]
     detail = "every chunk's token count came from the server"
@@ -224,14 +240,10 @@ def _input_length(run: LoadRun, done: Sequence[RequestRecord]) -> Check:
 
 
 def _concurrency(
-    run: LoadRun,
-    concurrency: int,
-    records: Sequence[RequestRecord],
-    failed: int,
-    realised: float,
-    duration: float,
+    run: LoadRun, concurrency: int, failed: int, realised: float, duration: float
 ) -> Check:
     """Whether the closed loop held its ``concurrency`` slots full, allowing a ramp-down tail."""
+    records = run.measured
     # A session holds its slot from its first send to its last end (a request is a session
     # of one turn).
     bounds: dict[int, tuple[float, float]] = {}
@@ -319,31 +331,27 @@ def telemetry_checks(gpu: RunTelemetry) -> tuple[Check, ...]:
     """Return the checks of what the GPUs did during a run (``pytest_sglang.gpu.telemetry``)."""
     if gpu.samples == 0:
         return (Check("gpu_throttled", None, "no GPU telemetry was read"),)
-    throttled, foreign = gpu.throttled_fraction, gpu.foreign_pids
-    errors = gpu.new_xid_errors + gpu.new_ecc_errors
-    reasons = ", ".join(gpu.throttle_reasons)
-    return (
-        Check(
-            "gpu_throttled",
-            throttled == 0,
-            f"GPUs throttled in {throttled:.0%} of the samples ({reasons}): the server ran "
-            "below its clocks, so its figures are not its capacity"
-            if throttled
-            else "no GPU throttled",
+    foreign = ", ".join(map(str, gpu.foreign_pids))
+    # Per check: whether it failed, then its detail when it failed and when it passed.
+    judged = {
+        "gpu_throttled": (
+            gpu.throttled_fraction > 0,
+            f"GPUs throttled in {gpu.throttled_fraction:.0%} of the samples "
+            f"({', '.join(gpu.throttle_reasons)}): the server ran below its clocks, so its "
+            "figures are not its capacity",
+            "no GPU throttled",
         ),
-        Check(
-            "gpu_foreign_process",
-            not foreign,
-            f"processes {', '.join(map(str, foreign))} appeared on the server's GPUs during the "
-            "run and shared them"
-            if foreign
-            else "no other process appeared on the server's GPUs",
+        "gpu_foreign_process": (
+            bool(foreign),
+            f"processes {foreign} appeared on the server's GPUs during the run and shared them",
+            "no other process appeared on the server's GPUs",
         ),
-        Check(
-            "gpu_errors",
-            errors == 0,
-            f"{gpu.new_xid_errors} XID and {gpu.new_ecc_errors} ECC errors during the run"
-            if errors
-            else "no new XID or ECC errors",
+        "gpu_errors": (
+            gpu.new_xid_errors + gpu.new_ecc_errors > 0,
+            f"{gpu.new_xid_errors} XID and {gpu.new_ecc_errors} ECC errors during the run",
+            "no new XID or ECC errors",
         ),
+    }
+    return tuple(
+        Check(name, not bad, why if bad else ok) for name, (bad, why, ok) in judged.items()
     )

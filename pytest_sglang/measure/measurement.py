@@ -16,8 +16,7 @@ from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.schedule import run_fields
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.checks import Check, run_checks
-from pytest_sglang.measure.distribution import Distribution
-from pytest_sglang.measure.metrics import metric_spec
+from pytest_sglang.measure.metrics import Distribution, metric_spec
 
 __all__ = ["Check", "Distribution", "Measurement", "measure"]
 
@@ -91,7 +90,7 @@ class Measurement:
         data: dict[str, Any] = {"workload": self.workload.as_dict()}
         for name in _PLAIN:
             value = getattr(self, name)
-            data[name] = value.as_dict() if isinstance(value, Distribution) else value
+            data[name] = asdict(value) if isinstance(value, Distribution) else value
         data["errors"] = [{"message": m, "count": n} for m, n in self.errors]
         data["checks"] = [asdict(c) for c in self.checks]
         data["valid"] = self.valid

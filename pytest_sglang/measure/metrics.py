@@ -1,20 +1,25 @@
-"""The metric vocabulary: every metric's name, unit, direction and definition, once.
+"""The metric vocabulary (name, unit, direction, definition) and distribution summaries.
 
-A single number is addressed as ``"ttft.p99"``; a bare ``"ttft"`` means its mean; the full
-definitions are in ``docs/metrics.md``.
+Every metric is defined once, here (pure, no I/O). A single number is addressed as
+``"ttft.p99"``; a bare ``"ttft"`` means its mean; the full definitions are in
+``docs/metrics.md``. Percentiles interpolate linearly between order statistics, numpy's
+default, without numpy (``docs/metrics.md``, "Percentiles").
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import bisect
+import itertools
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
 
-__all__ = ["DISTRIBUTION_STATS", "METRICS", "MetricSpec", "metric_spec"]
+__all__ = ["METRICS", "Distribution", "MetricSpec", "metric_spec", "percentile"]
 
 #: The summary statistics of every distribution metric.
-DISTRIBUTION_STATS: tuple[str, ...] = ("mean", "p50", "p90", "p99")
+_STATS: tuple[str, ...] = ("mean", "p50", "p90", "p99")
 
 
 @dataclass(frozen=True)
@@ -62,8 +67,78 @@ def metric_spec(name: str) -> MetricSpec:
     spec = METRICS.get(base)
     if spec is None:
         raise KeyError(f"unknown metric {name!r}; known: {', '.join(METRICS)}")
-    if stat and (spec.kind != "distribution" or stat not in DISTRIBUTION_STATS):
-        raise KeyError(
-            f"unknown statistic in {name!r}; distributions have {', '.join(DISTRIBUTION_STATS)}"
-        )
+    if stat and (spec.kind != "distribution" or stat not in _STATS):
+        raise KeyError(f"unknown statistic in {name!r}; distributions have {', '.join(_STATS)}")
     return spec
+
+
+def _interpolate(at: Callable[[int], float], count: int, q: float) -> float:
+    """Return the *q*-th percentile of ``count`` ordered values, the ``i``-th being ``at(i)``."""
+    h = (count - 1) * (q / 100.0)  # numpy's order of operations, for identical rounding
+    lo = math.floor(h)
+    if lo >= count - 1:
+        return float(at(count - 1))
+    frac = h - lo
+    below, above = float(at(lo)), float(at(lo + 1))
+    if frac == 0.0 or below == above:
+        return below
+    # Same lerp as numpy: anchored on the nearer end, so q=100-ish values never overshoot.
+    diff = above - below
+    return above - diff * (1.0 - frac) if frac >= 0.5 else below + diff * frac
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Return the *q*-th percentile (0 to 100) of *values*, as numpy's default ("linear").
+
+    :raises ValueError: if *values* is empty or holds NaN, or *q* is outside [0, 100].
+    """
+    if not 0.0 <= q <= 100.0:  # also rejects NaN
+        raise ValueError(f"percentile q must be between 0 and 100, got {q!r}")
+    if len(values) == 0:
+        raise ValueError("percentile of an empty sample is undefined")
+    if any(math.isnan(x) for x in values):
+        raise ValueError("percentile: the sample holds NaN")
+    return _interpolate(sorted(values).__getitem__, len(values), q)
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Summary of a latency distribution, in seconds."""
+
+    count: int
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Distribution | None:
+        """Summarise ``values``; ``None`` when there are none."""
+        return cls.weighted(values, [1] * len(values))
+
+    @classmethod
+    def weighted(cls, values: Sequence[float], weights: Sequence[int]) -> Distribution | None:
+        """Summarise ``values`` where value ``i`` occurs ``weights[i]`` times (per-token ITL).
+
+        Equals :meth:`of` on the expanded list, without building it.
+        """
+        pairs = sorted((v, w) for v, w in zip(values, weights, strict=True) if w > 0)
+        if not pairs:
+            return None
+        cumulative = list(itertools.accumulate(w for _, w in pairs))
+        total = cumulative[-1]
+
+        def at(rank: int) -> float:
+            return pairs[bisect.bisect_right(cumulative, rank)][0]
+
+        return cls(
+            count=total,
+            mean=math.fsum(v * w for v, w in pairs) / total,
+            p50=_interpolate(at, total, 50),
+            p90=_interpolate(at, total, 90),
+            p99=_interpolate(at, total, 99),
+            min=pairs[0][0],
+            max=pairs[-1][0],
+        )

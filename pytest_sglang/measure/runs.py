@@ -19,8 +19,7 @@ from pytest_sglang.errors import GpuUnavailable, MeasurementFailed, ServerDied, 
 from pytest_sglang.loadgen.ray_pools import RayPools
 from pytest_sglang.loadgen.schedule import ClosedLoop, Load
 from pytest_sglang.loadgen.workload import Workload
-from pytest_sglang.measure.budget import failure_kinds
-from pytest_sglang.measure.checks import telemetry_checks
+from pytest_sglang.measure.checks import failure_kinds, telemetry_checks
 from pytest_sglang.measure.measurement import Measurement, measure
 from pytest_sglang.measure.results import packed
 from pytest_sglang.measure.server_metrics import MetricsSnapshot, delta, scrape
@@ -196,7 +195,7 @@ class Runner:
             message = [
                 f"the measurement of {server.name} @ {load.describe()} ({server.url}) was "
                 f"stopped in run {repeat + 1}: {stopped}",
-                *failure_kinds([measurement]),
+                *failure_kinds(measurement.records),
                 "  the server still accepts connections, but left that many requests in a row "
                 "without an answer: read its log (a hung scheduler? streams that stall?)",
             ]

@@ -7,9 +7,12 @@ went down (a restart) refuses the delta. ``docs/metrics.md``, "Server-side count
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 __all__ = ["MetricsSnapshot", "delta", "parse_metrics", "scrape"]
+
+#: One scrape of ``/metrics``: every sample's value summed over its label sets, by sample
+#: name without SGLang's ``sglang:`` prefix.
+MetricsSnapshot = Mapping[str, float]
 
 #: The deltas a run reports, by the SGLang counter each comes from.
 _COUNTERS = {
@@ -23,19 +26,8 @@ _COUNTERS = {
 }
 
 
-@dataclass(frozen=True)
-class MetricsSnapshot:
-    """One scrape: every sample's value summed over its label sets, by sample name."""
-
-    samples: Mapping[str, float]
-
-    def get(self, name: str) -> float | None:
-        """Return the summed value of ``sglang:NAME`` (or of NAME itself), or None."""
-        return self.samples.get(f"sglang:{name}", self.samples.get(name))
-
-
 def parse_metrics(text: str) -> MetricsSnapshot:
-    """Parse Prometheus text exposition into a :class:`MetricsSnapshot`.
+    """Parse Prometheus text exposition into a :data:`MetricsSnapshot`.
 
     :raises ValueError: the text is not Prometheus exposition format.
     """
@@ -44,8 +36,9 @@ def parse_metrics(text: str) -> MetricsSnapshot:
     totals: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            totals[sample.name] = totals.get(sample.name, 0.0) + float(sample.value)
-    return MetricsSnapshot(totals)
+            name = sample.name.removeprefix("sglang:")
+            totals[name] = totals.get(name, 0.0) + float(sample.value)
+    return totals
 
 
 def scrape(url: str, headers: Mapping[str, str] | None = None) -> MetricsSnapshot | None:
@@ -84,11 +77,10 @@ def delta(before: MetricsSnapshot, after: MetricsSnapshot) -> dict[str, float | 
             "the scrapes have no sglang:num_requests_total or sglang:generation_tokens_total: "
             "is this SGLang's /metrics (launched with --enable-metrics)?"
         )
-    verify, cached = counted.pop("verify_calls"), counted["cached_tokens"]
+    verify, cached = counted["verify_calls"], counted["cached_tokens"]
     queued, waited = counted.pop("queue_time_count"), counted.pop("queue_time_sum")
     return counted | {
         "prompt_tokens": prompt,
-        "verify_calls": verify,
         "acceptance_length": generated / verify if verify else None,
         "cache_hit_ratio": cached / prompt if cached is not None and prompt else None,
         "mean_queue_time": waited / queued if queued and waited is not None else None,

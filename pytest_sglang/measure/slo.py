@@ -19,7 +19,6 @@ __all__ = ["Attainment", "Objective", "Slo", "SloMetric", "attainment", "goodput
 #: The per-request metrics an objective may bound (all in seconds, smaller is better).
 SloMetric = Literal["ttft", "tpot", "itl", "e2e_latency"]
 _METRICS: tuple[str, ...] = get_args(SloMetric)
-_UNITS = {"ms": 0.001, "s": 1.0, "": 1.0}
 _OBJECTIVE_RE = re.compile(
     r"^\s*(?P<metric>[a-z_0-9]+)\.p(?P<pct>[0-9]+(?:\.[0-9]+)?)\s*<=\s*"
     r"(?P<value>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?P<unit>ms|s)?\s*$"
@@ -101,7 +100,7 @@ class Slo:
                     f"METRIC one of {', '.join(_METRICS)} and VALUE in s or ms, e.g. "
                     "'ttft.p99 <= 2s, tpot.p90 <= 50ms'"
                 )
-            limit = float(match["value"]) * _UNITS[match["unit"] or ""]
+            limit = float(match["value"]) * (0.001 if match["unit"] == "ms" else 1.0)
             metric = cast("SloMetric", match["metric"])
             objectives.append(Objective(metric, limit, float(match["pct"])))
         return cls(tuple(objectives))

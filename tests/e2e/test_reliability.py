@@ -16,7 +16,7 @@ import pytest
 
 from pytest_sglang.config.values import Sourced
 from pytest_sglang.loadgen.records import RequestRecord
-from pytest_sglang.measure.budget import failed_requests_message, impossible_counts_message
+from pytest_sglang.measure.budget import Budget, broken_message
 from pytest_sglang.measure.results import PackedRecords
 from pytest_sglang.plugin import launch_line
 from pytest_sglang.server.handle import LaunchInfo, StopReport, effective_max_running_requests
@@ -247,7 +247,7 @@ def test_negative_token_counts_break_the_measurement_and_not_the_table(
     broken = result("liar", [-50.0, -40.0, -45.0])
     runs = tuple(dataclasses.replace(run, output_tokens=-8, records=()) for run in broken.runs)
     broken = dataclasses.replace(broken, runs=runs)
-    assert "negative token counts" in (impossible_counts_message(broken) or "")
+    assert "negative token counts" in (broken_message(broken, Budget()) or "")
     pytester.makepyfile(
         test_negative="""
         from pytest_sglang.report.entries import record
@@ -274,10 +274,10 @@ def test_failed_requests_message_names_counts_kinds_and_the_server() -> None:
         run.records[1],
     )
     failing = dataclasses.replace(good, runs=(dataclasses.replace(run, failed=1, records=records),))
-    message = failed_requests_message(failing, 0.0) or ""
+    message = broken_message(failing, Budget()) or ""
     assert "1 of 2 measured requests failed (run 1: 1 of 2)" in message
     assert '1 x HTTP 503: {"error": "overloaded"}' in message
-    assert failed_requests_message(failing, 0.5) is None
+    assert broken_message(failing, Budget(errors=0.5)) is None
 
 
 # -- smaller items --------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.schedule import ClosedLoop
 from pytest_sglang.loadgen.workload import Workload
-from pytest_sglang.measure.checks import error_kind
+from pytest_sglang.measure.checks import failure_kinds
 from pytest_sglang.measure.measurement import measure
 
 W = Workload(input_len=4, output_len=3, requests=4, warmup=0, endpoint="completions")
@@ -66,10 +66,14 @@ def test_failed_requests_check_lists_the_top_error_kinds_with_counts() -> None:
 
 
 def test_error_kind_is_the_head_of_the_message() -> None:
-    assert error_kind("HTTP 500: boom") == "HTTP 500"
-    assert error_kind("stale connection: x") == "stale connection"
     long = "stream ended before 'data: [DONE]' after 3 events"
-    assert error_kind(long) == long[:60]
+    messages = ["HTTP 500: boom", "stale connection: x", long, "HTTP 500: again"]
+    assert failure_kinds([done(0), *(failed(i, m) for i, m in enumerate(messages, 1))]) == [
+        "  failures by kind (the server's answer quoted):",
+        "    2 x HTTP 500: boom",
+        "    1 x stale connection: x",
+        f"    1 x {long[:60]}: {long}",
+    ]
 
 
 def test_retries_are_counted_and_are_not_failures() -> None:

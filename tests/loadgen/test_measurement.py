@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 import random
 import statistics
+from dataclasses import asdict
 
 import pytest
 
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.schedule import ClosedLoop, OpenLoop
 from pytest_sglang.loadgen.workload import Workload
-from pytest_sglang.measure.distribution import percentile as _percentile
 from pytest_sglang.measure.measurement import Distribution, Measurement, measure
 from pytest_sglang.measure.metrics import METRICS
+from pytest_sglang.measure.metrics import percentile as _percentile
 
 W = Workload(input_len=4, output_len=3, requests=3, warmup=1)
 
@@ -255,5 +256,5 @@ def test_weighted_distribution_equals_the_expanded_one() -> None:
     expanded = [v for v, w in zip(values, weights, strict=True) for _ in range(w)]
     weighted, plain = Distribution.weighted(values, weights), Distribution.of(expanded)
     assert weighted is not None and plain is not None
-    assert weighted.as_dict() == pytest.approx(plain.as_dict())
+    assert asdict(weighted) == pytest.approx(asdict(plain))
     assert Distribution.weighted([], []) is None and Distribution.of([]) is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import partial
+from types import SimpleNamespace
 
 import pytest
 
@@ -12,12 +13,7 @@ from pytest_sglang.loadgen.records import RequestRecord
 from pytest_sglang.loadgen.runner import LoadGenerator
 from pytest_sglang.loadgen.streams import StreamParser
 from pytest_sglang.loadgen.workload import Workload
-from pytest_sglang.measure.breakdown import (
-    breakdown_summary,
-    split_ttft,
-    summary_line,
-    ttft_breakdown,
-)
+from pytest_sglang.measure.breakdown import breakdown_summary, split_ttft, summary_line
 from pytest_sglang.measure.measurement import measure
 from pytest_sglang.report.summary import breakdown_lines, render_markdown, render_tables
 from pytest_sglang.testing import EmulatorProcess
@@ -55,7 +51,7 @@ def test_no_split_without_the_servers_timings() -> None:
     plain = record(0.05, 0.0, 0.01)
     plain.server_times = None
     assert split_ttft(plain) is None
-    assert ttft_breakdown([plain]) is None
+    assert breakdown_summary([SimpleNamespace(records=[plain])]) is None
     failed = record(0.05, 0.0, 0.01)
     failed.error = "boom"
     assert split_ttft(failed) is None
@@ -65,13 +61,21 @@ def test_a_run_breakdown() -> None:
     records = [record(0.040 + i / 1000, 0.002, 0.020, server=0.030) for i in range(10)]
     untimed = record(0.05, 0.0, 0.01)
     untimed.server_times = None
-    breakdown = ttft_breakdown([*records, untimed])
-    assert breakdown is not None
-    assert (breakdown.split, breakdown.requests) == (10, 11)
-    assert breakdown.residual_p50 < 1e-12
-    assert close(breakdown.queue.p50, 0.002) and close(breakdown.prefill.p50, 0.020)
-    assert close(breakdown.ttft.p50, 0.0445) and close(breakdown.rest.p50, 0.0225)
-    assert breakdown.as_dict()["queue"]["p50"] == pytest.approx(0.002)
+    summary = breakdown_summary([SimpleNamespace(records=[*records, untimed])])
+    assert summary is not None
+    assert (summary["runs"], summary["of_runs"], summary["split"], summary["requests"]) == (
+        1,
+        1,
+        10,
+        11,
+    )
+    assert close(summary["queue"]["p50"], 0.002) and close(summary["prefill"]["p50"], 0.020)
+    assert close(summary["ttft"]["p50"], 0.0445) and close(summary["rest"]["p50"], 0.0225)
+    assert close(summary["ttft"]["p99"], 0.04891) and close(summary["transport"]["p50"], 0.0145)
+    assert summary_line(summary) == (
+        "TTFT p50 44.5 ms = queue 2.0 + prefill 20.0 + rest 22.5 ms (rest = server 8.0 + "
+        "transport/client 14.5); medians over 1 runs"
+    )
 
 
 def test_the_stream_parser_keeps_the_servers_timings() -> None:
@@ -108,13 +112,12 @@ def test_against_the_emulator_the_parts_add_up(
     workload = Workload(input_len=16, output_len=4, requests=12, warmup=2)
     run = LoadGenerator(emulator.url).run_closed_loop(workload, 3)
     measurement = measure(run)
-    breakdown = ttft_breakdown(measurement.records)
-    assert breakdown is not None
-    assert breakdown.split == breakdown.requests == 12
-    assert breakdown.residual_p50 <= 0.001
-    assert breakdown.prefill.p50 > 0 and breakdown.queue.p50 >= 0
     summary = breakdown_summary([measurement])
     assert summary is not None and summary["runs"] == 1
+    assert summary["split"] == summary["requests"] == 12
+    splits = [s for s in map(split_ttft, measurement.records) if s is not None]
+    assert all(abs(s.queue + s.prefill + s.rest - s.ttft) <= 0.001 for s in splits)
+    assert summary["prefill"]["p50"] > 0 and summary["queue"]["p50"] >= 0
     assert summary_line(summary).startswith("TTFT p50 ")
 
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.schedule import ClosedLoop
 from pytest_sglang.loadgen.workload import Workload
-from pytest_sglang.measure.budget import failed_checks_message
+from pytest_sglang.measure.budget import Budget, broken_message
 from pytest_sglang.measure.checks import Check
 from pytest_sglang.measure.measurement import measure
 from pytest_sglang.measure.results import BenchResult
@@ -65,12 +65,12 @@ def test_a_load_shortfall_alone_marks_the_run_without_failing_the_measurement() 
     run = measure(closed_loop(before=0.03, gap=0.0))
     result = BenchResult("srv", W, C, (run,))
     assert not result.valid  # the verdicts refuse it
-    assert failed_checks_message(result, frozenset()) is None
+    assert broken_message(result, Budget()) is None
     # A check of what was measured fails it.
     wrong = replace(run, checks=(*run.checks, Check("token_counts", False, "3 disagree")))
-    message = failed_checks_message(BenchResult("srv", W, C, (wrong,)), frozenset()) or ""
+    message = broken_message(BenchResult("srv", W, C, (wrong,)), Budget()) or ""
     assert "a validity check failed (token_counts)" in message
     assert "run 1: token_counts: 3 disagree" in message
     assert "concurrency" not in message.splitlines()[0]
-    allowed = frozenset({"token_counts"})
-    assert failed_checks_message(BenchResult("srv", W, C, (wrong,)), allowed) is None
+    allowed = Budget(checks=frozenset({"token_counts"}))
+    assert broken_message(BenchResult("srv", W, C, (wrong,)), allowed) is None

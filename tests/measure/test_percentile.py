@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from pytest_sglang.measure.distribution import percentile
+from pytest_sglang.measure.metrics import percentile
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sglang.measure.server_metrics import MetricsSnapshot, delta, parse_metrics, scrape
+from pytest_sglang.measure.server_metrics import delta, parse_metrics, scrape
 
 REAL = Path(__file__).with_name("data") / "sglang-0.5.23-cpu-metrics.txt"
 
@@ -21,18 +21,18 @@ def test_parses_a_real_sglang_scrape_summing_label_sets() -> None:
 
 
 def test_delta_derives_acceptance_cache_hits_and_queue_time() -> None:
-    before = MetricsSnapshot({
-        "sglang:num_requests_total": 10, "sglang:generation_tokens_total": 1000,
-        "sglang:prompt_tokens_total": 500, "sglang:cached_tokens_total": 100,
-        "sglang:spec_verify_calls_total": 400, "sglang:queue_time_seconds_sum": 1.0,
-        "sglang:queue_time_seconds_count": 10,
-    })  # fmt: skip
-    after = MetricsSnapshot({
-        "sglang:num_requests_total": 20, "sglang:generation_tokens_total": 3000,
-        "sglang:prompt_tokens_total": 1500, "sglang:cached_tokens_total": 600,
-        "sglang:spec_verify_calls_total": 1400, "sglang:queue_time_seconds_sum": 3.0,
-        "sglang:queue_time_seconds_count": 20,
-    })  # fmt: skip
+    before = {
+        "num_requests_total": 10, "generation_tokens_total": 1000,
+        "prompt_tokens_total": 500, "cached_tokens_total": 100,
+        "spec_verify_calls_total": 400, "queue_time_seconds_sum": 1.0,
+        "queue_time_seconds_count": 10,
+    }  # fmt: skip
+    after = {
+        "num_requests_total": 20, "generation_tokens_total": 3000,
+        "prompt_tokens_total": 1500, "cached_tokens_total": 600,
+        "spec_verify_calls_total": 1400, "queue_time_seconds_sum": 3.0,
+        "queue_time_seconds_count": 20,
+    }  # fmt: skip
     d = delta(before, after)
     assert (d["requests"], d["generation_tokens"], d["verify_calls"]) == (10, 2000, 1000)
     assert d["acceptance_length"] == 2.0
@@ -41,15 +41,15 @@ def test_delta_derives_acceptance_cache_hits_and_queue_time() -> None:
 
 
 def test_a_counter_that_went_down_means_a_restart() -> None:
-    before = MetricsSnapshot({"sglang:num_requests_total": 10, "sglang:generation_tokens_total": 9})
-    after = MetricsSnapshot({"sglang:num_requests_total": 2, "sglang:generation_tokens_total": 9})
+    before = {"num_requests_total": 10, "generation_tokens_total": 9}
+    after = {"num_requests_total": 2, "generation_tokens_total": 9}
     with pytest.raises(ValueError, match="restarted during the run"):
         delta(before, after)
 
 
 def test_foreign_metrics_are_refused() -> None:
     with pytest.raises(ValueError, match="is this SGLang's /metrics"):
-        delta(MetricsSnapshot({"up": 1}), MetricsSnapshot({"up": 1}))
+        delta({"up": 1}, {"up": 1})
 
 
 @pytest.mark.slow

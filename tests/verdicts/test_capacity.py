@@ -87,8 +87,8 @@ def test_capacity_against_the_emulator_matches_its_performance_model(tmp_path: P
     from pytest_sglang.emulator.engine.perf_model import DEFAULT_PARAMS, SpecShape
     from pytest_sglang.loadgen.runner import LoadGenerator
     from pytest_sglang.loadgen.workload import Workload
-    from pytest_sglang.measure.distribution import percentile
     from pytest_sglang.measure.measurement import measure
+    from pytest_sglang.measure.metrics import percentile
     from pytest_sglang.testing import EAGLE3_FLAGS, running_emulator
 
     # The SLO in model seconds, p99 TTFT <= 1 s; the grid avoids the cap itself (48), where
