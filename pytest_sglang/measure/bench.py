@@ -32,6 +32,7 @@ from pytest_sglang.report.entries import Schedule
 from pytest_sglang.report.progress import RunLine
 
 if TYPE_CHECKING:
+    from pytest_sglang.loadgen.records import LoadRun
     from pytest_sglang.server.handle import SGLangServer
     from pytest_sglang.server.pool import ServerPool
 
@@ -260,11 +261,9 @@ class Bench:
         handle = self._server(server)
         try:
             with self.pool.measuring(handle, during=self._during):
-                return self._run(handle, workload, load, repeat, repeat + 1)
+                return self._run(handle, workload, load, repeat, repeat + 1)  # a cut: not kept
         except Interrupted as stop:
             self._fail(stop.error)
-        finally:
-            self._runner.cut = None  # never reported: nor is a cut part of it
 
     def take_declared(self, server: SGLangServer) -> None:
         """Take every measurement the selected tests declared for ``server``, now it is up.
@@ -354,6 +353,7 @@ class Bench:
         """
         __tracebackhide__ = True
         runs: tuple[list[Measurement], ...] = tuple([] for _ in servers)
+        cuts: dict[str, LoadRun | None] = {}  # a cut run's finished part, by server
         schedule: Schedule = "interleaved" if len(servers) > 1 else "blocks"
 
         def result(server: SGLangServer, taken: list[Measurement]) -> BenchResult:
@@ -375,18 +375,17 @@ class Bench:
             with self.pool.measuring(*servers, during=self._during):
                 for repeat in range(repeats):
                     for server, taken in zip(servers, runs, strict=True):
-                        taken.append(self._run(server, workload, load, repeat, repeats))
+                        taken.append(self._run(server, workload, load, repeat, repeats, cuts=cuts))
         except Interrupted as stop:
             ended = runs[servers.index(stop.server)]
             ended.append(stop.measurement)
             self._record(result(stop.server, ended), stop.server)
             self._fail(stop.error)
         except BaseException as error:  # a test timeout or Ctrl-C
-            cut_server, interrupted = self._runner.cut or ("", None)
-            self._runner.cut = None  # reported once, with this measurement only
             for server, taken in zip(servers, runs, strict=True):
                 finished = list(taken)
-                if server.name == cut_server and interrupted is not None and interrupted.measured:
+                interrupted = cuts.get(server.name)
+                if interrupted is not None and interrupted.measured:
                     try:
                         finished.append(packed(measure(interrupted)))
                     except ValueError:

@@ -74,9 +74,6 @@ class Runner:
         self._gpu = _gpu_probe(pool)
         self._ray_pools = RayPools()
         self._noted: set[tuple[str, int]] = set()
-        #: The server and finished part of the last run, if a test timeout or Ctrl-C cut it
-        #: (the bench takes it once, for the report).
-        self.cut: tuple[str, LoadRun | None] | None = None
 
     def close(self) -> None:
         """Release what is kept between runs (the Ray load-worker actors)."""
@@ -92,8 +89,12 @@ class Runner:
         *,
         during: str = "",
         server_failed: Callable[[str, SGLangError], None] = lambda name, error: None,
+        cuts: dict[str, LoadRun | None] | None = None,
     ) -> Measurement:
         """Take run ``repeat`` (of ``repeats``) on ``server`` under ``load``.
+
+        A run cut short (a test timeout, Ctrl-C) leaves its finished part in ``cuts``, under
+        the server's name, for the report of the measurement it belongs to.
 
         :raises Interrupted: the server died (reported to ``server_failed``), or the run gave up.
         """
@@ -107,7 +108,6 @@ class Runner:
                 "/generate endpoint; measure it (and the SGLang servers it is compared with) "
                 'with Workload(endpoint="completions") or Workload(endpoint="chat")'
             )
-        self.cut = None
         if isinstance(load, ClosedLoop):
             self._note_cap(server, load.concurrency)
         label = f"{server.name} {load.describe()} run {repeat + 1}/{repeats}"
@@ -150,7 +150,8 @@ class Runner:
         except ServerStoppedAnswering as exc:
             stopped, run = exc, exc.run
         except BaseException:
-            self.cut = (server.name, generator.interrupted_run)  # for the report
+            if cuts is not None:
+                cuts[server.name] = generator.interrupted_run
             raise
         finally:
             if sampler is not None and sampler.started_at:
