@@ -142,7 +142,6 @@ class Bench:
     ) -> None:
         self.pool = pool
         self._record: _Record = self._keep_cut  # a test's view records with its own
-        self._progress = pool.say
         self._runner = Runner(pool, run_line=run_line)
         self._plans = plans or {}
         # Set by ``with_recorder`` for a test; without them the errors propagate.
@@ -358,7 +357,7 @@ class Bench:
         pending.sort(key=lambda plan: plan[1].load.concurrency)
         if not pending:
             return
-        self._progress(
+        self.pool.say(
             f"sglang: {server.name!r} is up: taking the {len(pending)} measurement(s) declared "
             f"for it ({', '.join(declared.label() for _, declared in pending)})"
         )
@@ -370,13 +369,13 @@ class Bench:
                 )
             except Exception as exc:  # the declaring test measures again, and says why
                 first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                self._progress(
+                self.pool.say(
                     f"sglang: the declared measurement {declared.label()} failed: {first}"
                 )
                 if self.pool.check(server.name) is not None:
                     return  # the server died: the tests that need it fail naming the death
                 continue
-            self._progress(
+            self.pool.say(
                 f"sglang: declared measurement {number}/{len(pending)} of {server.name!r} "
                 f"done: {declared.label()} in {time.monotonic() - started:.0f}s"
             )
@@ -477,6 +476,6 @@ class Bench:
                 cut = f"{cut_by(error)}, in run {len(taken) + 1} of {repeats}"
                 whole = result(server, finished)
                 self._record(replace(whole, cut=cut, finished_runs=len(taken)), server)
-                self._progress(f"sglang: the measurement {whole.label()} was cut: {cut}")
+                self.pool.say(f"sglang: the measurement {whole.label()} was cut: {cut}")
             raise
         return [result(server, taken) for server, taken in zip(servers, runs, strict=True)]

@@ -69,7 +69,6 @@ class Runner:
         # Where the load runs (docs/scaling.md).
         self._workers = settings.load_workers.value
         self._ray_address = settings.ray_address.value
-        self._progress = pool.say
         self._run_line = run_line or RunLine(None)
         self._gpu = _gpu_probe(pool)
         self._ray_pools = RayPools()
@@ -122,7 +121,7 @@ class Runner:
             live.show(line)
             if time.monotonic() - last >= 10.0 and not live.in_place and not live.quiet:
                 last = time.monotonic()
-                self._progress(line)
+                self.pool.say(line)
 
         launch = server.launch
         sampler = None
@@ -210,7 +209,7 @@ class Runner:
         self._noted.add(key)
         given = server.server_info.get("max_running_requests")
         source = "" if given == cap else f" (in effect; /server_info says {given})"
-        self._progress(
+        self.pool.say(
             f"sglang: note: C={concurrency} exceeds {server.name}'s max_running_requests of "
             f"{cap}{source}: {concurrency - cap} requests at a time wait in the server's "
             "queue, and their TTFT includes that wait"
