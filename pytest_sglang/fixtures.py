@@ -100,7 +100,7 @@ def sglang_servers(
     readiness gate, or a profile's server launched on first use (one at a time).
     """
     from pytest_sglang.config.xdist_groups import shared_folder
-    from pytest_sglang.measure.plans import PLANS_KEY
+    from pytest_sglang.measure.bench import PLANS_KEY
     from pytest_sglang.report.progress import progress_writer
     from pytest_sglang.server.pool import ServerPool
     from pytest_sglang.timeouts import BRIDGE_KEY
@@ -220,8 +220,7 @@ def _server_entry(server: SGLangServer, settings: Settings) -> ServerEntry:
 
 def session_bench(config: pytest.Config, pool: ServerPool) -> Bench:
     """Return the session's bench, made on first use (by a test, or by a launch)."""
-    from pytest_sglang.measure.bench import Bench
-    from pytest_sglang.measure.plans import PLANS_KEY
+    from pytest_sglang.measure.bench import PLANS_KEY, Bench
     from pytest_sglang.report.progress import run_line
 
     if BENCH_KEY in config.stash:

@@ -234,7 +234,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Read the measurements the selected tests declare (``sglang_measure``), after every -k/-m."""
     if any(item.get_closest_marker("sglang_measure") for item in session.items):
-        from pytest_sglang.measure.plans import PLANS_KEY, declared_measurements
+        from pytest_sglang.measure.bench import PLANS_KEY, declared_measurements
 
         session.config.stash[PLANS_KEY] = declared_measurements(session.items)
 

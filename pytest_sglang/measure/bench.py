@@ -1,7 +1,9 @@
 """The object the ``sglang_bench`` fixture returns: measure, cache for the session, record.
 
 A measurement beyond its budget (``measure/budget.py``) fails its test, recorded first; one cut
-short (a test timeout, Ctrl-C) is reported with the runs it finished.
+short (a test timeout, Ctrl-C) is reported with the runs it finished. The measurements tests
+declare at collection (``sglang_measure``) are taken while their server is up, so each profile
+launches once per session (:meth:`Bench.take_declared`).
 """
 
 from __future__ import annotations
@@ -9,9 +11,11 @@ from __future__ import annotations
 import copy
 import functools
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING, NoReturn, overload
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, NoReturn, overload
+
+import pytest
 
 from pytest_sglang.errors import MeasurementFailed, ServerUnavailable, SGLangError
 from pytest_sglang.loadgen.schedule import Arrival, ClosedLoop, Load, OpenLoop
@@ -25,19 +29,98 @@ from pytest_sglang.measure.budget import (
     repeats_of,
 )
 from pytest_sglang.measure.measurement import Measurement, measure
-from pytest_sglang.measure.plans import DEFAULT_REPEATS, CacheKey, MeasurementPlans, cache_key
 from pytest_sglang.measure.results import CONFIG_KEYS, BenchResult, Sweep, packed
 from pytest_sglang.measure.runs import Interrupted, Runner, cut_by
 from pytest_sglang.report.entries import Schedule
 from pytest_sglang.report.progress import RunLine
 
 if TYPE_CHECKING:
+    from pytest_sglang.loadgen.records import LoadRun
     from pytest_sglang.server.handle import SGLangServer
     from pytest_sglang.server.pool import ServerPool
 
-__all__ = ["Bench"]
+__all__ = ["PLANS_KEY", "Bench", "Declared", "cache_key", "declared_measurements"]
 
 _Record = Callable[[BenchResult, "SGLangServer | None"], None]
+
+#: Runs per measurement when a test does not say (``sglang_bench`` and ``sglang_measure``).
+DEFAULT_REPEATS = 5
+
+_EXAMPLE = (
+    "write e.g. @pytest.mark.sglang_measure('baseline', 'eagle3', workload=CHAT, "
+    "concurrency=[1, 64], repeats=5)"
+)
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One measurement a test declared: a server, a workload, a closed loop and its repeats."""
+
+    server: str
+    workload: Workload
+    load: ClosedLoop
+    repeats: int
+
+    def label(self) -> str:
+        """Return e.g. ``baseline @ C=64 (x5)``."""
+        return f"{self.server} @ {self.load.describe()} (x{self.repeats})"
+
+
+#: The session cache's key of a measurement: server, workload, load, repeats.
+CacheKey = tuple[str, str, str, int]
+#: Every measurement the selected tests declared, by cache key, in declaration order.
+MeasurementPlans = dict[CacheKey, Declared]
+
+#: The measurements the selected tests declare (``sglang_measure``), set at collection.
+PLANS_KEY = pytest.StashKey[MeasurementPlans]()
+
+
+def cache_key(server: str, workload: Workload, load: Load, repeats: int) -> CacheKey:
+    """Return the session cache's key of a measurement."""
+    return (server, workload.key(), load.key(), repeats)
+
+
+def _declared(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Declared]:
+    """Return the measurements one ``sglang_measure`` marker declares (ValueError: why not)."""
+    unknown = sorted(set(kwargs) - {"workload", "concurrency", "repeats"})
+    if unknown:
+        raise ValueError(f"unknown keyword(s) {', '.join(unknown)}; {_EXAMPLE}")
+    if not args or not all(isinstance(s, str) and s for s in args):
+        raise ValueError(f"name one or more servers first, got {args!r}; {_EXAMPLE}")
+    workload = kwargs.get("workload")
+    if not isinstance(workload, Workload):
+        raise ValueError(
+            f"workload= must be a pytest_sglang.Workload, got {type(workload).__name__}; {_EXAMPLE}"
+        )
+    levels = sorted(levels_of(kwargs.get("concurrency", 1)))
+    repeats = repeats_of(kwargs.get("repeats", DEFAULT_REPEATS))
+    for level in levels:
+        check_fills(workload, level)
+    return [
+        Declared(server, workload, ClosedLoop(level), repeats)
+        for server in args
+        for level in levels
+    ]
+
+
+def declared_measurements(items: Iterable[pytest.Item]) -> MeasurementPlans:
+    """Return what the ``sglang_measure`` markers of ``items`` declare, in their order.
+
+    :raises pytest.UsageError: a malformed marker, naming the test and the fix.
+    """
+    plans: MeasurementPlans = {}
+    for item in items:
+        for marker in item.iter_markers("sglang_measure"):
+            try:
+                declared = _declared(marker.args, marker.kwargs)
+            except (TypeError, ValueError) as exc:
+                raise pytest.UsageError(
+                    f"{item.nodeid}: @pytest.mark.sglang_measure: {exc}"
+                ) from None
+            for one in declared:
+                key = cache_key(one.server, one.workload, one.load, one.repeats)
+                plans.setdefault(key, one)
+    return plans
 
 
 class Bench:
@@ -59,7 +142,6 @@ class Bench:
     ) -> None:
         self.pool = pool
         self._record: _Record = self._keep_cut  # a test's view records with its own
-        self._progress = pool.say
         self._runner = Runner(pool, run_line=run_line)
         self._plans = plans or {}
         # Set by ``with_recorder`` for a test; without them the errors propagate.
@@ -260,11 +342,9 @@ class Bench:
         handle = self._server(server)
         try:
             with self.pool.measuring(handle, during=self._during):
-                return self._run(handle, workload, load, repeat, repeat + 1)
+                return self._run(handle, workload, load, repeat, repeat + 1)  # a cut: not kept
         except Interrupted as stop:
             self._fail(stop.error)
-        finally:
-            self._runner.cut = None  # never reported: nor is a cut part of it
 
     def take_declared(self, server: SGLangServer) -> None:
         """Take every measurement the selected tests declared for ``server``, now it is up.
@@ -274,10 +354,10 @@ class Bench:
         """
         plans, cached = self._plans.items(), self._cache.keys()
         pending = [(k, d) for k, d in plans if d.server == server.name and k not in cached]
-        pending.sort(key=lambda plan: plan[1].concurrency)
+        pending.sort(key=lambda plan: plan[1].load.concurrency)
         if not pending:
             return
-        self._progress(
+        self.pool.say(
             f"sglang: {server.name!r} is up: taking the {len(pending)} measurement(s) declared "
             f"for it ({', '.join(declared.label() for _, declared in pending)})"
         )
@@ -289,13 +369,13 @@ class Bench:
                 )
             except Exception as exc:  # the declaring test measures again, and says why
                 first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                self._progress(
+                self.pool.say(
                     f"sglang: the declared measurement {declared.label()} failed: {first}"
                 )
                 if self.pool.check(server.name) is not None:
                     return  # the server died: the tests that need it fail naming the death
                 continue
-            self._progress(
+            self.pool.say(
                 f"sglang: declared measurement {number}/{len(pending)} of {server.name!r} "
                 f"done: {declared.label()} in {time.monotonic() - started:.0f}s"
             )
@@ -354,6 +434,7 @@ class Bench:
         """
         __tracebackhide__ = True
         runs: tuple[list[Measurement], ...] = tuple([] for _ in servers)
+        cuts: dict[str, LoadRun | None] = {}  # a cut run's finished part, by server
         schedule: Schedule = "interleaved" if len(servers) > 1 else "blocks"
 
         def result(server: SGLangServer, taken: list[Measurement]) -> BenchResult:
@@ -375,18 +456,17 @@ class Bench:
             with self.pool.measuring(*servers, during=self._during):
                 for repeat in range(repeats):
                     for server, taken in zip(servers, runs, strict=True):
-                        taken.append(self._run(server, workload, load, repeat, repeats))
+                        taken.append(self._run(server, workload, load, repeat, repeats, cuts=cuts))
         except Interrupted as stop:
             ended = runs[servers.index(stop.server)]
             ended.append(stop.measurement)
             self._record(result(stop.server, ended), stop.server)
             self._fail(stop.error)
         except BaseException as error:  # a test timeout or Ctrl-C
-            cut_server, interrupted = self._runner.cut or ("", None)
-            self._runner.cut = None  # reported once, with this measurement only
             for server, taken in zip(servers, runs, strict=True):
                 finished = list(taken)
-                if server.name == cut_server and interrupted is not None and interrupted.measured:
+                interrupted = cuts.get(server.name)
+                if interrupted is not None and interrupted.measured:
                     try:
                         finished.append(packed(measure(interrupted)))
                     except ValueError:
@@ -396,6 +476,6 @@ class Bench:
                 cut = f"{cut_by(error)}, in run {len(taken) + 1} of {repeats}"
                 whole = result(server, finished)
                 self._record(replace(whole, cut=cut, finished_runs=len(taken)), server)
-                self._progress(f"sglang: the measurement {whole.label()} was cut: {cut}")
+                self.pool.say(f"sglang: the measurement {whole.label()} was cut: {cut}")
             raise
         return [result(server, taken) for server, taken in zip(servers, runs, strict=True)]

@@ -193,9 +193,7 @@ class PackedRecords(Sequence[RequestRecord]):
 
 
 def packed(measurement: Measurement) -> Measurement:
-    """Return ``measurement`` with its records packed (see :class:`PackedRecords`)."""
-    if isinstance(measurement.records, PackedRecords):
-        return measurement
+    """Return a fresh ``measurement`` with its records packed (see :class:`PackedRecords`)."""
     records = cast("tuple[RequestRecord, ...]", PackedRecords(measurement.records))
     warmup = cast("tuple[RequestRecord, ...]", PackedRecords(measurement.warmup_records))
     return replace(measurement, records=records, warmup_records=warmup)

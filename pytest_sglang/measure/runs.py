@@ -68,14 +68,10 @@ class Runner:
         # Where the load runs (docs/scaling.md).
         self._workers = settings.load_workers.value
         self._ray_address = settings.ray_address.value
-        self._progress = pool.say
         self._run_line = run_line or RunLine(None)
         self._gpu = _gpu_probe(pool)
         self._ray_pools = RayPools()
         self._noted: set[tuple[str, int]] = set()
-        #: The server and finished part of the last run, if a test timeout or Ctrl-C cut it
-        #: (the bench takes it once, for the report).
-        self.cut: tuple[str, LoadRun | None] | None = None
 
     def close(self) -> None:
         """Release what is kept between runs (the Ray load-worker actors)."""
@@ -91,8 +87,12 @@ class Runner:
         *,
         during: str = "",
         server_failed: Callable[[str, SGLangError], None] = lambda name, error: None,
+        cuts: dict[str, LoadRun | None] | None = None,
     ) -> Measurement:
         """Take run ``repeat`` (of ``repeats``) on ``server`` under ``load``.
+
+        A run cut short (a test timeout, Ctrl-C) leaves its finished part in ``cuts``, under
+        the server's name, for the report of the measurement it belongs to.
 
         :raises Interrupted: the server died (reported to ``server_failed``), or the run gave up.
         """
@@ -106,7 +106,6 @@ class Runner:
                 "/generate endpoint; measure it (and the SGLang servers it is compared with) "
                 'with Workload(endpoint="completions") or Workload(endpoint="chat")'
             )
-        self.cut = None
         if isinstance(load, ClosedLoop):
             self._note_cap(server, load.concurrency)
         label = f"{server.name} {load.describe()} run {repeat + 1}/{repeats}"
@@ -121,7 +120,7 @@ class Runner:
             live.show(line)
             if time.monotonic() - last >= 10.0 and not live.in_place and not live.quiet:
                 last = time.monotonic()
-                self._progress(line)
+                self.pool.say(line)
 
         launch = server.launch
         sampler = None
@@ -151,7 +150,8 @@ class Runner:
         except ServerStoppedAnswering as exc:
             stopped, run = exc, exc.run
         except BaseException:
-            self.cut = (server.name, generator.interrupted_run)  # for the report
+            if cuts is not None:
+                cuts[server.name] = generator.interrupted_run
             raise
         finally:
             if sampler is not None and sampler.started_at:
@@ -210,7 +210,7 @@ class Runner:
         self._noted.add(key)
         given = server.server_info.get("max_running_requests")
         source = "" if given == cap else f" (in effect; /server_info says {given})"
-        self._progress(
+        self.pool.say(
             f"sglang: note: C={concurrency} exceeds {server.name}'s max_running_requests of "
             f"{cap}{source}: {concurrency - cap} requests at a time wait in the server's "
             "queue, and their TTFT includes that wait"

@@ -129,17 +129,13 @@ class Fingerprint:
                 out.append(f"{name}: {_show(now)} (now) vs {_show(then)} (stored)")
         return out
 
-    def matches(self, stored: Fingerprint) -> bool:
-        """Whether no field refuses the comparison."""
-        return not self.differences(stored, refused=True)
+    def as_dict(self) -> dict[str, Any]:
+        """Return plain JSON types."""
+        return dict(self.fields)
 
     def describe(self) -> str:
         """Return the fields on one line, e.g. ``model='m', tp_size=8, ...``."""
         return ", ".join(f"{k}={_show(v)}" for k, v in self.fields.items())
-
-    def as_dict(self) -> dict[str, Any]:
-        """Return plain JSON types."""
-        return dict(self.fields)
 
 
 def fingerprint_of(
@@ -414,7 +410,7 @@ def find_counterpart(
     same = (fingerprint.fields.get("workload"), fingerprint.fields.get("concurrency"))
     for stored in reversed(candidates):
         theirs = stored.fingerprint.fields
-        if fingerprint.matches(stored.fingerprint):
+        if not fingerprint.differences(stored.fingerprint, refused=True):
             match = match or stored
         elif (theirs.get("workload"), theirs.get("concurrency")) == same:
             near.append(stored)

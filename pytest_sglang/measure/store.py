@@ -50,7 +50,6 @@ class StoredSession:
     datetime: str
     labels: Mapping[str, Any]
     measurements: tuple[StoredMeasurement, ...]
-    path: Path | None = None
     document: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     #: What is wrong with a damaged session (``sessions(damaged=True)`` only); else None.
     problem: str | None = None
@@ -239,7 +238,7 @@ class BaselineStore:
         except DamagedSession as exc:
             if not damaged:
                 raise
-            return StoredSession(sid, path.stem, "", {}, (), path, problem=exc.problem)
+            return StoredSession(sid, path.stem, "", {}, (), problem=exc.problem)
 
     @staticmethod
     def _session(
@@ -257,7 +256,6 @@ class BaselineStore:
             datetime=str(document.get("datetime", "")),
             labels=labels,
             measurements=tuple(measurements),
-            path=path,
             document=document,
             number=int(match.group(1)) if match else None,
         )

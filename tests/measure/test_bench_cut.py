@@ -5,12 +5,15 @@ carries none of it (its records would be reported as another workload's)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pytest_sglang.config.settings import Settings
 from pytest_sglang.config.values import ServerUrl, Sourced
+from pytest_sglang.loadgen import placement
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
+from pytest_sglang.loadgen.runner import LoadGenerator
 from pytest_sglang.loadgen.schedule import ClosedLoop
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.bench import Bench
@@ -34,6 +37,16 @@ def _finished_part(workload: Workload) -> LoadRun:
     return LoadRun(workload=workload, load=ClosedLoop(2), records=records, started=0.0)
 
 
+def _cut_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every run that starts is cut (Ctrl-C) after two requests finished."""
+
+    def cut(generator: LoadGenerator, workload: Workload, load: Any, **options: Any) -> LoadRun:
+        generator.interrupted_run = _finished_part(workload)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(placement, "run_on_workers", cut)
+
+
 def _bench(tmp_path: Path) -> tuple[Bench, SGLangServer]:
     """A bench, and an OpenAI-compatible server: a /generate workload ends before its run."""
     settings = Settings(
@@ -50,15 +63,17 @@ def _bench(tmp_path: Path) -> tuple[Bench, SGLangServer]:
     return Bench(pool), server
 
 
-def test_a_cut_run_is_reported_once_never_with_a_later_measurement(tmp_path: Path) -> None:
+def test_a_cut_run_is_reported_once_never_with_a_later_measurement(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     bench, server = _bench(tmp_path)
+    _cut_runs(monkeypatch)
     recorded: list[BenchResult] = []
     view = bench.with_recorder(lambda result, handle: recorded.append(result))
-    first = Workload(input_len=4, output_len=2, requests=2, warmup=0)
+    first = Workload(input_len=4, output_len=2, requests=2, warmup=0, endpoint="completions")
     second = Workload(input_len=8, output_len=2, requests=2, warmup=0)
     # The first measurement's run was cut: its finished part is reported with it.
-    bench._runner.cut = ("api", _finished_part(first))
-    with pytest.raises(ValueError, match="/generate"):
+    with pytest.raises(KeyboardInterrupt):
         view(server, first, concurrency=2, repeats=1)
     assert [r.workload for r in recorded] == [first]
     assert recorded[0].cut is not None
@@ -69,14 +84,16 @@ def test_a_cut_run_is_reported_once_never_with_a_later_measurement(tmp_path: Pat
     bench.close()
 
 
-def test_a_cut_run_of_run_once_goes_with_no_later_measurement(tmp_path: Path) -> None:
+def test_a_cut_run_of_run_once_goes_with_no_later_measurement(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     bench, server = _bench(tmp_path)
+    _cut_runs(monkeypatch)
     recorded: list[BenchResult] = []
     view = bench.with_recorder(lambda result, handle: recorded.append(result))
-    searched = Workload(input_len=4, output_len=2, requests=2, warmup=0)
+    searched = Workload(input_len=4, output_len=2, requests=2, warmup=0, endpoint="completions")
     # A capacity search's run (run_once: never reported) was cut.
-    bench._runner.cut = ("api", _finished_part(searched))
-    with pytest.raises(ValueError, match="/generate"):
+    with pytest.raises(KeyboardInterrupt):
         view.run_once(server, searched, concurrency=2)
     with pytest.raises(ValueError, match="/generate"):
         view(server, Workload(input_len=8, output_len=2, requests=2, warmup=0), concurrency=2)

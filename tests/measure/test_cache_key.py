@@ -7,7 +7,7 @@ import itertools
 
 from pytest_sglang.loadgen.schedule import ClosedLoop, Load, OpenLoop
 from pytest_sglang.loadgen.workload import Workload
-from pytest_sglang.measure.plans import cache_key
+from pytest_sglang.measure.bench import cache_key
 
 W = Workload(input_len=8, output_len=4, requests=64)
 LOADS: tuple[Load, ...] = (
