@@ -7,6 +7,8 @@ recorded for the report, then raised, skipped or warned as its outcome and
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings as warnings_module
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, cast
@@ -40,6 +42,9 @@ from pytest_sglang.verdicts.stats import median_bounds
 # pytest reads __tracebackhide__ from a frame's globals too: a failed or refused verdict's
 # traceback shows the test's line, none of this module's frames.
 __tracebackhide__ = True
+
+#: Where the package's files are: a warning names the first caller outside them.
+_PACKAGE = os.path.dirname(os.path.dirname(__file__)) + os.sep
 
 __all__ = [
     "CrossoverVerdict",
@@ -109,8 +114,12 @@ def conclude(verdict: Verdict) -> Verdict:
         pytest.skip(f"inconclusive (--sglang-inconclusive=skip): {verdict.summary}")
     if policy != "warn":  # fail, and anything unknown: an undecided verdict never passes
         raise Inconclusive(verdict.message(), verdict)
+    # Attributed to the user's line that called the verdict: the first frame outside the package.
+    level, frame = 1, sys._getframe()
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        level, frame = level + 1, frame.f_back
     text = f"inconclusive (--sglang-inconclusive=warn): {verdict.message()}"
-    warnings_module.warn(SGLangWarning(text), stacklevel=2)
+    warnings_module.warn(SGLangWarning(text), stacklevel=level)
     return verdict
 
 
