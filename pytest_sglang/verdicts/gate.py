@@ -58,8 +58,9 @@ def judge(
     Without a counterpart, one outcome says why: ``refused`` (a near miss's fields that must
     match and differ) or ``none``.
     """
+    from pytest_sglang.errors import ComparisonRefused
     from pytest_sglang.measure.session_format import find_counterpart
-    from pytest_sglang.verdicts.regression import regression_verdicts
+    from pytest_sglang.verdicts.regression import regression_verdict
 
     label = f"{fresh.row['server']} @ C={fresh.row['concurrency']}"
     match, near = find_counterpart(fresh.fingerprint, candidates)
@@ -68,20 +69,23 @@ def judge(
         return [Judged(label, "refused", f"{near[0].session}: fields differ: {fields}")]
     if match is None:
         return [Judged(label, "none", "no stored measurement with its fingerprint")]
-    verdicts = regression_verdicts(
-        fresh.result,
-        match,
-        checks,
-        alpha,
-        fresh_fingerprint=fresh.fingerprint,
-        fresh_labels=fresh.labels,
-    )
-    return [
-        Judged(label, "refused", v)
-        if isinstance(v, str)
-        else Judged(label, v.as_dict()["outcome"], v.summary, v)
-        for v in verdicts
-    ]
+    out = []
+    for check in checks:
+        try:
+            v = regression_verdict(
+                fresh.result,
+                match,
+                check.metric,
+                check.tolerance,
+                alpha,
+                fresh_fingerprint=fresh.fingerprint,
+                fresh_labels=fresh.labels,
+            )
+        except (ComparisonRefused, ValueError) as exc:
+            out.append(Judged(label, "refused", str(exc)))
+        else:
+            out.append(Judged(label, v.as_dict()["outcome"], v.summary, v))
+    return out
 
 
 @dataclass

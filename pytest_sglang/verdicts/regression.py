@@ -6,7 +6,7 @@ the rank test, tested against the margin ``1 - tolerance`` (``docs/baselines.md`
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from pytest_sglang.measure.store import BaselineStore
 from pytest_sglang.report.context import CURRENT_ITEM
 from pytest_sglang.report.entries import VerdictKind
 from pytest_sglang.verdicts.assertions import Verdict, _compare, conclude
-from pytest_sglang.verdicts.baseline_options import RegressionCheck, baseline_options
+from pytest_sglang.verdicts.baseline_options import baseline_options
 from pytest_sglang.verdicts.decision import Comparison, Outcome
 
 # pytest reads __tracebackhide__ from a frame's globals too: a failed or refused verdict's
@@ -38,7 +38,6 @@ __all__ = [
     "MIN_BASELINE_RUNS",
     "assert_no_regression",
     "regression_verdict",
-    "regression_verdicts",
 ]
 
 #: Runs a baseline needs at least (docs/baselines.md, "How many runs").
@@ -159,35 +158,6 @@ def regression_verdict(
     table, warnings = "\n".join(lines), _warnings(comparison, tolerance, base)
     kind: VerdictKind = "assert_no_regression"
     return Verdict(kind, comparison.outcome, metric, summary, table, evidence, warnings)
-
-
-def regression_verdicts(
-    fresh: BenchResult,
-    stored: StoredMeasurement,
-    checks: Sequence[RegressionCheck],
-    alpha: float = 0.05,
-    *,
-    fresh_fingerprint: Fingerprint,
-    fresh_labels: Mapping[str, Any],
-) -> list[Verdict | str]:
-    """Judge ``fresh`` against ``stored`` once per check: the verdict, or why it was refused."""
-    out: list[Verdict | str] = []
-    for check in checks:
-        try:
-            out.append(
-                regression_verdict(
-                    fresh,
-                    stored,
-                    check.metric,
-                    check.tolerance,
-                    alpha,
-                    fresh_fingerprint=fresh_fingerprint,
-                    fresh_labels=fresh_labels,
-                )
-            )
-        except (ComparisonRefused, ValueError) as exc:
-            out.append(str(exc))
-    return out
 
 
 def _store_for_current_test(storage: str | None) -> BaselineStore:
