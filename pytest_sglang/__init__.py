@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pytest_sglang.measure.results import Sweep as Sweep
     from pytest_sglang.measure.slo import Slo as Slo
     from pytest_sglang.server.handle import SGLangServer as SGLangServer
-    from pytest_sglang.verdicts.adaptive import assert_adaptive as assert_adaptive
+    from pytest_sglang.verdicts.assertions import assert_adaptive as assert_adaptive
     from pytest_sglang.verdicts.assertions import assert_at_least as assert_at_least
     from pytest_sglang.verdicts.assertions import assert_at_most as assert_at_most
     from pytest_sglang.verdicts.assertions import assert_faster as assert_faster
@@ -50,7 +50,7 @@ _EXPORTS = {
     "Slo": "pytest_sglang.measure.slo",
     "Sweep": "pytest_sglang.measure.results",
     "Workload": "pytest_sglang.loadgen.workload",
-    "assert_adaptive": "pytest_sglang.verdicts.adaptive",
+    "assert_adaptive": "pytest_sglang.verdicts.assertions",
     "assert_at_least": "pytest_sglang.verdicts.assertions",
     "assert_at_most": "pytest_sglang.verdicts.assertions",
     "assert_faster": "pytest_sglang.verdicts.assertions",
