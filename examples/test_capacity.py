@@ -22,7 +22,7 @@ from test_story import CHAT, LEVELS, REPEATS, measures
 
 from pytest_sglang import Bench, Settings, Slo, Sweep, find_capacity, find_crossover
 from pytest_sglang.measure.measurement import Measurement
-from pytest_sglang.verdicts.capacity import CapacityVerdict
+from pytest_sglang.verdicts.slo import CapacityVerdict
 
 #: The service level, in the real server's seconds.
 TPOT_P90 = 0.030

@@ -24,16 +24,16 @@ if TYPE_CHECKING:
     from pytest_sglang.measure.results import Sweep as Sweep
     from pytest_sglang.measure.slo import Slo as Slo
     from pytest_sglang.server.handle import SGLangServer as SGLangServer
-    from pytest_sglang.verdicts.adaptive import assert_adaptive as assert_adaptive
+    from pytest_sglang.verdicts.assertions import assert_adaptive as assert_adaptive
     from pytest_sglang.verdicts.assertions import assert_at_least as assert_at_least
     from pytest_sglang.verdicts.assertions import assert_at_most as assert_at_most
     from pytest_sglang.verdicts.assertions import assert_faster as assert_faster
     from pytest_sglang.verdicts.assertions import estimate_break_even as estimate_break_even
     from pytest_sglang.verdicts.assertions import find_crossover as find_crossover
-    from pytest_sglang.verdicts.capacity import find_capacity as find_capacity
     from pytest_sglang.verdicts.greedy import assert_greedy_equivalent as assert_greedy_equivalent
     from pytest_sglang.verdicts.regression import assert_no_regression as assert_no_regression
     from pytest_sglang.verdicts.slo import assert_slo as assert_slo
+    from pytest_sglang.verdicts.slo import find_capacity as find_capacity
 
 #: Every public name (``__version__`` aside) and the module that defines it.
 _EXPORTS = {
@@ -50,7 +50,7 @@ _EXPORTS = {
     "Slo": "pytest_sglang.measure.slo",
     "Sweep": "pytest_sglang.measure.results",
     "Workload": "pytest_sglang.loadgen.workload",
-    "assert_adaptive": "pytest_sglang.verdicts.adaptive",
+    "assert_adaptive": "pytest_sglang.verdicts.assertions",
     "assert_at_least": "pytest_sglang.verdicts.assertions",
     "assert_at_most": "pytest_sglang.verdicts.assertions",
     "assert_faster": "pytest_sglang.verdicts.assertions",
@@ -58,7 +58,7 @@ _EXPORTS = {
     "assert_no_regression": "pytest_sglang.verdicts.regression",
     "assert_slo": "pytest_sglang.verdicts.slo",
     "estimate_break_even": "pytest_sglang.verdicts.assertions",
-    "find_capacity": "pytest_sglang.verdicts.capacity",
+    "find_capacity": "pytest_sglang.verdicts.slo",
     "find_crossover": "pytest_sglang.verdicts.assertions",
 }
 

@@ -31,7 +31,7 @@ from pytest_sglang.verdicts.baseline_options import (
     allows_nothing_compared,
     parse_compare_fail,
 )
-from pytest_sglang.verdicts.gate import judge
+from pytest_sglang.verdicts.regression import judge
 
 __all__ = ["main"]
 

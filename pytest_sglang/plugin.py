@@ -93,7 +93,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
         options = baseline_options(config)
         if options.active:
-            from pytest_sglang.verdicts.gate import register_gate
+            from pytest_sglang.verdicts.regression import register_gate
 
             register_gate(config, options, reporter)
 

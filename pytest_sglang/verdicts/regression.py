@@ -1,18 +1,27 @@
-"""Regression verdicts: a fresh measurement judged against a stored one.
+"""Baselines: fresh measurements judged against stored ones, in a test and for the session.
 
-A non-inferiority verdict with the statistics of ``assert_faster``: every stored run enters
-the rank test, tested against the margin ``1 - tolerance`` (``docs/baselines.md``).
+``assert_no_regression`` is a non-inferiority verdict with the statistics of
+``assert_faster``: every stored run enters the rank test, tested against the margin
+``1 - tolerance``. The session's gate (:class:`BaselineGate`, registered on the controller of
+a session that saves or compares) judges each report's measurements (``report_entries``) with
+the same verdict before the reporter files them, and saves the reporter's records, alike with
+and without xdist (``docs/baselines.md``).
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
+import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import pytest
 
 from pytest_sglang.config.defaults import DEFAULT_STORAGE
+from pytest_sglang.config.options import COMPARE, SAVE, STORAGE
 from pytest_sglang.errors import ComparisonRefused
 from pytest_sglang.measure.metrics import metric_spec
 from pytest_sglang.measure.results import BenchResult
@@ -20,24 +29,44 @@ from pytest_sglang.measure.session_format import (
     DamagedSession,
     Fingerprint,
     StoredMeasurement,
+    autosave_name,
+    build_document,
+    commit_info,
     find_counterpart,
     fingerprint_of,
+    server_for,
+    session_labels,
 )
 from pytest_sglang.measure.store import BaselineStore
-from pytest_sglang.report.entries import CURRENT_ITEM, VerdictKind
+from pytest_sglang.report.entries import (
+    CURRENT_ITEM,
+    MeasurementRow,
+    VerdictKind,
+    as_row,
+    unique_measurements,
+)
+from pytest_sglang.report.junit import add_entry, report_entries
+from pytest_sglang.report.writing import json_text, write_atomic
 from pytest_sglang.verdicts.assertions import Verdict, _compare, conclude
-from pytest_sglang.verdicts.baseline_options import RegressionCheck, baseline_options
+from pytest_sglang.verdicts.baseline_options import (
+    NOTHING_COMPARED_OK,
+    BaselineOptions,
+    RegressionCheck,
+    baseline_options,
+)
 from pytest_sglang.verdicts.decision import Comparison, Outcome
 
-# pytest reads __tracebackhide__ from a frame's globals too: a failed or refused verdict's
-# traceback shows the test's line, none of this module's frames.
-__tracebackhide__ = True
+if TYPE_CHECKING:
+    from pytest_sglang.report.collector import SGLangReporter
 
 __all__ = [
     "MIN_BASELINE_RUNS",
+    "BaselineGate",
+    "Judged",
     "assert_no_regression",
+    "judge",
+    "register_gate",
     "regression_verdict",
-    "regression_verdicts",
 ]
 
 #: Runs a baseline needs at least (docs/baselines.md, "How many runs").
@@ -46,7 +75,12 @@ MIN_BASELINE_RUNS = 5
 _LABELS = ("sglang_version", "commit", "name", "datetime")
 
 
+# The verdict's functions hide their frames (``__tracebackhide__``): a refused or failed
+# verdict's traceback shows the test's line. The gate's frames stay in internal errors.
+
+
 def _margin(metric: str, tolerance: float) -> tuple[bool, float]:
+    __tracebackhide__ = True
     larger = metric_spec(metric).larger_is_better
     if larger is None:
         raise ComparisonRefused(f"{metric!r} describes the load and cannot regress")
@@ -118,6 +152,7 @@ def regression_verdict(
     fresh_labels: Mapping[str, Any] | None = None,
 ) -> Verdict:
     """Judge ``fresh`` against ``stored``; record and raise nothing but refusals."""
+    __tracebackhide__ = True
     _, by = _margin(metric, tolerance)
     if isinstance(stored, StoredMeasurement):
         base, stored_fp, labels, where = stored.result, stored.fingerprint, stored.labels, stored
@@ -160,35 +195,6 @@ def regression_verdict(
     return Verdict(kind, comparison.outcome, metric, summary, table, evidence, warnings)
 
 
-def regression_verdicts(
-    fresh: BenchResult,
-    stored: StoredMeasurement,
-    checks: Sequence[RegressionCheck],
-    alpha: float = 0.05,
-    *,
-    fresh_fingerprint: Fingerprint,
-    fresh_labels: Mapping[str, Any],
-) -> list[Verdict | str]:
-    """Judge ``fresh`` against ``stored`` once per check: the verdict, or why it was refused."""
-    out: list[Verdict | str] = []
-    for check in checks:
-        try:
-            out.append(
-                regression_verdict(
-                    fresh,
-                    stored,
-                    check.metric,
-                    check.tolerance,
-                    alpha,
-                    fresh_fingerprint=fresh_fingerprint,
-                    fresh_labels=fresh_labels,
-                )
-            )
-        except (ComparisonRefused, ValueError) as exc:
-            out.append(str(exc))
-    return out
-
-
 def _store_for_current_test(storage: str | None) -> BaselineStore:
     item = CURRENT_ITEM.get()
     if item is None:  # outside a test: relative to the working directory
@@ -213,6 +219,7 @@ def assert_no_regression(
     (``storage``, else ini ``sglang_storage``): ``"latest"`` with the same fingerprint, a
     session number or name, or a saved file. Skips when nothing comparable is stored yet.
     """
+    __tracebackhide__ = True
     stored: StoredMeasurement | BenchResult
     if isinstance(baseline, str):
         store = _store_for_current_test(storage)
@@ -234,3 +241,258 @@ def assert_no_regression(
     else:
         stored = baseline
     return conclude(regression_verdict(result, stored, metric, tolerance, alpha))
+
+
+# -- the session's gate ------------------------------------------------------------------------
+
+GATE_NAME = "sglang-baselines"
+
+
+class Judged(NamedTuple):
+    """One measurement judged against the stored ones: an outcome, for one check or for all."""
+
+    label: str
+    outcome: str  # pass / fail / inconclusive / refused / none
+    text: str
+    verdict: Verdict | None = None
+
+    @property
+    def tag(self) -> str:
+        """Return what the outcome is shown as: ``PASS``, ``REFUSED``, ``NO BASELINE``..."""
+        return "NO BASELINE" if self.outcome == "none" else self.outcome.upper()
+
+
+def judge(
+    fresh: StoredMeasurement,
+    candidates: Sequence[StoredMeasurement],
+    checks: Sequence[RegressionCheck],
+    alpha: float = 0.05,
+) -> list[Judged]:
+    """Judge ``fresh`` against its newest counterpart in ``candidates``, once per check.
+
+    Without a counterpart, one outcome says why: ``refused`` (a near miss's fields that must
+    match and differ) or ``none``.
+    """
+    label = f"{fresh.row['server']} @ C={fresh.row['concurrency']}"
+    match, near = find_counterpart(fresh.fingerprint, candidates)
+    if match is None and near:
+        fields = "; ".join(fresh.fingerprint.differences(near[0].fingerprint, refused=True))
+        return [Judged(label, "refused", f"{near[0].session}: fields differ: {fields}")]
+    if match is None:
+        return [Judged(label, "none", "no stored measurement with its fingerprint")]
+    out = []
+    for check in checks:
+        try:
+            v = regression_verdict(
+                fresh.result,
+                match,
+                check.metric,
+                check.tolerance,
+                alpha,
+                fresh_fingerprint=fresh.fingerprint,
+                fresh_labels=fresh.labels,
+            )
+        except (ComparisonRefused, ValueError) as exc:
+            out.append(Judged(label, "refused", str(exc)))
+        else:
+            out.append(Judged(label, v.as_dict()["outcome"], v.summary, v))
+    return out
+
+
+@dataclass
+class BaselineGate:
+    """Saves the session's measurements and judges them against stored ones."""
+
+    config: pytest.Config
+    options: BaselineOptions
+    #: The session's records (servers, GPUs, measurements, verdicts: the gate's too).
+    records: SGLangReporter
+    #: What was judged, by test.
+    outcomes: list[tuple[str, Judged]] = field(default_factory=list)
+    #: What the summary says last, and whether in red: a gate that compared nothing, the save.
+    notes: list[tuple[str, bool]] = field(default_factory=list)
+
+    @functools.cached_property
+    def stored(self) -> tuple[list[StoredMeasurement], str | None]:
+        """The stored measurements ``--sglang-compare`` refers to, or why none (read once)."""
+        try:
+            return self.options.store().measurements(self.options.compare or "latest"), None
+        except (LookupError, OSError, ValueError) as exc:
+            return [], str(exc)
+
+    @functools.cached_property
+    def commit(self) -> dict[str, Any]:
+        """The tested tree's commit (read once)."""
+        return commit_info()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Judge the report's new measurements before anyone else sees it (the reporter too)."""
+        if not self.options.compare:
+            return
+        entries = report_entries(report)
+        # The reporter files this report after the gate: its servers and GPUs are added here.
+        servers = self.records.servers + [e for e in entries if e["record"] == "server"]
+        gpus = next((e["names"] for e in entries[::-1] if e["record"] == "gpus"), self.records.gpus)
+        candidates, unread = self.stored
+        failures: list[str] = []
+        for entry in entries:
+            if entry["record"] != "measurement":
+                continue
+            row = cast("MeasurementRow", as_row(entry, report.nodeid))
+            server = server_for(row, servers)
+            fingerprint = fingerprint_of(row, server, gpus)
+            labels = session_labels("now", [server] if server else [], self.commit, "")
+            fresh = StoredMeasurement(row, fingerprint, "now", labels)
+            for judged in judge(fresh, candidates, self.options.checks):
+                if judged.outcome == "none" and unread:
+                    judged = judged._replace(text=unread)
+                self.outcomes.append((report.nodeid, judged))
+                if judged.verdict is None:
+                    continue
+                body = judged.verdict.as_dict()
+                add_entry(report, {"record": "verdict", **body})
+                if self.options.fail and judged.outcome == "fail":
+                    failures.append(judged.verdict.message())
+        if failures and not report.failed:
+            terms = ", ".join(c.describe() for c in self.options.checks)
+            report.outcome = "failed"
+            report.longrepr = (
+                f"performance regression against the stored baseline (--sglang-compare-fail "
+                f"{terms}):\n\n" + "\n\n".join(failures)
+            )
+
+    def _fail(self, session: pytest.Session) -> None:
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _count(self, outcome: str) -> int:
+        return sum(1 for _, judged in self.outcomes if judged.outcome == outcome)
+
+    @pytest.hookimpl
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Fail a gate that compared nothing; save the session's measurements, when asked to."""
+        if self.config.option.collectonly:
+            return
+        options = self.options
+        judged = any(j.outcome in ("pass", "fail", "inconclusive") for _, j in self.outcomes)
+        if options.compare and options.fail and not judged:
+            why = (
+                f"{self._count('refused')} measurement(s) refused, {self._count('none')} "
+                "without a stored counterpart"
+                if self.outcomes
+                else "no measurement was taken"
+            )
+            if options.nothing_compared_ok:
+                note = f"nothing was compared (allowed by {NOTHING_COMPARED_OK}): {why}"
+            else:
+                note = (
+                    f"the gate compared nothing: {why}; a regression gate (--sglang-compare-fail) "
+                    "that compared nothing has not passed: save a comparable baseline first, or "
+                    f"add the term {NOTHING_COMPARED_OK} to let such a session pass"
+                )
+                self._fail(session)
+            self.notes.append((f"  {note}", not options.nothing_compared_ok))
+        if options.save or options.autosave:
+            self._save(session, exitstatus == pytest.ExitCode.INTERRUPTED)
+
+    def _save(self, session: pytest.Session, interrupted: bool) -> None:
+        """Save the session's measurements, each once; a lost save fails the session, loudly."""
+        records = self.records
+        rows = unique_measurements(records.measurements)
+        if not rows:
+            self.notes.append(("not saving anything: no measurements were taken", True))
+            return
+        name = self.options.save or autosave_name(self.commit)
+        store = self.options.store()
+        document = build_document(
+            name,
+            rows,
+            records.latest_servers(),
+            records.gpus,
+            commit=self.commit,
+            verdicts=records.verdicts,
+            interrupted=interrupted,
+        )
+        try:
+            where = store.save(name, document)
+        except Exception as exc:  # a lost save must be loud: it is the next session's baseline
+            error = f"saving the baseline to {store} failed: {type(exc).__name__}: {exc}"
+            self.notes.append((error + self._keep(name, document), True))
+            self._fail(session)
+            return
+        self.notes.append((f"saved {len(rows)} measurement(s) to {where}", False))
+
+    def _keep(self, name: str, document: Mapping[str, Any]) -> str:
+        """Write the session that could not be saved somewhere else; return what to say."""
+        report = self.records.path  # --sglang-report's
+        folders = [report.parent] if report is not None else []
+        folders += [Path(self.config.invocation_params.dir), Path(tempfile.gettempdir())]
+        problems = []
+        for folder in folders:
+            names = (
+                f"sglang-unsaved_{name}" + (f"-{n}" if n > 1 else "") for n in itertools.count(1)
+            )
+            path = next(p for p in (folder / f"{n}.json" for n in names) if not p.exists())
+            try:
+                write_atomic(path, json_text(document))
+            except OSError as exc:
+                problems.append(f"{folder}: {exc.strerror or exc}")
+                continue
+            return (
+                f"; the session was written to {path} instead: compare with it "
+                f"(--sglang-compare={path}), or move it into the store as NNNN_{name}.json"
+            )
+        return "; it could not be written elsewhere either (" + "; ".join(problems) + ")"
+
+    @pytest.hookimpl
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        """Say what was compared, what had no counterpart, and where the session was saved."""
+        tr, options = terminalreporter, self.options
+        if not (self.outcomes or self.notes or options.compare):
+            return
+        tr.section("sglang baselines")
+        if options.compare:
+            terms = ", ".join(c.describe() for c in options.checks)
+            mode = "regressions fail tests" if options.fail else "reported only"
+            tr.write_line(
+                f"compared with {options.compare!r} in {options.store()} ({terms}; {mode})"
+            )
+            if not self.outcomes:
+                tr.write_line("  no measurement was taken in this session")
+            for test, j in self.outcomes:
+                red = j.outcome in ("fail", "refused")
+                tr.write_line(f"  [{j.tag}] {test} {j.label}: {j.text}", red=red)
+            if self._count("none"):
+                tr.write_line(f"  {self._count('none')} measurement(s) had no stored counterpart")
+        for line, red in self.notes:
+            tr.write_line(line, red=red)
+
+
+def register_gate(
+    config: pytest.Config, options: BaselineOptions, records: SGLangReporter
+) -> BaselineGate:
+    """Check the storage and the stored sessions now, then register the gate on the controller.
+
+    ``records`` is the session's reporter, registered already: it keeps the records.
+
+    :raises pytest.UsageError: on an unwritable storage or a damaged stored session.
+    """
+    gate = BaselineGate(config, options, records)
+    check = not config.option.collectonly
+    if check and (options.save or options.autosave):
+        try:
+            options.store().check_writable()
+        except OSError as exc:
+            raise pytest.UsageError(
+                f"{SAVE.label}: the session could not be saved there: {exc}; fix the storage "
+                f"or give another ({STORAGE.label})"
+            ) from None
+    if check and options.compare:
+        try:
+            options.store().check_reachable()
+            gate.stored  # noqa: B018 (read now: a damaged stored session stops the session)
+        except (DamagedSession, OSError) as exc:
+            raise pytest.UsageError(f"{COMPARE.label}={options.compare}: {exc}") from None
+    config.pluginmanager.register(gate, GATE_NAME)
+    return gate

@@ -1,29 +1,43 @@
-"""``assert_slo``: does a server meet a service-level objective, with what confidence.
+"""SLO verdicts: does a server meet a service-level objective, and up to what load.
 
 An objective "p99 TTFT <= 2 s" holds when at least 99 % of requests meet the limit; exact
 (Clopper-Pearson) bounds of the pooled requests' fraction decide, each objective at
-``alpha / m`` (``docs/statistics.md``, "SLO verdicts").
+``alpha / m`` (``docs/statistics.md``, "SLO verdicts"). :func:`find_capacity` bisects over
+load levels, adding runs at a level while :func:`judge_slo` cannot decide; its bracket holds
+with probability ``1 - alpha`` ("Capacity search").
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from pytest_sglang.errors import ComparisonRefused
 from pytest_sglang.loadgen.records import RequestRecord
+from pytest_sglang.measure.measurement import Measurement
 from pytest_sglang.measure.results import BenchResult
 from pytest_sglang.measure.slo import Attainment, Slo, attainment, goodput
-from pytest_sglang.verdicts.assertions import Verdict, conclude
+from pytest_sglang.verdicts.assertions import Verdict, conclude, record_verdict
 from pytest_sglang.verdicts.decision import Outcome, judge
-from pytest_sglang.verdicts.stats import binomial_bounds
+from pytest_sglang.verdicts.stats import binomial_bounds, require
 
 # pytest reads __tracebackhide__ from a frame's globals too: a failed or refused verdict's
 # traceback shows the test's line, none of this module's frames.
 __tracebackhide__ = True
 
-__all__ = ["ObjectiveDecision", "assert_slo", "judge_slo", "requests_to_pass"]
+__all__ = [
+    "CapacityVerdict",
+    "LevelDecision",
+    "ObjectiveDecision",
+    "assert_slo",
+    "find_capacity",
+    "judge_slo",
+    "requests_to_pass",
+]
+
+Level = int | float
 
 
 def requests_to_pass(percentile: float, alpha: float = 0.05) -> int:
@@ -116,3 +130,145 @@ def assert_slo(result: BenchResult, slo: Slo | str, alpha: float = 0.05) -> Verd
         ],
     }
     return conclude(Verdict("assert_slo", outcome, slo.describe(), summary, table, evidence))
+
+
+@dataclass(frozen=True)
+class LevelDecision:
+    """What the search found at one level: outcome, runs spent, per-objective evidence."""
+
+    level: Level
+    outcome: Outcome
+    runs: int
+    requests: int
+    objectives: tuple[ObjectiveDecision, ...]
+
+    def row(self) -> str:
+        """Return one line of the evidence table."""
+        worst = min(self.objectives, key=lambda d: d.lower - d.attainment.objective.fraction)
+        return (
+            f"{self.level:>8g} {self.runs:>4} {self.requests:>8} "
+            f"{worst.attainment.fraction:>8.2%} [{worst.lower:.4f}, {worst.upper:.4f}] "
+            f"{self.outcome.name}"
+        )
+
+
+@dataclass
+class CapacityVerdict:
+    """The search's answer: ``level`` (highest shown to meet the SLO) and the evidence."""
+
+    slo: Slo
+    label: str
+    unit: str
+    levels: tuple[Level, ...]
+    alpha: float
+    decisions: dict[Level, LevelDecision] = field(default_factory=dict)
+
+    @property
+    def level(self) -> Level | None:
+        """The highest level shown to meet the SLO (None: not even the lowest)."""
+        return max(
+            (lv for lv, d in self.decisions.items() if d.outcome is Outcome.PASS), default=None
+        )
+
+    @property
+    def upper(self) -> Level | None:
+        """The lowest level above ``level`` that missed the SLO or stayed undecided."""
+        low = -math.inf if self.level is None else self.level
+        return min((lv for lv in self.decisions if lv > low), default=None)
+
+    @property
+    def decided(self) -> bool:
+        """Whether the bracket's upper end was shown to miss (not merely undecided)."""
+        return self.upper is None or self.decisions[self.upper].outcome is Outcome.FAIL
+
+    @property
+    def runs(self) -> int:
+        """Runs spent in all."""
+        return sum(d.runs for d in self.decisions.values())
+
+    def statement(self) -> str:
+        """Return the answer in words, with its confidence."""
+        confidence = f"{1 - self.alpha:.0%}"
+        if self.level is None:
+            head = f"{self.label} meets {self.slo.describe()} at none of the levels"
+        else:
+            head = f"capacity of {self.label} at {self.slo.describe()}: {self.unit}={self.level:g}"
+        if self.upper is None:
+            tail = " (the highest level searched)"  # it passed: no level above is left
+        elif self.decided:
+            tail = f"; {self.unit}={self.upper:g} misses it (bracket holds at >= {confidence})"
+        else:
+            tail = (
+                f"; {self.unit}={self.upper:g} stayed undecided after "
+                f"{self.decisions[self.upper].runs} runs: the capacity is at least "
+                f"{self.level if self.level is not None else 'below the lowest level'}"
+                f" (at >= {confidence}) and may reach {self.upper:g}"
+            )
+        return head + tail + f"; {self.runs} runs spent"
+
+    def evidence(self) -> dict[str, Any]:
+        """Return the answer and each probed level as plain JSON types."""
+        return {
+            "label": self.label,
+            "slo": self.slo.describe(),
+            "capacity": self.level,
+            "upper": self.upper,
+            "decided": self.decided,
+            "runs": self.runs,
+            "levels": [
+                {
+                    "level": d.level,
+                    "outcome": d.outcome.value,
+                    "runs": d.runs,
+                    "requests": d.requests,
+                }
+                for d in sorted(self.decisions.values(), key=lambda d: d.level)
+            ],
+        }
+
+    def table(self) -> str:
+        """Return the evidence: one line per probed level, in load order."""
+        header = f"{self.unit:>8} {'runs':>4} {'requests':>8} {'worst':>8} bounds"
+        rows = [self.decisions[lv].row() for lv in sorted(self.decisions)]
+        return "\n".join([self.statement(), header, *rows])
+
+
+def find_capacity(
+    run: Callable[[Level, int], Measurement],
+    levels: Sequence[Level],
+    slo: Slo | str,
+    *,
+    alpha: float = 0.05,
+    max_runs: int = 5,
+    label: str = "server",
+    unit: str = "C",
+) -> CapacityVerdict:
+    """Find the highest of ``levels`` at which ``slo`` holds (see the module docstring).
+
+    ``run(level, repeat)`` measures one run (its :class:`Measurement`, with records) at a
+    level; at most ``max_runs`` are spent at one level; ``unit`` names the level in messages
+    (``C`` or ``rate``).
+    """
+    slo = Slo.parse(slo) if isinstance(slo, str) else slo
+    grid = tuple(sorted(set(levels)))
+    require(bool(grid), "find_capacity needs at least one level")
+    require(max_runs >= 1, f"max_runs must be at least 1, got {max_runs}")
+    verdict = CapacityVerdict(slo, label, unit, grid, alpha)
+    low, high = -1, len(grid)  # grid[low] shown to pass, grid[high] not passing
+    while high - low > 1:
+        mid = (low + high) // 2
+        records: list[RequestRecord] = []
+        for repeat in range(max_runs):  # more runs while the level stays undecided
+            records += run(grid[mid], repeat).records
+            # Each end of the bracket at alpha / 2.
+            outcome, objectives = judge_slo(slo, records, alpha / 2, f"the run at {grid[mid]:g}")
+            if outcome is not Outcome.INCONCLUSIVE:
+                break
+        decision = LevelDecision(grid[mid], outcome, repeat + 1, len(records), tuple(objectives))
+        verdict.decisions[grid[mid]] = decision
+        low, high = (mid, high) if outcome is Outcome.PASS else (low, mid)
+    summary, table = verdict.statement(), verdict.table()
+    record_verdict(
+        Verdict("find_capacity", "finding", slo.describe(), summary, table, verdict.evidence())
+    )
+    return verdict

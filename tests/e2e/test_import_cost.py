@@ -44,7 +44,7 @@ NOT_AT_COLLECTION = (
     "pytest_sglang.server",
     "pytest_sglang.loadgen",
     "pytest_sglang.measure",
-    "pytest_sglang.verdicts.gate",
+    "pytest_sglang.verdicts.regression",
     # A session that sets nothing of ours: settings and reporters wait for their first use.
     "pytest_sglang.config.settings",
     "pytest_sglang.report.collector",

@@ -14,8 +14,7 @@ import pytest
 from pytest_sglang.emulator.engine.adaptive import AdaptiveSteps, load_config
 from pytest_sglang.errors import ComparisonRefused, PerformanceAssertionError
 from pytest_sglang.measure.results import Sweep
-from pytest_sglang.verdicts.adaptive import assert_adaptive, recommend_adaptive_config
-from pytest_sglang.verdicts.assertions import Verdict
+from pytest_sglang.verdicts.assertions import Verdict, assert_adaptive, recommend_adaptive_config
 from tests.bench_data import BASE_CONFIG, SPEC_CONFIG, sweep
 
 BASE = {1: 92.6, 8: 400.0, 32: 700.0}

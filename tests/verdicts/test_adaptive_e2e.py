@@ -38,7 +38,7 @@ import pytest
 from pytest_sglang import (
     PerformanceAssertionError, Workload, assert_adaptive, assert_greedy_equivalent,
 )
-from pytest_sglang.verdicts.adaptive import recommend_adaptive_config
+from pytest_sglang.verdicts.assertions import recommend_adaptive_config
 
 W = Workload(input_len=32, output_len=48, requests=16, requests_per_slot=4, stream=False)
 LEVELS = [1, 16]

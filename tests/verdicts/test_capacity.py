@@ -8,8 +8,8 @@ import pytest
 
 from pytest_sglang.errors import ComparisonRefused
 from pytest_sglang.measure.measurement import Measurement
-from pytest_sglang.verdicts.capacity import find_capacity
 from pytest_sglang.verdicts.decision import Outcome
+from pytest_sglang.verdicts.slo import find_capacity
 from tests.bench_data import result
 from tests.measure.test_slo import rec
 

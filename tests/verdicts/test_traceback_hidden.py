@@ -10,7 +10,7 @@ SUITE = """
 import dataclasses
 from bench_data import result, sweep
 from pytest_sglang import (
-    assert_at_least, assert_faster, estimate_break_even, find_crossover,
+    assert_at_least, assert_faster, assert_no_regression, estimate_break_even, find_crossover,
 )
 
 FAST = [200.0, 201, 202, 203, 204]
@@ -40,6 +40,12 @@ def test_refused_crossover_levels():
 
 def test_refused_break_even():
     estimate_break_even(result("a", FAST), result("b", SLOW))
+
+def test_refused_regression():
+    assert_no_regression(result("a", FAST), result("a", SLOW), metric="realised_concurrency")
+
+def test_regression():
+    assert_no_regression(result("a", SLOW), result("a", FAST))
 """
 
 
@@ -47,7 +53,7 @@ def test_verdict_tracebacks_hide_the_plugins_frames(pytester: pytest.Pytester) -
     pytester.makepyfile(test_verdicts=SUITE)
     pytester.makepyfile(bench_data=Path(__file__).parents[1].joinpath("bench_data.py").read_text())
     result = pytester.runpytest("-p", "no:randomly")
-    result.assert_outcomes(failed=8)
+    result.assert_outcomes(failed=10)
     out = result.stdout.str()
     # Every failure is shown at the test's own line, with the plugin's message...
     for text in (
@@ -59,8 +65,11 @@ def test_verdict_tracebacks_hide_the_plugins_frames(pytester: pytest.Pytester) -
         "ComparisonRefused: 'realised_concurrency' describes the load",
         "ComparisonRefused: the sweeps cover different levels",
         "ComparisonRefused: a @ C=1 reports no acceptance length",
+        "ComparisonRefused: 'realised_concurrency' describes the load and cannot regress",
+        "PerformanceAssertionError: assert_no_regression(a @ C=1 vs a @ C=1 (stored)) on "
+        "output_throughput: REGRESSION",
     ):
         assert text in out, text
     # ...and no frame of the plugin's own code is in any of the tracebacks.
     assert "pytest_sglang/" not in out.replace("pytest_sglang/errors", ""), out
-    assert out.count("test_verdicts.py:") >= 8
+    assert out.count("test_verdicts.py:") >= 10
