@@ -265,7 +265,7 @@ def test_a_report_from_a_stored_session_shows_its_verdicts(tmp_path: Path) -> No
     page = out.read_text()
     assert "crossover at 5" in page and "No verdicts" not in page
     # A session saved before verdicts were stored says so, not "No verdicts".
-    older = store.find("released").path
+    (older,) = store.folder.glob("*_released.json")
     saved = json.loads(older.read_text())
     del saved["machine_info"]["sglang"]["verdicts"]
     older.write_text(json.dumps(saved))
