@@ -48,13 +48,13 @@ from pytest_sglang.config.parsing import (
     parse_expectation,
     parse_header,
     parse_server_url,
+    parse_shard,
     usage_error,
 )
 from pytest_sglang.config.paths import OUTPUT_FIX, output_path, output_problem
 from pytest_sglang.config.redaction import Redactor, secret_flag_values, server_secrets
 from pytest_sglang.config.schema import check_option
-from pytest_sglang.config.shards import Shard, parse_shard
-from pytest_sglang.config.values import Expectation, Header, ServerUrl, Sourced
+from pytest_sglang.config.values import Expectation, Header, ServerUrl, Shard, Sourced
 
 if TYPE_CHECKING:
     from pytest_sglang.config.profiles import Profile
