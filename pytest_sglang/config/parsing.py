@@ -12,8 +12,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from pytest_sglang.config.defaults import DEFAULT_SERVER_NAME
-from pytest_sglang.config.options import EXPECT, HEADER, OptionSpec
+from pytest_sglang.config.options import DEFAULT_SERVER_NAME, EXPECT, HEADER, OptionSpec
 from pytest_sglang.config.redaction import redact
 from pytest_sglang.config.values import NAME_RE, Expectation, Header, ServerUrl, Shard
 

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
-from pytest_sglang.config.defaults import (
+from pytest_sglang.config.options import (
+    API_KEY,
     DEFAULT_FIRST_TOKEN_TIMEOUT,
     DEFAULT_LOAD_WORKERS,
     DEFAULT_MAX_CONSECUTIVE_FAILURES,
@@ -28,14 +29,11 @@ from pytest_sglang.config.defaults import (
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_SERVER_NAME,
     DEFAULT_STALL_TIMEOUT,
-    INCONCLUSIVE_CHOICES,
-    LAUNCHERS,
-)
-from pytest_sglang.config.options import (
-    API_KEY,
     EXPECT,
     GPU_FAKE,
     HEADER,
+    INCONCLUSIVE_CHOICES,
+    LAUNCHERS,
     MARKDOWN,
     OPTIONS,
     PROFILES,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pytest_sglang.config.defaults import DEFAULT_STORAGE
+from pytest_sglang.config.options import DEFAULT_STORAGE
 from pytest_sglang.errors import ComparisonRefused
 from pytest_sglang.measure.metrics import metric_spec
 from pytest_sglang.measure.results import BenchResult
