@@ -217,18 +217,18 @@ class _WorkerGroups:
     servers_of: Callable[[pytest.Item], frozenset[str]]
     default: str | None
 
-    def servers(self, item: pytest.Item) -> frozenset[str]:
-        """Return what ties ``item`` to other tests: its servers and ``xdist_group`` marks."""
-        names = set(_servers_used(item, self.servers_of, self.default))
-        for mark in item.iter_markers("xdist_group"):
-            names.add(f"xdist_group={mark.args[0] if mark.args else mark.kwargs.get('name')}")
-        return frozenset(names)
-
     # First: xdist's own hook sends the collection, after which the controller schedules.
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """Write ``{test id: launch group}`` for the controller's scheduler."""
-        servers = {item.nodeid: self.servers(item) for item in session.items}
+        """Write ``{test id: launch group}`` for the controller's scheduler.
+
+        What ties a test to others: its servers and its ``xdist_group`` marks.
+        """
+        servers: dict[str, frozenset[str]] = {}
+        for item in session.items:
+            marks = item.iter_markers("xdist_group")
+            tied = {f"xdist_group={m.args[0] if m.args else m.kwargs.get('name')}" for m in marks}
+            servers[item.nodeid] = _servers_used(item, self.servers_of, self.default) | tied
         groups = {
             test: "sglang:" + "+".join(sorted(names))
             for names, tests in _launch_groups(servers)
