@@ -1,7 +1,7 @@
 """The option catalogue: every setting's flag, ini key, environment variable, help and default.
 
 A setting changed from run to run is a flag ``--sglang-NAME`` (taking a ``metavar``, or a
-switch); one set once per project is not (``per_project``: neither). Every setting is also
+switch); one set once per project is not (neither). Every setting is also
 the ini key ``sglang_NAME`` and the environment variable ``PYTEST_SGLANG_NAME`` (never
 ``SGLANG_*``, which SGLang itself reads).
 """
@@ -74,14 +74,12 @@ class OptionSpec:
     kind: str | None = None
 
     @property
-    def per_project(self) -> bool:
-        """Set once per project: an ini key and an environment variable, no command-line flag."""
-        return self.metavar is None and not self.flag
-
-    @property
     def cli(self) -> str | None:
-        """The command-line flag, e.g. ``--sglang-url``; None for a per-project setting."""
-        return None if self.per_project else f"--sglang-{self.name}"
+        """The command-line flag, e.g. ``--sglang-url``; None for a per-project setting.
+
+        Per project: neither a ``metavar`` nor a ``flag``; an ini key and environment variable.
+        """
+        return None if self.metavar is None and not self.flag else f"--sglang-{self.name}"
 
     @property
     def dest(self) -> str:
