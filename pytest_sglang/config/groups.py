@@ -188,7 +188,8 @@ class _Controller:
             return None
         from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
-        folder, groups = self.folder, {}
+        folder = self.folder
+        groups: dict[str, str] = {}
 
         class LaunchGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
             def schedule(self) -> None:
