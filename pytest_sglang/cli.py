@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from pytest_sglang.config.defaults import DEFAULT_STORAGE
+from pytest_sglang.config.options import DEFAULT_STORAGE
 from pytest_sglang.config.paths import OUTPUT_FIX, output_path, output_problem
 from pytest_sglang.measure.session_format import (
     DamagedSession,

@@ -99,7 +99,7 @@ def sglang_servers(
     ``sglang_servers.get(NAME)`` returns the ready server NAME: an attached one past its
     readiness gate, or a profile's server launched on first use (one at a time).
     """
-    from pytest_sglang.config.xdist_groups import shared_folder
+    from pytest_sglang.config.groups import shared_folder
     from pytest_sglang.measure.bench import PLANS_KEY
     from pytest_sglang.report.progress import progress_writer
     from pytest_sglang.server.pool import ServerPool

@@ -65,7 +65,7 @@ def parametrize_over_servers(metafunc: pytest.Metafunc, settings: Settings) -> N
     Only with two or more servers (attached or profiles) and none called ``default``: then
     checks such as "the served model is the expected one" cover every server.
     """
-    from pytest_sglang.config.defaults import DEFAULT_SERVER_NAME
+    from pytest_sglang.config.options import DEFAULT_SERVER_NAME
 
     if TARGET_FIXTURE not in metafunc.fixturenames:
         return

@@ -100,18 +100,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _start_session(config: pytest.Config, settings: Settings) -> None:
     """Register what a configured session needs: timeout bridge, xdist, shards."""
-    from pytest_sglang.config.xdist_groups import configure_xdist
+    from pytest_sglang.config.groups import configure_xdist
     from pytest_sglang.timeouts import BRIDGE_KEY, TimeoutBridge
 
     # Launches never count against a test's pytest-timeout (see pytest_sglang.timeouts).
     config.stash[BRIDGE_KEY] = TimeoutBridge()
     config.pluginmanager.register(config.stash[BRIDGE_KEY], "sglang-timeout-bridge")
-    # Under -n N: the tests of one launch group run on one worker (config/xdist_groups.py).
+    # Under -n N: the tests of one launch group run on one worker (config/groups.py).
     workers = configure_xdist(config, settings, servers_named)
     if workers and not config.option.collectonly:
         _refuse_launch_under_xdist(settings, workers)
     if settings.shard.value is not None:
-        from pytest_sglang.config.shards import ShardSelector
+        from pytest_sglang.config.groups import ShardSelector
 
         selector = ShardSelector(settings.shard.value, servers_named, settings.default_server())
         config.pluginmanager.register(selector, "sglang-shard")

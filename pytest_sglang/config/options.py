@@ -1,7 +1,7 @@
-"""The option catalogue: every setting's flag, ini key, environment variable and help text.
+"""The option catalogue: every setting's flag, ini key, environment variable, help and default.
 
 A setting changed from run to run is a flag ``--sglang-NAME`` (taking a ``metavar``, or a
-switch); one set once per project is not (``per_project``: neither). Every setting is also
+switch); one set once per project is not (neither). Every setting is also
 the ini key ``sglang_NAME`` and the environment variable ``PYTEST_SGLANG_NAME`` (never
 ``SGLANG_*``, which SGLang itself reads).
 """
@@ -11,22 +11,50 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pytest
+if TYPE_CHECKING:
+    import pytest
 
-from pytest_sglang.config.defaults import (
-    DEFAULT_FIRST_TOKEN_TIMEOUT,
-    DEFAULT_LOAD_WORKERS,
-    DEFAULT_MAX_CONSECUTIVE_FAILURES,
-    DEFAULT_READY_TIMEOUT,
-    DEFAULT_REQUEST_TIMEOUT,
-    DEFAULT_STALL_TIMEOUT,
-    DEFAULT_STORAGE,
-    INCONCLUSIVE_CHOICES,
-    LAUNCHERS,
-)
+__all__ = [
+    "DEFAULT_FIRST_TOKEN_TIMEOUT",
+    "DEFAULT_LOAD_WORKERS",
+    "DEFAULT_MAX_CONSECUTIVE_FAILURES",
+    "DEFAULT_READY_TIMEOUT",
+    "DEFAULT_REQUEST_TIMEOUT",
+    "DEFAULT_SERVER_NAME",
+    "DEFAULT_STALL_TIMEOUT",
+    "DEFAULT_STORAGE",
+    "INCONCLUSIVE_CHOICES",
+    "LAUNCHERS",
+    "OPTIONS",
+    "OptionSpec",
+    "anything_set",
+    "pyproject_of",
+]
 
-__all__ = ["OPTIONS", "OptionSpec", "anything_set", "pyproject_of"]
+#: The server a test gets when it names none and several are configured.
+DEFAULT_SERVER_NAME = "default"
+#: Long enough for a large model to load weights and capture CUDA graphs.
+DEFAULT_READY_TIMEOUT = 600.0
+#: A request of a measurement may take this long in all (a long queue at high concurrency).
+DEFAULT_REQUEST_TIMEOUT = 600.0
+#: A stream may go this long without a new token once its first token arrived.
+DEFAULT_STALL_TIMEOUT = 60.0
+#: A streamed request may wait this long for its first token while the whole run receives
+#: no token (a frozen server); measured against SGLang's queueing by
+#: ``benchmarks/queue_wait.py`` (see ``LoadGenerator``).
+DEFAULT_FIRST_TOKEN_TIMEOUT = 90.0
+#: Requests in a row that ended without an answer before a run gives up on the server.
+DEFAULT_MAX_CONSECUTIVE_FAILURES = 8
+#: Load-generator workers per run (processes, or Ray actors).
+DEFAULT_LOAD_WORKERS = 1
+#: Launchers ``--sglang-launcher`` accepts; the first is the default.
+LAUNCHERS = ("sglang", "emulator")
+#: What ``--sglang-inconclusive`` accepts; the first is the default.
+INCONCLUSIVE_CHOICES = ("fail", "skip", "warn")
+#: pytest-benchmark's default storage, so that ``pytest-benchmark list`` finds ours too.
+DEFAULT_STORAGE = "file://./.benchmarks"
 
 
 @dataclass(frozen=True)
@@ -46,14 +74,12 @@ class OptionSpec:
     kind: str | None = None
 
     @property
-    def per_project(self) -> bool:
-        """Set once per project: an ini key and an environment variable, no command-line flag."""
-        return self.metavar is None and not self.flag
-
-    @property
     def cli(self) -> str | None:
-        """The command-line flag, e.g. ``--sglang-url``; None for a per-project setting."""
-        return None if self.per_project else f"--sglang-{self.name}"
+        """The command-line flag, e.g. ``--sglang-url``; None for a per-project setting.
+
+        Per project: neither a ``metavar`` nor a ``flag``; an ini key and environment variable.
+        """
+        return None if self.metavar is None and not self.flag else f"--sglang-{self.name}"
 
     @property
     def dest(self) -> str:

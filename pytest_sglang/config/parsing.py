@@ -12,12 +12,11 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from pytest_sglang.config.defaults import DEFAULT_SERVER_NAME
-from pytest_sglang.config.options import EXPECT, HEADER, OptionSpec
+from pytest_sglang.config.options import DEFAULT_SERVER_NAME, EXPECT, HEADER, OptionSpec
 from pytest_sglang.config.redaction import redact
-from pytest_sglang.config.values import NAME_RE, Expectation, Header, ServerUrl
+from pytest_sglang.config.values import NAME_RE, Expectation, Header, ServerUrl, Shard
 
-__all__ = ["parse_expectation", "parse_header", "parse_server_url", "usage_error"]
+__all__ = ["parse_expectation", "parse_header", "parse_server_url", "parse_shard", "usage_error"]
 
 #: The scheme prefix that declares a plain OpenAI-compatible server: ``openai+http://h:8000``.
 _OPENAI_PREFIX = "openai+"
@@ -145,3 +144,12 @@ def parse_expectation(raw: str, source: str, spec: OptionSpec = EXPECT) -> Expec
     except ValueError:
         value = value_text.strip()
     return Expectation(key=key, value=value, source=source, server=server_name)
+
+
+def parse_shard(raw: str) -> Shard:
+    """Parse ``K/N`` (shape checked by the schema); ``ValueError(problem, fix)`` unless 1<=K<=N."""
+    index, count = (int(part) for part in raw.split("/"))
+    if not 1 <= index <= count:
+        problem = f"{raw!r}: K must be between 1 and N, and N at least 1"
+        raise ValueError(problem, "give K/N with 1 <= K <= N, e.g. 1/2 and 2/2 on two runners")
+    return Shard(index, count)

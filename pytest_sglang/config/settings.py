@@ -1,5 +1,7 @@
 """Settings: every option resolved once, into a frozen :class:`Settings` in ``config.stash``.
 
+One :class:`ServerTarget` per server (attached, a profile to launch, or both), decided once.
+
 Precedence (docs/guide.md, "Options"): marker > flag > ``-o`` > environment > ini > default;
 markers are applied per test by the fixtures. Each value remembers its source, so an error
 can say which to fix. Pure: no network, no heavy imports.
@@ -18,7 +20,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
-from pytest_sglang.config.defaults import (
+from pytest_sglang.config.options import (
+    API_KEY,
     DEFAULT_FIRST_TOKEN_TIMEOUT,
     DEFAULT_LOAD_WORKERS,
     DEFAULT_MAX_CONSECUTIVE_FAILURES,
@@ -26,14 +29,11 @@ from pytest_sglang.config.defaults import (
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_SERVER_NAME,
     DEFAULT_STALL_TIMEOUT,
-    INCONCLUSIVE_CHOICES,
-    LAUNCHERS,
-)
-from pytest_sglang.config.options import (
-    API_KEY,
     EXPECT,
     GPU_FAKE,
     HEADER,
+    INCONCLUSIVE_CHOICES,
+    LAUNCHERS,
     MARKDOWN,
     OPTIONS,
     PROFILES,
@@ -46,21 +46,45 @@ from pytest_sglang.config.parsing import (
     parse_expectation,
     parse_header,
     parse_server_url,
+    parse_shard,
     usage_error,
 )
 from pytest_sglang.config.paths import OUTPUT_FIX, output_path, output_problem
 from pytest_sglang.config.redaction import Redactor, secret_flag_values, server_secrets
 from pytest_sglang.config.schema import check_option
-from pytest_sglang.config.shards import Shard, parse_shard
-from pytest_sglang.config.targets import ServerTarget, build_targets
-from pytest_sglang.config.values import Expectation, Header, ServerUrl, Sourced
+from pytest_sglang.config.values import Expectation, Header, ServerUrl, Shard, Sourced
 
 if TYPE_CHECKING:
     from pytest_sglang.config.profiles import Profile
 
-__all__ = ["SETTINGS_KEY", "Raw", "Settings", "lookup", "resolve_settings"]
+__all__ = ["SETTINGS_KEY", "Raw", "ServerTarget", "Settings", "lookup", "resolve_settings"]
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ServerTarget:
+    """A server the session knows: its name, how it is reached, what it must serve."""
+
+    name: str
+    #: The attached server's base URL, or None when the profile is launched.
+    url: str | None
+    #: The profile of that name, if any (launched when ``url`` is None).
+    profile: Profile | None
+    #: Identity checks for this server, in precedence order (one per key).
+    expectations: tuple[Expectation, ...]
+    #: Where the URL or the profile came from, for messages.
+    source: str
+    #: ``sglang``, or ``openai`` for a plain OpenAI-compatible server.
+    kind: str = "sglang"
+    #: Extra HTTP headers for this server (``--sglang-header``), in order; values secret.
+    headers: tuple[Header, ...] = ()
+
+    @property
+    def header_map(self) -> dict[str, str]:
+        """The extra headers as a mapping (a header given for this server wins)."""
+        ordered = sorted(self.headers, key=lambda h: h.server is not None)  # this server's last
+        return {h.name: h.value for h in ordered}
 
 
 @dataclass(frozen=True)
@@ -97,10 +121,26 @@ class Settings:
 
     @functools.cached_property
     def targets(self) -> Mapping[str, ServerTarget]:
-        """Every server the session knows, by name (attached first), resolved once."""
-        return MappingProxyType(
-            build_targets(self.servers, self.profiles, self.expectations, self.headers)
-        )
+        """Every server the session knows, by name (attached, then profiles), resolved once."""
+        attached = {s.name: s for s in self.servers}
+        targets: dict[str, ServerTarget] = {}
+        for name in (*attached, *(p for p in self.profiles if p not in attached)):
+            server, profile = attached.get(name), self.profiles.get(name)
+            own = tuple(e for e in self.expectations if e.server in (None, name))
+            if profile is not None:  # the command line (or env, ini) wins over the profile's
+                own += tuple(e for e in profile.expectations() if e.key not in {o.key for o in own})
+            # An openai+ URL declares the kind; otherwise the profile of the same name may.
+            kind = server.kind if server is not None and server.kind != "sglang" else None
+            targets[name] = ServerTarget(
+                name,
+                server.url if server else None,
+                profile,
+                own,
+                server.source if server else profile.source if profile else "",
+                kind or (profile.kind if profile is not None else "sglang"),
+                tuple(h for h in self.headers if h.server in (None, name)),
+            )
+        return MappingProxyType(targets)
 
     def default_server(self) -> str | None:
         """Return the server a test that names none gets, or None when that is ambiguous.
@@ -148,11 +188,8 @@ class Raw:
     base: Path
 
 
-def lookup(
-    spec: OptionSpec, config: pytest.Config, environ: Mapping[str, str] | None = None
-) -> Raw | None:
+def lookup(spec: OptionSpec, config: pytest.Config) -> Raw | None:
     """Return the highest-precedence raw value: flag, ``-o``, environment, ini; or None."""
-    env_map = os.environ if environ is None else environ
     invoked = Path(config.invocation_params.dir)
     cli = config.getoption(spec.dest, default=None) if spec.cli else None
     if cli is not None:
@@ -160,7 +197,7 @@ def lookup(
         return Raw([str(v) for v in values], f"{spec.cli} on the command line", invoked)
     overrides = config.getoption("override_ini", default=None) or ()
     overridden = any(o.partition("=")[0].strip() == spec.ini for o in overrides)
-    env = env_map.get(spec.env)
+    env = os.environ.get(spec.env)
     if not overridden and env is not None and env.strip():
         parts = shlex.split(env) if spec.repeatable else [env.strip()]
         return Raw(parts, f"environment variable {spec.env}", invoked)
@@ -293,10 +330,9 @@ def _resolve_profiles(config: pytest.Config, profiles_file: Path | None) -> dict
     return load_profiles(pyproject, profiles_file)
 
 
-def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = None) -> Settings:
+def resolve_settings(config: pytest.Config) -> Settings:
     """Resolve every setting (flag > ``-o`` > environment > ini file > default), validated."""
-    env = os.environ if environ is None else environ
-    raws = {spec: raw for spec in OPTIONS if (raw := lookup(spec, config, env))}
+    raws = {spec: raw for spec in OPTIONS if (raw := lookup(spec, config))}
     values = {
         spec.dest.removeprefix("sglang_"): _resolve_one(spec, raw)
         for spec, raw in raws.items()

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-__all__ = ["NAME_RE", "Expectation", "Header", "ServerUrl", "Sourced"]
+__all__ = ["NAME_RE", "Expectation", "Header", "ServerUrl", "Shard", "Sourced"]
 
 T = TypeVar("T")
 
@@ -38,6 +38,17 @@ class ServerUrl:
     source: str
     #: ``sglang``, or ``openai`` for a plain OpenAI-compatible server (``openai+http://``).
     kind: str = "sglang"
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One shard of a split suite (``--sglang-shard K/N``): ``index`` (from 1) of ``count``."""
+
+    index: int
+    count: int
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
 
 
 @dataclass(frozen=True)

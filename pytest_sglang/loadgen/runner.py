@@ -22,7 +22,7 @@ import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-from pytest_sglang.config.defaults import (
+from pytest_sglang.config.options import (
     DEFAULT_FIRST_TOKEN_TIMEOUT,
     DEFAULT_MAX_CONSECUTIVE_FAILURES,
     DEFAULT_REQUEST_TIMEOUT,

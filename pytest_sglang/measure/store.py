@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_sglang.config.defaults import DEFAULT_STORAGE
+from pytest_sglang.config.options import DEFAULT_STORAGE
 from pytest_sglang.measure.session_format import (
     DamagedSession,
     StoredMeasurement,

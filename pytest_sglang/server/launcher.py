@@ -19,8 +19,7 @@ from typing import TypeVar
 
 from pytest_sglang.config.profiles import Profile
 from pytest_sglang.config.redaction import split_flags
-from pytest_sglang.config.settings import Settings
-from pytest_sglang.config.targets import ServerTarget
+from pytest_sglang.config.settings import ServerTarget, Settings
 from pytest_sglang.errors import (
     ServerDied,
     ServerExited,

@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sglang.config.profiles import Profile
-from pytest_sglang.config.settings import Settings
-from pytest_sglang.config.targets import ServerTarget
+from pytest_sglang.config.settings import ServerTarget, Settings
 from pytest_sglang.errors import (
     GpuUnavailable,
     ServerDied,

@@ -14,8 +14,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from pytest_sglang.config.redaction import Redactor
-from pytest_sglang.config.settings import Settings
-from pytest_sglang.config.targets import ServerTarget
+from pytest_sglang.config.settings import ServerTarget, Settings
 from pytest_sglang.config.values import Expectation
 from pytest_sglang.errors import IdentityMismatch, SchemaMismatch, ServerNotReady
 from pytest_sglang.loadgen.jsoncodec import UnsafeBody, loads_body

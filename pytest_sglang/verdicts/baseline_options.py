@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_sglang.config.defaults import DEFAULT_STORAGE
-from pytest_sglang.config.options import COMPARE, COMPARE_FAIL, SAVE, STORAGE
+from pytest_sglang.config.options import COMPARE, COMPARE_FAIL, DEFAULT_STORAGE, SAVE, STORAGE
 from pytest_sglang.config.parsing import usage_error
 from pytest_sglang.config.settings import lookup
 

@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import pytest
 
-from pytest_sglang.config.defaults import DEFAULT_STORAGE
-from pytest_sglang.config.options import COMPARE, SAVE, STORAGE
+from pytest_sglang.config.options import COMPARE, DEFAULT_STORAGE, SAVE, STORAGE
 from pytest_sglang.errors import ComparisonRefused
 from pytest_sglang.measure.metrics import metric_spec
 from pytest_sglang.measure.results import BenchResult

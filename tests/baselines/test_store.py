@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pytest_sglang.config.defaults import DEFAULT_STORAGE
+from pytest_sglang.config.options import DEFAULT_STORAGE
 from pytest_sglang.measure.session_format import (
     DamagedSession,
     StoredMeasurement,

@@ -29,7 +29,7 @@ def shown(pytester: pytest.Pytester, *args: str) -> str:
 
 
 def test_defaults_are_the_load_generators() -> None:
-    from pytest_sglang.config.defaults import (
+    from pytest_sglang.config.options import (
         DEFAULT_FIRST_TOKEN_TIMEOUT,
         DEFAULT_MAX_CONSECUTIVE_FAILURES,
     )

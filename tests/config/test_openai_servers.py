@@ -7,7 +7,7 @@ import pytest
 
 from pytest_sglang.config.options import HEADER, URL
 from pytest_sglang.config.parsing import parse_header, parse_server_url
-from pytest_sglang.config.targets import build_targets
+from pytest_sglang.config.settings import Settings
 from pytest_sglang.config.values import Header
 
 SECRET = "sk-very-secret-value"
@@ -66,7 +66,7 @@ def test_targets_get_their_own_headers_and_the_shared_ones() -> None:
     servers = (parse_server_url(URL, "vllm=openai+http://h:1", "cli"),
                parse_server_url(URL, "base=http://h:2", "cli"))  # fmt: skip
     headers = (Header("X-All", "1", "cli"), Header("Authorization", "b", "cli", server="vllm"))
-    targets = build_targets(servers, {}, (), headers)
+    targets = Settings(servers, headers=headers).targets
     assert targets["vllm"].kind == "openai" and targets["base"].kind == "sglang"
     assert targets["vllm"].header_map == {"X-All": "1", "Authorization": "b"}
     assert targets["base"].header_map == {"X-All": "1"}

@@ -151,7 +151,7 @@ def test_every_option_of_a_kind_names_a_setting() -> None:
 
 
 def test_the_choices_in_the_schema_are_the_catalogue_s() -> None:
-    from pytest_sglang.config.defaults import LAUNCHERS
+    from pytest_sglang.config.options import LAUNCHERS
 
     assert read_schema("config")["$defs"]["launcher"]["enum"] == list(LAUNCHERS)
 

@@ -7,7 +7,9 @@ import random
 
 import pytest
 
-from pytest_sglang.config.shards import Shard, assign_shards, parse_shard
+from pytest_sglang.config.groups import assign_shards
+from pytest_sglang.config.parsing import parse_shard
+from pytest_sglang.config.values import Shard
 
 
 def test_parse() -> None:

@@ -225,6 +225,34 @@ def test_tests_of_the_default_server_run_on_one_worker(
     result.stdout.fnmatch_lines(["scheduling tests via LaunchGroupScheduling"])
 
 
+XDIST_GROUPS = """
+import pytest
+
+# No server named: xdist's own group marks alone tie them.
+@pytest.mark.xdist_group("first")
+@pytest.mark.parametrize("n", range(4))
+def test_first(n):
+    pass
+
+@pytest.mark.xdist_group(name="second")
+@pytest.mark.parametrize("n", range(4))
+def test_second(n):
+    pass
+"""
+
+
+def test_tests_of_one_xdist_group_run_on_one_worker(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_marked=XDIST_GROUPS)
+    # A server is configured (the scheduler by launch group is on); no test reaches it.
+    result = pytester.runpytest_subprocess(
+        "-n", "2", "-v", "-p", "no:benchmark", "--sglang-url=srv=http://127.0.0.1:9"
+    )  # fmt: skip
+    result.assert_outcomes(passed=8)
+    workers = _workers(result.stdout.str())
+    for group in ("test_first", "test_second"):
+        assert len({w for test, w in workers.items() if group in test}) == 1, workers
+
+
 @pytest.mark.parametrize("dist", ["loadscope", "loadfile", "worksteal"])
 def test_a_distribution_that_splits_servers_is_a_usage_error(
     pytester: pytest.Pytester, dist: str

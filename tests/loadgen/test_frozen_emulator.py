@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from pytest_sglang.config.defaults import DEFAULT_FIRST_TOKEN_TIMEOUT, DEFAULT_STALL_TIMEOUT
+from pytest_sglang.config.options import DEFAULT_FIRST_TOKEN_TIMEOUT, DEFAULT_STALL_TIMEOUT
 from pytest_sglang.loadgen.runner import LoadGenerator, ServerStoppedAnswering
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.testing import running_emulator
