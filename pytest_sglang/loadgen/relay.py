@@ -30,12 +30,15 @@ class Relay:
 
     ``send`` (a pipe's) may block while the coordinator is busy, so every message goes out on
     the relay's own thread, one at a time, in order. :meth:`stop` returns once all are sent.
+    A message that could not be sent (one that cannot be pickled, a broken pipe) is named
+    in an error sent last, so the coordinator says why it misses records.
     """
 
     def __init__(self, send: Callable[[tuple[str, Any, Any]], object]) -> None:
         self._send = send
         self._records: list[RequestRecord] = []
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="sglang-relay")
+        self._failure: str | None = None
 
     def finished(self, record: RequestRecord) -> None:
         """Keep a finished measured request for the next batch."""
@@ -48,11 +51,27 @@ class Relay:
 
     def send(self, message: tuple[str, Any, Any]) -> None:
         """Send ``message`` after those before it (from any thread)."""
-        self._thread.submit(self._send, message)
+        self._thread.submit(self._deliver, message)
 
     def stop(self) -> None:
-        """Wait until every message is sent."""
+        """Wait until every message is sent; then send an error if one could not be.
+
+        After the outcome, the error changes nothing (the coordinator has the whole run);
+        in its place, it fails the requests missing with the reason.
+        """
         self._thread.shutdown()
+        if self._failure is not None:
+            self._send(("error", None, self._failure))
+
+    def _deliver(self, message: tuple[str, Any, Any]) -> None:
+        try:
+            self._send(message)
+        except Exception as exc:
+            if self._failure is None:
+                self._failure = (
+                    f"the load worker could not send its results to the coordinator: "
+                    f"{type(exc).__name__}: {exc}"
+                )
 
 
 @dataclass

@@ -129,8 +129,8 @@ def serve(
         outcome = ("stopped", exc.run, str(exc))
     except BaseException as exc:  # the coordinator reports it; nothing is lost silently
         outcome = ("error", generator.interrupted_run, f"{type(exc).__name__}: {exc}")
-    relay.stop()  # every batch before the outcome
-    send(outcome)
+    relay.send(outcome)  # after every batch
+    relay.stop()
 
 
 def coordinate(
