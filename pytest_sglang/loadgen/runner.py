@@ -40,14 +40,13 @@ from pytest_sglang.loadgen.progress import (
 )
 from pytest_sglang.loadgen.prompts import encoded_bodies
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
-from pytest_sglang.loadgen.relay import Shard
-from pytest_sglang.loadgen.schedule import Arrival, ClosedLoop, Load, OpenLoop
+from pytest_sglang.loadgen.schedule import Arrival, ClosedLoop, Load, OpenLoop, owner
 from pytest_sglang.loadgen.streams import StreamParser
 from pytest_sglang.loadgen.transport import Attempt, RetryFailed, describe, exchange, trace
 from pytest_sglang.loadgen.watchdog import StallWatchdog
 from pytest_sglang.loadgen.workload import DEFAULT_WARMUP_CAP, Workload, check_count
 
-__all__ = ["CacheFlushFailed", "LoadGenerator", "ServerStoppedAnswering", "run_blocking"]
+__all__ = ["CacheFlushFailed", "LoadGenerator", "ServerStoppedAnswering", "Shard", "run_blocking"]
 
 T = TypeVar("T")
 
@@ -66,6 +65,29 @@ class ServerStoppedAnswering(SGLangError):
 
 class CacheFlushFailed(SGLangError):
     """The server did not empty its prefix cache when asked (``flush_cache``)."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Worker ``index`` of ``len(shares)``: its slots, its requests, the common start.
+
+    ``sync`` blocks until every worker has warmed up and returns the common start;
+    ``finished`` receives each measured request as it ends (a :class:`Relay`'s).
+    """
+
+    index: int
+    shares: tuple[int, ...]
+    sync: Callable[[], float]
+    finished: Callable[[RequestRecord], None] | None = None
+
+    @property
+    def slots(self) -> int:
+        """This process's share of the concurrency (or of the open loop's cap)."""
+        return self.shares[self.index]
+
+    def owns(self, request: int) -> bool:
+        """Whether this process sends request ``request`` (warm-up and measured alike)."""
+        return owner(request, self.shares) == self.index
 
 
 @dataclass(eq=False)
