@@ -440,26 +440,12 @@ class _Run:
                 await self._attempts(record, body, parser)
         except TimeoutError:
             unanswered = True
-            why, chunks = watchdog.expired(record), len(record.chunk_times)
-            if why == "cancelled":
-                record.fail(f"cancelled: the run stopped ({self.aborted})")
-            elif why == "stall":
-                record.fail(
-                    f"stalled: no new token for {gen.stall_timeout:g} s after {chunks} token "
-                    "chunks (stall_timeout; sglang_stall_timeout under pytest)"
-                )
-            elif why == "first_token":
-                record.fail(
-                    "timed out waiting for the first token: no token for "
-                    f"{gen.first_token_timeout:g} s, for this request or any other "
-                    f"(first_token_timeout; HTTP status {record.status})"
-                )
-            else:
-                record.fail(
-                    f"timed out: no complete response within {gen.request_timeout:g} s "
-                    "(request_timeout; sglang_request_timeout under pytest); "
-                    f"{chunks} token chunks had arrived"
-                )
+            record.fail(
+                watchdog.expired(record)
+                or f"timed out: no complete response within {gen.request_timeout:g} s "
+                "(request_timeout; sglang_request_timeout under pytest); "
+                f"{len(record.chunk_times)} token chunks had arrived"
+            )
         except Exception as exc:  # recorded, never raised: the run keeps every request
             unanswered = record.status is None
             record.fail(describe(exc) + _lost_tail(record))
@@ -486,7 +472,7 @@ class _Run:
             )
             # The requests still in flight wait on the same silent server: end them now
             # rather than after their own timeouts (they were sent: their records stay).
-            self.watchdog.cancel_all()
+            self.watchdog.cancel_all(self.aborted)
 
     async def _attempts(
         self, record: RequestRecord, body: bytes, parser: StreamParser | None
