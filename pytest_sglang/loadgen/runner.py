@@ -29,7 +29,6 @@ from pytest_sglang.config.defaults import (
     DEFAULT_STALL_TIMEOUT,
 )
 from pytest_sglang.errors import SGLangError
-from pytest_sglang.loadgen.habits import ConnectionHabits
 from pytest_sglang.loadgen.progress import (
     ClientLoad,
     ClientMonitor,
@@ -39,7 +38,7 @@ from pytest_sglang.loadgen.progress import (
     no_progress,
 )
 from pytest_sglang.loadgen.prompts import encoded_bodies
-from pytest_sglang.loadgen.records import LoadRun, RequestRecord
+from pytest_sglang.loadgen.records import ConnectionHabits, LoadRun, RequestRecord
 from pytest_sglang.loadgen.schedule import Arrival, ClosedLoop, Load, OpenLoop, owner
 from pytest_sglang.loadgen.streams import StreamParser
 from pytest_sglang.loadgen.transport import Attempt, RetryFailed, describe, exchange, trace
