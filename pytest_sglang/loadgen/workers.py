@@ -101,7 +101,7 @@ class Relay:
         except Exception as exc:
             if self._failure is None:
                 self._failure = (
-                    f"the load worker could not send its results to the coordinator: "
+                    "the load worker could not send its results to the coordinator: "
                     f"{type(exc).__name__}: {exc}"
                 )
 
