@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_sglang.loadgen.habits import ConnectionHabits
+from pytest_sglang.loadgen.records import ConnectionHabits
 from pytest_sglang.loadgen.runner import LoadGenerator
 from pytest_sglang.loadgen.workload import Endpoint, Workload
 from pytest_sglang.measure.measurement import measure

@@ -290,13 +290,6 @@ class RayLoadWorkers:
             self.close()
             raise
 
-    def _describe(self, index: int, exc: BaseException) -> str:
-        node, _, pid = self._where[index]
-        return (
-            f"Ray load worker {index} (node {node}, pid {pid}) was lost: {_reason(exc)} "
-            "(its process was killed or its node left the cluster)"
-        )
-
     def start(self, margin: float) -> None:
         """Workers.start: read every actor's clock, then tell each the start on its own."""
         self.clocks = tuple(self._clock(i) for i in range(self._count))
@@ -320,17 +313,22 @@ class RayLoadWorkers:
         for ref in done:
             i, _ = self._refs.pop(ref)
             try:
-                messages = ray.get(ref) or []  # a run returns nothing: its actor sends all
+                messages: list[Message] = ray.get(ref) or []  # a run returns none: it sends all
             except ray.exceptions.RayError as exc:
-                received.append((i, ("died", None, self._describe(i, exc))))
+                node, _, pid = self._where[i]
+                lost = (
+                    f"Ray load worker {i} (node {node}, pid {pid}) was lost: {_reason(exc)} "
+                    "(its process was killed or its node left the cluster)"
+                )
+                received.append((i, ("died", None, lost)))
                 continue
             by = -self.clocks[i].offset if self.clocks else 0.0
-            for kind, first, second in messages:
-                if kind == "progress":
-                    second = [record.shifted(by) for record in second]
-                elif isinstance(first, LoadRun):
-                    first = first.shifted(by)
-                received.append((i, (kind, first, second)))
+            for message in messages:
+                if message[0] == "progress":
+                    message = ("progress", message[1], [r.shifted(by) for r in message[2]])
+                elif message[1] is not None:
+                    message = (message[0], message[1].shifted(by), message[2])
+                received.append((i, message))
         return received
 
     def kill(self, index: int) -> str:

@@ -29,7 +29,6 @@ from pytest_sglang.config.options import (
     DEFAULT_STALL_TIMEOUT,
 )
 from pytest_sglang.errors import SGLangError
-from pytest_sglang.loadgen.habits import ConnectionHabits
 from pytest_sglang.loadgen.progress import (
     ClientLoad,
     ClientMonitor,
@@ -39,15 +38,14 @@ from pytest_sglang.loadgen.progress import (
     no_progress,
 )
 from pytest_sglang.loadgen.prompts import encoded_bodies
-from pytest_sglang.loadgen.records import LoadRun, RequestRecord
-from pytest_sglang.loadgen.relay import Shard
-from pytest_sglang.loadgen.schedule import Arrival, ClosedLoop, Load, OpenLoop
+from pytest_sglang.loadgen.records import ConnectionHabits, LoadRun, RequestRecord
+from pytest_sglang.loadgen.schedule import Arrival, ClosedLoop, Load, OpenLoop, owner
 from pytest_sglang.loadgen.streams import StreamParser
 from pytest_sglang.loadgen.transport import Attempt, RetryFailed, describe, exchange, trace
 from pytest_sglang.loadgen.watchdog import StallWatchdog
 from pytest_sglang.loadgen.workload import DEFAULT_WARMUP_CAP, Workload, check_count
 
-__all__ = ["CacheFlushFailed", "LoadGenerator", "ServerStoppedAnswering", "run_blocking"]
+__all__ = ["CacheFlushFailed", "LoadGenerator", "ServerStoppedAnswering", "Shard", "run_blocking"]
 
 T = TypeVar("T")
 
@@ -66,6 +64,29 @@ class ServerStoppedAnswering(SGLangError):
 
 class CacheFlushFailed(SGLangError):
     """The server did not empty its prefix cache when asked (``flush_cache``)."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Worker ``index`` of ``len(shares)``: its slots, its requests, the common start.
+
+    ``sync`` blocks until every worker has warmed up and returns the common start;
+    ``finished`` receives each measured request as it ends (a :class:`Relay`'s).
+    """
+
+    index: int
+    shares: tuple[int, ...]
+    sync: Callable[[], float]
+    finished: Callable[[RequestRecord], None] | None = None
+
+    @property
+    def slots(self) -> int:
+        """This process's share of the concurrency (or of the open loop's cap)."""
+        return self.shares[self.index]
+
+    def owns(self, request: int) -> bool:
+        """Whether this process sends request ``request`` (warm-up and measured alike)."""
+        return owner(request, self.shares) == self.index
 
 
 @dataclass(eq=False)
@@ -418,26 +439,12 @@ class _Run:
                 await self._attempts(record, body, parser)
         except TimeoutError:
             unanswered = True
-            why, chunks = watchdog.expired(record), len(record.chunk_times)
-            if why == "cancelled":
-                record.fail(f"cancelled: the run stopped ({self.aborted})")
-            elif why == "stall":
-                record.fail(
-                    f"stalled: no new token for {gen.stall_timeout:g} s after {chunks} token "
-                    "chunks (stall_timeout; sglang_stall_timeout under pytest)"
-                )
-            elif why == "first_token":
-                record.fail(
-                    "timed out waiting for the first token: no token for "
-                    f"{gen.first_token_timeout:g} s, for this request or any other "
-                    f"(first_token_timeout; HTTP status {record.status})"
-                )
-            else:
-                record.fail(
-                    f"timed out: no complete response within {gen.request_timeout:g} s "
-                    "(request_timeout; sglang_request_timeout under pytest); "
-                    f"{chunks} token chunks had arrived"
-                )
+            record.fail(
+                watchdog.expired(record)
+                or f"timed out: no complete response within {gen.request_timeout:g} s "
+                "(request_timeout; sglang_request_timeout under pytest); "
+                f"{len(record.chunk_times)} token chunks had arrived"
+            )
         except Exception as exc:  # recorded, never raised: the run keeps every request
             unanswered = record.status is None
             record.fail(describe(exc) + _lost_tail(record))
@@ -464,7 +471,7 @@ class _Run:
             )
             # The requests still in flight wait on the same silent server: end them now
             # rather than after their own timeouts (they were sent: their records stay).
-            self.watchdog.cancel_all()
+            self.watchdog.cancel_all(self.aborted)
 
     async def _attempts(
         self, record: RequestRecord, body: bytes, parser: StreamParser | None

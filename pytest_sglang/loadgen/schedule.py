@@ -5,7 +5,7 @@ kinds answer the same questions: how many slots (``None``: as many as requests),
 request is due (``None``: at once), what seeds the run's prompts, the fields a measurement
 records, its cache key and its label.
 
-A run spread over several workers gives each a :class:`~pytest_sglang.loadgen.relay.Shard`:
+A run spread over several workers gives each a :class:`~pytest_sglang.loadgen.runner.Shard`:
 a closed loop's ``C`` slots are split over them (requests follow the slots, :func:`owner`),
 so exactly ``C`` are in flight in total; an open loop keeps one schedule, each request sent
 by the worker that owns it.

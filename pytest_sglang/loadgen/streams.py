@@ -83,7 +83,7 @@ class _Fields(NamedTuple):
 
     counts: dict[str, Any]  # the token counts: native meta_info, OpenAI usage
     text: bool  # the event carries generated text
-    finish: Any  # the finish reason as sent (native: a dict), None before the last event
+    finish: object  # the finish reason as sent (native: a dict), None before the last event
     meta: dict[str, Any]  # the native meta_info read at the end: spec_verify_ct, timings
     choice: bool  # a chunk of the answer (False: OpenAI's usage chunk, ``choices: []``)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Literal
 
 from pytest_sglang.loadgen.progress import Periodic
 from pytest_sglang.loadgen.records import RequestRecord
@@ -18,14 +17,12 @@ from pytest_sglang.loadgen.streams import StreamParser
 
 __all__ = ["StallWatchdog"]
 
-#: Why a request's deadline was expired early.
-Expiry = Literal["stall", "first_token", "cancelled"]
-
 
 class StallWatchdog(Periodic):
     """Expire the deadline of every watched stream that stalled or got no first token.
 
-    A limit of ``None`` is no limit; with none, nothing runs.
+    A limit of ``None`` is no limit; with none, nothing runs. :meth:`expired` says why, as the
+    request's error.
     """
 
     def __init__(
@@ -38,7 +35,7 @@ class StallWatchdog(Periodic):
         self.interval = min([1.0, *limits]) if limits else None
         # Keyed by id(): records are mutable dataclasses, compared by value, not hashable.
         self._watched: dict[int, tuple[RequestRecord, asyncio.Timeout, StreamParser | None]] = {}
-        self._expired: dict[int, Expiry] = {}
+        self._expired: dict[int, str] = {}
         #: The latest token chunk of any request of the run (``perf_counter``).
         self.last_token = float("-inf")
 
@@ -54,8 +51,8 @@ class StallWatchdog(Periodic):
         if record.chunk_times:
             self.last_token = max(self.last_token, record.chunk_times[-1])
 
-    def expired(self, record: RequestRecord) -> Expiry | None:
-        """Why ``record``'s deadline was expired early; ``None`` when it was not."""
+    def expired(self, record: RequestRecord) -> str | None:
+        """Why ``record``'s deadline was expired early (its error); ``None`` when it was not."""
         return self._expired.get(id(record))
 
     def check(self, now: float) -> None:
@@ -70,17 +67,27 @@ class StallWatchdog(Periodic):
             last = record.chunk_times[-1] if record.chunk_times else parser.first_event
             if last is not None:
                 if stall and now - last > stall:
-                    self._expire(key, "stall", deadline)
+                    self._expire(
+                        key,
+                        f"stalled: no new token for {stall:g} s after {len(record.chunk_times)} "
+                        "token chunks (stall_timeout; sglang_stall_timeout under pytest)",
+                        deadline,
+                    )
             elif first and now - max(record.sent, self.last_token) > first:
-                self._expire(key, "first_token", deadline)
+                self._expire(
+                    key,
+                    f"timed out waiting for the first token: no token for {first:g} s, for this "
+                    f"request or any other (first_token_timeout; HTTP status {record.status})",
+                    deadline,
+                )
 
-    def cancel_all(self) -> None:
-        """Cut every request in flight now (the run stopped), but those already ending."""
+    def cancel_all(self, why: str) -> None:
+        """Cut every request in flight now (the run stopped: ``why``), but those ending."""
         for key, (_, deadline, _) in list(self._watched.items()):
             if key not in self._expired and not deadline.expired():
-                self._expire(key, "cancelled", deadline)
+                self._expire(key, f"cancelled: the run stopped ({why})", deadline)
 
-    def _expire(self, key: int, why: Expiry, deadline: asyncio.Timeout) -> None:
+    def _expire(self, key: int, why: str, deadline: asyncio.Timeout) -> None:
         self._expired[key] = why
         # The deadline fires on the loop's next turn and cancels the request's task;
         # asyncio.timeout turns that into TimeoutError, as for the request timeout.

@@ -2,8 +2,10 @@
 
 One asyncio process saturates one core. Every worker, a process of :func:`run_sharded` or a
 Ray actor (:mod:`~pytest_sglang.loadgen.ray_workers`), runs :func:`serve` on its
-:class:`~pytest_sglang.loadgen.relay.Shard` and sends the same messages back;
-:func:`coordinate` drives either kind and merges their records. The guarantees are in
+:class:`~pytest_sglang.loadgen.runner.Shard` and sends the same messages back: its
+:class:`Relay` hands over progress and finished records in a batch at each progress tick, so
+a lost worker costs only what it had not handed over. :func:`coordinate` drives either kind,
+sums their progress (:class:`ProgressSum`) and merges their records. The guarantees are in
 ``docs/scaling.md``.
 """
 
@@ -13,20 +15,21 @@ import contextlib
 import multiprocessing
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from typing import Any, Protocol, TypedDict, Unpack, cast
+from typing import Any, Literal, Protocol, TypedDict, Unpack, cast
 
 from pytest_sglang.errors import SGLangError
-from pytest_sglang.loadgen.progress import ProgressCallback
+from pytest_sglang.loadgen.progress import GuardedProgress, ProgressCallback
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
-from pytest_sglang.loadgen.relay import ProgressSum, Relay, Shard
-from pytest_sglang.loadgen.runner import LoadGenerator, ServerStoppedAnswering, run_blocking
+from pytest_sglang.loadgen.runner import LoadGenerator, ServerStoppedAnswering, Shard, run_blocking
 from pytest_sglang.loadgen.schedule import Load, owner, slot_shares
 from pytest_sglang.loadgen.workload import Workload, check_count
 
-__all__ = ["Coordination", "LoadWorkersFailed", "RunPlan", "coordinate", "run_sharded", "serve"]
+__all__ = ["Coordination", "Counts", "LoadWorkersFailed", "ProgressSum", "Relay", "RunPlan",
+           "coordinate", "run_sharded", "serve"]  # fmt: skip
 
 #: How long the measured start is set after the last worker is ready: time for every worker
 #: to wake and reach its first send.
@@ -40,13 +43,97 @@ class LoadWorkersFailed(SGLangError):
     """The workers could not make the run (one never became ready)."""
 
 
-#: A worker's outcome: its kind ("ok", "stopped", "error", or "died" when it was lost), what
-#: it recorded, and a message.
-Outcome = tuple[str, LoadRun | None, str | None]
+#: ``(done, total, output_tokens, elapsed)``: a worker's progress, ``elapsed`` seconds since its
+#: run started (so no clock is shared between hosts).
+Counts = tuple[int, int, int, float]
 
-#: What a worker sends its coordinator, in order: ``("ready", None, None)`` once warmed up,
-#: ``("progress", counts, records)`` batches (:mod:`~.relay`), and its :data:`Outcome` last.
-Message = tuple[str, Any, Any]
+#: A worker's news other than progress: ``("ready", None, None)`` once warmed up, then its
+#: outcome: its kind ("ok", "stopped", "error", or "died" when it was lost), what it
+#: recorded, and a message.
+Outcome = tuple[Literal["ready", "ok", "stopped", "error", "died"], LoadRun | None, str | None]
+
+#: What a worker sends its coordinator, in order: ``ready``, ``("progress", counts, records)``
+#: batches (:class:`Relay`), and its :data:`Outcome` last.
+Message = tuple[Literal["progress"], Counts, list[RequestRecord]] | Outcome
+
+
+class Relay:
+    """Sends a worker's finished measured records with its progress, at each progress tick.
+
+    ``send`` (a pipe's) may block while the coordinator is busy, so every message goes out on
+    the relay's own thread, one at a time, in order. :meth:`stop` returns once all are sent.
+    A message that could not be sent (one that cannot be pickled, a broken pipe) is named
+    in an error sent last, so the coordinator says why it misses records.
+    """
+
+    def __init__(self, send: Callable[[Message], object]) -> None:
+        self._send = send
+        self._records: list[RequestRecord] = []
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="sglang-relay")
+        self._failure: str | None = None
+
+    def finished(self, record: RequestRecord) -> None:
+        """Keep a finished measured request for the next batch."""
+        self._records.append(record)
+
+    def progress(self, done: int, total: int, output_tokens: int, elapsed: float) -> None:
+        """Send the progress and the records finished since the last batch (the callback)."""
+        records, self._records = self._records, []
+        self.send(("progress", (done, total, output_tokens, elapsed), records))
+
+    def send(self, message: Message) -> None:
+        """Send ``message`` after those before it (from any thread)."""
+        self._thread.submit(self._deliver, message)
+
+    def stop(self) -> None:
+        """Wait until every message is sent; then send an error if one could not be.
+
+        After the outcome, the error changes nothing (the coordinator has the whole run);
+        in its place, it fails the requests missing with the reason.
+        """
+        self._thread.shutdown()
+        if self._failure is not None:
+            self._send(("error", None, self._failure))
+
+    def _deliver(self, message: Message) -> None:
+        try:
+            self._send(message)
+        except Exception as exc:
+            if self._failure is None:
+                self._failure = (
+                    "the load worker could not send its results to the coordinator: "
+                    f"{type(exc).__name__}: {exc}"
+                )
+
+
+@dataclass
+class ProgressSum:
+    """The coordinator's view: each worker's latest counts and the records it has sent."""
+
+    callback: ProgressCallback | None = None
+    interval: float = 1.0
+    #: Each worker's latest counts, ``elapsed`` turned into its start on this clock.
+    counts: dict[int, Counts] = field(default_factory=dict)
+    records: dict[int, list[RequestRecord]] = field(default_factory=dict)
+    _last: float = field(default=0.0, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._report = GuardedProgress(self.callback)
+
+    def add(self, worker: int, counts: Counts, records: Sequence[RequestRecord]) -> None:
+        """Take one worker's batch, and report the sum at most every ``interval``."""
+        done, total, tokens, elapsed = counts  # at the worker's last tick, a moment ago
+        self.counts[worker] = (done, total, tokens, time.perf_counter() - elapsed)
+        self.records.setdefault(worker, []).extend(records)
+        if time.monotonic() - self._last >= self.interval:
+            self._last = time.monotonic()
+            self.report()
+
+    def report(self) -> None:
+        """Call the callback with the counts summed over the workers heard from."""
+        if self.counts:
+            done, total, tokens, started = zip(*self.counts.values(), strict=True)
+            self._report(sum(done), sum(total), sum(tokens), time.perf_counter() - min(started))
 
 
 @dataclass(frozen=True)
@@ -71,7 +158,6 @@ class Coordination(TypedDict, total=False):
     """What the coordinator does around a run (see :func:`coordinate`)."""
 
     ready_timeout: float
-    run_timeout: float | None
     before_measured: Callable[[], object] | None
     progress: ProgressCallback | None
 
@@ -129,8 +215,8 @@ def serve(
         outcome = ("stopped", exc.run, str(exc))
     except BaseException as exc:  # the coordinator reports it; nothing is lost silently
         outcome = ("error", generator.interrupted_run, f"{type(exc).__name__}: {exc}")
-    relay.stop()  # every batch before the outcome
-    send(outcome)
+    relay.send(outcome)  # after every batch
+    relay.stop()
 
 
 def coordinate(
@@ -139,7 +225,6 @@ def coordinate(
     workers: Workers,
     *,
     ready_timeout: float = 600.0,
-    run_timeout: float | None = None,
     before_measured: Callable[[], object] | None = None,
     progress: ProgressCallback | None = None,
 ) -> LoadRun:
@@ -147,8 +232,8 @@ def coordinate(
 
     Every worker warms up within ``ready_timeout`` s, then ``before_measured`` is called (where
     ``sglang_bench`` reads the server's counters) and they start together. Workers still
-    running after ``run_timeout`` (default: the request timeout per request) are killed and
-    their requests recorded as failed. ``progress`` hears the summed progress.
+    running after the request timeout per request, plus a minute, are killed and their
+    requests recorded as failed. ``progress`` hears the summed progress.
 
     :raises LoadWorkersFailed: a worker never became ready (no measured request was sent).
     :raises ServerStoppedAnswering: a worker gave up on the server (as a single process).
@@ -183,9 +268,7 @@ def coordinate(
         before_measured()
     workers.start(START_MARGIN)
     outcomes: dict[int, Outcome] = {}
-    # By default the request timeout per request, plus a minute.
-    per_request = float(plan.options.get("request_timeout", 600.0))
-    timeout = run_timeout or per_request * (plan.workload.requests + 1) + 60
+    timeout = float(plan.options.get("request_timeout", 600.0)) * (plan.workload.requests + 1) + 60
     deadline = time.monotonic() + timeout
     while pending := set(range(len(shares))) - set(outcomes):
         outcomes.update(receive(pending))
@@ -206,7 +289,7 @@ def _settle(
     records: list[RequestRecord] = []
     starts: list[float] = []
     for index, (kind, run, message) in enumerate(outcomes):
-        kept = tuple(heard.received(index)) if run is None else run.records
+        kept = tuple(heard.records.get(index, ())) if run is None else run.records
         records += kept
         starts += [r.started for r in kept] if run is None else [run.started]
         if kind in {"died", "error"}:

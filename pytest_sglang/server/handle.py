@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_sglang.loadgen.habits import ConnectionHabits
+from pytest_sglang.loadgen.records import ConnectionHabits
 
 if TYPE_CHECKING:
     import httpx
@@ -146,7 +146,7 @@ class SGLangServer:
     #: Extra headers for every request (``--sglang-header``); values are secrets.
     extra_headers: dict[str, str] = field(default_factory=dict, repr=False)
     #: How it treats the client's connections, learned by the first run's warm-up and kept
-    #: for every later run of the session (``loadgen/habits.py``).
+    #: for every later run of the session (``loadgen/records.py``).
     connections: ConnectionHabits = field(default_factory=ConnectionHabits, repr=False,
                                           compare=False)  # fmt: skip
 

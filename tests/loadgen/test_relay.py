@@ -5,7 +5,7 @@ import threading
 import pytest
 
 from pytest_sglang.loadgen.records import RequestRecord
-from pytest_sglang.loadgen.relay import Counts, ProgressSum, Relay
+from pytest_sglang.loadgen.workers import Message, ProgressSum, Relay
 
 
 def record(index: int) -> RequestRecord:
@@ -13,7 +13,7 @@ def record(index: int) -> RequestRecord:
 
 
 def test_a_relay_sends_its_messages_in_order_each_record_once_all_before_it_stops() -> None:
-    sent: list[tuple[str, Counts | None, list[RequestRecord] | None]] = []
+    sent: list[Message] = []
     relay = Relay(sent.append)
     relay.finished(record(0))
     relay.progress(1, 4, 4, 0.5)
@@ -29,7 +29,12 @@ def test_a_relay_sends_its_messages_in_order_each_record_once_all_before_it_stop
         ("progress", (2, 4, 8, 1.0)),
         ("progress", (4, 4, 16, 1.5)),
     ]
-    assert [[r.index for r in records or ()] for _, _, records in sent] == [[0], [], [], [1, 2, 3]]
+    assert [[r.index for r in m[2]] if m[0] == "progress" else [] for m in sent] == [
+        [0],
+        [],
+        [],
+        [1, 2, 3],
+    ]
     assert not any(t.name.startswith("sglang-relay") for t in threading.enumerate())
 
 
@@ -40,8 +45,7 @@ def test_progress_sums_the_workers_and_keeps_what_each_sent() -> None:
     heard.add(1, (3, 10, 30, 0.0), [record(1)])
     heard.add(0, (4, 10, 40, 0.0), [record(4)])
     assert calls[-1] == (7, 20, 70)  # each worker's latest counts, summed
-    assert [r.index for r in heard.received(0)] == [0, 2, 4]
-    assert heard.received(5) == []
+    assert [r.index for r in heard.records[0]] == [0, 2, 4]
 
 
 def test_a_raising_progress_callback_is_turned_off_and_the_workers_records_are_kept() -> None:
@@ -54,4 +58,4 @@ def test_a_raising_progress_callback_is_turned_off_and_the_workers_records_are_k
         heard.add(0, (1, 4, 4, 0.0), [record(0)])
     heard.add(0, (2, 4, 8, 0.0), [record(1)])  # off now: no second warning
     heard.report()
-    assert [r.index for r in heard.received(0)] == [0, 1]
+    assert [r.index for r in heard.records[0]] == [0, 1]

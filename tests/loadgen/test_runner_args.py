@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pytest_sglang.loadgen.habits import ConnectionHabits
+from pytest_sglang.loadgen.records import ConnectionHabits
 from pytest_sglang.loadgen.runner import LoadGenerator
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.runs import load_generator_for

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from pytest_sglang.loadgen.habits import ConnectionHabits
+from pytest_sglang.loadgen.records import ConnectionHabits
 from pytest_sglang.loadgen.runner import LoadGenerator, ServerStoppedAnswering
 from pytest_sglang.loadgen.workload import Endpoint, Workload
 from pytest_sglang.measure.measurement import measure

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import threading
 import time
@@ -209,10 +210,58 @@ def test_a_workers_warm_up_is_progress_but_never_a_handed_over_record(tmp_path: 
     kinds = [kind for kind, _, _ in messages]
     ready = kinds.index("ready")
     assert "progress" in kinds[:ready]  # the warm-up (~1.5 s) outlasted a progress tick
-    assert all(not records for kind, _, records in messages[:ready] if kind == "progress")
-    handed = [r for kind, _, records in messages if kind == "progress" for r in records]
+    assert all(not m[2] for m in messages[:ready] if m[0] == "progress")
+    handed = [r for m in messages if m[0] == "progress" for r in m[2]]
     kind, run, _ = messages[-1]
     assert kind == "ok" and isinstance(run, LoadRun)
     assert len([r for r in run.records if r.warmup]) == 2
     assert sorted(r.index for r in handed) == sorted(r.index for r in run.measured) == [0, 1, 2, 3]
     assert not any(r.warmup for r in handed)
+
+
+class _Replayed:
+    """One worker's messages as ``serve`` sent them, received again in order."""
+
+    name = "load worker"
+
+    def __init__(self, messages: list[Message]) -> None:
+        self.messages = list(messages)
+
+    def receive(self, pending: set[int]) -> list[tuple[int, Message]]:
+        return [(0, self.messages.pop(0))] if self.messages else []
+
+    def start(self, margin: float) -> None:
+        pass
+
+    def kill(self, index: int) -> str:
+        raise AssertionError("nothing runs out of time here")
+
+
+def test_a_message_a_worker_cannot_send_is_named_and_what_it_handed_over_stays(
+    tmp_path: Path,
+) -> None:
+    # A pipe pickles each message it sends: a record that cannot be pickled fails the batch
+    # holding it, and the outcome too. The worker then ends with an error naming why, so
+    # the requests the coordinator did not get are failed with that reason, not silently.
+    workload = Workload(input_len=8, output_len=100, requests=4, warmup=0)
+    messages: list[Message] = []
+
+    def send(message: Message) -> None:
+        records = message[2] if message[0] == "progress" else getattr(message[1], "records", ())
+        if any(r.index == 3 for r in records):
+            raise pickle.PicklingError("record 3 cannot be pickled")
+        messages.append(message)
+
+    with running_emulator(tmp_path, "--emulator-decode-ms", "5") as emulator:
+        plan = RunPlan({"url": emulator.url}, workload, ClosedLoop(1))
+        serve(0, (1,), plan, send, time.perf_counter)
+    kind, run, why = messages[-1]
+    assert kind == "error" and run is None and isinstance(why, str)
+    assert "PicklingError: record 3 cannot be pickled" in why
+    handed = {r.index for m in messages if m[0] == "progress" for r in m[2]}
+    assert 0 in handed and 3 not in handed  # ~0.5 s a request: record 0 went before record 3
+    merged = coordinate(plan, (1,), _Replayed(messages))
+    assert {r.index for r in merged.measured if r.ok} == handed
+    failed = [r for r in merged.measured if not r.ok]
+    assert {r.index for r in failed} == set(range(4)) - handed
+    assert all(r.error == why for r in failed)
