@@ -25,6 +25,7 @@ def run_on_workers(
     *,
     workers: int = 1,
     ray_address: str | None = None,
+    ray_source: str = "sglang_ray_address",
     repeat: int = 0,
     before_measured: Callable[[], object] | None = None,
     ray_pools: RayPools | None = None,
@@ -34,7 +35,8 @@ def run_on_workers(
     ``workers == 1`` without ``ray_address`` is the generator's own run in this process (its
     own ``before_measured`` applies); else ``workers`` processes on this host
     (:func:`~pytest_sglang.loadgen.workers.run_sharded`), or Ray actors on the cluster at
-    ``ray_address``, kept in ``ray_pools`` for later runs (without: killed after this one).
+    ``ray_address`` (which came from ``ray_source``), kept in ``ray_pools`` for later runs
+    (without: killed after this one).
     The generator's progress callback hears the summed progress, and ``before_measured``
     runs right before the common start.
     """
@@ -47,7 +49,7 @@ def run_on_workers(
     # A failed run kills its actors; the next one starts fresh ones.
     pools = RayPools() if ray_pools is None else ray_pools
     try:
-        actors = pools.get(ray_address, workers, "--sglang-ray-address")
+        actors = pools.get(ray_address, workers, ray_source)
         return actors.run(plan, before_measured=before_measured, progress=progress)
     finally:
         if ray_pools is None:

@@ -84,7 +84,7 @@ def connect(address: str | None, *, source: str = "the address argument") -> Mod
 
     An already connected process (``ray.init`` called by the user) is used as it is; with no
     address this refuses (a private single-node Ray would put every worker on this host).
-    ``source`` says where the address came from, e.g. ``--sglang-ray-address``.
+    ``source`` says where the address came from, e.g. ``-o sglang_ray_address on the command line``.
 
     :raises RayUnavailable: Ray is missing (how to install it), or the cluster is unreachable.
     """

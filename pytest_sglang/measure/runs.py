@@ -67,7 +67,7 @@ class Runner:
         }
         # Where the load runs (docs/scaling.md).
         self._workers = settings.load_workers.value
-        self._ray_address = settings.ray_address.value
+        self._ray_address = settings.ray_address
         self._run_line = run_line or RunLine(None)
         self._gpu = _gpu_probe(pool)
         self._ray_pools = RayPools()
@@ -144,7 +144,8 @@ class Runner:
         try:
             run = run_on_workers(
                 generator, workload.for_concurrency(load.slots or 1), load,
-                workers=self._workers, ray_address=self._ray_address, repeat=repeat,
+                workers=self._workers, ray_address=self._ray_address.value,
+                ray_source=self._ray_address.source, repeat=repeat,
                 before_measured=before_measured, ray_pools=self._ray_pools,
             )  # fmt: skip
         except ServerStoppedAnswering as exc:

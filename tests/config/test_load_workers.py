@@ -128,3 +128,29 @@ def test_sglang_bench_open_loop_runs_on_worker_processes(
     with running_emulator(tmp_path, "--enable-metrics") as emulator:
         result = pytester.runpytest(f"--sglang-url={emulator.url}", "-osglang_load_workers=2")
     result.assert_outcomes(passed=1)
+
+
+ONE_RUN = """
+from pytest_sglang import Workload
+
+def test_one_run(sglang_bench):
+    sglang_bench("default", Workload(input_len=8, output_len=4, requests=2, warmup=0),
+                 concurrency=1, repeats=1)
+"""
+
+
+def test_an_unreachable_ray_cluster_is_named_by_where_its_address_came_from(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("ray")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    pytester.makepyfile(ONE_RUN)
+    with running_emulator(tmp_path) as emulator:
+        result = pytester.runpytest_subprocess(
+            f"--sglang-url={emulator.url}", "-osglang_ray_address=127.0.0.1:1"
+        )
+    out = result.stdout.str()
+    result.assert_outcomes(failed=1)
+    where = "(from -o sglang_ray_address on the command line)"
+    assert f"cannot connect to the Ray cluster at '127.0.0.1:1' {where}" in out, out
+    assert "--sglang-ray-address" not in out  # no such option
