@@ -323,8 +323,9 @@ class Launch:
     def _exited(self, code: int, cause: str | None, error: type[_Exit], *, phase: str) -> _Exit:
         """Record the exit with ``cause`` (if given); return ``error`` with the log's tail."""
         if cause is not None:
+            name = signal_name(code)  # -9 (SIGKILL)
             self.info.exit_code = code
-            self.info.cause = f"exited with code {_code_text(code)} {cause}"
+            self.info.cause = f"exited with code {code}{f' ({name})' if name else ''} {cause}"
         died = f", pid {self.info.pid}) died:" if error is ServerDied else ")"
         message = f"SGLang server {self.profile.name!r} ({self.info.launcher}{died} "
         return error(
@@ -370,12 +371,6 @@ class Launch:
         """Kill the server's processes at once, no grace period (a second Ctrl-C)."""
         if self._process is not None:
             self._process.kill_now()
-
-
-def _code_text(code: int) -> str:
-    """Return an exit code with its signal's name: ``-9 (SIGKILL)``."""
-    name = signal_name(code)
-    return f"{code} ({name})" if name else str(code)
 
 
 def _clock_text(seconds: float) -> str:

@@ -418,28 +418,22 @@ class ServerLocks:
         """
         with contextlib.ExitStack() as stack:
             for key, url in sorted({server_key(url): url for url in urls}.items()):
-                if self.folder is not None and key not in self._held:  # the outer hold has it
-                    stack.enter_context(self._hold_one(self.folder, key, url, during))
+                if self.folder is None or key in self._held:  # the outer hold has it
+                    continue
+                self.folder.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.folder / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+                stack.callback(os.close, fd)  # closing the file releases the lock taken on it
+                self._held.add(key)
+                stack.callback(self._held.discard, key)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    holder = os.pread(fd, 1000, 0).decode(errors="replace").strip() or "another"
+                    self._progress(
+                        f"sglang: waiting for the server at {url}: {holder} is measuring it (one "
+                        "measurement of a server at a time, across pytest-xdist workers)"
+                    )
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{self._owner}{f' in {during}' if during else ''}".encode(), 0)
             yield
-
-    @contextlib.contextmanager
-    def _hold_one(self, folder: Path, key: str, url: str, during: str) -> Iterator[None]:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        self._held.add(key)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.pread(fd, 1000, 0).decode(errors="replace").strip() or "another"
-                self._progress(
-                    f"sglang: waiting for the server at {url}: {holder} is measuring it (one "
-                    "measurement of a server at a time, across pytest-xdist workers)"
-                )
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{self._owner}{f' in {during}' if during else ''}".encode(), 0)
-            yield
-        finally:
-            self._held.discard(key)
-            os.close(fd)  # closing the file releases the lock taken on it
