@@ -36,7 +36,7 @@ from pytest_sglang.server.hints import exit_hint, hints_for, signal_name, withou
 from pytest_sglang.server.process import ServerProcess
 from pytest_sglang.server.readiness import ReadinessGate
 
-__all__ = ["Launch", "LaunchInfo", "build_command", "server_environment"]
+__all__ = ["Launch", "build_command", "pick_port", "port_in_use", "server_environment"]
 
 _Exit = TypeVar("_Exit", bound=ServerExited)
 

@@ -37,8 +37,8 @@ from pytest_sglang.errors import (
 )
 from pytest_sglang.gpu.hygiene import visible_gpus, worker_gpus
 from pytest_sglang.gpu.probes import GpuProbe, make_probe
-from pytest_sglang.server.handle import SGLangServer
-from pytest_sglang.server.launcher import Launch, LaunchInfo
+from pytest_sglang.server.handle import LaunchInfo, SGLangServer
+from pytest_sglang.server.launcher import Launch
 from pytest_sglang.server.readiness import ReadinessGate
 
 __all__ = ["ServerLocks", "ServerPool", "host_port", "server_key"]

@@ -28,7 +28,7 @@ import psutil
 from pytest_sglang.server.handle import KILLED_AT_ONCE, StopReport
 from pytest_sglang.server.logpump import SECRETS_ENV
 
-__all__ = ["LAUNCH_ID_ENV", "ServerProcess", "StopReport", "find_ours", "kill_ours"]
+__all__ = ["LAUNCH_ID_ENV", "ServerProcess", "find_ours", "kill_ours"]
 
 #: Environment variable that marks every process of one launch.
 LAUNCH_ID_ENV = "PYTEST_SGLANG_LAUNCH_ID"
@@ -190,7 +190,7 @@ class ServerProcess:
         if self._pump is not None:
             _wait_or_kill(self._pump, 10.0)
 
-    def log_tail(self, lines: int = 30) -> list[str]:
+    def log_tail(self, lines: int) -> list[str]:
         """Return the last ``lines`` lines of the server log (after an exit, its last words)."""
         if self.poll() is not None and self._pump is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):

@@ -244,7 +244,7 @@ class ReadinessGate:
         schema = schema or path.removeprefix("/get_").strip("/")  # /server_info: server_info
         if schema == "server_info":  # its api_key, admin_api_key never reach a repr or message
             body = self._redact.json(body)  # (the model list is left whole: it names the model)
-        if found := violations(body, schema, 1):
+        if found := violations(body, schema):
             self._fail(
                 f"GET {path} returned a body that breaks "
                 + ("the model-list schema: " if path == "/v1/models" else "its schema: ")
@@ -516,10 +516,8 @@ def check_server_info_expectations(
                 problems.append(f"{head}, the effective value is {json.dumps(effective)} ({where})")
         elif not _equal(e.key, actual, e.value):
             adaptive_off = e.key == "speculative_adaptive" and e.value is True
-            problems.append(
-                f"{_expected(e)}, {endpoint} reports {json.dumps(actual)}"
-                + (_ADAPTIVE_OFF if adaptive_off else "")
-            )
+            reports = f"{_expected(e)}, {endpoint} reports {json.dumps(actual)}"
+            problems.append(reports + (_ADAPTIVE_OFF if adaptive_off else ""))
     return problems
 
 
