@@ -213,7 +213,7 @@ class ServerPool:
         launch = Launch(
             target,
             self.settings,
-            gpu=self._flight_probe() if missing is None else None,
+            gpu=None if missing is not None or self._emulated_gpus_only else self.gpu_probe(),
             progress=self._progress,
             log_path=self.log_dir / f"{name}-{len(self.launches) + 1}.log",
             visible_gpus=owned,
@@ -241,7 +241,7 @@ class ServerPool:
         if self.xdist_worker is None or self._emulated_gpus_only:
             return None  # not a worker; or the emulator without fake GPUs holds none
         index, count = self.xdist_worker
-        probe = self._flight_probe()
+        probe = self.gpu_probe()
         if probe is None:
             raise ServerNotReady(
                 f"cannot launch profile {name!r} in pytest-xdist worker {index + 1} of {count}: "
@@ -273,9 +273,6 @@ class ServerPool:
         if self._emulated_gpus_only:
             return "the emulator launcher holds no GPU (ini sglang_gpu_fake = DIR simulates them)"
         return self.gpu_skip_reason
-
-    def _flight_probe(self) -> GpuProbe | None:
-        return None if self._emulated_gpus_only else self.gpu_probe()
 
     def check(self, name: str, *, during: str = "", wait: float = 0.0) -> ServerDied | None:
         """Return the error describing server ``name``'s death, or None while it serves.
