@@ -127,9 +127,13 @@ class Launch:
         self._started = 0.0
         self._baseline: GpuSnapshot | None = None
         self._next_progress = PROGRESS_FIRST
-        self.info = LaunchInfo(target.name, settings.launcher.value, [], log_path)
         #: The session's redaction rule: every message, command and log line passes it.
         self.redact = settings.redact
+        # The command with a placeholder port until one is picked: a launch refused before
+        # it ran is recorded with the command it would have run.
+        launcher = settings.launcher.value
+        argv = self.redact.argv(build_command(self.profile, launcher, self.host, "PORT"))
+        self.info = LaunchInfo(target.name, launcher, argv, log_path)
 
     def start(self) -> SGLangServer:
         """Pre-flight, launch, gate; on any failure (Ctrl-C included) stop everything first.
@@ -169,7 +173,7 @@ class Launch:
                 first = next(iter(self.redact(str(exc)).strip().splitlines()), "").strip()
                 self.info.cause = first or type(exc).__name__
             if self._process is None:  # failed before the process existed: nothing to stop
-                if isinstance(exc, SGLangError) and self.info.command:
+                if isinstance(exc, SGLangError):
                     raise exc.extended(f"\n  command: {' '.join(self.info.command)}") from None
                 raise
             cleanup = ""
@@ -191,13 +195,6 @@ class Launch:
             f"({self.info.launcher}, pid {self.info.pid}, port {port}, log {self.info.log_path})"
         )
         return server
-
-    def refuse(self, reason: str) -> str:
-        """Record the launch as failed for ``reason``, before it ran; return its command line."""
-        argv = build_command(self.profile, self.settings.launcher.value, self.host, "PORT")
-        self.info.command = self.redact.argv(argv)
-        self.info.outcome, self.info.cause = "failed", self.redact(reason)
-        return " ".join(self.info.command)
 
     def _new_process(self, port: int) -> ServerProcess:
         """Pre-flight the GPUs and build the server's process (not started yet)."""

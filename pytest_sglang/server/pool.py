@@ -221,10 +221,11 @@ class ServerPool:
         launch.info.requested_by, launch.info.reason = during or None, why or None
         self.launches.append(launch.info)
         if missing is not None:  # recorded as failed, with the command it would have run
+            launch.info.outcome, launch.info.cause = "failed", self.settings.redact(missing)
             raise ServerUnavailable(
                 f"cannot launch profile {name!r}: {missing}; install it, dry-run with "
                 f"--sglang-launcher=emulator, or attach a running server with "
-                f"--sglang-url {name}=URL\n  command: {launch.refuse(missing)}"
+                f"--sglang-url {name}=URL\n  command: {' '.join(launch.info.command)}"
             )
         if self.flight_skip_reason and len(self.launches) == 1:
             self._progress(f"sglang: GPU pre/post-flight checks skipped: {self.flight_skip_reason}")
