@@ -157,7 +157,7 @@ def sglang_server(
     # What the test will use is imported while the server starts, not after it is ready.
     import pytest_sglang.measure.bench  # noqa: F401
     from pytest_sglang.errors import ServerUnavailable, SGLangError
-    from pytest_sglang.server.identity import (
+    from pytest_sglang.server.readiness import (
         check_model_expectations,
         check_server_info_expectations,
     )

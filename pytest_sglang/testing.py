@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 
 from pytest_sglang.server.launcher import pick_port, port_in_use
-from pytest_sglang.server.logpump import READY_LINE
+from pytest_sglang.server.process import READY_LINE
 
 #: The story's EAGLE-3 configuration (as in examples/pyproject.toml), for tests and benchmarks.
 EAGLE3_FLAGS = tuple(

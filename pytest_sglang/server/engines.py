@@ -6,9 +6,7 @@ SGLang's is, so only ``owned_by`` tells them apart.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-__all__ = ["Recognised", "advice", "recognise"]
+__all__ = ["advice", "recognise"]
 
 #: ``owned_by`` values an engine is known to answer for itself.
 _OWNED_BY = {
@@ -22,20 +20,15 @@ _OWNED_BY = {
 _SERVER_HEADER = {"llama.cpp": "llama.cpp (llama-server)"}
 
 
-@dataclass(frozen=True)
-class Recognised:
-    """An engine recognised, and what gave it away."""
+def recognise(server_header: str | None, models: object) -> tuple[str, str] | None:
+    """Return the engine a ``Server`` header and a ``/v1/models`` body (any JSON) point to.
 
-    engine: str
-    evidence: str
-
-
-def recognise(server_header: str | None, models: object) -> Recognised | None:
-    """Return the engine a ``Server`` header and a ``/v1/models`` body (any JSON) point to."""
+    With it, what gave it away; None when neither tells.
+    """
     if server_header:
         product = server_header.split("/", 1)[0].strip().lower()
         if product in _SERVER_HEADER:
-            return Recognised(_SERVER_HEADER[product], f"its Server header is {server_header!r}")
+            return _SERVER_HEADER[product], f"its Server header is {server_header!r}"
     cards = models.get("data") if isinstance(models, dict) else None
     if not isinstance(cards, list) or not cards or not isinstance(cards[0], dict):
         return None
@@ -46,9 +39,9 @@ def recognise(server_header: str | None, models: object) -> Recognised | None:
     evidence = f"its /v1/models says owned_by {owned_by!r}"
     engine = _OWNED_BY.get(owned_by.lower())
     if engine is not None:
-        return Recognised(engine, evidence)
+        return engine, evidence
     if owned_by and owned_by == card.get("id") and len(cards) == 1:
-        return Recognised("Text Generation Inference (TGI)", evidence + ", its own model id")
+        return "Text Generation Inference (TGI)", evidence + ", its own model id"
     return None
 
 

@@ -200,14 +200,10 @@ class SGLangServer:
 def effective_max_running_requests(server_info: dict[str, Any]) -> int | None:
     """Return the scheduler's request limit from a ``/server_info`` (see ``SGLangServer``)."""
     states = server_info.get("internal_states")
-    if isinstance(states, list) and states:
-        per_rank = [
-            state.get("effective_max_running_requests_per_dp")
-            for state in states
-            if isinstance(state, dict)
-        ]
-        if per_rank and all(isinstance(v, int) and not isinstance(v, bool) for v in per_rank):
-            return sum(int(v) for v in per_rank if v is not None)
+    key = "effective_max_running_requests_per_dp"
+    per_rank = [_first_count(key, s) for s in states] if isinstance(states, list) else []
+    if per_rank and None not in per_rank:  # every DP rank says
+        return sum(filter(None, per_rank))
     return _first_count("max_running_requests", server_info)
 
 

@@ -109,13 +109,11 @@ def gate_hint(phase: str, last: Seen | None) -> str | None:
 
 def auth_problem(path: str, key_given: bool) -> str:
     """Explain a 401 from ``path``: the key given is wrong, or the server wants one."""
-    if key_given:
-        return (
-            f"GET {path} answered 401 Unauthorized: the server rejects the API key "
-            "given (from --sglang-api-key / PYTEST_SGLANG_API_KEY / sglang_api_key); "
-            "pass the key the server was started with (--api-key)"
-        )
-    return (
-        f"GET {path} answered 401 Unauthorized: the server was started with --api-key;"
-        " pass the same key with --sglang-api-key or PYTEST_SGLANG_API_KEY"
+    why = (
+        "the server rejects the API key given (from --sglang-api-key / PYTEST_SGLANG_API_KEY / "
+        "sglang_api_key); pass the key the server was started with (--api-key)"
+        if key_given
+        else "the server was started with --api-key; pass the same key with --sglang-api-key or "
+        "PYTEST_SGLANG_API_KEY"
     )
+    return f"GET {path} answered 401 Unauthorized: {why}"

@@ -35,7 +35,7 @@ from pytest_sglang.server.hints import exit_hint, hints_for, signal_name, withou
 from pytest_sglang.server.process import ServerProcess
 from pytest_sglang.server.readiness import ReadinessGate
 
-__all__ = ["Launch", "LaunchInfo", "build_command", "server_environment"]
+__all__ = ["Launch", "build_command", "pick_port", "port_in_use", "server_environment"]
 
 _Exit = TypeVar("_Exit", bound=ServerExited)
 
@@ -126,9 +126,13 @@ class Launch:
         self._started = 0.0
         self._baseline: GpuSnapshot | None = None
         self._next_progress = PROGRESS_FIRST
-        self.info = LaunchInfo(target.name, settings.launcher.value, [], log_path)
         #: The session's redaction rule: every message, command and log line passes it.
         self.redact = settings.redact
+        # The command with a placeholder port until one is picked: a launch refused before
+        # it ran is recorded with the command it would have run.
+        launcher = settings.launcher.value
+        argv = self.redact.argv(build_command(self.profile, launcher, self.host, "PORT"))
+        self.info = LaunchInfo(target.name, launcher, argv, log_path)
 
     def start(self) -> SGLangServer:
         """Pre-flight, launch, gate; on any failure (Ctrl-C included) stop everything first.
@@ -168,7 +172,7 @@ class Launch:
                 first = next(iter(self.redact(str(exc)).strip().splitlines()), "").strip()
                 self.info.cause = first or type(exc).__name__
             if self._process is None:  # failed before the process existed: nothing to stop
-                if isinstance(exc, SGLangError) and self.info.command:
+                if isinstance(exc, SGLangError):
                     raise exc.extended(f"\n  command: {' '.join(self.info.command)}") from None
                 raise
             cleanup = ""
@@ -190,13 +194,6 @@ class Launch:
             f"({self.info.launcher}, pid {self.info.pid}, port {port}, log {self.info.log_path})"
         )
         return server
-
-    def refuse(self, reason: str) -> str:
-        """Record the launch as failed for ``reason``, before it ran; return its command line."""
-        argv = build_command(self.profile, self.settings.launcher.value, self.host, "PORT")
-        self.info.command = self.redact.argv(argv)
-        self.info.outcome, self.info.cause = "failed", self.redact(reason)
-        return " ".join(self.info.command)
 
     def _new_process(self, port: int) -> ServerProcess:
         """Pre-flight the GPUs and build the server's process (not started yet)."""
@@ -322,8 +319,9 @@ class Launch:
     def _exited(self, code: int, cause: str | None, error: type[_Exit], *, phase: str) -> _Exit:
         """Record the exit with ``cause`` (if given); return ``error`` with the log's tail."""
         if cause is not None:
+            name = signal_name(code)  # -9 (SIGKILL)
             self.info.exit_code = code
-            self.info.cause = f"exited with code {_code_text(code)} {cause}"
+            self.info.cause = f"exited with code {code}{f' ({name})' if name else ''} {cause}"
         died = f", pid {self.info.pid}) died:" if error is ServerDied else ")"
         message = f"SGLang server {self.profile.name!r} ({self.info.launcher}{died} "
         return error(
@@ -369,12 +367,6 @@ class Launch:
         """Kill the server's processes at once, no grace period (a second Ctrl-C)."""
         if self._process is not None:
             self._process.kill_now()
-
-
-def _code_text(code: int) -> str:
-    """Return an exit code with its signal's name: ``-9 (SIGKILL)``."""
-    name = signal_name(code)
-    return f"{code} ({name})" if name else str(code)
 
 
 def _clock_text(seconds: float) -> str:

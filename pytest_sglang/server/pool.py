@@ -3,19 +3,27 @@
 Launched servers share the GPUs, so at most one runs; once up, it takes every measurement
 declared for it. A server whose gate or launch failed, or that died, fails every later test
 that needs it at once, with the original cause (``docs/architecture.md``).
+
+One measurement of a server at a time, across the session's pytest-xdist workers too: an
+exclusive ``fcntl.flock`` per server URL (:class:`ServerLocks`), in a folder the workers share,
+held for a whole measurement (both servers of a comparison); the kernel releases it when a
+worker dies. Reentrant within a process and taken in one order, so comparisons cannot deadlock.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import importlib.util
 import os
 import shutil
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pytest_sglang.config.profiles import Profile
 from pytest_sglang.config.settings import ServerTarget, Settings
@@ -28,12 +36,11 @@ from pytest_sglang.errors import (
 )
 from pytest_sglang.gpu.hygiene import visible_gpus, worker_gpus
 from pytest_sglang.gpu.probes import GpuProbe, make_probe
-from pytest_sglang.server.handle import SGLangServer
-from pytest_sglang.server.launcher import Launch, LaunchInfo
-from pytest_sglang.server.locks import ServerLocks, host_port
+from pytest_sglang.server.handle import LaunchInfo, SGLangServer
+from pytest_sglang.server.launcher import Launch
 from pytest_sglang.server.readiness import ReadinessGate
 
-__all__ = ["ServerPool"]
+__all__ = ["ServerLocks", "ServerPool", "host_port", "server_key"]
 
 
 class ServerPool:
@@ -205,7 +212,7 @@ class ServerPool:
         launch = Launch(
             target,
             self.settings,
-            gpu=self._flight_probe() if missing is None else None,
+            gpu=None if missing is not None or self._emulated_gpus_only else self.gpu_probe(),
             progress=self._progress,
             log_path=self.log_dir / f"{name}-{len(self.launches) + 1}.log",
             visible_gpus=owned,
@@ -213,10 +220,11 @@ class ServerPool:
         launch.info.requested_by, launch.info.reason = during or None, why or None
         self.launches.append(launch.info)
         if missing is not None:  # recorded as failed, with the command it would have run
+            launch.info.outcome, launch.info.cause = "failed", self.settings.redact(missing)
             raise ServerUnavailable(
                 f"cannot launch profile {name!r}: {missing}; install it, dry-run with "
                 f"--sglang-launcher=emulator, or attach a running server with "
-                f"--sglang-url {name}=URL\n  command: {launch.refuse(missing)}"
+                f"--sglang-url {name}=URL\n  command: {' '.join(launch.info.command)}"
             )
         if self.flight_skip_reason and len(self.launches) == 1:
             self._progress(f"sglang: GPU pre/post-flight checks skipped: {self.flight_skip_reason}")
@@ -233,7 +241,7 @@ class ServerPool:
         if self.xdist_worker is None or self._emulated_gpus_only:
             return None  # not a worker; or the emulator without fake GPUs holds none
         index, count = self.xdist_worker
-        probe = self._flight_probe()
+        probe = self.gpu_probe()
         if probe is None:
             raise ServerNotReady(
                 f"cannot launch profile {name!r} in pytest-xdist worker {index + 1} of {count}: "
@@ -265,9 +273,6 @@ class ServerPool:
         if self._emulated_gpus_only:
             return "the emulator launcher holds no GPU (ini sglang_gpu_fake = DIR simulates them)"
         return self.gpu_skip_reason
-
-    def _flight_probe(self) -> GpuProbe | None:
-        return None if self._emulated_gpus_only else self.gpu_probe()
 
     def check(self, name: str, *, during: str = "", wait: float = 0.0) -> ServerDied | None:
         """Return the error describing server ``name``'s death, or None while it serves.
@@ -368,3 +373,64 @@ def missing_launcher(profile: Profile, launcher: str) -> str | None:
     if importlib.util.find_spec("sglang") is None:
         return "SGLang is not installed in this Python (python -m sglang.launch_server)"
     return None
+
+
+def host_port(url: str) -> tuple[str, int]:
+    """Return the host (lower case) and port a URL reaches, the scheme's default if none."""
+    parts = urlsplit(url)
+    return (parts.hostname or "").lower(), parts.port or (443 if parts.scheme == "https" else 80)
+
+
+def server_key(url: str) -> str:
+    """Return the lock name of the server at ``url``: one name however the URL is spelt."""
+    (host, port), parts = host_port(url), urlsplit(url)
+    where = f"{parts.scheme}://{host}:{port}{parts.path.rstrip('/')}"
+    return hashlib.sha256(where.encode()).hexdigest()[:20]
+
+
+class ServerLocks:
+    """Exclusive holds on servers, shared by every process that uses the same ``folder``.
+
+    ``folder`` None: this process alone. ``owner`` is written in the lock for waiting processes.
+    """
+
+    def __init__(
+        self,
+        folder: Path | None,
+        *,
+        owner: str = "",
+        progress: Callable[[str], None] = lambda message: None,
+    ) -> None:
+        self.folder = folder
+        self._owner = owner or f"pid {os.getpid()}"
+        self._progress = progress
+        #: The keys this process holds (reentrant: an inner hold of one does nothing).
+        self._held: set[str] = set()
+
+    @contextlib.contextmanager
+    def hold(self, *urls: str, during: str = "") -> Iterator[None]:
+        """Hold the servers at ``urls`` for the ``with`` block; wait while another holds one.
+
+        ``during`` (a test id) is written in the lock, so that a waiting worker can say whom.
+        """
+        with contextlib.ExitStack() as stack:
+            for key, url in sorted({server_key(url): url for url in urls}.items()):
+                if self.folder is None or key in self._held:  # the outer hold has it
+                    continue
+                self.folder.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.folder / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+                stack.callback(os.close, fd)  # closing the file releases the lock taken on it
+                self._held.add(key)
+                stack.callback(self._held.discard, key)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    holder = os.pread(fd, 1000, 0).decode(errors="replace").strip() or "another"
+                    self._progress(
+                        f"sglang: waiting for the server at {url}: {holder} is measuring it (one "
+                        "measurement of a server at a time, across pytest-xdist workers)"
+                    )
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{self._owner}{f' in {during}' if during else ''}".encode(), 0)
+            yield

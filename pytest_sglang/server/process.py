@@ -4,6 +4,12 @@ Every process we start carries ``PYTEST_SGLANG_LAUNCH_ID``, inherited by its chi
 Teardown signals the group (SIGTERM, grace, SIGKILL), then kills and names what still carries
 our id; nothing else is signalled. A reaper (``python -m`` this module) runs the same teardown
 when pytest dies without it.
+
+The server's output reaches its log file through a log pump (``python -m`` this module
+``pump``): each line is written redacted (a server prints its arguments, API key included),
+and SGLang's :data:`READY_LINE` is signalled on a file descriptor. A process of its own, so a
+busy test process never blocks the server on a full pipe; the secrets come in its environment,
+not on its command line, which every user of the host can read.
 """
 
 from __future__ import annotations
@@ -12,28 +18,37 @@ import contextlib
 import datetime
 import json
 import os
+import re
 import select
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from pytest_sglang.config.redaction import Redactor
 from pytest_sglang.server.handle import KILLED_AT_ONCE, StopReport
-from pytest_sglang.server.logpump import SECRETS_ENV
 
-__all__ = ["LAUNCH_ID_ENV", "ServerProcess", "StopReport", "find_ours", "kill_ours"]
+__all__ = ["LAUNCH_ID_ENV", "MAX_LINE", "READY_LINE", "ServerProcess", "pump"]
 
 #: Environment variable that marks every process of one launch.
 LAUNCH_ID_ENV = "PYTEST_SGLANG_LAUNCH_ID"
 #: Seconds between SIGTERM and SIGKILL: SGLang's own shutdown of a TP=8 server takes a few.
 DEFAULT_GRACE = 15.0
+#: The environment variable that carries the log pump's secrets (a JSON list of strings).
+_SECRETS_ENV = "PYTEST_SGLANG_LOG_SECRETS"
+#: A line without an end longer than this is written as it is (and redacted) in pieces.
+MAX_LINE = 64 * 1024
+#: What SGLang logs once warm-up has passed and its status is Up (the same in 0.4.10, 0.5.5
+#: and 0.5.23); the emulator prints it too.
+READY_LINE = "The server is fired up and ready to roll!"
+_LINE_END = re.compile(rb"(?<=[\n\r])")
 
 
 def find_ours(launch_id: str, exclude: Sequence[int] = ()) -> list[psutil.Process]:
@@ -127,8 +142,8 @@ class ServerProcess:
     def start(self) -> None:
         """Start the server (own session, output through the log pump) and its reaper.
 
-        The log pump (``server/logpump.py``) keeps the log without the secrets the server
-        prints and tells :meth:`wait_ready_line` when the ready line passes.
+        The log pump (:func:`pump`) keeps the log without the secrets the server prints and
+        tells :meth:`wait_ready_line` when the ready line passes.
         """
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path.touch()  # the log exists (and is writable) before anything runs
@@ -137,11 +152,11 @@ class ServerProcess:
         try:
             try:
                 self._pump = _spawn(
-                    "logpump",
+                    "pump",
                     str(self.log_path),
                     str(ready_write),
                     stdin=read_end,
-                    env={**os.environ, SECRETS_ENV: json.dumps(list(self.secrets))},
+                    env={**os.environ, _SECRETS_ENV: json.dumps(list(self.secrets))},
                     pass_fds=(ready_write,),
                 )
                 self._popen = subprocess.Popen(
@@ -160,7 +175,7 @@ class ServerProcess:
             raise
         # The reaper waits for EOF on its stdin: the pipe closes when this process ends in
         # any way, and then the reaper stops the server. Its own session keeps Ctrl-C away.
-        self._reaper = _spawn("process", self.launch_id, str(self.pid), stdin=subprocess.PIPE)
+        self._reaper = _spawn(self.launch_id, str(self.pid), stdin=subprocess.PIPE)
 
     def poll(self, wait: float = 0.0) -> int | None:
         """Return the exit code, waiting up to ``wait`` s for the server to exit; None if not."""
@@ -190,7 +205,7 @@ class ServerProcess:
         if self._pump is not None:
             _wait_or_kill(self._pump, 10.0)
 
-    def log_tail(self, lines: int = 30) -> list[str]:
+    def log_tail(self, lines: int) -> list[str]:
         """Return the last ``lines`` lines of the server log (after an exit, its last words)."""
         if self.poll() is not None and self._pump is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -253,13 +268,13 @@ class ServerProcess:
         return [self._reaper.pid] if self._reaper is not None else []
 
 
-def _spawn(module: str, *args: str, **popen: Any) -> subprocess.Popen[bytes]:
-    """Start ``python -m pytest_sglang.server.MODULE ARGS`` in its own session, silent.
+def _spawn(*args: str, **popen: Any) -> subprocess.Popen[bytes]:
+    """Start ``python -m pytest_sglang.server.process ARGS`` in its own session, silent.
 
     ``popen``: more of :class:`subprocess.Popen`'s arguments (``stdin``, ``env``...).
     """
     return subprocess.Popen(
-        [sys.executable, "-m", f"pytest_sglang.server.{module}", *args],
+        [sys.executable, "-m", "pytest_sglang.server.process", *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -275,11 +290,65 @@ def _wait_or_kill(process: subprocess.Popen[bytes], timeout: float) -> None:
         process.wait()
 
 
+def _redact_bytes(data: bytes, redact: Callable[[str], str]) -> bytes:
+    """Return ``data`` redacted, each byte that is no secret unchanged (even invalid UTF-8)."""
+    text = data.decode("utf-8", "surrogateescape")
+    hidden = redact(text)
+    return data if hidden == text else hidden.encode("utf-8", "surrogateescape")
+
+
+def pump(
+    source: int,
+    sink: int,
+    redact: Callable[[str], str],
+    on_ready: Callable[[], None] = lambda: None,
+) -> None:
+    """Copy ``source`` to ``sink`` line by line, redacted, until EOF; ``on_ready`` once ready."""
+    pending = b""
+    ready = READY_LINE.encode()
+    while chunk := os.read(source, 65536):
+        *lines, pending = _LINE_END.split(pending + chunk)
+        if len(pending) > MAX_LINE:
+            lines.append(pending)
+            pending = b""
+        _write_all(sink, b"".join(_redact_bytes(line, redact) for line in lines))
+        if ready and any(ready in line for line in lines):
+            on_ready()
+            ready = b""
+    _write_all(sink, _redact_bytes(pending, redact))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _pump_into(log: str, ready_fd: int) -> None:
+    """Append stdin to ``log``, redacted; write a byte to ``ready_fd`` on the ready line.
+
+    The file and the descriptor close as the process exits.
+    """
+    secrets = json.loads(os.environ.get(_SECRETS_ENV, "[]"))
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+    sink = os.open(log, flags, 0o644)
+
+    def signal_ready() -> None:
+        with contextlib.suppress(OSError):  # nobody waits any more: nothing to tell
+            os.write(ready_fd, b"R")
+
+    pump(sys.stdin.fileno(), sink, Redactor(secrets), signal_ready)
+
+
 def main(argv: list[str]) -> int:
     """Reap: wait for EOF on stdin (pytest is gone), then stop every process of the launch.
 
-    ``python -m pytest_sglang.server.process LAUNCH_ID PGID``.
+    ``python -m pytest_sglang.server.process LAUNCH_ID PGID``; with ``pump LOG READY_FD``
+    instead, the log pump (:func:`pump`).
     """
+    if argv[0] == "pump":
+        _pump_into(argv[1], int(argv[2]))
+        return 0
     # Only EOF ends the wait: a Ctrl-C meant for pytest must not take the reaper with it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     while os.read(sys.stdin.fileno(), 4096):

@@ -1,5 +1,8 @@
 """The layered readiness gate: the server is really ready, and it is the right one.
 
+The identity checks (the model and configuration a server serves against expectations) are
+here too: the gate's ``identity`` and ``server_info`` phases, and ``sglang_expect`` markers.
+
 Phases, waiting and failure messages: ``docs/architecture.md``, "The readiness gate". Clock,
 sleep and the HTTP transport are injectable, so tests script a server without sockets.
 """
@@ -7,8 +10,9 @@ sleep and the HTTP transport are injectable, so tests script a server without so
 from __future__ import annotations
 
 import asyncio
+import json
 import time
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -19,21 +23,26 @@ from pytest_sglang.config.values import Expectation
 from pytest_sglang.errors import IdentityMismatch, SchemaMismatch, ServerNotReady
 from pytest_sglang.loadgen.jsoncodec import UnsafeBody, loads_body
 from pytest_sglang.server.engines import advice, recognise
-from pytest_sglang.server.handle import ModelCard, ReadinessTimings, SGLangServer
-from pytest_sglang.server.hints import auth_problem, gate_hint
-from pytest_sglang.server.identity import (
-    MODEL_KEYS,
-    check_model_expectations,
-    check_server_info_expectations,
-    select_card,
+from pytest_sglang.server.handle import (
+    ModelCard,
+    ReadinessTimings,
+    SGLangServer,
+    effective_max_running_requests,
 )
+from pytest_sglang.server.hints import auth_problem, gate_hint
 from pytest_sglang.server.probing import HeldInterrupts, Prober, Seen, held_interrupts, tls_failure
 from pytest_sglang.server.schemas import describe_violations, validator, violations
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["CHEAP_POLL_INTERVAL", "MAX_CHEAP_POLL_INTERVAL", "ReadinessGate"]
+__all__ = [
+    "CHEAP_POLL_INTERVAL",
+    "MAX_CHEAP_POLL_INTERVAL",
+    "ReadinessGate",
+    "check_model_expectations",
+    "check_server_info_expectations",
+]
 
 #: Seconds before the second probe. Each wait grows by ``POLL_BACKOFF``, up to
 #: ``MAX_CHEAP_POLL_INTERVAL`` for probes that cost the server nothing (``/ready``, any probe
@@ -144,7 +153,7 @@ class ReadinessGate:
                 self._interrupts.check()
             finally:
                 runner.run(client.aclose())
-        unchecked = ", ".join(e.describe() for e in self.expectations if e.key not in MODEL_KEYS)
+        unchecked = ", ".join(e.describe() for e in self.expectations if e.key not in _MODEL_KEYS)
         skipped = "SGLang only: an OpenAI-compatible server has no /server_info" + (
             f" (expectations not checked here: {unchecked})" if unchecked else ""
         )
@@ -153,7 +162,7 @@ class ReadinessGate:
         return SGLangServer(
             name=self.name,
             url=self.url,
-            model=select_card(cards, self.expectations),
+            model=_select_card(cards, self.expectations),
             models=tuple(cards),
             model_info=model_info,
             server_info=server_info,
@@ -234,7 +243,7 @@ class ReadinessGate:
         schema = schema or path.removeprefix("/get_").strip("/")  # /server_info: server_info
         if schema == "server_info":  # its api_key, admin_api_key never reach a repr or message
             body = self._redact.json(body)  # (the model list is left whole: it names the model)
-        if found := violations(body, schema, 1):
+        if found := violations(body, schema):
             self._fail(
                 f"GET {path} returned a body that breaks "
                 + ("the model-list schema: " if path == "/v1/models" else "its schema: ")
@@ -406,7 +415,7 @@ class ReadinessGate:
         found = recognise(header, models)
         if found is None and not always:
             return ""
-        engine = f"\n  this looks like {found.engine}: {found.evidence}" if found else ""
+        engine = f"\n  this looks like {found[0]}: {found[1]}" if found else ""
         return f"{engine}\n  fix: {advice(self.name, self.url)}"
 
     def _fail(
@@ -436,3 +445,102 @@ class ReadinessGate:
         if hint := gate_hint(phase, self._last):
             lines.append(f"  hint: {hint}")
         raise error(self._redact("\n".join(lines)), phase=phase, **details) from None
+
+
+# -- identity checks ---------------------------------------------------------------------
+
+#: Expectation keys answered by ``/v1/models``; every other key is a ``/server_info`` key.
+_MODEL_KEYS = frozenset({"model_id", "max_model_len"})
+
+
+def _select_card(cards: Sequence[ModelCard], expectations: Iterable[Expectation]) -> ModelCard:
+    """Return the card named by a ``model_id`` expectation, else the first (base) card."""
+    wanted = next((e.value for e in expectations if e.key == "model_id"), None)
+    return next((c for c in cards if c.id == wanted), cards[0])
+
+
+def check_model_expectations(
+    cards: Sequence[ModelCard], expectations: Iterable[Expectation]
+) -> list[str]:
+    """Return one problem line per unmet ``model_id`` / ``max_model_len`` expectation."""
+    expectations = list(expectations)
+    card = _select_card(cards, expectations)
+    problems = []
+    for e in expectations:
+        if e.key == "model_id" and e.value not in [c.id for c in cards]:
+            served = ", ".join(repr(c.id) for c in cards)
+            problems.append(f"{_expected(e)}, the server serves {served}")
+        elif e.key == "max_model_len" and card.max_model_len != e.value:
+            reported = json.dumps(card.max_model_len)
+            problems.append(f"{_expected(e)}, /v1/models reports {reported} for {card.id!r}")
+    return problems
+
+
+#: ``/server_info`` keys that are ``null`` unless given, and where the effective value is.
+_EFFECTIVE = {
+    "max_running_requests": "internal_states[*].effective_max_running_requests_per_dp, "
+    "summed over DP ranks",
+    "context_length": "/v1/models max_model_len",
+}
+
+
+def check_server_info_expectations(
+    server_info: dict[str, Any],
+    expectations: Iterable[Expectation],
+    endpoint: str,
+    *,
+    models: Sequence[ModelCard] | None = None,
+) -> list[str]:
+    """Return one problem line per unmet ``/server_info`` key expectation.
+
+    A key SGLang reports ``null`` (not given) is checked against its :data:`_EFFECTIVE` value.
+    """
+    problems = []
+    for e in (e for e in expectations if e.key not in _MODEL_KEYS):
+        actual = server_info.get(e.key)
+        if e.key not in server_info:
+            version = server_info.get("version", "?")
+            problems.append(f"{_expected(e)}, but {endpoint} has no such key (SGLang {version})")
+        elif actual is None and e.key in _EFFECTIVE:
+            where, effective = _EFFECTIVE[e.key], models[0].max_model_len if models else None
+            if e.key == "max_running_requests":
+                effective = effective_max_running_requests(server_info)
+            head = f"{_expected(e)}; {endpoint} reports null (not set on the server's command line)"
+            if effective is None:
+                hint = ", expect max_model_len instead" if e.key == "context_length" else ""
+                problems.append(
+                    f"{head}, and the effective value ({where}) is not available here{hint}"
+                )
+            elif not _equal(e.key, effective, e.value):
+                problems.append(f"{head}, the effective value is {json.dumps(effective)} ({where})")
+        elif not _equal(e.key, actual, e.value):
+            adaptive_off = e.key == "speculative_adaptive" and e.value is True
+            reports = f"{_expected(e)}, {endpoint} reports {json.dumps(actual)}"
+            problems.append(reports + (_ADAPTIVE_OFF if adaptive_off else ""))
+    return problems
+
+
+def _expected(e: Expectation) -> str:
+    return f"{e.key}: expected {json.dumps(e.value)} (from {e.source})"
+
+
+#: Why ``speculative_adaptive`` reads false on a server launched with ``--speculative-adaptive``.
+_ADAPTIVE_OFF = (
+    ": SGLang turned adaptive speculation off at start-up and runs static speculation. It "
+    "supports only --speculative-algorithm EAGLE or EAGLE3 with --speculative-eagle-topk 1, "
+    "without attention DP, multi-layer EAGLE, two-batch overlap or pdmux; its log says "
+    "'speculative_adaptive disabled: <reason>'"
+)
+
+
+#: Keys SGLang upper-cases while resolving (``--speculative-algorithm eagle3`` → ``EAGLE3``).
+_CASE_INSENSITIVE_KEYS = frozenset({"speculative_algorithm"})
+
+
+def _equal(key: str, actual: object, expected: object) -> bool:
+    if key in _CASE_INSENSITIVE_KEYS and isinstance(actual, str) and isinstance(expected, str):
+        return actual.upper() == expected.upper()
+    # 8 and 8.0 are the same number, but True is not 1 here.
+    if isinstance(actual, bool) or isinstance(expected, bool):
+        return actual is expected
+    return actual == expected

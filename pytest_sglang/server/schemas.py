@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import json
 import operator
-import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -45,20 +44,20 @@ def _excerpt(instance: Any, error: ValidationError) -> str:
     return ("…" if start else "") + text[start:end] + ("…" if end < len(text) else "")
 
 
-def violations(instance: object, name: str, limit: int = 5) -> list[ValidationError]:
-    """Return up to ``limit`` violations of schema ``name``, the most relevant first.
+def violations(instance: object, name: str) -> list[ValidationError]:
+    """Return every violation of schema ``name``, the most relevant first.
 
     Each is jsonschema's error: ``json_path`` says where, ``message`` what.
     """
     from jsonschema.exceptions import relevance
 
     # jsonschema's own ordering of relevance (best_match's), most relevant first.
-    return sorted(validator(name).iter_errors(instance), key=relevance, reverse=True)[:limit]
+    return sorted(validator(name).iter_errors(instance), key=relevance, reverse=True)
 
 
 def describe_violations(instance: object, name: str, limit: int = 5) -> str | None:
     """Return every violation (up to ``limit``) as message lines with excerpts, or None."""
-    found = violations(instance, name, sys.maxsize)
+    found = violations(instance, name)
     if not found:
         return None
     head = f"{len(found)} violation{'s' if len(found) != 1 else ''} of {name}.schema.json"

@@ -20,7 +20,7 @@ from pytest_sglang.server.handle import (
     SGLangServer,
     effective_max_running_requests,
 )
-from pytest_sglang.server.identity import (
+from pytest_sglang.server.readiness import (
     check_model_expectations,
     check_server_info_expectations,
 )

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sglang.server.locks import ServerLocks, server_key
+from pytest_sglang.server.pool import ServerLocks, server_key
 
 URL = "http://127.0.0.1:30000"
 
 HOLDER = """
 import sys
 from pathlib import Path
-from pytest_sglang.server.locks import ServerLocks
+from pytest_sglang.server.pool import ServerLocks
 
 locks = ServerLocks(Path(sys.argv[1]), owner="worker gw1, pid 4242")
 with locks.hold(sys.argv[2], during="test_x.py::test_sweep"):

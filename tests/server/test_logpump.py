@@ -1,4 +1,4 @@
-"""The log pump keeps a server's log byte for byte, less the secrets (``server/logpump.py``)."""
+"""The log pump keeps a server's log byte for byte, less the secrets (``process.pump``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from pathlib import Path
 
 from pytest_sglang.config.redaction import Redactor
 from pytest_sglang.emulator.runtime.warmup import READY_LINE as EMULATOR_READY_LINE
-from pytest_sglang.server.logpump import MAX_LINE, READY_LINE, pump
-from pytest_sglang.server.process import ServerProcess
+from pytest_sglang.server.process import MAX_LINE, READY_LINE, ServerProcess, pump
 
 
 def _pumped(

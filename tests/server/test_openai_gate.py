@@ -217,7 +217,7 @@ def test_server_info_404_names_both_endpoints_tried() -> None:
 )  # fmt: skip
 def test_recognise(header: str | None, models: object, engine: str) -> None:
     found = recognise(header, models)
-    assert found is not None and found.engine == engine
+    assert found is not None and found[0] == engine
 
 
 @pytest.mark.parametrize(
