@@ -1,21 +1,14 @@
 """The ``sglang_*`` fixtures: glue over the settings, the server pool and the GPU probe.
 
 Heavy modules are imported inside fixture bodies only: loading the plugin stays cheap.
-
-A server launch and its readiness wait belong to the session (the ready timeout bounds
-them), not to the test that first needs the server: :class:`TimeoutBridge` follows
-pytest-timeout's hooks to know the armed timer, and :meth:`TimeoutBridge.suspended` cancels
-it around a launch and re-arms it with the time the test had left (for both of
-pytest-timeout's methods).
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
-import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
@@ -37,55 +30,12 @@ if TYPE_CHECKING:
 POOL_KEY = pytest.StashKey["ServerPool"]()
 #: The session's bench (one cache of measurements for every test).
 BENCH_KEY = pytest.StashKey["Bench"]()
-#: The least a re-armed timer gets: a zero-second timer would read as none to pytest-timeout.
-MIN_REARM_SECONDS = 1.0
 
 _HOW_TO_ATTACH = (
     "attach one with --sglang-url=URL (or NAME=URL for @pytest.mark.sglang_profile(NAME)), "
     "or define server profiles (--sglang-profiles PATH or [tool.pytest-sglang.profiles.NAME] "
     "in pyproject.toml) to launch one"
 )
-
-
-class TimeoutBridge:
-    """Knows the armed pytest-timeout timer; suspends it around server launches.
-
-    Its hooks are optional: without pytest-timeout (or a timeout for the test) it does nothing.
-    """
-
-    def __init__(self) -> None:
-        #: The test whose timer is armed, pytest-timeout's settings for it, and when.
-        self._armed: tuple[pytest.Item, Any, float] | None = None
-
-    @pytest.hookimpl(optionalhook=True, tryfirst=True)
-    def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> None:
-        """Note the timer pytest-timeout is about to arm (it still arms it)."""
-        self._armed = (item, settings, time.monotonic())
-
-    @pytest.hookimpl(optionalhook=True, tryfirst=True)
-    def pytest_timeout_cancel_timer(self, item: pytest.Item) -> None:
-        """Note that the test's timer is cancelled (pytest-timeout still cancels it)."""
-        if self._armed is not None and self._armed[0] is item:
-            self._armed = None
-
-    @contextlib.contextmanager
-    def suspended(self) -> Iterator[None]:
-        """Run the block with the test timer stopped; re-arm it with what the test had left."""
-        if self._armed is None or not getattr(self._armed[1], "timeout", None):
-            yield
-            return
-        item, settings, started = self._armed
-        left = float(settings.timeout) - (time.monotonic() - started)
-        item.config.hook.pytest_timeout_cancel_timer(item=item)
-        try:
-            yield
-        finally:
-            rearmed = settings._replace(timeout=max(left, MIN_REARM_SECONDS))
-            item.config.hook.pytest_timeout_set_timer(item=item, settings=rearmed)
-
-
-#: The session's bridge (registered by the plugin at configure time).
-BRIDGE_KEY = pytest.StashKey[TimeoutBridge]()
 
 
 def settings_of(config: pytest.Config) -> Settings:
@@ -153,6 +103,7 @@ def sglang_servers(
     from pytest_sglang.measure.plans import PLANS_KEY
     from pytest_sglang.report.progress import progress_writer
     from pytest_sglang.server.pool import ServerPool
+    from pytest_sglang.timeouts import BRIDGE_KEY
 
     bridge = pytestconfig.stash.get(BRIDGE_KEY, None)
     outside_test_timeout = bridge.suspended if bridge is not None else contextlib.nullcontext
@@ -273,13 +224,9 @@ def session_bench(config: pytest.Config, pool: ServerPool) -> Bench:
     from pytest_sglang.measure.plans import PLANS_KEY
     from pytest_sglang.report.progress import run_line
 
-    if BENCH_KEY in config.stash:
-        return config.stash[BENCH_KEY]
-    config.stash[BENCH_KEY] = Bench(
-        pool,
-        run_line=run_line(config),
-        plans=config.stash.get(PLANS_KEY, None),
-    )
+    if BENCH_KEY not in config.stash:
+        plans = config.stash.get(PLANS_KEY, None)
+        config.stash[BENCH_KEY] = Bench(pool, run_line=run_line(config), plans=plans)
     return config.stash[BENCH_KEY]
 
 
@@ -369,13 +316,6 @@ def stop_started(config: pytest.Config) -> None:
             pool.close()
         except Exception as exc:  # at the end, say it: nothing else will
             print(pool.settings.redact(f"sglang: teardown: {exc}"), file=sys.stderr)  # noqa: T201
-
-
-def hurry_started(config: pytest.Config) -> None:
-    """Kill the session's launched server at once, no grace period (safe in a signal handler)."""
-    pool = config.stash.get(POOL_KEY, None)
-    if pool is not None:
-        pool.hurry()
 
 
 def unreported_properties(config: pytest.Config) -> list[tuple[str, object]]:

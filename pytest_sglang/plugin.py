@@ -30,10 +30,7 @@ import pytest
 from pytest_sglang import fixtures
 from pytest_sglang.config.options import OPTIONS, anything_set
 from pytest_sglang.fixtures import (
-    BRIDGE_KEY,
     POOL_KEY,
-    TimeoutBridge,
-    hurry_started,
     settings_of,
     stop_started,
     unavailable,
@@ -112,8 +109,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def _start_session(config: pytest.Config, settings: Settings) -> None:
     """Register what a configured session needs: timeout bridge, xdist, shards."""
     from pytest_sglang.config.xdist_groups import configure_xdist
+    from pytest_sglang.timeouts import BRIDGE_KEY, TimeoutBridge
 
-    # Launches never count against a test's pytest-timeout (``fixtures.TimeoutBridge``).
+    # Launches never count against a test's pytest-timeout (see pytest_sglang.timeouts).
     config.stash[BRIDGE_KEY] = TimeoutBridge()
     config.pluginmanager.register(config.stash[BRIDGE_KEY], "sglang-timeout-bridge")
     # Under -n N: the tests of one launch group run on one worker (config/xdist_groups.py).
@@ -184,7 +182,7 @@ class SessionInterrupts:
         self.config = config
         #: The handlers to restore at the end, by signal.
         self._previous: dict[int, _Handler] = {}
-        self._ending = self._hurried = False
+        self._hurried = False
         #: What interrupted the session first, for the interrupted test's report.
         self._cause = "Ctrl-C (KeyboardInterrupt)"
         #: The phases of the running test that were reported.
@@ -215,13 +213,12 @@ class SessionInterrupts:
                 "launched now (SIGKILL, no grace period), then writing its outputs",
                 file=sys.stderr,
             )
-        hurry_started(self.config)
+        pool = self.config.stash.get(POOL_KEY, None)
+        if pool is not None:
+            pool.hurry()  # safe in a signal handler
 
     def _ending_now(self) -> None:
-        """From here on, SIGINT and SIGTERM hurry the end instead of raising."""
-        if self._ending:
-            return
-        self._ending = True
+        """From here on, SIGINT and SIGTERM hurry the end instead of raising (idempotent)."""
         self._install(signal.SIGINT, self._on_again)
         self._install(signal.SIGTERM, self._on_again)
 
@@ -305,8 +302,7 @@ def _send(item: pytest.Item, when: _Phase, outcome: _Outcome, longrepr: str | No
 
 def _refuse_launch_under_xdist(settings: Settings, workers: int) -> None:
     """Stop at startup when launch mode cannot share the GPUs out between ``-n N`` workers."""
-    attached = {server.name for server in settings.servers}
-    launched = [name for name in settings.profiles if name not in attached]
+    launched = [name for name, target in settings.targets.items() if target.url is None]
     if not launched or (settings.launcher.value == "emulator" and settings.gpu_fake.value is None):
         return  # nothing to launch, or emulators that hold no GPU: nothing to share out
     from pytest_sglang.errors import GpuUnavailable

@@ -4,8 +4,8 @@ Each runs pytest as a child process against a profile whose server warms up for 
 minutes, lets the launch reach its warm-up, then ends pytest the way the row says, and
 asserts that nothing the plugin started is left running (the server, found by its unique
 model path, and its reaper). A launch runs outside the tests' pytest-timeout
-(``TimeoutBridge`` in ``pytest_sglang/fixtures.py``), so the timeout row strikes in the test
-body, with the server up. ``docs/faults.md`` lists them with the others.
+(``pytest_sglang/timeouts.py``), so the timeout row strikes in the test body, with the
+server up. ``docs/faults.md`` lists them with the others.
 """
 
 from __future__ import annotations
