@@ -223,13 +223,9 @@ def session_bench(config: pytest.Config, pool: ServerPool) -> Bench:
     from pytest_sglang.measure.bench import PLANS_KEY, Bench
     from pytest_sglang.report.progress import run_line
 
-    if BENCH_KEY in config.stash:
-        return config.stash[BENCH_KEY]
-    config.stash[BENCH_KEY] = Bench(
-        pool,
-        run_line=run_line(config),
-        plans=config.stash.get(PLANS_KEY, None),
-    )
+    if BENCH_KEY not in config.stash:
+        plans = config.stash.get(PLANS_KEY, None)
+        config.stash[BENCH_KEY] = Bench(pool, run_line=run_line(config), plans=plans)
     return config.stash[BENCH_KEY]
 
 
@@ -319,13 +315,6 @@ def stop_started(config: pytest.Config) -> None:
             pool.close()
         except Exception as exc:  # at the end, say it: nothing else will
             print(pool.settings.redact(f"sglang: teardown: {exc}"), file=sys.stderr)  # noqa: T201
-
-
-def hurry_started(config: pytest.Config) -> None:
-    """Kill the session's launched server at once, no grace period (safe in a signal handler)."""
-    pool = config.stash.get(POOL_KEY, None)
-    if pool is not None:
-        pool.hurry()
 
 
 def unreported_properties(config: pytest.Config) -> list[tuple[str, object]]:

@@ -3,13 +3,27 @@
 Work (network, processes) happens in fixtures, never here: ``pytest --help`` and
 ``--collect-only`` run ``pytest_configure`` too. A session that sets nothing of ours imports
 no settings or reporter until a test uses them: the plugin costs every pytest run little.
+
+Ctrl-C and SIGTERM (:class:`SessionInterrupts`): an interrupted session keeps what it
+measured and stops what it started. CI cancels a job with SIGTERM, which would end pytest on
+the spot, writing nothing. Here SIGTERM runs the SIGINT handler (its ``KeyboardInterrupt``
+cancels a load run, which keeps its finished part: ``loadgen/runner.py``); the test it cut
+short is reported with what it recorded; what the session started stops before its outputs
+are written; a second interrupt kills the session's servers at once (SIGKILL) and raises
+nothing, so that the teardown still writes the outputs. A Ctrl-C or SIGTERM during the
+readiness gate is held and raised between its steps (``server/probing.held_interrupts``),
+where nothing can drop it.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+import signal
+import sys
+import threading
+from collections.abc import Callable, Generator
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
@@ -17,13 +31,11 @@ from pytest_sglang import fixtures
 from pytest_sglang.config.options import OPTIONS, anything_set
 from pytest_sglang.fixtures import (
     POOL_KEY,
-    hurry_started,
     settings_of,
     stop_started,
     unavailable,
     unreported_properties,
 )
-from pytest_sglang.interrupts import SessionInterrupts
 from pytest_sglang.markers import (
     MARKERS,
     UNMET_KEY,
@@ -40,6 +52,7 @@ if TYPE_CHECKING:
     from pytest_sglang.report.collector import SGLangReporter
     from pytest_sglang.report.junit import EntryLedger
     from pytest_sglang.server.handle import LaunchInfo
+    from pytest_sglang.server.pool import ServerPool
 
 #: Whether the session set anything of ours, so that ``pytest_configure`` resolved the settings.
 SET_KEY = pytest.StashKey[bool]()
@@ -74,12 +87,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.option.help or config.option.version:
         return
     # SIGTERM as Ctrl-C; an interrupted session reports what it measured and stops its servers.
-    interrupts = SessionInterrupts(
-        stop=lambda: stop_started(config),
-        hurry=lambda: hurry_started(config),
-        unreported=lambda: unreported_properties(config),
-    )
-    config.pluginmanager.register(interrupts, "sglang-interrupts")
+    config.pluginmanager.register(SessionInterrupts(config), "sglang-interrupts")
     if not anything_set(config):
         if not hasattr(config, "workerinput"):
             config.pluginmanager.register(_FirstEntry(config), "sglang-first-entry")
@@ -161,10 +169,140 @@ class _FirstEntry:
         reporter.pytest_runtest_logreport(report)
 
 
+_Handler = Callable[[int, FrameType | None], Any] | int | None
+_Phase = Literal["setup", "call", "teardown"]
+_Outcome = Literal["passed", "failed"]
+_PHASES: tuple[_Phase, ...] = ("setup", "call", "teardown")
+
+
+class SessionInterrupts:
+    """The session's handling of SIGINT and SIGTERM (see the module docstring)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        #: The handlers to restore at the end, by signal.
+        self._previous: dict[int, _Handler] = {}
+        self._hurried = False
+        #: What interrupted the session first, for the interrupted test's report.
+        self._cause = "Ctrl-C (KeyboardInterrupt)"
+        #: The phases of the running test that were reported.
+        self._reported: set[str] = set()
+
+    def _install(self, signum: int, handler: Callable[[int, FrameType | None], None]) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # only the main thread may set handlers (and receives the signals)
+        previous = signal.signal(signum, handler)
+        self._previous.setdefault(signum, previous)
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        """Handle the first SIGTERM as Ctrl-C."""
+        self._cause = "SIGTERM (handled as Ctrl-C: KeyboardInterrupt)"
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler):
+            handler(signal.SIGINT, frame)  # Python's raises KeyboardInterrupt
+            return
+        raise KeyboardInterrupt
+
+    def _on_again(self, signum: int, frame: FrameType | None) -> None:
+        """Hurry an ending session: kill what it launched now, raise nothing."""
+        if not self._hurried:
+            self._hurried = True
+            name = signal.Signals(signum).name
+            print(  # noqa: T201
+                f"\nsglang: interrupted again ({name}): killing the servers this session "
+                "launched now (SIGKILL, no grace period), then writing its outputs",
+                file=sys.stderr,
+            )
+        pool = self.config.stash.get(POOL_KEY, None)
+        if pool is not None:
+            pool.hurry()  # safe in a signal handler
+
+    def _ending_now(self) -> None:
+        """From here on, SIGINT and SIGTERM hurry the end instead of raising (idempotent)."""
+        self._install(signal.SIGINT, self._on_again)
+        self._install(signal.SIGTERM, self._on_again)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self) -> None:
+        """Handle SIGTERM as Ctrl-C for the session."""
+        self._install(signal.SIGTERM, self._on_sigterm)
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, object, object]:
+        """Report the test an interrupt cut short, with what it had measured."""
+        self._reported = set()
+        try:
+            return (yield)
+        except KeyboardInterrupt:
+            self._ending_now()
+            try:
+                self._report_interrupted(item)
+            except Exception as exc:  # never in the way of the interrupt itself
+                print(f"sglang: reporting the interrupted test: {exc}", file=sys.stderr)  # noqa: T201
+            raise
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Note which phases of the running test were reported."""
+        self._reported.add(report.when)
+
+    @pytest.hookimpl
+    def pytest_keyboard_interrupt(self) -> None:
+        """End the session the same way after an interrupt outside a test (collection)."""
+        self._ending_now()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, exitstatus: int) -> None:
+        """Stop what an interrupted session started before its outputs are written."""
+        self._ending_now()
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            stop_started(self.config)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self) -> None:
+        """Give the signals back their handlers (after the last server was stopped)."""
+        for signum, previous in self._previous.items():
+            if signal.getsignal(signum) in (self._on_sigterm, self._on_again):
+                signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        self._previous.clear()
+
+    def _report_interrupted(self, item: pytest.Item) -> None:
+        """Send the reports of the phase that was cut (and a teardown's, to close it)."""
+        if "sglang_servers" not in getattr(item, "fixturenames", ()):
+            return  # not one of ours: pytest's own handling stands
+        when = next((phase for phase in _PHASES if phase not in self._reported), None)
+        if when is None:
+            return  # every phase was reported: the interrupt came after
+        item.user_properties.extend(unreported_properties(self.config))
+        message = f"interrupted by {self._cause} during this test's {when}"
+        if when != "teardown":
+            message += (
+                ": it has no verdict; the runs it finished are in the outputs (a cut "
+                "measurement says in which run)"
+            )
+        _send(item, when, "failed", message)
+        if when != "teardown":
+            _send(item, "teardown", "passed", None)  # JUnit writes a test's properties with it
+
+
+def _send(item: pytest.Item, when: _Phase, outcome: _Outcome, longrepr: str | None) -> None:
+    """Send a report of one phase of ``item`` to the reporters, with its ``user_properties``."""
+    keywords: dict[str, Literal[1]] = dict.fromkeys(item.keywords, 1)
+    report = pytest.TestReport(
+        item.nodeid,
+        item.location,
+        keywords,
+        outcome,
+        longrepr,
+        when,
+        user_properties=item.user_properties,
+    )
+    item.ihook.pytest_runtest_logreport(report=report)
+
+
 def _refuse_launch_under_xdist(settings: Settings, workers: int) -> None:
     """Stop at startup when launch mode cannot share the GPUs out between ``-n N`` workers."""
-    attached = {server.name for server in settings.servers}
-    launched = [name for name in settings.profiles if name not in attached]
+    launched = [name for name, target in settings.targets.items() if target.url is None]
     if not launched or (settings.launcher.value == "emulator" and settings.gpu_fake.value is None):
         return  # nothing to launch, or emulators that hold no GPU: nothing to share out
     from pytest_sglang.errors import GpuUnavailable
@@ -255,11 +393,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if output is None or pool is None:
         return
     worker = str(getattr(session.config, "workerinput", {}).get("workerid", "gw?"))
-    lines = [*map(launch_line, pool.launches), *relaunch_advice(pool.launches)]
     output["sglang_launches"] = {
         "worker": worker,
         "records": [{**record, "worker": worker} for record in pool.launch_records()],
-        "lines": [pool.settings.redact(line) for line in lines],
+        "lines": _summary_lines(pool),
     }
 
 
@@ -286,26 +423,29 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             "share of the GPUs:"
         )
         for worker in workers:
-            for line in worker["lines"]:
-                write(f"  [{worker['worker']}]{line}")
+            for line, markup in worker["lines"]:
+                write(f"  [{worker['worker']}]{line}", **markup)
     pool = config.stash.get(POOL_KEY, None)
     if pool is None or not pool.launches:
         return
     terminalreporter.section("sglang launches")
     write(f"{_launches(len(pool.launches))}:")
-    redact = pool.settings.redact
-    for info in pool.launches:
-        write(redact(launch_line(info)), red=info.outcome in ("failed", "died"))
-    for advice in relaunch_advice(pool.launches):
-        write(redact(advice), yellow=True)
-    if pool.flight_skip_reason:
-        write(f"  GPU checks skipped: {pool.flight_skip_reason}")
-    for problem in pool.problems:
-        write(redact(f"  problem: {problem}"), red=True)
+    for line, markup in _summary_lines(pool):
+        write(line, **markup)
 
 
 def _launches(count: int) -> str:
     return f"{count} server launch{'es' if count != 1 else ''}"
+
+
+def _summary_lines(pool: ServerPool) -> list[tuple[str, dict[str, bool]]]:
+    """Return the pool's part of the launch summary, redacted, each line with its colour."""
+    lines = [(launch_line(i), {"red": i.outcome in ("failed", "died")}) for i in pool.launches]
+    lines += [(advice, {"yellow": True}) for advice in relaunch_advice(pool.launches)]
+    if pool.flight_skip_reason:
+        lines.append((f"  GPU checks skipped: {pool.flight_skip_reason}", {}))
+    lines += [(f"  problem: {problem}", {"red": True}) for problem in pool.problems]
+    return [(pool.settings.redact(line), markup) for line, markup in lines]
 
 
 def launch_line(info: LaunchInfo) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,15 +25,14 @@ class TimeoutBridge:
     Its hooks are optional: without pytest-timeout (or a timeout for the test) it does nothing.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
+    def __init__(self) -> None:
         #: The test whose timer is armed, pytest-timeout's settings for it, and when.
         self._armed: tuple[pytest.Item, Any, float] | None = None
 
     @pytest.hookimpl(optionalhook=True, tryfirst=True)
     def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> None:
         """Note the timer pytest-timeout is about to arm (it still arms it)."""
-        self._armed = (item, settings, self._clock())
+        self._armed = (item, settings, time.monotonic())
 
     @pytest.hookimpl(optionalhook=True, tryfirst=True)
     def pytest_timeout_cancel_timer(self, item: pytest.Item) -> None:
@@ -48,7 +47,7 @@ class TimeoutBridge:
             yield
             return
         item, settings, started = self._armed
-        left = float(settings.timeout) - (self._clock() - started)
+        left = float(settings.timeout) - (time.monotonic() - started)
         item.config.hook.pytest_timeout_cancel_timer(item=item)
         try:
             yield

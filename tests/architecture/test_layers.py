@@ -24,7 +24,7 @@ STAGES: tuple[frozenset[str], ...] = (
     frozenset({"gpu", "loadgen", "report"}),
     frozenset({"server"}),
     frozenset({"measure"}),
-    frozenset({"verdicts", "markers", "timeouts", "interrupts"}),
+    frozenset({"verdicts", "markers", "timeouts"}),
     frozenset({"fixtures"}),
     frozenset({"plugin", "testing", "__init__", "cli"}),
 )

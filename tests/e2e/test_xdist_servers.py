@@ -193,6 +193,8 @@ def test_each_profile_is_launched_once_under_two_workers(pytester: pytest.Pytest
     assert by_profile == {"alone": {worker_of["alone"]}, "baseline": {worker_of["baseline"]}}
     measured = sorted((m["server"], m["concurrency"]) for m in report["measurements"])
     assert measured.count(("baseline", 4)) == measured.count(("eagle3", 4)) == 1, measured
+    # Each worker's part of the launch summary says, as the controller's would, what it skipped.
+    result.stdout.fnmatch_lines(["*[[]gw?[]]  GPU checks skipped: the emulator launcher holds*"])
 
 
 DEFAULT_SERVER = """
