@@ -12,7 +12,7 @@ from pytest_sglang.loadgen.ray_pools import RayPools
 from pytest_sglang.loadgen.records import LoadRun
 from pytest_sglang.loadgen.runner import LoadGenerator, run_blocking
 from pytest_sglang.loadgen.schedule import Load
-from pytest_sglang.loadgen.workers import RunPlan, run_sharded
+from pytest_sglang.loadgen.workers import Coordination, RunPlan, run_sharded
 from pytest_sglang.loadgen.workload import Workload
 
 __all__ = ["run_on_workers"]
@@ -37,20 +37,27 @@ def run_on_workers(
     (:func:`~pytest_sglang.loadgen.workers.run_sharded`), or Ray actors on the cluster at
     ``ray_address`` (which came from ``ray_source``), kept in ``ray_pools`` for later runs
     (without: killed after this one).
-    The generator's progress callback hears the summed progress, and ``before_measured``
-    runs right before the common start.
+    The generator's progress callback hears the summed progress, ``before_measured``
+    runs right before the common start, and a run cut short keeps its finished part in
+    ``generator.interrupted_run``, as in one process.
     """
     if workers == 1 and ray_address is None:
         return run_blocking(generator.run(workload, load, repeat=repeat))
     plan = RunPlan(generator.options, workload, load, repeat)
-    progress = generator.progress
+
+    def keep(finished: LoadRun) -> None:
+        generator.interrupted_run = finished
+
+    coordination = Coordination(
+        before_measured=before_measured, progress=generator.progress, interrupted=keep
+    )
     if ray_address is None:
-        return run_sharded(plan, workers, before_measured=before_measured, progress=progress)
+        return run_sharded(plan, workers, **coordination)
     # A failed run kills its actors; the next one starts fresh ones.
     pools = RayPools() if ray_pools is None else ray_pools
     try:
         actors = pools.get(ray_address, workers, ray_source)
-        return actors.run(plan, before_measured=before_measured, progress=progress)
+        return actors.run(plan, **coordination)
     finally:
         if ray_pools is None:
             pools.close()

@@ -160,6 +160,7 @@ class Coordination(TypedDict, total=False):
     ready_timeout: float
     before_measured: Callable[[], object] | None
     progress: ProgressCallback | None
+    interrupted: Callable[[LoadRun], object] | None
 
 
 class Workers(Protocol):
@@ -227,13 +228,16 @@ def coordinate(
     ready_timeout: float = 600.0,
     before_measured: Callable[[], object] | None = None,
     progress: ProgressCallback | None = None,
+    interrupted: Callable[[LoadRun], object] | None = None,
 ) -> LoadRun:
     """Drive ``workers`` (one per share) through a run of ``plan`` and merge their records.
 
     Every worker warms up within ``ready_timeout`` s, then ``before_measured`` is called (where
     ``sglang_bench`` reads the server's counters) and they start together. Workers still
     running after the request timeout per request, plus a minute, are killed and their
-    requests recorded as failed. ``progress`` hears the summed progress.
+    requests recorded as failed. ``progress`` hears the summed progress. A run cut short here
+    (a test timeout, Ctrl-C) hands ``interrupted`` its finished part, the records received
+    (the requests never sent are no failures), and propagates.
 
     :raises LoadWorkersFailed: a worker never became ready (no measured request was sent).
     :raises ServerStoppedAnswering: a worker gave up on the server (as a single process).
@@ -270,20 +274,34 @@ def coordinate(
     outcomes: dict[int, Outcome] = {}
     timeout = float(plan.options.get("request_timeout", 600.0)) * (plan.workload.requests + 1) + 60
     deadline = time.monotonic() + timeout
-    while pending := set(range(len(shares))) - set(outcomes):
-        outcomes.update(receive(pending))
-        if time.monotonic() > deadline:
-            for i in pending - set(outcomes):
-                late = f"{workers.kill(i)} did not finish in {timeout:g} s and was killed"
-                outcomes[i] = ("died", None, late)
-    return _settle(plan, shares, [outcomes[i] for i in range(len(shares))], heard)
+    try:
+        while pending := set(range(len(shares))) - set(outcomes):
+            outcomes.update(receive(pending))
+            if time.monotonic() > deadline:
+                for i in pending - set(outcomes):
+                    late = f"{workers.kill(i)} did not finish in {timeout:g} s and was killed"
+                    outcomes[i] = ("died", None, late)
+    except BaseException:
+        if interrupted is not None:  # a worker still running is as it said last: "ready"
+            still: Outcome = ("ready", None, None)
+            ended = [outcomes.get(i, still) for i in range(len(shares))]
+            interrupted(_settle(plan, shares, ended, heard))
+        raise
+    ended = [outcomes[i] for i in range(len(shares))]
+    merged = _settle(plan, shares, ended, heard)
+    stopped = [message for kind, _, message in ended if kind == "stopped"]
+    if stopped:
+        unsent = plan.workload.requests - len(merged.measured)
+        raise ServerStoppedAnswering(stopped[0] or "the server stopped answering", merged, unsent)
+    return merged
 
 
 def _settle(
     plan: RunPlan, shares: tuple[int, ...], outcomes: Sequence[Outcome], heard: ProgressSum
 ) -> LoadRun:
     # A worker lost without a run keeps the records it handed over (``heard``); a measured
-    # request a lost or failed worker owned and did not record is a failed record.
+    # request a lost or failed worker owned and did not record is a failed record; one still
+    # running ("ready": the run was cut) keeps them too, and what it did not send is no record.
     heard.report()
     w = plan.workload
     records: list[RequestRecord] = []
@@ -309,7 +327,7 @@ def _settle(
     busiest = max(clients, key=lambda load: load.cpu_fraction, default=None)
     if busiest is not None:
         busiest = replace(busiest, lag_max=max(c.lag_max for c in clients))
-    merged = LoadRun(
+    return LoadRun(
         workload=plan.workload,
         records=tuple(records),
         started=min(starts, default=time.perf_counter()),
@@ -317,11 +335,6 @@ def _settle(
         client=busiest,
         load=plan.load,
     )
-    stopped = [message for kind, _, message in outcomes if kind == "stopped"]
-    if stopped:
-        unsent = plan.workload.requests - len(merged.measured)
-        raise ServerStoppedAnswering(stopped[0] or "the server stopped answering", merged, unsent)
-    return merged
 
 
 def _worker(

@@ -10,15 +10,19 @@ the measurement marked as cut, the launch recorded as stopped, and no process of
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import signal
 import subprocess
+import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import psutil
 import pytest
 
 from pytest_sglang.testing import EmulatorProcess
@@ -49,6 +53,12 @@ from pytest_sglang import Workload
 def test_pair(sglang_bench):
     sglang_bench.pair("a", "b", Workload(input_len=8, output_len=40, requests=4, warmup=0), 1,
                       repeats=3)
+"""
+WORKERS = """
+from pytest_sglang import Workload
+
+def test_workers(sglang_bench):
+    sglang_bench("srv", Workload(input_len=8, output_len=40, requests=40, warmup=0), 2)
 """
 #: Each token takes 20 ms: a request about 0.8 s, so the signal lands inside run 2 even when
 #: the machine is slow to deliver it (run 2 has two more requests to go).
@@ -132,6 +142,54 @@ def test_an_interrupt_in_run_2_keeps_run_1_in_every_output(
     assert record["labels"]["interrupted"] is True
     assert record["measurement"]["runs"][0]["completed"] == 4
     assert "in run 2 of 3" in record["measurement"]["cut"]
+
+
+def test_an_interrupt_with_load_workers_keeps_the_requests_they_handed_over(
+    pytester: pytest.Pytester,
+) -> None:
+    # Two worker processes (about 16 s of requests); the signal comes once the measurement's
+    # line (every 10 s off a terminal) shows requests the coordinator has received.
+    tag = new_tag()
+    write_profile(pytester, tag, SLOW_DECODE)
+    pytester.makepyfile(test_inner=WORKERS)
+    process, _ = _start(pytester, tag, "-o", "sglang_load_workers=2")
+    stdout = process.stdout
+    assert stdout is not None
+    lines: list[str] = []
+
+    def read() -> None:
+        for text in stdout:
+            lines.append(text)  # noqa: PERF402 - a line at a time, as the child writes
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    line = re.compile(r"sglang: measuring srv .*: (\d+)/40 requests")
+
+    def handed_over() -> int:
+        return max((int(m[1]) for text in list(lines) if (m := line.search(text))), default=0)
+
+    try:
+        reached = wait_for(lambda: handed_over() > 0 or process.poll() is not None, 120.0)
+        assert reached and process.poll() is None, "".join(lines)[-4000:]
+        workers = [
+            child
+            for child in psutil.Process(process.pid).children()
+            if any("spawn_main" in part for part in child.cmdline())
+        ]
+        received = handed_over()
+        process.send_signal(signal.SIGINT)
+    finally:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=90)  # the reader has its output; finish checks leftovers
+        finish(process, tag)
+        reader.join(timeout=30)
+    output = "".join(lines)[-4000:]
+    assert process.returncode == pytest.ExitCode.INTERRUPTED, output
+    assert len(workers) == 2 and not any(w.is_running() for w in workers), output
+    (measurement,) = _report(pytester)["measurements"]
+    assert "KeyboardInterrupt" in measurement["cut"] and measurement["finished_runs"] == 0
+    (run,) = measurement["runs"]
+    assert received <= run["completed"] < 40 and run["failed"] == 0, run
 
 
 def test_an_interrupt_during_declared_measurements_keeps_those_taken(

@@ -27,9 +27,11 @@ ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'pyte
 cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 from pytest_sglang.emulator.engine.trace import read_trace  # noqa: E402
+from pytest_sglang.loadgen.placement import run_on_workers  # noqa: E402
 from pytest_sglang.loadgen.ray_pools import RayPools  # noqa: E402
 from pytest_sglang.loadgen.ray_workers import RayLoadWorkers  # noqa: E402
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord  # noqa: E402
+from pytest_sglang.loadgen.runner import LoadGenerator  # noqa: E402
 from pytest_sglang.loadgen.schedule import ClosedLoop, OpenLoop  # noqa: E402
 from pytest_sglang.loadgen.workers import RunPlan  # noqa: E402
 from pytest_sglang.loadgen.workload import Workload  # noqa: E402
@@ -266,6 +268,32 @@ def test_ray_pools_keep_the_actors_from_run_to_run(two_nodes: Any, tmp_path: Pat
     while any(psutil.pid_exists(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(psutil.pid_exists(pid) for pid in pids), "an actor outlived close()"
+
+
+def test_a_cut_coordinator_keeps_what_the_actors_handed_over(
+    two_nodes: Any, tmp_path: Path
+) -> None:
+    # As with processes (test_workers.py): Ctrl-C in the coordinator, once 6 measured
+    # requests were handed over, keeps them as the generator's cut run, none failed.
+    workload = Workload(input_len=INPUT_LEN, output_len=100, requests=40, warmup=0)
+    seen: list[int] = []
+
+    def ctrl_c_once_going(done: int, total: int, output_tokens: int, elapsed: float) -> None:
+        if done >= 6 and not seen:  # once: the cut run's last report returns
+            seen.append(done)
+            raise KeyboardInterrupt
+
+    with running_emulator(tmp_path, "--emulator-decode-ms", "5") as emulator:
+        generator = LoadGenerator(emulator.url, progress=ctrl_c_once_going)
+        with pytest.raises(KeyboardInterrupt):
+            run_on_workers(
+                generator, workload, ClosedLoop(4), workers=2, ray_address=two_nodes.address
+            )
+    cut = generator.interrupted_run
+    assert cut is not None and seen
+    assert len(cut.measured) >= seen[0] and all(r.ok for r in cut.measured)
+    m = measure(cut)
+    assert m.failed == 0 and m.completed == len(cut.measured) < 40
 
 
 RAY_SUITE = """

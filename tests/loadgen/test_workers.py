@@ -10,6 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from pytest_sglang.loadgen.placement import run_on_workers
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.runner import LoadGenerator
 from pytest_sglang.loadgen.schedule import ClosedLoop, OpenLoop, owner, slot_shares
@@ -265,3 +266,29 @@ def test_a_message_a_worker_cannot_send_is_named_and_what_it_handed_over_stays(
     failed = [r for r in merged.measured if not r.ok]
     assert {r.index for r in failed} == set(range(4)) - handed
     assert all(r.error == why for r in failed)
+
+
+def test_a_cut_coordinator_keeps_what_the_workers_handed_over_and_stops_them(
+    tmp_path: Path,
+) -> None:
+    # Ctrl-C lands in the coordinator (here: in its progress callback, once 6 measured
+    # requests were handed over). Like a run in one process, the generator keeps the finished
+    # part: the handed-over records, none of the requests never sent counted as failed.
+    workload = Workload(input_len=8, output_len=100, requests=40, warmup=0)
+    seen: list[int] = []
+
+    def ctrl_c_once_going(done: int, total: int, output_tokens: int, elapsed: float) -> None:
+        if done >= 6 and not seen:  # once: the cut run's last report returns
+            seen.append(done)
+            raise KeyboardInterrupt
+
+    with running_emulator(tmp_path, "--emulator-decode-ms", "5") as emulator:
+        generator = LoadGenerator(emulator.url, progress=ctrl_c_once_going)
+        with pytest.raises(KeyboardInterrupt):
+            run_on_workers(generator, workload, ClosedLoop(4), workers=2)
+    assert _workers_of_this_process() == []
+    cut = generator.interrupted_run
+    assert cut is not None and seen
+    assert len(cut.measured) >= seen[0] and all(r.ok for r in cut.measured)
+    m = measure(cut)
+    assert m.failed == 0 and m.completed == len(cut.measured) < 40
