@@ -17,11 +17,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_sglang.loadgen.progress import ClientLoad
-from pytest_sglang.loadgen.workload import Workload
-
 if TYPE_CHECKING:
+    # Types only: the server handle imports this module (ConnectionHabits), and so do the
+    # launched server's reaper and log pump, which need no event loop nor workload.
+    from pytest_sglang.loadgen.progress import ClientLoad
     from pytest_sglang.loadgen.schedule import Load
+    from pytest_sglang.loadgen.workload import Workload
 
 __all__ = ["ConnectionHabits", "LoadRun", "RequestRecord"]
 

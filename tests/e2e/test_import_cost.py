@@ -111,3 +111,18 @@ def test_anything_of_ours_set_is_checked_at_startup(
         pytester.makeini("[pytest]\nsglang_ready_timeout = soon\n")
     result = pytester.runpytest("--collect-only")
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+
+
+#: What a launched server's helper processes (the reaper and the log pump, each ``python -m
+#: pytest_sglang.server.process``) never need: they start with every launch, beside it.
+NOT_IN_HELPERS = ("asyncio", "ssl", "pytest", "pytest_sglang.loadgen.workload")
+
+
+def test_the_server_helper_processes_import_no_load_generator() -> None:
+    probe = "import json, sys, pytest_sglang.server.process; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], check=True, capture_output=True, text=True
+    ).stdout
+    unneeded = (*(m for m in HEAVY if m != "psutil"), *NOT_IN_HELPERS)  # psutil: they use it
+    pulled = _pulled(set(json.loads(out)), unneeded)
+    assert not pulled, f"the server's helper processes import {pulled}"
