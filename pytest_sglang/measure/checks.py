@@ -84,18 +84,14 @@ def failure_kinds(records: Sequence[RequestRecord]) -> list[str]:
 
 
 def run_checks(
-    run: LoadRun,
-    records: Sequence[RequestRecord],
-    done: Sequence[RequestRecord],
-    duration: float,
-    realised: float,
+    run: LoadRun, done: Sequence[RequestRecord], duration: float, realised: float
 ) -> tuple[Check, ...]:
     """Return the validity checks of ``run``.
 
-    ``records``: the measured ones, ``done``: the completed ones; ``duration``: the window,
-    ``realised``: the realised concurrency.
+    ``done``: its completed measured requests; ``duration``: the window, ``realised``: the
+    realised concurrency.
     """
-    workload, stream = run.workload, run.workload.stream
+    workload, stream, records = run.workload, run.workload.stream, run.measured
     failed = [r for r in records if not r.ok]
     detail = f"all {len(records)} measured requests completed"
     if failed:

@@ -175,7 +175,7 @@ def measure(run: LoadRun) -> Measurement:
         if cached
         else None,
         errors=tuple(Counter(r.error for r in records if r.error).most_common(ERROR_SAMPLES)),
-        checks=run_checks(run, records, done, duration, realised),
+        checks=run_checks(run, done, duration, realised),
         records=records,
         warmup_records=run.warmup_records,
     )
