@@ -67,29 +67,25 @@ def _emit(
         out.write(text)
         return
     try:
-        if summary:
-            append_summary(target, text)
-        else:
-            write_atomic(target, text)
+        (append_summary if summary else write_atomic)(target, text)
     except OSError as exc:
         message = f"cannot write {value}: {exc.strerror or exc}; {value} was left as it was"
         raise _Misuse(message) from None
     print(done, file=out)
 
 
-def _load(ref: str, store: BaselineStore) -> tuple[str, list[StoredMeasurement], dict[str, Any]]:
-    """Return (name, measurements, report document) for a stored session or a JSON report."""
+def _find(ref: str, store: BaselineStore) -> StoredSession:
+    """Return the stored session or JSON report ``ref`` names (a usage error if none)."""
     try:
-        session = store.find(ref)
+        return store.find(ref)
     except (LookupError, ValueError) as exc:
         raise _Misuse(str(exc)) from None
-    report = session.document.get("format") == REPORT_FORMAT
-    document = dict(session.document) if report else session_document(session)
-    return session.id, list(session.measurements), document
 
 
 def session_document(session: StoredSession) -> dict[str, Any]:
     """Return a stored session as a JSON report, with the verdicts saved with it (if any)."""
+    if session.document.get("format") == REPORT_FORMAT:
+        return dict(session.document)
     machine = dict(session.document.get("machine_info", {}))
     sglang = machine.get("sglang", {})
     return {
@@ -267,11 +263,12 @@ def _cmd_list(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
-    base_name, baseline, _ = _load(args.baseline, args.storage)
-    cand_name, candidate, _ = _load(args.candidate, args.storage)
-    lines, verdicts, status = compare_measurements(baseline, candidate, args.fail or (), args.alpha)
+    baseline, candidate = _find(args.baseline, args.storage), _find(args.candidate, args.storage)
+    lines, verdicts, status = compare_measurements(
+        baseline.measurements, candidate.measurements, args.fail or (), args.alpha
+    )
     terms = ", ".join(args.fail or [c.describe() for c in DEFAULT_CHECKS])
-    print(f"{cand_name} (now) against {base_name} (stored); {terms}", file=out)
+    print(f"{candidate.id} (now) against {baseline.id} (stored); {terms}", file=out)
     print("\n".join(lines), file=out)
     result = {OK: "no regression", REGRESSION: "REGRESSION", MISUSE: "nothing compared"}
     if not verdicts:
@@ -282,17 +279,20 @@ def _cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
 
 def _cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     target = _output("-o", args.output)
-    _, candidates, document = _load(args.source, args.storage)
+    source = _find(args.source, args.storage)
+    document = session_document(source)
     baselines: list[dict[str, Any]] = []
     if args.baseline:
-        _, stored, _ = _load(args.baseline, args.storage)
-        _, verdicts, _ = compare_measurements(stored, candidates, args.fail or (), args.alpha)
+        base = _find(args.baseline, args.storage).measurements
+        _, verdicts, _ = compare_measurements(
+            base, source.measurements, args.fail or (), args.alpha
+        )
         # A verdict the report holds already (its session's gate against the same baseline)
         # is judged again here: the fresh one replaces it, so that it is counted once.
         again = {_judged(v) for v in verdicts}
         kept = [v for v in document.get("verdicts", []) if _judged(v) not in again]
         document = {**document, "verdicts": kept + verdicts}
-        baselines = [dict(m.row, session=m.session) for m in stored]
+        baselines = [dict(m.row, session=m.session) for m in base]
     unstored = document.get("verdicts_stored") is False and not document.get("verdicts")
     if (args.format or ("html" if str(args.output).endswith(".html") else "")) == "html":
         from pytest_sglang.report.html import render_html

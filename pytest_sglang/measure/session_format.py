@@ -63,13 +63,8 @@ class DamagedSession(SGLangError):
     """A stored session (or report) that cannot be read: the message names the file and why."""
 
     def __init__(self, path: Path | str, problem: str, *, folder: Path | None = None) -> None:
-        fix = (
-            f"repair it, or move it out of {folder} to use the others"
-            if folder is not None
-            else "repair it, or give another file"
-        )
-        super().__init__(f"{path} is damaged: {problem}; {fix}")
-        self.path = Path(path)
+        fix = f"move it out of {folder} to use the others" if folder else "give another file"
+        super().__init__(f"{path} is damaged: {problem}; repair it, or {fix}")
         self.problem = problem
 
 
@@ -128,10 +123,6 @@ class Fingerprint:
             if now != then and hard == refused:
                 out.append(f"{name}: {_show(now)} (now) vs {_show(then)} (stored)")
         return out
-
-    def as_dict(self) -> dict[str, Any]:
-        """Return plain JSON types."""
-        return dict(self.fields)
 
     def describe(self) -> str:
         """Return the fields on one line, e.g. ``model='m', tp_size=8, ...``."""
@@ -215,10 +206,8 @@ class StoredMeasurement:
 def autosave_name(commit: Mapping[str, Any]) -> str:
     """Return pytest-benchmark's autosave name: ``COMMIT_YYYYmmdd_HHMMSS[_uncommitted-changes]``."""
     now = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d_%H%M%S")
-    parts = [str(commit.get("id") or "unversioned")[:12], now]
-    if commit.get("dirty"):
-        parts.append("uncommitted-changes")
-    return "_".join(parts)
+    name = f"{str(commit.get('id') or 'unversioned')[:12]}_{now}"
+    return name + ("_uncommitted-changes" if commit.get("dirty") else "")
 
 
 def commit_info() -> dict[str, Any]:
@@ -229,13 +218,6 @@ def commit_info() -> dict[str, Any]:
         return dict(get_commit_info())  # type: ignore[no-untyped-call]
     except Exception as exc:  # no git, not a repository: the save still happens
         return {"id": "unversioned", "dirty": False, "error": str(exc)}
-
-
-def machine_info() -> dict[str, Any]:
-    """Return pytest-benchmark's machine information (host, CPU, Python)."""
-    from pytest_benchmark.plugin import pytest_benchmark_generate_machine_info
-
-    return dict(pytest_benchmark_generate_machine_info())  # type: ignore[no-untyped-call]
 
 
 def _stats(values: Sequence[float]) -> dict[str, Any]:
@@ -265,7 +247,7 @@ def benchmark_entries(
             options["sglang"] = {
                 "format": RECORD_FORMAT,
                 "version": RECORD_VERSION,
-                "fingerprint": fingerprint.as_dict(),
+                "fingerprint": dict(fingerprint.fields),
                 "fingerprint_key": key,
                 "labels": dict(labels),
                 "measurement": dict(row),
@@ -368,17 +350,18 @@ def build_document(
 ) -> dict[str, Any]:
     """Return one session as a pytest-benchmark document (what a file holds).
 
-    ``verdicts`` ride along in ``machine_info.sglang`` for the report; ``interrupted`` marks
-    every measurement's labels.
+    ``machine``: pytest-benchmark's machine information unless given; ``verdicts`` ride along
+    in ``machine_info.sglang`` for the report; ``interrupted`` marks every measurement's labels.
     """
     from pytest_benchmark import __version__ as benchmark_version
+    from pytest_benchmark.plugin import pytest_benchmark_generate_machine_info as machine_info
 
     commit = dict(commit if commit is not None else commit_info())
     when = datetime.datetime.now(datetime.UTC).isoformat()
     labels = session_labels(name, servers, commit, when)
     if interrupted:
         labels["interrupted"] = True
-    machine = dict(machine if machine is not None else machine_info())
+    machine = dict(machine_info() if machine is None else machine)  # type: ignore[no-untyped-call]
     machine["sglang"] = {
         "gpus": list(gpus),
         "plugin_version": labels["plugin_version"],

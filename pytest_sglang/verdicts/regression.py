@@ -183,7 +183,7 @@ def regression_verdict(
         "bound": bound,
         "ratio_now_stored": ratio,
         "bounds_now_stored": [low, high],
-        "fingerprint": mine.as_dict(),
+        "fingerprint": dict(mine.fields),
         "fingerprint_key": mine.key,
         "stored_session": where.session if where else None,
         "stored_labels": dict(labels),
