@@ -17,11 +17,7 @@ from typing import Any, TextIO
 
 from pytest_sglang.config.options import DEFAULT_STORAGE
 from pytest_sglang.config.paths import OUTPUT_FIX, output_path, output_problem
-from pytest_sglang.measure.session_format import (
-    DamagedSession,
-    StoredMeasurement,
-    read_document,
-)
+from pytest_sglang.measure.session_format import DamagedSession, StoredMeasurement, read_document
 from pytest_sglang.measure.store import BaselineStore, StoredSession
 from pytest_sglang.report.entries import REPORT_FORMAT
 from pytest_sglang.report.writing import append_summary, json_text, write_atomic

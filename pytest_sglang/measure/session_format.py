@@ -236,6 +236,7 @@ def benchmark_entries(
     """Return the pytest-benchmark entries of one measurement (see :data:`SAVED_METRICS`)."""
     w, server, level, key = row["workload"], row["server"], row["concurrency"], fingerprint.key
     title = f"{w['endpoint']} in={w['input_len']} out={w['output_len']} C={level}"
+    runs = len(row["runs"])
     entries = []
     for metric, unit in SAVED_METRICS:
         values = [v for v in run_values(row["runs"], metric) if v > 0]
@@ -259,12 +260,7 @@ def benchmark_entries(
                 "fullname": f"{row.get('test') or 'session'}::{server}@C={level}:{key}::{metric}",
                 "params": None,
                 "param": None,
-                "extra_info": {
-                    "metric": metric,
-                    "unit": unit,
-                    "fingerprint": key,
-                    "runs": len(row["runs"]),
-                },
+                "extra_info": {"metric": metric, "unit": unit, "fingerprint": key, "runs": runs},
                 "options": options,
                 "stats": _stats(values),
             }
@@ -288,11 +284,8 @@ def measurements_of(document: Mapping[str, Any], session: str) -> list[StoredMea
         record = options.get("sglang") if isinstance(options, dict) else None
         if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
             continue
-        missing = [
-            k
-            for k in ("measurement", "fingerprint", "labels")
-            if not isinstance(record.get(k), dict)
-        ]
+        sections = ("measurement", "fingerprint", "labels")
+        missing = [k for k in sections if not isinstance(record.get(k), dict)]
         if not missing:
             needed = ("server", "workload", "concurrency", "runs")
             missing = [f"measurement.{k}" for k in needed if k not in record["measurement"]]
