@@ -49,8 +49,7 @@ def _output(option: str, value: str | None) -> Path | None:
     if value in (None, "-"):
         return None
     path = output_path(Path.cwd(), value)
-    problem = output_problem(path)
-    if problem is not None:
+    if (problem := output_problem(path)) is not None:
         raise _Misuse(f"{option} {value!r} {problem}; {OUTPUT_FIX}")
     return path
 
@@ -188,9 +187,8 @@ def compare_measurements(
     for fresh in candidate:
         for judged in judge(fresh, baseline, checks, alpha):
             lines.append(f"[{judged.tag}] {judged.label}: {judged.text}")
-            if judged.verdict is None:
+            if (verdict := judged.verdict) is None:
                 continue
-            verdict = judged.verdict
             verdicts.append(
                 {**verdict.as_dict(), "test": str(fresh.row.get("test", fresh.session))}
             )

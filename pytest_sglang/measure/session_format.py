@@ -336,20 +336,20 @@ def build_document(
     servers: Sequence[ServerEntry] = (),
     gpus: Sequence[str] = (),
     *,
-    commit: Mapping[str, Any] | None = None,
+    commit: Mapping[str, Any],
     machine: Mapping[str, Any] | None = None,
     verdicts: Sequence[Mapping[str, Any]] = (),
     interrupted: bool = False,
 ) -> dict[str, Any]:
     """Return one session as a pytest-benchmark document (what a file holds).
 
-    ``machine``: pytest-benchmark's machine information unless given; ``verdicts`` ride along
-    in ``machine_info.sglang`` for the report; ``interrupted`` marks every measurement's labels.
+    ``commit``: the tested tree's (:func:`commit_info`); ``machine``: pytest-benchmark's
+    machine information unless given; ``verdicts`` ride along in ``machine_info.sglang`` for
+    the report; ``interrupted`` marks every measurement's labels.
     """
     from pytest_benchmark import __version__ as benchmark_version
     from pytest_benchmark.plugin import pytest_benchmark_generate_machine_info as machine_info
 
-    commit = dict(commit if commit is not None else commit_info())
     when = datetime.datetime.now(datetime.UTC).isoformat()
     labels = session_labels(name, servers, commit, when)
     if interrupted:
@@ -368,7 +368,7 @@ def build_document(
         benchmarks += benchmark_entries(row, fp, labels)
     return {
         "machine_info": machine,
-        "commit_info": commit,
+        "commit_info": dict(commit),
         "benchmarks": benchmarks,
         "datetime": when,
         "version": benchmark_version,
