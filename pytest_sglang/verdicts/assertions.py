@@ -324,7 +324,10 @@ def assert_faster(
     )
 
 
-def _absolute(m: BenchResult, metric: str, value: float, alpha: float, at_least: bool) -> Verdict:
+def _absolute(
+    kind: VerdictKind, m: BenchResult, metric: str, value: float, alpha: float
+) -> Verdict:
+    """Judge the median run of ``m`` against a floor (``assert_at_least``) or a ceiling."""
     _refuse_invalid(m)
     metric_spec(metric)  # an unknown metric fails here (a hidden frame), not in BenchResult
     values = m.values(metric)
@@ -336,25 +339,22 @@ def _absolute(m: BenchResult, metric: str, value: float, alpha: float, at_least:
             f"{need} runs"
         )
     lower, upper, confidence = bounds
-    word = ">=" if at_least else "<="
-    shown, refuted = (
-        (lower >= value, upper < value) if at_least else (upper <= value, lower > value)
-    )
-    outcome = judge(shown, refuted)
-    runs = ", ".join(format(v, ".6g") for v in values)
-    table = (
-        f"{metric} of {m.label()} per run: {runs}\n"
+    if kind == "assert_at_least":
+        word, outcome = ">=", judge(lower >= value, upper < value)
+    else:
+        word, outcome = "<=", judge(upper <= value, lower > value)
+    lines = [
+        f"{metric} of {m.label()} per run: {', '.join(format(v, '.6g') for v in values)}",
         f"median {format(m.median(metric), '.6g')}; one-sided {confidence:.1%} bounds of the "
-        f"median: lower {lower:.6g}, upper {upper:.6g}; gate {word} {value:g}"
-    )
+        f"median: lower {lower:.6g}, upper {upper:.6g}; gate {word} {value:g}",
+    ]
     if outcome is Outcome.INCONCLUSIVE:
-        table += (
-            "\noutcome: INCONCLUSIVE - the threshold lies between the bounds; more runs "
+        lines.append(
+            "outcome: INCONCLUSIVE - the threshold lies between the bounds; more runs "
             "(or less noise) would decide"
         )
     if metric.startswith("ttft"):
-        table += "".join(f"\n{line}" for line in _breakdown_lines(m))
-    kind: VerdictKind = "assert_at_least" if at_least else "assert_at_most"
+        lines += _breakdown_lines(m)
     summary = f"{outcome.name}: {metric} of {m.label()} {word} {value:g}"
     evidence = {
         "result": m.label(),
@@ -365,7 +365,7 @@ def _absolute(m: BenchResult, metric: str, value: float, alpha: float, at_least:
         "confidence": confidence,
         **_extras(m),
     }
-    return Verdict(kind, outcome, metric, summary, table, evidence)
+    return conclude(Verdict(kind, outcome, metric, summary, "\n".join(lines), evidence))
 
 
 def assert_at_least(m: BenchResult, metric: str, value: float, alpha: float = 0.05) -> Verdict:
@@ -374,7 +374,7 @@ def assert_at_least(m: BenchResult, metric: str, value: float, alpha: float = 0.
     Passes when the median's lower confidence bound is at least ``value``, fails when even
     the upper bound is below it, and is inconclusive in between.
     """
-    return conclude(_absolute(m, metric, value, alpha, at_least=True))
+    return _absolute("assert_at_least", m, metric, value, alpha)
 
 
 def assert_at_most(m: BenchResult, metric: str, value: float, alpha: float = 0.05) -> Verdict:
@@ -383,7 +383,7 @@ def assert_at_most(m: BenchResult, metric: str, value: float, alpha: float = 0.0
     Passes when the median's upper confidence bound is at most ``value``, fails when even the
     lower bound is above it, and is inconclusive in between.
     """
-    return conclude(_absolute(m, metric, value, alpha, at_least=False))
+    return _absolute("assert_at_most", m, metric, value, alpha)
 
 
 #: What :func:`find_crossover` returns (the name it had when it wrapped a ``Crossover``).

@@ -144,17 +144,16 @@ class Comparison:
             f"smallest detectable effect with {self.n_a}+{self.n_b} runs: {self.mde:.1%} "
             f"({self.power:.1%} power, log spread {self.sigma:.4f})",
         ]
-        if self.outcome is not Outcome.INCONCLUSIVE:
-            return "\n".join([*lines, f"outcome: {self.outcome.name}"])
-        if self.repeats_needed is None:
-            advice = "the observed ratio is at the target: more runs will not settle it"
-        else:
-            advice = (
-                f"about {self.repeats_needed} runs per side would decide a true ratio of "
+        outcome = f"outcome: {self.outcome.name}"
+        if self.outcome is Outcome.INCONCLUSIVE and self.repeats_needed is None:
+            outcome += " - the observed ratio is at the target: more runs will not settle it"
+        elif self.outcome is Outcome.INCONCLUSIVE:
+            outcome += (
+                f" - about {self.repeats_needed} runs per side would decide a true ratio of "
                 f"{self.ratio:.4g} with {self.power:.1%} power; measure them afresh "
                 "(adding runs to these and testing again inflates the false-pass rate)"
             )
-        return "\n".join([*lines, f"outcome: INCONCLUSIVE - {advice}"])
+        return "\n".join([*lines, outcome])
 
     def as_dict(self) -> dict[str, Any]:
         """Return the comparison as plain JSON types (no NaN or infinities)."""
