@@ -9,6 +9,7 @@ is judged and its bucket config recommended here too, from the same comparisons.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import warnings as warnings_module
@@ -41,7 +42,6 @@ from pytest_sglang.verdicts.decision import (
     Crossover,
     Outcome,
     compare,
-    crossover,
     judge,
 )
 from pytest_sglang.verdicts.specdecode import CycleEstimate, estimate_cycle_time
@@ -160,17 +160,6 @@ def _check_comparable(a: BenchResult, b: BenchResult, metric: str) -> None:
         _refuse_invalid(side, f", so its {metric} is not what the workload asked for")
 
 
-def _direction(metric: str) -> bool:
-    """Whether larger is better for ``metric``; a load metric is refused."""
-    larger = metric_spec(metric).larger_is_better  # an unknown metric fails before any run
-    if larger is None:
-        raise ComparisonRefused(
-            f"{metric!r} describes the load, it has no better direction; compare a "
-            "throughput or latency metric such as output_throughput or ttft.p50"
-        )
-    return larger
-
-
 def _compare(
     a: BenchResult,
     b: BenchResult,
@@ -181,7 +170,12 @@ def _compare(
     what: str = "",
 ) -> Comparison:
     """Compare comparable results on ``metric``; an impossible comparison is refused."""
-    larger = _direction(metric)
+    larger = metric_spec(metric).larger_is_better  # an unknown metric fails before any run
+    if larger is None:
+        raise ComparisonRefused(
+            f"{metric!r} describes the load, it has no better direction; compare a "
+            "throughput or latency metric such as output_throughput or ttft.p50"
+        )
     _check_comparable(a, b, metric)
     label_a, label_b = labels or (a.server, b.server)
     try:
@@ -232,17 +226,16 @@ def _cap_confounders(a: BenchResult, b: BenchResult) -> list[str]:
     """Warn when the lower of the servers' request caps (the effective ones) is below the load."""
     level = max(a.concurrency, b.concurrency)
     caps = [(effective_max_running_requests(side.config), side) for side in (a, b)]
-    known = sorted(((cap, side) for cap, side in caps if cap is not None), key=lambda k: k[0])
-    if not known or level <= known[0][0] or (len(known) == 2 and known[0][0] == known[1][0]):
+    # The lower cap first; an unknown one (None) after any number.
+    (cap, low), (high_cap, high) = sorted(caps, key=lambda k: math.inf if k[0] is None else k[0])
+    if cap is None or cap == high_cap or level <= cap:
         return []
-    cap, low = known[0]
     effective = isinstance(low.config.get("internal_states"), list)
     where = "the scheduler's effective limit" if effective else "max_running_requests"
-    if len(known) == 2:
-        other = f"the other runs up to {known[1][0]}"
-    else:
+    other = f"the other runs up to {high_cap}"
+    if high_cap is None:
         other = (
-            f"{(b if low is a else a).server}'s /server_info reports max_running_requests null "
+            f"{high.server}'s /server_info reports max_running_requests null "
             "(not set on its command line: SGLang sized its limit from the KV cache, and that "
             "effective value is not in this result's configuration)"
         )
@@ -331,7 +324,10 @@ def assert_faster(
     )
 
 
-def _absolute(m: BenchResult, metric: str, value: float, alpha: float, at_least: bool) -> Verdict:
+def _absolute(
+    kind: VerdictKind, m: BenchResult, metric: str, value: float, alpha: float
+) -> Verdict:
+    """Judge the median run of ``m`` against a floor (``assert_at_least``) or a ceiling."""
     _refuse_invalid(m)
     metric_spec(metric)  # an unknown metric fails here (a hidden frame), not in BenchResult
     values = m.values(metric)
@@ -343,25 +339,22 @@ def _absolute(m: BenchResult, metric: str, value: float, alpha: float, at_least:
             f"{need} runs"
         )
     lower, upper, confidence = bounds
-    word = ">=" if at_least else "<="
-    shown, refuted = (
-        (lower >= value, upper < value) if at_least else (upper <= value, lower > value)
-    )
-    outcome = judge(shown, refuted)
-    runs = ", ".join(format(v, ".6g") for v in values)
-    table = (
-        f"{metric} of {m.label()} per run: {runs}\n"
+    if kind == "assert_at_least":
+        word, outcome = ">=", judge(lower >= value, upper < value)
+    else:
+        word, outcome = "<=", judge(upper <= value, lower > value)
+    lines = [
+        f"{metric} of {m.label()} per run: {', '.join(format(v, '.6g') for v in values)}",
         f"median {format(m.median(metric), '.6g')}; one-sided {confidence:.1%} bounds of the "
-        f"median: lower {lower:.6g}, upper {upper:.6g}; gate {word} {value:g}"
-    )
+        f"median: lower {lower:.6g}, upper {upper:.6g}; gate {word} {value:g}",
+    ]
     if outcome is Outcome.INCONCLUSIVE:
-        table += (
-            "\noutcome: INCONCLUSIVE - the threshold lies between the bounds; more runs "
+        lines.append(
+            "outcome: INCONCLUSIVE - the threshold lies between the bounds; more runs "
             "(or less noise) would decide"
         )
     if metric.startswith("ttft"):
-        table += "".join(f"\n{line}" for line in _breakdown_lines(m))
-    kind: VerdictKind = "assert_at_least" if at_least else "assert_at_most"
+        lines += _breakdown_lines(m)
     summary = f"{outcome.name}: {metric} of {m.label()} {word} {value:g}"
     evidence = {
         "result": m.label(),
@@ -372,7 +365,7 @@ def _absolute(m: BenchResult, metric: str, value: float, alpha: float, at_least:
         "confidence": confidence,
         **_extras(m),
     }
-    return Verdict(kind, outcome, metric, summary, table, evidence)
+    return conclude(Verdict(kind, outcome, metric, summary, "\n".join(lines), evidence))
 
 
 def assert_at_least(m: BenchResult, metric: str, value: float, alpha: float = 0.05) -> Verdict:
@@ -381,7 +374,7 @@ def assert_at_least(m: BenchResult, metric: str, value: float, alpha: float = 0.
     Passes when the median's lower confidence bound is at least ``value``, fails when even
     the upper bound is below it, and is inconclusive in between.
     """
-    return conclude(_absolute(m, metric, value, alpha, at_least=True))
+    return _absolute("assert_at_least", m, metric, value, alpha)
 
 
 def assert_at_most(m: BenchResult, metric: str, value: float, alpha: float = 0.05) -> Verdict:
@@ -390,7 +383,7 @@ def assert_at_most(m: BenchResult, metric: str, value: float, alpha: float = 0.0
     Passes when the median's upper confidence bound is at most ``value``, fails when even the
     lower bound is above it, and is inconclusive in between.
     """
-    return conclude(_absolute(m, metric, value, alpha, at_least=False))
+    return _absolute("assert_at_most", m, metric, value, alpha)
 
 
 #: What :func:`find_crossover` returns (the name it had when it wrapped a ``Crossover``).
@@ -409,11 +402,11 @@ def find_crossover(
     Each level is an :func:`assert_faster`-style comparison that raises nothing; the result
     is recorded as a finding with the per-level evidence.
     """
-    _same_levels(spec, base)
-    pairs = list(zip(spec.points, base.points, strict=True))
-    comparisons = [_compare(a, b, metric, by, alpha) for a, b in pairs]
+    levels = _same_levels(spec, base)
+    pairs = list(zip(spec, base, strict=True))
+    comparisons = tuple(_compare(a, b, metric, by, alpha) for a, b in pairs)
     warnings = group_warnings([w for a, b in pairs for w in confounders(a, b)])
-    result = crossover(spec.levels, comparisons, warnings)
+    result = Crossover(levels, comparisons, warnings)
     found = "none" if result.level is None else f"C={result.level}"
     summary = f"crossover of {spec.server} vs {base.server}: {found}"
     table = replace(result, warnings=[]).table()
@@ -456,14 +449,13 @@ def assert_adaptive(
     tolerates 5 %). Too few runs to ever decide, against either reference, are refused, so
     a pass is never vacuous.
     """
-    larger = _direction(metric)
     levels = _same_levels(adaptive, base, fixed)
     rows, slower, levels_evidence, warnings = [], [], [], []
     for level, a, b, f in zip(levels, adaptive, base, fixed, strict=True):
         # Both references are compared, so either too small to ever decide is refused.
         vs_base, vs_fixed = (_compare(a, other, metric, by, alpha) for other in (b, f))
         mb, mf = vs_base.median_b, vs_fixed.median_b
-        best, c = (b, vs_base) if (mb >= mf) == larger else (f, vs_fixed)
+        best, c = (b, vs_base) if (mb >= mf) == vs_base.larger_is_better else (f, vs_fixed)
         warnings += confounders(a, b)
         note = {Outcome.PASS: "faster", Outcome.INCONCLUSIVE: "not slower"}.get(c.outcome)
         if note is None:
@@ -542,15 +534,14 @@ def recommend_adaptive_config(
     """
     if not fixed or any(steps < 1 for steps in fixed):
         raise ComparisonRefused("recommend_adaptive_config needs sweeps at step counts >= 1")
-    larger = _direction(metric)
-    levels = _same_levels(base, *fixed.values())
+    larger = metric_spec(metric).larger_is_better  # a load metric is refused by _compare
     rows: list[dict[str, Any]] = []
     config: dict[str, dict[str, Any]] = {}
-    for index, level in enumerate(levels):
-        point = base.points[index]
+    for index, level in enumerate(_same_levels(base, *fixed.values())):
         # Every sweep is compared, so one too small to ever decide is refused, chosen or not.
         compared = {
-            s: _compare(sw.points[index], point, metric, 1.0, alpha) for s, sw in fixed.items()
+            s: _compare(sw.points[index], base.points[index], metric, 1.0, alpha)
+            for s, sw in fixed.items()
         }
         speculative = {s: compared[s].median_a for s in sorted(compared)}
         best = max(fixed, key=lambda s: speculative[s] if larger else -speculative[s])

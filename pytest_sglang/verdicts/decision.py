@@ -28,7 +28,7 @@ from pytest_sglang.verdicts.stats import (
     runs_needed,
 )
 
-__all__ = ["Comparison", "Crossover", "Outcome", "compare", "crossover", "judge"]
+__all__ = ["Comparison", "Crossover", "Outcome", "compare", "judge"]
 
 
 class Outcome(enum.Enum):
@@ -144,17 +144,16 @@ class Comparison:
             f"smallest detectable effect with {self.n_a}+{self.n_b} runs: {self.mde:.1%} "
             f"({self.power:.1%} power, log spread {self.sigma:.4f})",
         ]
-        if self.outcome is not Outcome.INCONCLUSIVE:
-            return "\n".join([*lines, f"outcome: {self.outcome.name}"])
-        if self.repeats_needed is None:
-            advice = "the observed ratio is at the target: more runs will not settle it"
-        else:
-            advice = (
-                f"about {self.repeats_needed} runs per side would decide a true ratio of "
+        outcome = f"outcome: {self.outcome.name}"
+        if self.outcome is Outcome.INCONCLUSIVE and self.repeats_needed is None:
+            outcome += " - the observed ratio is at the target: more runs will not settle it"
+        elif self.outcome is Outcome.INCONCLUSIVE:
+            outcome += (
+                f" - about {self.repeats_needed} runs per side would decide a true ratio of "
                 f"{self.ratio:.4g} with {self.power:.1%} power; measure them afresh "
                 "(adding runs to these and testing again inflates the false-pass rate)"
             )
-        return "\n".join([*lines, f"outcome: INCONCLUSIVE - {advice}"])
+        return "\n".join([*lines, outcome])
 
     def as_dict(self) -> dict[str, Any]:
         """Return the comparison as plain JSON types (no NaN or infinities)."""
@@ -236,18 +235,33 @@ def compare(
 @functools.total_ordering
 @dataclass(frozen=True, eq=False)
 class Crossover:
-    """Where, in an ascending sweep, *a* stops being significantly better than *b*.
+    """Where, in a sweep's ascending ``levels``, *a* stops being significantly better than *b*.
 
-    ``level`` (at ``index``) is the lowest level that did not PASS, None when all did. It
-    compares with numbers by that level (``find_crossover(spec, base) <= 10``; None as never).
+    :attr:`level` (at :attr:`index`) is the lowest level whose comparison is not a PASS, None
+    when all are. It compares with numbers by that level (``find_crossover(spec, base) <= 10``;
+    None as never).
     """
 
     levels: tuple[int, ...]
     comparisons: tuple[Comparison, ...]
-    level: int | None
-    index: int | None
-    monotone: bool
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def index(self) -> int | None:
+        """The position of the crossover in ``levels``, None when every level passed."""
+        passed = [c.outcome is Outcome.PASS for c in self.comparisons]
+        return None if all(passed) else passed.index(False)
+
+    @property
+    def level(self) -> int | None:
+        """The crossover level, None when every level passed."""
+        return None if self.index is None else self.levels[self.index]
+
+    @property
+    def monotone(self) -> bool:
+        """Whether no level above the crossover passes again."""
+        rest = [] if self.index is None else self.comparisons[self.index :]
+        return all(c.outcome is not Outcome.PASS for c in rest)
 
     def __repr__(self) -> str:
         return f"<crossover at {self.level}>\n{self.table()}"
@@ -293,23 +307,3 @@ class Crossover:
             "monotone": self.monotone,
             "levels": [{"level": level, **comp.as_dict()} for level, comp in pairs],
         }
-
-
-def crossover(
-    levels: Sequence[int], comparisons: Sequence[Comparison], warnings: Sequence[str] = ()
-) -> Crossover:
-    """Find the lowest level, of strictly ascending ``levels``, whose comparison is not a PASS.
-
-    :raises ValueError: if the lengths differ, or *levels* is empty or not strictly ascending.
-    """
-    lv, cs = tuple(levels), tuple(comparisons)
-    require(len(lv) == len(cs), f"{len(lv)} levels but {len(cs)} comparisons")
-    require(bool(lv), "crossover needs at least one level")
-    require(
-        all(lo < hi for lo, hi in itertools.pairwise(lv)),
-        f"levels must be strictly ascending, got {list(lv)}",
-    )
-    index = next((i for i, c in enumerate(cs) if c.outcome is not Outcome.PASS), None)
-    monotone = index is None or all(c.outcome is not Outcome.PASS for c in cs[index:])
-    level = None if index is None else lv[index]
-    return Crossover(lv, cs, level, index, monotone, list(warnings))
