@@ -8,6 +8,7 @@ is judged and its bucket config recommended here too, from the same comparisons.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -247,13 +248,17 @@ def _cap_confounders(a: BenchResult, b: BenchResult) -> list[str]:
 
 
 def _same_levels(*sweeps: Sweep) -> tuple[int, ...]:
-    """Return the levels that all ``sweeps`` cover; sweeps over different levels are refused."""
+    """Return the levels that all ``sweeps`` cover, strictly ascending; any other is refused."""
     if len({sweep.levels for sweep in sweeps}) > 1:
         found = ", ".join(f"{sweep.server} {sweep.levels}" for sweep in sweeps)
         raise ComparisonRefused(
             f"the sweeps cover different levels: {found}; sweep all over the same list"
         )
-    return sweeps[0].levels
+    levels = sweeps[0].levels
+    if not levels or any(lo >= hi for lo, hi in itertools.pairwise(levels)):
+        what = "no level" if not levels else f"levels {levels} are not strictly ascending"
+        raise ComparisonRefused(f"the sweeps have {what}: give one result per level, ascending")
+    return levels
 
 
 def _context(a: BenchResult, b: BenchResult) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pytest_sglang import (
@@ -126,6 +128,17 @@ def test_crossover_found_and_compared_with_numbers() -> None:
     assert never.level is None and not (never <= 1000) and never == None  # noqa: E711
     with pytest.raises(ComparisonRefused, match="different levels"):
         find_crossover(sweep("e", {1: FAST}), sweep("b", {2: SLOW}))
+
+
+def test_a_sweep_built_out_of_order_or_empty_is_refused() -> None:
+    # Sweeps a user builds by hand: the crossover is the lowest level, so the order matters.
+    spec, base = sweep("e", {1: FAST, 10: SLOW}), sweep("b", {1: SLOW, 10: FAST})
+    backwards = [replace(s, points=s.points[::-1]) for s in (spec, base)]
+    empty = [replace(s, points=()) for s in (spec, base)]
+    with pytest.raises(ComparisonRefused, match=r"levels \(10, 1\) are not strictly ascending"):
+        find_crossover(backwards[0], backwards[1])
+    with pytest.raises(ComparisonRefused, match="no level"):
+        find_crossover(empty[0], empty[1])
 
 
 def test_a_warning_repeated_at_several_levels_is_one_line_naming_them() -> None:
