@@ -130,17 +130,26 @@ def _warnings(c: Comparison, tolerance: float, stored: BenchResult) -> list[str]
     return out
 
 
+def _side(
+    side: StoredMeasurement | BenchResult,
+) -> tuple[BenchResult, Fingerprint, Mapping[str, Any]]:
+    """Return a side's result, fingerprint and labels (a bare result has no labels)."""
+    if isinstance(side, StoredMeasurement):
+        return side.result, side.fingerprint, side.labels
+    return side, fingerprint_of(side.as_dict()), {}
+
+
 def regression_verdict(
-    fresh: BenchResult,
+    fresh: StoredMeasurement | BenchResult,
     stored: StoredMeasurement | BenchResult,
     metric: str = "output_throughput",
     tolerance: float = 0.03,
     alpha: float = 0.05,
-    *,
-    fresh_fingerprint: Fingerprint | None = None,
-    fresh_labels: Mapping[str, Any] | None = None,
 ) -> Verdict:
-    """Judge ``fresh`` against ``stored``; record and raise nothing but refusals."""
+    """Judge ``fresh`` against ``stored``; record and raise nothing but refusals.
+
+    Either side is a bare result or a measurement with its fingerprint and labels (the gate's).
+    """
     __tracebackhide__ = True
     larger = metric_spec(metric).larger_is_better
     if larger is None:
@@ -148,31 +157,29 @@ def regression_verdict(
     if not 0.0 <= tolerance < 1.0:
         raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
     by = (1.0 - tolerance) if larger else 1.0 / (1.0 + tolerance)
-    if isinstance(stored, StoredMeasurement):
-        base, stored_fp, labels, where = stored.result, stored.fingerprint, stored.labels, stored
-    else:
-        base, stored_fp, labels, where = stored, fingerprint_of(stored.as_dict()), {}, None
-    mine = fresh_fingerprint or fingerprint_of(fresh.as_dict())
-    what = f"{fresh.label()} vs {where.label() if where else base.label() + ' (stored)'}"
+    now, mine, now_labels = _side(fresh)
+    base, stored_fp, labels = _side(stored)
+    where = stored if isinstance(stored, StoredMeasurement) else None
+    what = f"{now.label()} vs {where.label() if where else base.label() + ' (stored)'}"
     if refused := mine.differences(stored_fp, refused=True):
         raise ComparisonRefused(
             f"cannot compare {what}: the fingerprints differ in what must match:\n  "
             + "\n  ".join(refused)
         )
-    comparison = _compare(fresh, base, metric, by, alpha, ("now", "stored"), what)
+    comparison = _compare(now, base, metric, by, alpha, ("now", "stored"), what)
     ratio, low, high, bound = _raw(comparison)
     lines = [
         comparison.table(),
-        _labels_line("now", fresh_labels or {}),
+        _labels_line("now", now_labels),
         _labels_line("stored", labels),
         *(f"shown, not refused: {d}" for d in mine.differences(stored_fp, refused=False)),
         f"fingerprint: {mine.describe()}",
     ]
     summary = _summary(comparison, metric, tolerance, what)
     evidence = {
-        "a": fresh.label(),
+        "a": now.label(),
         "b": where.label() if where else base.label(),
-        "workload": fresh.workload.as_dict(),
+        "workload": now.workload.as_dict(),
         "comparison": comparison.as_dict(),
         "tolerance": tolerance,
         "bound": bound,
@@ -271,15 +278,7 @@ def judge(
     out = []
     for check in checks:
         try:
-            v = regression_verdict(
-                fresh.result,
-                match,
-                check.metric,
-                check.tolerance,
-                alpha,
-                fresh_fingerprint=fresh.fingerprint,
-                fresh_labels=fresh.labels,
-            )
+            v = regression_verdict(fresh, match, check.metric, check.tolerance, alpha)
         except (ComparisonRefused, ValueError) as exc:
             out.append(Judged(label, "refused", str(exc)))
         else:

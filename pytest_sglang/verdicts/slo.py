@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pytest_sglang.errors import ComparisonRefused
@@ -152,29 +152,19 @@ class LevelDecision:
         )
 
 
-@dataclass
+@dataclass(frozen=True)
 class CapacityVerdict:
-    """The search's answer: ``level`` (highest shown to meet the SLO) and the evidence."""
+    """The search's answer, the bracket from ``level`` to ``upper``, and the evidence."""
 
     slo: Slo
     label: str
     unit: str
-    levels: tuple[Level, ...]
     alpha: float
-    decisions: dict[Level, LevelDecision] = field(default_factory=dict)
-
-    @property
-    def level(self) -> Level | None:
-        """The highest level shown to meet the SLO (None: not even the lowest)."""
-        return max(
-            (lv for lv, d in self.decisions.items() if d.outcome is Outcome.PASS), default=None
-        )
-
-    @property
-    def upper(self) -> Level | None:
-        """The lowest level above ``level`` that missed the SLO or stayed undecided."""
-        low = -math.inf if self.level is None else self.level
-        return min((lv for lv in self.decisions if lv > low), default=None)
+    decisions: dict[Level, LevelDecision]
+    #: The highest level shown to meet the SLO (None: not even the lowest).
+    level: Level | None
+    #: The lowest level above ``level`` that missed the SLO or stayed undecided (None: none).
+    upper: Level | None
 
     @property
     def decided(self) -> bool:
@@ -253,7 +243,7 @@ def find_capacity(
     grid = tuple(sorted(set(levels)))
     require(bool(grid), "find_capacity needs at least one level")
     require(max_runs >= 1, f"max_runs must be at least 1, got {max_runs}")
-    verdict = CapacityVerdict(slo, label, unit, grid, alpha)
+    decisions: dict[Level, LevelDecision] = {}
     low, high = -1, len(grid)  # grid[low] shown to pass, grid[high] not passing
     while high - low > 1:
         mid = (low + high) // 2
@@ -265,8 +255,10 @@ def find_capacity(
             if outcome is not Outcome.INCONCLUSIVE:
                 break
         decision = LevelDecision(grid[mid], outcome, repeat + 1, len(records), tuple(objectives))
-        verdict.decisions[grid[mid]] = decision
+        decisions[grid[mid]] = decision
         low, high = (mid, high) if outcome is Outcome.PASS else (low, mid)
+    level, upper = (grid[i] if 0 <= i < len(grid) else None for i in (low, high))
+    verdict = CapacityVerdict(slo, label, unit, alpha, decisions, level, upper)
     summary, table = verdict.statement(), verdict.table()
     record_verdict(
         Verdict("find_capacity", "finding", slo.describe(), summary, table, verdict.evidence())
