@@ -38,13 +38,7 @@ from pytest_sglang.measure.session_format import (
     session_labels,
 )
 from pytest_sglang.measure.store import BaselineStore
-from pytest_sglang.report.entries import (
-    CURRENT_ITEM,
-    MeasurementRow,
-    VerdictKind,
-    as_row,
-    unique_measurements,
-)
+from pytest_sglang.report.entries import CURRENT_ITEM, MeasurementRow, as_row, unique_measurements
 from pytest_sglang.report.junit import add_entry, report_entries
 from pytest_sglang.report.writing import json_text, write_atomic
 from pytest_sglang.verdicts.assertions import Verdict, _compare, conclude
@@ -192,8 +186,9 @@ def regression_verdict(
         "regression": comparison.outcome is Outcome.FAIL,
     }
     table, warnings = "\n".join(lines), _warnings(comparison, tolerance, base)
-    kind: VerdictKind = "assert_no_regression"
-    return Verdict(kind, comparison.outcome, metric, summary, table, evidence, warnings)
+    return Verdict(
+        "assert_no_regression", comparison.outcome, metric, summary, table, evidence, warnings
+    )
 
 
 def assert_no_regression(
@@ -406,11 +401,11 @@ class BaselineGate:
                 write_atomic(path, json_text(document))
             except OSError as exc:
                 problems.append(f"{folder}: {exc.strerror or exc}")
-                continue
-            return (
-                f"; the session was written to {path} instead: compare with it "
-                f"(--sglang-compare={path}), or move it into the store as NNNN_{name}.json"
-            )
+            else:
+                return (
+                    f"; the session was written to {path} instead: compare with it "
+                    f"(--sglang-compare={path}), or move it into the store as NNNN_{name}.json"
+                )
         return "; it could not be written elsewhere either (" + "; ".join(problems) + ")"
 
     @pytest.hookimpl

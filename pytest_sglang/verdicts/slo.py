@@ -42,8 +42,7 @@ Level = int | float
 
 def requests_to_pass(percentile: float, alpha: float = 0.05) -> int:
     """Return the fewest requests with which a violation-free run can PASS ``percentile``."""
-    fraction = percentile / 100.0
-    return math.ceil(math.log(alpha) / math.log(fraction))
+    return math.ceil(math.log(alpha) / math.log(percentile / 100.0))
 
 
 @dataclass(frozen=True)
