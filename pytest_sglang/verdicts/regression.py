@@ -10,7 +10,6 @@ and without xdist (``docs/baselines.md``).
 
 from __future__ import annotations
 
-import functools
 import itertools
 import tempfile
 from collections import Counter
@@ -207,7 +206,6 @@ def assert_no_regression(
     session number or name, or a saved file. Skips when nothing comparable is stored yet.
     """
     __tracebackhide__ = True
-    stored: StoredMeasurement | BenchResult
     if isinstance(baseline, str):
         item = CURRENT_ITEM.get()  # outside a test: the storage relative to the working directory
         if item is not None and storage is None:
@@ -229,10 +227,8 @@ def assert_no_regression(
                 f"no stored baseline with the fingerprint of {result.label()} in {store} "
                 f"({fingerprint.describe()}); save one with --sglang-save NAME"
             )
-        stored = near[0] if match is None else match  # a near miss: refused with its fields
-    else:
-        stored = baseline
-    return conclude(regression_verdict(result, stored, metric, tolerance, alpha))
+        baseline = near[0] if match is None else match  # a near miss: refused with its fields
+    return conclude(regression_verdict(result, baseline, metric, tolerance, alpha))
 
 
 # -- the session's gate ------------------------------------------------------------------------
@@ -293,15 +289,12 @@ class BaselineGate:
     stored: list[StoredMeasurement] = field(default_factory=list)
     #: Why none could be read (nothing stored yet): each measurement's ``NO BASELINE`` says it.
     unread: str | None = None
+    #: The tested tree's commit, read when the session starts.
+    commit: dict[str, Any] = field(default_factory=commit_info)
     #: What was judged, by test.
     outcomes: list[tuple[str, Judged]] = field(default_factory=list)
     #: What the summary says last, and whether in red: a gate that compared nothing, the save.
     notes: list[tuple[str, bool]] = field(default_factory=list)
-
-    @functools.cached_property
-    def commit(self) -> dict[str, Any]:
-        """The tested tree's commit (read once)."""
-        return commit_info()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
