@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from pytest_sglang.errors import ComparisonRefused
@@ -46,10 +46,9 @@ def requests_to_pass(percentile: float, alpha: float = 0.05) -> int:
 
 
 @dataclass(frozen=True)
-class ObjectiveDecision:
-    """One objective's count, bounds and outcome."""
+class ObjectiveDecision(Attainment):
+    """One objective's count (its :class:`Attainment`), bounds and outcome."""
 
-    attainment: Attainment
     lower: float
     upper: float
     alpha: float
@@ -57,10 +56,9 @@ class ObjectiveDecision:
 
     def row(self) -> str:
         """Return one line of the evidence table."""
-        a = self.attainment
         return (
-            f"{a.objective.describe():<28} {a.met:>6}/{a.requests:<6} {a.fraction:>8.2%} "
-            f"[{self.lower:.4f}, {self.upper:.4f}] {self.outcome.name}"
+            f"{self.objective.describe():<28} {self.met:>6}/{self.requests:<6} "
+            f"{self.fraction:>8.2%} [{self.lower:.4f}, {self.upper:.4f}] {self.outcome.name}"
         )
 
 
@@ -78,7 +76,9 @@ def judge_slo(
     for a in attainment(slo, records):
         lower, upper = binomial_bounds(a.met, a.requests, each)
         outcome = judge(lower >= a.objective.fraction, upper < a.objective.fraction)
-        decisions.append(ObjectiveDecision(a, lower, upper, each, outcome))
+        decisions.append(
+            ObjectiveDecision(a.objective, a.met, a.requests, lower, upper, each, outcome)
+        )
     outcomes = {d.outcome for d in decisions}
     return judge(outcomes == {Outcome.PASS}, Outcome.FAIL in outcomes), decisions
 
@@ -116,15 +116,7 @@ def assert_slo(result: BenchResult, slo: Slo | str, alpha: float = 0.05) -> Verd
         "requests": len(records),
         "goodput": goodputs,
         "objectives": [
-            {
-                "objective": d.attainment.objective.describe(),
-                "met": d.attainment.met,
-                "requests": d.attainment.requests,
-                "lower": d.lower,
-                "upper": d.upper,
-                "alpha": d.alpha,
-                "outcome": d.outcome.value,
-            }
+            {**asdict(d), "objective": d.objective.describe(), "outcome": d.outcome.value}
             for d in decisions
         ],
     }
@@ -143,10 +135,10 @@ class LevelDecision:
 
     def row(self) -> str:
         """Return one line of the evidence table."""
-        worst = min(self.objectives, key=lambda d: d.lower - d.attainment.objective.fraction)
+        worst = min(self.objectives, key=lambda d: d.lower - d.objective.fraction)
         return (
             f"{self.level:>8g} {self.runs:>4} {self.requests:>8} "
-            f"{worst.attainment.fraction:>8.2%} [{worst.lower:.4f}, {worst.upper:.4f}] "
+            f"{worst.fraction:>8.2%} [{worst.lower:.4f}, {worst.upper:.4f}] "
             f"{self.outcome.name}"
         )
 
