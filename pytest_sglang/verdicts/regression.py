@@ -349,6 +349,7 @@ class BaselineGate:
                     "that compared nothing has not passed: save a comparable baseline first, or "
                     f"add the term {NOTHING_COMPARED_OK} to let such a session pass"
                 )
+                # OK becomes failed; a worse status (interrupted, internal error) stays.
                 session.exitstatus = session.exitstatus or pytest.ExitCode.TESTS_FAILED
             self.notes.append((f"  {note}", not options.nothing_compared_ok))
         if options.save or options.autosave:
@@ -377,7 +378,7 @@ class BaselineGate:
         except Exception as exc:  # a lost save must be loud: it is the next session's baseline
             error = f"saving the baseline to {store} failed: {type(exc).__name__}: {exc}"
             self.notes.append((error + self._keep(name, document), True))
-            session.exitstatus = session.exitstatus or pytest.ExitCode.TESTS_FAILED
+            session.exitstatus = session.exitstatus or pytest.ExitCode.TESTS_FAILED  # as above
         else:
             self.notes.append((f"saved {len(rows)} measurement(s) to {where}", False))
 
@@ -388,7 +389,8 @@ class BaselineGate:
         folders += [Path(self.config.invocation_params.dir), Path(tempfile.gettempdir())]
         problems = []
         for folder in folders:
-            names = (f"sglang-unsaved_{name}" + f"-{n}" * (n > 1) for n in itertools.count(1))
+            stem = f"sglang-unsaved_{name}"
+            names = itertools.chain([stem], (f"{stem}-{n}" for n in itertools.count(2)))
             path = next(p for p in (folder / f"{n}.json" for n in names) if not p.exists())
             try:
                 write_atomic(path, json_text(document))
