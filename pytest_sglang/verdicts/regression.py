@@ -72,6 +72,17 @@ _LABELS = ("sglang_version", "commit", "name", "datetime")
 # verdict's traceback shows the test's line. The gate's frames stay in internal errors.
 
 
+def _margin(metric: str, tolerance: float) -> tuple[bool, float]:
+    """Return whether larger is better for ``metric``, and the margin ``tolerance`` allows."""
+    __tracebackhide__ = True
+    larger = metric_spec(metric).larger_is_better
+    if larger is None:
+        raise ComparisonRefused(f"{metric!r} describes the load and cannot regress")
+    if not 0.0 <= tolerance < 1.0:
+        raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
+    return larger, (1.0 - tolerance) if larger else 1.0 / (1.0 + tolerance)
+
+
 def _raw(c: Comparison) -> tuple[float, float, float, float]:
     """Return now/stored in the metric's own units: ratio, its bounds low and high, margin."""
     if c.larger_is_better:
@@ -144,12 +155,7 @@ def regression_verdict(
     Either side is a bare result or a measurement with its fingerprint and labels (the gate's).
     """
     __tracebackhide__ = True
-    larger = metric_spec(metric).larger_is_better
-    if larger is None:
-        raise ComparisonRefused(f"{metric!r} describes the load and cannot regress")
-    if not 0.0 <= tolerance < 1.0:
-        raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
-    by = (1.0 - tolerance) if larger else 1.0 / (1.0 + tolerance)
+    _, by = _margin(metric, tolerance)
     now, mine, now_labels = _side(fresh)
     base, stored_fp, labels = _side(stored)
     where = stored if isinstance(stored, StoredMeasurement) else None
