@@ -10,9 +10,9 @@ and without xdist (``docs/baselines.md``).
 
 from __future__ import annotations
 
-import functools
 import itertools
 import tempfile
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,13 +37,7 @@ from pytest_sglang.measure.session_format import (
     session_labels,
 )
 from pytest_sglang.measure.store import BaselineStore
-from pytest_sglang.report.entries import (
-    CURRENT_ITEM,
-    MeasurementRow,
-    VerdictKind,
-    as_row,
-    unique_measurements,
-)
+from pytest_sglang.report.entries import CURRENT_ITEM, MeasurementRow, as_row, unique_measurements
 from pytest_sglang.report.junit import add_entry, report_entries
 from pytest_sglang.report.writing import json_text, write_atomic
 from pytest_sglang.verdicts.assertions import Verdict, _compare, conclude
@@ -79,6 +73,7 @@ _LABELS = ("sglang_version", "commit", "name", "datetime")
 
 
 def _margin(metric: str, tolerance: float) -> tuple[bool, float]:
+    """Return whether larger is better for ``metric``, and the margin ``tolerance`` allows."""
     __tracebackhide__ = True
     larger = metric_spec(metric).larger_is_better
     if larger is None:
@@ -97,21 +92,20 @@ def _raw(c: Comparison) -> tuple[float, float, float, float]:
 
 def _summary(c: Comparison, metric: str, tolerance: float, what: str) -> str:
     ratio, low, high, bound = _raw(c)
-    conf = f"{c.confidence:.1%}"
     head = f"assert_no_regression({what}) on {metric}"
+    shown = f"now/stored = {ratio:.4f}, {c.confidence:.1%}"
     tol = f"{100 * tolerance:g}% tolerance"
-    shown = f"now/stored = {ratio:.4f}, {conf}"
-    if c.outcome is not Outcome.INCONCLUSIVE:
-        failed = c.outcome is Outcome.FAIL
-        word, p = ("REGRESSION", c.p_value_fail) if failed else ("no regression", c.p_value)
-        upper = failed == c.larger_is_better
-        edge = f"upper bound {high:.4f} <" if upper else f"lower bound {low:.4f} >"
-        return f"{head}: {word}: {shown} {edge} bound {bound:.4f} ({tol}), p = {p:.3g}"
-    direction = "drop" if c.larger_is_better else "rise"
-    return (
-        f"{head}: INCONCLUSIVE: {shown} bounds [{low:.4f}, {high:.4f}] straddle the bound "
-        f"{bound:.4f} ({tol}: a {100 * tolerance:g}% {direction} allowed) {c.undecided()}"
-    )
+    if c.outcome is Outcome.INCONCLUSIVE:
+        direction = "drop" if c.larger_is_better else "rise"
+        return (
+            f"{head}: INCONCLUSIVE: {shown} bounds [{low:.4f}, {high:.4f}] straddle the bound "
+            f"{bound:.4f} ({tol}: a {100 * tolerance:g}% {direction} allowed) {c.undecided()}"
+        )
+    failed = c.outcome is Outcome.FAIL
+    word, p = ("REGRESSION", c.p_value_fail) if failed else ("no regression", c.p_value)
+    upper = failed == c.larger_is_better
+    edge = f"upper bound {high:.4f} <" if upper else f"lower bound {low:.4f} >"
+    return f"{head}: {word}: {shown} {edge} bound {bound:.4f} ({tol}), p = {p:.3g}"
 
 
 def _labels_line(name: str, labels: Mapping[str, Any]) -> str:
@@ -140,44 +134,51 @@ def _warnings(c: Comparison, tolerance: float, stored: BenchResult) -> list[str]
     return out
 
 
+def _side(
+    side: StoredMeasurement | BenchResult,
+) -> tuple[BenchResult, Fingerprint, Mapping[str, Any]]:
+    """Return a side's result, fingerprint and labels (a bare result has no labels)."""
+    if isinstance(side, StoredMeasurement):
+        return side.result, side.fingerprint, side.labels
+    return side, fingerprint_of(side.as_dict()), {}
+
+
 def regression_verdict(
-    fresh: BenchResult,
+    fresh: StoredMeasurement | BenchResult,
     stored: StoredMeasurement | BenchResult,
     metric: str = "output_throughput",
     tolerance: float = 0.03,
     alpha: float = 0.05,
-    *,
-    fresh_fingerprint: Fingerprint | None = None,
-    fresh_labels: Mapping[str, Any] | None = None,
 ) -> Verdict:
-    """Judge ``fresh`` against ``stored``; record and raise nothing but refusals."""
+    """Judge ``fresh`` against ``stored``; record and raise nothing but refusals.
+
+    Either side is a bare result or a measurement with its fingerprint and labels (the gate's).
+    """
     __tracebackhide__ = True
     _, by = _margin(metric, tolerance)
-    if isinstance(stored, StoredMeasurement):
-        base, stored_fp, labels, where = stored.result, stored.fingerprint, stored.labels, stored
-    else:
-        base, stored_fp, labels, where = stored, fingerprint_of(stored.as_dict()), {}, None
-    mine = fresh_fingerprint or fingerprint_of(fresh.as_dict())
-    what = f"{fresh.label()} vs {where.label() if where else base.label() + ' (stored)'}"
+    now, mine, now_labels = _side(fresh)
+    base, stored_fp, labels = _side(stored)
+    where = stored if isinstance(stored, StoredMeasurement) else None
+    what = f"{now.label()} vs {where.label() if where else base.label() + ' (stored)'}"
     if refused := mine.differences(stored_fp, refused=True):
         raise ComparisonRefused(
             f"cannot compare {what}: the fingerprints differ in what must match:\n  "
             + "\n  ".join(refused)
         )
-    comparison = _compare(fresh, base, metric, by, alpha, ("now", "stored"), what)
+    comparison = _compare(now, base, metric, by, alpha, ("now", "stored"), what)
     ratio, low, high, bound = _raw(comparison)
     lines = [
         comparison.table(),
-        _labels_line("now", fresh_labels or {}),
+        _labels_line("now", now_labels),
         _labels_line("stored", labels),
         *(f"shown, not refused: {d}" for d in mine.differences(stored_fp, refused=False)),
         f"fingerprint: {mine.describe()}",
     ]
     summary = _summary(comparison, metric, tolerance, what)
     evidence = {
-        "a": fresh.label(),
+        "a": now.label(),
         "b": where.label() if where else base.label(),
-        "workload": fresh.workload.as_dict(),
+        "workload": now.workload.as_dict(),
         "comparison": comparison.as_dict(),
         "tolerance": tolerance,
         "bound": bound,
@@ -190,17 +191,9 @@ def regression_verdict(
         "regression": comparison.outcome is Outcome.FAIL,
     }
     table, warnings = "\n".join(lines), _warnings(comparison, tolerance, base)
-    kind: VerdictKind = "assert_no_regression"
-    return Verdict(kind, comparison.outcome, metric, summary, table, evidence, warnings)
-
-
-def _store_for_current_test(storage: str | None) -> BaselineStore:
-    item = CURRENT_ITEM.get()
-    if item is None:  # outside a test: relative to the working directory
-        return BaselineStore(DEFAULT_STORAGE if storage is None else storage)
-    if storage is None:
-        return baseline_options(item.config).store()
-    return BaselineStore(storage, base=Path(item.config.invocation_params.dir))
+    return Verdict(
+        "assert_no_regression", comparison.outcome, metric, summary, table, evidence, warnings
+    )
 
 
 def assert_no_regression(
@@ -219,9 +212,13 @@ def assert_no_regression(
     session number or name, or a saved file. Skips when nothing comparable is stored yet.
     """
     __tracebackhide__ = True
-    stored: StoredMeasurement | BenchResult
     if isinstance(baseline, str):
-        store = _store_for_current_test(storage)
+        item = CURRENT_ITEM.get()  # outside a test: the storage relative to the working directory
+        if item is not None and storage is None:
+            store = baseline_options(item.config).store()
+        else:
+            base = Path(item.config.invocation_params.dir) if item is not None else None
+            store = BaselineStore(storage or DEFAULT_STORAGE, base=base)
         fingerprint = fingerprint_of(result.as_dict())
         try:
             match, near = find_counterpart(fingerprint, store.measurements(baseline))
@@ -236,15 +233,11 @@ def assert_no_regression(
                 f"no stored baseline with the fingerprint of {result.label()} in {store} "
                 f"({fingerprint.describe()}); save one with --sglang-save NAME"
             )
-        stored = near[0] if match is None else match  # a near miss: refused with its fields
-    else:
-        stored = baseline
-    return conclude(regression_verdict(result, stored, metric, tolerance, alpha))
+        baseline = near[0] if match is None else match  # a near miss: refused with its fields
+    return conclude(regression_verdict(result, baseline, metric, tolerance, alpha))
 
 
 # -- the session's gate ------------------------------------------------------------------------
-
-GATE_NAME = "sglang-baselines"
 
 
 class Judged(NamedTuple):
@@ -282,15 +275,7 @@ def judge(
     out = []
     for check in checks:
         try:
-            v = regression_verdict(
-                fresh.result,
-                match,
-                check.metric,
-                check.tolerance,
-                alpha,
-                fresh_fingerprint=fresh.fingerprint,
-                fresh_labels=fresh.labels,
-            )
+            v = regression_verdict(fresh, match, check.metric, check.tolerance, alpha)
         except (ComparisonRefused, ValueError) as exc:
             out.append(Judged(label, "refused", str(exc)))
         else:
@@ -306,23 +291,16 @@ class BaselineGate:
     options: BaselineOptions
     #: The session's records (servers, GPUs, measurements, verdicts: the gate's too).
     records: SGLangReporter
+    #: The stored measurements ``--sglang-compare`` refers to (read by :func:`register_gate`).
+    stored: list[StoredMeasurement] = field(default_factory=list)
+    #: Why none could be read (nothing stored yet): each measurement's ``NO BASELINE`` says it.
+    unread: str | None = None
+    #: The tested tree's commit, read when the session starts.
+    commit: dict[str, Any] = field(default_factory=commit_info)
     #: What was judged, by test.
     outcomes: list[tuple[str, Judged]] = field(default_factory=list)
     #: What the summary says last, and whether in red: a gate that compared nothing, the save.
     notes: list[tuple[str, bool]] = field(default_factory=list)
-
-    @functools.cached_property
-    def stored(self) -> tuple[list[StoredMeasurement], str | None]:
-        """The stored measurements ``--sglang-compare`` refers to, or why none (read once)."""
-        try:
-            return self.options.store().measurements(self.options.compare or "latest"), None
-        except (LookupError, OSError, ValueError) as exc:
-            return [], str(exc)
-
-    @functools.cached_property
-    def commit(self) -> dict[str, Any]:
-        """The tested tree's commit (read once)."""
-        return commit_info()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -333,24 +311,19 @@ class BaselineGate:
         # The reporter files this report after the gate: its servers and GPUs are added here.
         servers = self.records.servers + [e for e in entries if e["record"] == "server"]
         gpus = next((e["names"] for e in entries[::-1] if e["record"] == "gpus"), self.records.gpus)
-        candidates, unread = self.stored
         failures: list[str] = []
-        for entry in entries:
-            if entry["record"] != "measurement":
-                continue
+        for entry in (e for e in entries if e["record"] == "measurement"):
             row = cast("MeasurementRow", as_row(entry, report.nodeid))
             server = server_for(row, servers)
-            fingerprint = fingerprint_of(row, server, gpus)
             labels = session_labels("now", [server] if server else [], self.commit, "")
-            fresh = StoredMeasurement(row, fingerprint, "now", labels)
-            for judged in judge(fresh, candidates, self.options.checks):
-                if judged.outcome == "none" and unread:
-                    judged = judged._replace(text=unread)
+            fresh = StoredMeasurement(row, fingerprint_of(row, server, gpus), "now", labels)
+            for judged in judge(fresh, self.stored, self.options.checks):
+                if judged.outcome == "none" and self.unread:
+                    judged = judged._replace(text=self.unread)
                 self.outcomes.append((report.nodeid, judged))
                 if judged.verdict is None:
                     continue
-                body = judged.verdict.as_dict()
-                add_entry(report, {"record": "verdict", **body})
+                add_entry(report, {"record": "verdict", **judged.verdict.as_dict()})
                 if self.options.fail and judged.outcome == "fail":
                     failures.append(judged.verdict.message())
         if failures and not report.failed:
@@ -361,24 +334,16 @@ class BaselineGate:
                 f"{terms}):\n\n" + "\n\n".join(failures)
             )
 
-    def _fail(self, session: pytest.Session) -> None:
-        if session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-    def _count(self, outcome: str) -> int:
-        return sum(1 for _, judged in self.outcomes if judged.outcome == outcome)
-
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Fail a gate that compared nothing; save the session's measurements, when asked to."""
         if self.config.option.collectonly:
             return
-        options = self.options
-        judged = any(j.outcome in ("pass", "fail", "inconclusive") for _, j in self.outcomes)
-        if options.compare and options.fail and not judged:
+        options, counts = self.options, Counter(j.outcome for _, j in self.outcomes)
+        if options.compare and options.fail and not any(j.verdict for _, j in self.outcomes):
             why = (
-                f"{self._count('refused')} measurement(s) refused, {self._count('none')} "
-                "without a stored counterpart"
+                f"{counts['refused']} measurement(s) refused, {counts['none']} without a stored "
+                "counterpart"
                 if self.outcomes
                 else "no measurement was taken"
             )
@@ -390,7 +355,8 @@ class BaselineGate:
                     "that compared nothing has not passed: save a comparable baseline first, or "
                     f"add the term {NOTHING_COMPARED_OK} to let such a session pass"
                 )
-                self._fail(session)
+                # OK becomes failed; a worse status (interrupted, internal error) stays.
+                session.exitstatus = session.exitstatus or pytest.ExitCode.TESTS_FAILED
             self.notes.append((f"  {note}", not options.nothing_compared_ok))
         if options.save or options.autosave:
             self._save(session, exitstatus == pytest.ExitCode.INTERRUPTED)
@@ -418,9 +384,9 @@ class BaselineGate:
         except Exception as exc:  # a lost save must be loud: it is the next session's baseline
             error = f"saving the baseline to {store} failed: {type(exc).__name__}: {exc}"
             self.notes.append((error + self._keep(name, document), True))
-            self._fail(session)
-            return
-        self.notes.append((f"saved {len(rows)} measurement(s) to {where}", False))
+            session.exitstatus = session.exitstatus or pytest.ExitCode.TESTS_FAILED  # as above
+        else:
+            self.notes.append((f"saved {len(rows)} measurement(s) to {where}", False))
 
     def _keep(self, name: str, document: Mapping[str, Any]) -> str:
         """Write the session that could not be saved somewhere else; return what to say."""
@@ -429,26 +395,25 @@ class BaselineGate:
         folders += [Path(self.config.invocation_params.dir), Path(tempfile.gettempdir())]
         problems = []
         for folder in folders:
-            names = (
-                f"sglang-unsaved_{name}" + (f"-{n}" if n > 1 else "") for n in itertools.count(1)
-            )
+            stem = f"sglang-unsaved_{name}"
+            names = itertools.chain([stem], (f"{stem}-{n}" for n in itertools.count(2)))
             path = next(p for p in (folder / f"{n}.json" for n in names) if not p.exists())
             try:
                 write_atomic(path, json_text(document))
             except OSError as exc:
                 problems.append(f"{folder}: {exc.strerror or exc}")
-                continue
-            return (
-                f"; the session was written to {path} instead: compare with it "
-                f"(--sglang-compare={path}), or move it into the store as NNNN_{name}.json"
-            )
+            else:
+                return (
+                    f"; the session was written to {path} instead: compare with it "
+                    f"(--sglang-compare={path}), or move it into the store as NNNN_{name}.json"
+                )
         return "; it could not be written elsewhere either (" + "; ".join(problems) + ")"
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         """Say what was compared, what had no counterpart, and where the session was saved."""
         tr, options = terminalreporter, self.options
-        if not (self.outcomes or self.notes or options.compare):
+        if not (self.notes or options.compare):  # outcomes come from a comparison only
             return
         tr.section("sglang baselines")
         if options.compare:
@@ -462,20 +427,18 @@ class BaselineGate:
             for test, j in self.outcomes:
                 red = j.outcome in ("fail", "refused")
                 tr.write_line(f"  [{j.tag}] {test} {j.label}: {j.text}", red=red)
-            if self._count("none"):
-                tr.write_line(f"  {self._count('none')} measurement(s) had no stored counterpart")
+            if none := Counter(j.outcome for _, j in self.outcomes)["none"]:
+                tr.write_line(f"  {none} measurement(s) had no stored counterpart")
         for line, red in self.notes:
             tr.write_line(line, red=red)
 
 
-def register_gate(
-    config: pytest.Config, options: BaselineOptions, records: SGLangReporter
-) -> BaselineGate:
-    """Check the storage and the stored sessions now, then register the gate on the controller.
+def register_gate(config: pytest.Config, options: BaselineOptions, records: SGLangReporter) -> None:
+    """Check the storage and read the stored sessions now, then register the gate on the controller.
 
     ``records`` is the session's reporter, registered already: it keeps the records.
 
-    :raises pytest.UsageError: on an unwritable storage or a damaged stored session.
+    :raises pytest.UsageError: on an unwritable or unreadable storage or a damaged stored session.
     """
     gate = BaselineGate(config, options, records)
     check = not config.option.collectonly
@@ -490,8 +453,9 @@ def register_gate(
     if check and options.compare:
         try:
             options.store().check_reachable()
-            gate.stored  # noqa: B018 (read now: a damaged stored session stops the session)
+            gate.stored = options.store().measurements(options.compare)
         except (DamagedSession, OSError) as exc:
             raise pytest.UsageError(f"{COMPARE.label}={options.compare}: {exc}") from None
-    config.pluginmanager.register(gate, GATE_NAME)
-    return gate
+        except (LookupError, ValueError) as exc:
+            gate.unread = str(exc)
+    config.pluginmanager.register(gate, "sglang-baselines")

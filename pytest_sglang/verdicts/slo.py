@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from pytest_sglang.errors import ComparisonRefused
@@ -42,15 +42,13 @@ Level = int | float
 
 def requests_to_pass(percentile: float, alpha: float = 0.05) -> int:
     """Return the fewest requests with which a violation-free run can PASS ``percentile``."""
-    fraction = percentile / 100.0
-    return math.ceil(math.log(alpha) / math.log(fraction))
+    return math.ceil(math.log(alpha) / math.log(percentile / 100.0))
 
 
 @dataclass(frozen=True)
-class ObjectiveDecision:
-    """One objective's count, bounds and outcome."""
+class ObjectiveDecision(Attainment):
+    """One objective's count (its :class:`Attainment`), bounds and outcome."""
 
-    attainment: Attainment
     lower: float
     upper: float
     alpha: float
@@ -58,10 +56,9 @@ class ObjectiveDecision:
 
     def row(self) -> str:
         """Return one line of the evidence table."""
-        a = self.attainment
         return (
-            f"{a.objective.describe():<28} {a.met:>6}/{a.requests:<6} {a.fraction:>8.2%} "
-            f"[{self.lower:.4f}, {self.upper:.4f}] {self.outcome.name}"
+            f"{self.objective.describe():<28} {self.met:>6}/{self.requests:<6} "
+            f"{self.fraction:>8.2%} [{self.lower:.4f}, {self.upper:.4f}] {self.outcome.name}"
         )
 
 
@@ -79,7 +76,9 @@ def judge_slo(
     for a in attainment(slo, records):
         lower, upper = binomial_bounds(a.met, a.requests, each)
         outcome = judge(lower >= a.objective.fraction, upper < a.objective.fraction)
-        decisions.append(ObjectiveDecision(a, lower, upper, each, outcome))
+        decisions.append(
+            ObjectiveDecision(a.objective, a.met, a.requests, lower, upper, each, outcome)
+        )
     outcomes = {d.outcome for d in decisions}
     return judge(outcomes == {Outcome.PASS}, Outcome.FAIL in outcomes), decisions
 
@@ -117,15 +116,7 @@ def assert_slo(result: BenchResult, slo: Slo | str, alpha: float = 0.05) -> Verd
         "requests": len(records),
         "goodput": goodputs,
         "objectives": [
-            {
-                "objective": d.attainment.objective.describe(),
-                "met": d.attainment.met,
-                "requests": d.attainment.requests,
-                "lower": d.lower,
-                "upper": d.upper,
-                "alpha": d.alpha,
-                "outcome": d.outcome.value,
-            }
+            {**asdict(d), "objective": d.objective.describe(), "outcome": d.outcome.value}
             for d in decisions
         ],
     }
@@ -144,37 +135,27 @@ class LevelDecision:
 
     def row(self) -> str:
         """Return one line of the evidence table."""
-        worst = min(self.objectives, key=lambda d: d.lower - d.attainment.objective.fraction)
+        worst = min(self.objectives, key=lambda d: d.lower - d.objective.fraction)
         return (
             f"{self.level:>8g} {self.runs:>4} {self.requests:>8} "
-            f"{worst.attainment.fraction:>8.2%} [{worst.lower:.4f}, {worst.upper:.4f}] "
+            f"{worst.fraction:>8.2%} [{worst.lower:.4f}, {worst.upper:.4f}] "
             f"{self.outcome.name}"
         )
 
 
-@dataclass
+@dataclass(frozen=True)
 class CapacityVerdict:
-    """The search's answer: ``level`` (highest shown to meet the SLO) and the evidence."""
+    """The search's answer, the bracket from ``level`` to ``upper``, and the evidence."""
 
     slo: Slo
     label: str
     unit: str
-    levels: tuple[Level, ...]
     alpha: float
-    decisions: dict[Level, LevelDecision] = field(default_factory=dict)
-
-    @property
-    def level(self) -> Level | None:
-        """The highest level shown to meet the SLO (None: not even the lowest)."""
-        return max(
-            (lv for lv, d in self.decisions.items() if d.outcome is Outcome.PASS), default=None
-        )
-
-    @property
-    def upper(self) -> Level | None:
-        """The lowest level above ``level`` that missed the SLO or stayed undecided."""
-        low = -math.inf if self.level is None else self.level
-        return min((lv for lv in self.decisions if lv > low), default=None)
+    decisions: dict[Level, LevelDecision]
+    #: The highest level shown to meet the SLO (None: not even the lowest).
+    level: Level | None
+    #: The lowest level above ``level`` that missed the SLO or stayed undecided (None: none).
+    upper: Level | None
 
     @property
     def decided(self) -> bool:
@@ -253,7 +234,7 @@ def find_capacity(
     grid = tuple(sorted(set(levels)))
     require(bool(grid), "find_capacity needs at least one level")
     require(max_runs >= 1, f"max_runs must be at least 1, got {max_runs}")
-    verdict = CapacityVerdict(slo, label, unit, grid, alpha)
+    decisions: dict[Level, LevelDecision] = {}
     low, high = -1, len(grid)  # grid[low] shown to pass, grid[high] not passing
     while high - low > 1:
         mid = (low + high) // 2
@@ -265,8 +246,10 @@ def find_capacity(
             if outcome is not Outcome.INCONCLUSIVE:
                 break
         decision = LevelDecision(grid[mid], outcome, repeat + 1, len(records), tuple(objectives))
-        verdict.decisions[grid[mid]] = decision
+        decisions[grid[mid]] = decision
         low, high = (mid, high) if outcome is Outcome.PASS else (low, mid)
+    level, upper = (grid[i] if 0 <= i < len(grid) else None for i in (low, high))
+    verdict = CapacityVerdict(slo, label, unit, alpha, decisions, level, upper)
     summary, table = verdict.statement(), verdict.table()
     record_verdict(
         Verdict("find_capacity", "finding", slo.describe(), summary, table, verdict.evidence())

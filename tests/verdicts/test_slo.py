@@ -76,5 +76,5 @@ def test_assert_slo_pools_runs_and_raises_with_a_table() -> None:
 def test_assert_slo_counts_failed_requests_as_misses() -> None:
     records = [rec(0.2)] * 95 + [rec(0.1, error="HTTP 500")] * 5
     _, decisions = judge_slo(Slo.parse("ttft.p99 <= 1s"), records)
-    assert decisions[0].attainment.met == 95
-    assert math.isclose(decisions[0].attainment.fraction, 0.95)
+    assert decisions[0].met == 95
+    assert math.isclose(decisions[0].fraction, 0.95)
