@@ -7,7 +7,7 @@ when pytest dies without it.
 
 The server's output reaches its log file through a log pump (``python -m`` this module
 ``pump``): each line is written redacted (a server prints its arguments, API key included),
-and SGLang's :data:`READY_LINE` is signalled on a file descriptor. A process of its own, so a
+and SGLang's :data:`READY_LINE` is signalled on its stdout. A process of its own, so a
 busy test process never blocks the server on a full pipe; the secrets come in its environment,
 not on its command line, which every user of the host can read.
 """
@@ -128,8 +128,6 @@ class ServerProcess:
     _popen: subprocess.Popen[bytes] | None = field(init=False, default=None)
     _reaper: subprocess.Popen[bytes] | None = field(init=False, default=None)
     _pump: subprocess.Popen[bytes] | None = field(init=False, default=None)
-    #: Read end of the pipe on which the log pump signals the ready line; None once read.
-    _ready_fd: int | None = field(init=False, default=None)
     _ready_seen: bool = field(init=False, default=False)
     _killed_at_once: bool = field(init=False, default=False)
 
@@ -148,15 +146,13 @@ class ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path.touch()  # the log exists (and is writable) before anything runs
         read_end, write_end = os.pipe()
-        self._ready_fd, ready_write = os.pipe()
         try:
             self._pump = _spawn(
                 "pump",
                 str(self.log_path),
-                str(ready_write),
                 stdin=read_end,
+                stdout=subprocess.PIPE,  # a byte when the ready line passes; EOF as it ends
                 env={**os.environ, _SECRETS_ENV: json.dumps(list(self.secrets))},
-                pass_fds=(ready_write,),
             )
             self._popen = subprocess.Popen(
                 self.argv,
@@ -167,7 +163,7 @@ class ServerProcess:
                 start_new_session=True,
             )
         finally:
-            for fd in (read_end, write_end, ready_write):
+            for fd in (read_end, write_end):
                 os.close(fd)
             if self._popen is None:  # the server never ran: the pump ends at EOF
                 _end(self._pump)
@@ -186,17 +182,13 @@ class ServerProcess:
 
         Once the line came, or the server's output closed without it, every call waits.
         """
-        if self._ready_fd is None:
+        ready = self._pump.stdout if self._pump is not None else None
+        if ready is None or ready.closed:
             time.sleep(timeout)
-        elif select.select([self._ready_fd], [], [], timeout)[0]:
-            self._ready_seen = os.read(self._ready_fd, 1) != b""
-            self._close_ready()
+        elif select.select([ready], [], [], timeout)[0]:
+            self._ready_seen = os.read(ready.fileno(), 1) != b""
+            ready.close()
         return self._ready_seen
-
-    def _close_ready(self) -> None:
-        if self._ready_fd is not None:
-            os.close(self._ready_fd)
-            self._ready_fd = None
 
     def log_tail(self, lines: int) -> list[str]:
         """Return the last ``lines`` lines of the server log (after an exit, its last words)."""
@@ -227,7 +219,6 @@ class ServerProcess:
         if self._popen is not None:  # else never started (Popen itself failed): nothing to stop
             report = kill_ours(self.launch_id, self._popen.pid, grace, self._exclude())
         _end(self._pump)  # the last lines copied
-        self._close_ready()
         if self._killed_at_once:
             report.signals.append(KILLED_AT_ONCE)
         code = self.poll(5.0)  # where psutil reaped the leader first, ECHILD: 0, not the code
@@ -255,14 +246,14 @@ class ServerProcess:
         return [self._reaper.pid] if self._reaper is not None else []
 
 
-def _spawn(*args: str, **popen: Any) -> subprocess.Popen[bytes]:
-    """Start ``python -m pytest_sglang.server.process ARGS`` in its own session, silent.
+def _spawn(*args: str, stdout: int = subprocess.DEVNULL, **popen: Any) -> subprocess.Popen[bytes]:
+    """Start ``python -m pytest_sglang.server.process ARGS`` in its own session.
 
     ``popen``: more of :class:`subprocess.Popen`'s arguments (``stdin``, ``env``...).
     """
     return subprocess.Popen(
         [sys.executable, "-m", "pytest_sglang.server.process", *args],
-        stdout=subprocess.DEVNULL,
+        stdout=stdout,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
         **popen,
@@ -270,7 +261,7 @@ def _spawn(*args: str, **popen: Any) -> subprocess.Popen[bytes]:
 
 
 def _end(helper: subprocess.Popen[bytes] | None) -> None:
-    """Close a helper's stdin pipe, if any, and wait for it to end (each ends at EOF)."""
+    """Close a helper's pipes, if any, and wait for it to end (each ends at EOF on stdin)."""
     if helper is None:
         return
     try:
@@ -317,16 +308,15 @@ def _write_all(fd: int, data: bytes) -> None:
 def main(argv: list[str]) -> int:
     """Reap: wait for EOF on stdin (pytest is gone), then stop every process of the launch.
 
-    ``python -m pytest_sglang.server.process LAUNCH_ID PGID``; with ``pump LOG READY_FD``
-    instead, the log pump (:func:`pump`): stdin appended to LOG, redacted, and a byte written
-    to READY_FD on the ready line (the file and the descriptor close as the process exits).
+    ``python -m pytest_sglang.server.process LAUNCH_ID PGID``; with ``pump LOG`` instead, the
+    log pump (:func:`pump`): stdin appended to LOG, redacted, and a byte written to stdout on
+    the ready line.
     """
     if argv[0] == "pump":
-        ready_fd = int(argv[2])
 
         def signal_ready() -> None:
             with contextlib.suppress(OSError):  # nobody waits any more: nothing to tell
-                os.write(ready_fd, b"R")
+                os.write(sys.stdout.fileno(), b"R")
 
         sink = os.open(argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         redact = Redactor(json.loads(os.environ.get(_SECRETS_ENV, "[]")))

@@ -87,7 +87,7 @@ class ReadinessGate:
     headers: Mapping[str, str] = field(default_factory=dict)
     ready_line: Callable[[float], object] | None = None
     _phases: dict[str, float] = field(init=False, default_factory=dict)
-    #: Every endpoint each phase tried, with its last answer: ``{phase: {path: answer}}``.
+    #: Every endpoint each phase tried, with its last answer: ``{phase: {path: "GET ..."}}``.
     _tried: dict[str, dict[str, str]] = field(init=False, default_factory=dict)
     _probes: int = field(init=False, default=0)
     _last: Seen | None = field(init=False, default=None)
@@ -157,7 +157,6 @@ class ReadinessGate:
             f" (expectations not checked here: {unchecked})" if unchecked else ""
         )
         skips = {"server_info": skipped} if self.kind == "openai" else {}
-        timings = ReadinessTimings(dict(self._phases), self._probes, skips)
         return SGLangServer(
             name=self.name,
             url=self.url,
@@ -165,7 +164,7 @@ class ReadinessGate:
             models=tuple(cards),
             model_info=model_info,
             server_info=server_info,
-            readiness=timings,
+            readiness=ReadinessTimings(dict(self._phases), self._probes, skips),
             api_key=self.api_key,
             kind=self.kind,
             extra_headers=dict(self.headers),
@@ -317,7 +316,7 @@ class ReadinessGate:
         phase = self._current_phase()
         phase = "health" if phase == "connect" and response is not None else phase
         answer = str(seen.status) if seen.error is None else seen.error.split(":", 1)[0]
-        self._tried.setdefault(phase, {})[path] = answer
+        self._tried.setdefault(phase, {})[path] = f"GET {path} -> {answer}"
         if isinstance(failed, UnsafeBody):  # a server that sends that will not send less next time
             self._fail(f"GET {path} returned {failed}")
         if failed is not None or (response is not None and response.status_code == 400):
@@ -431,10 +430,7 @@ class ReadinessGate:
         if self._last is not None:
             lines.append(f"  last response: {self._last.describe()}")
         if tried := self._tried.get(phase):
-            lines.append(
-                f"  endpoints tried in phase {phase!r}: "
-                + ", ".join(f"GET {path} -> {answer}" for path, answer in tried.items())
-            )
+            lines.append(f"  endpoints tried in phase {phase!r}: " + ", ".join(tried.values()))
         passed = ", ".join(f"{p} {t:.2f}s" for p, t in self._phases.items())
         lines.append(f"  phases passed: {passed or 'none'}")
         if hint := gate_hint(phase, self._last):
