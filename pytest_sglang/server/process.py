@@ -287,22 +287,18 @@ def pump(
     """Copy ``source`` to ``sink`` line by line, redacted, until EOF; ``on_ready`` once ready."""
     pending = b""
     ready = READY_LINE.encode()
-    while chunk := os.read(source, 65536):
-        *lines, pending = _LINE_END.split(pending + chunk)
-        if len(pending) > MAX_LINE:
-            lines.append(pending)
-            pending = b""
-        _write_all(sink, b"".join(_redact_bytes(line, redact) for line in lines))
-        if ready and any(ready in line for line in lines):
-            on_ready()
-            ready = b""
-    _write_all(sink, _redact_bytes(pending, redact))
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+    with open(sink, "wb", closefd=False) as out:
+        while chunk := os.read(source, 65536):
+            *lines, pending = _LINE_END.split(pending + chunk)
+            if len(pending) > MAX_LINE:
+                lines.append(pending)
+                pending = b""
+            out.write(b"".join(_redact_bytes(line, redact) for line in lines))
+            out.flush()  # the log is read while the server runs
+            if ready and any(ready in line for line in lines):
+                on_ready()
+                ready = b""
+        out.write(_redact_bytes(pending, redact))
 
 
 def main(argv: list[str]) -> int:

@@ -289,7 +289,7 @@ class ReadinessGate:
         self._probes += 1
         quick = path == "/ready" or (self.watch is not None and "connect" not in self._phases)
         bound = QUICK_PROBE_TIMEOUT if quick else PROBE_TIMEOUT
-        limit = min(self._remaining(), bound)
+        limit = self._limit(bound)
         seen = Seen(path, at=0.0)
         response: httpx.Response | None = None
         failed: Exception | None = None
@@ -347,8 +347,7 @@ class ReadinessGate:
         dropped = exc is None or isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError)
         if url.scheme == "http" and dropped and not self._tls_checked:
             self._tls_checked = True  # one handshake settles it; a flaky server is no TLS one
-            limit = min(QUICK_PROBE_TIMEOUT, self._remaining())
-            if self._prober.speaks_tls(url.host, url.port or 80, limit):
+            if self._prober.speaks_tls(url.host, url.port or 80, self._limit(QUICK_PROBE_TIMEOUT)):
                 self._fail(
                     f"the server at {url.host}:{url.port or 80} speaks TLS (HTTPS), not plain "
                     f"HTTP; use {url.copy_with(scheme='https')}",
@@ -360,8 +359,9 @@ class ReadinessGate:
     def _elapsed(self) -> float:
         return self.clock() - self._start
 
-    def _remaining(self) -> float:
-        return max(self.timeout - self._elapsed(), 0.05)
+    def _limit(self, bound: float) -> float:
+        """Return the seconds a probe may take: ``bound``, less near the deadline (not 0)."""
+        return min(max(self.timeout - self._elapsed(), 0.05), bound)
 
     def _current_phase(self) -> str:
         return next((p for p in _PHASES if p not in self._phases), _PHASES[-1])
@@ -401,9 +401,8 @@ class ReadinessGate:
             import httpx
 
             with contextlib.suppress(httpx.HTTPError, ValueError, TimeoutError):
-                response = self._prober.get(
-                    client, "/v1/models", min(QUICK_PROBE_TIMEOUT, self._remaining())
-                )
+                limit = self._limit(QUICK_PROBE_TIMEOUT)
+                response = self._prober.get(client, "/v1/models", limit)
                 header = response.headers.get("server") or header
                 models = loads_body(response.content) if response.status_code == 200 else None
         found = recognise(header, models)
