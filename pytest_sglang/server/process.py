@@ -7,7 +7,7 @@ when pytest dies without it.
 
 The server's output reaches its log file through a log pump (``python -m`` this module
 ``pump``): each line is written redacted (a server prints its arguments, API key included),
-and SGLang's :data:`READY_LINE` is signalled on a file descriptor. A process of its own, so a
+and SGLang's :data:`READY_LINE` is signalled on its stdout. A process of its own, so a
 busy test process never blocks the server on a full pipe; the secrets come in its environment,
 not on its command line, which every user of the host can read.
 """
@@ -128,8 +128,6 @@ class ServerProcess:
     _popen: subprocess.Popen[bytes] | None = field(init=False, default=None)
     _reaper: subprocess.Popen[bytes] | None = field(init=False, default=None)
     _pump: subprocess.Popen[bytes] | None = field(init=False, default=None)
-    #: Read end of the pipe on which the log pump signals the ready line; None once read.
-    _ready_fd: int | None = field(init=False, default=None)
     _ready_seen: bool = field(init=False, default=False)
     _killed_at_once: bool = field(init=False, default=False)
 
@@ -148,31 +146,27 @@ class ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path.touch()  # the log exists (and is writable) before anything runs
         read_end, write_end = os.pipe()
-        self._ready_fd, ready_write = os.pipe()
         try:
-            try:
-                self._pump = _spawn(
-                    "pump",
-                    str(self.log_path),
-                    str(ready_write),
-                    stdin=read_end,
-                    env={**os.environ, _SECRETS_ENV: json.dumps(list(self.secrets))},
-                    pass_fds=(ready_write,),
-                )
-                self._popen = subprocess.Popen(
-                    self.argv,
-                    stdout=write_end,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env={**self.env, LAUNCH_ID_ENV: self.launch_id},
-                    start_new_session=True,
-                )
-            finally:
-                for fd in (read_end, write_end, ready_write):
-                    os.close(fd)
-        except BaseException:
-            self._end_pump()  # it ends at EOF: the server never ran
-            raise
+            self._pump = _spawn(
+                "pump",
+                str(self.log_path),
+                stdin=read_end,
+                stdout=subprocess.PIPE,  # a byte when the ready line passes; EOF as it ends
+                env={**os.environ, _SECRETS_ENV: json.dumps(list(self.secrets))},
+            )
+            self._popen = subprocess.Popen(
+                self.argv,
+                stdout=write_end,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**self.env, LAUNCH_ID_ENV: self.launch_id},
+                start_new_session=True,
+            )
+        finally:
+            for fd in (read_end, write_end):
+                os.close(fd)
+            if self._popen is None:  # the server never ran: the pump ends at EOF
+                _end(self._pump)
         # The reaper waits for EOF on its stdin: the pipe closes when this process ends in
         # any way, and then the reaper stops the server. Its own session keeps Ctrl-C away.
         self._reaper = _spawn(self.launch_id, str(self.pid), stdin=subprocess.PIPE)
@@ -188,22 +182,13 @@ class ServerProcess:
 
         Once the line came, or the server's output closed without it, every call waits.
         """
-        if self._ready_fd is None:
+        ready = self._pump.stdout if self._pump is not None else None
+        if ready is None or ready.closed:
             time.sleep(timeout)
-        elif select.select([self._ready_fd], [], [], timeout)[0]:
-            self._ready_seen = os.read(self._ready_fd, 1) != b""
-            self._close_ready()
+        elif select.select([ready], [], [], timeout)[0]:
+            self._ready_seen = os.read(ready.fileno(), 1) != b""
+            ready.close()
         return self._ready_seen
-
-    def _close_ready(self) -> None:
-        if self._ready_fd is not None:
-            os.close(self._ready_fd)
-            self._ready_fd = None
-
-    def _end_pump(self) -> None:
-        """Wait for the log pump to copy the last lines (it ends at EOF); stop it if it hangs."""
-        if self._pump is not None:
-            _wait_or_kill(self._pump, 10.0)
 
     def log_tail(self, lines: int) -> list[str]:
         """Return the last ``lines`` lines of the server log (after an exit, its last words)."""
@@ -219,14 +204,12 @@ class ServerProcess:
 
     def listens_on(self, port: int) -> bool:
         """Return whether a process of this launch listens on TCP ``port``."""
-        for proc in find_ours(self.launch_id):
-            with contextlib.suppress(psutil.Error):
-                if any(
-                    c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
-                    for c in proc.net_connections(kind="tcp")
-                ):
-                    return True
-        return False
+        listening = {
+            c.pid
+            for c in psutil.net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+        }
+        return any(proc.pid in listening for proc in find_ours(self.launch_id))
 
     def stop(self, grace: float = DEFAULT_GRACE) -> StopReport:
         """Stop the server and everything it started; idempotent."""
@@ -235,17 +218,12 @@ class ServerProcess:
         report = StopReport()
         if self._popen is not None:  # else never started (Popen itself failed): nothing to stop
             report = kill_ours(self.launch_id, self._popen.pid, grace, self._exclude())
-        self._end_pump()
-        self._close_ready()
+        _end(self._pump)  # the last lines copied
         if self._killed_at_once:
             report.signals.append(KILLED_AT_ONCE)
         code = self.poll(5.0)  # where psutil reaped the leader first, ECHILD: 0, not the code
         report.exit_code = code if report.exit_code is None else report.exit_code
-        if self._reaper is not None:  # nothing left to reap: the reaper finds that out, exits
-            with contextlib.suppress(OSError):
-                assert self._reaper.stdin is not None
-                self._reaper.stdin.close()
-            _wait_or_kill(self._reaper, 10.0)
+        _end(self._reaper)  # nothing left to reap: the reaper finds that out, exits
         report.stopped_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
         self.stop_report = report
         return report
@@ -268,26 +246,29 @@ class ServerProcess:
         return [self._reaper.pid] if self._reaper is not None else []
 
 
-def _spawn(*args: str, **popen: Any) -> subprocess.Popen[bytes]:
-    """Start ``python -m pytest_sglang.server.process ARGS`` in its own session, silent.
+def _spawn(*args: str, stdout: int = subprocess.DEVNULL, **popen: Any) -> subprocess.Popen[bytes]:
+    """Start ``python -m pytest_sglang.server.process ARGS`` in its own session.
 
     ``popen``: more of :class:`subprocess.Popen`'s arguments (``stdin``, ``env``...).
     """
     return subprocess.Popen(
         [sys.executable, "-m", "pytest_sglang.server.process", *args],
-        stdout=subprocess.DEVNULL,
+        stdout=stdout,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
         **popen,
     )
 
 
-def _wait_or_kill(process: subprocess.Popen[bytes], timeout: float) -> None:
+def _end(helper: subprocess.Popen[bytes] | None) -> None:
+    """Close a helper's pipes, if any, and wait for it to end (each ends at EOF on stdin)."""
+    if helper is None:
+        return
     try:
-        process.wait(timeout=timeout)
+        helper.communicate(timeout=10.0)
     except subprocess.TimeoutExpired:  # a process of ours still holds its pipe open
-        process.kill()
-        process.wait()
+        helper.kill()
+        helper.wait()
 
 
 def _redact_bytes(data: bytes, redact: Callable[[str], str]) -> bytes:
@@ -306,48 +287,36 @@ def pump(
     """Copy ``source`` to ``sink`` line by line, redacted, until EOF; ``on_ready`` once ready."""
     pending = b""
     ready = READY_LINE.encode()
-    while chunk := os.read(source, 65536):
-        *lines, pending = _LINE_END.split(pending + chunk)
-        if len(pending) > MAX_LINE:
-            lines.append(pending)
-            pending = b""
-        _write_all(sink, b"".join(_redact_bytes(line, redact) for line in lines))
-        if ready and any(ready in line for line in lines):
-            on_ready()
-            ready = b""
-    _write_all(sink, _redact_bytes(pending, redact))
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _pump_into(log: str, ready_fd: int) -> None:
-    """Append stdin to ``log``, redacted; write a byte to ``ready_fd`` on the ready line.
-
-    The file and the descriptor close as the process exits.
-    """
-    secrets = json.loads(os.environ.get(_SECRETS_ENV, "[]"))
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-    sink = os.open(log, flags, 0o644)
-
-    def signal_ready() -> None:
-        with contextlib.suppress(OSError):  # nobody waits any more: nothing to tell
-            os.write(ready_fd, b"R")
-
-    pump(sys.stdin.fileno(), sink, Redactor(secrets), signal_ready)
+    with open(sink, "wb", closefd=False) as out:
+        while chunk := os.read(source, 65536):
+            *lines, pending = _LINE_END.split(pending + chunk)
+            if len(pending) > MAX_LINE:
+                lines.append(pending)
+                pending = b""
+            out.write(b"".join(_redact_bytes(line, redact) for line in lines))
+            out.flush()  # the log is read while the server runs
+            if ready and any(ready in line for line in lines):
+                on_ready()
+                ready = b""
+        out.write(_redact_bytes(pending, redact))
 
 
 def main(argv: list[str]) -> int:
     """Reap: wait for EOF on stdin (pytest is gone), then stop every process of the launch.
 
-    ``python -m pytest_sglang.server.process LAUNCH_ID PGID``; with ``pump LOG READY_FD``
-    instead, the log pump (:func:`pump`).
+    ``python -m pytest_sglang.server.process LAUNCH_ID PGID``; with ``pump LOG`` instead, the
+    log pump (:func:`pump`): stdin appended to LOG, redacted, and a byte written to stdout on
+    the ready line.
     """
     if argv[0] == "pump":
-        _pump_into(argv[1], int(argv[2]))
+
+        def signal_ready() -> None:
+            with contextlib.suppress(OSError):  # nobody waits any more: nothing to tell
+                os.write(sys.stdout.fileno(), b"R")
+
+        sink = os.open(argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        redact = Redactor(json.loads(os.environ.get(_SECRETS_ENV, "[]")))
+        pump(sys.stdin.fileno(), sink, redact, signal_ready)
         return 0
     # Only EOF ends the wait: a Ctrl-C meant for pytest must not take the reaper with it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -10,9 +10,10 @@ sleep and the HTTP transport are injectable, so tests script a server without so
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -30,7 +31,7 @@ from pytest_sglang.server.handle import (
     effective_max_running_requests,
 )
 from pytest_sglang.server.hints import auth_problem, gate_hint
-from pytest_sglang.server.probing import HeldInterrupts, Prober, Seen, held_interrupts, tls_failure
+from pytest_sglang.server.probing import Prober, Seen, held_interrupts, tls_failure
 from pytest_sglang.server.schemas import describe_violations, validator, violations
 
 if TYPE_CHECKING:
@@ -86,15 +87,13 @@ class ReadinessGate:
     headers: Mapping[str, str] = field(default_factory=dict)
     ready_line: Callable[[float], object] | None = None
     _phases: dict[str, float] = field(init=False, default_factory=dict)
-    #: Every endpoint each phase tried, with its last answer: ``{phase: {path: answer}}``.
+    #: Every endpoint each phase tried, with its last answer: ``{phase: {path: "GET ..."}}``.
     _tried: dict[str, dict[str, str]] = field(init=False, default_factory=dict)
     _probes: int = field(init=False, default=0)
     _last: Seen | None = field(init=False, default=None)
     _start: float = field(init=False, default=0.0)
     _interval: float = field(init=False, default=CHEAP_POLL_INTERVAL)
     _tls_checked: bool = field(init=False, default=False)
-    #: Ctrl-C and SIGTERM, held during the gate and raised between its steps.
-    _interrupts: HeldInterrupts = field(init=False, default_factory=HeldInterrupts)
 
     def __post_init__(self) -> None:
         self._redact = Redactor(
@@ -136,6 +135,7 @@ class ReadinessGate:
 
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         self._start = self.clock()
+        # Ctrl-C and SIGTERM, held during the gate and raised between its steps.
         with held_interrupts() as self._interrupts, asyncio.Runner() as runner:
             self._interrupts.loop = runner.get_loop()
             self._prober = Prober(runner)
@@ -143,7 +143,6 @@ class ReadinessGate:
                 base_url=self.url,
                 headers={**headers, **self.headers},
                 transport=self.transport,
-                follow_redirects=False,
                 trust_env=False,  # a proxy from the environment must not sit in between
                 # Plain HTTP never needs the CA store, and loading it is most of the cost.
                 verify=self.url.startswith("https:"),
@@ -158,7 +157,6 @@ class ReadinessGate:
             f" (expectations not checked here: {unchecked})" if unchecked else ""
         )
         skips = {"server_info": skipped} if self.kind == "openai" else {}
-        timings = ReadinessTimings(dict(self._phases), self._probes, skips)
         return SGLangServer(
             name=self.name,
             url=self.url,
@@ -166,7 +164,7 @@ class ReadinessGate:
             models=tuple(cards),
             model_info=model_info,
             server_info=server_info,
-            readiness=timings,
+            readiness=ReadinessTimings(dict(self._phases), self._probes, skips),
             api_key=self.api_key,
             kind=self.kind,
             extra_headers=dict(self.headers),
@@ -187,7 +185,6 @@ class ReadinessGate:
         self._until_200(
             client,
             ["/health", "/v1/models"] if openai else ["/ready", "/health_generate"],
-            (404, 405) if openai else (401, 404),
             lambda path: (
                 "neither /health nor /v1/models exists (404): not an OpenAI-compatible server, "
                 "or the URL carries a path prefix (give the URL without /v1)"
@@ -229,7 +226,6 @@ class ReadinessGate:
         path, response = self._until_200(
             client,
             list(paths),
-            (404,),
             lambda path: (
                 f"GET {' and '.join(dict.fromkeys((paths[0], path)))} answered 404: "
                 "not an SGLang server?" + self._not_sglang(client)
@@ -248,7 +244,7 @@ class ReadinessGate:
                 f"GET {path} returned a body that breaks "
                 + ("the model-list schema: " if path == "/v1/models" else "its schema: ")
                 + str(describe_violations(body, schema))
-                + (self._not_sglang(client, body, always=False) if schema == "v1_models" else ""),
+                + (self._not_sglang(client, body) if schema == "v1_models" else ""),
                 SchemaMismatch,
                 json_path=found[0].json_path,
             )
@@ -258,18 +254,19 @@ class ReadinessGate:
         self,
         client: httpx.AsyncClient,
         paths: list[str],
-        fall_back_on: Container[int],
         not_found: Callable[[str], str],
     ) -> tuple[str, httpx.Response]:
-        """GET ``paths[0]`` until 200; a status in ``fall_back_on`` moves to the next path.
+        """GET ``paths[0]`` until 200; a path that does not exist (404, 405) moves to the next.
 
-        ``/ready``'s 200 only reflects a flag: one ``/health_generate`` confirms it.
+        So does ``/ready``'s 401 (before 0.5.23 it is not exempt from the API key). Its 200 only
+        reflects a flag: one ``/health_generate`` confirms it.
         """
         while True:
             path = paths[0]
             response = self._get(client, path)
             status = response.status_code if response is not None else None
-            if status in fall_back_on and len(paths) > 1:
+            missing = status in (404, 405) or (status == 401 and path == "/ready")
+            if missing and len(paths) > 1:
                 paths.pop(0)
                 continue
             if status == 401:
@@ -292,7 +289,7 @@ class ReadinessGate:
         self._probes += 1
         quick = path == "/ready" or (self.watch is not None and "connect" not in self._phases)
         bound = QUICK_PROBE_TIMEOUT if quick else PROBE_TIMEOUT
-        limit = min(self._remaining(), bound)
+        limit = self._limit(bound)
         seen = Seen(path, at=0.0)
         response: httpx.Response | None = None
         failed: Exception | None = None
@@ -319,7 +316,7 @@ class ReadinessGate:
         phase = self._current_phase()
         phase = "health" if phase == "connect" and response is not None else phase
         answer = str(seen.status) if seen.error is None else seen.error.split(":", 1)[0]
-        self._tried.setdefault(phase, {})[path] = answer
+        self._tried.setdefault(phase, {})[path] = f"GET {path} -> {answer}"
         if isinstance(failed, UnsafeBody):  # a server that sends that will not send less next time
             self._fail(f"GET {path} returned {failed}")
         if failed is not None or (response is not None and response.status_code == 400):
@@ -345,26 +342,26 @@ class ReadinessGate:
         import httpx
 
         url = httpx.URL(self.url)
-        problem = tls_failure(exc, url) if exc is not None else None
-        dropped = exc is None or isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError)
-        if problem is None and url.scheme == "http" and dropped and not self._tls_checked:
-            self._tls_checked = True  # one handshake settles it; a flaky server is no TLS one
-            limit = min(QUICK_PROBE_TIMEOUT, self._remaining())
-            if self._prober.speaks_tls(url.host, url.port or 80, limit):
-                problem = (
-                    f"the server at {url.host}:{url.port or 80} speaks TLS (HTTPS), not plain "
-                    f"HTTP; use {url.copy_with(scheme='https')}"
-                )
-        if problem is not None:
+        if exc is not None and (problem := tls_failure(exc, url)):  # an https:// URL
             self._fail(problem, phase="connect")
+        dropped = exc is None or isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError)
+        if url.scheme == "http" and dropped and not self._tls_checked:
+            self._tls_checked = True  # one handshake settles it; a flaky server is no TLS one
+            if self._prober.speaks_tls(url.host, url.port or 80, self._limit(QUICK_PROBE_TIMEOUT)):
+                self._fail(
+                    f"the server at {url.host}:{url.port or 80} speaks TLS (HTTPS), not plain "
+                    f"HTTP; use {url.copy_with(scheme='https')}",
+                    phase="connect",
+                )
 
     # -- bookkeeping and messages -------------------------------------------------------
 
     def _elapsed(self) -> float:
         return self.clock() - self._start
 
-    def _remaining(self) -> float:
-        return max(self.timeout - self._elapsed(), 0.05)
+    def _limit(self, bound: float) -> float:
+        """Return the seconds a probe may take: ``bound``, less near the deadline (not 0)."""
+        return min(max(self.timeout - self._elapsed(), 0.05), bound)
 
     def _current_phase(self) -> str:
         return next((p for p in _PHASES if p not in self._phases), _PHASES[-1])
@@ -392,28 +389,24 @@ class ReadinessGate:
         (self.ready_line or self.sleep)(max(min(interval, self.timeout - self._elapsed()), 0.0))
         self._interrupts.check()
 
-    def _not_sglang(
-        self, client: httpx.AsyncClient, models: object = None, *, always: bool = True
-    ) -> str:
+    def _not_sglang(self, client: httpx.AsyncClient, models: object = None) -> str:
         """Say which engine this is, if its answers tell, and how to measure it anyway.
 
-        ``always=False``: nothing unless the engine is recognised (a model list that breaks
+        Given ``models``, nothing unless the engine is recognised (a model list that breaks
         SGLang's schema may still be SGLang's, broken).
         """
         header = self._last.server if self._last is not None else None
-        if models is None:  # one quick look at the model list, best effort
+        given = models is not None
+        if not given:  # one quick look at the model list, best effort
             import httpx
 
-            try:
-                response = self._prober.get(
-                    client, "/v1/models", min(QUICK_PROBE_TIMEOUT, self._remaining())
-                )
+            with contextlib.suppress(httpx.HTTPError, ValueError, TimeoutError):
+                limit = self._limit(QUICK_PROBE_TIMEOUT)
+                response = self._prober.get(client, "/v1/models", limit)
                 header = response.headers.get("server") or header
                 models = loads_body(response.content) if response.status_code == 200 else None
-            except (httpx.HTTPError, ValueError, TimeoutError):
-                models = None
         found = recognise(header, models)
-        if found is None and not always:
+        if found is None and given:
             return ""
         engine = f"\n  this looks like {found[0]}: {found[1]}" if found else ""
         return f"{engine}\n  fix: {advice(self.name, self.url)}"
@@ -436,10 +429,7 @@ class ReadinessGate:
         if self._last is not None:
             lines.append(f"  last response: {self._last.describe()}")
         if tried := self._tried.get(phase):
-            lines.append(
-                f"  endpoints tried in phase {phase!r}: "
-                + ", ".join(f"GET {path} -> {answer}" for path, answer in tried.items())
-            )
+            lines.append(f"  endpoints tried in phase {phase!r}: " + ", ".join(tried.values()))
         passed = ", ".join(f"{p} {t:.2f}s" for p, t in self._phases.items())
         lines.append(f"  phases passed: {passed or 'none'}")
         if hint := gate_hint(phase, self._last):
@@ -460,10 +450,9 @@ def _select_card(cards: Sequence[ModelCard], expectations: Iterable[Expectation]
 
 
 def check_model_expectations(
-    cards: Sequence[ModelCard], expectations: Iterable[Expectation]
+    cards: Sequence[ModelCard], expectations: Sequence[Expectation]
 ) -> list[str]:
     """Return one problem line per unmet ``model_id`` / ``max_model_len`` expectation."""
-    expectations = list(expectations)
     card = _select_card(cards, expectations)
     problems = []
     for e in expectations:
@@ -533,12 +522,9 @@ _ADAPTIVE_OFF = (
 )
 
 
-#: Keys SGLang upper-cases while resolving (``--speculative-algorithm eagle3`` → ``EAGLE3``).
-_CASE_INSENSITIVE_KEYS = frozenset({"speculative_algorithm"})
-
-
 def _equal(key: str, actual: object, expected: object) -> bool:
-    if key in _CASE_INSENSITIVE_KEYS and isinstance(actual, str) and isinstance(expected, str):
+    # SGLang upper-cases it while resolving (``--speculative-algorithm eagle3`` → ``EAGLE3``).
+    if key == "speculative_algorithm" and isinstance(actual, str) and isinstance(expected, str):
         return actual.upper() == expected.upper()
     # 8 and 8.0 are the same number, but True is not 1 here.
     if isinstance(actual, bool) or isinstance(expected, bool):

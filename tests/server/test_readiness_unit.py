@@ -140,6 +140,27 @@ def test_old_server_falls_back_to_health_generate_and_get_endpoints() -> None:
     assert ready.server_info["tp_size"] == 8
 
 
+def test_a_path_that_answers_405_moves_to_the_next_one() -> None:
+    """A proxy that allows only some methods per path answers 405 where SGLang would 404."""
+    clock = FakeClock()
+    server = ScriptedServer(clock, old=True)
+
+    def not_allowed(request: httpx.Request) -> httpx.Response:
+        known = request.url.path in ("/ready", "/server_info", "/model_info")
+        return httpx.Response(405) if known else server(request)
+
+    ready = ReadinessGate(
+        "default",
+        "http://sglang.test",
+        timeout=5.0,
+        transport=httpx.MockTransport(not_allowed),
+        clock=clock,
+        sleep=clock.sleep,
+    ).wait()
+    assert ready.server_info["tp_size"] == 8
+    assert clock.now < 1.0
+
+
 def test_never_ready_fails_at_deadline_naming_phase_and_last_503() -> None:
     clock = FakeClock()
     server = ScriptedServer(clock, ready_at=float("inf"))
