@@ -31,12 +31,6 @@ POOL_KEY = pytest.StashKey["ServerPool"]()
 #: The session's bench (one cache of measurements for every test).
 BENCH_KEY = pytest.StashKey["Bench"]()
 
-_HOW_TO_ATTACH = (
-    "attach one with --sglang-url=URL (or NAME=URL for @pytest.mark.sglang_profile(NAME)), "
-    "or define server profiles (--sglang-profiles PATH or [tool.pytest-sglang.profiles.NAME] "
-    "in pyproject.toml) to launch one"
-)
-
 
 def settings_of(config: pytest.Config) -> Settings:
     """Return the session's settings, resolved on first use where configure did not need them."""
@@ -49,7 +43,12 @@ def settings_of(config: pytest.Config) -> Settings:
 
 def _need_a_server(settings: Settings) -> None:
     if not settings.servers and not settings.profiles:
-        unavailable(settings, f"no SGLang server configured: {_HOW_TO_ATTACH}")
+        unavailable(
+            settings,
+            "no SGLang server configured: attach one with --sglang-url=URL (or NAME=URL for "
+            "@pytest.mark.sglang_profile(NAME)), or define server profiles (--sglang-profiles "
+            "PATH or [tool.pytest-sglang.profiles.NAME] in pyproject.toml) to launch one",
+        )
 
 
 def unavailable(settings: Settings, message: str) -> NoReturn:
@@ -59,15 +58,14 @@ def unavailable(settings: Settings, message: str) -> NoReturn:
     """
     message = settings.redact(message)
     if settings.require.value:
-        pytest.fail(
-            f"{message} (--sglang-require is set, from {settings.require.source})", pytrace=False
-        )
-    pytest.skip(message)
+        _fail(settings, f"{message} (--sglang-require is set, from {settings.require.source})")
+    raise pytest.skip.Exception(message) from None
 
 
 def _fail(settings: Settings, message: str) -> NoReturn:
-    # Redacted: failure messages quote server logs and commands.
-    pytest.fail(settings.redact(message), pytrace=False)
+    # Redacted: failure messages quote server logs and commands. From None: raised while
+    # handling our error, the report shows our message, not the chained exception.
+    raise pytest.fail.Exception(settings.redact(message), pytrace=False) from None
 
 
 def _failure_entry(name: str, error: SGLangError, settings: Settings) -> ServerFailureEntry:
@@ -164,20 +162,14 @@ def sglang_server(
 
     _need_a_server(sglang_settings)
     name = ""
-    error: SGLangError | None = None
     try:
         name = profile_of(request.node) or sglang_target or sglang_servers.default_name()
         server = sglang_servers.get(name, during=request.node.nodeid)
+    except ServerUnavailable as exc:
+        unavailable(sglang_settings, str(exc))
     except SGLangError as exc:
-        error = exc
-    # Outside the except block: the report shows our message, not the chained exception.
-    if isinstance(error, ServerUnavailable):
-        unavailable(sglang_settings, str(error))
-    if error is not None:
-        request.node.user_properties.append(
-            ("sglang", _failure_entry(name, error, sglang_settings))
-        )
-        _fail(sglang_settings, str(error))
+        request.node.user_properties.append(("sglang", _failure_entry(name, exc, sglang_settings)))
+        _fail(sglang_settings, str(exc))
     expectations = expectations_of(request.node)
     problems = check_model_expectations(server.models, expectations)
     problems += check_server_info_expectations(
@@ -284,13 +276,10 @@ def sglang_gpu(sglang_servers: ServerPool, sglang_settings: Settings) -> GpuStat
     """
     from pytest_sglang.errors import GpuUnavailable
 
-    failure = None
     try:
         probe = sglang_servers.gpu_probe()
     except GpuUnavailable as exc:
-        failure = str(exc)
-    if failure is not None:
-        _fail(sglang_settings, failure)
+        _fail(sglang_settings, str(exc))
     if probe is None:
         pytest.skip(f"GPU state unavailable: {sglang_servers.gpu_skip_reason}")
     return probe

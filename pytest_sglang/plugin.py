@@ -198,10 +198,9 @@ class SessionInterrupts:
         """Handle the first SIGTERM as Ctrl-C."""
         self._cause = "SIGTERM (handled as Ctrl-C: KeyboardInterrupt)"
         handler = signal.getsignal(signal.SIGINT)
-        if callable(handler):
-            handler(signal.SIGINT, frame)  # Python's raises KeyboardInterrupt
-            return
-        raise KeyboardInterrupt
+        if not callable(handler):  # SIG_IGN or SIG_DFL: SIGTERM still ends the session
+            handler = signal.default_int_handler
+        handler(signal.SIGINT, frame)  # Python's raises KeyboardInterrupt
 
     def _on_again(self, signum: int, frame: FrameType | None) -> None:
         """Hurry an ending session: kill what it launched now, raise nothing."""
@@ -246,11 +245,6 @@ class SessionInterrupts:
         """Note which phases of the running test were reported."""
         self._reported.add(report.when)
 
-    @pytest.hookimpl
-    def pytest_keyboard_interrupt(self) -> None:
-        """End the session the same way after an interrupt outside a test (collection)."""
-        self._ending_now()
-
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, exitstatus: int) -> None:
         """Stop what an interrupted session started before its outputs are written."""
@@ -260,11 +254,11 @@ class SessionInterrupts:
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self) -> None:
-        """Give the signals back their handlers (after the last server was stopped)."""
+        """Stop anything still running (internal errors, ``-x``), then give the signals back."""
+        stop_started(self.config)  # no server outlives pytest
         for signum, previous in self._previous.items():
             if signal.getsignal(signum) in (self._on_sigterm, self._on_again):
                 signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
-        self._previous.clear()
 
     def _report_interrupted(self, item: pytest.Item) -> None:
         """Send the reports of the phase that was cut (and a teardown's, to close it)."""
@@ -411,31 +405,25 @@ def pytest_testnodedown(node: Any, error: object) -> None:
 @pytest.hookimpl
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Summarise the session's launches: how many, each one's timings and outcome."""
-    config, write = terminalreporter.config, terminalreporter.write_line
+    config = terminalreporter.config
+    pool = config.stash.get(POOL_KEY, None)
     workers = sorted(
         (w for w in config.stash.get(WORKERS_KEY, []) if w["records"]), key=lambda w: w["worker"]
     )
     if workers:
-        terminalreporter.section("sglang launches")
         count = sum(len(worker["records"]) for worker in workers)
-        write(
-            f"{_launches(count)} in {len(workers)} pytest-xdist worker(s), each on its own "
-            "share of the GPUs:"
-        )
-        for worker in workers:
-            for line, markup in worker["lines"]:
-                write(f"  [{worker['worker']}]{line}", **markup)
-    pool = config.stash.get(POOL_KEY, None)
-    if pool is None or not pool.launches:
+        where = f" in {len(workers)} pytest-xdist worker(s), each on its own share of the GPUs"
+        lines = [
+            (f"  [{w['worker']}]{line}", markup) for w in workers for line, markup in w["lines"]
+        ]
+    elif pool is not None and pool.launches:
+        count, where, lines = len(pool.launches), "", _summary_lines(pool)
+    else:
         return
     terminalreporter.section("sglang launches")
-    write(f"{_launches(len(pool.launches))}:")
-    for line, markup in _summary_lines(pool):
-        write(line, **markup)
-
-
-def _launches(count: int) -> str:
-    return f"{count} server launch{'es' if count != 1 else ''}"
+    terminalreporter.write_line(f"{count} server launch{'es' if count != 1 else ''}{where}:")
+    for line, markup in lines:
+        terminalreporter.write_line(line, **markup)
 
 
 def _summary_lines(pool: ServerPool) -> list[tuple[str, dict[str, bool]]]:
@@ -487,9 +475,3 @@ def relaunch_advice(launches: list[LaunchInfo]) -> list[str]:
         )
         lines.append(f"  relaunched {info.profile!r}: {asked} {why}")
     return lines
-
-
-@pytest.hookimpl
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """Stop anything still running (internal errors, ``-x``): no server outlives pytest."""
-    stop_started(config)
