@@ -5,7 +5,6 @@ Heavy modules are imported inside fixture bodies only: loading the plugin stays 
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, NoReturn
@@ -101,10 +100,10 @@ def sglang_servers(
     from pytest_sglang.measure.bench import PLANS_KEY
     from pytest_sglang.report.progress import progress_writer
     from pytest_sglang.server.pool import ServerPool
-    from pytest_sglang.timeouts import BRIDGE_KEY
+    from pytest_sglang.timeouts import BRIDGE_KEY, TimeoutBridge
 
-    bridge = pytestconfig.stash.get(BRIDGE_KEY, None)
-    outside_test_timeout = bridge.suspended if bridge is not None else contextlib.nullcontext
+    # Without the session's bridge (nothing of ours set), one that knows no timer: no-op.
+    outside_test_timeout = pytestconfig.stash.get(BRIDGE_KEY, TimeoutBridge()).suspended
     workerinput = getattr(pytestconfig, "workerinput", None)
     basetemp = tmp_path_factory.getbasetemp()
     pool = ServerPool(
@@ -291,19 +290,17 @@ def stop_started(config: pytest.Config) -> None:
     Idempotent; it prints problems to standard error, never raises: it runs at the end of an
     interrupted session, and at exit.
     """
-    bench = config.stash.get(BENCH_KEY, None)
-    if bench is not None:  # the Ray load-worker actors it kept, if any
-        try:
-            bench.close()
-        except Exception as exc:
-            message = bench.pool.settings.redact(f"sglang: stopping the Ray load workers: {exc}")
-            print(message, file=sys.stderr)  # noqa: T201
-    pool = config.stash.get(POOL_KEY, None)
-    if pool is not None:
-        try:
-            pool.close()
-        except Exception as exc:  # at the end, say it: nothing else will
-            print(pool.settings.redact(f"sglang: teardown: {exc}"), file=sys.stderr)  # noqa: T201
+    started: list[tuple[str, Bench | ServerPool | None]] = [
+        ("stopping the Ray load workers", config.stash.get(BENCH_KEY, None)),  # the bench's
+        ("teardown", config.stash.get(POOL_KEY, None)),
+    ]
+    for what, owner in started:
+        if owner is not None:
+            try:
+                owner.close()
+            except Exception as exc:  # at the end, say it: nothing else will
+                message = settings_of(config).redact(f"sglang: {what}: {exc}")
+                print(message, file=sys.stderr)  # noqa: T201
 
 
 def unreported_properties(config: pytest.Config) -> list[tuple[str, object]]:

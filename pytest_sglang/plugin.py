@@ -169,7 +169,6 @@ class _FirstEntry:
         reporter.pytest_runtest_logreport(report)
 
 
-_Handler = Callable[[int, FrameType | None], Any] | int | None
 _Phase = Literal["setup", "call", "teardown"]
 _Outcome = Literal["passed", "failed"]
 _PHASES: tuple[_Phase, ...] = ("setup", "call", "teardown")
@@ -181,7 +180,7 @@ class SessionInterrupts:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         #: The handlers to restore at the end, by signal.
-        self._previous: dict[int, _Handler] = {}
+        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
         self._hurried = False
         #: What interrupted the session first, for the interrupted test's report.
         self._cause = "Ctrl-C (KeyboardInterrupt)"
@@ -189,10 +188,10 @@ class SessionInterrupts:
         self._reported: set[str] = set()
 
     def _install(self, signum: int, handler: Callable[[int, FrameType | None], None]) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return  # only the main thread may set handlers (and receives the signals)
-        previous = signal.signal(signum, handler)
-        self._previous.setdefault(signum, previous)
+        # Install it; remember the handler it replaced first. Only the main thread may set
+        # handlers (and it receives the signals).
+        if threading.current_thread() is threading.main_thread():
+            self._previous.setdefault(signum, signal.signal(signum, handler))
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         """Handle the first SIGTERM as Ctrl-C."""
@@ -281,11 +280,10 @@ class SessionInterrupts:
 
 def _send(item: pytest.Item, when: _Phase, outcome: _Outcome, longrepr: str | None) -> None:
     """Send a report of one phase of ``item`` to the reporters, with its ``user_properties``."""
-    keywords: dict[str, Literal[1]] = dict.fromkeys(item.keywords, 1)
     report = pytest.TestReport(
         item.nodeid,
         item.location,
-        keywords,
+        dict.fromkeys(item.keywords, 1),
         outcome,
         longrepr,
         when,
