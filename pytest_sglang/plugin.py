@@ -94,21 +94,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     config.stash[SET_KEY] = True
     settings = settings_of(config)  # usage errors stop pytest here, before collection
-    _start_session(config, settings)
-    if not hasattr(config, "workerinput"):  # the controller reports, saves and judges
-        _, reporter = _start_reporters(config)
-        from pytest_sglang.verdicts.baseline_options import baseline_options
-
-        options = baseline_options(config)
-        if options.active:
-            from pytest_sglang.verdicts.regression import register_gate
-
-            register_gate(config, options, reporter)
-
-
-def _start_session(config: pytest.Config, settings: Settings) -> None:
-    """Register what a configured session needs: timeout bridge, xdist, shards."""
-    from pytest_sglang.config.groups import configure_xdist
+    from pytest_sglang.config.groups import ShardSelector, configure_xdist
     from pytest_sglang.timeouts import BRIDGE_KEY, TimeoutBridge
 
     # Launches never count against a test's pytest-timeout (see pytest_sglang.timeouts).
@@ -119,10 +105,17 @@ def _start_session(config: pytest.Config, settings: Settings) -> None:
     if workers and not config.option.collectonly:
         _refuse_launch_under_xdist(settings, workers)
     if settings.shard.value is not None:
-        from pytest_sglang.config.groups import ShardSelector
-
         selector = ShardSelector(settings.shard.value, servers_named, settings.default_server())
         config.pluginmanager.register(selector, "sglang-shard")
+    if not hasattr(config, "workerinput"):  # the controller reports, saves and judges
+        _, reporter = _start_reporters(config)
+        from pytest_sglang.verdicts.baseline_options import baseline_options
+
+        options = baseline_options(config)
+        if options.active:
+            from pytest_sglang.verdicts.regression import register_gate
+
+            register_gate(config, options, reporter)
 
 
 def _start_reporters(config: pytest.Config) -> tuple[EntryLedger, SGLangReporter]:
@@ -187,11 +180,12 @@ class SessionInterrupts:
         #: The phases of the running test that were reported.
         self._reported: set[str] = set()
 
-    def _install(self, signum: int, handler: Callable[[int, FrameType | None], None]) -> None:
-        # Install it; remember the handler it replaced first. Only the main thread may set
+    def _install(self, handler: Callable[[int, FrameType | None], None], *signums: int) -> None:
+        # Install it; remember the handler each signal had first. Only the main thread may set
         # handlers (and it receives the signals).
         if threading.current_thread() is threading.main_thread():
-            self._previous.setdefault(signum, signal.signal(signum, handler))
+            for signum in signums:
+                self._previous.setdefault(signum, signal.signal(signum, handler))
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         """Handle the first SIGTERM as Ctrl-C."""
@@ -217,13 +211,12 @@ class SessionInterrupts:
 
     def _ending_now(self) -> None:
         """From here on, SIGINT and SIGTERM hurry the end instead of raising (idempotent)."""
-        self._install(signal.SIGINT, self._on_again)
-        self._install(signal.SIGTERM, self._on_again)
+        self._install(self._on_again, signal.SIGINT, signal.SIGTERM)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self) -> None:
         """Handle SIGTERM as Ctrl-C for the session."""
-        self._install(signal.SIGTERM, self._on_sigterm)
+        self._install(self._on_sigterm, signal.SIGTERM)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, object, object]:
