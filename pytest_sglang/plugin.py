@@ -29,13 +29,6 @@ import pytest
 
 from pytest_sglang import fixtures
 from pytest_sglang.config.options import OPTIONS, anything_set
-from pytest_sglang.fixtures import (
-    POOL_KEY,
-    settings_of,
-    stop_started,
-    unavailable,
-    unreported_properties,
-)
 from pytest_sglang.markers import (
     MARKERS,
     UNMET_KEY,
@@ -93,7 +86,7 @@ def pytest_configure(config: pytest.Config) -> None:
             config.pluginmanager.register(_FirstEntry(config), "sglang-first-entry")
         return
     config.stash[SET_KEY] = True
-    settings = settings_of(config)  # usage errors stop pytest here, before collection
+    settings = fixtures.settings_of(config)  # usage errors stop pytest here, before collection
     from pytest_sglang.config.groups import ShardSelector, configure_xdist
     from pytest_sglang.timeouts import BRIDGE_KEY, TimeoutBridge
 
@@ -123,10 +116,10 @@ def _start_reporters(config: pytest.Config) -> tuple[EntryLedger, SGLangReporter
     from pytest_sglang.report.collector import SGLangReporter
     from pytest_sglang.report.junit import EntryLedger
 
-    settings = settings_of(config)
+    settings = fixtures.settings_of(config)
 
     def launches() -> list[dict[str, Any]]:
-        pool = config.stash.get(POOL_KEY, None)
+        pool = config.stash.get(fixtures.POOL_KEY, None)
         workers = config.stash.get(WORKERS_KEY, [])
         mine = pool.launch_records() if pool is not None else []
         return mine + [record for worker in workers for record in worker["records"]]
@@ -205,7 +198,7 @@ class SessionInterrupts:
                 "launched now (SIGKILL, no grace period), then writing its outputs",
                 file=sys.stderr,
             )
-        pool = self.config.stash.get(POOL_KEY, None)
+        pool = self.config.stash.get(fixtures.POOL_KEY, None)
         if pool is not None:
             pool.hurry()  # safe in a signal handler
 
@@ -242,12 +235,12 @@ class SessionInterrupts:
         """Stop what an interrupted session started before its outputs are written."""
         self._ending_now()
         if exitstatus == pytest.ExitCode.INTERRUPTED:
-            stop_started(self.config)
+            fixtures.stop_started(self.config)
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self) -> None:
         """Stop anything still running (internal errors, ``-x``), then give the signals back."""
-        stop_started(self.config)  # no server outlives pytest
+        fixtures.stop_started(self.config)  # no server outlives pytest
         for signum, previous in self._previous.items():
             if signal.getsignal(signum) in (self._on_sigterm, self._on_again):
                 signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
@@ -259,7 +252,7 @@ class SessionInterrupts:
         when = next((phase for phase in _PHASES if phase not in self._reported), None)
         if when is None:
             return  # every phase was reported: the interrupt came after
-        item.user_properties.extend(unreported_properties(self.config))
+        item.user_properties.extend(fixtures.unreported_properties(self.config))
         message = f"interrupted by {self._cause} during this test's {when}"
         if when != "teardown":
             message += (
@@ -332,14 +325,14 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         return None
     from pytest_sglang.config.header import header_lines
 
-    return header_lines(settings_of(config))
+    return header_lines(fixtures.settings_of(config))
 
 
 @pytest.hookimpl
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Run unmarked server tests once per configured server when several are configured."""
     if metafunc.config.stash.get(SET_KEY, False):
-        parametrize_over_servers(metafunc, settings_of(metafunc.config))
+        parametrize_over_servers(metafunc, fixtures.settings_of(metafunc.config))
 
 
 @pytest.hookimpl(trylast=True)
@@ -350,7 +343,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     marked = [item for item in items if item.get_closest_marker("sglang_requires")]
     # --collect-only must touch nothing: requirements are evaluated only for a real run.
     if marked and not config.option.collectonly:
-        evaluate_requirements(marked, settings_of(config))
+        evaluate_requirements(marked, fixtures.settings_of(config))
 
 
 @pytest.hookimpl
@@ -367,14 +360,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """Skip (or, under ``--sglang-require``, fail) tests whose ``sglang_requires`` is unmet."""
     unmet = item.stash.get(UNMET_KEY, None)
     if unmet is not None:
-        unavailable(settings_of(item.config), unmet)
+        fixtures.unavailable(fixtures.settings_of(item.config), unmet)
 
 
 @pytest.hookimpl
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """In a pytest-xdist worker: send its launches to the controller (which reports)."""
     output = getattr(session.config, "workeroutput", None)
-    pool = session.config.stash.get(POOL_KEY, None)
+    pool = session.config.stash.get(fixtures.POOL_KEY, None)
     if output is None or pool is None:
         return
     worker = str(getattr(session.config, "workerinput", {}).get("workerid", "gw?"))
@@ -397,7 +390,7 @@ def pytest_testnodedown(node: Any, error: object) -> None:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Summarise the session's launches: how many, each one's timings and outcome."""
     config = terminalreporter.config
-    pool = config.stash.get(POOL_KEY, None)
+    pool = config.stash.get(fixtures.POOL_KEY, None)
     workers = sorted(
         (w for w in config.stash.get(WORKERS_KEY, []) if w["records"]), key=lambda w: w["worker"]
     )
