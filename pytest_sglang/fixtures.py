@@ -291,8 +291,8 @@ def stop_started(config: pytest.Config) -> None:
     interrupted session, and at exit.
     """
     started: list[tuple[str, Bench | ServerPool | None]] = [
-        ("stopping the Ray load workers", config.stash.get(BENCH_KEY, None)),  # the bench's
-        ("teardown", config.stash.get(POOL_KEY, None)),
+        ("stopping the Ray load workers", config.stash.get(BENCH_KEY, None)),  # it keeps them
+        ("teardown", config.stash.get(POOL_KEY, None)),  # the launched servers
     ]
     for what, owner in started:
         if owner is not None:
