@@ -5,7 +5,6 @@ Heavy modules are imported inside fixture bodies only: loading the plugin stays 
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, NoReturn
@@ -31,12 +30,6 @@ POOL_KEY = pytest.StashKey["ServerPool"]()
 #: The session's bench (one cache of measurements for every test).
 BENCH_KEY = pytest.StashKey["Bench"]()
 
-_HOW_TO_ATTACH = (
-    "attach one with --sglang-url=URL (or NAME=URL for @pytest.mark.sglang_profile(NAME)), "
-    "or define server profiles (--sglang-profiles PATH or [tool.pytest-sglang.profiles.NAME] "
-    "in pyproject.toml) to launch one"
-)
-
 
 def settings_of(config: pytest.Config) -> Settings:
     """Return the session's settings, resolved on first use where configure did not need them."""
@@ -49,7 +42,12 @@ def settings_of(config: pytest.Config) -> Settings:
 
 def _need_a_server(settings: Settings) -> None:
     if not settings.servers and not settings.profiles:
-        unavailable(settings, f"no SGLang server configured: {_HOW_TO_ATTACH}")
+        unavailable(
+            settings,
+            "no SGLang server configured: attach one with --sglang-url=URL (or NAME=URL for "
+            "@pytest.mark.sglang_profile(NAME)), or define server profiles (--sglang-profiles "
+            "PATH or [tool.pytest-sglang.profiles.NAME] in pyproject.toml) to launch one",
+        )
 
 
 def unavailable(settings: Settings, message: str) -> NoReturn:
@@ -59,15 +57,14 @@ def unavailable(settings: Settings, message: str) -> NoReturn:
     """
     message = settings.redact(message)
     if settings.require.value:
-        pytest.fail(
-            f"{message} (--sglang-require is set, from {settings.require.source})", pytrace=False
-        )
-    pytest.skip(message)
+        _fail(settings, f"{message} (--sglang-require is set, from {settings.require.source})")
+    raise pytest.skip.Exception(message) from None
 
 
 def _fail(settings: Settings, message: str) -> NoReturn:
-    # Redacted: failure messages quote server logs and commands.
-    pytest.fail(settings.redact(message), pytrace=False)
+    # Redacted: failure messages quote server logs and commands. From None: raised while
+    # handling our error, the report shows our message, not the chained exception.
+    raise pytest.fail.Exception(settings.redact(message), pytrace=False) from None
 
 
 def _failure_entry(name: str, error: SGLangError, settings: Settings) -> ServerFailureEntry:
@@ -103,10 +100,10 @@ def sglang_servers(
     from pytest_sglang.measure.bench import PLANS_KEY
     from pytest_sglang.report.progress import progress_writer
     from pytest_sglang.server.pool import ServerPool
-    from pytest_sglang.timeouts import BRIDGE_KEY
+    from pytest_sglang.timeouts import BRIDGE_KEY, TimeoutBridge
 
-    bridge = pytestconfig.stash.get(BRIDGE_KEY, None)
-    outside_test_timeout = bridge.suspended if bridge is not None else contextlib.nullcontext
+    # Without the session's bridge (nothing of ours set), one that knows no timer: no-op.
+    outside_test_timeout = pytestconfig.stash.get(BRIDGE_KEY, TimeoutBridge()).suspended
     workerinput = getattr(pytestconfig, "workerinput", None)
     basetemp = tmp_path_factory.getbasetemp()
     pool = ServerPool(
@@ -164,20 +161,14 @@ def sglang_server(
 
     _need_a_server(sglang_settings)
     name = ""
-    error: SGLangError | None = None
     try:
         name = profile_of(request.node) or sglang_target or sglang_servers.default_name()
         server = sglang_servers.get(name, during=request.node.nodeid)
+    except ServerUnavailable as exc:
+        unavailable(sglang_settings, str(exc))
     except SGLangError as exc:
-        error = exc
-    # Outside the except block: the report shows our message, not the chained exception.
-    if isinstance(error, ServerUnavailable):
-        unavailable(sglang_settings, str(error))
-    if error is not None:
-        request.node.user_properties.append(
-            ("sglang", _failure_entry(name, error, sglang_settings))
-        )
-        _fail(sglang_settings, str(error))
+        request.node.user_properties.append(("sglang", _failure_entry(name, exc, sglang_settings)))
+        _fail(sglang_settings, str(exc))
     expectations = expectations_of(request.node)
     problems = check_model_expectations(server.models, expectations)
     problems += check_server_info_expectations(
@@ -284,13 +275,10 @@ def sglang_gpu(sglang_servers: ServerPool, sglang_settings: Settings) -> GpuStat
     """
     from pytest_sglang.errors import GpuUnavailable
 
-    failure = None
     try:
         probe = sglang_servers.gpu_probe()
     except GpuUnavailable as exc:
-        failure = str(exc)
-    if failure is not None:
-        _fail(sglang_settings, failure)
+        _fail(sglang_settings, str(exc))
     if probe is None:
         pytest.skip(f"GPU state unavailable: {sglang_servers.gpu_skip_reason}")
     return probe
@@ -302,19 +290,17 @@ def stop_started(config: pytest.Config) -> None:
     Idempotent; it prints problems to standard error, never raises: it runs at the end of an
     interrupted session, and at exit.
     """
-    bench = config.stash.get(BENCH_KEY, None)
-    if bench is not None:  # the Ray load-worker actors it kept, if any
-        try:
-            bench.close()
-        except Exception as exc:
-            message = bench.pool.settings.redact(f"sglang: stopping the Ray load workers: {exc}")
-            print(message, file=sys.stderr)  # noqa: T201
-    pool = config.stash.get(POOL_KEY, None)
-    if pool is not None:
-        try:
-            pool.close()
-        except Exception as exc:  # at the end, say it: nothing else will
-            print(pool.settings.redact(f"sglang: teardown: {exc}"), file=sys.stderr)  # noqa: T201
+    started: list[tuple[str, Bench | ServerPool | None]] = [
+        ("stopping the Ray load workers", config.stash.get(BENCH_KEY, None)),  # it keeps them
+        ("teardown", config.stash.get(POOL_KEY, None)),  # the launched servers
+    ]
+    for what, owner in started:
+        if owner is not None:
+            try:
+                owner.close()
+            except Exception as exc:  # at the end, say it: nothing else will
+                message = settings_of(config).redact(f"sglang: {what}: {exc}")
+                print(message, file=sys.stderr)  # noqa: T201
 
 
 def unreported_properties(config: pytest.Config) -> list[tuple[str, object]]:

@@ -29,13 +29,6 @@ import pytest
 
 from pytest_sglang import fixtures
 from pytest_sglang.config.options import OPTIONS, anything_set
-from pytest_sglang.fixtures import (
-    POOL_KEY,
-    settings_of,
-    stop_started,
-    unavailable,
-    unreported_properties,
-)
 from pytest_sglang.markers import (
     MARKERS,
     UNMET_KEY,
@@ -93,8 +86,20 @@ def pytest_configure(config: pytest.Config) -> None:
             config.pluginmanager.register(_FirstEntry(config), "sglang-first-entry")
         return
     config.stash[SET_KEY] = True
-    settings = settings_of(config)  # usage errors stop pytest here, before collection
-    _start_session(config, settings)
+    settings = fixtures.settings_of(config)  # usage errors stop pytest here, before collection
+    from pytest_sglang.config.groups import ShardSelector, configure_xdist
+    from pytest_sglang.timeouts import BRIDGE_KEY, TimeoutBridge
+
+    # Launches never count against a test's pytest-timeout (see pytest_sglang.timeouts).
+    config.stash[BRIDGE_KEY] = TimeoutBridge()
+    config.pluginmanager.register(config.stash[BRIDGE_KEY], "sglang-timeout-bridge")
+    # Under -n N: the tests of one launch group run on one worker (config/groups.py).
+    workers = configure_xdist(config, settings, servers_named)
+    if workers and not config.option.collectonly:
+        _refuse_launch_under_xdist(settings, workers)
+    if settings.shard.value is not None:
+        selector = ShardSelector(settings.shard.value, servers_named, settings.default_server())
+        config.pluginmanager.register(selector, "sglang-shard")
     if not hasattr(config, "workerinput"):  # the controller reports, saves and judges
         _, reporter = _start_reporters(config)
         from pytest_sglang.verdicts.baseline_options import baseline_options
@@ -106,34 +111,15 @@ def pytest_configure(config: pytest.Config) -> None:
             register_gate(config, options, reporter)
 
 
-def _start_session(config: pytest.Config, settings: Settings) -> None:
-    """Register what a configured session needs: timeout bridge, xdist, shards."""
-    from pytest_sglang.config.groups import configure_xdist
-    from pytest_sglang.timeouts import BRIDGE_KEY, TimeoutBridge
-
-    # Launches never count against a test's pytest-timeout (see pytest_sglang.timeouts).
-    config.stash[BRIDGE_KEY] = TimeoutBridge()
-    config.pluginmanager.register(config.stash[BRIDGE_KEY], "sglang-timeout-bridge")
-    # Under -n N: the tests of one launch group run on one worker (config/groups.py).
-    workers = configure_xdist(config, settings, servers_named)
-    if workers and not config.option.collectonly:
-        _refuse_launch_under_xdist(settings, workers)
-    if settings.shard.value is not None:
-        from pytest_sglang.config.groups import ShardSelector
-
-        selector = ShardSelector(settings.shard.value, servers_named, settings.default_server())
-        config.pluginmanager.register(selector, "sglang-shard")
-
-
 def _start_reporters(config: pytest.Config) -> tuple[EntryLedger, SGLangReporter]:
     """Register the entry ledger (first to see each report) and the reporter, on the controller."""
     from pytest_sglang.report.collector import SGLangReporter
     from pytest_sglang.report.junit import EntryLedger
 
-    settings = settings_of(config)
+    settings = fixtures.settings_of(config)
 
     def launches() -> list[dict[str, Any]]:
-        pool = config.stash.get(POOL_KEY, None)
+        pool = config.stash.get(fixtures.POOL_KEY, None)
         workers = config.stash.get(WORKERS_KEY, [])
         mine = pool.launch_records() if pool is not None else []
         return mine + [record for worker in workers for record in worker["records"]]
@@ -169,7 +155,6 @@ class _FirstEntry:
         reporter.pytest_runtest_logreport(report)
 
 
-_Handler = Callable[[int, FrameType | None], Any] | int | None
 _Phase = Literal["setup", "call", "teardown"]
 _Outcome = Literal["passed", "failed"]
 _PHASES: tuple[_Phase, ...] = ("setup", "call", "teardown")
@@ -181,27 +166,27 @@ class SessionInterrupts:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         #: The handlers to restore at the end, by signal.
-        self._previous: dict[int, _Handler] = {}
+        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
         self._hurried = False
         #: What interrupted the session first, for the interrupted test's report.
         self._cause = "Ctrl-C (KeyboardInterrupt)"
         #: The phases of the running test that were reported.
         self._reported: set[str] = set()
 
-    def _install(self, signum: int, handler: Callable[[int, FrameType | None], None]) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return  # only the main thread may set handlers (and receives the signals)
-        previous = signal.signal(signum, handler)
-        self._previous.setdefault(signum, previous)
+    def _install(self, handler: Callable[[int, FrameType | None], None], *signums: int) -> None:
+        # Install it; remember the handler each signal had first. Only the main thread may set
+        # handlers (and it receives the signals).
+        if threading.current_thread() is threading.main_thread():
+            for signum in signums:
+                self._previous.setdefault(signum, signal.signal(signum, handler))
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         """Handle the first SIGTERM as Ctrl-C."""
         self._cause = "SIGTERM (handled as Ctrl-C: KeyboardInterrupt)"
         handler = signal.getsignal(signal.SIGINT)
-        if callable(handler):
-            handler(signal.SIGINT, frame)  # Python's raises KeyboardInterrupt
-            return
-        raise KeyboardInterrupt
+        if not callable(handler):  # SIG_IGN or SIG_DFL: SIGTERM still ends the session
+            handler = signal.default_int_handler
+        handler(signal.SIGINT, frame)  # Python's raises KeyboardInterrupt
 
     def _on_again(self, signum: int, frame: FrameType | None) -> None:
         """Hurry an ending session: kill what it launched now, raise nothing."""
@@ -213,19 +198,18 @@ class SessionInterrupts:
                 "launched now (SIGKILL, no grace period), then writing its outputs",
                 file=sys.stderr,
             )
-        pool = self.config.stash.get(POOL_KEY, None)
+        pool = self.config.stash.get(fixtures.POOL_KEY, None)
         if pool is not None:
             pool.hurry()  # safe in a signal handler
 
     def _ending_now(self) -> None:
         """From here on, SIGINT and SIGTERM hurry the end instead of raising (idempotent)."""
-        self._install(signal.SIGINT, self._on_again)
-        self._install(signal.SIGTERM, self._on_again)
+        self._install(self._on_again, signal.SIGINT, signal.SIGTERM)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self) -> None:
         """Handle SIGTERM as Ctrl-C for the session."""
-        self._install(signal.SIGTERM, self._on_sigterm)
+        self._install(self._on_sigterm, signal.SIGTERM)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, object, object]:
@@ -246,25 +230,20 @@ class SessionInterrupts:
         """Note which phases of the running test were reported."""
         self._reported.add(report.when)
 
-    @pytest.hookimpl
-    def pytest_keyboard_interrupt(self) -> None:
-        """End the session the same way after an interrupt outside a test (collection)."""
-        self._ending_now()
-
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, exitstatus: int) -> None:
         """Stop what an interrupted session started before its outputs are written."""
         self._ending_now()
         if exitstatus == pytest.ExitCode.INTERRUPTED:
-            stop_started(self.config)
+            fixtures.stop_started(self.config)
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self) -> None:
-        """Give the signals back their handlers (after the last server was stopped)."""
+        """Stop anything still running (internal errors, ``-x``), then give the signals back."""
+        fixtures.stop_started(self.config)  # no server outlives pytest
         for signum, previous in self._previous.items():
             if signal.getsignal(signum) in (self._on_sigterm, self._on_again):
                 signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
-        self._previous.clear()
 
     def _report_interrupted(self, item: pytest.Item) -> None:
         """Send the reports of the phase that was cut (and a teardown's, to close it)."""
@@ -273,7 +252,7 @@ class SessionInterrupts:
         when = next((phase for phase in _PHASES if phase not in self._reported), None)
         if when is None:
             return  # every phase was reported: the interrupt came after
-        item.user_properties.extend(unreported_properties(self.config))
+        item.user_properties.extend(fixtures.unreported_properties(self.config))
         message = f"interrupted by {self._cause} during this test's {when}"
         if when != "teardown":
             message += (
@@ -287,11 +266,10 @@ class SessionInterrupts:
 
 def _send(item: pytest.Item, when: _Phase, outcome: _Outcome, longrepr: str | None) -> None:
     """Send a report of one phase of ``item`` to the reporters, with its ``user_properties``."""
-    keywords: dict[str, Literal[1]] = dict.fromkeys(item.keywords, 1)
     report = pytest.TestReport(
         item.nodeid,
         item.location,
-        keywords,
+        dict.fromkeys(item.keywords, 1),
         outcome,
         longrepr,
         when,
@@ -347,14 +325,14 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         return None
     from pytest_sglang.config.header import header_lines
 
-    return header_lines(settings_of(config))
+    return header_lines(fixtures.settings_of(config))
 
 
 @pytest.hookimpl
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Run unmarked server tests once per configured server when several are configured."""
     if metafunc.config.stash.get(SET_KEY, False):
-        parametrize_over_servers(metafunc, settings_of(metafunc.config))
+        parametrize_over_servers(metafunc, fixtures.settings_of(metafunc.config))
 
 
 @pytest.hookimpl(trylast=True)
@@ -365,7 +343,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     marked = [item for item in items if item.get_closest_marker("sglang_requires")]
     # --collect-only must touch nothing: requirements are evaluated only for a real run.
     if marked and not config.option.collectonly:
-        evaluate_requirements(marked, settings_of(config))
+        evaluate_requirements(marked, fixtures.settings_of(config))
 
 
 @pytest.hookimpl
@@ -382,14 +360,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """Skip (or, under ``--sglang-require``, fail) tests whose ``sglang_requires`` is unmet."""
     unmet = item.stash.get(UNMET_KEY, None)
     if unmet is not None:
-        unavailable(settings_of(item.config), unmet)
+        fixtures.unavailable(fixtures.settings_of(item.config), unmet)
 
 
 @pytest.hookimpl
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """In a pytest-xdist worker: send its launches to the controller (which reports)."""
     output = getattr(session.config, "workeroutput", None)
-    pool = session.config.stash.get(POOL_KEY, None)
+    pool = session.config.stash.get(fixtures.POOL_KEY, None)
     if output is None or pool is None:
         return
     worker = str(getattr(session.config, "workerinput", {}).get("workerid", "gw?"))
@@ -411,31 +389,25 @@ def pytest_testnodedown(node: Any, error: object) -> None:
 @pytest.hookimpl
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Summarise the session's launches: how many, each one's timings and outcome."""
-    config, write = terminalreporter.config, terminalreporter.write_line
+    config = terminalreporter.config
+    pool = config.stash.get(fixtures.POOL_KEY, None)
     workers = sorted(
         (w for w in config.stash.get(WORKERS_KEY, []) if w["records"]), key=lambda w: w["worker"]
     )
     if workers:
-        terminalreporter.section("sglang launches")
         count = sum(len(worker["records"]) for worker in workers)
-        write(
-            f"{_launches(count)} in {len(workers)} pytest-xdist worker(s), each on its own "
-            "share of the GPUs:"
-        )
-        for worker in workers:
-            for line, markup in worker["lines"]:
-                write(f"  [{worker['worker']}]{line}", **markup)
-    pool = config.stash.get(POOL_KEY, None)
-    if pool is None or not pool.launches:
+        where = f" in {len(workers)} pytest-xdist worker(s), each on its own share of the GPUs"
+        lines = [
+            (f"  [{w['worker']}]{line}", markup) for w in workers for line, markup in w["lines"]
+        ]
+    elif pool is not None and pool.launches:
+        count, where, lines = len(pool.launches), "", _summary_lines(pool)
+    else:
         return
     terminalreporter.section("sglang launches")
-    write(f"{_launches(len(pool.launches))}:")
-    for line, markup in _summary_lines(pool):
-        write(line, **markup)
-
-
-def _launches(count: int) -> str:
-    return f"{count} server launch{'es' if count != 1 else ''}"
+    terminalreporter.write_line(f"{count} server launch{'es' if count != 1 else ''}{where}:")
+    for line, markup in lines:
+        terminalreporter.write_line(line, **markup)
 
 
 def _summary_lines(pool: ServerPool) -> list[tuple[str, dict[str, bool]]]:
@@ -487,9 +459,3 @@ def relaunch_advice(launches: list[LaunchInfo]) -> list[str]:
         )
         lines.append(f"  relaunched {info.profile!r}: {asked} {why}")
     return lines
-
-
-@pytest.hookimpl
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """Stop anything still running (internal errors, ``-x``): no server outlives pytest."""
-    stop_started(config)
