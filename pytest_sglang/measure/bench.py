@@ -8,6 +8,7 @@ launches once per session (:meth:`Bench.take_declared`).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import time
@@ -41,7 +42,9 @@ if TYPE_CHECKING:
 
 __all__ = ["PLANS_KEY", "Bench", "Declared", "cache_key", "declared_measurements"]
 
-_Record = Callable[[BenchResult, "SGLangServer | None"], None]
+_Record = Callable[[BenchResult, "SGLangServer"], None]
+#: A measurement and the server it was taken on (for the report).
+_Entry = tuple[BenchResult, "SGLangServer"]
 
 #: Runs per measurement when a test does not say (``sglang_bench`` and ``sglang_measure``).
 DEFAULT_REPEATS = 5
@@ -151,27 +154,19 @@ class Bench:
         self._during = ""  # the test id measuring, for a server's death message
         # One run for this view's test (``with_recorder`` names it and its death callback).
         self._run = functools.partial(self._runner.run)
-        # Shared by every view (``with_recorder``): the session cache, the server of each
-        # result, the ids of the results recorded, and the cut ones no test recorded.
-        self._cache: dict[CacheKey, BenchResult] = {}
-        self._handles: dict[str, SGLangServer] = {}
-        self._recorded: set[int] = set()
-        self._unrecorded_cuts: list[tuple[BenchResult, SGLangServer]] = []
+        # Shared by every view (``with_recorder``): the session cache, each result with its
+        # server; and, by id, those no test has recorded (taken for a later test, or cut).
+        self._cache: dict[CacheKey, _Entry] = {}
+        self._unreported: dict[int, _Entry] = {}
 
     def close(self) -> None:
         """Release what the bench keeps between runs (the Ray load-worker actors)."""
         self._runner.close()
 
-    def take_unreported(self) -> list[tuple[BenchResult, SGLangServer | None]]:
+    def take_unreported(self) -> list[_Entry]:
         """Return, once, the measurements no test has recorded, so an interrupt loses none."""
-        taken = [
-            (result, self._handles.get(result.server))
-            for result in self._cache.values()
-            if id(result) not in self._recorded
-        ]
-        taken += self._unrecorded_cuts
-        self._unrecorded_cuts.clear()
-        self._recorded.update(id(result) for result, _ in taken)
+        taken = list(self._unreported.values())
+        self._unreported.clear()
         return taken
 
     def with_recorder(
@@ -200,21 +195,19 @@ class Bench:
         try:
             return self.pool.get(server, during=self._during, why=why)
         except ServerUnavailable as exc:
-            if self._on_unavailable is None:
-                raise
-            message, handler = str(exc), self._on_unavailable
+            self._fail(exc, skip=True)
         except SGLangError as exc:
             self._server_failed(server, exc)
             self._fail(exc)
-        handler(message)
 
-    def _fail(self, error: SGLangError) -> NoReturn:
-        """Fail the test with ``error`` (through the fixture's handler, or raise it)."""
+    def _fail(self, error: SGLangError, *, skip: bool = False) -> NoReturn:
+        """Fail (``skip``: skip) the test with ``error`` through the fixture, or raise it."""
         __tracebackhide__ = True
-        if self._on_failure is None:
+        handler = self._on_unavailable if skip else self._on_failure
+        if handler is None:
             raise error
         try:
-            self._on_failure(str(error))
+            handler(str(error))
         except BaseException as failed:
             failed.__suppress_context__ = True
             raise
@@ -305,8 +298,7 @@ class Bench:
             keys = [cache_key(name, workload, load, repeats) for name in (a, b)]
             if {a, b} <= attached and not any(key in self._cache for key in keys):
                 check_fills(workload, level)
-                taken = self._taken((self._server(a), self._server(b)), workload, load, repeats)
-                self._cache.update(zip(keys, taken, strict=True))
+                self._take((self._server(a), self._server(b)), workload, load, repeats)
             first = self._measure(a, workload, load, repeats, budget)
             return first, self._measure(b, workload, load, repeats, budget)
 
@@ -352,21 +344,20 @@ class Bench:
         The pool calls this after a launch. One that fails is not cached: its test measures
         again and fails with its own message.
         """
-        plans, cached = self._plans.items(), self._cache.keys()
-        pending = [(k, d) for k, d in plans if d.server == server.name and k not in cached]
-        pending.sort(key=lambda plan: plan[1].load.concurrency)
+        pending = sorted(
+            (d for k, d in self._plans.items() if d.server == server.name and k not in self._cache),
+            key=lambda declared: declared.load.concurrency,
+        )
         if not pending:
             return
         self.pool.say(
             f"sglang: {server.name!r} is up: taking the {len(pending)} measurement(s) declared "
-            f"for it ({', '.join(declared.label() for _, declared in pending)})"
+            f"for it ({', '.join(declared.label() for declared in pending)})"
         )
-        for number, (key, declared) in enumerate(pending, 1):
+        for number, declared in enumerate(pending, 1):
             started = time.monotonic()
             try:
-                (self._cache[key],) = self._taken(
-                    (server,), declared.workload, declared.load, declared.repeats
-                )
+                self._take((server,), declared.workload, declared.load, declared.repeats)
             except Exception as exc:  # the declaring test measures again, and says why
                 first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 self.pool.say(
@@ -382,10 +373,10 @@ class Bench:
 
     # -- internals ------------------------------------------------------------------------
 
-    def _keep_cut(self, result: BenchResult, server: SGLangServer | None) -> None:
+    def _keep_cut(self, result: BenchResult, server: SGLangServer) -> None:
         """Keep a cut measurement no test records (a declared one), reported at the end."""
-        if result.cut is not None and server is not None:
-            self._unrecorded_cuts.append((result, server))
+        if result.cut is not None:
+            self._unreported[id(result)] = (result, server)
 
     def _measure(
         self,
@@ -411,26 +402,22 @@ class Bench:
                 )
             handle = self._server(server, why=why)
             if key not in self._cache:  # the server's launch may have taken it (take_declared)
-                (self._cache[key],) = self._taken((handle,), workload, load, repeats)
-        result = self._cache[key]
-        self._record(result, self._handles.get(result.server))
-        self._recorded.add(id(result))
+                self._take((handle,), workload, load, repeats)
+        result, handle = self._cache[key]
+        self._record(result, handle)
+        self._unreported.pop(id(result), None)
         broken = broken_message(result, budget)
         if broken is not None:
             self._fail(MeasurementFailed(broken))
         return result
 
-    def _taken(
-        self,
-        servers: tuple[SGLangServer, ...],
-        workload: Workload,
-        load: Load,
-        repeats: int,
-    ) -> list[BenchResult]:
+    def _take(
+        self, servers: tuple[SGLangServer, ...], workload: Workload, load: Load, repeats: int
+    ) -> None:
         """Take ``repeats`` runs on each of ``servers`` (A B A B, so that drift cancels).
 
-        Returns one result per server, neither cached nor recorded. An ended measurement is
-        recorded and fails the test; a cut one is recorded, labelled.
+        Caches one result per server, not yet recorded. An ended measurement is recorded and
+        fails the test; a cut one is recorded, labelled.
         """
         __tracebackhide__ = True
         runs: tuple[list[Measurement], ...] = tuple([] for _ in servers)
@@ -438,7 +425,6 @@ class Bench:
         schedule: Schedule = "interleaved" if len(servers) > 1 else "blocks"
 
         def result(server: SGLangServer, taken: list[Measurement]) -> BenchResult:
-            self._handles[server.name] = server  # kept for the report
             info = server.server_info
             return BenchResult(
                 server.name,
@@ -467,10 +453,8 @@ class Bench:
                 finished = list(taken)
                 interrupted = cuts.get(server.name)
                 if interrupted is not None and interrupted.measured:
-                    try:
+                    with contextlib.suppress(ValueError):  # too little: the finished runs stand
                         finished.append(packed(measure(interrupted)))
-                    except ValueError:
-                        pass  # too little to measure: the finished runs stand alone
                 if not finished:
                     continue  # nothing finished: the test's own failure says what cut it
                 cut = f"{cut_by(error)}, in run {len(taken) + 1} of {repeats}"
@@ -478,4 +462,7 @@ class Bench:
                 self._record(replace(whole, cut=cut, finished_runs=len(taken)), server)
                 self.pool.say(f"sglang: the measurement {whole.label()} was cut: {cut}")
             raise
-        return [result(server, taken) for server, taken in zip(servers, runs, strict=True)]
+        for server, taken in zip(servers, runs, strict=True):
+            entry = (result(server, taken), server)
+            self._cache[cache_key(server.name, workload, load, repeats)] = entry
+            self._unreported[id(entry[0])] = entry

@@ -26,7 +26,6 @@ from pytest_sglang.measure.server_metrics import MetricsSnapshot, delta, scrape
 from pytest_sglang.report.progress import RunLine
 
 if TYPE_CHECKING:
-    from pytest_sglang.gpu.probes import GpuProbe
     from pytest_sglang.loadgen.records import LoadRun
     from pytest_sglang.loadgen.runner import LoadGenerator
     from pytest_sglang.server.handle import SGLangServer
@@ -50,12 +49,7 @@ class Interrupted(Exception):
 class Runner:
     """Takes a bench's runs, with the load generator's limits and placement from the settings."""
 
-    def __init__(
-        self,
-        pool: ServerPool,
-        *,
-        run_line: RunLine | None = None,
-    ) -> None:
+    def __init__(self, pool: ServerPool, *, run_line: RunLine | None = None) -> None:
         self.pool = pool
         settings = pool.settings
         self._options = {
@@ -69,7 +63,6 @@ class Runner:
         self._workers = settings.load_workers.value
         self._ray_address = settings.ray_address
         self._run_line = run_line or RunLine(None)
-        self._gpu = _gpu_probe(pool)
         self._ray_pools = RayPools()
         self._noted: set[tuple[str, int]] = set()
 
@@ -122,14 +115,16 @@ class Runner:
                 last = time.monotonic()
                 self.pool.say(line)
 
-        launch = server.launch
-        sampler = None
+        launch, probe, sampler = server.launch, None, None
         # A launch samples the GPUs it was pinned to (none: the emulator without fake GPUs);
-        # an attached server, every GPU of the probe's host.
-        if self._gpu is not None and (launch is None or launch.gpus):
+        # an attached server, every GPU of the probe's host. No probe: no telemetry.
+        if launch is None or launch.gpus:
+            with contextlib.suppress(GpuUnavailable):  # --sglang-require: raised, not here
+                probe = self.pool.gpu_probe()
+        if probe is not None:
             pids = frozenset({launch.pid} if launch is not None and launch.pid else ())
             uuids = None if launch is None else launch.gpus
-            sampler = TelemetrySampler(self._gpu, uuids, allowed_pids=pids)
+            sampler = TelemetrySampler(probe, uuids, allowed_pids=pids)
         scrapes: list[MetricsSnapshot | None] = []
 
         def before_measured() -> None:
@@ -216,20 +211,6 @@ class Runner:
             f"{cap}{source}: {concurrency - cap} requests at a time wait in the server's "
             "queue, and their TTFT includes that wait"
         )
-
-
-def _gpu_probe(pool: ServerPool) -> GpuProbe | None:
-    """Return the session's GPU telemetry reader, or None where no GPU is read."""
-    from pytest_sglang.gpu.probes import make_probe
-
-    settings = pool.settings
-    emulated = settings.launcher.value == "emulator" and settings.gpu_fake.value is None
-    if emulated and not settings.servers:
-        return None
-    try:
-        return make_probe(host=settings.gpu_host.value, fake_dir=settings.gpu_fake.value)
-    except GpuUnavailable:
-        return None
 
 
 def _scrape(server: SGLangServer) -> MetricsSnapshot | None:
