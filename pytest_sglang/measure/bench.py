@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -126,7 +125,7 @@ def declared_measurements(items: Iterable[pytest.Item]) -> MeasurementPlans:
     return plans
 
 
-class Bench:
+class Bench(Runner):
     """Measure workloads on servers: the object the ``sglang_bench`` fixture returns.
 
     ``bench(SERVER, workload, concurrency=1, repeats=5)`` measures ``repeats`` runs of
@@ -143,25 +142,16 @@ class Bench:
         plans: MeasurementPlans | None = None,
         run_line: RunLine | None = None,
     ) -> None:
-        self.pool = pool
+        super().__init__(pool, run_line=run_line)
         self._record: _Record = self._keep_cut  # a test's view records with its own
-        self._runner = Runner(pool, run_line=run_line)
         self._plans = plans or {}
         # Set by ``with_recorder`` for a test; without them the errors propagate.
         self._on_unavailable: Callable[[str], NoReturn] | None = None
         self._on_failure: Callable[[str], NoReturn] | None = None
-        self._server_failed: Callable[[str, SGLangError], None] = lambda name, error: None
-        self._during = ""  # the test id measuring, for a server's death message
-        # One run for this view's test (``with_recorder`` names it and its death callback).
-        self._run = functools.partial(self._runner.run)
         # Shared by every view (``with_recorder``): the session cache, each result with its
         # server; and, by id, those no test has recorded (taken for a later test, or cut).
         self._cache: dict[CacheKey, _Entry] = {}
         self._unreported: dict[int, _Entry] = {}
-
-    def close(self) -> None:
-        """Release what the bench keeps between runs (the Ray load-worker actors)."""
-        self._runner.close()
 
     def take_unreported(self) -> list[_Entry]:
         """Return, once, the measurements no test has recorded, so an interrupt loses none."""
@@ -185,7 +175,6 @@ class Bench:
         view = copy.copy(self)  # the containers are shared: one session cache
         view._record, view._on_unavailable, view._on_failure = record, unavailable, failure
         view._server_failed, view._during = server_failed, during
-        view._run = functools.partial(self._runner.run, during=during, server_failed=server_failed)
         return view
 
     def _server(self, server: str | SGLangServer, *, why: str = "") -> SGLangServer:

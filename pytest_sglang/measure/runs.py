@@ -47,39 +47,32 @@ class Interrupted(Exception):
 
 
 class Runner:
-    """Takes a bench's runs, with the load generator's limits and placement from the settings."""
+    """Takes runs: the part of a :class:`~pytest_sglang.measure.bench.Bench` that runs load.
+
+    The load generator's limits and placement come from the settings; ``_during`` (the test
+    measuring) and ``_server_failed`` (its report of a server's death) from the bench's view
+    of that test.
+    """
 
     def __init__(self, pool: ServerPool, *, run_line: RunLine | None = None) -> None:
         self.pool = pool
-        settings = pool.settings
-        self._options = {
-            "request_timeout": settings.request_timeout.value,
-            "stall_timeout": settings.stall_timeout.value,
-            "first_token_timeout": settings.first_token_timeout.value,
-            # 0: never stop a run early for unanswered requests.
-            "max_consecutive_failures": settings.max_consecutive_failures.value or None,
-        }
-        # Where the load runs (docs/scaling.md).
-        self._workers = settings.load_workers.value
-        self._ray_address = settings.ray_address
         self._run_line = run_line or RunLine(None)
         self._ray_pools = RayPools()
         self._noted: set[tuple[str, int]] = set()
+        self._during = ""
+        self._server_failed: Callable[[str, SGLangError], None] = lambda name, error: None
 
     def close(self) -> None:
         """Release what is kept between runs (the Ray load-worker actors)."""
         self._ray_pools.close()
 
-    def run(
+    def _run(
         self,
         server: SGLangServer,
         workload: Workload,
         load: Load,
         repeat: int,
         repeats: int,
-        *,
-        during: str = "",
-        server_failed: Callable[[str, SGLangError], None] = lambda name, error: None,
         cuts: dict[str, LoadRun | None] | None = None,
     ) -> Measurement:
         """Take run ``repeat`` (of ``repeats``) on ``server`` under ``load``.
@@ -87,7 +80,8 @@ class Runner:
         A run cut short (a test timeout, Ctrl-C) leaves its finished part in ``cuts``, under
         the server's name, for the report of the measurement it belongs to.
 
-        :raises Interrupted: the server died (reported to ``server_failed``), or the run gave up.
+        :raises Interrupted: the server died (reported to ``_server_failed``), or the run gave
+            up.
         """
         from pytest_sglang.gpu.telemetry import TelemetrySampler
         from pytest_sglang.loadgen.placement import run_on_workers
@@ -132,15 +126,23 @@ class Runner:
             if sampler is not None:
                 sampler.start()
 
+        settings = self.pool.settings
         generator = load_generator_for(
-            server, progress=progress, before_measured=before_measured, **self._options
+            server,
+            progress=progress,
+            before_measured=before_measured,
+            request_timeout=settings.request_timeout.value,
+            stall_timeout=settings.stall_timeout.value,
+            first_token_timeout=settings.first_token_timeout.value,
+            # 0: never stop a run early for unanswered requests.
+            max_consecutive_failures=settings.max_consecutive_failures.value or None,
         )
         stopped: ServerStoppedAnswering | None = None
-        try:
+        try:  # where the load runs: docs/scaling.md
             run = run_on_workers(
                 generator, workload.for_concurrency(load.slots or 1), load,
-                workers=self._workers, ray_address=self._ray_address.value,
-                ray_source=self._ray_address.source, repeat=repeat,
+                workers=settings.load_workers.value, ray_address=settings.ray_address.value,
+                ray_source=settings.ray_address.source, repeat=repeat,
                 before_measured=before_measured, ray_pools=self._ray_pools,
             )  # fmt: skip
         except ServerStoppedAnswering as exc:
@@ -177,9 +179,9 @@ class Runner:
             # dying process gets a moment to be reaped when the run looks like a death.
             tail = measurement.records[-5:]
             wait = 2.0 if stopped is not None or (tail and all(not r.ok for r in tail)) else 0.0
-            died = self.pool.check(server.name, during=during, wait=wait)
+            died = self.pool.check(server.name, during=self._during, wait=wait)
             if died is not None:
-                server_failed(server.name, died)
+                self._server_failed(server.name, died)
                 lost = (
                     f"{died}\n  the measurement ({server.name} {load.describe()}, run "
                     f"{repeat + 1}) lost {measurement.failed} of {measurement.requests} requests "
