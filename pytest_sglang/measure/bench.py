@@ -31,7 +31,6 @@ from pytest_sglang.measure.budget import (
 from pytest_sglang.measure.measurement import Measurement, measure
 from pytest_sglang.measure.results import CONFIG_KEYS, BenchResult, Sweep, packed
 from pytest_sglang.measure.runs import Interrupted, Runner, cut_by
-from pytest_sglang.report.entries import Schedule
 from pytest_sglang.report.progress import RunLine
 
 if TYPE_CHECKING:
@@ -411,17 +410,15 @@ class Bench(Runner):
         __tracebackhide__ = True
         runs: tuple[list[Measurement], ...] = tuple([] for _ in servers)
         cuts: dict[str, LoadRun | None] = {}  # a cut run's finished part, by server
-        schedule: Schedule = "interleaved" if len(servers) > 1 else "blocks"
 
         def result(server: SGLangServer, taken: list[Measurement]) -> BenchResult:
-            info = server.server_info
             return BenchResult(
                 server.name,
                 workload,
                 load.slots or 0,
                 tuple(taken),  # packed by the runner
-                {k: info[k] for k in CONFIG_KEYS if k in info},
-                schedule,
+                {k: server.server_info[k] for k in CONFIG_KEYS if k in server.server_info},
+                "interleaved" if len(servers) > 1 else "blocks",
                 server.url,
                 open_loop=load if isinstance(load, OpenLoop) else None,
                 not_applicable=server.not_applicable,

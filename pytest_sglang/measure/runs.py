@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pytest_sglang.errors import GpuUnavailable, MeasurementFailed, ServerDied, SGLangError
+from pytest_sglang.errors import GpuUnavailable, MeasurementFailed, SGLangError
 from pytest_sglang.loadgen.ray_pools import RayPools
 from pytest_sglang.loadgen.schedule import ClosedLoop, Load
 from pytest_sglang.loadgen.workload import Workload
@@ -182,13 +182,11 @@ class Runner:
             died = self.pool.check(server.name, during=self._during, wait=wait)
             if died is not None:
                 self._server_failed(server.name, died)
-                lost = (
-                    f"{died}\n  the measurement ({server.name} {load.describe()}, run "
-                    f"{repeat + 1}) lost {measurement.failed} of {measurement.requests} requests "
-                    "to it"
+                lost = died.extended(
+                    f"\n  the measurement ({server.name} {load.describe()}, run {repeat + 1}) "
+                    f"lost {measurement.failed} of {measurement.requests} requests to it"
                 )
-                error = ServerDied(lost, phase=died.phase, exit_code=died.exit_code)
-                raise Interrupted(server, measurement, error)
+                raise Interrupted(server, measurement, lost)
         if stopped is not None:
             message = [
                 f"the measurement of {server.name} @ {load.describe()} ({server.url}) was "
