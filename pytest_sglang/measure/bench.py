@@ -119,8 +119,7 @@ def declared_measurements(items: Iterable[pytest.Item]) -> MeasurementPlans:
                     f"{item.nodeid}: @pytest.mark.sglang_measure: {exc}"
                 ) from None
             for one in declared:
-                key = cache_key(one.server, one.workload, one.load, one.repeats)
-                plans.setdefault(key, one)
+                plans.setdefault(cache_key(one.server, one.workload, one.load, one.repeats), one)
     return plans
 
 
@@ -257,7 +256,7 @@ class Bench(Runner):
         points = tuple(self._measure(server, workload, one, repeats, budget) for one in loads)
         if isinstance(concurrency, int):
             return points[0]
-        return Sweep(server if isinstance(server, str) else server.name, workload, points)
+        return Sweep(points[0].server, workload, points)
 
     def pair(
         self,
@@ -282,9 +281,8 @@ class Bench(Runner):
         repeats = repeats_of(repeats)
         budget = Budget.of(allow_errors, allow_checks)
         with self.pool.measuring(a, b, during=self._during):
-            attached = {s.name for s in self.pool.settings.servers}
-            keys = [cache_key(name, workload, load, repeats) for name in (a, b)]
-            if {a, b} <= attached and not any(key in self._cache for key in keys):
+            cached = any(cache_key(n, workload, load, repeats) in self._cache for n in (a, b))
+            if {a, b} <= {s.name for s in self.pool.settings.servers} and not cached:
                 check_fills(workload, level)
                 self._take((self._server(a), self._server(b)), workload, load, repeats)
             first = self._measure(a, workload, load, repeats, budget)
@@ -322,7 +320,7 @@ class Bench(Runner):
         handle = self._server(server)
         try:
             with self.pool.measuring(handle, during=self._during):
-                return self._run(handle, workload, load, repeat, repeat + 1)  # a cut: not kept
+                return self._run(handle, workload, load, repeat, repeat + 1, {})  # a cut: dropped
         except Interrupted as stop:
             self._fail(stop.error)
 
@@ -430,8 +428,7 @@ class Bench(Runner):
                     for server, taken in zip(servers, runs, strict=True):
                         taken.append(self._run(server, workload, load, repeat, repeats, cuts=cuts))
         except Interrupted as stop:
-            ended = runs[servers.index(stop.server)]
-            ended.append(stop.measurement)
+            ended = [*runs[servers.index(stop.server)], stop.measurement]
             self._record(result(stop.server, ended), stop.server)
             self._fail(stop.error)
         except BaseException as error:  # a test timeout or Ctrl-C

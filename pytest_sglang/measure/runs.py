@@ -73,7 +73,7 @@ class Runner:
         load: Load,
         repeat: int,
         repeats: int,
-        cuts: dict[str, LoadRun | None] | None = None,
+        cuts: dict[str, LoadRun | None],
     ) -> Measurement:
         """Take run ``repeat`` (of ``repeats``) on ``server`` under ``load``.
 
@@ -148,8 +148,7 @@ class Runner:
         except ServerStoppedAnswering as exc:
             stopped, run = exc, exc.run
         except BaseException:
-            if cuts is not None:
-                cuts[server.name] = generator.interrupted_run
+            cuts[server.name] = generator.interrupted_run
             raise
         finally:
             if sampler is not None and sampler.started_at:
