@@ -26,6 +26,7 @@ from pytest_sglang.measure.server_metrics import MetricsSnapshot, delta, scrape
 from pytest_sglang.report.progress import RunLine
 
 if TYPE_CHECKING:
+    from pytest_sglang.gpu.probes import GpuProbe
     from pytest_sglang.loadgen.records import LoadRun
     from pytest_sglang.loadgen.runner import LoadGenerator
     from pytest_sglang.server.handle import SGLangServer
@@ -57,6 +58,7 @@ class Runner:
     def __init__(self, pool: ServerPool, *, run_line: RunLine | None = None) -> None:
         self.pool = pool
         self._run_line = run_line or RunLine(None)
+        self._gpu = _gpu_probe(pool)
         self._ray_pools = RayPools()
         self._noted: set[tuple[str, int]] = set()
         self._during = ""
@@ -109,16 +111,13 @@ class Runner:
                 last = time.monotonic()
                 self.pool.say(line)
 
-        launch, probe, sampler = server.launch, None, None
+        launch, sampler = server.launch, None
         # A launch samples the GPUs it was pinned to (none: the emulator without fake GPUs);
-        # an attached server, every GPU of the probe's host. No probe: no telemetry.
-        if launch is None or launch.gpus:
-            with contextlib.suppress(GpuUnavailable):  # --sglang-require: raised, not here
-                probe = self.pool.gpu_probe()
-        if probe is not None:
+        # an attached server, every GPU of the probe's host.
+        if self._gpu is not None and (launch is None or launch.gpus):
             pids = frozenset({launch.pid} if launch is not None and launch.pid else ())
             uuids = None if launch is None else launch.gpus
-            sampler = TelemetrySampler(probe, uuids, allowed_pids=pids)
+            sampler = TelemetrySampler(self._gpu, uuids, allowed_pids=pids)
         scrapes: list[MetricsSnapshot | None] = []
 
         def before_measured() -> None:
@@ -137,7 +136,7 @@ class Runner:
             # 0: never stop a run early for unanswered requests.
             max_consecutive_failures=settings.max_consecutive_failures.value or None,
         )
-        stopped: ServerStoppedAnswering | None = None
+        stopped: str | None = None  # why the run gave up; its records go with ``run``
         try:  # where the load runs: docs/scaling.md
             run = run_on_workers(
                 generator, workload.for_concurrency(load.slots or 1), load,
@@ -146,7 +145,7 @@ class Runner:
                 before_measured=before_measured, ray_pools=self._ray_pools,
             )  # fmt: skip
         except ServerStoppedAnswering as exc:
-            stopped, run = exc, exc.run
+            stopped, run = str(exc), exc.run
         except BaseException:
             cuts[server.name] = generator.interrupted_run
             raise
@@ -170,8 +169,6 @@ class Runner:
             )
         measurement = packed(measurement)
         del run, generator
-        if stopped is not None:
-            stopped.run = dataclasses.replace(stopped.run, records=())
         give_back_memory()
         if measurement.failed or stopped is not None:
             # A server that died under the load ends the measurement, naming its death; a
@@ -210,6 +207,24 @@ class Runner:
             f"{cap}{source}: {concurrency - cap} requests at a time wait in the server's "
             "queue, and their TTFT includes that wait"
         )
+
+
+def _gpu_probe(pool: ServerPool) -> GpuProbe | None:
+    """Return the session's GPU telemetry reader, or None where no GPU is read.
+
+    Its own, not the pool's: the pool's probe, once made, puts the GPUs' names into the report
+    (and so into the baselines' fingerprints), which a measurement must not change.
+    """
+    from pytest_sglang.gpu.probes import make_probe
+
+    settings = pool.settings
+    emulated = settings.launcher.value == "emulator" and settings.gpu_fake.value is None
+    if emulated and not settings.servers:
+        return None
+    try:
+        return make_probe(host=settings.gpu_host.value, fake_dir=settings.gpu_fake.value)
+    except GpuUnavailable:
+        return None
 
 
 def _scrape(server: SGLangServer) -> MetricsSnapshot | None:
