@@ -213,14 +213,12 @@ def _gpu_probe(pool: ServerPool) -> GpuProbe | None:
     """Return the session's GPU telemetry reader, or None where no GPU is read.
 
     Its own, not the pool's: the pool's probe, once made, puts the GPUs' names into the report
-    (and so into the baselines' fingerprints), which a measurement must not change.
+    (and so into the baselines' fingerprints), which a measurement must not change. Read only
+    for a server that holds GPUs (:meth:`Runner._run`).
     """
     from pytest_sglang.gpu.probes import make_probe
 
     settings = pool.settings
-    emulated = settings.launcher.value == "emulator" and settings.gpu_fake.value is None
-    if emulated and not settings.servers:
-        return None
     try:
         return make_probe(host=settings.gpu_host.value, fake_dir=settings.gpu_fake.value)
     except GpuUnavailable:
