@@ -8,8 +8,8 @@ launches once per session (:meth:`Bench.take_declared`).
 
 from __future__ import annotations
 
+import contextlib
 import copy
-import functools
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -31,7 +31,6 @@ from pytest_sglang.measure.budget import (
 from pytest_sglang.measure.measurement import Measurement, measure
 from pytest_sglang.measure.results import CONFIG_KEYS, BenchResult, Sweep, packed
 from pytest_sglang.measure.runs import Interrupted, Runner, cut_by
-from pytest_sglang.report.entries import Schedule
 from pytest_sglang.report.progress import RunLine
 
 if TYPE_CHECKING:
@@ -41,7 +40,9 @@ if TYPE_CHECKING:
 
 __all__ = ["PLANS_KEY", "Bench", "Declared", "cache_key", "declared_measurements"]
 
-_Record = Callable[[BenchResult, "SGLangServer | None"], None]
+_Record = Callable[[BenchResult, "SGLangServer"], None]
+#: A measurement and the server it was taken on (for the report).
+_Entry = tuple[BenchResult, "SGLangServer"]
 
 #: Runs per measurement when a test does not say (``sglang_bench`` and ``sglang_measure``).
 DEFAULT_REPEATS = 5
@@ -118,12 +119,11 @@ def declared_measurements(items: Iterable[pytest.Item]) -> MeasurementPlans:
                     f"{item.nodeid}: @pytest.mark.sglang_measure: {exc}"
                 ) from None
             for one in declared:
-                key = cache_key(one.server, one.workload, one.load, one.repeats)
-                plans.setdefault(key, one)
+                plans.setdefault(cache_key(one.server, one.workload, one.load, one.repeats), one)
     return plans
 
 
-class Bench:
+class Bench(Runner):
     """Measure workloads on servers: the object the ``sglang_bench`` fixture returns.
 
     ``bench(SERVER, workload, concurrency=1, repeats=5)`` measures ``repeats`` runs of
@@ -140,38 +140,21 @@ class Bench:
         plans: MeasurementPlans | None = None,
         run_line: RunLine | None = None,
     ) -> None:
-        self.pool = pool
+        super().__init__(pool, run_line=run_line)
         self._record: _Record = self._keep_cut  # a test's view records with its own
-        self._runner = Runner(pool, run_line=run_line)
         self._plans = plans or {}
         # Set by ``with_recorder`` for a test; without them the errors propagate.
         self._on_unavailable: Callable[[str], NoReturn] | None = None
         self._on_failure: Callable[[str], NoReturn] | None = None
-        self._server_failed: Callable[[str, SGLangError], None] = lambda name, error: None
-        self._during = ""  # the test id measuring, for a server's death message
-        # One run for this view's test (``with_recorder`` names it and its death callback).
-        self._run = functools.partial(self._runner.run)
-        # Shared by every view (``with_recorder``): the session cache, the server of each
-        # result, the ids of the results recorded, and the cut ones no test recorded.
-        self._cache: dict[CacheKey, BenchResult] = {}
-        self._handles: dict[str, SGLangServer] = {}
-        self._recorded: set[int] = set()
-        self._unrecorded_cuts: list[tuple[BenchResult, SGLangServer]] = []
+        # Shared by every view (``with_recorder``): the session cache, each result with its
+        # server; and, by id, those no test has recorded (taken for a later test, or cut).
+        self._cache: dict[CacheKey, _Entry] = {}
+        self._unreported: dict[int, _Entry] = {}
 
-    def close(self) -> None:
-        """Release what the bench keeps between runs (the Ray load-worker actors)."""
-        self._runner.close()
-
-    def take_unreported(self) -> list[tuple[BenchResult, SGLangServer | None]]:
+    def take_unreported(self) -> list[_Entry]:
         """Return, once, the measurements no test has recorded, so an interrupt loses none."""
-        taken = [
-            (result, self._handles.get(result.server))
-            for result in self._cache.values()
-            if id(result) not in self._recorded
-        ]
-        taken += self._unrecorded_cuts
-        self._unrecorded_cuts.clear()
-        self._recorded.update(id(result) for result, _ in taken)
+        taken = list(self._unreported.values())
+        self._unreported.clear()
         return taken
 
     def with_recorder(
@@ -190,7 +173,6 @@ class Bench:
         view = copy.copy(self)  # the containers are shared: one session cache
         view._record, view._on_unavailable, view._on_failure = record, unavailable, failure
         view._server_failed, view._during = server_failed, during
-        view._run = functools.partial(self._runner.run, during=during, server_failed=server_failed)
         return view
 
     def _server(self, server: str | SGLangServer, *, why: str = "") -> SGLangServer:
@@ -200,21 +182,19 @@ class Bench:
         try:
             return self.pool.get(server, during=self._during, why=why)
         except ServerUnavailable as exc:
-            if self._on_unavailable is None:
-                raise
-            message, handler = str(exc), self._on_unavailable
+            self._fail(exc, skip=True)
         except SGLangError as exc:
             self._server_failed(server, exc)
             self._fail(exc)
-        handler(message)
 
-    def _fail(self, error: SGLangError) -> NoReturn:
-        """Fail the test with ``error`` (through the fixture's handler, or raise it)."""
+    def _fail(self, error: SGLangError, *, skip: bool = False) -> NoReturn:
+        """Fail (``skip``: skip) the test with ``error`` through the fixture, or raise it."""
         __tracebackhide__ = True
-        if self._on_failure is None:
+        handler = self._on_unavailable if skip else self._on_failure
+        if handler is None:
             raise error
         try:
-            self._on_failure(str(error))
+            handler(str(error))
         except BaseException as failed:
             failed.__suppress_context__ = True
             raise
@@ -276,7 +256,7 @@ class Bench:
         points = tuple(self._measure(server, workload, one, repeats, budget) for one in loads)
         if isinstance(concurrency, int):
             return points[0]
-        return Sweep(server if isinstance(server, str) else server.name, workload, points)
+        return Sweep(points[0].server, workload, points)
 
     def pair(
         self,
@@ -301,12 +281,10 @@ class Bench:
         repeats = repeats_of(repeats)
         budget = Budget.of(allow_errors, allow_checks)
         with self.pool.measuring(a, b, during=self._during):
-            attached = {s.name for s in self.pool.settings.servers}
-            keys = [cache_key(name, workload, load, repeats) for name in (a, b)]
-            if {a, b} <= attached and not any(key in self._cache for key in keys):
+            cached = any(cache_key(n, workload, load, repeats) in self._cache for n in (a, b))
+            if {a, b} <= {s.name for s in self.pool.settings.servers} and not cached:
                 check_fills(workload, level)
-                taken = self._taken((self._server(a), self._server(b)), workload, load, repeats)
-                self._cache.update(zip(keys, taken, strict=True))
+                self._take((self._server(a), self._server(b)), workload, load, repeats)
             first = self._measure(a, workload, load, repeats, budget)
             return first, self._measure(b, workload, load, repeats, budget)
 
@@ -342,7 +320,7 @@ class Bench:
         handle = self._server(server)
         try:
             with self.pool.measuring(handle, during=self._during):
-                return self._run(handle, workload, load, repeat, repeat + 1)  # a cut: not kept
+                return self._run(handle, workload, load, repeat, repeat + 1, {})  # a cut: dropped
         except Interrupted as stop:
             self._fail(stop.error)
 
@@ -352,21 +330,20 @@ class Bench:
         The pool calls this after a launch. One that fails is not cached: its test measures
         again and fails with its own message.
         """
-        plans, cached = self._plans.items(), self._cache.keys()
-        pending = [(k, d) for k, d in plans if d.server == server.name and k not in cached]
-        pending.sort(key=lambda plan: plan[1].load.concurrency)
+        pending = sorted(
+            (d for k, d in self._plans.items() if d.server == server.name and k not in self._cache),
+            key=lambda declared: declared.load.concurrency,
+        )
         if not pending:
             return
         self.pool.say(
             f"sglang: {server.name!r} is up: taking the {len(pending)} measurement(s) declared "
-            f"for it ({', '.join(declared.label() for _, declared in pending)})"
+            f"for it ({', '.join(declared.label() for declared in pending)})"
         )
-        for number, (key, declared) in enumerate(pending, 1):
+        for number, declared in enumerate(pending, 1):
             started = time.monotonic()
             try:
-                (self._cache[key],) = self._taken(
-                    (server,), declared.workload, declared.load, declared.repeats
-                )
+                self._take((server,), declared.workload, declared.load, declared.repeats)
             except Exception as exc:  # the declaring test measures again, and says why
                 first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 self.pool.say(
@@ -382,10 +359,10 @@ class Bench:
 
     # -- internals ------------------------------------------------------------------------
 
-    def _keep_cut(self, result: BenchResult, server: SGLangServer | None) -> None:
+    def _keep_cut(self, result: BenchResult, server: SGLangServer) -> None:
         """Keep a cut measurement no test records (a declared one), reported at the end."""
-        if result.cut is not None and server is not None:
-            self._unrecorded_cuts.append((result, server))
+        if result.cut is not None:
+            self._unreported[id(result)] = (result, server)
 
     def _measure(
         self,
@@ -411,42 +388,35 @@ class Bench:
                 )
             handle = self._server(server, why=why)
             if key not in self._cache:  # the server's launch may have taken it (take_declared)
-                (self._cache[key],) = self._taken((handle,), workload, load, repeats)
-        result = self._cache[key]
-        self._record(result, self._handles.get(result.server))
-        self._recorded.add(id(result))
+                self._take((handle,), workload, load, repeats)
+        result, handle = self._cache[key]
+        self._record(result, handle)
+        self._unreported.pop(id(result), None)
         broken = broken_message(result, budget)
         if broken is not None:
             self._fail(MeasurementFailed(broken))
         return result
 
-    def _taken(
-        self,
-        servers: tuple[SGLangServer, ...],
-        workload: Workload,
-        load: Load,
-        repeats: int,
-    ) -> list[BenchResult]:
+    def _take(
+        self, servers: tuple[SGLangServer, ...], workload: Workload, load: Load, repeats: int
+    ) -> None:
         """Take ``repeats`` runs on each of ``servers`` (A B A B, so that drift cancels).
 
-        Returns one result per server, neither cached nor recorded. An ended measurement is
-        recorded and fails the test; a cut one is recorded, labelled.
+        Caches one result per server, not yet recorded. An ended measurement is recorded and
+        fails the test; a cut one is recorded, labelled.
         """
         __tracebackhide__ = True
         runs: tuple[list[Measurement], ...] = tuple([] for _ in servers)
         cuts: dict[str, LoadRun | None] = {}  # a cut run's finished part, by server
-        schedule: Schedule = "interleaved" if len(servers) > 1 else "blocks"
 
         def result(server: SGLangServer, taken: list[Measurement]) -> BenchResult:
-            self._handles[server.name] = server  # kept for the report
-            info = server.server_info
             return BenchResult(
                 server.name,
                 workload,
                 load.slots or 0,
                 tuple(taken),  # packed by the runner
-                {k: info[k] for k in CONFIG_KEYS if k in info},
-                schedule,
+                {k: server.server_info[k] for k in CONFIG_KEYS if k in server.server_info},
+                "interleaved" if len(servers) > 1 else "blocks",
                 server.url,
                 open_loop=load if isinstance(load, OpenLoop) else None,
                 not_applicable=server.not_applicable,
@@ -458,8 +428,7 @@ class Bench:
                     for server, taken in zip(servers, runs, strict=True):
                         taken.append(self._run(server, workload, load, repeat, repeats, cuts=cuts))
         except Interrupted as stop:
-            ended = runs[servers.index(stop.server)]
-            ended.append(stop.measurement)
+            ended = [*runs[servers.index(stop.server)], stop.measurement]
             self._record(result(stop.server, ended), stop.server)
             self._fail(stop.error)
         except BaseException as error:  # a test timeout or Ctrl-C
@@ -467,10 +436,8 @@ class Bench:
                 finished = list(taken)
                 interrupted = cuts.get(server.name)
                 if interrupted is not None and interrupted.measured:
-                    try:
+                    with contextlib.suppress(ValueError):  # too little: the finished runs stand
                         finished.append(packed(measure(interrupted)))
-                    except ValueError:
-                        pass  # too little to measure: the finished runs stand alone
                 if not finished:
                     continue  # nothing finished: the test's own failure says what cut it
                 cut = f"{cut_by(error)}, in run {len(taken) + 1} of {repeats}"
@@ -478,4 +445,7 @@ class Bench:
                 self._record(replace(whole, cut=cut, finished_runs=len(taken)), server)
                 self.pool.say(f"sglang: the measurement {whole.label()} was cut: {cut}")
             raise
-        return [result(server, taken) for server, taken in zip(servers, runs, strict=True)]
+        for server, taken in zip(servers, runs, strict=True):
+            entry = (result(server, taken), server)
+            self._cache[cache_key(server.name, workload, load, repeats)] = entry
+            self._unreported[id(entry[0])] = entry

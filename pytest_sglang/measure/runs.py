@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pytest_sglang.errors import GpuUnavailable, MeasurementFailed, ServerDied, SGLangError
+from pytest_sglang.errors import GpuUnavailable, MeasurementFailed, SGLangError
 from pytest_sglang.loadgen.ray_pools import RayPools
 from pytest_sglang.loadgen.schedule import ClosedLoop, Load
 from pytest_sglang.loadgen.workload import Workload
@@ -48,53 +48,42 @@ class Interrupted(Exception):
 
 
 class Runner:
-    """Takes a bench's runs, with the load generator's limits and placement from the settings."""
+    """Takes runs: the part of a :class:`~pytest_sglang.measure.bench.Bench` that runs load.
 
-    def __init__(
-        self,
-        pool: ServerPool,
-        *,
-        run_line: RunLine | None = None,
-    ) -> None:
+    The load generator's limits and placement come from the settings; ``_during`` (the test
+    measuring) and ``_server_failed`` (its report of a server's death) from the bench's view
+    of that test.
+    """
+
+    def __init__(self, pool: ServerPool, *, run_line: RunLine | None = None) -> None:
         self.pool = pool
-        settings = pool.settings
-        self._options = {
-            "request_timeout": settings.request_timeout.value,
-            "stall_timeout": settings.stall_timeout.value,
-            "first_token_timeout": settings.first_token_timeout.value,
-            # 0: never stop a run early for unanswered requests.
-            "max_consecutive_failures": settings.max_consecutive_failures.value or None,
-        }
-        # Where the load runs (docs/scaling.md).
-        self._workers = settings.load_workers.value
-        self._ray_address = settings.ray_address
         self._run_line = run_line or RunLine(None)
         self._gpu = _gpu_probe(pool)
         self._ray_pools = RayPools()
         self._noted: set[tuple[str, int]] = set()
+        self._during = ""
+        self._server_failed: Callable[[str, SGLangError], None] = lambda name, error: None
 
     def close(self) -> None:
         """Release what is kept between runs (the Ray load-worker actors)."""
         self._ray_pools.close()
 
-    def run(
+    def _run(
         self,
         server: SGLangServer,
         workload: Workload,
         load: Load,
         repeat: int,
         repeats: int,
-        *,
-        during: str = "",
-        server_failed: Callable[[str, SGLangError], None] = lambda name, error: None,
-        cuts: dict[str, LoadRun | None] | None = None,
+        cuts: dict[str, LoadRun | None],
     ) -> Measurement:
         """Take run ``repeat`` (of ``repeats``) on ``server`` under ``load``.
 
         A run cut short (a test timeout, Ctrl-C) leaves its finished part in ``cuts``, under
         the server's name, for the report of the measurement it belongs to.
 
-        :raises Interrupted: the server died (reported to ``server_failed``), or the run gave up.
+        :raises Interrupted: the server died (reported to ``_server_failed``), or the run gave
+            up.
         """
         from pytest_sglang.gpu.telemetry import TelemetrySampler
         from pytest_sglang.loadgen.placement import run_on_workers
@@ -122,8 +111,7 @@ class Runner:
                 last = time.monotonic()
                 self.pool.say(line)
 
-        launch = server.launch
-        sampler = None
+        launch, sampler = server.launch, None
         # A launch samples the GPUs it was pinned to (none: the emulator without fake GPUs);
         # an attached server, every GPU of the probe's host.
         if self._gpu is not None and (launch is None or launch.gpus):
@@ -137,22 +125,29 @@ class Runner:
             if sampler is not None:
                 sampler.start()
 
+        settings = self.pool.settings
         generator = load_generator_for(
-            server, progress=progress, before_measured=before_measured, **self._options
+            server,
+            progress=progress,
+            before_measured=before_measured,
+            request_timeout=settings.request_timeout.value,
+            stall_timeout=settings.stall_timeout.value,
+            first_token_timeout=settings.first_token_timeout.value,
+            # 0: never stop a run early for unanswered requests.
+            max_consecutive_failures=settings.max_consecutive_failures.value or None,
         )
-        stopped: ServerStoppedAnswering | None = None
-        try:
+        stopped: str | None = None  # why the run gave up; its records go with ``run``
+        try:  # where the load runs: docs/scaling.md
             run = run_on_workers(
                 generator, workload.for_concurrency(load.slots or 1), load,
-                workers=self._workers, ray_address=self._ray_address.value,
-                ray_source=self._ray_address.source, repeat=repeat,
+                workers=settings.load_workers.value, ray_address=settings.ray_address.value,
+                ray_source=settings.ray_address.source, repeat=repeat,
                 before_measured=before_measured, ray_pools=self._ray_pools,
             )  # fmt: skip
         except ServerStoppedAnswering as exc:
-            stopped, run = exc, exc.run
+            stopped, run = str(exc), exc.run
         except BaseException:
-            if cuts is not None:
-                cuts[server.name] = generator.interrupted_run
+            cuts[server.name] = generator.interrupted_run
             raise
         finally:
             if sampler is not None and sampler.started_at:
@@ -174,24 +169,20 @@ class Runner:
             )
         measurement = packed(measurement)
         del run, generator
-        if stopped is not None:
-            stopped.run = dataclasses.replace(stopped.run, records=())
         give_back_memory()
         if measurement.failed or stopped is not None:
             # A server that died under the load ends the measurement, naming its death; a
             # dying process gets a moment to be reaped when the run looks like a death.
             tail = measurement.records[-5:]
             wait = 2.0 if stopped is not None or (tail and all(not r.ok for r in tail)) else 0.0
-            died = self.pool.check(server.name, during=during, wait=wait)
+            died = self.pool.check(server.name, during=self._during, wait=wait)
             if died is not None:
-                server_failed(server.name, died)
-                lost = (
-                    f"{died}\n  the measurement ({server.name} {load.describe()}, run "
-                    f"{repeat + 1}) lost {measurement.failed} of {measurement.requests} requests "
-                    "to it"
+                self._server_failed(server.name, died)
+                lost = died.extended(
+                    f"\n  the measurement ({server.name} {load.describe()}, run {repeat + 1}) "
+                    f"lost {measurement.failed} of {measurement.requests} requests to it"
                 )
-                error = ServerDied(lost, phase=died.phase, exit_code=died.exit_code)
-                raise Interrupted(server, measurement, error)
+                raise Interrupted(server, measurement, lost)
         if stopped is not None:
             message = [
                 f"the measurement of {server.name} @ {load.describe()} ({server.url}) was "
@@ -219,13 +210,15 @@ class Runner:
 
 
 def _gpu_probe(pool: ServerPool) -> GpuProbe | None:
-    """Return the session's GPU telemetry reader, or None where no GPU is read."""
+    """Return the session's GPU telemetry reader, or None where no GPU is read.
+
+    Its own, not the pool's: the pool's probe, once made, puts the GPUs' names into the report
+    (and so into the baselines' fingerprints), which a measurement must not change. Read only
+    for a server that holds GPUs (:meth:`Runner._run`).
+    """
     from pytest_sglang.gpu.probes import make_probe
 
     settings = pool.settings
-    emulated = settings.launcher.value == "emulator" and settings.gpu_fake.value is None
-    if emulated and not settings.servers:
-        return None
     try:
         return make_probe(host=settings.gpu_host.value, fake_dir=settings.gpu_fake.value)
     except GpuUnavailable:
