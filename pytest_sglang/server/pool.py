@@ -15,17 +15,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import importlib.util
 import os
-import shutil
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
-from pytest_sglang.config.profiles import Profile
 from pytest_sglang.config.settings import ServerTarget, Settings
 from pytest_sglang.errors import (
     GpuUnavailable,
@@ -37,7 +33,7 @@ from pytest_sglang.errors import (
 from pytest_sglang.gpu.hygiene import visible_gpus, worker_gpus
 from pytest_sglang.gpu.probes import GpuProbe, make_probe
 from pytest_sglang.server.handle import LaunchInfo, SGLangServer
-from pytest_sglang.server.launcher import Launch
+from pytest_sglang.server.launcher import Launch, missing_launcher
 from pytest_sglang.server.readiness import ReadinessGate
 
 __all__ = ["ServerLocks", "ServerPool", "host_port", "server_key"]
@@ -71,6 +67,9 @@ class ServerPool:
         self._gpu: GpuProbe | None = None
         self._gpu_checked = False  # made once: after close() too, none is made again
         self._gpu_names: list[str] | None = None
+        # The emulator without fake GPUs holds none: a dry run must not fail because another
+        # job holds the real GPUs (with a fake-GPU directory, the emulator simulates holders).
+        self._no_gpus = settings.launcher.value == "emulator" and settings.gpu_fake.value is None
         #: Every launch of the session, in order, for the report.
         self.launches: list[LaunchInfo] = []
         #: Teardown problems that did not fail a test (stragglers found and killed).
@@ -134,10 +133,9 @@ class ServerPool:
     def gpu_names(self) -> list[str]:
         """Return the names of the GPUs the session's probe sees (empty without a probe)."""
         if self._gpu is not None and self._gpu_names is None:
-            try:
+            self._gpu_names = []  # unreadable: not asked again
+            with contextlib.suppress(GpuUnavailable):
                 self._gpu_names = [g.name for g in self._gpu.snapshot().gpus]
-            except GpuUnavailable:
-                self._gpu_names = []
         return list(self._gpu_names or [])
 
     def get(self, name: str, *, during: str = "", why: str = "") -> SGLangServer:
@@ -200,22 +198,14 @@ class ServerPool:
         name, profile = target.name, target.profile
         assert profile is not None  # a target without a URL is a profile's
         missing = missing_launcher(profile, self.settings.launcher.value)
-        owned = self._owned_gpus(name, profile.tp) if missing is None else None
-        if missing is None:
-            try:
-                self.stop_running()  # they share the GPUs: one launched server at a time
-            except SGLangError as exc:
-                # The previous server's problem, not this profile's: record it and let this
-                # launch's pre-flight judge the GPUs (it waits and names any holder).
-                self.problems.append(str(exc))
-                self._progress(f"sglang: {exc}")
         launch = Launch(
             target,
             self.settings,
-            gpu=None if missing is not None or self._emulated_gpus_only else self.gpu_probe(),
+            # Nothing runs for a launcher that is missing: no GPUs to check or share out.
+            gpu=None if missing is not None or self._no_gpus else self.gpu_probe(),
+            visible_gpus=None if missing is not None else self._owned_gpus(name, profile.tp),
             progress=self._progress,
             log_path=self.log_dir / f"{name}-{len(self.launches) + 1}.log",
-            visible_gpus=owned,
         )
         launch.info.requested_by, launch.info.reason = during or None, why or None
         self.launches.append(launch.info)
@@ -226,6 +216,13 @@ class ServerPool:
                 f"--sglang-launcher=emulator, or attach a running server with "
                 f"--sglang-url {name}=URL\n  command: {' '.join(launch.info.command)}"
             )
+        try:
+            self.stop_running()  # they share the GPUs: one launched server at a time
+        except SGLangError as exc:
+            # The previous server's problem, not this profile's: record it and let this
+            # launch's pre-flight judge the GPUs (it waits and names any holder).
+            self.problems.append(str(exc))
+            self._progress(f"sglang: {exc}")
         if self.flight_skip_reason and len(self.launches) == 1:
             self._progress(f"sglang: GPU pre/post-flight checks skipped: {self.flight_skip_reason}")
         self._progress(
@@ -238,8 +235,8 @@ class ServerPool:
 
     def _owned_gpus(self, name: str, tp: int) -> tuple[str, ...] | None:
         """Return this pytest-xdist worker's equal, disjoint share of the host's GPUs, or None."""
-        if self.xdist_worker is None or self._emulated_gpus_only:
-            return None  # not a worker; or the emulator without fake GPUs holds none
+        if self.xdist_worker is None or self._no_gpus:
+            return None  # not a worker; or a launch that holds no GPU
         index, count = self.xdist_worker
         probe = self.gpu_probe()
         if probe is None:
@@ -262,15 +259,9 @@ class ServerPool:
         return owned
 
     @property
-    def _emulated_gpus_only(self) -> bool:
-        # A dry run must not fail because another job holds the real GPUs; a fake-GPU
-        # directory is different: the emulator simulates holders there.
-        return self.settings.launcher.value == "emulator" and self.settings.gpu_fake.value is None
-
-    @property
     def flight_skip_reason(self) -> str | None:
         """Why launches are not checked against GPU state (pre/post-flight), if they are not."""
-        if self._emulated_gpus_only:
+        if self._no_gpus:
             return "the emulator launcher holds no GPU (ini sglang_gpu_fake = DIR simulates them)"
         return self.gpu_skip_reason
 
@@ -280,14 +271,15 @@ class ServerPool:
         Launched: its process exited (within ``wait`` s); attached: its port refuses
         connections. A dead server is marked failed for the rest of the session.
         """
-        failed, server = self._failed.get(name), self._ready.get(name)
+        server = self._ready.get(name)
         if server is None:
+            failed = self._failed.get(name)
             return failed if isinstance(failed, ServerDied) else None
-        running, died = self._running, None
-        if running is not None and running.profile.name == name:
-            died = running.check_alive(during, wait=wait)
-        elif server.launch is None:
+        if server.launch is None:
             died = self._unreachable(server, during)
+        else:  # a ready launched server is the running one
+            assert self._running is not None
+            died = self._running.check_alive(during, wait=wait)
         if died is not None:
             del self._ready[name]
             self._failed[name] = died
@@ -315,10 +307,6 @@ class ServerPool:
             exit_code=None,
         )
 
-    def launch_records(self) -> list[dict[str, Any]]:
-        """Return every launch of the session as plain JSON types, for the report."""
-        return [info.as_dict() for info in self.launches]
-
     def stop_running(self) -> None:
         """Stop the launched server that is running, if any (its errors propagate).
 
@@ -326,18 +314,19 @@ class ServerPool:
         a stop that Ctrl-C cut short is still ours to finish, and ``hurry`` may cut it short.
         """
         launch = self._running
-        if launch is not None and not launch.finished:
-            self._ready.pop(launch.profile.name, None)
-            try:
-                launch.stop()
-            finally:
-                signals = launch.info.stop.signals if launch.info.stop is not None else []
-                kill = next((sent for sent in signals if "SIGKILL" in sent), None)
-                if kill is not None:
-                    self.problems.append(
-                        f"SGLang server {launch.profile.name!r} (pid {launch.info.pid}) did not "
-                        f"stop on SIGTERM: {kill} (its shutdown hangs, or it ignores SIGTERM)"
-                    )
+        if launch is None or launch.finished:
+            return
+        self._ready.pop(launch.profile.name, None)
+        try:
+            launch.stop()
+        finally:
+            signals = launch.info.stop.signals if launch.info.stop is not None else []
+            kill = next((sent for sent in signals if "SIGKILL" in sent), None)
+            if kill is not None:
+                self.problems.append(
+                    f"SGLang server {launch.profile.name!r} (pid {launch.info.pid}) did not "
+                    f"stop on SIGTERM: {kill} (its shutdown hangs, or it ignores SIGTERM)"
+                )
 
     def hurry(self) -> None:
         """Kill the launched server now, without its grace period (a second Ctrl-C)."""
@@ -352,27 +341,6 @@ class ServerPool:
             if self._gpu is not None:
                 self._gpu.close()
                 self._gpu = None
-
-
-def missing_launcher(profile: Profile, launcher: str) -> str | None:
-    """Return why ``profile`` cannot be launched here (SGLang not installed...), or None."""
-    if profile.kind == "openai":
-        return (
-            'it is declared kind = "openai": the plugin launches SGLang only; start that '
-            "server yourself and attach it under the profile's name"
-        )
-    if launcher == "emulator":
-        return None
-    if profile.command:
-        program = profile.command[0]
-        if os.sep in program and os.path.isfile(program) and not os.access(program, os.X_OK):
-            return f"its command {program!r} is not executable (permission denied: chmod +x it)"
-        if shutil.which(program) is None:
-            return f"its command {program!r} is not on PATH"
-        return None
-    if importlib.util.find_spec("sglang") is None:
-        return "SGLang is not installed in this Python (python -m sglang.launch_server)"
-    return None
 
 
 def host_port(url: str) -> tuple[str, int]:
