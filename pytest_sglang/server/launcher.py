@@ -14,7 +14,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from pathlib import Path
 
 from pytest_sglang.config.profiles import Profile
@@ -110,40 +110,38 @@ def pick_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
+@dataclass(eq=False, repr=False)
 class Launch:
     """One launch of one profile: :meth:`start` returns the ready server, :meth:`stop` ends it.
 
     ``gpu`` is the probe for the pre/post-flight checks, None where GPU state cannot be read.
     """
 
-    def __init__(
-        self,
-        target: ServerTarget,
-        settings: Settings,
-        *,
-        log_path: Path,
-        gpu: GpuProbe | None,
-        progress: Callable[[str], None] = lambda message: None,
-        visible_gpus: Sequence[str] | None = None,
-    ) -> None:
-        assert target.profile is not None, "a target without a URL is a profile's"
-        self.target, self.profile, self.settings, self.gpu = target, target.profile, settings, gpu
-        #: The GPUs this launch may use (a pytest-xdist worker's share), or None: all.
-        self.visible_gpus = visible_gpus
-        self.host = "127.0.0.1"
-        self._progress = progress
-        self._process: ServerProcess | None = None
-        self._fresh = False  # the process listening on the port was found to be ours
-        self._started = 0.0
-        self._baseline: GpuSnapshot | None = None
-        self._next_progress = PROGRESS_FIRST
+    target: ServerTarget
+    settings: Settings
+    _: KW_ONLY
+    log_path: Path
+    gpu: GpuProbe | None
+    progress: Callable[[str], None] = lambda message: None
+    #: The GPUs this launch may use (a pytest-xdist worker's share), or None: all.
+    visible_gpus: Sequence[str] | None = None
+    host: str = field(init=False, default="127.0.0.1")
+    _process: ServerProcess | None = field(init=False, default=None)
+    _fresh: bool = field(init=False, default=False)  # a process of ours listens on the port
+    _started: float = field(init=False, default=0.0)
+    _baseline: GpuSnapshot | None = field(init=False, default=None)
+    _next_progress: float = field(init=False, default=0.0)  # when the next progress line is due
+
+    def __post_init__(self) -> None:
+        assert self.target.profile is not None, "a target without a URL is a profile's"
+        self.profile: Profile = self.target.profile
         #: The session's redaction rule: every message, command and log line passes it.
-        self.redact = settings.redact
+        self.redact = self.settings.redact
         # The command with a placeholder port until one is picked: a launch refused before
         # it ran is recorded with the command it would have run.
-        launcher = settings.launcher.value
+        launcher = self.settings.launcher.value
         argv = self.redact.argv(build_command(self.profile, launcher, self.host, "PORT"))
-        self.info = LaunchInfo(target.name, launcher, argv, log_path)
+        self.info = LaunchInfo(self.target.name, launcher, argv, self.log_path)
 
     @property
     def _proc(self) -> ServerProcess:
@@ -159,7 +157,7 @@ class Launch:
         """
         # The command and environment carry secrets: built in _new_process, never held in
         # this frame, whose locals pytest -l prints.
-        self._started = time.monotonic()
+        self._started, self._next_progress = time.monotonic(), PROGRESS_FIRST
         try:
             # Another process may take the port before the server binds: the freshness check
             # (``_check_ours``) finds a server that is not ours.
@@ -202,7 +200,7 @@ class Launch:
         self.info.outcome = "ready"
         self.info.seconds_to_ready = time.monotonic() - self._started
         self.info.readiness = dict(server.readiness.phases)
-        self._progress(
+        self.progress(
             f"sglang: {self.profile.name!r} ready in {self.info.seconds_to_ready:.1f}s "
             f"({self.info.launcher}, pid {self.info.pid}, port {port}, log {self.info.log_path})"
         )
@@ -233,9 +231,7 @@ class Launch:
             # Pin the server to the checked GPUs by UUID: indices differ between NVML and
             # CUDA's default order, UUIDs do not.
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self.info.gpus)
-        return ServerProcess(
-            argv, env=env, log_path=self.info.log_path, secrets=self.settings.secrets
-        )
+        return ServerProcess(argv, env=env, log_path=self.log_path, secrets=self.settings.secrets)
 
     def _gate(self, port: int) -> SGLangServer:
         # The key the server was started with (``--api-key K`` or ``--api-key=K``), else ours.
@@ -282,7 +278,7 @@ class Launch:
             last = next((line for line in reversed(tail) if line.strip()), "(log empty)")
             minutes, seconds = divmod(int(elapsed), 60)
             clock = f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
-            self._progress(
+            self.progress(
                 self.redact(
                     f"sglang: launching {self.profile.name!r} ({self.info.launcher}): phase "
                     f"{phase}, {clock} elapsed; log: {last.strip()[:160]}"
@@ -295,11 +291,7 @@ class Launch:
         # The gate's own polls are no news: show what the server said besides them.
         tail, probes = without_probes(window)
         tail = tail[-LOG_TAIL_LINES:]
-        lines = [
-            message,
-            f"  command: {' '.join(self.info.command)}",
-            f"  log: {self.info.log_path}",
-        ]
+        lines = [message, f"  command: {' '.join(self.info.command)}", f"  log: {self.log_path}"]
         if tail:
             left_out = f"; {probes} readiness-probe lines left out" if probes else ""
             lines.append(f"  log tail (last {len(tail)} lines{left_out}):")
@@ -317,10 +309,8 @@ class Launch:
         Cheap (a ``waitpid``; ``wait`` seconds allowed for a dying process to finish);
         ``during`` says who found out (a test id, ``teardown``).
         """
-        if self.info.outcome != "ready":
-            return None  # never up; or stopped; or its death was reported by the first to see it
-        code = self._proc.poll(wait)
-        if code is None:
+        code = self._proc.poll(wait) if self.info.outcome == "ready" else None
+        if code is None:  # serving; or not up: never ready, stopped, or its death reported
             return None
         self.info.outcome = "died"
         assert self.info.seconds_to_ready is not None

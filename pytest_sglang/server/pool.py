@@ -19,6 +19,7 @@ import os
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -39,46 +40,43 @@ from pytest_sglang.server.readiness import ReadinessGate
 __all__ = ["ServerLocks", "ServerPool", "host_port", "server_key"]
 
 
+@dataclass(eq=False, repr=False)
 class ServerPool:
     """Hands out ready servers by name; owns launched servers and the GPU probe."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        *,
-        log_dir: Path | None = None,
-        progress: Callable[[str], None] = lambda message: None,
-        xdist_worker: tuple[int, int] | None = None,
-        outside_test_timeout: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
-        lock_dir: Path | None = None,
-    ) -> None:
-        self.settings = settings
-        # Gates and launches are bounded by --sglang-ready-timeout, not the test's timeout.
-        self._outside_test_timeout = outside_test_timeout
-        #: (index, count) when this session is a pytest-xdist worker, else None.
-        self.xdist_worker = xdist_worker
-        self.log_dir = log_dir or Path.cwd() / ".sglang-logs"
-        self._progress = progress
-        worker = f"pytest-xdist worker gw{xdist_worker[0]}, " if xdist_worker else ""
+    settings: Settings
+    _: KW_ONLY
+    log_dir: Path = field(default_factory=lambda: Path.cwd() / ".sglang-logs")
+    progress: Callable[[str], None] = lambda message: None
+    #: (index, count) when this session is a pytest-xdist worker, else None.
+    xdist_worker: tuple[int, int] | None = None
+    #: Gates and launches are bounded by --sglang-ready-timeout, not the test's timeout.
+    outside_test_timeout: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
+    lock_dir: InitVar[Path | None] = None
+    #: Every launch of the session, in order, for the report.
+    launches: list[LaunchInfo] = field(init=False, default_factory=list)
+    #: Teardown problems that did not fail a test (stragglers found and killed).
+    problems: list[str] = field(init=False, default_factory=list)
+    #: Why GPU state cannot be read here, if it cannot.
+    gpu_skip_reason: str | None = field(init=False, default=None)
+    #: Called with each server the pool launched, once it is ready (the session's
+    #: bench takes the measurements declared for it: ``Bench.take_declared``).
+    on_launched: Callable[[SGLangServer], None] | None = field(init=False, default=None)
+    _ready: dict[str, SGLangServer] = field(init=False, default_factory=dict)
+    _failed: dict[str, SGLangError] = field(init=False, default_factory=dict)
+    _running: Launch | None = field(init=False, default=None)
+    _gpu: GpuProbe | None = field(init=False, default=None)
+    _gpu_checked: bool = field(init=False, default=False)  # made once: none after close()
+    _gpu_names: list[str] | None = field(init=False, default=None)
+
+    def __post_init__(self, lock_dir: Path | None) -> None:
+        worker = f"pytest-xdist worker gw{self.xdist_worker[0]}, " if self.xdist_worker else ""
         self.locks = ServerLocks(lock_dir, owner=f"{worker}pid {os.getpid()}", progress=self.say)
-        self._ready: dict[str, SGLangServer] = {}
-        self._failed: dict[str, SGLangError] = {}
-        self._running: Launch | None = None
-        self._gpu: GpuProbe | None = None
-        self._gpu_checked = False  # made once: after close() too, none is made again
-        self._gpu_names: list[str] | None = None
         # The emulator without fake GPUs holds none: a dry run must not fail because another
         # job holds the real GPUs (with a fake-GPU directory, the emulator simulates holders).
-        self._no_gpus = settings.launcher.value == "emulator" and settings.gpu_fake.value is None
-        #: Every launch of the session, in order, for the report.
-        self.launches: list[LaunchInfo] = []
-        #: Teardown problems that did not fail a test (stragglers found and killed).
-        self.problems: list[str] = []
-        #: Why GPU state cannot be read here, if it cannot.
-        self.gpu_skip_reason: str | None = None
-        #: Called with each server the pool launched, once it is ready (the session's
-        #: bench takes the measurements declared for it: ``Bench.take_declared``).
-        self.on_launched: Callable[[SGLangServer], None] | None = None
+        self._no_gpus = (
+            self.settings.launcher.value == "emulator" and self.settings.gpu_fake.value is None
+        )
 
     def default_name(self) -> str:
         """Return the server a test without ``sglang_profile`` gets; raise if that is ambiguous."""
@@ -107,7 +105,7 @@ class ServerPool:
 
     def say(self, message: str) -> None:
         """Show a progress line live (redacted): the session's one channel for them."""
-        self._progress(self.settings.redact(message))
+        self.progress(self.settings.redact(message))
 
     def gpu_probe(self) -> GpuProbe | None:
         """Return the session's GPU probe, or None (reason in ``gpu_skip_reason``).
@@ -162,7 +160,7 @@ class ServerPool:
                 "(see --sglang-profiles)"
             )
         try:
-            with self._outside_test_timeout():
+            with self.outside_test_timeout():
                 if target.url is None:
                     server = self._launch(target, during=during, why=why)
                 else:
@@ -189,7 +187,7 @@ class ServerPool:
         if server.launch is not None and self.on_launched is not None:
             # While it is up, take what the selected tests declared for it (a relaunch
             # costs minutes); a failure there is the declaring test's, not this caller's.
-            with self._outside_test_timeout():
+            with self.outside_test_timeout():
                 self.on_launched(server)
             return self.get(name, during=during)  # it may have died meanwhile
         return server
@@ -204,7 +202,7 @@ class ServerPool:
             # Nothing runs for a launcher that is missing: no GPUs to check or share out.
             gpu=None if missing is not None or self._no_gpus else self.gpu_probe(),
             visible_gpus=None if missing is not None else self._owned_gpus(name, profile.tp),
-            progress=self._progress,
+            progress=self.progress,
             log_path=self.log_dir / f"{name}-{len(self.launches) + 1}.log",
         )
         launch.info.requested_by, launch.info.reason = during or None, why or None
@@ -222,10 +220,10 @@ class ServerPool:
             # The previous server's problem, not this profile's: record it and let this
             # launch's pre-flight judge the GPUs (it waits and names any holder).
             self.problems.append(str(exc))
-            self._progress(f"sglang: {exc}")
+            self.progress(f"sglang: {exc}")
         if self.flight_skip_reason and len(self.launches) == 1:
-            self._progress(f"sglang: GPU pre/post-flight checks skipped: {self.flight_skip_reason}")
-        self._progress(
+            self.progress(f"sglang: GPU pre/post-flight checks skipped: {self.flight_skip_reason}")
+        self.progress(
             f"sglang: launching {name!r} with the {self.settings.launcher.value} launcher "
             f"(log {launch.info.log_path})"
         )
@@ -295,13 +293,12 @@ class ServerPool:
             cause = exc.strerror or type(exc).__name__
         except OSError:
             return None
+        found = f", found by {during}" if during else ""
         return ServerDied(
             self.settings.redact(
                 f"SGLang server {server.name!r} at {server.url} no longer accepts connections "
-                f"({cause})"
-                + (f", found by {during}" if during else "")
-                + ": it died or was stopped after passing the readiness gate; check its host "
-                "and logs (an attached server is not restarted by the plugin)"
+                f"({cause}){found}: it died or was stopped after passing the readiness gate; "
+                "check its host and logs (an attached server is not restarted by the plugin)"
             ),
             phase="serving",
             exit_code=None,
@@ -356,24 +353,19 @@ def server_key(url: str) -> str:
     return hashlib.sha256(where.encode()).hexdigest()[:20]
 
 
+@dataclass(eq=False)
 class ServerLocks:
     """Exclusive holds on servers, shared by every process that uses the same ``folder``.
 
     ``folder`` None: this process alone. ``owner`` is written in the lock for waiting processes.
     """
 
-    def __init__(
-        self,
-        folder: Path | None,
-        *,
-        owner: str = "",
-        progress: Callable[[str], None] = lambda message: None,
-    ) -> None:
-        self.folder = folder
-        self._owner = owner or f"pid {os.getpid()}"
-        self._progress = progress
-        #: The keys this process holds (reentrant: an inner hold of one does nothing).
-        self._held: set[str] = set()
+    folder: Path | None
+    _: KW_ONLY
+    owner: str = field(default_factory=lambda: f"pid {os.getpid()}")
+    progress: Callable[[str], None] = lambda message: None
+    #: The keys this process holds (reentrant: an inner hold of one does nothing).
+    _held: set[str] = field(init=False, default_factory=set)
 
     @contextlib.contextmanager
     def hold(self, *urls: str, during: str = "") -> Iterator[None]:
@@ -394,11 +386,11 @@ class ServerLocks:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     holder = os.pread(fd, 1000, 0).decode(errors="replace").strip() or "another"
-                    self._progress(
+                    self.progress(
                         f"sglang: waiting for the server at {url}: {holder} is measuring it (one "
                         "measurement of a server at a time, across pytest-xdist workers)"
                     )
                     fcntl.flock(fd, fcntl.LOCK_EX)
                 os.ftruncate(fd, 0)
-                os.pwrite(fd, f"{self._owner}{f' in {during}' if during else ''}".encode(), 0)
+                os.pwrite(fd, f"{self.owner}{f' in {during}' if during else ''}".encode(), 0)
             yield
