@@ -121,7 +121,7 @@ def _start_reporters(config: pytest.Config) -> tuple[EntryLedger, SGLangReporter
     def launches() -> list[dict[str, Any]]:
         pool = config.stash.get(fixtures.POOL_KEY, None)
         workers = config.stash.get(WORKERS_KEY, [])
-        mine = pool.launch_records() if pool is not None else []
+        mine = [i.as_dict() for i in pool.launches] if pool is not None else []
         return mine + [record for worker in workers for record in worker["records"]]
 
     ledger = EntryLedger(settings.redact)
@@ -373,7 +373,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     worker = str(getattr(session.config, "workerinput", {}).get("workerid", "gw?"))
     output["sglang_launches"] = {
         "worker": worker,
-        "records": [{**record, "worker": worker} for record in pool.launch_records()],
+        "records": [{**info.as_dict(), "worker": worker} for info in pool.launches],
         "lines": _summary_lines(pool),
     }
 

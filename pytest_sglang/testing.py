@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from pytest_sglang.server.launcher import pick_port, port_in_use
+from pytest_sglang.server.launcher import pick_port
 from pytest_sglang.server.process import READY_LINE
 
 #: The story's EAGLE-3 configuration (as in examples/pyproject.toml), for tests and benchmarks.
@@ -37,7 +38,9 @@ def free_port() -> int:
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
     """Return whether something accepts TCP connections on ``host:port``."""
-    return port_in_use(host, port)
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+        return True
+    return False
 
 
 @dataclass

@@ -7,15 +7,15 @@ check (the process on the port is ours), and the post-flight check of GPU memory
 
 from __future__ import annotations
 
-import contextlib
+import importlib.util
 import os
+import shutil
 import socket
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from pathlib import Path
-from typing import TypeVar
 
 from pytest_sglang.config.profiles import Profile
 from pytest_sglang.config.redaction import split_flags
@@ -35,9 +35,7 @@ from pytest_sglang.server.hints import exit_hint, hints_for, signal_name, withou
 from pytest_sglang.server.process import ServerProcess
 from pytest_sglang.server.readiness import ReadinessGate
 
-__all__ = ["Launch", "build_command", "pick_port", "port_in_use", "server_environment"]
-
-_Exit = TypeVar("_Exit", bound=ServerExited)
+__all__ = ["Launch", "build_command", "missing_launcher", "pick_port", "server_environment"]
 
 #: Progress lines during a long launch: the first after this many seconds, then every
 #: PROGRESS_EVERY.
@@ -72,6 +70,27 @@ def build_command(
     return [*base, *model, "--host", host, "--port", str(port), *profile.args]
 
 
+def missing_launcher(profile: Profile, launcher: str) -> str | None:
+    """Return why ``profile`` cannot be launched here (SGLang not installed...), or None."""
+    if profile.kind == "openai":
+        return (
+            'it is declared kind = "openai": the plugin launches SGLang only; start that '
+            "server yourself and attach it under the profile's name"
+        )
+    if launcher == "emulator":
+        return None
+    if profile.command:
+        program = profile.command[0]
+        if os.sep in program and os.path.isfile(program) and not os.access(program, os.X_OK):
+            return f"its command {program!r} is not executable (permission denied: chmod +x it)"
+        if shutil.which(program) is None:
+            return f"its command {program!r} is not on PATH"
+        return None
+    if importlib.util.find_spec("sglang") is None:
+        return "SGLang is not installed in this Python (python -m sglang.launch_server)"
+    return None
+
+
 def server_environment(
     environ: Mapping[str, str], profile_env: Mapping[str, str]
 ) -> dict[str, str]:
@@ -91,48 +110,44 @@ def pick_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
-def port_in_use(host: str, port: int) -> bool:
-    """Return whether something accepts connections on ``host:port``."""
-    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
-        return True
-    return False
-
-
+@dataclass(eq=False, repr=False)
 class Launch:
     """One launch of one profile: :meth:`start` returns the ready server, :meth:`stop` ends it.
 
     ``gpu`` is the probe for the pre/post-flight checks, None where GPU state cannot be read.
     """
 
-    def __init__(
-        self,
-        target: ServerTarget,
-        settings: Settings,
-        *,
-        log_path: Path,
-        gpu: GpuProbe | None,
-        progress: Callable[[str], None] = lambda message: None,
-        visible_gpus: Sequence[str] | None = None,
-    ) -> None:
-        assert target.profile is not None, "a target without a URL is a profile's"
-        self.target, self.profile, self.settings, self.gpu = target, target.profile, settings, gpu
-        #: The GPUs this launch may use (a pytest-xdist worker's share), or None: all.
-        self.visible_gpus = visible_gpus
-        self.host = "127.0.0.1"
-        self._progress = progress
-        self._process: ServerProcess | None = None
-        self._ready_at = 0.0
-        self._fresh = False  # the process listening on the port was found to be ours
-        self._started = 0.0
-        self._baseline: GpuSnapshot | None = None
-        self._next_progress = PROGRESS_FIRST
+    target: ServerTarget
+    settings: Settings
+    _: KW_ONLY
+    log_path: Path
+    gpu: GpuProbe | None
+    progress: Callable[[str], None] = lambda message: None
+    #: The GPUs this launch may use (a pytest-xdist worker's share), or None: all.
+    visible_gpus: Sequence[str] | None = None
+    host: str = field(init=False, default="127.0.0.1")
+    _process: ServerProcess | None = field(init=False, default=None)
+    _fresh: bool = field(init=False, default=False)  # a process of ours listens on the port
+    _started: float = field(init=False, default=0.0)
+    _baseline: GpuSnapshot | None = field(init=False, default=None)
+    _next_progress: float = field(init=False, default=0.0)  # when the next progress line is due
+
+    def __post_init__(self) -> None:
+        assert self.target.profile is not None, "a target without a URL is a profile's"
+        self.profile: Profile = self.target.profile
         #: The session's redaction rule: every message, command and log line passes it.
-        self.redact = settings.redact
+        self.redact = self.settings.redact
         # The command with a placeholder port until one is picked: a launch refused before
         # it ran is recorded with the command it would have run.
-        launcher = settings.launcher.value
+        launcher = self.settings.launcher.value
         argv = self.redact.argv(build_command(self.profile, launcher, self.host, "PORT"))
-        self.info = LaunchInfo(target.name, launcher, argv, log_path)
+        self.info = LaunchInfo(self.target.name, launcher, argv, self.log_path)
+
+    @property
+    def _proc(self) -> ServerProcess:
+        """The server's process, once built."""
+        assert self._process is not None, "not started"
+        return self._process
 
     def start(self) -> SGLangServer:
         """Pre-flight, launch, gate; on any failure (Ctrl-C included) stop everything first.
@@ -142,10 +157,10 @@ class Launch:
         """
         # The command and environment carry secrets: built in _new_process, never held in
         # this frame, whose locals pytest -l prints.
-        self._started = time.monotonic()
+        self._started, self._next_progress = time.monotonic(), PROGRESS_FIRST
         try:
             # Another process may take the port before the server binds: the freshness check
-            # (``_check_fresh``) finds a server that is not ours.
+            # (``_check_ours``) finds a server that is not ours.
             port = pick_port(self.host)
             self._process = self._new_process(port)
             try:
@@ -164,32 +179,28 @@ class Launch:
             self.info.pid = self._process.pid
             server = self._gate(port)
         except BaseException as exc:
-            interrupted = isinstance(exc, KeyboardInterrupt)  # Ctrl-C, SIGTERM: not a failure
-            self.info.outcome = "stopped" if interrupted else "failed"
-            if interrupted:
+            if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, SIGTERM: not a failure
+                self.info.outcome = "stopped"
                 self.info.cause = f"interrupted while starting ({type(exc).__name__})"
-            elif self.info.cause is None:
-                first = next(iter(self.redact(str(exc)).strip().splitlines()), "").strip()
-                self.info.cause = first or type(exc).__name__
-            if self._process is None:  # failed before the process existed: nothing to stop
-                if isinstance(exc, SGLangError):
-                    raise exc.extended(f"\n  command: {' '.join(self.info.command)}") from None
-                raise
+            else:  # the first line of the message, unless the exit recorded its cause
+                self.info.outcome = "failed"
+                first = self.redact(str(exc)).strip().partition("\n")[0].strip()
+                self.info.cause = self.info.cause or first or type(exc).__name__
             cleanup = ""
             try:
-                self.stop()
+                self.stop()  # nothing to stop when the process was never built
             except SGLangError as stop_error:
                 cleanup = f"\n  during cleanup: {stop_error}"
-            if isinstance(exc, ServerNotReady) and not isinstance(exc, ServerExited):
-                raise exc.with_message(self._with_log(str(exc)) + cleanup) from None
-            if isinstance(exc, ServerExited) and cleanup:
-                raise exc.extended(cleanup) from None
+            if self._process is None and isinstance(exc, SGLangError):
+                raise exc.extended(f"\n  command: {' '.join(self.info.command)}") from None
+            if isinstance(exc, ServerNotReady):  # an exit's message has the log's tail already
+                text = str(exc) if isinstance(exc, ServerExited) else self._with_log(str(exc))
+                raise exc.with_message(text + cleanup) from None
             raise
         self.info.outcome = "ready"
-        self._ready_at = time.monotonic()
-        self.info.seconds_to_ready = self._ready_at - self._started
+        self.info.seconds_to_ready = time.monotonic() - self._started
         self.info.readiness = dict(server.readiness.phases)
-        self._progress(
+        self.progress(
             f"sglang: {self.profile.name!r} ready in {self.info.seconds_to_ready:.1f}s "
             f"({self.info.launcher}, pid {self.info.pid}, port {port}, log {self.info.log_path})"
         )
@@ -220,12 +231,9 @@ class Launch:
             # Pin the server to the checked GPUs by UUID: indices differ between NVML and
             # CUDA's default order, UUIDs do not.
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self.info.gpus)
-        return ServerProcess(
-            argv, env=env, log_path=self.info.log_path, secrets=self.settings.secrets
-        )
+        return ServerProcess(argv, env=env, log_path=self.log_path, secrets=self.settings.secrets)
 
     def _gate(self, port: int) -> SGLangServer:
-        assert self._process is not None
         # The key the server was started with (``--api-key K`` or ``--api-key=K``), else ours.
         keys = (v[0] for flag, v in split_flags(self.profile.args) if flag == "--api-key" and v)
         gate = ReadinessGate.for_target(self.target, f"http://{self.host}:{port}", self.settings)
@@ -233,59 +241,57 @@ class Launch:
             gate,
             api_key=next(keys, None) or gate.api_key,
             watch=self._watch,
-            ready_line=self._process.wait_ready_line,
+            ready_line=self._proc.wait_ready_line,
         ).wait()
-        self._check_fresh()
-        if self._process.poll() is not None:  # it died after answering: report its exit
-            self._watch("freshness", time.monotonic() - self._started)
+        # It answered: make sure it is ours, and report its exit if it died meanwhile.
+        self._check_ours("freshness", time.monotonic() - self._started)
         return replace(server, launch=self.info)
 
-    def _check_fresh(self) -> None:
-        """Make sure the server that answers is ours, once: a process we started has the port."""
-        assert self._process is not None
-        port = self.info.port
-        self._fresh = self._fresh or self._process.listens_on(port)
-        if self._fresh or self._process.poll(DYING_GRACE) is not None:
-            return  # ours; or it closed its port to die: the caller reports the exit
-        raise ServerNotReady(
-            f"SGLang server {self.profile.name!r} at http://{self.host}:{port} answered, "
-            f"but no process we started listens on port {port}: another server took the "
-            "port; stop it and rerun",
-            phase="freshness",
-        )
+    def _check_ours(self, phase: str, elapsed: float) -> None:
+        """Raise if our process exited, or (once the port answers) if the port is not ours.
 
-    def _watch(self, phase: str, elapsed: float) -> None:
-        assert self._process is not None
-        code = self._process.poll()
-        if code is None and phase != "connect":
-            self._check_fresh()  # the port answers: whose is it?
-            code = self._process.poll()
+        Ours: a process we started listens on it (checked until found, then never again).
+        """
+        process, port = self._proc, self.info.port
+        if phase != "connect" and not self._fresh and process.poll() is None:
+            self._fresh = process.listens_on(port)
+            # Not listening and still alive after the grace: another server took the port
+            # (one that closed its port to die exits within it, and its exit is reported).
+            if not self._fresh and process.poll(DYING_GRACE) is None:
+                raise ServerNotReady(
+                    f"SGLang server {self.profile.name!r} at http://{self.host}:{port} answered, "
+                    f"but no process we started listens on port {port}: another server took "
+                    "the port; stop it and rerun",
+                    phase="freshness",
+                )
+        code = process.poll()
         if code is not None:
             cause = f"during phase {phase!r}, {elapsed:.1f}s after launch"
-            raise self._exited(code, cause, ServerExited, phase=phase)
+            raise ServerExited(self._exit_message(code, cause), phase=phase, exit_code=code)
+
+    def _watch(self, phase: str, elapsed: float) -> None:
+        """Between the gate's probes: fail at once (see ``_check_ours``), and show progress."""
+        self._check_ours(phase, elapsed)
         if elapsed >= self._next_progress:
             self._next_progress = elapsed + PROGRESS_EVERY
-            tail, _ = without_probes(self._process.log_tail(50))
+            tail, _ = without_probes(self._proc.log_tail(50))
             last = next((line for line in reversed(tail) if line.strip()), "(log empty)")
-            self._progress(
+            minutes, seconds = divmod(int(elapsed), 60)
+            clock = f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
+            self.progress(
                 self.redact(
                     f"sglang: launching {self.profile.name!r} ({self.info.launcher}): phase "
-                    f"{phase}, {_clock_text(elapsed)} elapsed; log: {last.strip()[:160]}"
+                    f"{phase}, {clock} elapsed; log: {last.strip()[:160]}"
                 )
             )
 
     def _with_log(self, message: str, *, exit_code: int | None = None) -> str:
         """Return ``message`` with the command, the log's tail and hints; redacted."""
-        assert self._process is not None
-        window = self._process.log_tail(LOG_TAIL_WINDOW)
+        window = self._proc.log_tail(LOG_TAIL_WINDOW)
         # The gate's own polls are no news: show what the server said besides them.
         tail, probes = without_probes(window)
         tail = tail[-LOG_TAIL_LINES:]
-        lines = [
-            message,
-            f"  command: {' '.join(self.info.command)}",
-            f"  log: {self.info.log_path}",
-        ]
+        lines = [message, f"  command: {' '.join(self.info.command)}", f"  log: {self.log_path}"]
         if tail:
             left_out = f"; {probes} readiness-probe lines left out" if probes else ""
             lines.append(f"  log tail (last {len(tail)} lines{left_out}):")
@@ -303,32 +309,25 @@ class Launch:
         Cheap (a ``waitpid``; ``wait`` seconds allowed for a dying process to finish);
         ``during`` says who found out (a test id, ``teardown``).
         """
-        if self._process is None or self.info.outcome not in ("ready", "died"):
+        code = self._proc.poll(wait) if self.info.outcome == "ready" else None
+        if code is None:  # serving; or not up: never ready, stopped, or its death reported
             return None
-        code = self._process.poll(wait)
-        if code is None:
-            return None
-        cause = None
-        if self.info.outcome != "died":  # the first to find out records the cause
-            self.info.outcome = "died"
-            served = time.monotonic() - self._ready_at
-            cause = f"while serving, {served:.1f}s after it was ready"
-            cause += f" (found by {during})" if during else ""
-        return self._exited(code, cause, ServerDied, phase="serving")
+        self.info.outcome = "died"
+        assert self.info.seconds_to_ready is not None
+        served = time.monotonic() - self._started - self.info.seconds_to_ready
+        found = f" (found by {during})" if during else ""
+        cause = f"while serving, {served:.1f}s after it was ready{found}"
+        message = self._exit_message(code, cause, died=True)
+        return ServerDied(message, phase="serving", exit_code=code)
 
-    def _exited(self, code: int, cause: str | None, error: type[_Exit], *, phase: str) -> _Exit:
-        """Record the exit with ``cause`` (if given); return ``error`` with the log's tail."""
-        if cause is not None:
-            name = signal_name(code)  # -9 (SIGKILL)
-            self.info.exit_code = code
-            self.info.cause = f"exited with code {code}{f' ({name})' if name else ''} {cause}"
-        died = f", pid {self.info.pid}) died:" if error is ServerDied else ")"
-        message = f"SGLang server {self.profile.name!r} ({self.info.launcher}{died} "
-        return error(
-            self._with_log(message + str(self.info.cause), exit_code=code),
-            phase=phase,
-            exit_code=code,
-        )
+    def _exit_message(self, code: int, cause: str, *, died: bool = False) -> str:
+        """Record the exit and its ``cause``; return its message, with the log's tail."""
+        name = signal_name(code)  # -9 (SIGKILL)
+        self.info.exit_code = code
+        self.info.cause = f"exited with code {code}{f' ({name})' if name else ''} {cause}"
+        who = f"{self.profile.name!r} ({self.info.launcher}"
+        how = f", pid {self.info.pid}) died:" if died else ")"
+        return self._with_log(f"SGLang server {who}{how} {self.info.cause}", exit_code=code)
 
     def stop(self) -> None:
         """Stop the server and everything it started, then check GPU memory is released.
@@ -338,9 +337,8 @@ class Launch:
         """
         if self.finished:
             return
-        assert self._process is not None
         self.check_alive("teardown")  # a death no test noticed is still a death
-        self.info.stop = report = self._process.stop()
+        self.info.stop = report = self._proc.stop()
         if self.info.outcome == "ready":
             self.info.outcome = "stopped"
         if self.info.exit_code is None:
@@ -367,8 +365,3 @@ class Launch:
         """Kill the server's processes at once, no grace period (a second Ctrl-C)."""
         if self._process is not None:
             self._process.kill_now()
-
-
-def _clock_text(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"

@@ -15,17 +15,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import importlib.util
 import os
-import shutil
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
-from pytest_sglang.config.profiles import Profile
 from pytest_sglang.config.settings import ServerTarget, Settings
 from pytest_sglang.errors import (
     GpuUnavailable,
@@ -37,49 +34,49 @@ from pytest_sglang.errors import (
 from pytest_sglang.gpu.hygiene import visible_gpus, worker_gpus
 from pytest_sglang.gpu.probes import GpuProbe, make_probe
 from pytest_sglang.server.handle import LaunchInfo, SGLangServer
-from pytest_sglang.server.launcher import Launch
+from pytest_sglang.server.launcher import Launch, missing_launcher
 from pytest_sglang.server.readiness import ReadinessGate
 
 __all__ = ["ServerLocks", "ServerPool", "host_port", "server_key"]
 
 
+@dataclass(eq=False, repr=False)
 class ServerPool:
     """Hands out ready servers by name; owns launched servers and the GPU probe."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        *,
-        log_dir: Path | None = None,
-        progress: Callable[[str], None] = lambda message: None,
-        xdist_worker: tuple[int, int] | None = None,
-        outside_test_timeout: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
-        lock_dir: Path | None = None,
-    ) -> None:
-        self.settings = settings
-        # Gates and launches are bounded by --sglang-ready-timeout, not the test's timeout.
-        self._outside_test_timeout = outside_test_timeout
-        #: (index, count) when this session is a pytest-xdist worker, else None.
-        self.xdist_worker = xdist_worker
-        self.log_dir = log_dir or Path.cwd() / ".sglang-logs"
-        self._progress = progress
-        worker = f"pytest-xdist worker gw{xdist_worker[0]}, " if xdist_worker else ""
+    settings: Settings
+    _: KW_ONLY
+    log_dir: Path = field(default_factory=lambda: Path.cwd() / ".sglang-logs")
+    progress: Callable[[str], None] = lambda message: None
+    #: (index, count) when this session is a pytest-xdist worker, else None.
+    xdist_worker: tuple[int, int] | None = None
+    #: Gates and launches are bounded by --sglang-ready-timeout, not the test's timeout.
+    outside_test_timeout: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
+    lock_dir: InitVar[Path | None] = None
+    #: Every launch of the session, in order, for the report.
+    launches: list[LaunchInfo] = field(init=False, default_factory=list)
+    #: Teardown problems that did not fail a test (stragglers found and killed).
+    problems: list[str] = field(init=False, default_factory=list)
+    #: Why GPU state cannot be read here, if it cannot.
+    gpu_skip_reason: str | None = field(init=False, default=None)
+    #: Called with each server the pool launched, once it is ready (the session's
+    #: bench takes the measurements declared for it: ``Bench.take_declared``).
+    on_launched: Callable[[SGLangServer], None] | None = field(init=False, default=None)
+    _ready: dict[str, SGLangServer] = field(init=False, default_factory=dict)
+    _failed: dict[str, SGLangError] = field(init=False, default_factory=dict)
+    _running: Launch | None = field(init=False, default=None)
+    _gpu: GpuProbe | None = field(init=False, default=None)
+    _gpu_checked: bool = field(init=False, default=False)  # made once: none after close()
+    _gpu_names: list[str] | None = field(init=False, default=None)
+
+    def __post_init__(self, lock_dir: Path | None) -> None:
+        worker = f"pytest-xdist worker gw{self.xdist_worker[0]}, " if self.xdist_worker else ""
         self.locks = ServerLocks(lock_dir, owner=f"{worker}pid {os.getpid()}", progress=self.say)
-        self._ready: dict[str, SGLangServer] = {}
-        self._failed: dict[str, SGLangError] = {}
-        self._running: Launch | None = None
-        self._gpu: GpuProbe | None = None
-        self._gpu_checked = False  # made once: after close() too, none is made again
-        self._gpu_names: list[str] | None = None
-        #: Every launch of the session, in order, for the report.
-        self.launches: list[LaunchInfo] = []
-        #: Teardown problems that did not fail a test (stragglers found and killed).
-        self.problems: list[str] = []
-        #: Why GPU state cannot be read here, if it cannot.
-        self.gpu_skip_reason: str | None = None
-        #: Called with each server the pool launched, once it is ready (the session's
-        #: bench takes the measurements declared for it: ``Bench.take_declared``).
-        self.on_launched: Callable[[SGLangServer], None] | None = None
+        # The emulator without fake GPUs holds none: a dry run must not fail because another
+        # job holds the real GPUs (with a fake-GPU directory, the emulator simulates holders).
+        self._no_gpus = (
+            self.settings.launcher.value == "emulator" and self.settings.gpu_fake.value is None
+        )
 
     def default_name(self) -> str:
         """Return the server a test without ``sglang_profile`` gets; raise if that is ambiguous."""
@@ -108,7 +105,7 @@ class ServerPool:
 
     def say(self, message: str) -> None:
         """Show a progress line live (redacted): the session's one channel for them."""
-        self._progress(self.settings.redact(message))
+        self.progress(self.settings.redact(message))
 
     def gpu_probe(self) -> GpuProbe | None:
         """Return the session's GPU probe, or None (reason in ``gpu_skip_reason``).
@@ -134,10 +131,9 @@ class ServerPool:
     def gpu_names(self) -> list[str]:
         """Return the names of the GPUs the session's probe sees (empty without a probe)."""
         if self._gpu is not None and self._gpu_names is None:
-            try:
+            self._gpu_names = []  # unreadable: not asked again
+            with contextlib.suppress(GpuUnavailable):
                 self._gpu_names = [g.name for g in self._gpu.snapshot().gpus]
-            except GpuUnavailable:
-                self._gpu_names = []
         return list(self._gpu_names or [])
 
     def get(self, name: str, *, during: str = "", why: str = "") -> SGLangServer:
@@ -164,7 +160,7 @@ class ServerPool:
                 "(see --sglang-profiles)"
             )
         try:
-            with self._outside_test_timeout():
+            with self.outside_test_timeout():
                 if target.url is None:
                     server = self._launch(target, during=during, why=why)
                 else:
@@ -191,7 +187,7 @@ class ServerPool:
         if server.launch is not None and self.on_launched is not None:
             # While it is up, take what the selected tests declared for it (a relaunch
             # costs minutes); a failure there is the declaring test's, not this caller's.
-            with self._outside_test_timeout():
+            with self.outside_test_timeout():
                 self.on_launched(server)
             return self.get(name, during=during)  # it may have died meanwhile
         return server
@@ -200,22 +196,14 @@ class ServerPool:
         name, profile = target.name, target.profile
         assert profile is not None  # a target without a URL is a profile's
         missing = missing_launcher(profile, self.settings.launcher.value)
-        owned = self._owned_gpus(name, profile.tp) if missing is None else None
-        if missing is None:
-            try:
-                self.stop_running()  # they share the GPUs: one launched server at a time
-            except SGLangError as exc:
-                # The previous server's problem, not this profile's: record it and let this
-                # launch's pre-flight judge the GPUs (it waits and names any holder).
-                self.problems.append(str(exc))
-                self._progress(f"sglang: {exc}")
         launch = Launch(
             target,
             self.settings,
-            gpu=None if missing is not None or self._emulated_gpus_only else self.gpu_probe(),
-            progress=self._progress,
+            # Nothing runs for a launcher that is missing: no GPUs to check or share out.
+            gpu=None if missing is not None or self._no_gpus else self.gpu_probe(),
+            visible_gpus=None if missing is not None else self._owned_gpus(name, profile.tp),
+            progress=self.progress,
             log_path=self.log_dir / f"{name}-{len(self.launches) + 1}.log",
-            visible_gpus=owned,
         )
         launch.info.requested_by, launch.info.reason = during or None, why or None
         self.launches.append(launch.info)
@@ -226,9 +214,16 @@ class ServerPool:
                 f"--sglang-launcher=emulator, or attach a running server with "
                 f"--sglang-url {name}=URL\n  command: {' '.join(launch.info.command)}"
             )
+        try:
+            self.stop_running()  # they share the GPUs: one launched server at a time
+        except SGLangError as exc:
+            # The previous server's problem, not this profile's: record it and let this
+            # launch's pre-flight judge the GPUs (it waits and names any holder).
+            self.problems.append(str(exc))
+            self.progress(f"sglang: {exc}")
         if self.flight_skip_reason and len(self.launches) == 1:
-            self._progress(f"sglang: GPU pre/post-flight checks skipped: {self.flight_skip_reason}")
-        self._progress(
+            self.progress(f"sglang: GPU pre/post-flight checks skipped: {self.flight_skip_reason}")
+        self.progress(
             f"sglang: launching {name!r} with the {self.settings.launcher.value} launcher "
             f"(log {launch.info.log_path})"
         )
@@ -238,8 +233,8 @@ class ServerPool:
 
     def _owned_gpus(self, name: str, tp: int) -> tuple[str, ...] | None:
         """Return this pytest-xdist worker's equal, disjoint share of the host's GPUs, or None."""
-        if self.xdist_worker is None or self._emulated_gpus_only:
-            return None  # not a worker; or the emulator without fake GPUs holds none
+        if self.xdist_worker is None or self._no_gpus:
+            return None  # not a worker; or a launch that holds no GPU
         index, count = self.xdist_worker
         probe = self.gpu_probe()
         if probe is None:
@@ -262,15 +257,9 @@ class ServerPool:
         return owned
 
     @property
-    def _emulated_gpus_only(self) -> bool:
-        # A dry run must not fail because another job holds the real GPUs; a fake-GPU
-        # directory is different: the emulator simulates holders there.
-        return self.settings.launcher.value == "emulator" and self.settings.gpu_fake.value is None
-
-    @property
     def flight_skip_reason(self) -> str | None:
         """Why launches are not checked against GPU state (pre/post-flight), if they are not."""
-        if self._emulated_gpus_only:
+        if self._no_gpus:
             return "the emulator launcher holds no GPU (ini sglang_gpu_fake = DIR simulates them)"
         return self.gpu_skip_reason
 
@@ -280,14 +269,15 @@ class ServerPool:
         Launched: its process exited (within ``wait`` s); attached: its port refuses
         connections. A dead server is marked failed for the rest of the session.
         """
-        failed, server = self._failed.get(name), self._ready.get(name)
+        server = self._ready.get(name)
         if server is None:
+            failed = self._failed.get(name)
             return failed if isinstance(failed, ServerDied) else None
-        running, died = self._running, None
-        if running is not None and running.profile.name == name:
-            died = running.check_alive(during, wait=wait)
-        elif server.launch is None:
+        if server.launch is None:
             died = self._unreachable(server, during)
+        else:  # a ready launched server is the running one
+            assert self._running is not None
+            died = self._running.check_alive(during, wait=wait)
         if died is not None:
             del self._ready[name]
             self._failed[name] = died
@@ -303,21 +293,16 @@ class ServerPool:
             cause = exc.strerror or type(exc).__name__
         except OSError:
             return None
+        found = f", found by {during}" if during else ""
         return ServerDied(
             self.settings.redact(
                 f"SGLang server {server.name!r} at {server.url} no longer accepts connections "
-                f"({cause})"
-                + (f", found by {during}" if during else "")
-                + ": it died or was stopped after passing the readiness gate; check its host "
-                "and logs (an attached server is not restarted by the plugin)"
+                f"({cause}){found}: it died or was stopped after passing the readiness gate; "
+                "check its host and logs (an attached server is not restarted by the plugin)"
             ),
             phase="serving",
             exit_code=None,
         )
-
-    def launch_records(self) -> list[dict[str, Any]]:
-        """Return every launch of the session as plain JSON types, for the report."""
-        return [info.as_dict() for info in self.launches]
 
     def stop_running(self) -> None:
         """Stop the launched server that is running, if any (its errors propagate).
@@ -326,18 +311,19 @@ class ServerPool:
         a stop that Ctrl-C cut short is still ours to finish, and ``hurry`` may cut it short.
         """
         launch = self._running
-        if launch is not None and not launch.finished:
-            self._ready.pop(launch.profile.name, None)
-            try:
-                launch.stop()
-            finally:
-                signals = launch.info.stop.signals if launch.info.stop is not None else []
-                kill = next((sent for sent in signals if "SIGKILL" in sent), None)
-                if kill is not None:
-                    self.problems.append(
-                        f"SGLang server {launch.profile.name!r} (pid {launch.info.pid}) did not "
-                        f"stop on SIGTERM: {kill} (its shutdown hangs, or it ignores SIGTERM)"
-                    )
+        if launch is None or launch.finished:
+            return
+        self._ready.pop(launch.profile.name, None)
+        try:
+            launch.stop()
+        finally:
+            signals = launch.info.stop.signals if launch.info.stop is not None else []
+            kill = next((sent for sent in signals if "SIGKILL" in sent), None)
+            if kill is not None:
+                self.problems.append(
+                    f"SGLang server {launch.profile.name!r} (pid {launch.info.pid}) did not "
+                    f"stop on SIGTERM: {kill} (its shutdown hangs, or it ignores SIGTERM)"
+                )
 
     def hurry(self) -> None:
         """Kill the launched server now, without its grace period (a second Ctrl-C)."""
@@ -354,27 +340,6 @@ class ServerPool:
                 self._gpu = None
 
 
-def missing_launcher(profile: Profile, launcher: str) -> str | None:
-    """Return why ``profile`` cannot be launched here (SGLang not installed...), or None."""
-    if profile.kind == "openai":
-        return (
-            'it is declared kind = "openai": the plugin launches SGLang only; start that '
-            "server yourself and attach it under the profile's name"
-        )
-    if launcher == "emulator":
-        return None
-    if profile.command:
-        program = profile.command[0]
-        if os.sep in program and os.path.isfile(program) and not os.access(program, os.X_OK):
-            return f"its command {program!r} is not executable (permission denied: chmod +x it)"
-        if shutil.which(program) is None:
-            return f"its command {program!r} is not on PATH"
-        return None
-    if importlib.util.find_spec("sglang") is None:
-        return "SGLang is not installed in this Python (python -m sglang.launch_server)"
-    return None
-
-
 def host_port(url: str) -> tuple[str, int]:
     """Return the host (lower case) and port a URL reaches, the scheme's default if none."""
     parts = urlsplit(url)
@@ -388,24 +353,19 @@ def server_key(url: str) -> str:
     return hashlib.sha256(where.encode()).hexdigest()[:20]
 
 
+@dataclass(eq=False)
 class ServerLocks:
     """Exclusive holds on servers, shared by every process that uses the same ``folder``.
 
     ``folder`` None: this process alone. ``owner`` is written in the lock for waiting processes.
     """
 
-    def __init__(
-        self,
-        folder: Path | None,
-        *,
-        owner: str = "",
-        progress: Callable[[str], None] = lambda message: None,
-    ) -> None:
-        self.folder = folder
-        self._owner = owner or f"pid {os.getpid()}"
-        self._progress = progress
-        #: The keys this process holds (reentrant: an inner hold of one does nothing).
-        self._held: set[str] = set()
+    folder: Path | None
+    _: KW_ONLY
+    owner: str = field(default_factory=lambda: f"pid {os.getpid()}")
+    progress: Callable[[str], None] = lambda message: None
+    #: The keys this process holds (reentrant: an inner hold of one does nothing).
+    _held: set[str] = field(init=False, default_factory=set)
 
     @contextlib.contextmanager
     def hold(self, *urls: str, during: str = "") -> Iterator[None]:
@@ -426,11 +386,11 @@ class ServerLocks:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     holder = os.pread(fd, 1000, 0).decode(errors="replace").strip() or "another"
-                    self._progress(
+                    self.progress(
                         f"sglang: waiting for the server at {url}: {holder} is measuring it (one "
                         "measurement of a server at a time, across pytest-xdist workers)"
                     )
                     fcntl.flock(fd, fcntl.LOCK_EX)
                 os.ftruncate(fd, 0)
-                os.pwrite(fd, f"{self._owner}{f' in {during}' if during else ''}".encode(), 0)
+                os.pwrite(fd, f"{self.owner}{f' in {during}' if during else ''}".encode(), 0)
             yield
