@@ -126,14 +126,11 @@ class LoadGenerator:
         if self.max_consecutive_failures is not None:
             check_count("max_consecutive_failures", self.max_consecutive_failures)
         self.url = self.url.rstrip("/")
-        self.request_timeout = float(self.request_timeout)
         # identity: a compressed event stream costs both sides CPU for nothing.
         self._headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
         self._headers.update(self.headers or {})
         if self.api_key:
             self._headers["Authorization"] = f"Bearer {self.api_key}"
-        # No read timeout: request_timeout bounds a long queue, the watchdog a stall.
-        self._timeout = httpx.Timeout(None, connect=self.connect_timeout)
         #: What a worker process needs to build the same generator (picklable values only).
         kept = (*seconds, "model", "max_consecutive_failures", "flush_cache", "connections")
         self.options: dict[str, Any] = {name: getattr(self, name) for name in kept}
@@ -157,7 +154,8 @@ class LoadGenerator:
             base_url=self.url,
             transport=AiohttpTransport(client=session),
             headers=self._headers,
-            timeout=self._timeout,
+            # No read timeout: request_timeout bounds a long queue, the watchdog a stall.
+            timeout=httpx.Timeout(None, connect=self.connect_timeout),
             trust_env=False,
         )
 
@@ -168,15 +166,13 @@ class LoadGenerator:
         """
         return await _Run(self, workload, load, repeat).run()
 
-    async def closed_loop(
-        self, workload: Workload, concurrency: int, *, repeat: int = 0
-    ) -> LoadRun:
-        """Run ``workload`` with exactly ``concurrency`` requests in flight (a closed loop)."""
-        return await self.run(workload, ClosedLoop(concurrency), repeat=repeat)
-
     def run_closed_loop(self, workload: Workload, concurrency: int, *, repeat: int = 0) -> LoadRun:
-        """Blocking :meth:`closed_loop` (its own event loop, see :func:`run_blocking`)."""
-        return run_blocking(self.closed_loop(workload, concurrency, repeat=repeat))
+        """Run ``workload`` with exactly ``concurrency`` requests in flight (a closed loop).
+
+        Blocking (its own event loop, see :func:`run_blocking`). Awaitable: :meth:`run` with a
+        ``ClosedLoop``.
+        """
+        return run_blocking(self.run(workload, ClosedLoop(concurrency), repeat=repeat))
 
     def run_open_loop(
         self,
@@ -468,9 +464,8 @@ class _Run:
         for fresh in (False, True):
             attempt = Attempt(record)
             try:
-                await exchange(
-                    self.client(fresh=fresh), self.workload.endpoint, attempt, body, parser
-                )
+                client = self.client(fresh=fresh)
+                await exchange(client, self.workload.endpoint, attempt, body, parser)
                 break
             except Exception as exc:
                 kind = describe(exc)
