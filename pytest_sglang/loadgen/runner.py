@@ -340,12 +340,11 @@ class _Run:
         run = self.recorded()
         if self.aborted is not None:
             sent, total = len(run.records), self.tally.total
-            raise ServerStoppedAnswering(
+            message = (
                 f"{self.aborted}; the run was stopped with {total - sent} of {total} requests "
-                f"not sent ({sent} sent)",
-                run,
-                total - sent,
+                f"not sent ({sent} sent)"
             )
+            raise ServerStoppedAnswering(message, run, total - sent)
         return run
 
     async def _drive(self, warmup: bool, origin: float | None = None) -> None:

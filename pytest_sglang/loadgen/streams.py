@@ -103,13 +103,11 @@ class StreamParser:
         """Parse ``chunk`` of the body, which arrived at ``now`` (``perf_counter``)."""
         if len(self._head) < _QUOTE:
             self._head += chunk[:_QUOTE]
-        for payload in self._sse.feed(chunk):
-            self._payload(payload, now)
+        self._read(self._sse.feed(chunk), now)
 
     def finish(self, now: float) -> None:
         """End the body at ``now``: check the stream was complete and settle the counts."""
-        for payload in self._sse.close():
-            self._payload(payload, now)
+        self._read(self._sse.close(), now)
         if self.done_at is None and self._events == 0:
             head = self._head.decode("utf-8", "replace").strip()
             self.record.fail(
@@ -127,16 +125,17 @@ class StreamParser:
         if self._native:
             self._settle()
 
-    def _payload(self, payload: bytes, now: float) -> None:
-        if self.done_at is not None:
-            return
-        if not self._events:
-            self.first_event = now
-        self._events += 1
-        if payload == b"[DONE]":
-            self.done_at = now
-        else:
-            self._decode(payload, now)
+    def _read(self, payloads: list[bytes], now: float) -> None:
+        for payload in payloads:
+            if self.done_at is not None:  # what follows [DONE] is ignored
+                return
+            if not self._events:
+                self.first_event = now
+            self._events += 1
+            if payload == b"[DONE]":
+                self.done_at = now
+            else:
+                self._decode(payload, now)
 
     def _decode(self, data: bytes, now: float | None) -> None:
         """Read one event, or a whole body (``now`` ``None``: it carries no token chunks)."""
