@@ -260,8 +260,8 @@ class StreamParser:
     def _negative(self, counts: dict[str, Any], where: str) -> bool:
         """Fail the record when ``counts`` (a usage or meta_info) holds a negative count."""
         for key in ("completion_tokens", "prompt_tokens"):
-            value = _int_or_none(counts.get(key))
-            if value is not None and value < 0:
+            value = counts.get(key)
+            if isinstance(value, int) and value < 0:  # a bool is never negative
                 self.record.fail(
                     f"the server reported a negative token count ({where}.{key} {value}): no "
                     "count of it can be trusted; check the server (or a proxy in between) and "
