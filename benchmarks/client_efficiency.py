@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pytest_sglang.loadgen.jsoncodec import BACKEND
 from pytest_sglang.loadgen.prompts import PATHS, encoded_bodies
 from pytest_sglang.loadgen.runner import LoadGenerator
+from pytest_sglang.loadgen.schedule import ClosedLoop
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.testing import running_emulator
 
@@ -153,7 +154,7 @@ class DefaultTransportGenerator(LoadGenerator):
             base_url=self.url,
             limits=limits,
             headers=self._headers,
-            timeout=self._timeout,
+            timeout=httpx.Timeout(None, connect=self.connect_timeout),
             trust_env=False,
         )
 
@@ -161,7 +162,7 @@ class DefaultTransportGenerator(LoadGenerator):
 async def run_generator(
     generator: LoadGenerator, workload: Workload, concurrency: int
 ) -> tuple[int, int]:
-    run = await generator.closed_loop(workload, concurrency)
+    run = await generator.run(workload, ClosedLoop(concurrency))
     done = [r for r in run.records if r.ok]
     return sum(r.output_tokens or 0 for r in done), len(run.records) - len(done)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -70,7 +71,9 @@ class CacheFlushFailed(SGLangError):
 class Shard:
     """Worker ``index`` of ``len(shares)``: its slots, its requests, the common start.
 
-    ``sync`` blocks until every worker has warmed up and returns the common start;
+    ``shares[index]`` is its share of the concurrency (or of the open loop's cap); it sends
+    the requests :func:`~pytest_sglang.loadgen.schedule.owner` gives it, warm-up and measured
+    alike. ``sync`` blocks until every worker has warmed up and returns the common start;
     ``finished`` receives each measured request as it ends (a :class:`Relay`'s).
     """
 
@@ -78,15 +81,6 @@ class Shard:
     shares: tuple[int, ...]
     sync: Callable[[], float]
     finished: Callable[[RequestRecord], None] | None = None
-
-    @property
-    def slots(self) -> int:
-        """This process's share of the concurrency (or of the open loop's cap)."""
-        return self.shares[self.index]
-
-    def owns(self, request: int) -> bool:
-        """Whether this process sends request ``request`` (warm-up and measured alike)."""
-        return owner(request, self.shares) == self.index
 
 
 @dataclass(eq=False)
@@ -132,14 +126,11 @@ class LoadGenerator:
         if self.max_consecutive_failures is not None:
             check_count("max_consecutive_failures", self.max_consecutive_failures)
         self.url = self.url.rstrip("/")
-        self.request_timeout = float(self.request_timeout)
         # identity: a compressed event stream costs both sides CPU for nothing.
         self._headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
         self._headers.update(self.headers or {})
         if self.api_key:
             self._headers["Authorization"] = f"Bearer {self.api_key}"
-        # No read timeout: request_timeout bounds a long queue, the watchdog a stall.
-        self._timeout = httpx.Timeout(None, connect=self.connect_timeout)
         #: What a worker process needs to build the same generator (picklable values only).
         kept = (*seconds, "model", "max_consecutive_failures", "flush_cache", "connections")
         self.options: dict[str, Any] = {name: getattr(self, name) for name in kept}
@@ -163,7 +154,8 @@ class LoadGenerator:
             base_url=self.url,
             transport=AiohttpTransport(client=session),
             headers=self._headers,
-            timeout=self._timeout,
+            # No read timeout: request_timeout bounds a long queue, the watchdog a stall.
+            timeout=httpx.Timeout(None, connect=self.connect_timeout),
             trust_env=False,
         )
 
@@ -174,15 +166,13 @@ class LoadGenerator:
         """
         return await _Run(self, workload, load, repeat).run()
 
-    async def closed_loop(
-        self, workload: Workload, concurrency: int, *, repeat: int = 0
-    ) -> LoadRun:
-        """Run ``workload`` with exactly ``concurrency`` requests in flight (a closed loop)."""
-        return await self.run(workload, ClosedLoop(concurrency), repeat=repeat)
-
     def run_closed_loop(self, workload: Workload, concurrency: int, *, repeat: int = 0) -> LoadRun:
-        """Blocking :meth:`closed_loop` (its own event loop, see :func:`run_blocking`)."""
-        return run_blocking(self.closed_loop(workload, concurrency, repeat=repeat))
+        """Run ``workload`` with exactly ``concurrency`` requests in flight (a closed loop).
+
+        Blocking (its own event loop, see :func:`run_blocking`). Awaitable: :meth:`run` with a
+        ``ClosedLoop``.
+        """
+        return run_blocking(self.run(workload, ClosedLoop(concurrency), repeat=repeat))
 
     def run_open_loop(
         self,
@@ -266,27 +256,27 @@ class _Run:
             records = [
                 RequestRecord(i, name == "warmup", *workload.lengths(key, i))
                 for i in range(count)
-                if shard is None or shard.owns(workload.session(i)[0])
+                if shard is None or owner(workload.session(i)[0], shard.shares) == shard.index
             ]
             return records, encoded_bodies(workload, key, count, model=gen.model)
 
-        self.warmup = workload.warmup_for(load.slots or DEFAULT_WARMUP_CAP)
-        self.warm, self.warm_bodies = phase("warmup", self.warmup)
+        warmup = workload.warmup_for(load.slots or DEFAULT_WARMUP_CAP)
+        self.warm, self.warm_bodies = phase("warmup", warmup)
         self.main, self.main_bodies = phase("measured", workload.requests)
         # Arrival units are sessions; every shard draws the same schedule and keeps its own.
         arrivals = workload.session(workload.requests - 1)[0] + 1
         self.offsets = load.offsets(arrivals, f"{workload.seed}/{salt}")
         # A shard keeps its share of the slots: that many in flight over all the workers.
-        self.slots = load.slots if shard is None or load.slots is None else shard.slots
+        self.slots = (
+            load.slots if shard is None or load.slots is None else shard.shares[shard.index]
+        )
         # Fully open: every request may be in flight at once, so the pool must not queue them.
-        self.connections = self.slots or max(workload.requests, self.warmup)
+        self.connections = self.slots or max(workload.requests, warmup)
         self.tally = Tally(len(self.warm) + len(self.main))
         self.watchdog = StallWatchdog(gen.stall_timeout, gen.first_token_timeout)
         self.clients: dict[bool, httpx.AsyncClient] = {}
-        self.probing = False  # the warm-up's probe is sending (see _probe)
         self.streak = 0  # requests in a row that ended without an answer
         self.aborted: str | None = None  # why the run stopped sending
-        self.origin: float | None = None  # a sharded run's common start of the measured phase
         self.started = time.perf_counter()
         self.client_load: ClientLoad | None = None
 
@@ -316,21 +306,26 @@ class _Run:
         try:
             if gen.flush_cache and (shard is None or shard.index == 0):
                 await self._flush()
-            if warm:
-                await self._drive(warmup=True)
-                if gen.connections.closes_after_response is None and all(r.ok for r in warm):
-                    await self._probe(warm[-1])
+            await self._drive(warmup=True)
+            if warm and gen.connections.closes_after_response is None and all(r.ok for r in warm):
+                # Learn the server's connection habit once its warm-up is over: a copy of its
+                # last request (in no record, no progress) on the pooled client; a reused
+                # connection shows the server keeps them, a new one that it closes them.
+                last = warm[-1]
+                copy = RequestRecord(last.index, True, last.input_len, last.output_len)
+                await self._send(copy, probe=True)
+            origin = None
             if shard is not None:
                 self.client()  # built now: the first measured request must not wait for it
                 # Every worker finished its warm-up: the measured requests start together.
-                self.origin = await asyncio.to_thread(shard.sync)
+                origin = await asyncio.to_thread(shard.sync)
             if self.aborted is None and gen.before_measured is not None:
                 await asyncio.to_thread(gen.before_measured)
             if self.aborted is None:
                 monitor = ClientMonitor()  # the client's own load, measured requests only
                 monitor.start()
                 try:
-                    await self._drive(warmup=False)
+                    await self._drive(warmup=False, origin=origin)
                 finally:
                     self.client_load = await monitor.stop()
         except BaseException:
@@ -345,31 +340,24 @@ class _Run:
         run = self.recorded()
         if self.aborted is not None:
             sent, total = len(run.records), self.tally.total
-            raise ServerStoppedAnswering(
+            message = (
                 f"{self.aborted}; the run was stopped with {total - sent} of {total} requests "
-                f"not sent ({sent} sent)",
-                run,
-                total - sent,
+                f"not sent ({sent} sent)"
             )
+            raise ServerStoppedAnswering(message, run, total - sent)
         return run
 
-    async def _drive(self, warmup: bool) -> None:
+    async def _drive(self, warmup: bool, origin: float | None = None) -> None:
         """Send the warm-up's or the measured requests, at most ``slots`` at once, on time.
 
         An arrival is a session (its turns in order) or a single request, due at its offset
-        (the warm-up's all at once); a free slot takes the next due one. A closed loop's slot
-        holds a whole session; a capped open loop's cap is on requests, so a session's next
-        turn queues for a slot again.
+        from ``origin`` (now, or a sharded run's common start; the warm-up's all at once); a
+        free slot takes the next due one. A closed loop's slot holds a whole session; a capped
+        open loop's cap is on requests, so a session's next turn queues for a slot again.
         """
-        records, bodies, slots, offsets = (
-            (self.warm, self.warm_bodies, min(self.warmup, self.connections), None)
-            if warmup
-            else (self.main, self.main_bodies, self.slots, self.offsets)
-        )
+        records, offsets = (self.warm, None) if warmup else (self.main, self.offsets)
+        slots = self.slots
         requeue = slots is not None and offsets is not None
-        units: dict[int, list[RequestRecord]] = {}
-        for record in records:
-            units.setdefault(self.workload.session(record.index)[0], []).append(record)
         due: collections.deque[list[RequestRecord]] = collections.deque()
         tasks: list[asyncio.Task[None]] = []
         busy = 0
@@ -382,15 +370,17 @@ class _Run:
                     for turn, record in enumerate(turns, 1):
                         if self.aborted is not None:
                             return
-                        await self._send(record, bodies[record.index])
+                        await self._send(record)
                         if requeue and turn < len(turns):
                             due.append(turns[turn:])
                             break
             finally:
                 busy -= 1
 
-        origin = time.perf_counter() if self.origin is None else self.origin
-        for unit, turns in units.items():
+        origin = time.perf_counter() if origin is None else origin
+        session = self.workload.session
+        for unit, group in itertools.groupby(records, lambda record: session(record.index)[0]):
+            turns = list(group)
             if offsets is not None:
                 at = origin + offsets[unit]
                 if at > time.perf_counter():
@@ -415,28 +405,20 @@ class _Run:
                 "before the run (drop flush_cache, or let the server go idle first)"
             )
 
-    async def _probe(self, last: RequestRecord) -> None:
-        """Learn the server's connection habit once its warm-up is over.
+    async def _send(self, record: RequestRecord, probe: bool = False) -> None:
+        """Send one request and record it, failed or not (never raises but to interrupt).
 
-        A copy of the warm-up's last request (in no record, no progress) on the pooled
-        client: a reused connection shows the server keeps them; a new one that it closes.
+        ``probe``: the warm-up's probe of the server's connection habit, counted in no progress.
         """
-        copy = RequestRecord(last.index, True, last.input_len, last.output_len)
-        tally, self.tally, self.probing = self.tally, Tally(1), True
-        try:
-            await self._send(copy, self.warm_bodies[last.index])
-        finally:
-            self.tally, self.probing = tally, False
-
-    async def _send(self, record: RequestRecord, body: bytes) -> None:
-        """Send one request and record it, failed or not (never raises but to interrupt)."""
-        gen, tally, watchdog, workload = self.gen, self.tally, self.watchdog, self.workload
+        gen, watchdog, workload = self.gen, self.watchdog, self.workload
+        tally = Tally(1) if probe else self.tally
+        body = (self.warm_bodies if record.warmup else self.main_bodies)[record.index]
         parser = StreamParser(workload.endpoint, record, tally) if workload.stream else None
         unanswered = False  # the request ended without an answer from the server
         try:
             async with asyncio.timeout(gen.request_timeout) as deadline:
                 watchdog.watch(record, deadline, parser)
-                await self._attempts(record, body, parser)
+                await self._attempts(record, body, parser, probe)
         except TimeoutError:
             unanswered = True
             record.fail(
@@ -474,7 +456,7 @@ class _Run:
             self.watchdog.cancel_all(self.aborted)
 
     async def _attempts(
-        self, record: RequestRecord, body: bytes, parser: StreamParser | None
+        self, record: RequestRecord, body: bytes, parser: StreamParser | None, probe: bool
     ) -> None:
         """Send the request; once more on a fresh connection if a reused one was dead."""
         habits, first = self.gen.connections, None
@@ -503,7 +485,7 @@ class _Run:
             habits.closes("a response said Connection: close")
         elif attempt.reused:
             habits.keeps("a pooled connection served a second request")
-        elif attempt.created and self.probing:
+        elif attempt.created and probe:
             habits.closes(
                 "the server had closed the connection of the request before (the "
                 "warm-up's probe needed a new one)"

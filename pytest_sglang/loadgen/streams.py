@@ -8,7 +8,7 @@ malformed JSON, a stream without ``[DONE]`` or a final chunk, a negative token c
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 from pytest_sglang.loadgen.jsoncodec import UnsafeBody, loads, loads_body
 from pytest_sglang.loadgen.progress import Tally
@@ -78,22 +78,11 @@ class SSEDecoder:
         return self.feed(b"\n\n")
 
 
-class _Fields(NamedTuple):
-    """Where one event of either API holds what the parser reads."""
-
-    counts: dict[str, Any]  # the token counts: native meta_info, OpenAI usage
-    text: bool  # the event carries generated text
-    finish: object  # the finish reason as sent (native: a dict), None before the last event
-    meta: dict[str, Any]  # the native meta_info read at the end: spec_verify_ct, timings
-    choice: bool  # a chunk of the answer (False: OpenAI's usage chunk, ``choices: []``)
-
-
 class StreamParser:
     """Reads one response of ``endpoint`` into ``record``: :meth:`feed` then :meth:`finish`."""
 
     def __init__(self, endpoint: str, record: RequestRecord, tally: Tally | None = None) -> None:
         self.record = record
-        self._fail = record.fail
         self._native = endpoint == "generate"
         self._delta = "delta" if endpoint == "chat" else None
         self._tally = tally if tally is not None else Tally(0)
@@ -114,22 +103,20 @@ class StreamParser:
         """Parse ``chunk`` of the body, which arrived at ``now`` (``perf_counter``)."""
         if len(self._head) < _QUOTE:
             self._head += chunk[:_QUOTE]
-        for payload in self._sse.feed(chunk):
-            self._payload(payload, now)
+        self._read(self._sse.feed(chunk), now)
 
     def finish(self, now: float) -> None:
         """End the body at ``now``: check the stream was complete and settle the counts."""
-        for payload in self._sse.close():
-            self._payload(payload, now)
+        self._read(self._sse.close(), now)
         if self.done_at is None and self._events == 0:
             head = self._head.decode("utf-8", "replace").strip()
-            self._fail(
+            self.record.fail(
                 f"the response had no SSE events (is the server streaming?); body starts {head!r}"
             )
         elif self.done_at is None:
-            self._fail(f"stream ended before 'data: [DONE]' after {self._events} events")
+            self.record.fail(f"stream ended before 'data: [DONE]' after {self._events} events")
         elif not self._final_seen:
-            self._fail("stream ended without a final chunk (no finish_reason)")
+            self.record.fail("stream ended without a final chunk (no finish_reason)")
         self._settle()
 
     def whole(self, body: bytes) -> None:
@@ -138,16 +125,17 @@ class StreamParser:
         if self._native:
             self._settle()
 
-    def _payload(self, payload: bytes, now: float) -> None:
-        if self.done_at is not None:
-            return
-        if not self._events:
-            self.first_event = now
-        self._events += 1
-        if payload == b"[DONE]":
-            self.done_at = now
-        else:
-            self._decode(payload, now)
+    def _read(self, payloads: list[bytes], now: float) -> None:
+        for payload in payloads:
+            if self.done_at is not None:  # what follows [DONE] is ignored
+                return
+            if not self._events:
+                self.first_event = now
+            self._events += 1
+            if payload == b"[DONE]":
+                self.done_at = now
+            else:
+                self._decode(payload, now)
 
     def _decode(self, data: bytes, now: float | None) -> None:
         """Read one event, or a whole body (``now`` ``None``: it carries no token chunks)."""
@@ -155,72 +143,68 @@ class StreamParser:
         try:
             event = loads(data) if now is not None else loads_body(data)
         except UnsafeBody as exc:
-            return self._fail(f"unusable JSON response: {exc}")
+            return self.record.fail(f"unusable JSON response: {exc}")
         except ValueError:
-            return self._fail(f"malformed JSON {what}: {_quote(data)}")
+            return self.record.fail(f"malformed JSON {what}: {_quote(data)}")
         if isinstance(event, list) and event and self._native and now is None:
             event = event[0]  # a batch answers a list; we send single prompts
         if not isinstance(event, dict):
-            return self._fail(f"unexpected {what} (not a JSON object): {_quote(data)}")
+            return self.record.fail(f"unexpected {what} (not a JSON object): {_quote(data)}")
         # Two lookups instead of a call per event: error events are rare, chunks are not.
         if "error" in event or event.get("object") == "error" or "detail" in event:
             message = _error_message(event)
             if message is not None:
                 error = "error event in stream" if now is not None else "error response"
-                return self._fail(f"{error}: {message}")
-        self._event(self._native_fields(event) if self._native else self._openai_fields(event), now)
+                return self.record.fail(f"{error}: {message}")
+        self._event(event, now)
         details = _dict(_dict(event.get("sglext")).get("spec_tokens_details"))
         if "spec_verify_ct" in details:  # SGLang's extension, on either API
             self.record.spec_verify_ct = _int_or_none(details["spec_verify_ct"])
 
-    def _native_fields(self, event: dict[str, Any]) -> _Fields:
-        # Cumulative meta_info counts per chunk, the final one with the finish reason.
-        meta = _dict(event.get("meta_info"))
-        ids = event.get("output_ids")
-        if isinstance(ids, list):
-            self._ids.append(len(ids))
-        return _Fields(meta, bool(event.get("text")), meta.get("finish_reason"), meta, True)
-
-    def _openai_fields(self, event: dict[str, Any]) -> _Fields:
-        # Text deltas, optional running usage per chunk, a final usage on the finish chunk or
-        # on a usage chunk of its own (``choices: []``).
-        usage = _dict(event.get("usage"))
-        choices = event.get("choices")
-        if not choices or not isinstance(choices[0], dict):
-            return _Fields(usage, False, None, {}, False)
-        choice = choices[0]
-        delta = choice.get(self._delta) if self._delta else choice
-        text = isinstance(delta, dict) and bool(
-            delta.get("text") or delta.get("content") or delta.get("reasoning_content")
-        )
-        meta = _dict(choice.get("meta_info"))  # chat with return_meta_info: the native one
-        final_meta = meta if meta.get("finish_reason") is not None else {}
-        return _Fields(usage, text, choice.get("finish_reason"), final_meta, True)
-
-    def _event(self, event: _Fields, now: float | None) -> None:
-        """Read one event (``now`` ``None``: a whole body, which counts no chunks)."""
-        record, counts = self.record, event.counts
+    def _event(self, event: dict[str, Any], now: float | None) -> None:
+        """Read one event's counts, text and finish (a whole body counts no token chunks)."""
+        record = self.record
+        if self._native:
+            # Cumulative meta_info counts per chunk, the final one with the finish reason.
+            counts = meta = _dict(event.get("meta_info"))
+            ids = event.get("output_ids")
+            if isinstance(ids, list):
+                self._ids.append(len(ids))
+            text, finish, choice = bool(event.get("text")), meta.get("finish_reason"), True
+        else:
+            # Text deltas, optional running usage per chunk, a final usage on the finish chunk
+            # or on a usage chunk of its own (``choices: []``, no choice: a chunk of no answer).
+            counts, choices = _dict(event.get("usage")), event.get("choices") or [None]
+            choice = isinstance(choices[0], dict)
+            first = choices[0] if choice else {}
+            delta = first.get(self._delta) if self._delta else first
+            text = isinstance(delta, dict) and bool(
+                delta.get("text") or delta.get("content") or delta.get("reasoning_content")
+            )
+            finish = first.get("finish_reason")
+            meta = _dict(first.get("meta_info"))  # chat with return_meta_info: the native one
+            meta = meta if meta.get("finish_reason") is not None else {}  # read at the end
         if self._negative(counts, "meta_info" if self._native else "usage"):
             return
-        text = event.text and now is not None
         running = counts.get("completion_tokens")
-        # OpenAI's usage is a running count only once a chunk with text carried one: a usage
-        # on a text-less finish chunk of a stream without running usage is the final count
-        # (llama.cpp puts it there, with no usage chunk), never a chunk of tokens.
-        if isinstance(running, int) and event.choice and (self._native or text or self._running):
-            self._running = self._running or text
-            self._count(running, now)
-        elif text:  # no count from the server: one token per chunk with text
-            self._counted = False
-            self._count(self._cumulative + 1, now)
+        if now is not None:
+            # OpenAI's usage is a running count only once a chunk with text carried one: a
+            # usage on a text-less finish chunk of a stream without running usage is the
+            # final count (llama.cpp puts it there, with no usage chunk), never a chunk.
+            if isinstance(running, int) and choice and (self._native or text or self._running):
+                self._running = self._running or text
+                self._count(running, now)
+            elif text:  # no count from the server: one token per chunk with text
+                self._counted = False
+                self._count(self._cumulative + 1, now)
         if self._native and record.prompt_tokens is None:  # the first chunk: queue, prefill
             record.prompt_tokens = _int_or_none(counts.get("prompt_tokens"))
-            _read_server_times(record, event.meta)
-        final = event.choice and (event.finish is not None or now is None)
-        if final or not event.choice:  # the final counts (the last wins)
+            _read_server_times(record, meta)
+        final = choice and (finish is not None or now is None)
+        if final or not choice:  # the final counts (the last wins)
             details = _dict(counts.get("prompt_tokens_details"))
             totals = {
-                "output_tokens_server": counts.get("completion_tokens"),
+                "output_tokens_server": running,
                 "prompt_tokens": counts.get("prompt_tokens"),
                 # native meta_info.cached_tokens; OpenAI's is null without cache reports
                 "cached_tokens": counts.get("cached_tokens", details.get("cached_tokens")),
@@ -230,16 +214,15 @@ class StreamParser:
                     setattr(record, name, value)
         if final:
             self._final_seen = True
-            finish = event.finish
             kind = finish.get("type") if isinstance(finish, dict) else finish
             record.finish_reason = None if kind is None else str(kind)
             if kind == "abort":
                 why = " (finish_reason 'abort')"  # native: a dict with the server's message
                 why = f": {finish.get('message', finish)}" if isinstance(finish, dict) else why
-                self._fail(f"the server aborted the request{why}")
-            if event.meta:
-                record.spec_verify_ct = _int_or_none(event.meta.get("spec_verify_ct"))
-                _read_server_times(record, event.meta)
+                record.fail(f"the server aborted the request{why}")
+            if meta:
+                record.spec_verify_ct = _int_or_none(meta.get("spec_verify_ct"))
+                _read_server_times(record, meta)
 
     def _settle(self) -> None:
         """Settle the client's count and the per-chunk counts once the body ended."""
@@ -265,10 +248,10 @@ class StreamParser:
             base, extra = divmod(total, chunks)
             record.chunk_tokens[:] = [base + (i >= chunks - extra) for i in range(chunks)]
 
-    def _count(self, cumulative: int, now: float | None) -> None:
-        """Note a chunk of the tokens above the running count (none for a whole body)."""
+    def _count(self, cumulative: int, now: float) -> None:
+        """Note a chunk of the tokens above the running count."""
         new = cumulative - self._cumulative
-        if new > 0 and now is not None:
+        if new > 0:
             self._cumulative = cumulative
             self.record.chunk_times.append(now)
             self.record.chunk_tokens.append(new)
@@ -277,9 +260,9 @@ class StreamParser:
     def _negative(self, counts: dict[str, Any], where: str) -> bool:
         """Fail the record when ``counts`` (a usage or meta_info) holds a negative count."""
         for key in ("completion_tokens", "prompt_tokens"):
-            value = _int_or_none(counts.get(key))
-            if value is not None and value < 0:
-                self._fail(
+            value = counts.get(key)
+            if isinstance(value, int) and value < 0:  # a bool is never negative
+                self.record.fail(
                     f"the server reported a negative token count ({where}.{key} {value}): no "
                     "count of it can be trusted; check the server (or a proxy in between) and "
                     "its usage reporting"
@@ -314,12 +297,8 @@ def _error_message(data: dict[str, Any]) -> str | None:
     # SGLang's envelopes: native {"error": "text"} or {"error": {"message": ...}}; OpenAI
     # {"object": "error", "message": ...}; FastAPI's {"detail": ...}.
     error = data.get("error")
-    if isinstance(error, str):
-        return error
-    if isinstance(error, dict):
-        return str(error.get("message", error))
-    if error is not None:  # any other shape is an error still, said as it came
-        return str(error)
+    if error is not None:  # any other shape than these is an error still, said as it came
+        return str(error.get("message", error) if isinstance(error, dict) else error)
     if data.get("object") == "error":
         return str(data.get("message", data))
     if "detail" in data and len(data) == 1:

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 
 from pytest_sglang.loadgen.records import LoadRun
 from pytest_sglang.loadgen.runner import LoadGenerator
+from pytest_sglang.loadgen.schedule import ClosedLoop
 from pytest_sglang.loadgen.workload import Workload
 from pytest_sglang.measure.measurement import measure
 
@@ -86,7 +87,8 @@ WORKLOAD = Workload(input_len=4, output_len=8, requests=3, warmup=0)
 
 def run_against(behaviour: Behaviour, **options: float) -> tuple[LoadRun, float]:
     async def run(url: str) -> LoadRun:
-        return await LoadGenerator(url, **options).closed_loop(WORKLOAD, 3)  # type: ignore[arg-type]
+        generator = LoadGenerator(url, **options)  # type: ignore[arg-type]
+        return await generator.run(WORKLOAD, ClosedLoop(3))
 
     started = time.perf_counter()
     result = asyncio.run(serve(behaviour, run))
