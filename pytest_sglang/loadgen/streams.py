@@ -156,6 +156,8 @@ class StreamParser:
             if message is not None:
                 error = "error event in stream" if now is not None else "error response"
                 return self.record.fail(f"{error}: {message}")
+        if not self._native and not isinstance(event.get("choices") or [], list):
+            return self.record.fail(f"unexpected {what} ('choices' is not a list): {_quote(data)}")
         self._event(event, now)
         details = _dict(_dict(event.get("sglext")).get("spec_tokens_details"))
         if "spec_verify_ct" in details:  # SGLang's extension, on either API

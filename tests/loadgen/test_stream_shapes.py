@@ -200,3 +200,15 @@ def test_usage_on_every_chunk_that_never_counts_up_counts_no_tokens() -> None:
     rec = parse("completions", body)
     assert rec.chunk_tokens == []
     assert not rec.output_tokens
+
+
+@pytest.mark.parametrize("choices", [{"0": {"text": "a"}}, 5, "a"])
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_choices_that_are_not_a_list_fail_the_request_by_name(endpoint: str, choices: Any) -> None:
+    # A dishonest server's event: the request fails with what was wrong, the parser goes on.
+    body = frames({"id": "c", "object": "x", "choices": choices}, "[DONE]")
+    rec = parse(endpoint, body)
+    assert rec.error is not None and "'choices' is not a list" in rec.error, rec.error
+    whole = RequestRecord(index=0, warmup=False, input_len=7, output_len=6)
+    StreamParser(endpoint, whole).whole(json.dumps({"choices": choices}).encode())
+    assert whole.error is not None and "'choices' is not a list" in whole.error, whole.error
