@@ -28,7 +28,6 @@ _ROLES = {
     "bing": "assistant", "model": "assistant",
     "system": "system",
 }  # fmt: skip
-_ANSWER_KEYS = ("completion", "answer", "output")
 
 
 class DatasetError(ValueError):
@@ -64,12 +63,9 @@ class Entry:
     origin: str
     turns: tuple[Turn, ...]
     system: tuple[str, ...] = ()
-    #: Chat messages given as such: a single-turn request sends all of them.
-    verbatim: bool = False
-
-    def single_turn(self) -> int:
-        """Return the turn a single-turn request sends (with the history before it)."""
-        return len(self.turns) - 1 if self.verbatim else 0
+    #: The turn a single-turn request sends (with the history before it): the first, or the
+    #: last of chat messages given as such (all of them are sent).
+    single: int = 0
 
     def messages(self, turn: int) -> list[dict[str, str]]:
         """Return the chat messages of turn ``turn``: system, history, its user message."""
@@ -117,7 +113,7 @@ def _entry(data: object, origin: str) -> Entry | None:
     for key in ("prompt", "text"):
         if key in data:
             prompt = _text(data[key], origin, f"'{key}'")
-            answers = [data[k] for k in _ANSWER_KEYS if k in data]
+            answers = [data[k] for k in ("completion", "answer", "output") if k in data]
             answer = _text(answers[0], origin, "the answer") if answers else None
             return Entry(origin, (Turn(prompt, answer, output_len),))
     raise _fail(
@@ -180,7 +176,7 @@ def _messages(value: object, key: str, origin: str, output_len: int | None) -> E
         problem = f"the last message is the {role}'s"
         raise _fail(origin, problem, "end with the user message the server is to answer")
     turns[-1] = Turn(turns[-1].user, None, output_len)
-    return Entry(origin, tuple(turns), tuple(system), verbatim=True)
+    return Entry(origin, tuple(turns), tuple(system), single=len(turns) - 1)
 
 
 def _read(path: str, what: str, fix: str = "") -> str:
@@ -250,19 +246,24 @@ def load_dataset(path: str) -> tuple[Entry, ...]:
     return entries
 
 
-@functools.cache
-def _eligible(path: str, input_len: int, turns: int | None, chat: bool) -> tuple[Entry, ...]:
-    """Return the entries a workload can send, or raise saying why none.
+@functools.lru_cache(maxsize=16)
+def shuffled_entries(
+    path: str, input_len: int, turns: int | None, chat: bool, seed: int, salt: str
+) -> tuple[Entry, ...]:
+    """Return the entries the run ``salt`` of a workload sends, in turn, then again.
 
     An entry is eligible when its request (single-turn), or its session's last turn
     (``turns``), fits ``input_len`` estimated tokens; a session needs ``turns`` user turns
     each but the last answered; a request on a non-chat endpoint must be a single message.
+    As bench_serving samples: the eligible entries are shuffled (seeded by ``seed`` and the
+    run) and taken without replacement until the dataset is exhausted. Raises
+    :class:`DatasetError` naming the file, the line and the fix (or why none is eligible).
     """
     entries = load_dataset(path)
     kept: list[Entry] = []
     left_out: Counter[str] = Counter()
     for entry in entries:
-        last = entry.single_turn() if turns is None else turns - 1
+        last = entry.single if turns is None else turns - 1
         if len(entry.turns) <= last or any(t.answer is None for t in entry.turns[:last]):
             left_out[f"with fewer than {turns or 1} answered turns"] += 1
         elif not chat and (entry.system or last > 0):
@@ -282,19 +283,5 @@ def _eligible(path: str, input_len: int, turns: int | None, chat: bool) -> tuple
             "input_len (the longest prompt admitted, at 4 characters a token)"
             + (" or lower turns" if turns else "")
         )
+    random.Random(f"{seed}/{salt}/dataset").shuffle(kept)
     return tuple(kept)
-
-
-@functools.lru_cache(maxsize=16)
-def shuffled_entries(
-    path: str, input_len: int, turns: int | None, chat: bool, seed: int, salt: str
-) -> tuple[Entry, ...]:
-    """Return the entries the run ``salt`` of a workload sends, in turn, then again.
-
-    As bench_serving samples: the eligible entries are shuffled (seeded by ``seed`` and the
-    run) and taken without replacement until the dataset is exhausted. Raises
-    :class:`DatasetError` naming the file, the line and the fix.
-    """
-    order = list(_eligible(path, input_len, turns, chat))
-    random.Random(f"{seed}/{salt}/dataset").shuffle(order)
-    return tuple(order)

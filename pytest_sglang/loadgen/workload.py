@@ -83,7 +83,8 @@ class Workload:
     warmup: int | None = None
     seed: int = 0
     temperature: float = 0.0
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    #: Left out of the hash (a mapping is not hashable); equal workloads still hash equal.
+    extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
     stream: bool = True
     requests_per_slot: int | None = None
     vocab_size: int | None = None
@@ -113,14 +114,6 @@ class Workload:
                     f"Workload.prefix_len must be an integer in [1, {shortest}) (shorter than "
                     f"the shortest prompt), got {self.prefix_len!r}"
                 )
-        self._check_combinations()
-        if self.lengths_file is not None:
-            datasets.length_pairs(self.lengths_file)  # read and checked now, not mid-run
-        if self.dataset is not None and not _REBUILDING.get():
-            self.entry("", 0)  # read and checked now, not mid-run
-        object.__setattr__(self, "extra", _frozen_extra(self.extra))
-
-    def _check_combinations(self) -> None:
         if self.range_ratio is not None and self.lengths_file is not None:
             raise ValueError("Workload: give range_ratio or lengths_file, not both")
         if self.prefix_groups is not None and self.lengths_file is not None:
@@ -140,6 +133,11 @@ class Workload:
                 f"Workload: {what} cannot be combined with {', '.join(other)} (the prompts "
                 "and their lengths come from the sessions or the dataset)"
             )
+        if self.lengths_file is not None:
+            datasets.length_pairs(self.lengths_file)  # read and checked now, not mid-run
+        if self.dataset is not None and not _REBUILDING.get():
+            self.entry("", 0)  # read and checked now, not mid-run
+        object.__setattr__(self, "extra", _frozen_extra(self.extra))
 
     def session(self, index: int) -> tuple[int, int]:
         """Return request ``index``'s (session, turn); ``(index, 0)`` without ``turns``."""
@@ -151,12 +149,11 @@ class Workload:
         """Return the dataset entry request ``index`` of the run ``salt`` sends, and its turn."""
         assert self.dataset is not None
         session, turn = self.session(index)
-        chat = self.endpoint == "chat"
         order = datasets.shuffled_entries(
-            self.dataset, self.input_len, self.turns, chat, self.seed, salt
+            self.dataset, self.input_len, self.turns, self.endpoint == "chat", self.seed, salt
         )
         entry = order[session % len(order)]
-        return entry, entry.single_turn() if self.turns is None else turn
+        return entry, entry.single if self.turns is None else turn
 
     def for_concurrency(self, concurrency: int) -> Workload:
         """Return the workload a run at ``concurrency`` sends (``requests_per_slot`` applied)."""
@@ -174,13 +171,13 @@ class Workload:
         if self.turns is not None:
             turn = self.session(index)[1]
             return (turn + 1) * self.input_len + turn * self.output_len, self.output_len
-        if self.range_ratio is None and self.lengths_file is None:
-            return self.input_len, self.output_len
         rng = random.Random(f"{self.seed}/{salt}/lengths/{index}")
         if self.lengths_file is not None:
             pair_in, pair_out = rng.choice(datasets.length_pairs(self.lengths_file))
             return min(pair_in, self.input_len), min(pair_out, self.output_len)
-        ratio = self.range_ratio or 1.0
+        ratio = self.range_ratio
+        if ratio is None:
+            return self.input_len, self.output_len
         low_in, low_out = (max(1, int(n * ratio)) for n in (self.input_len, self.output_len))
         return rng.randint(low_in, self.input_len), rng.randint(low_out, self.output_len)
 
@@ -236,11 +233,6 @@ class Workload:
         # from load workers (processes, Ray actors) as its plain-JSON form.
         return _rebuilt, (self.as_dict(),)
 
-    def __hash__(self) -> int:
-        # The generated hash would hash ``extra``, a mapping; the canonical key is hashable
-        # and equal exactly when the workloads are.
-        return hash(self.key())
-
 
 #: Fields :meth:`Workload.as_dict` writes only when set (``prefix_len`` is 0, ``== False``,
 #: without ``prefix_groups``).
@@ -278,6 +270,7 @@ _RULES: tuple[tuple[str, str, Callable[[Any], bool]], ...] = (
      "output_len", lambda v: v is None or (_is_number(v) and 0 < v <= 1)),
     ("dataset", "None or a file path (str), e.g. dataset=str(path)",
      lambda v: v is None or isinstance(v, str)),
+    ("extra", "a mapping of request fields", lambda v: isinstance(v, Mapping)),
 )  # fmt: skip
 
 
@@ -287,8 +280,6 @@ def _rebuilt(data: dict[str, Any]) -> Workload:
 
 
 def _frozen_extra(extra: Mapping[str, Any]) -> Mapping[str, Any]:
-    if not isinstance(extra, Mapping):
-        raise ValueError(f"Workload.extra must be a mapping of request fields, got {extra!r}")
     try:
         # A JSON round trip checks that the body can be sent and takes a private deep copy,
         # so mutating the caller's dict later cannot change a frozen workload.

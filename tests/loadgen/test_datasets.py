@@ -47,7 +47,7 @@ def test_sharegpt_is_read_as_bench_serving_reads_it(tmp_path: Path) -> None:
     answer = "Paris is the capital of France, on the river Seine."
     assert first.turns[0].output_estimate() == estimate_tokens(answer) == 13
     # A single-turn request sends the first human message (with the system message).
-    assert entries[1].messages(entries[1].single_turn()) == [
+    assert entries[1].messages(entries[1].single) == [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Name a colour."},
     ]
