@@ -246,18 +246,13 @@ def load_dataset(path: str) -> tuple[Entry, ...]:
     return entries
 
 
-@functools.lru_cache(maxsize=16)
-def shuffled_entries(
-    path: str, input_len: int, turns: int | None, chat: bool, seed: int, salt: str
-) -> tuple[Entry, ...]:
-    """Return the entries the run ``salt`` of a workload sends, in turn, then again.
+@functools.cache
+def _eligible(path: str, input_len: int, turns: int | None, chat: bool) -> tuple[Entry, ...]:
+    """Return the entries a workload can send, or raise saying why none.
 
     An entry is eligible when its request (single-turn), or its session's last turn
     (``turns``), fits ``input_len`` estimated tokens; a session needs ``turns`` user turns
     each but the last answered; a request on a non-chat endpoint must be a single message.
-    As bench_serving samples: the eligible entries are shuffled (seeded by ``seed`` and the
-    run) and taken without replacement until the dataset is exhausted. Raises
-    :class:`DatasetError` naming the file, the line and the fix (or why none is eligible).
     """
     entries = load_dataset(path)
     kept: list[Entry] = []
@@ -283,5 +278,19 @@ def shuffled_entries(
             "input_len (the longest prompt admitted, at 4 characters a token)"
             + (" or lower turns" if turns else "")
         )
-    random.Random(f"{seed}/{salt}/dataset").shuffle(kept)
     return tuple(kept)
+
+
+@functools.lru_cache(maxsize=16)
+def shuffled_entries(
+    path: str, input_len: int, turns: int | None, chat: bool, seed: int, salt: str
+) -> tuple[Entry, ...]:
+    """Return the entries the run ``salt`` of a workload sends, in turn, then again.
+
+    As bench_serving samples: the eligible entries are shuffled (seeded by ``seed`` and the
+    run) and taken without replacement until the dataset is exhausted. Raises
+    :class:`DatasetError` naming the file, the line and the fix.
+    """
+    order = list(_eligible(path, input_len, turns, chat))
+    random.Random(f"{seed}/{salt}/dataset").shuffle(order)
+    return tuple(order)
