@@ -231,6 +231,8 @@ def _concurrency(
     run: LoadRun, concurrency: int, failed: int, realised: float, duration: float
 ) -> Check:
     """Whether the closed loop held its ``concurrency`` slots full, allowing a ramp-down tail."""
+    if duration <= 0:
+        return Check("concurrency", None, "the run had no duration")
     records = run.measured
     # A session holds its slot from its first send to its last end (a request is a session
     # of one turn).
@@ -240,12 +242,9 @@ def _concurrency(
             session = run.workload.session(r.index)[0]
             first, last = bounds.get(session, (r.sent, r.end))
             bounds[session] = (min(first, r.sent), max(last, r.end))
-    spans = [last - first for first, last in bounds.values()]
-    units, longest = len(spans), max(spans, default=0.0)
+    longest = max((last - first for first, last in bounds.values()), default=0.0)
     unit = "request" if run.workload.turns is None else "session"
-    if duration <= 0:
-        return Check("concurrency", None, "the run had no duration")
-    target = min(concurrency, units)
+    target = min(concurrency, len(bounds))
     floor = target * max(0.0, 1 - longest / duration) * (1 - CONCURRENCY_SLACK)
     detail = (
         f"realised {realised:.2f} for {concurrency} requested; allowed "
