@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 from pytest_sglang.loadgen.schedule import Arrival, OpenLoop
 from pytest_sglang.measure.checks import CHECK_NAMES, LOAD_CHECKS, failure_kinds
@@ -20,17 +20,10 @@ if TYPE_CHECKING:
 __all__ = ["Budget", "broken_message", "check_fills", "levels_of", "open_loop_of", "repeats_of"]
 
 
-def _refuse(
-    error: type[Exception],
-    name: str,
-    wanted: str,
-    value: object,
-    example: str,
-    whole: object = None,
-) -> NoReturn:
-    """Raise ``error``: ``NAME must be WANTED, got TYPE VALUE [in WHOLE]; write e.g. EXAMPLE``."""
+def _wrong(name: str, wanted: str, value: object, example: str, whole: object = None) -> str:
+    """Return ``NAME must be WANTED, got TYPE VALUE [in WHOLE]; write e.g. EXAMPLE``."""
     within = f" in {whole!r}" if whole is not None else ""
-    raise error(
+    return (
         f"{name} must be {wanted}, got {type(value).__name__} {value!r}{within}; "
         f"write e.g. {example}"
     )
@@ -39,9 +32,9 @@ def _refuse(
 def _count(name: str, value: object, wanted: str, example: str, whole: object = None) -> int:
     """Return ``value`` if it is a whole number of at least 1 (a bool is not one)."""
     if isinstance(value, bool) or not isinstance(value, int):
-        _refuse(TypeError, name, wanted, value, example, whole)
+        raise TypeError(_wrong(name, wanted, value, example, whole))
     if value < 1:
-        _refuse(ValueError, name, wanted, value, example, whole)
+        raise ValueError(_wrong(name, wanted, value, example, whole))
     return value
 
 
@@ -52,7 +45,7 @@ def levels_of(concurrency: object) -> list[int]:
     if not isinstance(concurrency, list | tuple | range):
         return [_count("concurrency", concurrency, wanted, example)]
     if not concurrency:
-        _refuse(ValueError, "concurrency", wanted, concurrency, example)
+        raise ValueError(_wrong("concurrency", wanted, concurrency, example))
     levels = [_count("concurrency", c, wanted, example, concurrency) for c in concurrency]
     if len(set(levels)) != len(levels):
         raise ValueError(f"concurrency levels must be distinct, got {concurrency!r}")
@@ -110,12 +103,12 @@ class Budget:
         """Return the budget of a call's ``allow_errors`` and ``allow_checks``."""
         wanted = "between 0 and 1 (the fraction of each run's requests that may fail)"
         if not isinstance(allow_errors, int | float) or isinstance(allow_errors, bool):
-            _refuse(TypeError, "allow_errors", wanted, allow_errors, "allow_errors=0.05")
+            raise TypeError(_wrong("allow_errors", wanted, allow_errors, "allow_errors=0.05"))
         if not 0.0 <= allow_errors <= 1.0:
-            _refuse(ValueError, "allow_errors", wanted, allow_errors, "allow_errors=0.05")
+            raise ValueError(_wrong("allow_errors", wanted, allow_errors, "allow_errors=0.05"))
         if isinstance(allow_checks, str) or not isinstance(allow_checks, Iterable):
             wanted, example = "a list of validity check names", 'allow_checks=["token_counts"]'
-            _refuse(TypeError, "allow_checks", wanted, allow_checks, example)
+            raise TypeError(_wrong("allow_checks", wanted, allow_checks, example))
         checks = frozenset(allow_checks)
         for name in sorted(checks - set(CHECK_NAMES), key=str):
             raise ValueError(
