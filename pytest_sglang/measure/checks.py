@@ -186,13 +186,12 @@ def _token_counts(done: Sequence[RequestRecord]) -> Check:
                 if count != server:  # one disagreement per request is enough to name it
                     wrong.append(f"request {r.index}: {side} {count}, server {server}")
                     break
-    if compared == 0:
+    detail = f"client and server counts agree ({compared} compared)"
+    if not compared:
         detail = "no request had both a client-side and a server-side count"
-        return Check("token_counts", None, detail)
-    if wrong:
+    elif wrong:
         detail = f"{len(wrong)} requests' token counts disagree ({'; '.join(wrong[:3])})"
-        return Check("token_counts", False, detail)
-    return Check("token_counts", True, f"client and server counts agree ({compared} compared)")
+    return Check("token_counts", not wrong if compared else None, detail)
 
 
 def _input_length(run: LoadRun, done: Sequence[RequestRecord]) -> Check:
