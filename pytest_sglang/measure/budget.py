@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 from pytest_sglang.loadgen.schedule import Arrival, OpenLoop
 from pytest_sglang.measure.checks import CHECK_NAMES, LOAD_CHECKS, failure_kinds
@@ -20,17 +20,10 @@ if TYPE_CHECKING:
 __all__ = ["Budget", "broken_message", "check_fills", "levels_of", "open_loop_of", "repeats_of"]
 
 
-def _refuse(
-    error: type[Exception],
-    name: str,
-    wanted: str,
-    value: object,
-    example: str,
-    whole: object = None,
-) -> NoReturn:
-    """Raise ``error``: ``NAME must be WANTED, got TYPE VALUE [in WHOLE]; write e.g. EXAMPLE``."""
+def _wrong(name: str, wanted: str, value: object, example: str, whole: object = None) -> str:
+    """Return ``NAME must be WANTED, got TYPE VALUE [in WHOLE]; write e.g. EXAMPLE``."""
     within = f" in {whole!r}" if whole is not None else ""
-    raise error(
+    return (
         f"{name} must be {wanted}, got {type(value).__name__} {value!r}{within}; "
         f"write e.g. {example}"
     )
@@ -39,9 +32,9 @@ def _refuse(
 def _count(name: str, value: object, wanted: str, example: str, whole: object = None) -> int:
     """Return ``value`` if it is a whole number of at least 1 (a bool is not one)."""
     if isinstance(value, bool) or not isinstance(value, int):
-        _refuse(TypeError, name, wanted, value, example, whole)
+        raise TypeError(_wrong(name, wanted, value, example, whole))
     if value < 1:
-        _refuse(ValueError, name, wanted, value, example, whole)
+        raise ValueError(_wrong(name, wanted, value, example, whole))
     return value
 
 
@@ -52,7 +45,7 @@ def levels_of(concurrency: object) -> list[int]:
     if not isinstance(concurrency, list | tuple | range):
         return [_count("concurrency", concurrency, wanted, example)]
     if not concurrency:
-        _refuse(ValueError, "concurrency", wanted, concurrency, example)
+        raise ValueError(_wrong("concurrency", wanted, concurrency, example))
     levels = [_count("concurrency", c, wanted, example, concurrency) for c in concurrency]
     if len(set(levels)) != len(levels):
         raise ValueError(f"concurrency levels must be distinct, got {concurrency!r}")
@@ -110,12 +103,12 @@ class Budget:
         """Return the budget of a call's ``allow_errors`` and ``allow_checks``."""
         wanted = "between 0 and 1 (the fraction of each run's requests that may fail)"
         if not isinstance(allow_errors, int | float) or isinstance(allow_errors, bool):
-            _refuse(TypeError, "allow_errors", wanted, allow_errors, "allow_errors=0.05")
+            raise TypeError(_wrong("allow_errors", wanted, allow_errors, "allow_errors=0.05"))
         if not 0.0 <= allow_errors <= 1.0:
-            _refuse(ValueError, "allow_errors", wanted, allow_errors, "allow_errors=0.05")
+            raise ValueError(_wrong("allow_errors", wanted, allow_errors, "allow_errors=0.05"))
         if isinstance(allow_checks, str) or not isinstance(allow_checks, Iterable):
             wanted, example = "a list of validity check names", 'allow_checks=["token_counts"]'
-            _refuse(TypeError, "allow_checks", wanted, allow_checks, example)
+            raise TypeError(_wrong("allow_checks", wanted, allow_checks, example))
         checks = frozenset(allow_checks)
         for name in sorted(checks - set(CHECK_NAMES), key=str):
             raise ValueError(
@@ -126,86 +119,67 @@ class Budget:
 
 
 def broken_message(result: BenchResult, budget: Budget) -> str | None:
-    """Return why ``result`` breaks ``budget`` (failed requests, impossible counts, checks)."""
-    return (
-        _failed_requests(result, budget.errors)
-        or _impossible_counts(result)
-        or _failed_checks(result, budget.checks)
-    )
+    """Return why ``result`` breaks ``budget``: failed requests, impossible counts, checks.
 
-
-def _failed_requests(result: BenchResult, allow_errors: float) -> str | None:
-    """Return why ``result`` breaks its error budget (None when every run keeps it)."""
-    over = {
-        i: run
-        for i, run in enumerate(result.runs)
-        if run.requests and run.failed / run.requests > allow_errors
-    }
-    if not over:
-        return None
-    failed = sum(run.failed for run in over.values())
-    requests = sum(run.requests for run in over.values())
-    budget = (
-        "no failed request is allowed"
-        if allow_errors == 0
-        else f"at most {allow_errors:.1%} of each run's requests may fail"
-    )
-    runs = ", ".join(f"run {i + 1}: {run.failed} of {run.requests}" for i, run in over.items())
-    return "\n".join(
-        [
-            f"the measurement of {result.label()} ({result.url}) is broken: {failed} of "
-            f"{requests} measured requests failed ({runs}); {budget}",
-            *failure_kinds([r for run in over.values() for r in run.records]),
-            "  fix: find out why the server failed them (its log); if failures are expected, "
-            "allow them: sglang_bench(..., allow_errors=0.05)",
-        ]
-    )
-
-
-def _failed_checks(result: BenchResult, allowed: frozenset[str]) -> str | None:
-    """Return why ``result``'s runs are invalid (None when every failed check is allowed).
-
-    The error budget judges ``no_failed_requests``, the verdicts judge ``LOAD_CHECKS``.
+    The error budget judges ``no_failed_requests``, the verdicts judge ``LOAD_CHECKS``; the
+    first of the three a run breaks is the message.
     """
-    skip = allowed | LOAD_CHECKS | {"no_failed_requests"}
-    failed = [
-        (index, check)
-        for index, run in enumerate(result.runs)
-        for check in run.checks
-        if check.passed is False and check.name not in skip
+    measurement = f"the measurement of {result.label()} ({result.url})"
+    runs = list(enumerate(result.runs, 1))
+    over = [
+        (i, run) for i, run in runs if run.requests and run.failed / run.requests > budget.errors
     ]
-    if not failed:
-        return None
-    names = list(dict.fromkeys(check.name for _, check in failed))
-    quoted = ", ".join(f'"{name}"' for name in names)
-    return "\n".join(
-        [
-            f"the measurement of {result.label()} ({result.url}) is invalid: a validity "
-            f"check failed ({', '.join(names)}), so its figures are not what the workload "
-            "asked for",
-            *(f"  run {i + 1}: {check.name}: {check.detail}" for i, check in failed),
-            "  fix: find out why (docs/metrics.md, 'Validity checks'); if the server is known "
-            f"to fail it and the figures still serve, allow it: sglang_bench(..., "
-            f"allow_checks=[{quoted}])",
-        ]
-    )
-
-
-def _impossible_counts(result: BenchResult) -> str | None:
-    """Return why ``result``'s token counts cannot be right (negative), or None."""
-    for index, run in enumerate(result.runs):
+    if over:
+        allowed = (
+            "no failed request is allowed"
+            if budget.errors == 0
+            else f"at most {budget.errors:.1%} of each run's requests may fail"
+        )
+        failed = sum(run.failed for _, run in over)
+        requests = sum(run.requests for _, run in over)
+        each = ", ".join(f"run {i}: {run.failed} of {run.requests}" for i, run in over)
+        return "\n".join(
+            [
+                f"{measurement} is broken: {failed} of {requests} measured requests failed "
+                f"({each}); {allowed}",
+                *failure_kinds([r for _, run in over for r in run.records]),
+                "  fix: find out why the server failed them (its log); if failures are expected, "
+                "allow them: sglang_bench(..., allow_errors=0.05)",
+            ]
+        )
+    for i, run in runs:
         bad = [r for r in run.records if min(r.output_tokens or 0, r.prompt_tokens or 0) < 0]
         if bad or run.output_tokens < 0 or run.input_tokens < 0:
-            detail = (
+            example = (
                 f" (e.g. request {bad[0].index}: completion_tokens {bad[0].output_tokens}, "
                 f"prompt_tokens {bad[0].prompt_tokens})"
                 if bad
                 else ""
             )
             return (
-                f"the measurement of {result.label()} ({result.url}) is broken: run "
-                f"{index + 1}: the server reported negative token counts for {len(bad)} "
-                f"requests{detail}; its throughput ({run.output_throughput:.1f} tok/s) means "
-                "nothing: check the server (or a proxy in between) and its usage reporting"
+                f"{measurement} is broken: run {i}: the server reported negative token counts "
+                f"for {len(bad)} requests{example}; its throughput "
+                f"({run.output_throughput:.1f} tok/s) means nothing: check the server (or a "
+                "proxy in between) and its usage reporting"
             )
-    return None
+    skip = budget.checks | LOAD_CHECKS | {"no_failed_requests"}
+    invalid = [
+        (i, check)
+        for i, run in runs
+        for check in run.checks
+        if check.passed is False and check.name not in skip
+    ]
+    if not invalid:
+        return None
+    names = list(dict.fromkeys(check.name for _, check in invalid))
+    quoted = ", ".join(f'"{name}"' for name in names)
+    return "\n".join(
+        [
+            f"{measurement} is invalid: a validity check failed ({', '.join(names)}), so its "
+            "figures are not what the workload asked for",
+            *(f"  run {i}: {check.name}: {check.detail}" for i, check in invalid),
+            "  fix: find out why (docs/metrics.md, 'Validity checks'); if the server is known "
+            f"to fail it and the figures still serve, allow it: sglang_bench(..., "
+            f"allow_checks=[{quoted}])",
+        ]
+    )

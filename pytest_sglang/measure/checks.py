@@ -52,8 +52,8 @@ class Check:
     detail: str
 
 
-def _by_kind(records: Sequence[RequestRecord]) -> list[tuple[str, list[RequestRecord]]]:
-    """Return the failed ``records`` grouped by kind, the most frequent first.
+def _by_kind(records: Sequence[RequestRecord]) -> tuple[list[tuple[str, list[RequestRecord]]], int]:
+    """Return the most frequent kinds of the failed ``records`` with theirs, and how many more.
 
     A failure's kind is its message's head before ``": "`` (``HTTP 503``), or the message's
     first 60 characters where that head is longer or quotes.
@@ -64,22 +64,21 @@ def _by_kind(records: Sequence[RequestRecord]) -> list[tuple[str, list[RequestRe
             head = r.error.split(": ", 1)[0]
             kind = r.error[:60] if len(head) > 60 or "'" in head else head
             kinds.setdefault(kind, []).append(r)
-    return sorted(kinds.items(), key=lambda item: -len(item[1]))
+    ranked = sorted(kinds.items(), key=lambda item: -len(item[1]))
+    return ranked[:ERROR_KINDS], len(ranked[ERROR_KINDS:])
 
 
 def failure_kinds(records: Sequence[RequestRecord]) -> list[str]:
     """Return lines counting the failed ``records`` by kind, quoting one of each."""
-    ranked = _by_kind(records)
-    if not ranked:
-        return []
-    lines = ["  failures by kind (the server's answer quoted):"]
-    for kind, failed in ranked[:ERROR_KINDS]:
+    top, others = _by_kind(records)
+    lines = ["  failures by kind (the server's answer quoted):"] if top else []
+    for kind, failed in top:
         example = (failed[0].error or "").removeprefix(kind + ": ")
         if len(example) > EXAMPLE_CHARS:
             example = example[:EXAMPLE_CHARS] + " …"
         lines.append(f"    {len(failed)} x {kind}: {example}")
-    if len(ranked) > ERROR_KINDS:
-        lines.append(f"    ... and {len(ranked) - ERROR_KINDS} other kinds")
+    if others:
+        lines.append(f"    ... and {others} other kinds")
     return lines
 
 
@@ -93,16 +92,13 @@ def run_checks(
     """
     workload, stream, records = run.workload, run.workload.stream, run.measured
     failed = [r for r in records if not r.ok]
-    detail = f"all {len(records)} measured requests completed"
-    if failed:
-        ranked = _by_kind(failed)
-        parts = [
-            f"{len(rs)} x {kind} (e.g. request {rs[0].index}: {rs[0].error})"
-            for kind, rs in ranked[:ERROR_KINDS]
-        ]
-        if len(ranked) > ERROR_KINDS:
-            parts.append(f"{len(ranked) - ERROR_KINDS} other kinds")
-        detail = f"{len(failed)} of {len(records)} measured requests failed: {'; '.join(parts)}"
+    top, others = _by_kind(failed)
+    kinds = [f"{len(rs)} x {kind} (e.g. request {rs[0].index}: {rs[0].error})" for kind, rs in top]
+    if others:
+        kinds.append(f"{others} other kinds")
+    detail = f"{len(failed)} of {len(records)} measured requests failed: {'; '.join(kinds)}"
+    if not failed:
+        detail = f"all {len(records)} measured requests completed"
     checks = [Check("no_failed_requests", not failed, detail)]
 
     uncounted = [r for r in done if not r.output_tokens or (stream and not sum(r.chunk_tokens))]
@@ -183,24 +179,19 @@ def _token_counts(done: Sequence[RequestRecord]) -> Check:
     wrong: list[str] = []
     for r in done:
         server = r.output_tokens_server
-        if server is None:
-            continue
-        if r.output_tokens_client is not None:
-            compared += 1
-            if r.output_tokens_client != server:
-                wrong.append(f"request {r.index}: client {r.output_tokens_client}, server {server}")
-                continue
-        if r.chunk_times and r.chunk_tokens_exact:
-            compared += 1
-            if sum(r.chunk_tokens) != server:
-                wrong.append(f"request {r.index}: chunks {sum(r.chunk_tokens)}, server {server}")
-    if compared == 0:
+        chunks = sum(r.chunk_tokens) if r.chunk_times and r.chunk_tokens_exact else None
+        for side, count in (("client", r.output_tokens_client), ("chunks", chunks)):
+            if server is not None and count is not None:
+                compared += 1
+                if count != server:  # one disagreement per request is enough to name it
+                    wrong.append(f"request {r.index}: {side} {count}, server {server}")
+                    break
+    detail = f"client and server counts agree ({compared} compared)"
+    if not compared:
         detail = "no request had both a client-side and a server-side count"
-        return Check("token_counts", None, detail)
-    if wrong:
+    elif wrong:
         detail = f"{len(wrong)} requests' token counts disagree ({'; '.join(wrong[:3])})"
-        return Check("token_counts", False, detail)
-    return Check("token_counts", True, f"client and server counts agree ({compared} compared)")
+    return Check("token_counts", not wrong if compared else None, detail)
 
 
 def _input_length(run: LoadRun, done: Sequence[RequestRecord]) -> Check:
@@ -239,6 +230,8 @@ def _concurrency(
     run: LoadRun, concurrency: int, failed: int, realised: float, duration: float
 ) -> Check:
     """Whether the closed loop held its ``concurrency`` slots full, allowing a ramp-down tail."""
+    if duration <= 0:
+        return Check("concurrency", None, "the run had no duration")
     records = run.measured
     # A session holds its slot from its first send to its last end (a request is a session
     # of one turn).
@@ -248,12 +241,9 @@ def _concurrency(
             session = run.workload.session(r.index)[0]
             first, last = bounds.get(session, (r.sent, r.end))
             bounds[session] = (min(first, r.sent), max(last, r.end))
-    spans = [last - first for first, last in bounds.values()]
-    units, longest = len(spans), max(spans, default=0.0)
+    longest = max((last - first for first, last in bounds.values()), default=0.0)
     unit = "request" if run.workload.turns is None else "session"
-    if duration <= 0:
-        return Check("concurrency", None, "the run had no duration")
-    target = min(concurrency, units)
+    target = min(concurrency, len(bounds))
     floor = target * max(0.0, 1 - longest / duration) * (1 - CONCURRENCY_SLACK)
     detail = (
         f"realised {realised:.2f} for {concurrency} requested; allowed "
@@ -300,8 +290,8 @@ def _client(run: LoadRun, done: Sequence[RequestRecord]) -> Check:
     if load is None or load.samples == 0:
         return Check("client_bound", None, "the client's own load was not measured")
     gaps = [gap for r in done for gap, _ in r.gaps]
-    gap = sorted(gaps)[len(gaps) // 2] if gaps else None
-    lag_limit = max(CLIENT_LAG_FLOOR, CLIENT_LAG_SHARE * gap) if gap else CLIENT_LAG_FLOOR
+    gap = statistics.median_high(gaps) if gaps else 0.0
+    lag_limit = max(CLIENT_LAG_FLOOR, CLIENT_LAG_SHARE * gap)
     detail = (
         f"client CPU {load.cpu_fraction:.2f} of a core (limit {CLIENT_CPU_LIMIT}), event-loop "
         f"lag p99 {load.lag_p99 * 1000:.1f} ms (limit {lag_limit * 1000:.1f} ms"
