@@ -193,11 +193,7 @@ class Bench(Runner):
         handler = self._on_unavailable if skip else self._on_failure
         if handler is None:
             raise error
-        try:
-            handler(str(error))
-        except BaseException as failed:
-            failed.__suppress_context__ = True
-            raise
+        handler(str(error))  # the fixture's: it raises from None, without our error's chain
 
     @overload
     def __call__(
