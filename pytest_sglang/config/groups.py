@@ -50,14 +50,12 @@ def _launch_groups(servers: Mapping[str, frozenset[str]]) -> list[tuple[frozense
 
 def assign_shards(servers: Mapping[str, frozenset[str]], count: int) -> dict[str, int]:
     """Return the shard (1..``count``) of every test, given the server names each test uses."""
-    launches = [0] * count
-    tests = [0] * count
+    load = [(0, 0, shard) for shard in range(count)]  # (launches, tests, index): least first
     shard_of: dict[str, int] = {}
     groups = sorted(_launch_groups(servers), key=lambda g: (-len(g[0]), -len(g[1]), sorted(g[0])))
     for profiles, members in groups:
-        best = min(range(count), key=lambda s: (launches[s], tests[s], s))
-        launches[best] += len(profiles)
-        tests[best] += len(members)
+        launches, tests, best = min(load)
+        load[best] = (launches + len(profiles), tests + len(members), best)
         shard_of |= dict.fromkeys(members, best + 1)
     unnamed = sorted(test for test, names in servers.items() if not names)
     return shard_of | {test: position % count + 1 for position, test in enumerate(unnamed)}
