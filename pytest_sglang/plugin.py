@@ -87,19 +87,16 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     config.stash[SET_KEY] = True
     settings = fixtures.settings_of(config)  # usage errors stop pytest here, before collection
-    from pytest_sglang.config.groups import ShardSelector, configure_xdist
+    from pytest_sglang.config.groups import configure_groups
     from pytest_sglang.timeouts import BRIDGE_KEY, TimeoutBridge
 
     # Launches never count against a test's pytest-timeout (see pytest_sglang.timeouts).
     config.stash[BRIDGE_KEY] = TimeoutBridge()
     config.pluginmanager.register(config.stash[BRIDGE_KEY], "sglang-timeout-bridge")
-    # Under -n N: the tests of one launch group run on one worker (config/groups.py).
-    workers = configure_xdist(config, settings, servers_named)
+    # Under -n N or --sglang-shard: launch groups are kept whole (config/groups.py).
+    workers = configure_groups(config, settings, servers_named)
     if workers and not config.option.collectonly:
         _refuse_launch_under_xdist(settings, workers)
-    if settings.shard.value is not None:
-        selector = ShardSelector(settings.shard.value, servers_named, settings.default_server())
-        config.pluginmanager.register(selector, "sglang-shard")
     if not hasattr(config, "workerinput"):  # the controller reports, saves and judges
         _, reporter = _start_reporters(config)
         from pytest_sglang.verdicts.baseline_options import baseline_options

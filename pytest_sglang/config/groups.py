@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ import pytest
 from pytest_sglang.config.settings import Settings
 from pytest_sglang.config.values import Shard
 
-__all__ = ["ShardSelector", "assign_shards", "configure_xdist", "shared_folder"]
+__all__ = ["assign_shards", "configure_groups", "shared_folder"]
 
 #: The ``workerinput`` key of the folder the session's workers share (groups, locks).
 _SHARED = "sglang_shared"
@@ -32,15 +32,8 @@ _SPLITTING = ("loadscope", "loadfile", "worksteal")
 #: Fixtures that give a test the default server when it names none.
 _SERVER_FIXTURES = frozenset({"sglang_server", "sglang_bench", "sglang_servers"})
 
-
-def _servers_used(
-    item: pytest.Item, servers_of: Callable[[pytest.Item], frozenset[str]], default: str | None
-) -> frozenset[str]:
-    """Return the servers ``item`` uses: those it names, else the default one a fixture gives."""
-    names = servers_of(item)
-    if names or default is None or not _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
-        return names
-    return frozenset({default})
+#: What gives the servers of a test.
+ServersOf = Callable[[pytest.Item], frozenset[str]]
 
 
 def _launch_groups(servers: Mapping[str, frozenset[str]]) -> list[tuple[frozenset[str], list[str]]]:
@@ -57,32 +50,67 @@ def _launch_groups(servers: Mapping[str, frozenset[str]]) -> list[tuple[frozense
 
 def assign_shards(servers: Mapping[str, frozenset[str]], count: int) -> dict[str, int]:
     """Return the shard (1..``count``) of every test, given the server names each test uses."""
-    launches = [0] * count
-    tests = [0] * count
+    load = [(0, 0, shard) for shard in range(count)]  # (launches, tests, index): least first
     shard_of: dict[str, int] = {}
     groups = sorted(_launch_groups(servers), key=lambda g: (-len(g[0]), -len(g[1]), sorted(g[0])))
     for profiles, members in groups:
-        best = min(range(count), key=lambda s: (launches[s], tests[s], s))
-        launches[best] += len(profiles)
-        tests[best] += len(members)
-        for test in members:
-            shard_of[test] = best + 1
+        launches, tests, best = min(load)
+        load[best] = (launches + len(profiles), tests + len(members), best)
+        shard_of |= dict.fromkeys(members, best + 1)
     unnamed = sorted(test for test, names in servers.items() if not names)
-    for position, test in enumerate(unnamed):
-        shard_of[test] = position % count + 1
-    return shard_of
+    return shard_of | {test: position % count + 1 for position, test in enumerate(unnamed)}
+
+
+def configure_groups(config: pytest.Config, settings: Settings, servers_named: ServersOf) -> int:
+    """Keep launch groups whole: deal them to this ``--sglang-shard``, and to xdist's workers.
+
+    ``servers_named``: the servers a test names. Return the number of workers in the
+    controller of a distributed session with servers (0 elsewhere). A distribution mode that
+    would split launch groups is a usage error.
+    """
+    default = settings.default_server()
+
+    def servers_of(item: pytest.Item) -> frozenset[str]:
+        """Return the servers ``item`` names, else the default one a fixture gives it."""
+        fixtures = _SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        return servers_named(item) or frozenset({default} if fixtures and default else ())
+
+    if settings.shard.value is not None:
+        config.pluginmanager.register(_Shard(settings.shard.value, servers_of), "sglang-shard")
+    folder = shared_folder(config)
+    if folder is not None:
+        groups = _WorkerGroups(folder / f"groups-{os.getpid()}.json", servers_of)
+        config.pluginmanager.register(groups, "sglang-xdist-groups")
+        return 0
+    # xdist's own test for distribution (its pytest_cmdline_main ran before configure).
+    dist = getattr(config.option, "dist", "no")
+    workers = len(getattr(config.option, "tx", None) or []) if dist not in (None, "no") else 0
+    if hasattr(config, "workerinput") or not workers or not settings.targets:
+        return 0  # not the controller of a distributed session with servers to keep together
+    if dist in _SPLITTING:
+        raise pytest.UsageError(
+            f"--dist {dist} would spread the tests of one SGLang server over several "
+            "pytest-xdist workers (each would launch it, or measure it while another does); "
+            "use -n N alone (or --dist load): the tests of each launch group then run on "
+            "one worker"
+        )
+    shared = Path(tempfile.mkdtemp(prefix="pytest-sglang-xdist-"))
+    config.pluginmanager.register(_Controller(shared, grouped=dist != "each"), "sglang-xdist")
+    return workers
+
+
+def shared_folder(config: pytest.Config) -> Path | None:
+    """Return the folder the session's pytest-xdist workers share, in a worker; else None."""
+    folder = getattr(config, "workerinput", {}).get(_SHARED)
+    return Path(folder) if folder else None
 
 
 @dataclass(eq=False)  # a plugin: hashed by identity
-class ShardSelector:
-    """Deselects the tests of other shards (``plugin.py`` registers it under the option)."""
+class _Shard:
+    """Deselects the tests of other shards."""
 
     shard: Shard
-    servers_of: Callable[[pytest.Item], frozenset[str]]
-    #: The server a test that names none gets (``Settings.default_server``).
-    default: str | None = None
-    kept: list[str] = field(default_factory=list)
-    profiles: set[str] = field(default_factory=set)
+    servers_of: ServersOf
     deselected: int = 0
 
     # trylast: after -k and -m. The declared measurements are read from what is left, at
@@ -92,26 +120,22 @@ class ShardSelector:
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
         """Keep this shard's tests, deselect the others (``pytest_deselected``)."""
-        servers = {i.nodeid: _servers_used(i, self.servers_of, self.default) for i in items}
-        shard_of = assign_shards(servers, self.shard.count)
-        kept = [item for item in items if shard_of[item.nodeid] == self.shard.index]
+        shard_of = assign_shards({i.nodeid: self.servers_of(i) for i in items}, self.shard.count)
         gone = [item for item in items if shard_of[item.nodeid] != self.shard.index]
         if gone:
             config.hook.pytest_deselected(items=gone)
-        items[:] = kept
-        self.kept = [item.nodeid for item in kept]
-        self.profiles = {name for item in kept for name in servers[item.nodeid]}
+        items[:] = [item for item in items if shard_of[item.nodeid] == self.shard.index]
         self.deselected = len(gone)
 
     @pytest.hookimpl
-    def pytest_report_collectionfinish(self) -> list[str]:
+    def pytest_report_collectionfinish(self, items: list[pytest.Item]) -> list[str]:
         """Say what this shard runs: its tests, its profiles, what went to other shards."""
-        profiles = ", ".join(sorted(self.profiles)) or "none"
+        profiles = ", ".join(sorted({n for item in items for n in self.servers_of(item)}))
         line = (
-            f"sglang: shard {self.shard}: {len(self.kept)} tests (servers: {profiles}); "
+            f"sglang: shard {self.shard}: {len(items)} tests (servers: {profiles or 'none'}); "
             f"{self.deselected} tests run on the other shards"
         )
-        if not self.kept and self.deselected:
+        if not items and self.deselected:
             line += "; nothing falls to this shard (fewer launch groups than shards)"
         return [line]
 
@@ -127,64 +151,23 @@ class ShardSelector:
                 )
 
 
-def configure_xdist(
-    config: pytest.Config,
-    settings: Settings,
-    servers_of: Callable[[pytest.Item], frozenset[str]],
-) -> int:
-    """In the controller, schedule by launch group; in a worker, write the groups.
-
-    Return the number of workers in the controller of a distributed session with servers
-    (0 elsewhere). A distribution mode that would split launch groups is a usage error.
-    """
-    folder = shared_folder(config)
-    if folder is not None:
-        worker = str(getattr(config, "workerinput", {}).get("workerid", "gw"))
-        path = folder / f"groups-{worker}.json"
-        groups = _WorkerGroups(path, servers_of, settings.default_server())
-        config.pluginmanager.register(groups, "sglang-xdist-groups")
-        return 0
-    # xdist's own test for distribution (its pytest_cmdline_main ran before configure).
-    dist = getattr(config.option, "dist", "no")
-    workers = len(getattr(config.option, "tx", None) or []) if dist not in (None, "no") else 0
-    if hasattr(config, "workerinput") or not workers or not settings.targets:
-        return 0  # not the controller of a distributed session with servers to keep together
-    if dist in _SPLITTING:
-        raise pytest.UsageError(
-            f"--dist {dist} would spread the tests of one SGLang server over several "
-            "pytest-xdist workers (each would launch it, or measure it while another does); "
-            "use -n N alone (or --dist load): the tests of each launch group then run on "
-            "one worker"
-        )
-    config.pluginmanager.register(_Controller(grouped=dist != "each"), "sglang-xdist")
-    return workers
-
-
-def shared_folder(config: pytest.Config) -> Path | None:
-    """Return the folder the session's pytest-xdist workers share, in a worker; else None."""
-    folder = getattr(config, "workerinput", {}).get(_SHARED)
-    return Path(folder) if folder else None
-
-
 @dataclass(eq=False)  # a plugin: hashed by identity
 class _Controller:
     """In the controller: the shared folder, and the scheduler that reads the groups."""
 
+    folder: Path
     #: Whether to schedule by launch group (not under ``--dist each``).
     grouped: bool
-    folder: Path | None = None
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         """Tell each worker, as it starts, where the session's workers share files."""
-        if self.folder is None:
-            self.folder = Path(tempfile.mkdtemp(prefix="pytest-sglang-xdist-"))
         node.workerinput[_SHARED] = str(self.folder)
 
     @pytest.hookimpl(optionalhook=True, tryfirst=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
         """Schedule whole launch groups: xdist's ``loadscope``, the workers' groups as scopes."""
-        if not self.grouped or self.folder is None:
+        if not self.grouped:
             return None
         from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
@@ -206,8 +189,7 @@ class _Controller:
     @pytest.hookimpl
     def pytest_unconfigure(self) -> None:
         """Remove the shared folder (the groups and lock files)."""
-        if self.folder is not None:
-            shutil.rmtree(self.folder, ignore_errors=True)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 @dataclass(eq=False)  # a plugin: hashed by identity
@@ -215,8 +197,7 @@ class _WorkerGroups:
     """In a worker: writes the launch group of every test it collected."""
 
     path: Path
-    servers_of: Callable[[pytest.Item], frozenset[str]]
-    default: str | None
+    servers_of: ServersOf
 
     # First: xdist's own hook sends the collection, after which the controller schedules.
     @pytest.hookimpl(tryfirst=True)
@@ -229,7 +210,7 @@ class _WorkerGroups:
         for item in session.items:
             marks = item.iter_markers("xdist_group")
             tied = {f"xdist_group={m.args[0] if m.args else m.kwargs.get('name')}" for m in marks}
-            servers[item.nodeid] = _servers_used(item, self.servers_of, self.default) | tied
+            servers[item.nodeid] = self.servers_of(item) | tied
         groups = {
             test: "sglang:" + "+".join(sorted(names))
             for names, tests in _launch_groups(servers)
@@ -237,6 +218,6 @@ class _WorkerGroups:
         }
         # Whole or not at all: the controller may read at any moment. (Not report/writing.py:
         # config may not import the report stage.)
-        partial = self.path.with_suffix(f".{os.getpid()}.tmp")
+        partial = self.path.with_suffix(".tmp")
         partial.write_text(json.dumps(groups), encoding="utf-8")
         os.replace(partial, self.path)

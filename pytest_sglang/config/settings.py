@@ -149,22 +149,18 @@ class Settings:
         """
         if DEFAULT_SERVER_NAME in self.targets:
             return DEFAULT_SERVER_NAME
-        if len(self.servers) == 1:
-            return self.servers[0].name
-        if not self.servers and len(self.profiles) == 1:
-            return next(iter(self.profiles))
-        return None
+        names = [s.name for s in self.servers] or list(self.profiles)
+        return names[0] if len(names) == 1 else None
 
     @functools.cached_property
     def secrets(self) -> tuple[str, ...]:
         """The session's known secrets: API key, header values, secret flags' and env values."""
-        found = [self.api_key.value] if self.api_key.value else []
+        found = [self.api_key.value or "", *secret_flag_values(self.emulator_args.value)]
         for header in self.headers:
             found += [header.value, header.value.rpartition(" ")[2]]
-        found += secret_flag_values(self.emulator_args.value)
         for profile in self.profiles.values():
             found += server_secrets(profile.args, profile.env)
-        return tuple(dict.fromkeys(found))
+        return tuple(filter(None, dict.fromkeys(found)))
 
     @functools.cached_property
     def redact(self) -> Redactor:
@@ -294,14 +290,13 @@ def _not_a_fake_gpu_dir(path: Path) -> str | None:
     """Why ``path`` is no fake-GPU directory: not a directory, or a malformed gpus.json."""
     if not path.is_dir():
         return "is not a directory"
-    if not (path / "gpus.json").exists():
-        return None  # the probe says so when GPU state is read (a skip, as on a GPU-less host)
-    from pytest_sglang.config.fake_gpus import read_fake_gpus
+    if (path / "gpus.json").exists():  # none yet: a skip when GPU state is read
+        from pytest_sglang.config.fake_gpus import read_fake_gpus
 
-    try:
-        read_fake_gpus(path / "gpus.json")
-    except ValueError as exc:
-        return f"has a gpus.json that cannot be used: {exc}"
+        try:
+            read_fake_gpus(path / "gpus.json")
+        except ValueError as exc:
+            return f"has a gpus.json that cannot be used: {exc}"
     return None
 
 
@@ -320,16 +315,6 @@ _PATHS: dict[OptionSpec, tuple[Callable[[Path], str | None], str]] = {
 }
 
 
-def _resolve_profiles(config: pytest.Config, profiles_file: Path | None) -> dict[str, Profile]:
-    pyproject, mentioned = pyproject_of(config)
-    if profiles_file is None and not mentioned:
-        return {}
-    # Imported here: tomllib and the profile code cost milliseconds in every pytest run.
-    from pytest_sglang.config.profiles import load_profiles
-
-    return load_profiles(pyproject, profiles_file)
-
-
 def resolve_settings(config: pytest.Config) -> Settings:
     """Resolve every setting (flag > ``-o`` > environment > ini file > default), validated."""
     raws = {spec: raw for spec in OPTIONS if (raw := lookup(spec, config))}
@@ -343,7 +328,13 @@ def resolve_settings(config: pytest.Config) -> Settings:
     if servers:
         _check_names(EXPECT, expectations, {s.name for s in servers})
     profiles_file = values.pop("profiles", Sourced(None, "default")).value
-    profiles = _resolve_profiles(config, profiles_file)
+    pyproject, mentioned = pyproject_of(config)
+    profiles: dict[str, Profile] = {}
+    if profiles_file is not None or mentioned:
+        # Imported here: tomllib and the profile code cost milliseconds in every pytest run.
+        from pytest_sglang.config.profiles import load_profiles
+
+        profiles = load_profiles(pyproject, profiles_file)
     headers = _each(raws.get(HEADER), parse_header)
     _check_names(HEADER, headers, {s.name for s in servers} | set(profiles))
     settings = Settings(
