@@ -147,19 +147,16 @@ class NvmlProbe(GpuProbe):
 
     def snapshot(self) -> GpuSnapshot:
         """Read every GPU's identity, memory, telemetry and compute processes."""
-        nvml = self._nvml
+        nvml, events = self._nvml, self._events
         gpus, processes = [], []
         try:
-            while self._events is not None:  # count the XID events that came since
-                try:
-                    event = nvml.nvmlEventSetWait(self._events, 0)
-                except nvml.NVMLError:
-                    break  # timeout: no pending event
+            # Count the XID events that came since, until the wait times out (None).
+            while events is not None and (event := self._get("nvmlEventSetWait", events, 0)):
                 self._xids[str(nvml.nvmlDeviceGetUUID(event.device))] += 1
             for index, handle in enumerate(self._handles):
                 gpus.append(gpu := self._gpu(index, handle))
                 for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                    path = self._get("nvmlSystemGetProcessName", proc.pid) or ""
+                    path = str(self._get("nvmlSystemGetProcessName", proc.pid) or "")
                     used = _whole(proc.usedGpuMemory)
                     processes.append(GpuProcess(proc.pid, gpu.uuid, used, os.path.basename(path)))
         except nvml.NVMLError as exc:

@@ -183,10 +183,10 @@ def test_postflight_waits_for_release_then_names_holders(
     baseline = probe.snapshot()
     holder = hold(tmp_path, sleeper.pid, uuids, 2048)
     with pytest.raises(GpuMemoryNotReleased) as info:
-        postflight(probe, uuids, baseline, timeout=5, clock=clock, sleep=clock.sleep)
+        postflight(probe, uuids, baseline, clock=clock, sleep=clock.sleep)
     assert f"still held by pid(s) {sleeper.pid}" in str(info.value)
     holder.unlink()
-    assert postflight(probe, uuids, baseline, timeout=5, clock=clock, sleep=clock.sleep) == 0
+    assert postflight(probe, uuids, baseline, clock=clock, sleep=clock.sleep) == 0
 
 
 def test_requirements(tmp_path: Path) -> None:
