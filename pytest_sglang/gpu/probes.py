@@ -342,6 +342,4 @@ def make_probe(*, host: str | None, fake_dir: Path | None) -> GpuProbe:
     """Return the probe the settings ask for: fake, nvidia-smi over ssh, or NVML."""
     if fake_dir is not None:
         return FakeProbe(fake_dir)
-    if host is not None:
-        return SmiProbe(host)
-    return NvmlProbe()
+    return NvmlProbe() if host is None else SmiProbe(host)

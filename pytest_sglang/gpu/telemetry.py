@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any
 
 from pytest_sglang.errors import GpuUnavailable
 from pytest_sglang.gpu.model import GpuSnapshot
@@ -61,13 +61,6 @@ class TelemetrySampler:
             self._thread.join()
         self._read()
         self.stopped_at = time.monotonic()
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def summary(self, output_tokens: int) -> dict[str, Any]:
         """Return what the GPUs did during the run (all of them together), as JSON types.

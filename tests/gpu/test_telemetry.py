@@ -57,14 +57,15 @@ def test_energy_comes_from_the_counter_between_the_first_and_last_sample(tmp_pat
     sleepers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])]
     try:
         sampler = TelemetrySampler(FakeProbe(tmp_path), uuids, interval=0.01)
-        with sampler:
-            time.sleep(0.05)
-            write(tmp_path, energy=1100.0, power=500.0)
-            hold(tmp_path, sleepers[0].pid, uuids, 1024)
-            time.sleep(0.05)
-            write(tmp_path, energy=1250.0, power=500.0, throttle=["hw_thermal"])
-            sleepers.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
-            hold(tmp_path, sleepers[1].pid, uuids[:1], 1024)
+        sampler.start()
+        time.sleep(0.05)
+        write(tmp_path, energy=1100.0, power=500.0)
+        hold(tmp_path, sleepers[0].pid, uuids, 1024)
+        time.sleep(0.05)
+        write(tmp_path, energy=1250.0, power=500.0, throttle=["hw_thermal"])
+        sleepers.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
+        hold(tmp_path, sleepers[1].pid, uuids[:1], 1024)
+        sampler.stop()
         summary = sampler.summary(1000)
         assert summary["energy_j"] == pytest.approx(2 * 250.0)
         assert summary["energy_source"] == "counter"
@@ -107,8 +108,9 @@ def test_a_failing_reader_loses_samples_not_the_run() -> None:
         raise GpuUnavailable("nvidia-smi did not answer within 10s")
 
     sampler = TelemetrySampler(Probe(broken), interval=0.01)
-    with sampler:
-        time.sleep(0.03)
+    sampler.start()
+    time.sleep(0.03)
+    sampler.stop()
     assert sampler.summary(1)["energy_j"] is None
 
 
@@ -254,8 +256,12 @@ def test_sampling_runs_on_its_own_thread() -> None:
             sampled.set()
         return GpuSnapshot((), ())
 
-    with TelemetrySampler(Probe(record), interval=0.01):
+    sampler = TelemetrySampler(Probe(record), interval=0.01)
+    sampler.start()
+    try:
         assert sampled.wait(timeout=30), "the sampler thread never read the GPUs"
+    finally:
+        sampler.stop()
 
 
 def published_idle(directory: Path) -> bool:
@@ -287,11 +293,12 @@ def test_energy_per_token_matches_the_emulators_ground_truth(tmp_path: Path) -> 
         "--emulator-trace", str(trace),
     ) as emulator:  # fmt: skip
         sampler = TelemetrySampler(FakeProbe(gpus), uuids, interval=0.1)
-        with sampler:
-            run = LoadGenerator(emulator.url).run_closed_loop(workload, 8)
-            # The last reading grows the published counter at its published rate: stop once
-            # the emulator has published its GPUs idle (at once unless the machine is busy).
-            assert wait_for(lambda: published_idle(gpus), 30), "the GPUs never went idle"
+        sampler.start()
+        run = LoadGenerator(emulator.url).run_closed_loop(workload, 8)
+        # The last reading grows the published counter at its published rate: stop once
+        # the emulator has published its GPUs idle (at once unless the machine is busy).
+        assert wait_for(lambda: published_idle(gpus), 30), "the GPUs never went idle"
+        sampler.stop()
         emulator.stop()
     _, _, summary = read_trace(trace)
     assert summary is not None
