@@ -78,14 +78,13 @@ class NvmlProbe(GpuProbe):
     """GPU state from NVML on this machine; XID errors counted from NVML's event set."""
 
     def __init__(self) -> None:
-        # The deprecated pynvml package warns when imported.
-        with warnings.catch_warnings(action="ignore", category=FutureWarning):
-            try:
+        try:
+            # The deprecated pynvml package warns when imported.
+            with warnings.catch_warnings(action="ignore", category=FutureWarning):
                 import pynvml
-            except ImportError:
-                raise GpuUnavailable(
-                    "nvidia-ml-py is not installed (pip install 'pytest-sglang[gpu]')"
-                ) from None
+        except ImportError:
+            message = "nvidia-ml-py is not installed (pip install 'pytest-sglang[gpu]')"
+            raise GpuUnavailable(message) from None
         self._nvml: Any = pynvml
         try:
             pynvml.nvmlInit()
@@ -138,9 +137,7 @@ class NvmlProbe(GpuProbe):
             energy=_number(get("nvmlDeviceGetTotalEnergyConsumption", handle), 1e-3),  # mJ
             sm_clock=_number(get("nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_SM)),
             temperature=_number(get("nvmlDeviceGetTemperature", handle, nvml.NVML_TEMPERATURE_GPU)),
-            throttle=throttle_names(
-                int(get("nvmlDeviceGetCurrentClocksThrottleReasons", handle) or 0)
-            ),
+            throttle=throttle_names(get("nvmlDeviceGetCurrentClocksThrottleReasons", handle) or 0),
             xid_errors=self._xids[uuid],
             ecc_errors=_whole(get("nvmlDeviceGetTotalEccErrors", handle, kind, counter)),
         )

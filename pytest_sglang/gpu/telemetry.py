@@ -36,7 +36,7 @@ class TelemetrySampler:
     started_at: float = 0.0
     stopped_at: float = 0.0
     _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _thread: threading.Thread = field(init=False, repr=False)  # made by :meth:`start`
 
     def _read(self) -> None:
         with contextlib.suppress(GpuUnavailable):  # a sample lost, never a crash mid-run
@@ -57,8 +57,7 @@ class TelemetrySampler:
     def stop(self) -> None:
         """Stop the thread and take the last snapshot now."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        self._thread.join()
         self._read()
         self.stopped_at = time.monotonic()
 
