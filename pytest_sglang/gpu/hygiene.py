@@ -88,12 +88,9 @@ def _wait(
 ) -> tuple[GpuSnapshot, list[str], float]:
     """Snapshot until ``held`` names no GPU or ``timeout`` passed; the last, its GPUs, the time."""
     start = clock()
-    while True:
-        snapshot = probe.snapshot()
-        uuids = held(snapshot)
-        if not uuids or clock() - start >= timeout:
-            return snapshot, uuids, clock() - start
+    while held(snapshot := probe.snapshot()) and clock() - start < timeout:
         sleep(0.2)
+    return snapshot, held(snapshot), clock() - start
 
 
 def preflight(
@@ -126,7 +123,6 @@ def postflight(
     uuids: Sequence[str],
     baseline: GpuSnapshot,
     *,
-    timeout: float = RELEASE_TIMEOUT,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> float:
@@ -143,11 +139,11 @@ def postflight(
         over = {u for u in uuids if snapshot.gpu(u).memory_used > limit[u]}
         return sorted(over | {p.gpu_uuid for p in new(snapshot)})
 
-    snapshot, gpus, took = _wait(probe, held, timeout, clock, sleep)
+    snapshot, gpus, took = _wait(probe, held, RELEASE_TIMEOUT, clock, sleep)
     if gpus:
         pids = ", ".join(map(str, sorted({p.pid for p in new(snapshot)}))) or "none listed"
         raise GpuMemoryNotReleased(
-            f"GPU memory not back to the pre-launch baseline {timeout:g}s after teardown "
+            f"GPU memory not back to the pre-launch baseline {RELEASE_TIMEOUT:g}s after teardown "
             f"(per {probe.describe()}); still held by pid(s) {pids}:\n"
             f"{_holders(snapshot, gpus)}\n"
             "  fix: find and stop those processes; the next launch will refuse these GPUs"

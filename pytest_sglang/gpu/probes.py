@@ -1,7 +1,7 @@
 """Ways to read GPU state, behind one interface (:class:`GpuProbe`).
 
-:class:`NvmlProbe`: NVML on this machine; :class:`SmiProbe`: ``nvidia-smi`` CSV, locally or
-over ssh (no energy counter: the sampler integrates power); :class:`FakeProbe`: a directory
+:class:`NvmlProbe`: NVML on this machine; :class:`SmiProbe`: ``nvidia-smi`` CSV over ssh (no
+energy counter: the sampler integrates power); :class:`FakeProbe`: a directory
 the emulator writes (``--emulator-gpu-dir``): ``gpus.json`` lists the GPUs, each
 ``holder-*.json`` a process holding memory (counted while its pid lives), ``telemetry.json``
 each GPU's ``power_w``, ``utilization``, ``sm_clock_mhz``, ``temperature_c``, ``throttle``,
@@ -19,6 +19,7 @@ import shlex
 import subprocess
 import time
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -77,26 +78,26 @@ class NvmlProbe(GpuProbe):
     """GPU state from NVML on this machine; XID errors counted from NVML's event set."""
 
     def __init__(self) -> None:
-        with warnings.catch_warnings():  # the deprecated pynvml package warns
-            warnings.simplefilter("ignore", FutureWarning)
-            try:
+        try:
+            # The deprecated pynvml package warns when imported.
+            with warnings.catch_warnings(action="ignore", category=FutureWarning):
                 import pynvml
-            except ImportError:
-                raise GpuUnavailable(
-                    "nvidia-ml-py is not installed (pip install 'pytest-sglang[gpu]')"
-                ) from None
+        except ImportError:
+            message = "nvidia-ml-py is not installed (pip install 'pytest-sglang[gpu]')"
+            raise GpuUnavailable(message) from None
         self._nvml: Any = pynvml
         try:
             pynvml.nvmlInit()
+            self._driver = str(pynvml.nvmlSystemGetDriverVersion())
+            count = pynvml.nvmlDeviceGetCount()
+            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         except pynvml.NVMLError as exc:  # no library, no driver, no permission...
             raise GpuUnavailable(f"NVML unavailable: {exc}") from None
-        self._driver = str(pynvml.nvmlSystemGetDriverVersion())
         self._closed = False
-        self._xids: dict[str, int] = {}
-        self._events: Any = None
+        self._xids: Counter[str] = Counter()
         try:
-            self._events = pynvml.nvmlEventSetCreate()
-            for handle in self._handles():
+            self._events: Any = pynvml.nvmlEventSetCreate()
+            for handle in self._handles:
                 kind = pynvml.nvmlEventTypeXidCriticalError
                 pynvml.nvmlDeviceRegisterEvents(handle, kind, self._events)
         except (pynvml.NVMLError, AttributeError):
@@ -105,10 +106,6 @@ class NvmlProbe(GpuProbe):
     def describe(self) -> str:
         """Return ``NVML (driver X)``."""
         return f"NVML (driver {self._driver})"
-
-    def _handles(self) -> list[Any]:
-        nvml = self._nvml
-        return [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
 
     def _get(self, name: str, *args: Any) -> Any:
         """Return ``nvml.NAME(*args)``, or None where the GPU does not support the query."""
@@ -140,32 +137,25 @@ class NvmlProbe(GpuProbe):
             energy=_number(get("nvmlDeviceGetTotalEnergyConsumption", handle), 1e-3),  # mJ
             sm_clock=_number(get("nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_SM)),
             temperature=_number(get("nvmlDeviceGetTemperature", handle, nvml.NVML_TEMPERATURE_GPU)),
-            throttle=throttle_names(
-                int(get("nvmlDeviceGetCurrentClocksThrottleReasons", handle) or 0)
-            ),
-            xid_errors=self._xids.get(uuid, 0),
+            throttle=throttle_names(get("nvmlDeviceGetCurrentClocksThrottleReasons", handle) or 0),
+            xid_errors=self._xids[uuid],
             ecc_errors=_whole(get("nvmlDeviceGetTotalEccErrors", handle, kind, counter)),
         )
 
     def snapshot(self) -> GpuSnapshot:
         """Read every GPU's identity, memory, telemetry and compute processes."""
-        nvml = self._nvml
+        nvml, events = self._nvml, self._events
         gpus, processes = [], []
         try:
-            while self._events is not None:  # count the XID events that came since
-                try:
-                    event = nvml.nvmlEventSetWait(self._events, 0)
-                except nvml.NVMLError:
-                    break  # timeout: no pending event
-                uuid = str(nvml.nvmlDeviceGetUUID(event.device))
-                self._xids[uuid] = self._xids.get(uuid, 0) + 1
-            for index, handle in enumerate(self._handles()):
+            # Count the XID events that came since, until the wait times out (None).
+            while events is not None and (event := self._get("nvmlEventSetWait", events, 0)):
+                self._xids[str(nvml.nvmlDeviceGetUUID(event.device))] += 1
+            for index, handle in enumerate(self._handles):
                 gpus.append(gpu := self._gpu(index, handle))
                 for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
                     path = str(self._get("nvmlSystemGetProcessName", proc.pid) or "")
-                    name = os.path.basename(path)
                     used = _whole(proc.usedGpuMemory)
-                    processes.append(GpuProcess(int(proc.pid), gpu.uuid, used, name))
+                    processes.append(GpuProcess(proc.pid, gpu.uuid, used, os.path.basename(path)))
         except nvml.NVMLError as exc:
             raise GpuUnavailable(f"NVML query failed: {exc}") from exc
         return GpuSnapshot(tuple(gpus), tuple(processes))
@@ -180,28 +170,26 @@ class NvmlProbe(GpuProbe):
 
 
 class SmiProbe(GpuProbe):
-    """GPU state from ``nvidia-smi`` CSV queries, locally or on ``host`` over ssh."""
+    """GPU state from ``nvidia-smi`` CSV queries on ``host``, over ssh."""
 
-    def __init__(self, host: str | None = None) -> None:
+    def __init__(self, host: str) -> None:
         self.host = host
         self._fields = SMI_GPU_FIELDS
 
     def describe(self) -> str:
         """Return ``nvidia-smi on HOST``."""
-        return f"nvidia-smi on {self.host}" if self.host else "nvidia-smi"
+        return f"nvidia-smi on {self.host}"
 
     def run(self, query: str) -> list[list[str]]:
-        """Run an nvidia-smi query (over ssh with a host) and return its CSV rows."""
-        argv = ["nvidia-smi", query, "--format=csv,noheader,nounits"]
-        if self.host:
-            # ssh joins the remote argv with spaces: send one pre-quoted string. BatchMode
-            # makes a missing key fail instead of waiting for a password forever.
-            ssh = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", self.host, "--"]
-            argv = [*ssh, shlex.join(argv)]
+        """Run an nvidia-smi query over ssh and return its CSV rows."""
+        # ssh joins the remote argv with spaces: send one pre-quoted string. BatchMode makes a
+        # missing key fail instead of waiting for a password forever.
+        smi = shlex.join(["nvidia-smi", query, "--format=csv,noheader,nounits"])
+        argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", self.host, "--", smi]
         try:
             result = subprocess.run(argv, capture_output=True, text=True, timeout=SMI_TIMEOUT)
         except FileNotFoundError as exc:
-            raise GpuUnavailable(f"{argv[0]} not found: {exc}") from None
+            raise GpuUnavailable(f"ssh not found: {exc}") from None
         except subprocess.TimeoutExpired:
             message = f"{self.describe()} did not answer within {SMI_TIMEOUT:g}s"
             raise GpuUnavailable(message) from None
@@ -217,25 +205,6 @@ class SmiProbe(GpuProbe):
             for line in result.stdout.splitlines()
             if line.strip()
         ]
-
-    def _gpu(self, cells: list[str]) -> Gpu:
-        if len(cells) != SMI_GPU_FIELDS.count(",") + 1:
-            raise GpuUnavailable(f"unexpected nvidia-smi line: {', '.join(cells)!r}")
-        total, used, free = (_whole(v, MIB) or 0 for v in cells[2:5])
-        return Gpu(
-            int(cells[0]),
-            cells[1],
-            cells[11],
-            total,
-            used,
-            free,
-            utilization=_number(cells[5]),
-            power=_number(cells[6]),
-            sm_clock=_number(cells[7]),
-            temperature=_number(cells[8]),
-            throttle=throttle_names(int(cells[9], 16) if cells[9].startswith("0x") else 0),
-            ecc_errors=_whole(cells[10]),
-        )
 
     def snapshot(self) -> GpuSnapshot:
         """Query GPUs and compute apps (two nvidia-smi calls)."""
@@ -253,7 +222,29 @@ class SmiProbe(GpuProbe):
             for pid, uuid, used, name in (row for row in apps if len(row) == 4)
             if pid.isdigit()  # not "No running processes found" (some drivers)
         ]
-        return GpuSnapshot(tuple(map(self._gpu, rows)), tuple(processes))
+        return GpuSnapshot(tuple(map(_smi_gpu, rows)), tuple(processes))
+
+
+def _smi_gpu(cells: list[str]) -> Gpu:
+    """Return the GPU of one ``--query-gpu`` row (:data:`SMI_GPU_FIELDS`)."""
+    try:
+        index, uuid, total, used, free, rate, power, clock, temp, reasons, ecc, name = cells
+        return Gpu(
+            int(index),
+            uuid,
+            name,
+            _whole(total, MIB) or 0,
+            _whole(used, MIB) or 0,
+            _whole(free, MIB) or 0,
+            utilization=_number(rate),
+            power=_number(power),
+            sm_clock=_number(clock),
+            temperature=_number(temp),
+            throttle=throttle_names(int(reasons, 16) if reasons.startswith("0x") else 0),
+            ecc_errors=_whole(ecc),
+        )
+    except ValueError:  # too few or too many fields, a non-number where one must be
+        raise GpuUnavailable(f"unexpected nvidia-smi line: {', '.join(cells)!r}") from None
 
 
 def _pid_alive(pid: int) -> bool:
@@ -348,6 +339,4 @@ def make_probe(*, host: str | None, fake_dir: Path | None) -> GpuProbe:
     """Return the probe the settings ask for: fake, nvidia-smi over ssh, or NVML."""
     if fake_dir is not None:
         return FakeProbe(fake_dir)
-    if host is not None:
-        return SmiProbe(host)
-    return NvmlProbe()
+    return NvmlProbe() if host is None else SmiProbe(host)

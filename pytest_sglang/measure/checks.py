@@ -9,8 +9,8 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from pytest_sglang.gpu.telemetry import RunTelemetry
 from pytest_sglang.loadgen.records import LoadRun, RequestRecord
 from pytest_sglang.loadgen.schedule import ClosedLoop
 
@@ -313,17 +313,17 @@ def _client(run: LoadRun, done: Sequence[RequestRecord]) -> Check:
     return Check("client_bound", True, detail)
 
 
-def telemetry_checks(gpu: RunTelemetry) -> tuple[Check, ...]:
-    """Return the checks of what the GPUs did during a run (``pytest_sglang.gpu.telemetry``)."""
-    if gpu.samples == 0:
+def telemetry_checks(gpu: dict[str, Any]) -> tuple[Check, ...]:
+    """Return the checks of what the GPUs did during a run (its ``gpu_telemetry``)."""
+    if gpu["samples"] == 0:
         return (Check("gpu_throttled", None, "no GPU telemetry was read"),)
-    foreign = ", ".join(map(str, gpu.foreign_pids))
+    foreign = ", ".join(map(str, gpu["foreign_pids"]))
     # Per check: whether it failed, then its detail when it failed and when it passed.
     judged = {
         "gpu_throttled": (
-            gpu.throttled_fraction > 0,
-            f"GPUs throttled in {gpu.throttled_fraction:.0%} of the samples "
-            f"({', '.join(gpu.throttle_reasons)}): the server ran below its clocks, so its "
+            gpu["throttled_fraction"] > 0,
+            f"GPUs throttled in {gpu['throttled_fraction']:.0%} of the samples "
+            f"({', '.join(gpu['throttle_reasons'])}): the server ran below its clocks, so its "
             "figures are not its capacity",
             "no GPU throttled",
         ),
@@ -333,8 +333,8 @@ def telemetry_checks(gpu: RunTelemetry) -> tuple[Check, ...]:
             "no other process appeared on the server's GPUs",
         ),
         "gpu_errors": (
-            gpu.new_xid_errors + gpu.new_ecc_errors > 0,
-            f"{gpu.new_xid_errors} XID and {gpu.new_ecc_errors} ECC errors during the run",
+            gpu["new_xid_errors"] + gpu["new_ecc_errors"] > 0,
+            f"{gpu['new_xid_errors']} XID and {gpu['new_ecc_errors']} ECC errors during the run",
             "no new XID or ECC errors",
         ),
     }

@@ -59,7 +59,7 @@ class Measurement:
     cache_hit_ratio: float | None = None
     #: ``/metrics`` deltas over the measured requests, when the server serves metrics.
     server_counters: dict[str, Any] | None = None
-    #: :class:`~pytest_sglang.gpu.telemetry.RunTelemetry` over the measured requests, if read.
+    #: What the GPUs did over the measured requests (``TelemetrySampler.summary``), if read.
     gpu_telemetry: dict[str, Any] | None = None
     records: tuple[RequestRecord, ...] = field(default=(), repr=False, compare=False)
     warmup_records: tuple[RequestRecord, ...] = field(default=(), repr=False, compare=False)

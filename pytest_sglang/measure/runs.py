@@ -161,10 +161,10 @@ class Runner:
             with contextlib.suppress(ValueError):  # restarted, or not SGLang's counters
                 measurement = dataclasses.replace(measurement, server_counters=delta(before, after))
         if sampler is not None and sampler.started_at:
-            summary = sampler.summary()
+            summary = sampler.summary(measurement.output_tokens)
             measurement = dataclasses.replace(
                 measurement,
-                gpu_telemetry=summary.as_dict(measurement.output_tokens),
+                gpu_telemetry=summary,
                 checks=measurement.checks + telemetry_checks(summary),
             )
         measurement = packed(measurement)

@@ -107,14 +107,18 @@ def install(bin_dir: Path, name: str, text: str) -> None:
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
 
 
-@pytest.mark.parametrize("host", [None, "gpu-box"])
+def smi_probe(bin_dir: Path, monkeypatch: pytest.MonkeyPatch, smi: str) -> SmiProbe:
+    """Return a probe of host "gpu-box" whose ssh and nvidia-smi are these stand-ins."""
+    install(bin_dir, "nvidia-smi", smi)
+    install(bin_dir, "ssh", FAKE_SSH)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return SmiProbe("gpu-box")
+
+
 def test_smi_probe_parses_csv_with_na_and_commas(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, host: str | None
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    install(tmp_path, "nvidia-smi", FAKE_SMI)
-    install(tmp_path, "ssh", FAKE_SSH)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    snap = SmiProbe(host).snapshot()
+    snap = smi_probe(tmp_path, monkeypatch, FAKE_SMI).snapshot()
     assert [(g.index, g.uuid, g.name) for g in snap.gpus] == [
         (0, "GPU-aaaa", "NVIDIA H200"), (1, "GPU-bbbb", "NVIDIA H200, rev B"),
     ]  # fmt: skip
@@ -125,11 +129,21 @@ def test_smi_probe_parses_csv_with_na_and_commas(
 
 
 def test_smi_probe_failure_is_unavailable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    install(tmp_path, "nvidia-smi", "#!/bin/sh\necho 'Failed to initialize NVML: Driver/library "
-            "version mismatch'\nexit 18\n")  # fmt: skip
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    with pytest.raises(GpuUnavailable, match="exit code 18: Failed to initialize NVML"):
-        SmiProbe().snapshot()
+    probe = smi_probe(tmp_path, monkeypatch, "#!/bin/sh\necho 'Failed to initialize NVML: "
+                      "Driver/library version mismatch'\nexit 18\n")  # fmt: skip
+    with pytest.raises(GpuUnavailable, match="gpu-box failed with exit code 18: Failed to init"):
+        probe.snapshot()
+
+
+@pytest.mark.parametrize(
+    "line", ["NVIDIA-SMI has failed", "x, GPU-a, 1, 1, 0, 0, 0, 0, 0, 0x0, 0, NVIDIA H200"]
+)
+def test_smi_probe_refuses_a_line_it_cannot_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str
+) -> None:
+    probe = smi_probe(tmp_path, monkeypatch, f"#!/bin/sh\necho '{line}'\n")
+    with pytest.raises(GpuUnavailable, match="unexpected nvidia-smi line: '"):
+        probe.snapshot()
 
 
 def test_server_gpus_honours_cuda_visible_devices(tmp_path: Path) -> None:
@@ -169,10 +183,10 @@ def test_postflight_waits_for_release_then_names_holders(
     baseline = probe.snapshot()
     holder = hold(tmp_path, sleeper.pid, uuids, 2048)
     with pytest.raises(GpuMemoryNotReleased) as info:
-        postflight(probe, uuids, baseline, timeout=5, clock=clock, sleep=clock.sleep)
+        postflight(probe, uuids, baseline, clock=clock, sleep=clock.sleep)
     assert f"still held by pid(s) {sleeper.pid}" in str(info.value)
     holder.unlink()
-    assert postflight(probe, uuids, baseline, timeout=5, clock=clock, sleep=clock.sleep) == 0
+    assert postflight(probe, uuids, baseline, clock=clock, sleep=clock.sleep) == 0
 
 
 def test_requirements(tmp_path: Path) -> None:

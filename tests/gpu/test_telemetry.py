@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -15,10 +14,10 @@ import pytest
 
 from pytest_sglang.errors import GpuUnavailable
 from pytest_sglang.gpu.model import Gpu, GpuSnapshot, throttle_names
-from pytest_sglang.gpu.probes import FakeProbe, NvmlProbe, SmiProbe, write_fake_gpus
+from pytest_sglang.gpu.probes import FakeProbe, NvmlProbe, write_fake_gpus
 from pytest_sglang.gpu.telemetry import TelemetrySampler
 from tests.faults.harness import wait_for
-from tests.gpu.test_gpu import hold, install
+from tests.gpu.test_gpu import hold, smi_probe
 
 UUIDS = ["GPU-a", "GPU-b"]
 
@@ -58,32 +57,33 @@ def test_energy_comes_from_the_counter_between_the_first_and_last_sample(tmp_pat
     sleepers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])]
     try:
         sampler = TelemetrySampler(FakeProbe(tmp_path), uuids, interval=0.01)
-        with sampler:
-            time.sleep(0.05)
-            write(tmp_path, energy=1100.0, power=500.0)
-            hold(tmp_path, sleepers[0].pid, uuids, 1024)
-            time.sleep(0.05)
-            write(tmp_path, energy=1250.0, power=500.0, throttle=["hw_thermal"])
-            sleepers.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
-            hold(tmp_path, sleepers[1].pid, uuids[:1], 1024)
-        summary = sampler.summary()
-        assert summary.energy == pytest.approx(2 * 250.0)
-        assert summary.energy_source == "counter"
-        assert summary.as_dict(1000)["energy_per_token_j"] == pytest.approx(0.5)
-        assert summary.samples >= 4 and 0 < summary.throttled_fraction < 1
-        assert summary.throttle_reasons == ("hw_thermal",)
+        sampler.start()
+        time.sleep(0.05)
+        write(tmp_path, energy=1100.0, power=500.0)
+        hold(tmp_path, sleepers[0].pid, uuids, 1024)
+        time.sleep(0.05)
+        write(tmp_path, energy=1250.0, power=500.0, throttle=["hw_thermal"])
+        sleepers.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
+        hold(tmp_path, sleepers[1].pid, uuids[:1], 1024)
+        sampler.stop()
+        summary = sampler.summary(1000)
+        assert summary["energy_j"] == pytest.approx(2 * 250.0)
+        assert summary["energy_source"] == "counter"
+        assert summary["energy_per_token_j"] == pytest.approx(0.5)
+        assert summary["samples"] >= 4 and 0 < summary["throttled_fraction"] < 1
+        assert summary["throttle_reasons"] == ["hw_thermal"]
         # Processes that appear during the run are foreign unless they are the server's.
-        assert summary.foreign_pids == tuple(sorted(s.pid for s in sleepers))
+        assert summary["foreign_pids"] == sorted(s.pid for s in sleepers)
         allowed = frozenset({sleepers[0].pid})
         sampler2 = TelemetrySampler(FakeProbe(tmp_path), uuids, allowed_pids=allowed)
         sampler2.start()
         sampler2.stop()
-        assert sampler2.summary().foreign_pids == ()  # the other was there at the start
+        assert sampler2.summary(1)["foreign_pids"] == []  # the other was there at the start
         # Only the GPUs asked for count: the second process holds none of uuids[1:].
         sampler3 = TelemetrySampler(FakeProbe(tmp_path), uuids[1:], interval=3600)
         sampler3.start()
         sampler3.stop()
-        assert sampler3.summary().samples == 2
+        assert sampler3.summary(1)["samples"] == 2
     finally:
         for sleeper in sleepers:
             sleeper.kill()
@@ -97,10 +97,10 @@ def test_power_is_integrated_where_there_is_no_energy_counter() -> None:
     sampler = TelemetrySampler(Probe(steps), interval=3600)
     sampler.start()
     sampler.stop()
-    summary = sampler.summary()
+    summary = sampler.summary(1000)
     # Samples at t=1 (100 W) and t=2 (200 W): 150 J.
-    assert summary.energy == pytest.approx(150.0)
-    assert summary.energy_source == "integrated power"
+    assert summary["energy_j"] == pytest.approx(150.0)
+    assert summary["energy_source"] == "integrated power"
 
 
 def test_a_failing_reader_loses_samples_not_the_run() -> None:
@@ -108,9 +108,10 @@ def test_a_failing_reader_loses_samples_not_the_run() -> None:
         raise GpuUnavailable("nvidia-smi did not answer within 10s")
 
     sampler = TelemetrySampler(Probe(broken), interval=0.01)
-    with sampler:
-        time.sleep(0.03)
-    assert sampler.summary().energy is None
+    sampler.start()
+    time.sleep(0.03)
+    sampler.stop()
+    assert sampler.summary(1)["energy_j"] is None
 
 
 def test_throttle_names_ignore_idle_and_application_clocks() -> None:
@@ -236,9 +237,7 @@ esac
 
 
 def test_smi_reader_parses_query_csv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    install(tmp_path, "nvidia-smi", FAKE_SMI)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    a, b = SmiProbe().snapshot().gpus
+    a, b = smi_probe(tmp_path, monkeypatch, FAKE_SMI).snapshot().gpus
     assert (a.utilization, a.power, a.sm_clock, a.throttle) == (
         97.0,
         350.5,
@@ -257,8 +256,12 @@ def test_sampling_runs_on_its_own_thread() -> None:
             sampled.set()
         return GpuSnapshot((), ())
 
-    with TelemetrySampler(Probe(record), interval=0.01):
+    sampler = TelemetrySampler(Probe(record), interval=0.01)
+    sampler.start()
+    try:
         assert sampled.wait(timeout=30), "the sampler thread never read the GPUs"
+    finally:
+        sampler.stop()
 
 
 def published_idle(directory: Path) -> bool:
@@ -290,11 +293,12 @@ def test_energy_per_token_matches_the_emulators_ground_truth(tmp_path: Path) -> 
         "--emulator-trace", str(trace),
     ) as emulator:  # fmt: skip
         sampler = TelemetrySampler(FakeProbe(gpus), uuids, interval=0.1)
-        with sampler:
-            run = LoadGenerator(emulator.url).run_closed_loop(workload, 8)
-            # The last reading grows the published counter at its published rate: stop once
-            # the emulator has published its GPUs idle (at once unless the machine is busy).
-            assert wait_for(lambda: published_idle(gpus), 30), "the GPUs never went idle"
+        sampler.start()
+        run = LoadGenerator(emulator.url).run_closed_loop(workload, 8)
+        # The last reading grows the published counter at its published rate: stop once
+        # the emulator has published its GPUs idle (at once unless the machine is busy).
+        assert wait_for(lambda: published_idle(gpus), 30), "the GPUs never went idle"
+        sampler.stop()
         emulator.stop()
     _, _, summary = read_trace(trace)
     assert summary is not None
@@ -310,12 +314,12 @@ def test_energy_per_token_matches_the_emulators_ground_truth(tmp_path: Path) -> 
         return before[1] + (after[1] - before[1]) * (t - before[0]) / (after[0] - before[0])
 
     m = measure(run)
-    summary_tel = sampler.summary()
+    summary_tel = sampler.summary(m.output_tokens)
     truth = (energy_at(sampler.stopped_at) - energy_at(sampler.started_at)) / m.output_tokens
-    measured = summary_tel.as_dict(m.output_tokens)["energy_per_token_j"]
-    assert summary_tel.energy_source == "counter"
+    measured = summary_tel["energy_per_token_j"]
+    assert summary_tel["energy_source"] == "counter"
     assert measured == pytest.approx(truth, rel=0.02)
-    assert summary_tel.mean_power is not None and summary_tel.mean_power > 2 * 100.0
+    assert summary_tel["mean_power_w"] is not None and summary_tel["mean_power_w"] > 2 * 100.0
 
 
 OLD_DRIVER_SMI = r"""#!/bin/sh
@@ -331,9 +335,7 @@ esac
 def test_smi_probe_works_with_drivers_that_name_throttle_reasons_the_old_way(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    install(tmp_path, "nvidia-smi", OLD_DRIVER_SMI)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    probe = SmiProbe()
+    probe = smi_probe(tmp_path, monkeypatch, OLD_DRIVER_SMI)
     for _ in range(2):
         (gpu,) = probe.snapshot().gpus
         assert (gpu.uuid, gpu.throttle) == ("GPU-a", ("hw_thermal",))
