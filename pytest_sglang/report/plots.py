@@ -95,12 +95,15 @@ def _svg(figure: Any, *axes: Any) -> str:
 
 def render_workload_plots(
     series: Sequence[Series],
-    *,
     title: str,
-    crossovers: Sequence[tuple[str, int]] = (),
-    regressions: Sequence[tuple[str, int]] = (),
+    crossovers: Sequence[tuple[str, int]],
+    regressions: Sequence[tuple[str, int]],
 ) -> list[tuple[str, str]]:
-    """Return the workload's plots as ``(caption, svg)`` pairs."""
+    """Return the workload's plots as ``(caption, svg)`` pairs.
+
+    ``crossovers`` (spec/base, level) are drawn as vertical lines, ``regressions`` (server,
+    level) as rings round the measured points.
+    """
     import matplotlib
 
     matplotlib.use("svg", force=False)

@@ -126,15 +126,15 @@ def describe_workload(workload: Mapping[str, Any]) -> str:
 def _emulated_speedups(servers: Sequence[ServerEntry]) -> dict[str, float]:
     """Return the launched emulators' ``--emulator-speedup``s: no emulator reads as a GPU."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
-    parser.add_argument("--emulator-speedup", default="1")
+    parser.add_argument("--emulator-speedup", type=float, default=1.0)
     found: dict[str, float] = {}
     for server in servers:
         launch = server.get("launch") or {}
         if launch.get("launcher") == "emulator":
             found[server["name"]] = 1.0
-            with contextlib.suppress(argparse.ArgumentError, ValueError):
+            with contextlib.suppress(argparse.ArgumentError):
                 known, _ = parser.parse_known_args([str(a) for a in launch.get("command", [])])
-                found[server["name"]] = float(known.emulator_speedup)
+                found[server["name"]] = known.emulator_speedup
     return found
 
 
