@@ -86,23 +86,20 @@ def _marks(
 ) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
     """Return the crossovers found and the regressions in ``rows``, as (what, level) each.
 
-    A failed regression verdict is matched to its row by ``evidence.workload`` (the
-    fingerprint's has ``requests_per_slot`` resolved).
+    A failed regression verdict is in ``rows`` when its ``evidence.workload`` is one of theirs
+    (not the fingerprint's: that has ``requests_per_slot`` resolved).
     """
-    measured = [
-        [str(r["server"]), r["workload"], r["concurrency"]] for r in rows if r.get("rate") is None
-    ]
+    workloads = [row["workload"] for row in rows]
     crossovers, regressions = [], []
     for verdict in verdicts:
         evidence = verdict.get("evidence", {})
         found = (evidence.get("crossover") or {}).get("level")
         if verdict.get("kind") == "find_crossover" and isinstance(found, int):
             crossovers.append((f"{evidence.get('spec')}/{evidence.get('base')}", found))
-        server = str(evidence.get("a", "")).split(" @ ")[0]
-        level = evidence.get("fingerprint", {}).get("concurrency")
         failed = verdict.get("kind") == "assert_no_regression" and verdict.get("outcome") == "fail"
-        if failed and [server, evidence.get("workload"), level] in measured:
-            regressions.append((server, int(level)))
+        if failed and evidence.get("workload") in workloads:
+            server = str(evidence.get("a", "")).split(" @ ")[0]
+            regressions.append((server, evidence.get("fingerprint", {}).get("concurrency")))
     return crossovers, regressions
 
 

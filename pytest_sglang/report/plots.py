@@ -71,10 +71,12 @@ def series_styles(series: Sequence[Series]) -> list[tuple[str, Any]]:
     return [(c := colours[s.server], next(dashes[c]) if s.baseline else "-") for s in series]
 
 
+#: The concurrency panels: their metrics (the first panel's crossovers are named and its
+#: regressions ringed), axis label and scale to the axis' unit.
 PANELS = (
-    ("output_throughput", "output throughput (tok/s)", 1.0),
-    ("ttft", "TTFT p50 and p99 (ms)", 1000.0),
-    ("itl.p50", "ITL p50 (ms)", 1000.0),
+    (("output_throughput",), "output throughput (tok/s)", 1.0),
+    (("ttft.p50", "ttft.p99"), "TTFT p50 and p99 (ms)", 1000.0),
+    (("itl.p50",), "ITL p50 (ms)", 1000.0),
 )
 
 
@@ -112,29 +114,28 @@ def render_workload_plots(
     plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "pytest-sglang", "font.size": 9})
     styles = list(zip(series, series_styles(series), strict=True))
     figure, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for ax, (metric, ylabel, scale) in zip(axes, PANELS, strict=True):
+    for ax, (metrics, ylabel, scale) in zip(axes, PANELS, strict=True):
         ax.set(xlabel="concurrency", ylabel=ylabel)
         ax.set_xscale("symlog", linthresh=1)
-        for s, (colour, style) in styles:
-            for m in ["ttft.p50", "ttft.p99"] if metric == "ttft" else [metric]:
-                levels = [c for c in sorted(s.points) if s.points[c].get(m)]
-                if not levels:
-                    continue
-                values = [[v * scale for v in s.points[c][m]] for c in levels]
-                med = [statistics.median(v) for v in values]
-                low = [mid - min(v) for mid, v in zip(med, values, strict=True)]
-                high = [max(v) - mid for mid, v in zip(med, values, strict=True)]
-                name = s.label + (f" {m.split('.')[1]}" if metric == "ttft" else "")
-                marker = "s" if m.endswith("p99") else "o"
-                line = {"linestyle": style, "color": colour, "label": name, "linewidth": 1.3}
-                ax.errorbar(levels, med, [low, high], marker=marker, capsize=3, ms=4, **line)
-                hit = {c for label, c in regressions if label == s.label and not s.baseline}
-                bad = [(c, v) for c, v in zip(levels, med, strict=True) if c in hit]
-                if metric == "output_throughput" and bad:
-                    ring = {"facecolors": "none", "edgecolors": _RED, "linewidths": 2, "zorder": 5}
-                    ax.scatter(*zip(*bad, strict=True), s=160, label="regression", **ring)
+        first = ax is axes[0]
+        for (s, (colour, style)), m in itertools.product(styles, metrics):
+            levels = [c for c in sorted(s.points) if s.points[c].get(m)]
+            if not levels:
+                continue
+            values = [[v * scale for v in s.points[c][m]] for c in levels]
+            med = [statistics.median(v) for v in values]
+            low = [mid - min(v) for mid, v in zip(med, values, strict=True)]
+            high = [max(v) - mid for mid, v in zip(med, values, strict=True)]
+            name = s.label + (f" {m.split('.')[1]}" if len(metrics) > 1 else "")
+            marker = "s" if m.endswith("p99") else "o"
+            line = {"linestyle": style, "color": colour, "label": name, "linewidth": 1.3}
+            ax.errorbar(levels, med, [low, high], marker=marker, capsize=3, ms=4, **line)
+            bad = [(c, v) for c, v in zip(levels, med, strict=True) if (s.label, c) in regressions]
+            if first and bad and not s.baseline:
+                ring = {"facecolors": "none", "edgecolors": _RED, "linewidths": 2, "zorder": 5}
+                ax.scatter(*zip(*bad, strict=True), s=160, label="regression", **ring)
         for name, level in crossovers:
-            label = f"crossover {name} C={level}" if metric == "output_throughput" else None
+            label = f"crossover {name} C={level}" if first else None
             ax.axvline(level, color=_RED, linestyle=":", linewidth=1.2, label=label)
     figure.suptitle(title, fontsize=10)
     caption = (
