@@ -119,28 +119,6 @@ def _verdict_html(verdict: Mapping[str, Any]) -> str:
     )
 
 
-def _workload_html(
-    index: int,
-    rows: Sequence[MeasurementRow],
-    baselines: Sequence[Mapping[str, Any]],
-    verdicts: Sequence[Mapping[str, Any]],
-) -> list[str]:
-    """Return one workload's section: its plots, then its table."""
-    title = describe_workload(rows[0]["workload"])
-    series = series_of(rows) + series_of(baselines, baseline=True)
-    plots = render_workload_plots(series, title, *_marks(verdicts, rows))
-    ordered = sorted(rows, key=lambda r: (r["concurrency"], r["server"]))
-    return [
-        f"<h2>Workload {index}: {_e(title)}</h2>",
-        *(
-            f'<figure class="plot">{svg}<figcaption class="muted">{_e(text)}</figcaption></figure>'
-            for text, svg in plots
-        ),
-        _table(HEADER, [cells(r, _median) for r in ordered], numeric=True),
-        '<p class="muted">medians over runs, times in ms; ± half the range of the runs</p>',
-    ]
-
-
 def render_html(
     document: Mapping[str, Any],
     *,
@@ -201,7 +179,19 @@ def render_html(
     # A baseline's request count may differ from the measurement's.
     stored = by_workload(baselines, ignore={"requests"})
     for index, (key, rows) in enumerate(by_workload(measurements, ignore={"requests"}).items(), 1):
-        parts += _workload_html(index, rows, stored.get(key, []), verdicts)
+        title = describe_workload(rows[0]["workload"])
+        series = series_of(rows) + series_of(stored.get(key, []), baseline=True)
+        plots = render_workload_plots(series, title, *_marks(verdicts, rows))
+        ordered = sorted(rows, key=lambda r: (r["concurrency"], r["server"]))
+        parts += [
+            f"<h2>Workload {index}: {_e(title)}</h2>",
+            *(
+                f'<figure class="plot">{svg}<figcaption class="muted">{_e(t)}</figcaption></figure>'
+                for t, svg in plots
+            ),
+            _table(HEADER, [cells(r, _median) for r in ordered], numeric=True),
+            '<p class="muted">medians over runs, times in ms; ± half the range of the runs</p>',
+        ]
     none = f'<p class="muted">{_e(no_verdicts or "No verdicts were recorded.")}</p>'
     shown = [_verdict_html(v) for v in verdicts] or [none]
     parts += ["<h2>Verdicts</h2>", *shown, "</body></html>"]
