@@ -160,9 +160,9 @@ def render_html(
     for server in document.get("servers", []):
         command = Redactor().argv([str(a) for a in (server.get("launch") or {}).get("command", [])])
         ready = (server.get("readiness") or {}).get("total")
-        servers.append([server.get(key) for key in ("name", "url", "version", "model")])
         ready_s = f"{ready:.1f}" if isinstance(ready, (int, float)) else ""
-        servers[-1] += [" ".join(command) or "(attached)", ready_s]
+        identity = [server.get(key) for key in ("name", "url", "version", "model")]
+        servers.append([*identity, " ".join(command) or "(attached)", ready_s])
     if servers:
         header = ("name", "url", "SGLang", "model", "launch command (secrets redacted)")
         parts += ["<h2>Servers</h2>", _table((*header, "ready in (s)"), servers)]

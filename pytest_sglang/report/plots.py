@@ -37,14 +37,12 @@ def series_of(rows: Sequence[Mapping[str, Any]], *, baseline: bool = False) -> l
     for row in rows:
         if row.get("rate") is not None:
             continue  # an open loop's load is a rate, not a point on the concurrency axis
-        label = str(row["server"])
-        if baseline:
-            label = f"{label} (baseline {row.get('session', 'stored')})"
-        series = out.setdefault(label, Series(label, str(row["server"]), baseline))
+        server = str(row["server"])
+        label = f"{server} (baseline {row.get('session', 'stored')})" if baseline else server
+        series = out.setdefault(label, Series(label, server, baseline))
         level = series.points.setdefault(int(row["concurrency"]), {})
         for metric in METRICS:
-            values = [v for v in run_values(row["runs"], metric) if v > 0]
-            level.setdefault(metric, []).extend(values)
+            level.setdefault(metric, []).extend(v for v in run_values(row["runs"], metric) if v > 0)
     return list(out.values())
 
 

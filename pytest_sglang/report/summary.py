@@ -10,7 +10,7 @@ import contextlib
 import json
 import statistics
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pytest_sglang.report.entries import (
@@ -149,10 +149,9 @@ def by_workload(rows: Iterable[Row], ignore: Collection[str] = ()) -> dict[str, 
 
 def _workloads(
     measurements: Sequence[MeasurementRow], servers: Sequence[ServerEntry]
-) -> list[tuple[str, list[MeasurementRow]]]:
+) -> Iterator[tuple[str, list[MeasurementRow]]]:
     """Group the measurements by workload: (title, rows by concurrency, then server)."""
     emulated = _emulated_speedups(servers)
-    tables = []
     for entries in by_workload(measurements).values():
         workload = describe_workload(entries[0]["workload"])
         title = f"workload: {workload}; medians over runs, times in ms"
@@ -161,8 +160,7 @@ def _workloads(
             which = ", ".join(name for name in names if emulated[name] == speedup)
             speed = "in real time" if speedup == 1 else f"at {speedup:g}x the modelled GPU's speed"
             title += f"; emulated {speed}: {which}"
-        tables.append((title, sorted(entries, key=lambda e: (e["concurrency"], e["server"]))))
-    return tables
+        yield title, sorted(entries, key=lambda e: (e["concurrency"], e["server"]))
 
 
 def _notes(entries: Sequence[MeasurementRow]) -> list[str]:
