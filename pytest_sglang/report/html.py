@@ -87,7 +87,8 @@ def _marks(
     """Return the crossovers found and the regressions in ``rows``, as (what, level) each.
 
     A failed regression verdict is in ``rows`` when its ``evidence.workload`` is one of theirs
-    (not the fingerprint's: that has ``requests_per_slot`` resolved).
+    (not the fingerprint's: that has ``requests_per_slot`` resolved), and a point of the plots
+    unless its load was an open loop (whose cap is its concurrency).
     """
     workloads = [row["workload"] for row in rows]
     crossovers, regressions = [], []
@@ -97,9 +98,10 @@ def _marks(
         if verdict.get("kind") == "find_crossover" and isinstance(found, int):
             crossovers.append((f"{evidence.get('spec')}/{evidence.get('base')}", found))
         failed = verdict.get("kind") == "assert_no_regression" and verdict.get("outcome") == "fail"
-        if failed and evidence.get("workload") in workloads:
+        fingerprint = evidence.get("fingerprint", {})
+        if failed and evidence.get("workload") in workloads and "open_loop" not in fingerprint:
             server = str(evidence.get("a", "")).split(" @ ")[0]
-            regressions.append((server, evidence.get("fingerprint", {}).get("concurrency")))
+            regressions.append((server, fingerprint.get("concurrency")))
     return crossovers, regressions
 
 
