@@ -78,17 +78,14 @@ PANELS = (
 )
 
 
-def _svg(figure: Any, *axes: Any) -> str:
-    """Grid ``axes`` (a legend where a line is named); return ``figure`` as ``<svg>``, closed."""
-    from matplotlib import pyplot as plt
-
-    for ax in axes:
+def _svg(figure: Any) -> str:
+    """Grid the figure's axes (a legend where a line is named); return it as ``<svg>``."""
+    for ax in figure.axes:
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     buffer = io.StringIO()
     figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
-    plt.close(figure)
     text = buffer.getvalue()
     return text[text.index("<svg") :]
 
@@ -104,14 +101,13 @@ def render_workload_plots(
     ``crossovers`` (spec/base, level) are drawn as vertical lines, ``regressions`` (server,
     level) as rings round the measured points.
     """
-    import matplotlib
+    from matplotlib import rcParams
+    from matplotlib.figure import Figure  # not pyplot: no backend or figure registry to touch
 
-    matplotlib.use("svg", force=False)
-    from matplotlib import pyplot as plt
-
-    plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "pytest-sglang", "font.size": 9})
+    rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "pytest-sglang", "font.size": 9})
     styles = list(zip(series, series_styles(series), strict=True))
-    figure, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    figure = Figure(figsize=(13, 3.6))
+    axes = figure.subplots(1, 3)
     for ax, (metrics, ylabel, scale) in zip(axes, PANELS, strict=True):
         ax.set(xlabel="concurrency", ylabel=ylabel)
         ax.set_xscale("symlog", linthresh=1)
@@ -140,8 +136,9 @@ def render_workload_plots(
         "Throughput, TTFT and ITL against concurrency (median over runs, bars: slowest to "
         "fastest run; dashed or dotted: a stored baseline, in its server's colour)"
     )
-    plots = [(caption, _svg(figure, *axes))]
-    figure, ax = plt.subplots(figsize=(6, 4))
+    plots = [(caption, _svg(figure))]
+    figure = Figure(figsize=(6, 4))
+    ax = figure.subplots()
     for s, (colour, style) in styles:
         pareto = [
             (statistics.median(tpot) * 1000, statistics.median(thr), c)
@@ -159,4 +156,4 @@ def render_workload_plots(
     ax.set(xlabel="TPOT p50 per user (ms/token)", ylabel="output throughput (tok/s)")
     ax.set_title(f"{title}: throughput against latency", fontsize=10)
     caption = "Throughput against per-user latency (the Pareto view), one point per concurrency"
-    return [*plots, (caption, _svg(figure, ax))]
+    return [*plots, (caption, _svg(figure))]

@@ -51,11 +51,9 @@ def table(
         rule = ["---"] * right_from + ["---:"] * (len(header) - right_from)
         return ["| " + " | ".join(_md(c) for c in row) + " |" for row in [header, rule, *rows]]
     widths = [width for _, width in COLUMNS]
+    aligns = "<" * right_from + ">" * (len(header) - right_from)
     return [
-        " ".join(
-            f"{c:<{w}}" if i < right_from else f"{c:>{w}}"
-            for i, (c, w) in enumerate(zip(row, widths, strict=True))
-        )
+        " ".join(f"{c:{a}{w}}" for c, a, w in zip(row, aligns, widths, strict=True))
         for row in [header, *rows]
     ]
 
