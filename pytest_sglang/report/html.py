@@ -10,13 +10,16 @@ import html
 import json
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 from pytest_sglang.config.redaction import Redactor
 from pytest_sglang.report.entries import MeasurementRow
+from pytest_sglang.report.plots import render_workload_plots, series_of
 from pytest_sglang.report.summary import HEADER, by_workload, cells, describe_workload
 
 __all__ = ["render_html"]
+
+_TITLE = "pytest-sglang qualification report"
 
 _CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;color:#1d1d1f;
@@ -59,18 +62,14 @@ def _e(value: object) -> str:
     return html.escape("" if value is None else str(value))
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[object]], numeric: int = 0) -> str:
-    """Return an HTML table; columns from ``numeric`` on (when given) are right-aligned."""
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]], numeric: bool = False) -> str:
+    """Return an HTML table; ``numeric``: its columns after the first are right-aligned."""
     num = ' class="num"'
-    body = "".join(
-        "<tr>"
-        + "".join(
-            f"<td{num if numeric and i >= numeric else ''}>{_e(c)}</td>" for i, c in enumerate(row)
-        )
-        + "</tr>"
+    lines = [[f"<th>{_e(h)}</th>" for h in header]] + [
+        [f"<td{num if numeric and i else ''}>{_e(c)}</td>" for i, c in enumerate(row)]
         for row in rows
-    )
-    return "<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in header) + f"</tr>{body}</table>"
+    ]
+    return "<table>" + "".join("<tr>" + "".join(cells) + "</tr>" for cells in lines) + "</table>"
 
 
 def _median(values: Sequence[float], scale: float, digits: int) -> str:
@@ -82,36 +81,28 @@ def _median(values: Sequence[float], scale: float, digits: int) -> str:
     return f"{median:.2f} (±{spread / 2:.1f}%)" if len(values) > 1 else f"{median:.2f}"
 
 
-def _regressed_levels(
-    verdicts: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]
-) -> list[tuple[str, int]]:
-    """Return the (server, concurrency) of ``rows`` that a regression verdict failed.
+def _marks(
+    verdicts: Sequence[Mapping[str, Any]], rows: Sequence[MeasurementRow]
+) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """Return the crossovers found and the regressions in ``rows``, as (what, level) each.
 
-    Matched by ``evidence.workload``: the fingerprint's has ``requests_per_slot`` resolved.
+    A failed regression verdict is in ``rows`` when its ``evidence.workload`` is one of theirs
+    (not the fingerprint's: that has ``requests_per_slot`` resolved), and a point of the plots
+    unless its load was an open loop (whose cap is its concurrency).
     """
-    measured = [
-        [str(r["server"]), r["workload"], r["concurrency"]] for r in rows if r.get("rate") is None
-    ]
-    out = []
+    workloads = [row["workload"] for row in rows]
+    crossovers, regressions = [], []
     for verdict in verdicts:
         evidence = verdict.get("evidence", {})
-        server = str(evidence.get("a", "")).split(" @ ")[0]
-        level = evidence.get("fingerprint", {}).get("concurrency")
+        found = (evidence.get("crossover") or {}).get("level")
+        if verdict.get("kind") == "find_crossover" and isinstance(found, int):
+            crossovers.append((f"{evidence.get('spec')}/{evidence.get('base')}", found))
         failed = verdict.get("kind") == "assert_no_regression" and verdict.get("outcome") == "fail"
-        if failed and [server, evidence.get("workload"), level] in measured:
-            out.append((server, int(level)))
-    return out
-
-
-def _crossovers(verdicts: Sequence[Mapping[str, Any]]) -> list[tuple[str, int]]:
-    """Return the crossovers found, as (spec/base, level)."""
-    out = []
-    for verdict in verdicts:
-        evidence = verdict.get("evidence", {})
-        level = (evidence.get("crossover") or {}).get("level")
-        if verdict.get("kind") == "find_crossover" and isinstance(level, int):
-            out.append((f"{evidence.get('spec')}/{evidence.get('base')}", level))
-    return out
+        fingerprint = evidence.get("fingerprint", {})
+        if failed and evidence.get("workload") in workloads and "open_loop" not in fingerprint:
+            server = str(evidence.get("a", "")).split(" @ ")[0]
+            regressions.append((server, fingerprint.get("concurrency")))
+    return crossovers, regressions
 
 
 def _verdict_html(verdict: Mapping[str, Any]) -> str:
@@ -130,35 +121,6 @@ def _verdict_html(verdict: Mapping[str, Any]) -> str:
     )
 
 
-def _workload_html(
-    index: int,
-    rows: Sequence[Mapping[str, Any]],
-    baselines: Sequence[Mapping[str, Any]],
-    verdicts: Sequence[Mapping[str, Any]],
-) -> list[str]:
-    """Return one workload's section: its plots, then its table."""
-    from pytest_sglang.report.plots import render_workload_plots, series_of
-
-    title = describe_workload(rows[0]["workload"])
-    plots = render_workload_plots(
-        series_of(rows) + series_of(baselines, baseline=True),
-        title=title,
-        crossovers=_crossovers(verdicts),
-        regressions=_regressed_levels(verdicts, rows),
-    )
-    ordered = sorted(rows, key=lambda r: (r["concurrency"], r["server"]))
-    table_rows = [cells(cast("MeasurementRow", r), _median) for r in ordered]
-    return [
-        f"<h2>Workload {index}: {_e(title)}</h2>",
-        *(
-            f'<figure class="plot">{svg}<figcaption class="muted">{_e(text)}</figcaption></figure>'
-            for text, svg in plots
-        ),
-        _table(HEADER, table_rows, numeric=1),
-        '<p class="muted">medians over runs, times in ms; ± half the range of the runs</p>',
-    ]
-
-
 def render_html(
     document: Mapping[str, Any],
     *,
@@ -170,7 +132,6 @@ def render_html(
     ``baselines`` (stored rows with a ``session`` key) are drawn beside the measurements;
     ``no_verdicts`` replaces "No verdicts were recorded" (a session stored without them).
     """
-    title = "pytest-sglang qualification report"
     order = {"fail": 0, "inconclusive": 1}
     verdicts = sorted(document.get("verdicts", []), key=lambda v: order.get(v.get("outcome"), 2))
     failed = [v for v in verdicts if v.get("outcome") == "fail"]
@@ -180,8 +141,8 @@ def render_html(
         '<html lang="en"><head><meta charset="utf-8">',
         f"<script>{_GUARD}</script>",
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>{_e(title)}</h1>",
+        f"<title>{_TITLE}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{_TITLE}</h1>",
         f'<p class="muted">created {_e(document.get("created"))}, updated '
         f"{_e(document.get('updated'))}; {complete}</p>",
     ]
@@ -201,9 +162,9 @@ def render_html(
     for server in document.get("servers", []):
         command = Redactor().argv([str(a) for a in (server.get("launch") or {}).get("command", [])])
         ready = (server.get("readiness") or {}).get("total")
-        servers.append([server.get(key) for key in ("name", "url", "version", "model")])
         ready_s = f"{ready:.1f}" if isinstance(ready, (int, float)) else ""
-        servers[-1] += [" ".join(command) or "(attached)", ready_s]
+        identity = [server.get(key) for key in ("name", "url", "version", "model")]
+        servers.append([*identity, " ".join(command) or "(attached)", ready_s])
     if servers:
         header = ("name", "url", "SGLang", "model", "launch command (secrets redacted)")
         parts += ["<h2>Servers</h2>", _table((*header, "ready in (s)"), servers)]
@@ -220,10 +181,20 @@ def render_html(
     # A baseline's request count may differ from the measurement's.
     stored = by_workload(baselines, ignore={"requests"})
     for index, (key, rows) in enumerate(by_workload(measurements, ignore={"requests"}).items(), 1):
-        parts += _workload_html(index, rows, stored.get(key, []), verdicts)
-    parts.append("<h2>Verdicts</h2>")
-    if not verdicts:
-        parts.append(f'<p class="muted">{_e(no_verdicts or "No verdicts were recorded.")}</p>')
-    parts += [_verdict_html(v) for v in verdicts]
-    parts.append("</body></html>")
+        title = describe_workload(rows[0]["workload"])
+        series = series_of(rows) + series_of(stored.get(key, []), baseline=True)
+        plots = render_workload_plots(series, title, *_marks(verdicts, rows))
+        ordered = sorted(rows, key=lambda r: (r["concurrency"], r["server"]))
+        parts += [
+            f"<h2>Workload {index}: {_e(title)}</h2>",
+            *(
+                f'<figure class="plot">{svg}<figcaption class="muted">{_e(t)}</figcaption></figure>'
+                for t, svg in plots
+            ),
+            _table(HEADER, [cells(r, _median) for r in ordered], numeric=True),
+            '<p class="muted">medians over runs, times in ms; ± half the range of the runs</p>',
+        ]
+    none = f'<p class="muted">{_e(no_verdicts or "No verdicts were recorded.")}</p>'
+    shown = [_verdict_html(v) for v in verdicts] or [none]
+    parts += ["<h2>Verdicts</h2>", *shown, "</body></html>"]
     return "\n".join(parts) + "\n"

@@ -37,14 +37,12 @@ def series_of(rows: Sequence[Mapping[str, Any]], *, baseline: bool = False) -> l
     for row in rows:
         if row.get("rate") is not None:
             continue  # an open loop's load is a rate, not a point on the concurrency axis
-        label = str(row["server"])
-        if baseline:
-            label = f"{label} (baseline {row.get('session', 'stored')})"
-        series = out.setdefault(label, Series(label, str(row["server"]), baseline))
+        server = str(row["server"])
+        label = f"{server} (baseline {row.get('session', 'stored')})" if baseline else server
+        series = out.setdefault(label, Series(label, server, baseline))
         level = series.points.setdefault(int(row["concurrency"]), {})
         for metric in METRICS:
-            values = [v for v in run_values(row["runs"], metric) if v > 0]
-            level.setdefault(metric, []).extend(values)
+            level.setdefault(metric, []).extend(v for v in run_values(row["runs"], metric) if v > 0)
     return list(out.values())
 
 
@@ -71,75 +69,76 @@ def series_styles(series: Sequence[Series]) -> list[tuple[str, Any]]:
     return [(c := colours[s.server], next(dashes[c]) if s.baseline else "-") for s in series]
 
 
+#: The concurrency panels: their metrics (the first panel's crossovers are named and its
+#: regressions ringed), axis label and scale to the axis' unit.
 PANELS = (
-    ("output_throughput", "output throughput (tok/s)", 1.0),
-    ("ttft", "TTFT p50 and p99 (ms)", 1000.0),
-    ("itl.p50", "ITL p50 (ms)", 1000.0),
+    (("output_throughput",), "output throughput (tok/s)", 1.0),
+    (("ttft.p50", "ttft.p99"), "TTFT p50 and p99 (ms)", 1000.0),
+    (("itl.p50",), "ITL p50 (ms)", 1000.0),
 )
 
 
-def _svg(figure: Any, *axes: Any) -> str:
-    """Grid ``axes`` (a legend where a line is named); return ``figure`` as ``<svg>``, closed."""
-    from matplotlib import pyplot as plt
-
-    for ax in axes:
+def _svg(figure: Any) -> str:
+    """Grid the figure's axes (a legend where a line is named); return it as ``<svg>``."""
+    for ax in figure.axes:
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     buffer = io.StringIO()
     figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
-    plt.close(figure)
     text = buffer.getvalue()
     return text[text.index("<svg") :]
 
 
 def render_workload_plots(
     series: Sequence[Series],
-    *,
     title: str,
-    crossovers: Sequence[tuple[str, int]] = (),
-    regressions: Sequence[tuple[str, int]] = (),
+    crossovers: Sequence[tuple[str, int]],
+    regressions: Sequence[tuple[str, int]],
 ) -> list[tuple[str, str]]:
-    """Return the workload's plots as ``(caption, svg)`` pairs."""
-    import matplotlib
+    """Return the workload's plots as ``(caption, svg)`` pairs.
 
-    matplotlib.use("svg", force=False)
-    from matplotlib import pyplot as plt
+    ``crossovers`` (spec/base, level) are drawn as vertical lines, ``regressions`` (server,
+    level) as rings round the measured points.
+    """
+    from matplotlib import rcParams
+    from matplotlib.figure import Figure  # not pyplot: no backend or figure registry to touch
 
-    plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "pytest-sglang", "font.size": 9})
+    rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "pytest-sglang", "font.size": 9})
     styles = list(zip(series, series_styles(series), strict=True))
-    figure, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for ax, (metric, ylabel, scale) in zip(axes, PANELS, strict=True):
+    figure = Figure(figsize=(13, 3.6))
+    axes = figure.subplots(1, 3)
+    for ax, (metrics, ylabel, scale) in zip(axes, PANELS, strict=True):
         ax.set(xlabel="concurrency", ylabel=ylabel)
         ax.set_xscale("symlog", linthresh=1)
-        for s, (colour, style) in styles:
-            for m in ["ttft.p50", "ttft.p99"] if metric == "ttft" else [metric]:
-                levels = [c for c in sorted(s.points) if s.points[c].get(m)]
-                if not levels:
-                    continue
-                values = [[v * scale for v in s.points[c][m]] for c in levels]
-                med = [statistics.median(v) for v in values]
-                low = [mid - min(v) for mid, v in zip(med, values, strict=True)]
-                high = [max(v) - mid for mid, v in zip(med, values, strict=True)]
-                name = s.label + (f" {m.split('.')[1]}" if metric == "ttft" else "")
-                marker = "s" if m.endswith("p99") else "o"
-                line = {"linestyle": style, "color": colour, "label": name, "linewidth": 1.3}
-                ax.errorbar(levels, med, [low, high], marker=marker, capsize=3, ms=4, **line)
-                hit = {c for label, c in regressions if label == s.label and not s.baseline}
-                bad = [(c, v) for c, v in zip(levels, med, strict=True) if c in hit]
-                if metric == "output_throughput" and bad:
-                    ring = {"facecolors": "none", "edgecolors": _RED, "linewidths": 2, "zorder": 5}
-                    ax.scatter(*zip(*bad, strict=True), s=160, label="regression", **ring)
+        first = ax is axes[0]
+        for (s, (colour, style)), m in itertools.product(styles, metrics):
+            levels = [c for c in sorted(s.points) if s.points[c].get(m)]
+            if not levels:
+                continue
+            values = [[v * scale for v in s.points[c][m]] for c in levels]
+            med = [statistics.median(v) for v in values]
+            low = [mid - min(v) for mid, v in zip(med, values, strict=True)]
+            high = [max(v) - mid for mid, v in zip(med, values, strict=True)]
+            name = s.label + (f" {m.split('.')[1]}" if len(metrics) > 1 else "")
+            marker = "s" if m.endswith("p99") else "o"
+            line = {"linestyle": style, "color": colour, "label": name, "linewidth": 1.3}
+            ax.errorbar(levels, med, [low, high], marker=marker, capsize=3, ms=4, **line)
+            bad = [(c, v) for c, v in zip(levels, med, strict=True) if (s.label, c) in regressions]
+            if first and bad and not s.baseline:
+                ring = {"facecolors": "none", "edgecolors": _RED, "linewidths": 2, "zorder": 5}
+                ax.scatter(*zip(*bad, strict=True), s=160, label="regression", **ring)
         for name, level in crossovers:
-            label = f"crossover {name} C={level}" if metric == "output_throughput" else None
+            label = f"crossover {name} C={level}" if first else None
             ax.axvline(level, color=_RED, linestyle=":", linewidth=1.2, label=label)
     figure.suptitle(title, fontsize=10)
     caption = (
         "Throughput, TTFT and ITL against concurrency (median over runs, bars: slowest to "
         "fastest run; dashed or dotted: a stored baseline, in its server's colour)"
     )
-    plots = [(caption, _svg(figure, *axes))]
-    figure, ax = plt.subplots(figsize=(6, 4))
+    plots = [(caption, _svg(figure))]
+    figure = Figure(figsize=(6, 4))
+    ax = figure.subplots()
     for s, (colour, style) in styles:
         pareto = [
             (statistics.median(tpot) * 1000, statistics.median(thr), c)
@@ -157,4 +156,4 @@ def render_workload_plots(
     ax.set(xlabel="TPOT p50 per user (ms/token)", ylabel="output throughput (tok/s)")
     ax.set_title(f"{title}: throughput against latency", fontsize=10)
     caption = "Throughput against per-user latency (the Pareto view), one point per concurrency"
-    return [*plots, (caption, _svg(figure, ax))]
+    return [*plots, (caption, _svg(figure))]

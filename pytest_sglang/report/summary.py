@@ -10,7 +10,7 @@ import contextlib
 import json
 import statistics
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pytest_sglang.report.entries import (
@@ -51,11 +51,9 @@ def table(
         rule = ["---"] * right_from + ["---:"] * (len(header) - right_from)
         return ["| " + " | ".join(_md(c) for c in row) + " |" for row in [header, rule, *rows]]
     widths = [width for _, width in COLUMNS]
+    aligns = "<" * right_from + ">" * (len(header) - right_from)
     return [
-        " ".join(
-            f"{c:<{w}}" if i < right_from else f"{c:>{w}}"
-            for i, (c, w) in enumerate(zip(row, widths, strict=True))
-        )
+        " ".join(f"{c:{a}{w}}" for c, a, w in zip(row, aligns, widths, strict=True))
         for row in [header, *rows]
     ]
 
@@ -126,15 +124,15 @@ def describe_workload(workload: Mapping[str, Any]) -> str:
 def _emulated_speedups(servers: Sequence[ServerEntry]) -> dict[str, float]:
     """Return the launched emulators' ``--emulator-speedup``s: no emulator reads as a GPU."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
-    parser.add_argument("--emulator-speedup", default="1")
+    parser.add_argument("--emulator-speedup", type=float, default=1.0)
     found: dict[str, float] = {}
     for server in servers:
         launch = server.get("launch") or {}
         if launch.get("launcher") == "emulator":
             found[server["name"]] = 1.0
-            with contextlib.suppress(argparse.ArgumentError, ValueError):
+            with contextlib.suppress(argparse.ArgumentError):
                 known, _ = parser.parse_known_args([str(a) for a in launch.get("command", [])])
-                found[server["name"]] = float(known.emulator_speedup)
+                found[server["name"]] = known.emulator_speedup
     return found
 
 
@@ -149,10 +147,9 @@ def by_workload(rows: Iterable[Row], ignore: Collection[str] = ()) -> dict[str, 
 
 def _workloads(
     measurements: Sequence[MeasurementRow], servers: Sequence[ServerEntry]
-) -> list[tuple[str, list[MeasurementRow]]]:
+) -> Iterator[tuple[str, list[MeasurementRow]]]:
     """Group the measurements by workload: (title, rows by concurrency, then server)."""
     emulated = _emulated_speedups(servers)
-    tables = []
     for entries in by_workload(measurements).values():
         workload = describe_workload(entries[0]["workload"])
         title = f"workload: {workload}; medians over runs, times in ms"
@@ -161,8 +158,7 @@ def _workloads(
             which = ", ".join(name for name in names if emulated[name] == speedup)
             speed = "in real time" if speedup == 1 else f"at {speedup:g}x the modelled GPU's speed"
             title += f"; emulated {speed}: {which}"
-        tables.append((title, sorted(entries, key=lambda e: (e["concurrency"], e["server"]))))
-    return tables
+        yield title, sorted(entries, key=lambda e: (e["concurrency"], e["server"]))
 
 
 def _notes(entries: Sequence[MeasurementRow]) -> list[str]:

@@ -282,3 +282,22 @@ def test_server_ready_times_are_rounded() -> None:
     page = render_html(page_doc)
     assert "4.846183736" not in page
     assert "<td>4.8</td>" in page or ">4.8<" in page
+
+
+def test_an_open_loops_regression_rings_no_closed_loop_point() -> None:
+    # The open loop's cap is its concurrency: a closed loop at that level is another load.
+    from pytest_sglang.cli import compare_measurements
+    from pytest_sglang.measure.session_format import report_measurements
+
+    def open_loop(scale: float) -> dict[str, Any]:
+        row = _row("baseline", 5, scale, BASE_CONFIG)
+        return {**row, "rate": 10.0, "arrival": "constant", "max_concurrency": 5}
+
+    as_stored = report_measurements({"measurements": [open_loop(100.0)]}, "stored.json")
+    as_fresh = report_measurements({"measurements": [open_loop(80.0)]}, "now.json")
+    _, verdicts, _ = compare_measurements(as_stored, as_fresh)
+    assert [v["outcome"] for v in verdicts] == ["fail"]
+    measurements = [*document()["measurements"], open_loop(80.0)]
+    page = render_html({**document(), "measurements": measurements, "verdicts": verdicts})
+    concurrency_panels = page.split("<svg")[1]
+    assert "regression" not in concurrency_panels and "REGRESSION" in page
