@@ -234,12 +234,11 @@ class RayLoadWorkers:
         """Have ``count`` live actors, replacing any lost in an earlier run."""
         ray, new = self._ray, self._actor_class.remote
         self._actors += [new() for _ in range(count - len(self._actors))]
-        refs = [actor.where.remote() for actor in self._actors]
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout  # placed at once: they were all made above
         self._where = []
-        for i, ref in enumerate(refs):
+        for i, actor in enumerate(self._actors):
             try:
-                where = ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))
+                where = ray.get(actor.where.remote(), timeout=max(1.0, deadline - time.monotonic()))
             except ray.exceptions.GetTimeoutError:
                 self.close()
                 raise LoadWorkersFailed(
@@ -272,9 +271,8 @@ class RayLoadWorkers:
         server after it (a later run makes fresh ones).
         """
         shares = plan.shares(self.workers)
-        ready_timeout = coordination.get("ready_timeout", 600.0)
         self.clocks = ()
-        self._ensure(len(shares), ready_timeout)
+        self._ensure(len(shares), coordination.get("ready_timeout", 600.0))
         self._count, self._refs = len(shares), {}
         for i, actor in enumerate(self._actors[: len(shares)]):
             self._refs[actor.run.remote(i, shares, plan)] = (i, "run")

@@ -198,15 +198,13 @@ def serve(
         progress_interval=PROGRESS_INTERVAL,
         shard=Shard(index, shares, sync, relay.finished),
     )
-    outcome: Outcome
-    try:
+    try:  # the outcome goes after every batch
         run = run_blocking(generator.run(plan.workload, plan.load, repeat=plan.repeat))
-        outcome = ("ok", run, None)
+        relay.send(("ok", run, None))
     except ServerStoppedAnswering as exc:
-        outcome = ("stopped", exc.run, str(exc))
+        relay.send(("stopped", exc.run, str(exc)))
     except BaseException as exc:  # the coordinator reports it; nothing is lost silently
-        outcome = ("error", generator.interrupted_run, f"{type(exc).__name__}: {exc}")
-    relay.send(outcome)  # after every batch
+        relay.send(("error", generator.interrupted_run, f"{type(exc).__name__}: {exc}"))
     relay.stop()
 
 
