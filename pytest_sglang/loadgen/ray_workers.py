@@ -282,19 +282,17 @@ class RayLoadWorkers:
             self.close()
             raise
 
-    def start(self, margin: float) -> None:
+    def start(self, margin: float) -> list[float]:
         """Workers.start: read every actor's clock, then tell each the start on its own."""
         self.clocks = tuple(self._clock(i) for i in range(self._count))
         at = time.perf_counter() + margin
         self._ray.get(
             [self._actors[c.worker].go.remote(at + c.offset) for c in self.clocks], timeout=30
         )
+        return [c.offset for c in self.clocks]
 
     def receive(self, pending: set[int]) -> list[tuple[int, Message]]:
-        """Workers.receive: each pending actor has a take in flight.
-
-        The records an actor sends are moved onto this process's clock.
-        """
+        """Workers.receive: each pending actor has a take in flight."""
         ray = self._ray
         taking = {i for i, kind in self._refs.values() if kind == "take"}
         for i in pending - taking:
@@ -313,15 +311,7 @@ class RayLoadWorkers:
                 "(its process was killed or its node left the cluster)"
             )
             return [(i, ("died", None, lost))]
-        by = -self.clocks[i].offset if self.clocks else 0.0
-        received: list[tuple[int, Message]] = []
-        for message in messages:
-            if message[0] == "progress":
-                message = ("progress", message[1], [r.shifted(by) for r in message[2]])
-            elif message[1] is not None:
-                message = (message[0], message[1].shifted(by), message[2])
-            received.append((i, message))
-        return received
+        return [(i, message) for message in messages]
 
     def kill(self, index: int) -> str:
         """Workers.kill."""

@@ -166,8 +166,12 @@ class Workers(Protocol):
         A worker that was lost sends ``("died", None, why)``.
         """
 
-    def start(self, margin: float) -> None:
-        """Release every worker to start its measured requests ``margin`` seconds from now."""
+    def start(self, margin: float) -> Sequence[float]:
+        """Release every worker to start its measured requests ``margin`` seconds from now.
+
+        Return each worker's clock offset: what to add to this process's ``perf_counter`` to
+        get the worker's (its records are moved onto this clock when they merge).
+        """
 
     def kill(self, index: int) -> str:
         """Kill worker ``index`` (out of time) and return its description."""
@@ -259,7 +263,7 @@ def coordinate(
             ready.add(i)
     if before_measured is not None:
         before_measured()
-    workers.start(START_MARGIN)
+    offsets = workers.start(START_MARGIN)
     outcomes: dict[int, Outcome] = {}
     timeout = float(plan.options.get("request_timeout", 600.0)) * (plan.workload.requests + 1) + 60
     deadline = time.monotonic() + timeout
@@ -272,9 +276,9 @@ def coordinate(
                     outcomes[i] = ("died", None, late)
     except BaseException:
         if interrupted is not None:
-            interrupted(_settle(plan, shares, outcomes, heard))
+            interrupted(_settle(plan, shares, outcomes, heard, offsets))
         raise
-    merged = _settle(plan, shares, outcomes, heard)
+    merged = _settle(plan, shares, outcomes, heard, offsets)
     stopped = [message for kind, _, message in outcomes.values() if kind == "stopped"]
     if stopped:
         unsent = plan.workload.requests - len(merged.measured)
@@ -283,21 +287,27 @@ def coordinate(
 
 
 def _settle(
-    plan: RunPlan, shares: tuple[int, ...], outcomes: dict[int, Outcome], heard: ProgressSum
+    plan: RunPlan,
+    shares: tuple[int, ...],
+    outcomes: dict[int, Outcome],
+    heard: ProgressSum,
+    offsets: Sequence[float],
 ) -> LoadRun:
     # A worker lost without a run keeps the records it handed over (``heard``); a measured
     # request a lost or failed worker owned and did not record is a failed record. A worker
     # with no outcome yet (the run was cut) is as it said last, "ready": it keeps what it
-    # handed over too, and what it did not send is no record.
+    # handed over too, and what it did not send is no record. Every record moves onto this
+    # process's clock (``offsets``) as it merges.
     heard.report()
     w = plan.workload
     records: list[RequestRecord] = []
     starts: list[float] = []
-    for index in range(len(shares)):
+    for index, offset in enumerate(offsets):
         kind, run, message = outcomes.get(index, ("ready", None, None))
-        kept = tuple(heard.records.get(index, ())) if run is None else run.records
+        theirs = heard.records.get(index, []) if run is None else run.records  # on its clock
+        kept = tuple(r.shifted(-offset) for r in theirs)  # on this one
         records += kept
-        starts += [r.started for r in kept] if run is None else [run.started]
+        starts += [r.started for r in kept] if run is None else [run.started - offset]
         if kind in {"died", "error"}:
             sent = {r.index for r in kept if not r.warmup}
             now = time.perf_counter()
@@ -355,11 +365,12 @@ class _Processes:
                 messages.append((i, ("died", None, died)))
         return messages
 
-    def start(self, margin: float) -> None:
+    def start(self, margin: float) -> Sequence[float]:
         at = time.perf_counter() + margin  # on the clock every process of a host shares
         for pipe in self._pipes:
             with contextlib.suppress(OSError):  # one gone: receive tells
                 pipe.send(at)
+        return [0.0] * len(self._pipes)
 
     def kill(self, index: int) -> str:
         self._processes[index].kill()
