@@ -105,19 +105,18 @@ def connect(address: str | None, *, source: str = "the address argument") -> Mod
         )
     # Ray retries an unreachable GCS for minutes: a closed port is told at once instead.
     problem = unreachable(address)
-    try:
-        if problem is None:
+    if problem is None:
+        try:
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
-    except Exception as exc:  # ConnectionError, ValueError, RuntimeError: all mean unreachable
-        problem = _reason(exc)
-    if problem is not None:
-        raise RayUnavailable(
-            f"cannot connect to the Ray cluster at {address!r} (from {source}): {problem}; "
-            "check that the head node runs (`ray status` there), that the address is its GCS "
-            "address HOST:PORT (what `ray start --head` printed, port 6379 by default) and "
-            "that this host can reach it"
-        )
-    return ray
+            return ray
+        except Exception as exc:  # ConnectionError, ValueError, RuntimeError: all unreachable
+            problem = _reason(exc)
+    raise RayUnavailable(
+        f"cannot connect to the Ray cluster at {address!r} (from {source}): {problem}; "
+        "check that the head node runs (`ray status` there), that the address is its GCS "
+        "address HOST:PORT (what `ray start --head` printed, port 6379 by default) and "
+        "that this host can reach it"
+    )
 
 
 def unreachable(address: str, timeout: float = CONNECT_TIMEOUT) -> str | None:
@@ -163,16 +162,13 @@ class _LoadActor:  # pragma: no cover - runs inside a Ray actor; covered end to 
         """Start the measured requests at ``start_at`` (this actor's clock)."""
         self._start.put(start_at)
 
-    def run(self, index: int, shares: tuple[int, ...], plan: RunPlan, wait_limit: float) -> None:
-        """Run shard ``index`` of ``plan``, its messages queued for :meth:`take`."""
+    def run(self, index: int, shares: tuple[int, ...], plan: RunPlan) -> None:
+        """Run shard ``index`` of ``plan``, its messages queued for :meth:`take`.
 
-        def wait_start() -> float:
-            try:
-                return self._start.get(timeout=wait_limit)
-            except queue.Empty:
-                raise LoadWorkersFailed("the run was called off by the coordinator") from None
-
-        serve(index, shares, plan, self._messages.put, wait_start)
+        It waits for its start as long as it lives: a run that fails kills it, and Ray kills
+        it with the process that made it.
+        """
+        serve(index, shares, plan, self._messages.put, self._start.get)
 
 
 def _reason(exc: BaseException) -> str:
@@ -205,14 +201,14 @@ class RayLoadWorkers:
         check_count("workers", workers)
         self.workers = workers
         self._ray = connect(address, source=source)
-        self._options: dict[str, Any] = {
-            "num_cpus": num_cpus,
-            "max_concurrency": 4,  # run, take, clock and go at once
-            "max_restarts": 0,
-            "resources": dict(resources or {}),
-            "scheduling_strategy": "SPREAD",  # on as many nodes as possible
-        }
-        self._actor_class = self._ray.remote(_LoadActor)
+        self._asks = {"CPU": num_cpus, **(resources or {})}
+        self._actor_class = self._ray.remote(_LoadActor).options(
+            num_cpus=num_cpus,
+            max_concurrency=4,  # run, take, clock and go at once
+            max_restarts=0,
+            resources=dict(resources or {}),
+            scheduling_strategy="SPREAD",  # on as many nodes as possible
+        )
         self._actors: list[Any] = []
         self._where: list[tuple[str, str, int]] = []
         #: The clock offsets read at the last run's start, one per actor that took part.
@@ -236,21 +232,19 @@ class RayLoadWorkers:
 
     def _ensure(self, count: int, timeout: float) -> None:
         """Have ``count`` live actors, replacing any lost in an earlier run."""
-        ray, new = self._ray, self._actor_class.options(**self._options).remote
+        ray, new = self._ray, self._actor_class.remote
         self._actors += [new() for _ in range(count - len(self._actors))]
-        refs = [actor.where.remote() for actor in self._actors]
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout  # placed at once: they were all made above
         self._where = []
-        for i, ref in enumerate(refs):
+        for i, actor in enumerate(self._actors):
             try:
-                where = ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))
+                where = ray.get(actor.where.remote(), timeout=max(1.0, deadline - time.monotonic()))
             except ray.exceptions.GetTimeoutError:
                 self.close()
-                asks = {"CPU": self._options["num_cpus"], **self._options["resources"]}
                 raise LoadWorkersFailed(
                     f"Ray load worker {i} was not placed within {timeout:g} s: the cluster may "
                     f"lack free resources (each worker asks for "
-                    f"{', '.join(f'{k} {v:g}' for k, v in asks.items())}, {self.workers} "
+                    f"{', '.join(f'{k} {v:g}' for k, v in self._asks.items())}, {self.workers} "
                     "workers; see `ray status`); no request was sent"
                 ) from None
             except ray.exceptions.RayError:  # lost since the last run: a fresh one
@@ -266,8 +260,7 @@ class RayLoadWorkers:
             remote = self._ray.get(actor.clock.remote(), timeout=30)
             samples.append((t0, float(remote), time.perf_counter()))
         offset, round_trip = estimate_offset(samples)
-        node, node_id, pid = self._where[index]
-        return ClockOffset(index, node, node_id, pid, offset, round_trip)
+        return ClockOffset(index, *self._where[index], offset, round_trip)
 
     def run(self, plan: RunPlan, **coordination: Unpack[Coordination]) -> LoadRun:
         """Run ``plan`` on the actors and return one merged :class:`LoadRun`.
@@ -278,58 +271,47 @@ class RayLoadWorkers:
         server after it (a later run makes fresh ones).
         """
         shares = plan.shares(self.workers)
-        ready_timeout = coordination.get("ready_timeout", 600.0)
         self.clocks = ()
-        self._ensure(len(shares), ready_timeout)
+        self._ensure(len(shares), coordination.get("ready_timeout", 600.0))
         self._count, self._refs = len(shares), {}
         for i, actor in enumerate(self._actors[: len(shares)]):
-            self._refs[actor.run.remote(i, shares, plan, ready_timeout + 60.0)] = (i, "run")
+            self._refs[actor.run.remote(i, shares, plan)] = (i, "run")
         try:
             return coordinate(plan, shares, self, **coordination)
         except BaseException:
             self.close()
             raise
 
-    def start(self, margin: float) -> None:
+    def start(self, margin: float) -> list[float]:
         """Workers.start: read every actor's clock, then tell each the start on its own."""
         self.clocks = tuple(self._clock(i) for i in range(self._count))
         at = time.perf_counter() + margin
         self._ray.get(
             [self._actors[c.worker].go.remote(at + c.offset) for c in self.clocks], timeout=30
         )
+        return [c.offset for c in self.clocks]
 
     def receive(self, pending: set[int]) -> list[tuple[int, Message]]:
-        """Workers.receive: each pending actor has a take in flight.
-
-        The records an actor sends are moved onto this process's clock.
-        """
+        """Workers.receive: each pending actor has a take in flight."""
         ray = self._ray
         taking = {i for i, kind in self._refs.values() if kind == "take"}
         for i in pending - taking:
             self._refs[self._actors[i].take.remote(0.5)] = (i, "take")
         watch = [ref for ref, (i, _) in self._refs.items() if i in pending]
         done, _ = ray.wait(watch, num_returns=1, timeout=1.0)
-        received: list[tuple[int, Message]] = []
-        for ref in done:
-            i, _ = self._refs.pop(ref)
-            try:
-                messages: list[Message] = ray.get(ref) or []  # a run returns none: it sends all
-            except ray.exceptions.RayError as exc:
-                node, _, pid = self._where[i]
-                lost = (
-                    f"Ray load worker {i} (node {node}, pid {pid}) was lost: {_reason(exc)} "
-                    "(its process was killed or its node left the cluster)"
-                )
-                received.append((i, ("died", None, lost)))
-                continue
-            by = -self.clocks[i].offset if self.clocks else 0.0
-            for message in messages:
-                if message[0] == "progress":
-                    message = ("progress", message[1], [r.shifted(by) for r in message[2]])
-                elif message[1] is not None:
-                    message = (message[0], message[1].shifted(by), message[2])
-                received.append((i, message))
-        return received
+        if not done:
+            return []
+        i, _ = self._refs.pop(done[0])
+        try:
+            messages: list[Message] = ray.get(done[0]) or []  # a run returns none: it sends all
+        except ray.exceptions.RayError as exc:
+            node, _, pid = self._where[i]
+            lost = (
+                f"Ray load worker {i} (node {node}, pid {pid}) was lost: {_reason(exc)} "
+                "(its process was killed or its node left the cluster)"
+            )
+            return [(i, ("died", None, lost))]
+        return [(i, message) for message in messages]
 
     def kill(self, index: int) -> str:
         """Workers.kill."""

@@ -15,7 +15,7 @@ import contextlib
 import multiprocessing
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
@@ -70,7 +70,7 @@ class Relay:
         self._send = send
         self._records: list[RequestRecord] = []
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="sglang-relay")
-        self._failure: str | None = None
+        self._sent: list[Future[object]] = []
 
     def finished(self, record: RequestRecord) -> None:
         """Keep a finished measured request for the next batch."""
@@ -83,7 +83,7 @@ class Relay:
 
     def send(self, message: Message) -> None:
         """Send ``message`` after those before it (from any thread)."""
-        self._thread.submit(self._deliver, message)
+        self._sent.append(self._thread.submit(self._send, message))
 
     def stop(self) -> None:
         """Wait until every message is sent; then send an error if one could not be.
@@ -92,33 +92,25 @@ class Relay:
         in its place, it fails the requests missing with the reason.
         """
         self._thread.shutdown()
-        if self._failure is not None:
-            self._send(("error", None, self._failure))
-
-    def _deliver(self, message: Message) -> None:
-        try:
-            self._send(message)
-        except Exception as exc:
-            if self._failure is None:
-                self._failure = (
-                    "the load worker could not send its results to the coordinator: "
-                    f"{type(exc).__name__}: {exc}"
-                )
+        failed = [exc for exc in map(Future.exception, self._sent) if exc is not None]
+        if failed:
+            why = (
+                "the load worker could not send its results to the coordinator: "
+                f"{type(failed[0]).__name__}: {failed[0]}"
+            )
+            self._send(("error", None, why))
 
 
-@dataclass
 class ProgressSum:
     """The coordinator's view: each worker's latest counts and the records it has sent."""
 
-    callback: ProgressCallback | None = None
-    interval: float = 1.0
-    #: Each worker's latest counts, ``elapsed`` turned into its start on this clock.
-    counts: dict[int, Counts] = field(default_factory=dict)
-    records: dict[int, list[RequestRecord]] = field(default_factory=dict)
-    _last: float = field(default=0.0, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self._report = GuardedProgress(self.callback)
+    def __init__(self, callback: ProgressCallback | None, interval: float) -> None:
+        self._report = GuardedProgress(callback)
+        self.interval = interval
+        self._last = 0.0
+        #: Each worker's latest counts, ``elapsed`` turned into its start on this clock.
+        self.counts: dict[int, Counts] = {}
+        self.records: dict[int, list[RequestRecord]] = {}
 
     def add(self, worker: int, counts: Counts, records: Sequence[RequestRecord]) -> None:
         """Take one worker's batch, and report the sum at most every ``interval``."""
@@ -174,8 +166,12 @@ class Workers(Protocol):
         A worker that was lost sends ``("died", None, why)``.
         """
 
-    def start(self, margin: float) -> None:
-        """Release every worker to start its measured requests ``margin`` seconds from now."""
+    def start(self, margin: float) -> Sequence[float]:
+        """Release every worker to start its measured requests ``margin`` seconds from now.
+
+        Return each worker's clock offset: what to add to this process's ``perf_counter`` to
+        get the worker's (its records are moved onto this clock when they merge).
+        """
 
     def kill(self, index: int) -> str:
         """Kill worker ``index`` (out of time) and return its description."""
@@ -200,23 +196,19 @@ def serve(
         return wait_start()
 
     relay = Relay(send)
-    options = dict(plan.options)
     generator = LoadGenerator(
-        options.pop("url"),
-        **options,
+        **plan.options,
         progress=relay.progress,
         progress_interval=PROGRESS_INTERVAL,
         shard=Shard(index, shares, sync, relay.finished),
     )
-    outcome: Outcome
-    try:
+    try:  # the outcome goes after every batch
         run = run_blocking(generator.run(plan.workload, plan.load, repeat=plan.repeat))
-        outcome = ("ok", run, None)
+        relay.send(("ok", run, None))
     except ServerStoppedAnswering as exc:
-        outcome = ("stopped", exc.run, str(exc))
+        relay.send(("stopped", exc.run, str(exc)))
     except BaseException as exc:  # the coordinator reports it; nothing is lost silently
-        outcome = ("error", generator.interrupted_run, f"{type(exc).__name__}: {exc}")
-    relay.send(outcome)  # after every batch
+        relay.send(("error", generator.interrupted_run, f"{type(exc).__name__}: {exc}"))
     relay.stop()
 
 
@@ -243,6 +235,7 @@ def coordinate(
     :raises ServerStoppedAnswering: a worker gave up on the server (as a single process).
     """
     heard = ProgressSum(progress, PROGRESS_INTERVAL)
+    everyone = set(range(len(shares)))
 
     def receive(pending: set[int]) -> dict[int, Outcome]:
         outcomes = {}
@@ -253,43 +246,40 @@ def coordinate(
                 outcomes[i] = message
         return outcomes
 
-    pending = set(range(len(shares)))
+    ready: set[int] = set()
     deadline = time.monotonic() + ready_timeout
-    while pending:
+    while pending := everyone - ready:
+        if time.monotonic() > deadline:
+            raise LoadWorkersFailed(
+                f"{workers.name}s {sorted(pending)} were not ready within {ready_timeout:g} s; "
+                "no measured request was sent"
+            )
         for i, (kind, _, message) in receive(pending).items():
             if kind != "ready":
                 raise LoadWorkersFailed(
                     f"{workers.name} {i} ended before its measured requests ({kind}: {message}); "
                     "no measured request was sent"
                 )
-            pending.discard(i)
-        if pending and time.monotonic() > deadline:
-            raise LoadWorkersFailed(
-                f"{workers.name}s {sorted(pending)} were not ready within {ready_timeout:g} s; "
-                "no measured request was sent"
-            )
+            ready.add(i)
     if before_measured is not None:
         before_measured()
-    workers.start(START_MARGIN)
+    offsets = workers.start(START_MARGIN)
     outcomes: dict[int, Outcome] = {}
     timeout = float(plan.options.get("request_timeout", 600.0)) * (plan.workload.requests + 1) + 60
     deadline = time.monotonic() + timeout
     try:
-        while pending := set(range(len(shares))) - set(outcomes):
+        while pending := everyone - outcomes.keys():
             outcomes.update(receive(pending))
             if time.monotonic() > deadline:
-                for i in pending - set(outcomes):
+                for i in pending - outcomes.keys():
                     late = f"{workers.kill(i)} did not finish in {timeout:g} s and was killed"
                     outcomes[i] = ("died", None, late)
     except BaseException:
-        if interrupted is not None:  # a worker still running is as it said last: "ready"
-            still: Outcome = ("ready", None, None)
-            ended = [outcomes.get(i, still) for i in range(len(shares))]
-            interrupted(_settle(plan, shares, ended, heard))
+        if interrupted is not None:
+            interrupted(_settle(plan, shares, outcomes, heard, offsets))
         raise
-    ended = [outcomes[i] for i in range(len(shares))]
-    merged = _settle(plan, shares, ended, heard)
-    stopped = [message for kind, _, message in ended if kind == "stopped"]
+    merged = _settle(plan, shares, outcomes, heard, offsets)
+    stopped = [message for kind, _, message in outcomes.values() if kind == "stopped"]
     if stopped:
         unsent = plan.workload.requests - len(merged.measured)
         raise ServerStoppedAnswering(stopped[0] or "the server stopped answering", merged, unsent)
@@ -297,55 +287,49 @@ def coordinate(
 
 
 def _settle(
-    plan: RunPlan, shares: tuple[int, ...], outcomes: Sequence[Outcome], heard: ProgressSum
+    plan: RunPlan,
+    shares: tuple[int, ...],
+    outcomes: dict[int, Outcome],
+    heard: ProgressSum,
+    offsets: Sequence[float],
 ) -> LoadRun:
     # A worker lost without a run keeps the records it handed over (``heard``); a measured
-    # request a lost or failed worker owned and did not record is a failed record; one still
-    # running ("ready": the run was cut) keeps them too, and what it did not send is no record.
+    # request a lost or failed worker owned and did not record is a failed record. A worker
+    # with no outcome yet (the run was cut) is as it said last, "ready": it keeps what it
+    # handed over too, and what it did not send is no record. Every record moves onto this
+    # process's clock (``offsets``) as it merges.
     heard.report()
     w = plan.workload
     records: list[RequestRecord] = []
     starts: list[float] = []
-    for index, (kind, run, message) in enumerate(outcomes):
-        kept = tuple(heard.records.get(index, ())) if run is None else run.records
+    for index, offset in enumerate(offsets):
+        kind, run, message = outcomes.get(index, ("ready", None, None))
+        theirs = heard.records.get(index, []) if run is None else run.records  # on its clock
+        kept = tuple(r.shifted(-offset) for r in theirs)  # on this one
         records += kept
-        starts += [r.started for r in kept] if run is None else [run.started]
+        starts += [r.started for r in kept] if run is None else [run.started - offset]
         if kind in {"died", "error"}:
             sent = {r.index for r in kept if not r.warmup}
-            # Requests follow their sessions (a request is a session of one turn).
-            owned = [i for i in range(w.requests) if owner(w.session(i)[0], shares) == index]
-            mine = [i for i in owned if i not in sent]
             now = time.perf_counter()
             failed = message or "load worker failed"
             records += [
                 RequestRecord(i, False, w.input_len, w.output_len, now, now, end=now, error=failed)
-                for i in mine
+                for i in range(w.requests)
+                # Requests follow their sessions (a request is a session of one turn).
+                if i not in sent and owner(w.session(i)[0], shares) == index
             ]
     records.sort(key=lambda r: (not r.warmup, r.index))
     # The busiest worker is the one that bounds the run: its CPU and its loop's lag.
-    clients = [run.client for _, run, _ in outcomes if run is not None and run.client]
+    clients = [run.client for _, run, _ in outcomes.values() if run is not None and run.client]
     busiest = max(clients, key=lambda load: load.cpu_fraction, default=None)
     if busiest is not None:
         busiest = replace(busiest, lag_max=max(c.lag_max for c in clients))
-    return LoadRun(
-        workload=plan.workload,
-        records=tuple(records),
-        started=min(starts, default=time.perf_counter()),
-        repeat=plan.repeat,
-        client=busiest,
-        load=plan.load,
-    )
-
-
-def _worker(
-    index: int, shares: tuple[int, ...], plan: RunPlan, pipe: Connection
-) -> None:  # pragma: no cover - runs in a worker process; covered end to end
-    serve(index, shares, plan, pipe.send, lambda: float(pipe.recv()))
-    pipe.close()
+    started = min(starts, default=time.perf_counter())
+    return LoadRun(w, plan.load, tuple(records), started, plan.repeat, busiest)
 
 
 class _Processes:
-    """Worker processes on this host (``spawn``), one per share, each running :func:`_worker`."""
+    """Worker processes on this host (``spawn``), one per share, each running :func:`serve`."""
 
     name = "load worker"
 
@@ -358,12 +342,10 @@ class _Processes:
         context = multiprocessing.get_context("spawn")
         for index in range(len(shares)):
             pipe, theirs = context.Pipe()
-            process = context.Process(
-                target=_worker,
-                args=(index, shares, plan, theirs),
-                name=f"sglang-loadgen-{index}",
-                daemon=True,
-            )
+            # The worker's end of its pipe: it sends its messages, and receives the start.
+            args = (index, shares, plan, theirs.send, theirs.recv)
+            name = f"sglang-loadgen-{index}"
+            process = context.Process(target=serve, args=args, name=name, daemon=True)
             process.start()
             theirs.close()
             self._pipes.append(pipe)
@@ -383,11 +365,12 @@ class _Processes:
                 messages.append((i, ("died", None, died)))
         return messages
 
-    def start(self, margin: float) -> None:
+    def start(self, margin: float) -> Sequence[float]:
         at = time.perf_counter() + margin  # on the clock every process of a host shares
         for pipe in self._pipes:
             with contextlib.suppress(OSError):  # one gone: receive tells
                 pipe.send(at)
+        return [0.0] * len(self._pipes)
 
     def kill(self, index: int) -> str:
         self._processes[index].kill()
@@ -396,8 +379,7 @@ class _Processes:
     def close(self) -> None:
         """End every process (one waiting for the start, too)."""
         for process in self._processes:
-            if process.is_alive():
-                process.kill()
+            process.kill()  # nothing, for one that ended
             process.join(timeout=10)
 
 

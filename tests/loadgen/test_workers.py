@@ -182,8 +182,9 @@ class _OneWorkerLost:
             (1, ("died", None, "gone")),
         ]
 
-    def start(self, margin: float) -> None:
+    def start(self, margin: float) -> list[float]:
         self.started = True
+        return [0.0, 0.0]  # one clock
 
     def kill(self, index: int) -> str:
         raise AssertionError("nothing runs out of time here")
@@ -231,8 +232,8 @@ class _Replayed:
     def receive(self, pending: set[int]) -> list[tuple[int, Message]]:
         return [(0, self.messages.pop(0))] if self.messages else []
 
-    def start(self, margin: float) -> None:
-        pass
+    def start(self, margin: float) -> list[float]:
+        return [0.0]  # one clock
 
     def kill(self, index: int) -> str:
         raise AssertionError("nothing runs out of time here")
