@@ -82,8 +82,15 @@ class TelemetrySampler:
         ]
         counted = len(counters) == len(ends)
         energy = sum(counters) if counted and ends else None
-        if not counted and len(powers) >= 2:
-            pairs = itertools.pairwise(powers)
+        # Integrated over the samples where every GPU read its power: a GPU that never does
+        # leaves the energy unknown, never the others' alone.
+        whole = [
+            (s.at, sum(g.power or 0.0 for g in s.gpus))
+            for s in snapshots
+            if s.gpus and all(g.power is not None for g in s.gpus)
+        ]
+        if not counted and len(whole) >= 2:
+            pairs = itertools.pairwise(whole)
             energy = sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in pairs)
         throttled = [g for g in samples if g.throttle]
         temps = [g.temperature for g in samples if g.temperature is not None]

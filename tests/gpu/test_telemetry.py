@@ -103,6 +103,17 @@ def test_power_is_integrated_where_there_is_no_energy_counter() -> None:
     assert summary["energy_source"] == "integrated power"
 
 
+def test_energy_is_unknown_when_a_gpu_reports_neither_counter_nor_power() -> None:
+    # GPU-b reads no power at all: the total would be GPU-a's alone, passed off as the run's.
+    def steps(t: int) -> GpuSnapshot:
+        return GpuSnapshot((gpu(power=100.0 * t), gpu("GPU-b")), (), at=float(t))
+
+    sampler = TelemetrySampler(Probe(steps), interval=3600)
+    sampler.start()
+    sampler.stop()
+    assert sampler.summary(1000)["energy_j"] is None
+
+
 def test_a_failing_reader_loses_samples_not_the_run() -> None:
     def broken(t: int) -> GpuSnapshot:
         raise GpuUnavailable("nvidia-smi did not answer within 10s")
