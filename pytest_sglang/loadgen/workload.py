@@ -171,13 +171,13 @@ class Workload:
         if self.turns is not None:
             turn = self.session(index)[1]
             return (turn + 1) * self.input_len + turn * self.output_len, self.output_len
+        if self.range_ratio is None and self.lengths_file is None:  # fixed: no generator to seed
+            return self.input_len, self.output_len
         rng = random.Random(f"{self.seed}/{salt}/lengths/{index}")
         if self.lengths_file is not None:
             pair_in, pair_out = rng.choice(datasets.length_pairs(self.lengths_file))
             return min(pair_in, self.input_len), min(pair_out, self.output_len)
-        ratio = self.range_ratio
-        if ratio is None:
-            return self.input_len, self.output_len
+        ratio = self.range_ratio or 1.0
         low_in, low_out = (max(1, int(n * ratio)) for n in (self.input_len, self.output_len))
         return rng.randint(low_in, self.input_len), rng.randint(low_out, self.output_len)
 
