@@ -204,12 +204,15 @@ class ServerProcess:
 
     def listens_on(self, port: int) -> bool:
         """Return whether a process of this launch listens on TCP ``port``."""
-        listening = {
-            c.pid
-            for c in psutil.net_connections(kind="tcp")
-            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
-        }
-        return any(proc.pid in listening for proc in find_ours(self.launch_id))
+        # Each process's own connections: the host-wide table needs root on macOS.
+        for proc in find_ours(self.launch_id):
+            with contextlib.suppress(psutil.Error):
+                if any(
+                    c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+                    for c in proc.net_connections(kind="tcp")
+                ):
+                    return True
+        return False
 
     def stop(self, grace: float = DEFAULT_GRACE) -> StopReport:
         """Stop the server and everything it started; idempotent."""

@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from pytest_sglang.config.redaction import Redactor
 from pytest_sglang.emulator.runtime.warmup import READY_LINE as EMULATOR_READY_LINE
 from pytest_sglang.server.process import MAX_LINE, READY_LINE, ServerProcess, pump
@@ -102,5 +104,34 @@ def test_a_server_that_exits_without_the_ready_line_ends_the_wait(tmp_path: Path
         start = time.monotonic()
         assert server.wait_ready_line(60.0) is False
         assert time.monotonic() - start < 60.0
+    finally:
+        server.stop(grace=5.0)
+
+
+def test_listens_on_reads_only_the_launch_s_own_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # macOS refuses the host-wide connection table to a non-root user (psutil.AccessDenied);
+    # a launch's own processes' connections are readable everywhere.
+    import psutil
+
+    def refused(kind: str = "inet") -> list[object]:
+        raise psutil.AccessDenied()
+
+    listen = (
+        "import socket, sys, time; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); "
+        "print(s.getsockname()[1], flush=True); time.sleep(120)"
+    )
+    server = _server(tmp_path, listen)
+    server.start()
+    try:
+        log = tmp_path / "server.log"
+        deadline = time.monotonic() + 60
+        while not log.read_text().strip() and time.monotonic() < deadline:
+            server.poll(0.05)
+        port = int(log.read_text().split()[0])
+        monkeypatch.setattr(psutil, "net_connections", refused)
+        assert server.listens_on(port) is True
+        assert server.listens_on(port + 1 if port < 65535 else port - 1) is False
     finally:
         server.stop(grace=5.0)
