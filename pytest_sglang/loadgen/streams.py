@@ -172,7 +172,8 @@ class StreamParser:
             ids = event.get("output_ids")
             if isinstance(ids, list):
                 self._ids.append(len(ids))
-            text, finish, choice = bool(event.get("text")), meta.get("finish_reason"), True
+            text, finish = bool(event.get("text")), meta.get("finish_reason")
+            choice = True  # every native event is the answer's
         else:
             # Text deltas, optional running usage per chunk, a final usage on the finish chunk
             # or on a usage chunk of its own (``choices: []``, no choice: a chunk of no answer).

@@ -248,7 +248,8 @@ def find_capacity(
         decision = LevelDecision(grid[mid], outcome, repeat + 1, len(records), tuple(objectives))
         decisions[grid[mid]] = decision
         low, high = (mid, high) if outcome is Outcome.PASS else (low, mid)
-    level, upper = (grid[i] if 0 <= i < len(grid) else None for i in (low, high))
+    level = grid[low] if low >= 0 else None  # the highest level that passed
+    upper = grid[high] if high < len(grid) else None  # the lowest that did not
     verdict = CapacityVerdict(slo, label, unit, alpha, decisions, level, upper)
     summary, table = verdict.statement(), verdict.table()
     record_verdict(
