@@ -278,7 +278,7 @@ def _send(item: pytest.Item, when: _Phase, outcome: _Outcome, longrepr: str | No
 def _refuse_launch_under_xdist(settings: Settings, workers: int) -> None:
     """Stop at startup when launch mode cannot share the GPUs out between ``-n N`` workers."""
     launched = [name for name, target in settings.targets.items() if target.url is None]
-    if not launched or (settings.launcher.value == "emulator" and settings.gpu_fake.value is None):
+    if not launched or settings.launches_hold_no_gpus:
         return  # nothing to launch, or emulators that hold no GPU: nothing to share out
     from pytest_sglang.errors import GpuUnavailable
     from pytest_sglang.gpu.hygiene import visible_gpus

@@ -142,6 +142,15 @@ class Settings:
             )
         return MappingProxyType(targets)
 
+    @property
+    def launches_hold_no_gpus(self) -> bool:
+        """Whether a launch holds no GPU: the emulator launcher without fake GPUs.
+
+        Such a launch needs no GPU check, share or telemetry: a dry run must not fail because
+        another job holds the real GPUs.
+        """
+        return self.launcher.value == "emulator" and self.gpu_fake.value is None
+
     def default_server(self) -> str | None:
         """Return the server a test that names none gets, or None when that is ambiguous.
 

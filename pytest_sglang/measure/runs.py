@@ -219,6 +219,8 @@ def _gpu_probe(pool: ServerPool) -> GpuProbe | None:
     from pytest_sglang.gpu.probes import make_probe
 
     settings = pool.settings
+    if settings.launches_hold_no_gpus and not settings.servers:
+        return None  # only launches that hold no GPU: nothing to read (no NVML, no ssh)
     try:
         return make_probe(host=settings.gpu_host.value, fake_dir=settings.gpu_fake.value)
     except GpuUnavailable:

@@ -72,11 +72,6 @@ class ServerPool:
     def __post_init__(self, lock_dir: Path | None) -> None:
         worker = f"pytest-xdist worker gw{self.xdist_worker[0]}, " if self.xdist_worker else ""
         self.locks = ServerLocks(lock_dir, owner=f"{worker}pid {os.getpid()}", progress=self.say)
-        # The emulator without fake GPUs holds none: a dry run must not fail because another
-        # job holds the real GPUs (with a fake-GPU directory, the emulator simulates holders).
-        self._no_gpus = (
-            self.settings.launcher.value == "emulator" and self.settings.gpu_fake.value is None
-        )
 
     def default_name(self) -> str:
         """Return the server a test without ``sglang_profile`` gets; raise if that is ambiguous."""
@@ -196,11 +191,13 @@ class ServerPool:
         name, profile = target.name, target.profile
         assert profile is not None  # a target without a URL is a profile's
         missing = missing_launcher(profile, self.settings.launcher.value)
+        # Nothing runs for a launcher that is missing, and an emulator without fake GPUs holds
+        # none: no GPUs to check (or, for a missing one, to share out).
+        checked = missing is None and not self.settings.launches_hold_no_gpus
         launch = Launch(
             target,
             self.settings,
-            # Nothing runs for a launcher that is missing: no GPUs to check or share out.
-            gpu=None if missing is not None or self._no_gpus else self.gpu_probe(),
+            gpu=self.gpu_probe() if checked else None,
             visible_gpus=None if missing is not None else self._owned_gpus(name, profile.tp),
             progress=self.progress,
             log_path=self.log_dir / f"{name}-{len(self.launches) + 1}.log",
@@ -233,7 +230,7 @@ class ServerPool:
 
     def _owned_gpus(self, name: str, tp: int) -> tuple[str, ...] | None:
         """Return this pytest-xdist worker's equal, disjoint share of the host's GPUs, or None."""
-        if self.xdist_worker is None or self._no_gpus:
+        if self.xdist_worker is None or self.settings.launches_hold_no_gpus:
             return None  # not a worker; or a launch that holds no GPU
         index, count = self.xdist_worker
         probe = self.gpu_probe()
@@ -259,7 +256,7 @@ class ServerPool:
     @property
     def flight_skip_reason(self) -> str | None:
         """Why launches are not checked against GPU state (pre/post-flight), if they are not."""
-        if self._no_gpus:
+        if self.settings.launches_hold_no_gpus:
             return "the emulator launcher holds no GPU (ini sglang_gpu_fake = DIR simulates them)"
         return self.gpu_skip_reason
 
