@@ -237,10 +237,12 @@ class SessionInterrupts:
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self) -> None:
         """Stop anything still running (internal errors, ``-x``), then give the signals back."""
-        fixtures.stop_started(self.config)  # no server outlives pytest
-        for signum, previous in self._previous.items():
-            if signal.getsignal(signum) in (self._on_sigterm, self._on_again):
-                signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        try:
+            fixtures.stop_started(self.config)  # no server outlives pytest
+        finally:  # the signals go back even if a stop failed
+            for signum, previous in self._previous.items():
+                if signal.getsignal(signum) in (self._on_sigterm, self._on_again):
+                    signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
 
     def _report_interrupted(self, item: pytest.Item) -> None:
         """Send the reports of the phase that was cut (and a teardown's, to close it)."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_sglang.errors import GpuUnavailable
-from pytest_sglang.gpu.model import GpuSnapshot
+from pytest_sglang.gpu.model import Gpu, GpuSnapshot
 from pytest_sglang.gpu.probes import GpuProbe
 
 __all__ = ["TelemetrySampler"]
@@ -64,34 +64,25 @@ class TelemetrySampler:
     def summary(self, output_tokens: int) -> dict[str, Any]:
         """Return what the GPUs did during the run (all of them together), as JSON types.
 
-        Energy (J, and per output token) from the driver's counters where every GPU has one,
-        else the GPUs' total power integrated over the samples (trapezoids).
+        Each GPU's energy (J) comes from its driver's counter, else from its power integrated
+        over its samples (trapezoids); one GPU with neither leaves the run's energy unknown.
         """
         snapshots = self.snapshots
-        samples = [gpu for snapshot in snapshots for gpu in snapshot.gpus]
-        first = {gpu.uuid: gpu for gpu in reversed(samples)}  # each GPU's earliest reading
-        last = {gpu.uuid: gpu for gpu in samples}
-        ends = [(gpu, last[uuid]) for uuid, gpu in first.items()]
-        counters = [
-            b.energy - a.energy for a, b in ends if a.energy is not None and b.energy is not None
-        ]
+        by_gpu: dict[str, list[tuple[float, Gpu]]] = {}
+        for snapshot in snapshots:
+            for gpu in snapshot.gpus:
+                by_gpu.setdefault(gpu.uuid, []).append((snapshot.at, gpu))
+        ends = [(series[0][1], series[-1][1]) for series in by_gpu.values()]
+        counted = all(a.energy is not None and b.energy is not None for a, b in ends)
+        energies = [_energy(series) for series in by_gpu.values()]
+        known = [e for e in energies if e is not None]
+        energy = sum(known) if energies and len(known) == len(energies) else None
         powers = [
-            (s.at, sum(g.power or 0.0 for g in s.gpus))
+            sum(g.power or 0.0 for g in s.gpus)
             for s in snapshots
             if any(g.power is not None for g in s.gpus)
         ]
-        counted = len(counters) == len(ends)
-        energy = sum(counters) if counted and ends else None
-        # Integrated over the samples where every GPU read its power: a GPU that never does
-        # leaves the energy unknown, never the others' alone.
-        whole = [
-            (s.at, sum(g.power or 0.0 for g in s.gpus))
-            for s in snapshots
-            if s.gpus and all(g.power is not None for g in s.gpus)
-        ]
-        if not counted and len(whole) >= 2:
-            pairs = itertools.pairwise(whole)
-            energy = sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in pairs)
+        samples = [gpu for snapshot in snapshots for gpu in snapshot.gpus]
         throttled = [g for g in samples if g.throttle]
         temps = [g.temperature for g in samples if g.temperature is not None]
         utils = [g.utilization for g in samples if g.utilization is not None]
@@ -103,7 +94,7 @@ class TelemetrySampler:
             "samples": len(samples),
             "energy_j": energy,
             "energy_source": "counter" if counted else "integrated power",
-            "mean_power_w": statistics.fmean(p for _, p in powers) if powers else None,
+            "mean_power_w": statistics.fmean(powers) if powers else None,
             "mean_utilization": statistics.fmean(utils) if utils else None,
             "throttled_fraction": len(throttled) / len(samples) if samples else 0.0,
             "throttle_reasons": sorted({r for g in throttled for r in g.throttle}),
@@ -113,3 +104,14 @@ class TelemetrySampler:
             "foreign_pids": sorted(seen - at_start - self.allowed_pids),
             "energy_per_token_j": per_token,
         }
+
+
+def _energy(series: Sequence[tuple[float, Gpu]]) -> float | None:
+    """Joules one GPU used: from the driver's counter, else power integrated (trapezoids)."""
+    first, last = series[0][1].energy, series[-1][1].energy
+    if first is not None and last is not None:
+        return last - first
+    points = [(at, g.power) for at, g in series if g.power is not None]
+    if len(points) < 2:
+        return None
+    return sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in itertools.pairwise(points))

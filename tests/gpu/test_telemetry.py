@@ -114,6 +114,22 @@ def test_energy_is_unknown_when_a_gpu_reports_neither_counter_nor_power() -> Non
     assert sampler.summary(1000)["energy_j"] is None
 
 
+def test_each_gpu_gives_its_energy_by_its_counter_else_by_its_own_power() -> None:
+    # GPU-a counts 500 J a step; GPU-b has no counter, reads 100 W, and misses one reading.
+    def steps(t: int) -> GpuSnapshot:
+        b = gpu("GPU-b", power=None if t == 2 else 100.0)
+        return GpuSnapshot((gpu(energy=500.0 * t, power=300.0), b), (), at=float(t))
+
+    sampler = TelemetrySampler(Probe(steps), interval=3600)
+    sampler.start()  # t = 1
+    sampler._read()  # t = 2: GPU-b reads no power
+    sampler.stop()  # t = 3
+    summary = sampler.summary(1000)
+    # GPU-a: 1500 - 500 J by its counter; GPU-b: 100 W over 1 s .. 3 s, its own two readings.
+    assert summary["energy_j"] == pytest.approx(1000.0 + 200.0)
+    assert summary["energy_source"] == "integrated power"
+
+
 def test_a_failing_reader_loses_samples_not_the_run() -> None:
     def broken(t: int) -> GpuSnapshot:
         raise GpuUnavailable("nvidia-smi did not answer within 10s")
