@@ -441,10 +441,10 @@ def register_gate(config: pytest.Config, options: BaselineOptions, records: SGLa
     :raises pytest.UsageError: on an unwritable or unreadable storage or a damaged stored session.
     """
     gate = BaselineGate(config, options, records)
-    check = not config.option.collectonly
+    check, store = not config.option.collectonly, options.store()
     if check and (options.save or options.autosave):
         try:
-            options.store().check_writable()
+            store.check_writable()
         except OSError as exc:
             raise pytest.UsageError(
                 f"{SAVE.label}: the session could not be saved there: {exc}; fix the storage "
@@ -452,8 +452,8 @@ def register_gate(config: pytest.Config, options: BaselineOptions, records: SGLa
             ) from None
     if check and options.compare:
         try:
-            options.store().check_reachable()
-            gate.stored = options.store().measurements(options.compare)
+            store.check_reachable()
+            gate.stored = store.measurements(options.compare)
         except (DamagedSession, OSError) as exc:
             raise pytest.UsageError(f"{COMPARE.label}={options.compare}: {exc}") from None
         except (LookupError, ValueError) as exc:
